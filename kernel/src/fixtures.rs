@@ -1,0 +1,114 @@
+//! Builders for tests and models: realistic facts with short, readable ids.
+//!
+//! Only compiled for tests and for the `fixtures` feature (the model crate).
+
+use crate::attempt::{AttemptRecord, AttemptStatus};
+use crate::claim::{Authority, ClaimRequest, OwnerKind};
+use crate::ids::{AttemptId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId};
+use crate::output::Transition;
+use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
+
+/// The claim lifetime used by fixtures.
+pub const TTL_MS: u64 = 1_000;
+
+/// A reserved headless run `run-<n>` at `now_ms`.
+pub fn reserved(n: u32, now_ms: u64) -> RunAggregate {
+    reserved_with(n, ExecutionMode::Headless, now_ms)
+}
+
+/// A reserved interactive run in session `s-1`.
+pub fn reserved_interactive(n: u32, now_ms: u64) -> RunAggregate {
+    let mode = ExecutionMode::Interactive {
+        origin_session: SessionId::from("s-1"),
+    };
+    reserved_with(n, mode, now_ms)
+}
+
+fn reserved_with(n: u32, mode: ExecutionMode, now_ms: u64) -> RunAggregate {
+    let new_run = NewRun {
+        run_id: RunId::new(alloc::format!("run-{n}")),
+        mode,
+    };
+    run::reserve(new_run, Lineage::default(), &[], now_ms)
+        .expect("fresh reservation")
+        .facts
+}
+
+/// The runner epoch id used for generation `g`.
+pub fn runner_epoch(generation: u64) -> RunnerEpochId {
+    RunnerEpochId::new(alloc::format!("re-{generation}"))
+}
+
+/// The token hash the shell would hold for generation `g`.
+pub fn token(generation: u64) -> Digest {
+    Digest::repeat(generation as u8)
+}
+
+/// The host authority the server holds for the runner of generation `g`.
+pub fn host_authority(generation: u64) -> Authority {
+    Authority {
+        owner_kind: OwnerKind::Host,
+        owner_id: OwnerId::new(runner_epoch(generation).as_str()),
+        token_hash: token(generation),
+        generation: Generation(generation),
+    }
+}
+
+/// The control claim request the server uses for stale-path operations.
+pub fn control_request() -> ClaimRequest {
+    ClaimRequest {
+        owner_kind: OwnerKind::Control,
+        owner_id: OwnerId::from("control"),
+        token_hash: Digest::repeat(0xcc),
+    }
+}
+
+/// Admits `agg` with the next generation's runner epoch and token.
+pub fn admitted(agg: &RunAggregate, now_ms: u64) -> Transition<RunAggregate> {
+    let generation = agg.run.lease.generation.next().0;
+    run::admit(
+        agg,
+        runner_epoch(generation),
+        token(generation),
+        now_ms,
+        TTL_MS,
+    )
+    .expect("admissible")
+}
+
+/// An active attempt of `node` with visit 1 in generation `g`.
+pub fn active_attempt(node: &str, attempt: &str, generation: u64, now_ms: u64) -> AttemptRecord {
+    AttemptRecord {
+        attempt_id: AttemptId::from(attempt),
+        node_id: NodeId::from(node),
+        visit: 1,
+        generation: Generation(generation),
+        status: AttemptStatus::Active,
+        started_at_ms: now_ms,
+        deadline_at_ms: None,
+        finished_at_ms: None,
+        crash_retries: 0,
+    }
+}
+
+/// Marks the admitted runner of `agg` ready and gives it an active attempt of
+/// `node` (what `runner.ready` plus dispatch commits).
+pub fn running(agg: &RunAggregate, node: &str, now_ms: u64) -> Transition<RunAggregate> {
+    let generation = agg.run.lease.generation.0;
+    let mut tx = run::Tx::begin(agg, now_ms);
+    run::mark_ready(
+        &mut tx,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        TTL_MS,
+    )
+    .expect("ready");
+    let attempt = alloc::format!("a-{generation}-{node}");
+    tx.agg.attempt = Some(active_attempt(node, &attempt, generation, now_ms));
+    let mut transition = tx.commit();
+    let revision = transition.facts.run.revision;
+    if let Some(runner) = transition.facts.run.runner.as_mut() {
+        runner.ready_revision = Some(revision);
+    }
+    transition
+}

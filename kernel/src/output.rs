@@ -1,0 +1,181 @@
+//! What a transition asks the shell to do after it commits.
+//!
+//! Invariants:
+//! - Outputs are data. The kernel never performs them; the shell performs
+//!   them in order, and only after the transaction that wrote the new facts
+//!   has committed (events are the exception: the shell writes them in the
+//!   same transaction as the facts).
+//! - Every transition that changes a run's durable facts emits exactly one
+//!   `PublishRun` for that run, so every renderer sees the new revision.
+
+use crate::ids::{
+    AttemptId, Generation, InteractionId, NodeId, Revision, RunId, RunnerEpochId, SessionId,
+    SubmissionId,
+};
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// The result of an accepted transition: the new facts and the shell's to-do list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition<F> {
+    pub facts: F,
+    pub outputs: Vec<Output>,
+}
+
+impl<F> Transition<F> {
+    /// A transition with no outputs yet.
+    pub fn new(facts: F) -> Self {
+        Self {
+            facts,
+            outputs: Vec::new(),
+        }
+    }
+
+    /// Appends one output.
+    #[must_use]
+    pub fn with(mut self, output: Output) -> Self {
+        self.outputs.push(output);
+        self
+    }
+}
+
+/// Which explicit command a new runner receives after `runner.ready`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LaunchCommand {
+    /// A new run from the workflow's start node.
+    Start,
+    /// An existing run from its last durable boundary.
+    Resume,
+    /// A continuation of a waiting checkpoint parent.
+    Continue {
+        parent_run_id: RunId,
+        checkpoint: NodeId,
+    },
+    /// A restart of a terminal run, from the workflow's start node.
+    Restart { restarted_run_id: RunId },
+}
+
+/// Why the shell must stop a runner's process group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    Paused,
+    Cancelled,
+    Parked,
+    NodeTimedOut,
+    ClaimLost,
+    Finished,
+}
+
+/// Why the shell must wake up later.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WakeReason {
+    /// A node attempt's resolved deadline.
+    NodeDeadline { attempt_id: AttemptId },
+    /// A protected decision's `onTimeout` deadline.
+    DecisionDeadline,
+    /// A claim's expiry (recovery of a stale row).
+    ClaimExpiry,
+}
+
+/// One immutable event row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum RunEvent {
+    Reserved,
+    Admitted {
+        generation: Generation,
+    },
+    RunnerReady {
+        runner_epoch: RunnerEpochId,
+    },
+    NodeStarted {
+        node_id: NodeId,
+        attempt_id: AttemptId,
+    },
+    NodeFinished {
+        node_id: NodeId,
+        attempt_id: AttemptId,
+    },
+    NodeFailed {
+        node_id: NodeId,
+        attempt_id: AttemptId,
+    },
+    Parked {
+        reason: crate::run::ParkReason,
+    },
+    Waiting {
+        node_id: NodeId,
+    },
+    Paused,
+    Resumed,
+    Cancelled,
+    Completed,
+    Failed {
+        class: crate::run::FailureClass,
+    },
+    TimedOut,
+    Restarted {
+        new_run_id: RunId,
+    },
+    Continued {
+        continuation_run_id: RunId,
+    },
+    /// The server took a control claim (stale recovery, deadline, cancel).
+    /// The previous owner, if any, lost its authority: a handoff, never a failure.
+    ControlClaimed {
+        generation: Generation,
+    },
+    EffectAmbiguous {
+        effect_type: alloc::string::String,
+    },
+    RunnerExited {
+        runner_epoch: RunnerEpochId,
+        outcome: crate::runner::RunnerOutcome,
+    },
+}
+
+/// Something the shell must do.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Output {
+    /// Write an immutable event row in the same transaction.
+    Event { run_id: RunId, event: RunEvent },
+    /// Spawn a runner (after commit) in its own process group.
+    SpawnRunner {
+        run_id: RunId,
+        generation: Generation,
+        runner_epoch: RunnerEpochId,
+        command: LaunchCommand,
+    },
+    /// Stop a runner's process group: SIGTERM, then bounded SIGKILL.
+    StopRunner {
+        run_id: RunId,
+        runner_epoch: RunnerEpochId,
+        reason: StopReason,
+    },
+    /// Publish the run's new view revision to subscribers.
+    PublishRun { run_id: RunId, revision: Revision },
+    /// Publish the origin session's view (messages changed).
+    PublishSession { session_id: SessionId },
+    /// Wake the shell at `at_ms` for `reason`.
+    Wake {
+        run_id: RunId,
+        at_ms: u64,
+        reason: WakeReason,
+    },
+    /// Start a supervised validation child for a provisional submission.
+    SpawnValidator {
+        run_id: RunId,
+        interaction_id: InteractionId,
+        submission_id: SubmissionId,
+    },
+    /// Build the terminal workflow message after the terminal state committed.
+    BuildTerminalMessage { run_id: RunId },
+    /// Admission may have become possible (capacity freed or new work).
+    Schedule,
+    /// Ask for an automatic retention sweep once the server is idle.
+    RequestRetentionSweep,
+}
