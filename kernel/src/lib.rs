@@ -18,6 +18,7 @@ extern crate alloc;
 pub mod attempt;
 pub mod claim;
 pub mod decision;
+pub mod display;
 pub mod effect;
 pub mod epoch;
 #[cfg(any(test, feature = "fixtures"))]
