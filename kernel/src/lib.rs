@@ -27,5 +27,6 @@ pub mod ids;
 pub mod interaction;
 pub mod message;
 pub mod output;
+pub mod retention;
 pub mod run;
 pub mod runner;
