@@ -30,3 +30,4 @@ pub mod output;
 pub mod retention;
 pub mod run;
 pub mod runner;
+pub mod updates;

@@ -135,6 +135,14 @@ pub enum RunEvent {
         runner_epoch: RunnerEpochId,
         outcome: crate::runner::RunnerOutcome,
     },
+    /// A workflow update became the current value of its `(type, key)`
+    /// (`update_published`; the shell stores the data bytes beside it).
+    UpdatePublished {
+        update_id: crate::updates::UpdateId,
+        update_type: alloc::string::String,
+        key: alloc::string::String,
+        data_digest: crate::ids::Digest,
+    },
 }
 
 /// Something the shell must do.
