@@ -9,19 +9,23 @@
 //!    model turn shows `running` for its whole duration;
 //! 5. otherwise a live worker (a ready runner that holds the run's claim) or
 //!    an exact Pi turn is `running`;
-//! 6. parked resumable work or admitted work that has not started is `queued`.
+//! 6. parked resumable work or admitted work that has not started is `queued`
+//!    (a runner that has not said `runner.ready` shows only as activity
+//!    `starting`).
 //!
 //! Invariants:
 //! - The reducer is total and deterministic: every [`DisplayFacts`] value maps
-//!   to exactly one [`Display`], and no renderer combines other facts with it.
+//!   to exactly one [`RunDisplay`], and no renderer combines other facts with it.
 //! - `paused` comes only from the durable pause flag, never from a parked
 //!   queue, a pending interaction or a missing activity report.
 //! - A terminal label never depends on activity: a worker, a Pi turn or a
 //!   validation that is still winding down changes only [`Activity`].
 //! - Controls are a closed set in one fixed order without duplicates. Showing
 //!   a control grants nothing: every command handler checks its own facts
-//!   again. The reducer never offers a control that the lifecycle rules in
-//!   [`crate::run`] would refuse on state alone (claims aside).
+//!   again. `pause`, `resume`, `cancel` and `restart` are offered exactly when
+//!   the lifecycle rules in [`crate::run`] accept them on state alone (claims
+//!   aside); answer controls only while the request is answerable (not
+//!   paused, not ambiguous, not terminal).
 //! - The presented node changes nothing durable: an exact model turn shows the
 //!   waiting node as the current one for presentation only.
 
@@ -226,7 +230,7 @@ pub enum DisplayReason {
 /// The `display` object of the live run view.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Display {
+pub struct RunDisplay {
     pub status: DisplayStatus,
     pub activity: Activity,
     /// Unique, in [`Control`] declaration order.
@@ -237,10 +241,10 @@ pub struct Display {
 }
 
 /// The reducer: one display for one set of facts.
-pub fn display(facts: &DisplayFacts) -> Display {
+pub fn display(facts: &DisplayFacts) -> RunDisplay {
     let status = status(facts);
     let (current_node, waiting_on) = nodes(facts, status);
-    Display {
+    RunDisplay {
         status,
         activity: activity(facts),
         controls: controls(facts),

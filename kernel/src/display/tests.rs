@@ -166,6 +166,18 @@ fn table_of_situations() {
             waiting_on: None,
         },
         Row {
+            name: "parked while its runner still stops",
+            facts: DisplayFacts {
+                runner: RunnerActivity::Live,
+                ..parked_facts(ParkReason::Drained)
+            },
+            status: S::Queued,
+            activity: Activity::Runner,
+            controls: &[C::Pause, C::Cancel],
+            current_node: None,
+            waiting_on: None,
+        },
+        Row {
             name: "parked for review",
             facts: parked_facts(ParkReason::RunnerNoProgress),
             status: S::Queued,
@@ -566,7 +578,7 @@ fn check_controls(facts: &DisplayFacts, controls: &[Control]) {
     );
 }
 
-fn check_nodes(facts: &DisplayFacts, shown: &Display) {
+fn check_nodes(facts: &DisplayFacts, shown: &RunDisplay) {
     let waiting_node = facts
         .attempt_node
         .clone()
@@ -701,7 +713,7 @@ fn waiting_on_checkpoint() -> RunAggregate {
     tx.commit().facts
 }
 
-fn shown(agg: &RunAggregate) -> Display {
+fn shown(agg: &RunAggregate) -> RunDisplay {
     display(&DisplayFacts::from_run(agg, OutsideFacts::default()))
 }
 
@@ -769,7 +781,7 @@ fn from_run_reads_interactive_requests_and_exact_turns() {
     assert_eq!(validating.status, S::Waiting);
 }
 
-fn display_with(agg: &RunAggregate, outside: OutsideFacts) -> Display {
+fn display_with(agg: &RunAggregate, outside: OutsideFacts) -> RunDisplay {
     display(&DisplayFacts::from_run(agg, outside))
 }
 
