@@ -4,7 +4,10 @@
 //! Precedence of [`DisplayStatus`] (the seed's order, first match wins):
 //! 1. a durable terminal result keeps its terminal label;
 //! 2. a nonterminal run with an ambiguous effect is `ambiguous`;
-//! 3. a durable pause is `paused`, even while its worker or Pi turn stops;
+//! 3. a durable pause is `paused`, even while its worker stops — but an exact
+//!    origin-session model turn that is still open shows `running` until its
+//!    end is reported (`paused` appears only after the durable pause and the
+//!    matching turn end);
 //! 4. a pending request is `waiting`, except that an exact origin-session
 //!    model turn shows `running` for its whole duration;
 //! 5. otherwise a live worker (a ready runner that holds the run's claim) or
@@ -16,8 +19,9 @@
 //! Invariants:
 //! - The reducer is total and deterministic: every [`DisplayFacts`] value maps
 //!   to exactly one [`RunDisplay`], and no renderer combines other facts with it.
-//! - `paused` comes only from the durable pause flag, never from a parked
-//!   queue, a pending interaction or a missing activity report.
+//! - `paused` comes only from the durable pause flag (with no exact turn still
+//!   open), never from a parked queue, a pending interaction or a missing
+//!   activity report.
 //! - A terminal label never depends on activity: a worker, a Pi turn or a
 //!   validation that is still winding down changes only [`Activity`].
 //! - Controls are a closed set in one fixed order without duplicates. Showing
@@ -262,7 +266,7 @@ pub fn status(facts: &DisplayFacts) -> DisplayStatus {
     if facts.effect_ambiguous {
         return DisplayStatus::Ambiguous;
     }
-    if facts.paused {
+    if facts.paused && !facts.model_turn_active {
         return DisplayStatus::Paused;
     }
     if facts.pending_request.is_some() {

@@ -262,13 +262,13 @@ fn table_of_situations() {
             waiting_on: node("ask"),
         },
         Row {
-            name: "paused while the pausing turn still runs",
+            name: "paused, but the pausing turn still runs: running until its end",
             facts: paused(with_turn(waiting_facts(PendingRequest::AgentSubmit))),
-            status: S::Paused,
+            status: S::Running,
             activity: Activity::ModelTurn,
             controls: &[C::Resume, C::Cancel],
-            current_node: None,
-            waiting_on: node("ask"),
+            current_node: node("ask"),
+            waiting_on: None,
         },
         Row {
             name: "paused while the runner stops",
@@ -508,7 +508,8 @@ fn expected_status(facts: &DisplayFacts) -> DisplayStatus {
     ) {
         (Some(label), ..) => label,
         (None, true, ..) => S::Ambiguous,
-        (None, false, true, ..) => S::Paused,
+        (None, false, true, _, false, _) => S::Paused,
+        (None, false, true, _, true, _) => S::Running,
         (None, false, false, true, true, _) => S::Running,
         (None, false, false, true, false, _) => S::Waiting,
         (None, false, false, false, true, _) | (None, false, false, false, false, true) => {
@@ -1097,10 +1098,13 @@ proptest! {
     }
 
     /// `paused` appears exactly when the durable pause flag is set on a
-    /// nonterminal run without an ambiguous effect.
+    /// nonterminal run without an ambiguous effect and no exact turn is still open.
     #[test]
     fn paused_iff_durable_pause(facts in arb_facts()) {
-        let expected = facts.paused && !facts.status.is_terminal() && !facts.effect_ambiguous;
+        let expected = facts.paused
+            && !facts.status.is_terminal()
+            && !facts.effect_ambiguous
+            && !facts.model_turn_active;
         prop_assert_eq!(display(&facts).status == S::Paused, expected);
     }
 
