@@ -26,5 +26,6 @@ pub mod ids;
 pub mod interaction;
 pub mod message;
 pub mod output;
+pub mod receipt;
 pub mod run;
 pub mod runner;
