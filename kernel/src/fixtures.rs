@@ -2,9 +2,12 @@
 //!
 //! Only compiled for tests and for the `fixtures` feature (the model crate).
 
-use crate::attempt::{AttemptRecord, AttemptStatus};
+use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use crate::claim::{Authority, ClaimRequest, OwnerKind};
-use crate::ids::{AttemptId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId};
+use crate::decision::{DecisionRecord, DecisionStatus};
+use crate::ids::{
+    AttemptId, DecisionId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId,
+};
 use crate::output::Transition;
 use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
 
@@ -111,4 +114,48 @@ pub fn running(agg: &RunAggregate, node: &str, now_ms: u64) -> Transition<RunAgg
         runner.ready_revision = Some(revision);
     }
     transition
+}
+
+/// Run `run-<n>` in `running/running` (generation 1) with an active attempt
+/// of `node`: reserved at 0, admitted at 5, ready at `now_ms`.
+pub fn live_run(n: u32, node: &str, now_ms: u64) -> RunAggregate {
+    let agg = admitted(&reserved(n, 0), 5).facts;
+    running(&agg, node, now_ms).facts
+}
+
+/// `agg` (live, generation `g`) after its active attempt finished `ok` as a
+/// step and the run now waits on checkpoint `checkpoint` (`waiting/parked`,
+/// no claim, no unfinished attempt).
+pub fn waiting_at_checkpoint(agg: &RunAggregate, checkpoint: &str, now_ms: u64) -> RunAggregate {
+    let generation = agg.run.lease.generation.0;
+    let mut tx = run::Tx::begin(agg, now_ms);
+    if let Some(attempt) = tx.agg.attempt.take() {
+        tx.agg.steps.push(StepRecord {
+            attempt_id: attempt.attempt_id,
+            node_id: attempt.node_id,
+            outcome: NodeOutcome::Ok,
+            carried: false,
+        });
+    }
+    let authority = host_authority(generation);
+    run::wait_in(&mut tx, &authority, NodeId::from(checkpoint), true).expect("wait");
+    tx.commit().facts.reload()
+}
+
+/// A pending protected decision `d-1` on the checkpoint `agg` waits on.
+pub fn pending_decision(
+    agg: &RunAggregate,
+    deadline_at_ms: Option<u64>,
+    default_answer_digest: Option<Digest>,
+) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: DecisionId::from("d-1"),
+        run_id: agg.run.run_id.clone(),
+        node_id: agg.run.waiting_on.clone().expect("a checkpoint wait"),
+        request_digest: Digest::repeat(0xd1),
+        status: DecisionStatus::Pending,
+        deadline_at_ms,
+        default_answer_digest,
+        continuation_run_id: None,
+    }
 }

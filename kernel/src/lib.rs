@@ -27,6 +27,7 @@ pub mod ids;
 pub mod interaction;
 pub mod message;
 pub mod output;
+pub mod receipt;
 pub mod retention;
 pub mod run;
 pub mod runner;

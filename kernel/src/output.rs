@@ -131,6 +131,30 @@ pub enum RunEvent {
     EffectAmbiguous {
         effect_type: alloc::string::String,
     },
+    /// The runner may apply this effect attempt now (`effect.reserve` accepted).
+    EffectApplying {
+        effect_id: crate::ids::EffectId,
+        attempt_number: u32,
+    },
+    /// The runner reported the effect's outcome (`applied` or `rejected`).
+    EffectSettled {
+        effect_id: crate::ids::EffectId,
+        state: crate::effect::EffectState,
+    },
+    /// An operator resolved an ambiguous effect.
+    EffectRecovered {
+        effect_id: crate::ids::EffectId,
+        action: crate::effect::RecoveryAction,
+    },
+    /// A protected decision was accepted (by a person or by its `onTimeout` default).
+    DecisionAccepted {
+        decision_id: crate::ids::DecisionId,
+        provenance: crate::decision::Provenance,
+    },
+    /// A protected decision reached its deadline without a default response.
+    DecisionExpired {
+        decision_id: crate::ids::DecisionId,
+    },
     RunnerExited {
         runner_epoch: RunnerEpochId,
         outcome: crate::runner::RunnerOutcome,
