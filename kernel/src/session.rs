@@ -602,12 +602,13 @@ pub fn report_turn(
     if !active.branch_reported {
         return Err(SessionRejection::BranchNotReported);
     }
-    if let Some(saved) = session.turn(&report.turn_id) {
-        if saved.message_id != report.message_id || saved.run_id != report.run_id {
-            return Err(SessionRejection::TurnConflict {
-                turn_id: report.turn_id.clone(),
-            });
-        }
+    let saved = session.turn(&report.turn_id);
+    if saved
+        .is_some_and(|saved| saved.message_id != report.message_id || saved.run_id != report.run_id)
+    {
+        return Err(SessionRejection::TurnConflict {
+            turn_id: report.turn_id.clone(),
+        });
     }
     match &report.phase {
         TurnPhase::Start => start_turn(session, report, new_ids, now_ms),

@@ -798,7 +798,7 @@ proptest! {
             match apply(&agg, &subs, op, now_ms, n) {
                 Ok((next, next_subs)) => {
                     agg = next.reload();
-                    if matches!(agg.interaction, None) {
+                    if agg.interaction.is_none() {
                         // A settled request leaves the reloaded aggregate; keep the row.
                         let mut settled = before.0.interaction.clone().unwrap();
                         if let Some(accepted) = next_subs.iter().find(|s| s.outcome == SubmissionOutcome::Accepted) {
