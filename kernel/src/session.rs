@@ -242,6 +242,47 @@ impl SessionFacts {
         terminal_done && earlier_done
     }
 
+    /// The message kind that would present each pending source again: a
+    /// `resumed` step for each unpaused pending interaction, a decision
+    /// message for each pending protected decision.
+    fn pending_sources(&self) -> Vec<(RunId, MessageKind)> {
+        let mut sources = Vec::new();
+        for run in self.runs.iter().filter(|run| !run.status.is_terminal()) {
+            let interaction = run
+                .interaction
+                .as_ref()
+                .filter(|record| record.status == InteractionStatus::Pending && !run.paused);
+            if let Some(record) = interaction {
+                let kind = MessageKind::Step {
+                    interaction_id: record.interaction_id.clone(),
+                    reason: StepReason::Resumed,
+                };
+                sources.push((run.run_id.clone(), kind));
+            }
+            let decision = run
+                .decision
+                .as_ref()
+                .filter(|record| record.status == DecisionStatus::Pending);
+            if let Some(record) = decision {
+                let kind = MessageKind::Decision {
+                    decision_id: record.decision_id.clone(),
+                };
+                sources.push((run.run_id.clone(), kind));
+            }
+        }
+        sources
+    }
+
+    /// Whether the source of `kind` has a pending message or an entry on the branch.
+    fn shows_or_holds(&self, kind: &MessageKind, report: &BranchReport) -> bool {
+        self.messages
+            .iter()
+            .filter(|message| same_source(&message.kind, kind))
+            .any(|message| {
+                message.state == MessageState::Pending || report.shows(&message.message_id)
+            })
+    }
+
     fn first_eligible(&self) -> Option<&MessageRecord> {
         self.messages
             .iter()
@@ -894,57 +935,17 @@ impl<'ids> SessionTx<'ids> {
     /// entry on the branch: a `resumed` step for an unpaused interaction, a
     /// decision message for a protected decision.
     fn present_again(&mut self, report: &BranchReport) -> Result<(), SessionRejection> {
-        let mut sources = Vec::new();
-        for run in self
+        let absent: Vec<(RunId, MessageKind)> = self
             .facts
-            .runs
-            .iter()
-            .filter(|run| !run.status.is_terminal())
-        {
-            let interaction = run
-                .interaction
-                .as_ref()
-                .filter(|record| record.status == InteractionStatus::Pending && !run.paused);
-            if let Some(record) = interaction {
-                let id = &record.interaction_id;
-                let kind = MessageKind::Step {
-                    interaction_id: id.clone(),
-                    reason: StepReason::Resumed,
-                };
-                let shown = |message: &MessageRecord| matches!(&message.kind, MessageKind::Step { interaction_id, .. } if interaction_id == id);
-                sources.push((
-                    run.run_id.clone(),
-                    kind,
-                    Some(id.clone()),
-                    shown_or_pending(&self.facts, report, shown),
-                ));
-            }
-            let decision = run
-                .decision
-                .as_ref()
-                .filter(|record| record.status == DecisionStatus::Pending);
-            if let Some(record) = decision {
-                let id = &record.decision_id;
-                let kind = MessageKind::Decision {
-                    decision_id: id.clone(),
-                };
-                let shown = |message: &MessageRecord| matches!(&message.kind, MessageKind::Decision { decision_id } if decision_id == id);
-                sources.push((
-                    run.run_id.clone(),
-                    kind,
-                    None,
-                    shown_or_pending(&self.facts, report, shown),
-                ));
-            }
-        }
-        for (run_id, kind, interaction_id, covered) in sources {
-            if covered {
-                continue;
+            .pending_sources()
+            .into_iter()
+            .filter(|(_, kind)| !self.facts.shows_or_holds(kind, report))
+            .collect();
+        for (run_id, kind) in absent {
+            if let MessageKind::Step { interaction_id, .. } = &kind {
+                self.bump_revision(&run_id, interaction_id);
             }
             self.create_message(&run_id, kind)?;
-            if let Some(interaction_id) = interaction_id {
-                self.bump_revision(&run_id, &interaction_id);
-            }
         }
         Ok(())
     }
@@ -987,17 +988,21 @@ impl<'ids> SessionTx<'ids> {
     }
 }
 
-/// Whether a source already has a pending message or an entry on the branch.
-fn shown_or_pending(
-    facts: &SessionFacts,
-    report: &BranchReport,
-    of_source: impl Fn(&MessageRecord) -> bool,
-) -> bool {
-    facts
-        .messages
-        .iter()
-        .filter(|message| of_source(message))
-        .any(|message| message.state == MessageState::Pending || report.shows(&message.message_id))
+/// Whether two messages present the same source (one request or one decision).
+fn same_source(a: &MessageKind, b: &MessageKind) -> bool {
+    match (a, b) {
+        (
+            MessageKind::Step { interaction_id, .. },
+            MessageKind::Step {
+                interaction_id: other,
+                ..
+            },
+        ) => interaction_id == other,
+        (MessageKind::Decision { decision_id }, MessageKind::Decision { decision_id: other }) => {
+            decision_id == other
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
