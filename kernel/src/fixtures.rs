@@ -6,10 +6,13 @@ use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use crate::claim::{Authority, ClaimRequest, OwnerKind};
 use crate::decision::{DecisionRecord, DecisionStatus};
 use crate::ids::{
-    AttemptId, DecisionId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId,
+    AttemptId, DecisionId, Digest, Generation, InteractionId, MessageId, NodeId, OwnerId, RunId,
+    RunnerEpochId, SessionId,
 };
+use crate::interaction::{self, InteractionKind, RequestProposal, Requested, SubmissionRecord};
 use crate::output::Transition;
 use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
+use crate::session::{SessionFacts, SessionRun};
 
 /// The claim lifetime used by fixtures.
 pub const TTL_MS: u64 = 1_000;
@@ -157,5 +160,74 @@ pub fn pending_decision(
         deadline_at_ms,
         default_answer_digest,
         continuation_run_id: None,
+    }
+}
+
+/// The runner's `interaction.requested` proposal for the active attempt of
+/// `run-<n>`: request `i-<n>`, initial step message `m-<n>` with order 1, no
+/// deadline.
+pub fn request_proposal(agg: &RunAggregate, kind: InteractionKind) -> RequestProposal {
+    let attempt = agg.attempt.as_ref().expect("an active attempt");
+    let n = agg.run.run_id.as_str().trim_start_matches("run-");
+    RequestProposal {
+        interaction_id: InteractionId::new(alloc::format!("i-{n}")),
+        attempt_id: attempt.attempt_id.clone(),
+        kind,
+        contract_hash: Digest::repeat(0x5c),
+        deadline_at_ms: None,
+        message_id: MessageId::new(alloc::format!("m-{n}")),
+        message_order: 1,
+    }
+}
+
+/// An interactive run `run-<n>` in session `s-1` whose node `ask` runs in
+/// generation 1 (admitted at t=5, ready at t=10).
+pub fn interactive_running(n: u32) -> RunAggregate {
+    let agg = admitted(&reserved_interactive(n, 0), 5).facts;
+    running(&agg, "ask", 10).facts
+}
+
+/// [`interactive_running`] after its runner requested `kind` at t=20: the run
+/// waits on pending request `i-<n>` with one pending initial step `m-<n>`.
+pub fn waiting_on_request(n: u32, kind: InteractionKind) -> RunAggregate {
+    let agg = interactive_running(n);
+    let proposal = request_proposal(&agg, kind);
+    let requested = interaction::request(
+        &agg,
+        &host_authority(1),
+        &runner_epoch(1),
+        proposal,
+        20,
+        TTL_MS,
+    );
+    match requested.expect("a fresh request") {
+        Requested::Created(transition) => transition.facts.reload(),
+        Requested::Adopted(_) => panic!("a fresh request is never adopted"),
+    }
+}
+
+/// The session facts of the origin session of `agg`, as the shell would load
+/// them: the run's pending messages and open turns, and the run itself.
+pub fn session_of(agg: &RunAggregate, submissions: &[SubmissionRecord]) -> SessionFacts {
+    let session_id = agg
+        .run
+        .mode
+        .origin_session()
+        .cloned()
+        .expect("an interactive run");
+    let next_message_order = agg.messages.iter().map(|m| m.order).max().unwrap_or(0) + 1;
+    SessionFacts {
+        session_id,
+        messages: agg.messages.clone(),
+        turns: agg.turns.clone(),
+        runs: alloc::vec![SessionRun {
+            run_id: agg.run.run_id.clone(),
+            status: agg.run.status,
+            paused: agg.run.paused,
+            interaction: agg.interaction.clone(),
+            submissions: submissions.to_vec(),
+            decision: agg.decision.clone(),
+        }],
+        next_message_order,
     }
 }

@@ -1,15 +1,33 @@
 //! Interactive requests and their submissions.
 //!
 //! Invariants:
-//! - One node attempt has at most one interactive request.
+//! - Only an interactive run makes requests, for its one `Active` attempt,
+//!   under the runner's live claim. One node attempt has at most one
+//!   interactive request: a repeat of the same request adopts it without
+//!   change, another request for the same attempt is a conflict.
+//! - A request moves its attempt to `Waiting`, the run to `waiting/parked`
+//!   (claim released) and creates exactly one pending `initial` step message.
 //! - Pause is stored once, on the run; an interaction is paused exactly when
-//!   its run is paused and is never paused on its own.
-//! - A request settles only through an accepted submission, cancellation or
-//!   timeout; a rejected submission leaves it pending.
+//!   its run is paused ([`is_paused`]) and is never paused on its own.
+//! - One idempotency key names one payload: a repeat adopts the stored
+//!   submission, another payload under the same key is a conflict.
+//! - At most one submission of a request is `Validating`. Only the verdict
+//!   for that submission counts; any other verdict is stale.
+//! - A request settles only through an accepted submission, cancellation,
+//!   timeout or failure; a rejected or stopped validation leaves it pending.
+//!   Acceptance cancels the request's pending step messages.
+//! - This module never routes: an accepted submission returns
+//!   [`AttemptFollowUp::FinishOk`] for the execution module to apply.
 
+use crate::attempt::AttemptStatus;
+use crate::claim::Authority;
 use crate::ids::{
-    AttemptId, Digest, IdempotencyKey, InteractionId, NodeId, RunId, SessionId, SubmissionId,
+    AttemptId, Digest, IdempotencyKey, InteractionId, MessageId, NodeId, RunId, RunnerEpochId,
+    SessionId, SubmissionId,
 };
+use crate::message::{MessageKind, MessageRecord, MessageState, StepReason};
+use crate::output::{Output, RunEvent, Transition, WakeReason};
+use crate::run::{self, Operation, ReasonKind, Rejection, RunAggregate, RunRecord, Tx};
 use serde::{Deserialize, Serialize};
 
 /// What kind of work the origin session must do.
@@ -83,3 +101,513 @@ pub fn on_run_terminal(record: &InteractionRecord) -> InteractionRecord {
     }
     next
 }
+
+/// Whether the run's pending interaction is paused. Pause lives only on the
+/// run; this is the one place an interaction's paused state is derived.
+pub fn is_paused(agg: &RunAggregate) -> bool {
+    agg.run.paused
+        && agg
+            .interaction
+            .as_ref()
+            .is_some_and(|record| record.status == InteractionStatus::Pending)
+}
+
+/// Why an interaction transition was refused. Nothing changes on a rejection.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "reason")]
+pub enum InteractionRejection {
+    /// A lifecycle rule refused it (claim lost, stale runner, paused, terminal, …).
+    Run { rejection: Rejection },
+    /// A headless run has no origin session to ask.
+    Headless,
+    /// The run has no `Active` attempt with the proposed id.
+    NotActiveAttempt { attempt_id: AttemptId },
+    /// The attempt already has another request.
+    RequestConflict { existing: InteractionId },
+    /// The run's request is not the one named.
+    UnknownInteraction { interaction_id: InteractionId },
+    /// Only a submitted-output request takes submissions.
+    NotSubmittedOutput,
+    /// The idempotency key already names another payload.
+    SubmissionConflict { submission_id: SubmissionId },
+    /// The request is settled.
+    NotPending { status: InteractionStatus },
+    /// Another submission is still being validated.
+    ValidationInProgress { submission_id: SubmissionId },
+    /// The verdict is not for the request's validating submission.
+    StaleVerdict { submission_id: SubmissionId },
+}
+
+impl From<Rejection> for InteractionRejection {
+    fn from(rejection: Rejection) -> Self {
+        Self::Run { rejection }
+    }
+}
+
+/// What another module must do in the same transaction, as decided here.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "followUp")]
+pub enum AttemptFollowUp {
+    /// The accepted submission is the attempt's output: finish it `ok`
+    /// with that output and route (the execution module does both).
+    FinishOk {
+        run_id: RunId,
+        attempt_id: AttemptId,
+        submission_id: SubmissionId,
+    },
+    /// The attempt fails for `reason` (too many unproductive turns).
+    Fail {
+        run_id: RunId,
+        attempt_id: AttemptId,
+        reason: ReasonKind,
+    },
+}
+
+/// The runner's `interaction.requested` proposal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RequestProposal {
+    pub interaction_id: InteractionId,
+    pub attempt_id: AttemptId,
+    pub kind: InteractionKind,
+    pub contract_hash: Digest,
+    /// The resolved wall-clock deadline, used when the attempt has none yet.
+    pub deadline_at_ms: Option<u64>,
+    /// The id of the `initial` step message.
+    pub message_id: MessageId,
+    /// The session order of that message.
+    pub message_order: u64,
+}
+
+/// The result of an accepted request proposal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requested {
+    /// A new request: commit the transition.
+    Created(Transition<RunAggregate>),
+    /// A repeat of the committed request: nothing changes.
+    Adopted(InteractionRecord),
+}
+
+/// The runner proposes `interaction.requested` for its `Active` attempt.
+///
+/// The request is created pending (revision 1); the attempt waits with its
+/// resolved deadline; the run becomes `waiting/parked` and releases the claim;
+/// one pending `initial` step message is created. The shell wakes at the
+/// deadline, if any.
+pub fn request(
+    agg: &RunAggregate,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    proposal: RequestProposal,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Requested, InteractionRejection> {
+    let Some(session_id) = agg.run.mode.origin_session().cloned() else {
+        return Err(InteractionRejection::Headless);
+    };
+    let existing = agg
+        .interaction
+        .as_ref()
+        .filter(|record| record.attempt_id == proposal.attempt_id);
+    if let Some(existing) = existing {
+        return adopt_request(&agg.run, existing, authority, runner_epoch, &proposal);
+    }
+    let mut tx = Tx::begin(agg, now_ms);
+    run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
+    let (node_id, deadline_at_ms) = attempt_waits_in(&mut tx, &proposal)?;
+    run::wait_in(&mut tx, authority, node_id.clone(), false)?;
+    let record = InteractionRecord {
+        interaction_id: proposal.interaction_id.clone(),
+        run_id: agg.run.run_id.clone(),
+        attempt_id: proposal.attempt_id.clone(),
+        node_id,
+        target_session: session_id.clone(),
+        kind: proposal.kind,
+        contract_hash: proposal.contract_hash,
+        status: InteractionStatus::Pending,
+        accepted_submission: None,
+        unproductive_turn_ends: 0,
+        revision: 1,
+        created_at_ms: now_ms,
+    };
+    let message = MessageRecord {
+        message_id: proposal.message_id,
+        session_id,
+        run_id: agg.run.run_id.clone(),
+        kind: MessageKind::Step {
+            interaction_id: proposal.interaction_id.clone(),
+            reason: StepReason::Initial,
+        },
+        order: proposal.message_order,
+        state: MessageState::Pending,
+        entry_id: None,
+        created_at_ms: now_ms,
+    };
+    tx.agg.interaction = Some(record);
+    tx.agg.messages.push(message);
+    tx.event(RunEvent::InteractionRequested {
+        interaction_id: proposal.interaction_id,
+        attempt_id: proposal.attempt_id.clone(),
+    });
+    if let Some(at_ms) = deadline_at_ms {
+        let run_id = agg.run.run_id.clone();
+        let reason = WakeReason::NodeDeadline {
+            attempt_id: proposal.attempt_id,
+        };
+        tx.output(Output::Wake {
+            run_id,
+            at_ms,
+            reason,
+        });
+    }
+    tx.publish_session();
+    Ok(Requested::Created(tx.commit()))
+}
+
+/// A repeat for an attempt that already has a request. The claim was released
+/// when the request committed, so the repeat is fenced by the runner epoch and
+/// generation instead of the claim.
+fn adopt_request(
+    run: &RunRecord,
+    existing: &InteractionRecord,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    proposal: &RequestProposal,
+) -> Result<Requested, InteractionRejection> {
+    let same = existing.interaction_id == proposal.interaction_id
+        && existing.kind == proposal.kind
+        && existing.contract_hash == proposal.contract_hash;
+    if !same {
+        return Err(InteractionRejection::RequestConflict {
+            existing: existing.interaction_id.clone(),
+        });
+    }
+    let current_runner = run
+        .runner
+        .as_ref()
+        .is_some_and(|runner| runner.runner_epoch == *runner_epoch);
+    if !current_runner || authority.generation != run.lease.generation {
+        return Err(Rejection::StaleRunner.into());
+    }
+    Ok(Requested::Adopted(existing.clone()))
+}
+
+/// Moves the proposed `Active` attempt to `Waiting` and resolves its deadline:
+/// a deadline the attempt already committed wins over the proposal's.
+fn attempt_waits_in(
+    tx: &mut Tx,
+    proposal: &RequestProposal,
+) -> Result<(NodeId, Option<u64>), InteractionRejection> {
+    let attempt = tx
+        .agg
+        .attempt
+        .as_mut()
+        .filter(|attempt| {
+            attempt.attempt_id == proposal.attempt_id && attempt.status == AttemptStatus::Active
+        })
+        .ok_or_else(|| InteractionRejection::NotActiveAttempt {
+            attempt_id: proposal.attempt_id.clone(),
+        })?;
+    attempt.status = AttemptStatus::Waiting;
+    attempt.deadline_at_ms = attempt.deadline_at_ms.or(proposal.deadline_at_ms);
+    Ok((attempt.node_id.clone(), attempt.deadline_at_ms))
+}
+
+/// One submission from the agent's tool call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NewSubmission {
+    /// A fresh id for the submission row (unused when the key is a repeat).
+    pub submission_id: SubmissionId,
+    pub idempotency_key: IdempotencyKey,
+    pub payload_hash: Digest,
+}
+
+/// The result of an accepted submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// A new provisional submission: commit `run`, insert `submission`; the
+    /// outputs ask the shell to start the validation child.
+    Validating {
+        run: Transition<RunAggregate>,
+        submission: SubmissionRecord,
+    },
+    /// A repeat of a stored submission: nothing changes; reply with its outcome.
+    Adopted(SubmissionRecord),
+}
+
+/// A submission to the run's request. `agg.interaction` must be the named
+/// request (settled or not, so that a repeat can adopt after settlement) and
+/// `submissions` its stored submissions. The shell checks the origin-session
+/// coordinator authority first.
+pub fn submit(
+    agg: &RunAggregate,
+    submissions: &[SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission: NewSubmission,
+    now_ms: u64,
+) -> Result<Submitted, InteractionRejection> {
+    let record = named(agg, interaction_id)?;
+    if record.kind != InteractionKind::SubmittedOutput {
+        return Err(InteractionRejection::NotSubmittedOutput);
+    }
+    let stored = submissions
+        .iter()
+        .find(|stored| stored.idempotency_key == submission.idempotency_key);
+    if let Some(stored) = stored {
+        if stored.payload_hash != submission.payload_hash {
+            return Err(InteractionRejection::SubmissionConflict {
+                submission_id: stored.submission_id.clone(),
+            });
+        }
+        return Ok(Submitted::Adopted(stored.clone()));
+    }
+    if agg.run.paused {
+        return Err(Rejection::Paused.into());
+    }
+    if record.status != InteractionStatus::Pending {
+        return Err(InteractionRejection::NotPending {
+            status: record.status,
+        });
+    }
+    if let Some(validating) = submissions
+        .iter()
+        .find(|stored| stored.outcome == SubmissionOutcome::Validating)
+    {
+        return Err(InteractionRejection::ValidationInProgress {
+            submission_id: validating.submission_id.clone(),
+        });
+    }
+    let row = SubmissionRecord {
+        interaction_id: interaction_id.clone(),
+        submission_id: submission.submission_id,
+        idempotency_key: submission.idempotency_key,
+        payload_hash: submission.payload_hash,
+        outcome: SubmissionOutcome::Validating,
+        submitted_at_ms: now_ms,
+    };
+    let mut tx = Tx::begin(agg, now_ms);
+    tx.output(Output::SpawnValidator {
+        run_id: agg.run.run_id.clone(),
+        interaction_id: interaction_id.clone(),
+        submission_id: row.submission_id.clone(),
+    });
+    tx.publish_session();
+    Ok(Submitted::Validating {
+        run: tx.commit(),
+        submission: row,
+    })
+}
+
+fn named<'a>(
+    agg: &'a RunAggregate,
+    interaction_id: &InteractionId,
+) -> Result<&'a InteractionRecord, InteractionRejection> {
+    agg.interaction
+        .as_ref()
+        .filter(|record| record.interaction_id == *interaction_id)
+        .ok_or_else(|| InteractionRejection::UnknownInteraction {
+            interaction_id: interaction_id.clone(),
+        })
+}
+
+/// Why a provisional submission was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RejectionCause {
+    /// The node's `validate` refused the payload.
+    Invalid,
+    /// The validation child stopped before it reported a verdict.
+    ValidatorStopped,
+}
+
+/// The result of a verdict on the validating submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The run facts to commit.
+    pub run: Transition<RunAggregate>,
+    /// The submission row with its final outcome.
+    pub submission: SubmissionRecord,
+    /// What the execution module must do in the same transaction.
+    pub follow_up: Option<AttemptFollowUp>,
+}
+
+/// The validation child accepted the validating submission: the submission
+/// and the request are accepted and the request's pending step messages are
+/// cancelled. The attempt must then finish `ok` with the accepted output,
+/// which [`Verdict::follow_up`] hands to the execution module. A pause that
+/// arrived during validation does not discard the accepted answer.
+pub fn validation_accepted(
+    agg: &RunAggregate,
+    submissions: &[SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+    now_ms: u64,
+) -> Result<Verdict, InteractionRejection> {
+    let (record, submission) = validating(agg, submissions, interaction_id, submission_id)?;
+    if record.status != InteractionStatus::Pending {
+        return Err(InteractionRejection::NotPending {
+            status: record.status,
+        });
+    }
+    let mut tx = Tx::begin(agg, now_ms);
+    let settled = tx
+        .agg
+        .interaction
+        .as_mut()
+        .expect("validating() found the request");
+    settled.status = InteractionStatus::Accepted;
+    settled.accepted_submission = Some(submission_id.clone());
+    let follow_up = AttemptFollowUp::FinishOk {
+        run_id: settled.run_id.clone(),
+        attempt_id: settled.attempt_id.clone(),
+        submission_id: submission_id.clone(),
+    };
+    cancel_pending_steps(&mut tx.agg.messages, interaction_id);
+    tx.event(RunEvent::SubmissionAccepted {
+        interaction_id: interaction_id.clone(),
+        submission_id: submission_id.clone(),
+    });
+    tx.publish_session();
+    Ok(Verdict {
+        run: tx.commit(),
+        submission: SubmissionRecord {
+            outcome: SubmissionOutcome::Accepted,
+            ..submission.clone()
+        },
+        follow_up: Some(follow_up),
+    })
+}
+
+/// The validation child rejected the validating submission: it becomes
+/// `Rejected` and the request stays pending for a corrected retry.
+pub fn validation_rejected(
+    agg: &RunAggregate,
+    submissions: &[SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+    now_ms: u64,
+) -> Result<Verdict, InteractionRejection> {
+    reject_in(
+        agg,
+        submissions,
+        interaction_id,
+        submission_id,
+        RejectionCause::Invalid,
+        now_ms,
+    )
+}
+
+/// The validation child stopped without a verdict: the provisional submission
+/// becomes `Rejected` and the request stays pending for a corrected retry.
+pub fn validator_stopped(
+    agg: &RunAggregate,
+    submissions: &[SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+    now_ms: u64,
+) -> Result<Verdict, InteractionRejection> {
+    reject_in(
+        agg,
+        submissions,
+        interaction_id,
+        submission_id,
+        RejectionCause::ValidatorStopped,
+        now_ms,
+    )
+}
+
+fn reject_in(
+    agg: &RunAggregate,
+    submissions: &[SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+    cause: RejectionCause,
+    now_ms: u64,
+) -> Result<Verdict, InteractionRejection> {
+    let (_, submission) = validating(agg, submissions, interaction_id, submission_id)?;
+    let mut tx = Tx::begin(agg, now_ms);
+    tx.event(RunEvent::SubmissionRejected {
+        interaction_id: interaction_id.clone(),
+        submission_id: submission_id.clone(),
+        cause,
+    });
+    tx.publish_session();
+    Ok(Verdict {
+        run: tx.commit(),
+        submission: SubmissionRecord {
+            outcome: SubmissionOutcome::Rejected,
+            ..submission.clone()
+        },
+        follow_up: None,
+    })
+}
+
+/// The request and its validating submission named by a verdict.
+fn validating<'a>(
+    agg: &'a RunAggregate,
+    submissions: &'a [SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+) -> Result<(&'a InteractionRecord, &'a SubmissionRecord), InteractionRejection> {
+    let record = named(agg, interaction_id)?;
+    if agg.run.status.is_terminal() {
+        return Err(Rejection::Terminal {
+            status: agg.run.status,
+        }
+        .into());
+    }
+    let submission = submissions
+        .iter()
+        .find(|stored| {
+            stored.submission_id == *submission_id
+                && stored.interaction_id == *interaction_id
+                && stored.outcome == SubmissionOutcome::Validating
+        })
+        .ok_or_else(|| InteractionRejection::StaleVerdict {
+            submission_id: submission_id.clone(),
+        })?;
+    Ok((record, submission))
+}
+
+/// Cancels the pending step messages of one request.
+pub(crate) fn cancel_pending_steps(messages: &mut [MessageRecord], interaction_id: &InteractionId) {
+    for message in messages {
+        let is_step = matches!(
+            &message.kind,
+            MessageKind::Step { interaction_id: id, .. } if id == interaction_id
+        );
+        if is_step && message.state == MessageState::Pending {
+            message.state = MessageState::Cancelled;
+        }
+    }
+}
+
+/// The run-level half of an aborted origin-session step turn
+/// ([`crate::session::RunFollowUp::Pause`]): the durable pause with the same
+/// rules as an explicit pause ([`run::pause`]), on a waiting run that holds no
+/// claim. Pending step messages are cancelled; nothing is incremented.
+pub fn pause_after_aborted_turn(
+    agg: &RunAggregate,
+    now_ms: u64,
+) -> Result<Transition<RunAggregate>, Rejection> {
+    let run = &agg.run;
+    if run.status.is_terminal() {
+        return Err(Rejection::Terminal { status: run.status });
+    }
+    if run.paused {
+        return Err(Rejection::AlreadyPaused);
+    }
+    if RunRecord::pair_holds_claim(run.status, run.queue) {
+        // A turn never stops a runner; only a waiting run is paused by a turn.
+        return Err(Rejection::IllegalTransition {
+            operation: Operation::Pause,
+            status: run.status,
+            queue: run.queue,
+        });
+    }
+    let mut tx = Tx::begin(agg, now_ms);
+    run::set_pause_in(&mut tx);
+    Ok(tx.commit())
+}
+
+#[cfg(test)]
+mod tests;

@@ -31,4 +31,5 @@ pub mod receipt;
 pub mod retention;
 pub mod run;
 pub mod runner;
+pub mod session;
 pub mod updates;

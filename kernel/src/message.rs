@@ -92,6 +92,8 @@ pub struct TurnRecord {
     pub state: TurnState,
     pub started_at_ms: u64,
     pub ended_at_ms: Option<u64>,
+    /// The Pi response entry the end report named (evidence only; may be absent).
+    pub response_entry_id: Option<EntryId>,
 }
 
 /// How a run became terminal, for message cleanup.

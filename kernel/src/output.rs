@@ -167,6 +167,22 @@ pub enum RunEvent {
         key: alloc::string::String,
         data_digest: crate::ids::Digest,
     },
+    /// The runner's attempt now waits for an interactive request in the origin session.
+    InteractionRequested {
+        interaction_id: InteractionId,
+        attempt_id: AttemptId,
+    },
+    /// The validation child accepted a submission; the request is settled.
+    SubmissionAccepted {
+        interaction_id: InteractionId,
+        submission_id: SubmissionId,
+    },
+    /// A provisional submission was rejected; the request stays pending.
+    SubmissionRejected {
+        interaction_id: InteractionId,
+        submission_id: SubmissionId,
+        cause: crate::interaction::RejectionCause,
+    },
 }
 
 /// Something the shell must do.

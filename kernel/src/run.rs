@@ -727,10 +727,6 @@ fn abandon_attempt(tx: &mut Tx) {
 /// `running/running` → `waiting/parked`: a checkpoint finished (`checkpoint`
 /// is set) or an interactive request now waits in the origin session. The
 /// runner's claim is released; the runner exits on its own after the reply.
-#[cfg_attr(
-    not(any(test, feature = "fixtures")),
-    expect(dead_code, reason = "the execution module calls it")
-)]
 pub(crate) fn wait_in(
     tx: &mut Tx,
     authority: &Authority,

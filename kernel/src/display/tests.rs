@@ -686,6 +686,7 @@ fn open_turn() -> TurnRecord {
         state: TurnState::Open,
         started_at_ms: 25,
         ended_at_ms: None,
+        response_entry_id: None,
     }
 }
 

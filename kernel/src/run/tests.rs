@@ -675,6 +675,7 @@ fn cancel_of_a_live_run_settles_everything_in_one_transition() {
         state: TurnState::Open,
         started_at_ms: 12,
         ended_at_ms: None,
+        response_entry_id: None,
     }];
     let transition = cancel(
         &agg,
