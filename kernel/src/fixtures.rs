@@ -7,6 +7,9 @@ use crate::claim::{Authority, ClaimRequest, OwnerKind};
 use crate::ids::{AttemptId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId};
 use crate::output::Transition;
 use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
+use crate::topology::{Edge, NodeSpec, NodeTimeout, NodeType, Topology};
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// The claim lifetime used by fixtures.
 pub const TTL_MS: u64 = 1_000;
@@ -111,4 +114,48 @@ pub fn running(agg: &RunAggregate, node: &str, now_ms: u64) -> Transition<RunAgg
         runner.ready_revision = Some(revision);
     }
     transition
+}
+
+/// A root node of `node_type` with the engine's default timeout.
+pub fn node(id: &str, node_type: NodeType) -> NodeSpec {
+    NodeSpec {
+        id: NodeId::from(id),
+        node_type,
+        timeout: NodeTimeout::EngineDefault,
+        mount_path: Vec::new(),
+        include_transition: None,
+        human_decision: false,
+    }
+}
+
+/// A plain edge `from → to`.
+pub fn plain(from: &str, to: &str) -> Edge {
+    Edge::Plain {
+        from: NodeId::from(from),
+        to: NodeId::from(to),
+    }
+}
+
+/// A switch edge from `from` on path `on` with `(case, target)` pairs.
+pub fn switch(from: &str, on: &str, cases: &[(&str, &str)]) -> Edge {
+    Edge::Switch {
+        from: NodeId::from(from),
+        on: String::from(on),
+        cases: cases
+            .iter()
+            .map(|(case, to)| (String::from(*case), NodeId::from(*to)))
+            .collect(),
+    }
+}
+
+/// Compute nodes `ids[0] → ids[1] → …` joined by plain edges, starting at the
+/// first, with the default step limit.
+pub fn chain(ids: &[&str]) -> Topology {
+    Topology {
+        start_at: NodeId::from(ids[0]),
+        max_steps: None,
+        nodes: ids.iter().map(|id| node(id, NodeType::Compute)).collect(),
+        edges: ids.windows(2).map(|pair| plain(pair[0], pair[1])).collect(),
+        mounts: Vec::new(),
+    }
 }

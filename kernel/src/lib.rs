@@ -28,3 +28,4 @@ pub mod message;
 pub mod output;
 pub mod run;
 pub mod runner;
+pub mod topology;
