@@ -2,7 +2,7 @@
 //!
 //! Only compiled for tests and for the `fixtures` feature (the model crate).
 
-use crate::attempt::{AttemptRecord, AttemptStatus};
+use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome};
 use crate::claim::{Authority, ClaimRequest, OwnerKind};
 use crate::ids::{AttemptId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId};
 use crate::output::Transition;
@@ -10,6 +10,7 @@ use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
 use crate::topology::{Edge, NodeSpec, NodeTimeout, NodeType, Topology};
 use alloc::string::String;
 use alloc::vec::Vec;
+use serde_json::Value;
 
 /// The claim lifetime used by fixtures.
 pub const TTL_MS: u64 = 1_000;
@@ -158,4 +159,23 @@ pub fn chain(ids: &[&str]) -> Topology {
         edges: ids.windows(2).map(|pair| plain(pair[0], pair[1])).collect(),
         mounts: Vec::new(),
     }
+}
+
+/// The result record of one finished attempt, as the shell builds it.
+pub fn result_record(attempt: &str, node: &str, outcome: NodeOutcome, output: Value) -> Value {
+    let mut record = serde_json::json!({
+        "attemptId": attempt,
+        "nodeId": node,
+        "nodeType": "compute",
+        "outcome": outcome.as_str(),
+        "startedAt": 0,
+        "finishedAt": 1,
+        "durationMs": 1,
+    });
+    if outcome == NodeOutcome::Ok {
+        record["output"] = output;
+    } else {
+        record["error"] = serde_json::json!({ "message": "node failed" });
+    }
+    record
 }

@@ -26,6 +26,7 @@ pub mod ids;
 pub mod interaction;
 pub mod message;
 pub mod output;
+pub mod routing;
 pub mod run;
 pub mod runner;
 pub mod topology;
