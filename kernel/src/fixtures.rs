@@ -4,6 +4,7 @@
 
 use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome};
 use crate::claim::{Authority, ClaimRequest, OwnerKind};
+use crate::execution;
 use crate::ids::{AttemptId, Digest, Generation, NodeId, OwnerId, RunId, RunnerEpochId, SessionId};
 use crate::output::Transition;
 use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
@@ -95,25 +96,23 @@ pub fn active_attempt(node: &str, attempt: &str, generation: u64, now_ms: u64) -
     }
 }
 
-/// Marks the admitted runner of `agg` ready and gives it an active attempt of
-/// `node` (what `runner.ready` plus dispatch commits).
+/// Marks the admitted runner of `agg` ready and dispatches an active attempt
+/// `a-<generation>-<node>` of `node` (what `runner.ready` commits for a run
+/// whose workflow starts at `node`). The attempt has visit 1.
 pub fn running(agg: &RunAggregate, node: &str, now_ms: u64) -> Transition<RunAggregate> {
     let generation = agg.run.lease.generation.0;
-    let mut tx = run::Tx::begin(agg, now_ms);
-    run::mark_ready(
-        &mut tx,
+    let attempt = AttemptId::new(alloc::format!("a-{generation}-{node}"));
+    let (transition, _) = execution::start_generation(
+        agg,
+        &chain(&[node]),
         &host_authority(generation),
         &runner_epoch(generation),
+        None,
+        attempt,
+        now_ms,
         TTL_MS,
     )
     .expect("ready");
-    let attempt = alloc::format!("a-{generation}-{node}");
-    tx.agg.attempt = Some(active_attempt(node, &attempt, generation, now_ms));
-    let mut transition = tx.commit();
-    let revision = transition.facts.run.revision;
-    if let Some(runner) = transition.facts.run.runner.as_mut() {
-        runner.ready_revision = Some(revision);
-    }
     transition
 }
 

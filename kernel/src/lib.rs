@@ -20,6 +20,7 @@ pub mod claim;
 pub mod decision;
 pub mod effect;
 pub mod epoch;
+pub mod execution;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod ids;
