@@ -30,4 +30,5 @@ pub mod output;
 pub mod routing;
 pub mod run;
 pub mod runner;
+pub mod scheduler;
 pub mod topology;
