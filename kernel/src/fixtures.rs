@@ -5,6 +5,7 @@
 use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use crate::claim::{Authority, ClaimRequest, OwnerKind};
 use crate::decision::{DecisionRecord, DecisionStatus};
+use crate::execution;
 use crate::ids::{
     AttemptId, DecisionId, Digest, Generation, InteractionId, MessageId, NodeId, OwnerId, RunId,
     RunnerEpochId, SessionId,
@@ -13,6 +14,10 @@ use crate::interaction::{self, InteractionKind, RequestProposal, Requested, Subm
 use crate::output::Transition;
 use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
 use crate::session::{SessionFacts, SessionRun};
+use crate::topology::{Edge, NodeSpec, NodeTimeout, NodeType, Topology};
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde_json::Value;
 
 /// The claim lifetime used by fixtures.
 pub const TTL_MS: u64 = 1_000;
@@ -97,25 +102,23 @@ pub fn active_attempt(node: &str, attempt: &str, generation: u64, now_ms: u64) -
     }
 }
 
-/// Marks the admitted runner of `agg` ready and gives it an active attempt of
-/// `node` (what `runner.ready` plus dispatch commits).
+/// Marks the admitted runner of `agg` ready and dispatches an active attempt
+/// `a-<generation>-<node>` of `node` (what `runner.ready` commits for a run
+/// whose workflow starts at `node`). The attempt has visit 1.
 pub fn running(agg: &RunAggregate, node: &str, now_ms: u64) -> Transition<RunAggregate> {
     let generation = agg.run.lease.generation.0;
-    let mut tx = run::Tx::begin(agg, now_ms);
-    run::mark_ready(
-        &mut tx,
+    let attempt = AttemptId::new(alloc::format!("a-{generation}-{node}"));
+    let (transition, _) = execution::start_generation(
+        agg,
+        &chain(&[node]),
         &host_authority(generation),
         &runner_epoch(generation),
+        None,
+        attempt,
+        now_ms,
         TTL_MS,
     )
     .expect("ready");
-    let attempt = alloc::format!("a-{generation}-{node}");
-    tx.agg.attempt = Some(active_attempt(node, &attempt, generation, now_ms));
-    let mut transition = tx.commit();
-    let revision = transition.facts.run.revision;
-    if let Some(runner) = transition.facts.run.runner.as_mut() {
-        runner.ready_revision = Some(revision);
-    }
     transition
 }
 
@@ -230,4 +233,67 @@ pub fn session_of(agg: &RunAggregate, submissions: &[SubmissionRecord]) -> Sessi
         }],
         next_message_order,
     }
+}
+
+/// A root node of `node_type` with the engine's default timeout.
+pub fn node(id: &str, node_type: NodeType) -> NodeSpec {
+    NodeSpec {
+        id: NodeId::from(id),
+        node_type,
+        timeout: NodeTimeout::EngineDefault,
+        mount_path: Vec::new(),
+        include_transition: None,
+        human_decision: false,
+    }
+}
+
+/// A plain edge `from → to`.
+pub fn plain(from: &str, to: &str) -> Edge {
+    Edge::Plain {
+        from: NodeId::from(from),
+        to: NodeId::from(to),
+    }
+}
+
+/// A switch edge from `from` on path `on` with `(case, target)` pairs.
+pub fn switch(from: &str, on: &str, cases: &[(&str, &str)]) -> Edge {
+    Edge::Switch {
+        from: NodeId::from(from),
+        on: String::from(on),
+        cases: cases
+            .iter()
+            .map(|(case, to)| (String::from(*case), NodeId::from(*to)))
+            .collect(),
+    }
+}
+
+/// Compute nodes `ids[0] → ids[1] → …` joined by plain edges, starting at the
+/// first, with the default step limit.
+pub fn chain(ids: &[&str]) -> Topology {
+    Topology {
+        start_at: NodeId::from(ids[0]),
+        max_steps: None,
+        nodes: ids.iter().map(|id| node(id, NodeType::Compute)).collect(),
+        edges: ids.windows(2).map(|pair| plain(pair[0], pair[1])).collect(),
+        mounts: Vec::new(),
+    }
+}
+
+/// The result record of one finished attempt, as the shell builds it.
+pub fn result_record(attempt: &str, node: &str, outcome: NodeOutcome, output: Value) -> Value {
+    let mut record = serde_json::json!({
+        "attemptId": attempt,
+        "nodeId": node,
+        "nodeType": "compute",
+        "outcome": outcome.as_str(),
+        "startedAt": 0,
+        "finishedAt": 1,
+        "durationMs": 1,
+    });
+    if outcome == NodeOutcome::Ok {
+        record["output"] = output;
+    } else {
+        record["error"] = serde_json::json!({ "message": "node failed" });
+    }
+    record
 }

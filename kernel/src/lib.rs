@@ -21,6 +21,7 @@ pub mod decision;
 pub mod display;
 pub mod effect;
 pub mod epoch;
+pub mod execution;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod ids;
@@ -29,7 +30,10 @@ pub mod message;
 pub mod output;
 pub mod receipt;
 pub mod retention;
+pub mod routing;
 pub mod run;
 pub mod runner;
+pub mod scheduler;
 pub mod session;
+pub mod topology;
 pub mod updates;

@@ -7,6 +7,9 @@
 //!   same transaction as the facts).
 //! - Every transition that changes a run's durable facts emits exactly one
 //!   `PublishRun` for that run, so every renderer sees the new revision.
+//!   Supervision records that are not run progress (a resolved node
+//!   deadline, the exit of a runner that no longer drives the run) keep the
+//!   revision and publish nothing.
 
 use crate::ids::{
     AttemptId, Generation, InteractionId, NodeId, Revision, RunId, RunnerEpochId, SessionId,

@@ -23,7 +23,9 @@
 //! - Pause is one durable flag on the run. It is set only by an explicit pause
 //!   or an aborted origin-session turn and cleared only by resume.
 //! - Every accepted transition increases the run revision exactly once and
-//!   publishes it.
+//!   publishes it, except a supervision record that is not run progress (a
+//!   resolved node deadline, the exit of a runner that no longer drives the
+//!   run), which keeps the revision (`Tx::commit_unversioned`).
 
 use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use crate::claim::{self, Authority, ClaimLostReason, ClaimRequest, LeaseFacts};
@@ -294,14 +296,17 @@ impl RunAggregate {
         }
     }
 
-    /// What the shell loads again after committing this aggregate: only the
-    /// unfinished attempt, unsettled effects (ambiguous included), the pending
-    /// interaction and decision, pending messages and open turns.
+    /// What the shell loads again after committing this aggregate: the run's
+    /// latest attempt when it is unfinished (`Active`, `Waiting`) or
+    /// `Abandoned` (it stays until a new attempt supersedes it: it names the
+    /// node the next generation reruns), unsettled effects (ambiguous
+    /// included), the pending interaction and decision, pending messages and
+    /// open turns. A finished attempt is not reloaded: it lives on as a step.
     #[must_use]
     pub fn reload(mut self) -> Self {
-        self.attempt = self
-            .attempt
-            .filter(|attempt| attempt.status.is_unfinished());
+        self.attempt = self.attempt.filter(|attempt| {
+            attempt.status.is_unfinished() || attempt.status == AttemptStatus::Abandoned
+        });
         self.effects.retain(|effect| {
             matches!(
                 effect.state,
@@ -328,7 +333,9 @@ impl RunAggregate {
             .any(|effect| effect.state == EffectState::Ambiguous)
     }
 
-    /// The command a new runner for this run receives.
+    /// The command a new runner for this run receives: `resume` once the run
+    /// has an attempt of its own (unfinished, abandoned or finished) or an own
+    /// step; otherwise `continue`, `restart` or `start` from its lineage.
     pub fn launch_command(&self) -> LaunchCommand {
         let started = self.attempt.is_some() || self.steps.iter().any(|step| !step.carried);
         if started {
@@ -364,6 +371,8 @@ pub enum Operation {
     Restart,
     Continue,
     TakeControl,
+    /// Finishing or expiring a node attempt.
+    FinishAttempt,
 }
 
 /// Why a lifecycle transition was refused. Nothing changes on a rejection.
@@ -410,6 +419,29 @@ pub enum Rejection {
     AlreadyContinued {
         continuation_run_id: RunId,
     },
+    /// The attempt is not the run's current attempt in the state the message
+    /// needs (active for a runner, waiting for the control path).
+    StaleAttempt,
+    /// A new generation found an unfinished attempt; it must have been
+    /// finished or abandoned before the run was claimed again.
+    UnfinishedAttempt,
+    /// The result record does not name the attempt, node and outcome it
+    /// is reported for.
+    ResultMismatch,
+    /// The resume point needs the result record of the step it routes from.
+    RouteRecordMissing,
+    /// The node is not in the run's stored topology.
+    UnknownNode {
+        node_id: NodeId,
+    },
+    /// The attempt's resolved deadline is absent or still in the future.
+    DeadlineNotReached {
+        deadline_at_ms: Option<u64>,
+    },
+    /// The attempt already has a resolved deadline; a runner cannot move it.
+    DeadlineAlreadyRecorded,
+    /// This runner epoch already recorded its one terminal outcome.
+    RunnerAlreadyExited,
 }
 
 /// Why a restart was refused.
@@ -478,14 +510,28 @@ impl Tx {
         let run = &mut self.agg.run;
         run.revision = run.revision.next();
         run.updated_at_ms = self.now_ms;
+        let revision = run.revision;
+        let run_id = run.run_id.clone();
+        self.outputs.push(Output::PublishRun { run_id, revision });
+        self.finish()
+    }
+
+    /// Finishes a transition that records supervision facts which are not run
+    /// progress (a resolved node deadline, a claim heartbeat, the exit of a
+    /// runner that no longer drives the run): no revision increase and no
+    /// publish, so `runnerNoProgress` still sees the revision the runner
+    /// became ready at.
+    pub(crate) fn commit_unversioned(self) -> Transition<RunAggregate> {
+        self.finish()
+    }
+
+    fn finish(self) -> Transition<RunAggregate> {
+        let run = &self.agg.run;
         debug_assert!(RunRecord::pair_is_legal(run.status, run.queue));
         debug_assert!(
             RunRecord::pair_holds_claim(run.status, run.queue) || run.lease.claim.is_none(),
             "a pair without a claim must not keep one"
         );
-        let revision = run.revision;
-        let run_id = run.run_id.clone();
-        self.outputs.push(Output::PublishRun { run_id, revision });
         Transition {
             facts: self.agg,
             outputs: self.outputs,
@@ -493,7 +539,7 @@ impl Tx {
     }
 }
 
-fn illegal(operation: Operation, run: &RunRecord) -> Rejection {
+pub(crate) fn illegal(operation: Operation, run: &RunRecord) -> Rejection {
     if run.status.is_terminal() {
         return Rejection::Terminal { status: run.status };
     }
@@ -627,10 +673,6 @@ pub(crate) fn authorize_runner(
 /// `runner.ready`: the runner verified its sources and loaded the workflow.
 /// The caller (execution) dispatches the first node in the same transition
 /// and then records [`RunnerRecord::ready_revision`].
-#[cfg_attr(
-    not(any(test, feature = "fixtures")),
-    expect(dead_code, reason = "the execution module calls it")
-)]
 pub(crate) fn mark_ready(
     tx: &mut Tx,
     authority: &Authority,
@@ -711,7 +753,7 @@ pub fn park(
 
 /// An active attempt whose runner stops before it finishes is abandoned: it is
 /// not a step, and the next generation reruns the node with a new attempt.
-fn abandon_attempt(tx: &mut Tx) {
+pub(crate) fn abandon_attempt(tx: &mut Tx) {
     let now_ms = tx.now_ms();
     if let Some(attempt) = tx
         .agg
@@ -853,7 +895,9 @@ pub fn pause(
     Ok(tx.commit())
 }
 
-fn dedup_stop(outputs: &mut Vec<Output>) {
+/// Keeps only the first `StopRunner` output: one process group is stopped once,
+/// for the most specific reason.
+pub(crate) fn dedup_stop(outputs: &mut Vec<Output>) {
     let mut seen = false;
     outputs.retain(|output| {
         if matches!(output, Output::StopRunner { .. }) {

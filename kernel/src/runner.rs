@@ -7,9 +7,28 @@
 //! - Each runner epoch records exactly one terminal outcome.
 //! - A runner exit is not a run failure by itself. The decision comes from
 //!   the last committed attempt and effect state; claim loss never fails a run.
+//! - Only the exit of the runner that still drives the run (current epoch,
+//!   claim-holding pair) decides anything, and it parks unless the same visit
+//!   already crashed [`MAX_CRASH_RETRIES`] times. Every other exit only
+//!   records its outcome, without advancing the run revision.
+//! - A runner that made no progress after `runner.ready` (the revision did
+//!   not move past [`RunnerRecord::ready_revision`]) parks the run for an
+//!   explicit resume; it is never claimed again automatically.
 
+use crate::attempt::AttemptStatus;
+use crate::claim::{Authority, ClaimRequest};
+use crate::effect::EffectState;
 use crate::ids::{Generation, Revision, RunnerEpochId};
+use crate::output::{Output, RunEvent, StopReason, Transition};
+use crate::run::{
+    self, FailureClass, ParkReason, QueueStatus, ReasonKind, Rejection, RunAggregate, RunError,
+    RunRecord, Terminal, Tx,
+};
 use serde::{Deserialize, Serialize};
+
+/// How many times one visit of a node may be abandoned by crashed runners
+/// before the next crash fails the run (`workerCrashed`).
+pub const MAX_CRASH_RETRIES: u32 = 3;
 
 /// The terminal outcome of one runner epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -61,3 +80,208 @@ impl RunnerRecord {
         !matches!(self.status, RunnerStatus::Exited(_))
     }
 }
+
+/// How the shell saw a runner process end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum ExitKind {
+    /// It exited on its own with status 0.
+    Clean,
+    /// It exited on its own with another status, or a signal the server did
+    /// not send.
+    Abnormal,
+    /// The server stopped its process group for this reason.
+    Stopped { reason: StopReason },
+    /// The server killed it for missing the startup handshake deadline.
+    StartupDeadlineMissed,
+    /// A restarted server found it without a supervising server.
+    Orphaned,
+}
+
+/// A runner process ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RunnerExit {
+    pub runner_epoch: RunnerEpochId,
+    pub kind: ExitKind,
+}
+
+/// What the server does after a runner exits. Records exactly one
+/// [`RunnerOutcome`] (as the runner row and a `RunnerExited` event) and
+/// decides from committed facts:
+///
+/// - a superseded epoch, or a run that no longer holds a claim (waiting,
+///   parked, terminal): only the outcome is recorded (`exited`, `cancelled`
+///   after pause or cancel, `claimLost` if it was fenced, …);
+/// - a missed startup deadline: park `workerTimedOut`;
+/// - an effect still applying: park (it becomes ambiguous, `effectAmbiguous`);
+/// - no progress since `runner.ready` (or never ready): park `runnerNoProgress`;
+/// - the active attempt's visit already abandoned by crashes
+///   [`MAX_CRASH_RETRIES`] times: fail `workerCrashed`;
+/// - otherwise park `workerCrashed`; the next generation reruns the abandoned
+///   attempt's visit with one more crash retry.
+///
+/// A decision acts with the server's host authority for this runner, or a
+/// fresh control claim once the runner's claim expired.
+pub fn decide_exit(
+    agg: &RunAggregate,
+    exit: RunnerExit,
+    host_authority: Option<&Authority>,
+    control: ClaimRequest,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Transition<RunAggregate>, Rejection> {
+    let mut tx = Tx::begin(agg, now_ms);
+    let Some(runner) = agg
+        .run
+        .runner
+        .as_ref()
+        .filter(|runner| runner.runner_epoch == exit.runner_epoch)
+    else {
+        let outcome = recorded_outcome(&agg.run, None, exit.kind);
+        record_exit_in(&mut tx, exit.runner_epoch, outcome);
+        return Ok(tx.commit_unversioned());
+    };
+    if !runner.is_live() {
+        return Err(Rejection::RunnerAlreadyExited);
+    }
+    if !RunRecord::pair_holds_claim(agg.run.status, agg.run.queue) {
+        let outcome = recorded_outcome(&agg.run, Some(runner), exit.kind);
+        record_exit_in(&mut tx, exit.runner_epoch, outcome);
+        return Ok(tx.commit_unversioned());
+    }
+    let outcome = match exit.kind {
+        ExitKind::StartupDeadlineMissed => RunnerOutcome::TimedOut,
+        ExitKind::Orphaned => RunnerOutcome::Orphaned,
+        ExitKind::Clean | ExitKind::Abnormal | ExitKind::Stopped { .. } => RunnerOutcome::Crashed,
+    };
+    record_exit_in(&mut tx, exit.runner_epoch, outcome);
+    let authority = run::command_authority(&mut tx, host_authority, control, ttl_ms)?;
+    match exit_decision(agg, runner, exit.kind) {
+        ExitDecision::Park(reason) => park_after_exit_in(&mut tx, &authority, reason)?,
+        ExitDecision::FailCrashed => fail_crashed_in(&mut tx, &authority)?,
+    }
+    Ok(tx.commit())
+}
+
+/// The outcome of an exit that decides nothing for the run.
+fn recorded_outcome(
+    run: &RunRecord,
+    runner: Option<&RunnerRecord>,
+    kind: ExitKind,
+) -> RunnerOutcome {
+    let fenced = runner.is_none_or(|runner| run.lease.generation > runner.generation);
+    match kind {
+        ExitKind::Stopped {
+            reason: StopReason::Paused | StopReason::Cancelled,
+        } => RunnerOutcome::Cancelled,
+        ExitKind::Stopped {
+            reason: StopReason::ClaimLost,
+        } => RunnerOutcome::ClaimLost,
+        ExitKind::Stopped {
+            reason: StopReason::NodeTimedOut,
+        }
+        | ExitKind::StartupDeadlineMissed => RunnerOutcome::TimedOut,
+        ExitKind::Stopped {
+            reason: StopReason::Parked | StopReason::Finished,
+        } => RunnerOutcome::Exited,
+        ExitKind::Orphaned => RunnerOutcome::Orphaned,
+        ExitKind::Clean | ExitKind::Abnormal if fenced => RunnerOutcome::ClaimLost,
+        ExitKind::Clean | ExitKind::Abnormal
+            if run.paused || run.status == run::RunStatus::Cancelled =>
+        {
+            RunnerOutcome::Cancelled
+        }
+        ExitKind::Clean => RunnerOutcome::Exited,
+        ExitKind::Abnormal => RunnerOutcome::Crashed,
+    }
+}
+
+fn record_exit_in(tx: &mut Tx, runner_epoch: RunnerEpochId, outcome: RunnerOutcome) {
+    let now_ms = tx.now_ms();
+    if let Some(runner) = tx
+        .agg
+        .run
+        .runner
+        .as_mut()
+        .filter(|runner| runner.runner_epoch == runner_epoch)
+    {
+        runner.status = RunnerStatus::Exited(outcome);
+        runner.finished_at_ms = Some(now_ms);
+    }
+    tx.event(RunEvent::RunnerExited {
+        runner_epoch,
+        outcome,
+    });
+    // A worker slot is free again.
+    tx.output(Output::Schedule);
+}
+
+enum ExitDecision {
+    Park(ParkReason),
+    FailCrashed,
+}
+
+fn exit_decision(agg: &RunAggregate, runner: &RunnerRecord, kind: ExitKind) -> ExitDecision {
+    let run = &agg.run;
+    if kind == ExitKind::StartupDeadlineMissed && run.queue == QueueStatus::Starting {
+        return ExitDecision::Park(ParkReason::WorkerTimedOut);
+    }
+    if agg
+        .effects
+        .iter()
+        .any(|effect| effect.state == EffectState::Applying)
+    {
+        // park_in turns the applying effect ambiguous and parks for review.
+        return ExitDecision::Park(ParkReason::WorkerCrashed);
+    }
+    if runner
+        .ready_revision
+        .is_none_or(|ready| run.revision <= ready)
+    {
+        return ExitDecision::Park(ParkReason::RunnerNoProgress);
+    }
+    let exhausted = agg.attempt.as_ref().is_some_and(|attempt| {
+        attempt.status == AttemptStatus::Active && attempt.crash_retries >= MAX_CRASH_RETRIES
+    });
+    if exhausted {
+        ExitDecision::FailCrashed
+    } else {
+        ExitDecision::Park(ParkReason::WorkerCrashed)
+    }
+}
+
+fn park_after_exit_in(
+    tx: &mut Tx,
+    authority: &Authority,
+    reason: ParkReason,
+) -> Result<(), Rejection> {
+    let crashed_attempt = tx
+        .agg
+        .attempt
+        .as_ref()
+        .is_some_and(|attempt| attempt.status == AttemptStatus::Active);
+    run::park_in(tx, authority, reason)?;
+    let crashed = crashed_attempt && tx.agg.run.park_reason == Some(ParkReason::WorkerCrashed);
+    if let Some(attempt) = tx.agg.attempt.as_mut().filter(|_| crashed) {
+        attempt.crash_retries = attempt.crash_retries.saturating_add(1);
+    }
+    Ok(())
+}
+
+fn fail_crashed_in(tx: &mut Tx, authority: &Authority) -> Result<(), Rejection> {
+    run::abandon_attempt(tx);
+    let node_id = tx
+        .agg
+        .attempt
+        .as_ref()
+        .map(|attempt| attempt.node_id.clone());
+    let error = RunError {
+        class: FailureClass::WorkerCrashed,
+        reason: ReasonKind::WorkerCrashed,
+        node_id,
+    };
+    run::finish_in(tx, Some(authority), Terminal::Failed { error })
+}
+
+#[cfg(test)]
+mod tests;

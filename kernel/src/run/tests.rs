@@ -384,7 +384,16 @@ fn park_releases_the_claim_and_abandons_the_active_attempt() {
             ..
         }
     )));
-    assert_eq!(agg.clone().reload().attempt, None);
+    let reloaded = agg.clone().reload();
+    assert_eq!(
+        reloaded.attempt.map(|attempt| attempt.status),
+        Some(AttemptStatus::Abandoned),
+        "the abandoned attempt stays loaded: it names the node to rerun"
+    );
+    assert!(
+        reloaded.steps.is_empty(),
+        "an abandoned attempt is still not a step"
+    );
 }
 
 #[test]

@@ -1,0 +1,1873 @@
+use super::*;
+use crate::claim::ClaimLostReason;
+use crate::effect::{EffectKey, EffectRecord, EffectState};
+use crate::fixtures::{
+    self, TTL_MS, admitted, chain, control_request, host_authority, node, plain, reserved,
+    result_record, runner_epoch, switch,
+};
+use crate::ids::{Digest, Generation, InteractionId, MessageId, RunId, SessionId};
+use crate::interaction::{InteractionKind, InteractionRecord};
+use crate::message::{MessageRecord, StepReason};
+use crate::run::{ContinuationOf, Lineage};
+use crate::runner::{ExitKind, RunnerExit, RunnerStatus, decide_exit};
+use crate::topology::NodeType;
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn id(text: &str) -> NodeId {
+    NodeId::from(text)
+}
+
+fn attempt_id(text: &str) -> AttemptId {
+    AttemptId::from(text)
+}
+
+fn pair(agg: &RunAggregate) -> (RunStatus, QueueStatus) {
+    (agg.run.status, agg.run.queue)
+}
+
+fn has(outputs: &[Output], wanted: impl Fn(&Output) -> bool) -> bool {
+    outputs.iter().any(wanted)
+}
+
+fn count(outputs: &[Output], wanted: impl Fn(&Output) -> bool) -> usize {
+    outputs.iter().filter(|output| wanted(output)).count()
+}
+
+fn current(agg: &RunAggregate) -> &AttemptRecord {
+    agg.attempt.as_ref().expect("an attempt")
+}
+
+/// The result record of the run's current attempt.
+fn record(agg: &RunAggregate, outcome: NodeOutcome, output: Value) -> Value {
+    let attempt = current(agg);
+    result_record(
+        attempt.attempt_id.as_str(),
+        attempt.node_id.as_str(),
+        outcome,
+        output,
+    )
+}
+
+fn step_record(step: &StepRecord, output: Value) -> Value {
+    result_record(
+        step.attempt_id.as_str(),
+        step.node_id.as_str(),
+        step.outcome,
+        output,
+    )
+}
+
+/// Admits `agg` at t=5 and starts its generation at t=10.
+fn start(
+    agg: &RunAggregate,
+    topology: &Topology,
+    route_from: Option<&Value>,
+) -> (RunAggregate, Dispatch) {
+    let admitted = admitted(agg, 5).facts;
+    let generation = admitted.run.lease.generation.0;
+    let (transition, dispatch) = start_generation(
+        &admitted,
+        topology,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        route_from,
+        attempt_id(&alloc::format!("a-{generation}-start")),
+        10,
+        TTL_MS,
+    )
+    .unwrap();
+    (transition.facts, dispatch)
+}
+
+/// A fresh run of `topology` running its start node (generation 1).
+fn live(topology: &Topology) -> RunAggregate {
+    start(&reserved(1, 0), topology, None).0
+}
+
+/// The current runner finishes the current attempt at `now_ms`.
+fn finish_as_runner(
+    agg: &RunAggregate,
+    topology: &Topology,
+    outcome: NodeOutcome,
+    output: Value,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let generation = agg.run.lease.generation.0;
+    let authority = host_authority(generation);
+    let epoch = runner_epoch(generation);
+    let actor = Actor::Runner {
+        authority: &authority,
+        runner_epoch: &epoch,
+    };
+    let attempt = current(agg).attempt_id.clone();
+    let result = NodeResult {
+        outcome,
+        record: record(agg, outcome, output),
+    };
+    let next = attempt_id(&alloc::format!("a-next-{now_ms}"));
+    finish_attempt(agg, topology, actor, &attempt, result, next, now_ms, TTL_MS)
+}
+
+fn ok_through(agg: &RunAggregate, topology: &Topology, now_ms: u64) -> RunAggregate {
+    finish_as_runner(agg, topology, NodeOutcome::Ok, json!({}), now_ms)
+        .unwrap()
+        .0
+        .facts
+        .reload()
+}
+
+fn interaction(agg: &RunAggregate) -> InteractionRecord {
+    let attempt = current(agg);
+    InteractionRecord {
+        interaction_id: InteractionId::from("i-1"),
+        run_id: agg.run.run_id.clone(),
+        attempt_id: attempt.attempt_id.clone(),
+        node_id: attempt.node_id.clone(),
+        target_session: SessionId::from("s-1"),
+        kind: InteractionKind::SubmittedOutput,
+        contract_hash: Digest::repeat(3),
+        status: InteractionStatus::Pending,
+        accepted_submission: None,
+        unproductive_turn_ends: 0,
+        revision: 1,
+        created_at_ms: 20,
+    }
+}
+
+fn pending_step_message(agg: &RunAggregate) -> MessageRecord {
+    MessageRecord {
+        message_id: MessageId::from("m-1"),
+        session_id: SessionId::from("s-1"),
+        run_id: agg.run.run_id.clone(),
+        kind: MessageKind::Step {
+            interaction_id: InteractionId::from("i-1"),
+            reason: StepReason::Reminder,
+        },
+        order: 1,
+        state: MessageState::Pending,
+        entry_id: None,
+        created_at_ms: 20,
+    }
+}
+
+/// The start node of an interactive run waits on an interactive request in
+/// its origin session (deadline t=500), as `interaction.requested` commits it.
+fn waiting_interactive(topology: &Topology) -> RunAggregate {
+    let agg = start(&fixtures::reserved_interactive(1, 0), topology, None).0;
+    let mut tx = Tx::begin(&agg, 20);
+    let attempt = tx.agg.attempt.as_mut().unwrap();
+    attempt.status = AttemptStatus::Waiting;
+    attempt.deadline_at_ms = Some(500);
+    let node_id = attempt.node_id.clone();
+    run::wait_in(&mut tx, &host_authority(1), node_id, false).unwrap();
+    tx.agg.interaction = Some(interaction(&agg));
+    tx.agg.messages = vec![pending_step_message(&agg)];
+    tx.commit().facts.reload()
+}
+
+fn settle_as_control(
+    agg: &RunAggregate,
+    topology: &Topology,
+    outcome: NodeOutcome,
+    output: Value,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let attempt = current(agg).attempt_id.clone();
+    let result = NodeResult {
+        outcome,
+        record: record(agg, outcome, output),
+    };
+    let actor = Actor::Control {
+        request: control_request(),
+    };
+    finish_attempt(
+        agg,
+        topology,
+        actor,
+        &attempt,
+        result,
+        attempt_id("unused"),
+        now_ms,
+        TTL_MS,
+    )
+}
+
+fn with_deadline(agg: &RunAggregate, deadline_at_ms: u64) -> RunAggregate {
+    let generation = agg.run.lease.generation.0;
+    record_node_started(
+        agg,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        &current(agg).attempt_id,
+        Some(deadline_at_ms),
+        11,
+        TTL_MS,
+    )
+    .unwrap()
+    .facts
+}
+
+fn expire(
+    agg: &RunAggregate,
+    topology: &Topology,
+    host: Option<&Authority>,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let attempt = current(agg).attempt_id.clone();
+    let record = record(agg, NodeOutcome::TimedOut, Value::Null);
+    expire_node(
+        agg,
+        topology,
+        host,
+        control_request(),
+        &attempt,
+        record,
+        now_ms,
+        TTL_MS,
+    )
+}
+
+/// `work` → `next` → `done`, where `work` recovers from a timeout through a
+/// `$result.outcome` switch to `recover`.
+fn recovering() -> Topology {
+    let mut topology = chain(&["work", "next", "recover"]);
+    topology.edges = vec![switch(
+        "work",
+        "$result.outcome",
+        &[("ok", "next"), ("timed_out", "recover")],
+    )];
+    topology
+}
+
+fn applying_effect() -> EffectRecord {
+    EffectRecord {
+        effect_id: crate::ids::EffectId::from("e-1"),
+        key: EffectKey {
+            run_id: RunId::from("run-1"),
+            effect_type: String::from("http"),
+            node_path: id("a"),
+            visit: 1,
+        },
+        request_fingerprint: Digest::repeat(7),
+        state: EffectState::Applying,
+        attempt_number: 1,
+        node_attempt_id: None,
+        result_digest: None,
+    }
+}
+
+// ---- start_generation ------------------------------------------------------
+
+#[test]
+fn a_new_run_starts_at_start_at_with_visit_one() {
+    let topology = chain(&["a", "b"]);
+    let admitted = admitted(&reserved(1, 0), 5).facts;
+    let (transition, dispatch) = start_generation(
+        &admitted,
+        &topology,
+        &host_authority(1),
+        &runner_epoch(1),
+        None,
+        attempt_id("a-1"),
+        10,
+        TTL_MS,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::RunNode {
+            node_id: id("a"),
+            attempt_id: attempt_id("a-1"),
+            visit: 1
+        }
+    );
+    let agg = &transition.facts;
+    assert_eq!(pair(agg), (RunStatus::Running, QueueStatus::Running));
+    let attempt = current(agg);
+    assert_eq!(attempt.status, AttemptStatus::Active);
+    assert_eq!(attempt.generation, Generation(1));
+    let runner = agg.run.runner.as_ref().unwrap();
+    assert_eq!(runner.status, RunnerStatus::Ready);
+    assert_eq!(
+        runner.ready_revision,
+        Some(agg.run.revision),
+        "ready_revision is the revision this transition commits"
+    );
+    assert_eq!(agg.run.revision, admitted.run.revision.next());
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Event {
+            event: RunEvent::NodeStarted { .. },
+            ..
+        }
+    )));
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Event {
+            event: RunEvent::RunnerReady { .. },
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_restart_also_starts_at_start_at() {
+    let topology = chain(&["a", "b"]);
+    let mut queued = reserved(2, 0);
+    queued.run.lineage.restart = Some(crate::run::RestartLineage {
+        root_run_id: RunId::from("run-1"),
+        parent_run_id: RunId::from("run-1"),
+        number: 1,
+        chain_fingerprints: vec![Digest::repeat(1)],
+    });
+    let (_, dispatch) = start(&queued, &topology, None);
+    assert!(matches!(dispatch, Dispatch::RunNode { node_id, .. } if node_id == id("a")));
+}
+
+#[test]
+fn an_abandoned_attempt_is_rerun_with_the_same_visit_and_crash_retries() {
+    let topology = chain(&["a", "b"]);
+    let agg = ok_through(&live(&topology), &topology, 20);
+    let parked = run::park(&agg, &host_authority(1), ParkReason::WorkerCrashed, 30)
+        .unwrap()
+        .facts
+        .reload();
+    let mut parked = parked;
+    parked.attempt.as_mut().unwrap().crash_retries = 2;
+    let abandoned = current(&parked).clone();
+    assert_eq!(abandoned.status, AttemptStatus::Abandoned);
+    let (rerun, dispatch) = start(&parked, &topology, None);
+    assert_eq!(
+        dispatch,
+        Dispatch::RunNode {
+            node_id: id("b"),
+            attempt_id: attempt_id("a-2-start"),
+            visit: abandoned.visit
+        }
+    );
+    let attempt = current(&rerun);
+    assert_eq!(attempt.crash_retries, 2);
+    assert_eq!(attempt.generation, Generation(2));
+    assert_ne!(attempt.attempt_id, abandoned.attempt_id);
+    assert_eq!(
+        rerun.steps.len(),
+        1,
+        "the abandoned attempt never became a step"
+    );
+}
+
+#[test]
+fn a_resumed_run_routes_on_from_its_last_step() {
+    let topology = chain(&["a", "b", "c"]);
+    let agg = ok_through(&live(&topology), &topology, 20);
+    // The runner finished `a`; `b` was dispatched but the run was drained
+    // before `b` started and the abandoned attempt was superseded… here we
+    // model a run parked right after `a` with no attempt left.
+    let mut parked = run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
+        .unwrap()
+        .facts
+        .reload();
+    parked.attempt = None;
+    let last = parked.steps.last().unwrap().clone();
+    let record = step_record(&last, json!({}));
+    let (resumed, dispatch) = start(&parked, &topology, Some(&record));
+    assert!(
+        matches!(dispatch, Dispatch::RunNode { ref node_id, visit: 1, .. } if *node_id == id("b"))
+    );
+    assert_eq!(current(&resumed).node_id, id("b"));
+}
+
+#[test]
+fn a_resumed_run_whose_last_step_was_its_checkpoint_waits_again() {
+    let mut topology = chain(&["gate", "after"]);
+    topology.nodes[0] = node("gate", NodeType::Checkpoint);
+    let mut parked = run::park(
+        &live(&topology),
+        &host_authority(1),
+        ParkReason::Drained,
+        20,
+    )
+    .unwrap()
+    .facts
+    .reload();
+    parked.attempt = None;
+    parked.steps = vec![StepRecord {
+        attempt_id: attempt_id("a-1-start"),
+        node_id: id("gate"),
+        outcome: NodeOutcome::Ok,
+        carried: false,
+    }];
+    let record = step_record(&parked.steps[0], json!({"summary": "checkpoint"}));
+    let (waiting, dispatch) = start(&parked, &topology, Some(&record));
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Waiting
+        }
+    );
+    assert_eq!(pair(&waiting), (RunStatus::Waiting, QueueStatus::Parked));
+    assert_eq!(waiting.run.waiting_on, Some(id("gate")));
+    assert_eq!(waiting.run.lease.claim, None);
+}
+
+/// A continuation child of a parent that waited on `gate`.
+fn continuation(checkpoint_output: Value) -> (RunAggregate, Value) {
+    let mut child = reserved(2, 0);
+    child.run.lineage = Lineage {
+        continuation_of: Some(ContinuationOf {
+            parent_run_id: RunId::from("run-1"),
+            checkpoint: id("gate"),
+        }),
+        ..Lineage::default()
+    };
+    child.steps = vec![
+        StepRecord {
+            attempt_id: attempt_id("p-a"),
+            node_id: id("a"),
+            outcome: NodeOutcome::Ok,
+            carried: true,
+        },
+        StepRecord {
+            attempt_id: attempt_id("p-gate"),
+            node_id: id("gate"),
+            outcome: NodeOutcome::Ok,
+            carried: true,
+        },
+    ];
+    let record = step_record(&child.steps[1], checkpoint_output);
+    (child, record)
+}
+
+#[test]
+fn a_continuation_routes_on_from_the_checkpoint_edge() {
+    let mut topology = chain(&["a", "gate", "x", "y"]);
+    topology.nodes[1] = node("gate", NodeType::Checkpoint);
+    topology.edges = vec![
+        plain("a", "gate"),
+        switch("gate", "$.choice", &[("approve", "x"), ("reject", "y")]),
+    ];
+    let (child, decided) = continuation(json!({"choice": "reject"}));
+    let admitted_child = admitted(&child, 5);
+    assert!(has(&admitted_child.outputs, |o| matches!(
+        o,
+        Output::SpawnRunner {
+            command: crate::output::LaunchCommand::Continue { .. },
+            ..
+        }
+    )));
+    let (running, dispatch) = start(&child, &topology, Some(&decided));
+    assert!(
+        matches!(dispatch, Dispatch::RunNode { ref node_id, visit: 1, .. } if *node_id == id("y"))
+    );
+    assert_eq!(pair(&running), (RunStatus::Running, QueueStatus::Running));
+}
+
+#[test]
+fn a_continuation_of_a_terminal_checkpoint_completes_at_once() {
+    let mut topology = chain(&["a", "gate"]);
+    topology.nodes[1] = node("gate", NodeType::Checkpoint);
+    let (child, record) = continuation(json!({}));
+    let (done, dispatch) = start(&child, &topology, Some(&record));
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Completed
+        }
+    );
+    assert_eq!(pair(&done), (RunStatus::Completed, QueueStatus::Done));
+    assert_eq!(done.run.lease.claim, None);
+}
+
+#[test]
+fn a_resume_point_beyond_max_steps_fails_the_run() {
+    let mut topology = chain(&["a", "gate", "x"]);
+    topology.nodes[1] = node("gate", NodeType::Checkpoint);
+    topology.max_steps = Some(2);
+    let (child, record) = continuation(json!({}));
+    let (failed, dispatch) = start(&child, &topology, Some(&record));
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Failed
+        }
+    );
+    let error = failed.run.error.unwrap();
+    assert_eq!(error.reason, ReasonKind::MaxSteps);
+    assert_eq!(error.class, FailureClass::NodeFailed);
+    assert_eq!(error.node_id, Some(id("gate")));
+}
+
+#[test]
+fn start_generation_refuses_what_runner_ready_refuses() {
+    let topology = chain(&["a"]);
+    let admitted = admitted(&reserved(1, 0), 5).facts;
+    let ready = |authority: &Authority, epoch: &RunnerEpochId, now_ms| {
+        start_generation(
+            &admitted,
+            &topology,
+            authority,
+            epoch,
+            None,
+            attempt_id("a"),
+            now_ms,
+            TTL_MS,
+        )
+        .map(|_| ())
+    };
+    assert_eq!(
+        ready(&host_authority(1), &runner_epoch(9), 10),
+        Err(Rejection::StaleRunner)
+    );
+    assert_eq!(
+        ready(&host_authority(2), &runner_epoch(1), 10),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::OwnerChanged
+        })
+    );
+    assert_eq!(
+        ready(&host_authority(1), &runner_epoch(1), 5 + TTL_MS),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::Expired
+        })
+    );
+    let running = live(&topology);
+    assert!(matches!(
+        start_generation(
+            &running,
+            &topology,
+            &host_authority(1),
+            &runner_epoch(1),
+            None,
+            attempt_id("b"),
+            11,
+            TTL_MS
+        ),
+        Err(Rejection::IllegalTransition {
+            operation: Operation::Ready,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn start_generation_refuses_an_unfinished_attempt() {
+    let topology = chain(&["a"]);
+    let mut admitted = admitted(&reserved(1, 0), 5).facts;
+    admitted.attempt = Some(fixtures::active_attempt("a", "old", 0, 1));
+    assert_eq!(
+        start_generation(
+            &admitted,
+            &topology,
+            &host_authority(1),
+            &runner_epoch(1),
+            None,
+            attempt_id("a"),
+            10,
+            TTL_MS
+        )
+        .map(|_| ()),
+        Err(Rejection::UnfinishedAttempt)
+    );
+}
+
+#[test]
+fn start_generation_needs_the_record_of_the_step_it_routes_from() {
+    let topology = chain(&["a", "gate", "b"]);
+    let (child, record) = continuation(json!({}));
+    let admitted = admitted(&child, 5).facts;
+    let begin = |route_from: Option<&Value>| {
+        start_generation(
+            &admitted,
+            &topology,
+            &host_authority(1),
+            &runner_epoch(1),
+            route_from,
+            attempt_id("a"),
+            10,
+            TTL_MS,
+        )
+        .map(|_| ())
+    };
+    assert_eq!(begin(None), Err(Rejection::RouteRecordMissing));
+    let mut other = record.clone();
+    other["attemptId"] = json!("someone-else");
+    assert_eq!(begin(Some(&other)), Err(Rejection::ResultMismatch));
+}
+
+#[test]
+fn start_generation_refuses_nodes_the_topology_does_not_have() {
+    let topology = chain(&["a", "b"]);
+    let (child, record) = continuation(json!({}));
+    let admitted = admitted(&child, 5).facts;
+    assert_eq!(
+        start_generation(
+            &admitted,
+            &topology,
+            &host_authority(1),
+            &runner_epoch(1),
+            Some(&record),
+            attempt_id("a"),
+            10,
+            TTL_MS
+        )
+        .map(|_| ()),
+        Err(Rejection::UnknownNode {
+            node_id: id("gate")
+        })
+    );
+}
+
+// ---- record_node_started ---------------------------------------------------
+
+#[test]
+fn node_started_records_the_deadline_without_advancing_the_revision() {
+    let agg = live(&chain(&["a"]));
+    let transition = record_node_started(
+        &agg,
+        &host_authority(1),
+        &runner_epoch(1),
+        &current(&agg).attempt_id,
+        Some(900),
+        11,
+        TTL_MS,
+    )
+    .unwrap();
+    let started = &transition.facts;
+    assert_eq!(current(started).deadline_at_ms, Some(900));
+    assert_eq!(started.run.revision, agg.run.revision, "not progress");
+    assert_eq!(
+        started.run.lease.claim.as_ref().unwrap().heartbeat_at_ms,
+        11
+    );
+    assert_eq!(
+        transition.outputs,
+        vec![Output::Wake {
+            run_id: agg.run.run_id.clone(),
+            at_ms: 900,
+            reason: WakeReason::NodeDeadline {
+                attempt_id: current(&agg).attempt_id.clone()
+            }
+        }]
+    );
+}
+
+#[test]
+fn node_started_without_a_deadline_asks_for_no_wake() {
+    let agg = live(&chain(&["a"]));
+    let transition = record_node_started(
+        &agg,
+        &host_authority(1),
+        &runner_epoch(1),
+        &current(&agg).attempt_id,
+        None,
+        11,
+        TTL_MS,
+    )
+    .unwrap();
+    assert!(transition.outputs.is_empty());
+    assert_eq!(current(&transition.facts).deadline_at_ms, None);
+}
+
+#[test]
+fn node_started_cannot_move_a_recorded_deadline() {
+    let agg = with_deadline(&live(&chain(&["a"])), 900);
+    assert_eq!(
+        record_node_started(
+            &agg,
+            &host_authority(1),
+            &runner_epoch(1),
+            &current(&agg).attempt_id,
+            Some(5_000),
+            12,
+            TTL_MS
+        ),
+        Err(Rejection::DeadlineAlreadyRecorded)
+    );
+}
+
+#[test]
+fn node_started_for_another_attempt_or_a_stale_claim_is_refused() {
+    let agg = live(&chain(&["a"]));
+    assert_eq!(
+        record_node_started(
+            &agg,
+            &host_authority(1),
+            &runner_epoch(1),
+            &attempt_id("other"),
+            None,
+            11,
+            TTL_MS
+        ),
+        Err(Rejection::StaleAttempt)
+    );
+    assert_eq!(
+        record_node_started(
+            &agg,
+            &host_authority(1),
+            &runner_epoch(1),
+            &current(&agg).attempt_id,
+            None,
+            10 + TTL_MS,
+            TTL_MS
+        ),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::Expired
+        })
+    );
+}
+
+// ---- finish_attempt by the runner ------------------------------------------
+
+#[test]
+fn an_ok_node_dispatches_the_next_one_in_the_same_generation() {
+    let topology = chain(&["a", "b"]);
+    let agg = live(&topology);
+    let (transition, dispatch) =
+        finish_as_runner(&agg, &topology, NodeOutcome::Ok, json!({}), 20).unwrap();
+    let next = &transition.facts;
+    assert_eq!(
+        dispatch,
+        Dispatch::RunNode {
+            node_id: id("b"),
+            attempt_id: attempt_id("a-next-20"),
+            visit: 1
+        }
+    );
+    assert_eq!(
+        next.steps,
+        vec![StepRecord {
+            attempt_id: attempt_id("a-1-start"),
+            node_id: id("a"),
+            outcome: NodeOutcome::Ok,
+            carried: false
+        }]
+    );
+    assert_eq!(current(next).status, AttemptStatus::Active);
+    assert_eq!(next.run.revision, agg.run.revision.next());
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Event {
+            event: RunEvent::NodeFinished { .. },
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_loop_gives_each_visit_of_a_node_the_next_visit_number() {
+    let mut topology = chain(&["a", "b"]);
+    topology.edges = vec![plain("a", "b"), plain("b", "a")];
+    let mut agg = live(&topology);
+    let mut visits = Vec::new();
+    for now_ms in [20, 30, 40, 50] {
+        let (transition, dispatch) =
+            finish_as_runner(&agg, &topology, NodeOutcome::Ok, json!({}), now_ms).unwrap();
+        if let Dispatch::RunNode { node_id, visit, .. } = dispatch {
+            visits.push((node_id, visit));
+        }
+        agg = transition.facts.reload();
+    }
+    assert_eq!(
+        visits,
+        vec![(id("b"), 1), (id("a"), 2), (id("b"), 2), (id("a"), 3)]
+    );
+}
+
+#[test]
+fn the_last_node_completes_the_run_and_releases_the_claim() {
+    let topology = chain(&["a"]);
+    let (transition, dispatch) =
+        finish_as_runner(&live(&topology), &topology, NodeOutcome::Ok, json!({}), 20).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Completed
+        }
+    );
+    let done = &transition.facts;
+    assert_eq!(pair(done), (RunStatus::Completed, QueueStatus::Done));
+    assert_eq!(done.run.lease.claim, None);
+    assert_eq!(
+        current(done).status,
+        AttemptStatus::Finished(NodeOutcome::Ok)
+    );
+    assert_eq!(
+        done.steps.len(),
+        1,
+        "the finished attempt is one step, once"
+    );
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::BuildTerminalMessage { .. }
+    )));
+}
+
+#[test]
+fn an_ok_checkpoint_makes_the_run_wait() {
+    let mut topology = chain(&["a", "gate", "after"]);
+    topology.nodes[1] = node("gate", NodeType::Checkpoint);
+    let agg = ok_through(&live(&topology), &topology, 20);
+    let (transition, dispatch) =
+        finish_as_runner(&agg, &topology, NodeOutcome::Ok, json!({}), 30).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Waiting
+        }
+    );
+    let waiting = &transition.facts;
+    assert_eq!(pair(waiting), (RunStatus::Waiting, QueueStatus::Parked));
+    assert_eq!(waiting.run.waiting_on, Some(id("gate")));
+    assert_eq!(waiting.run.lease.claim, None);
+}
+
+#[test]
+fn a_failed_node_fails_the_run_with_its_node() {
+    let topology = chain(&["a", "b"]);
+    let (transition, dispatch) = finish_as_runner(
+        &live(&topology),
+        &topology,
+        NodeOutcome::Failed,
+        Value::Null,
+        20,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Failed
+        }
+    );
+    let failed = &transition.facts;
+    assert_eq!(pair(failed), (RunStatus::Failed, QueueStatus::Failed));
+    assert_eq!(
+        failed.run.error,
+        Some(RunError {
+            class: FailureClass::NodeFailed,
+            reason: ReasonKind::NodeFailed,
+            node_id: Some(id("a"))
+        })
+    );
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Event {
+            event: RunEvent::NodeFailed { .. },
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_failed_node_continues_through_a_result_outcome_case() {
+    let mut topology = chain(&["a", "fix"]);
+    topology.edges = vec![switch("a", "$result.outcome", &[("failed", "fix")])];
+    let (_, dispatch) = finish_as_runner(
+        &live(&topology),
+        &topology,
+        NodeOutcome::Failed,
+        Value::Null,
+        20,
+    )
+    .unwrap();
+    assert!(matches!(dispatch, Dispatch::RunNode { node_id, .. } if node_id == id("fix")));
+}
+
+#[test]
+fn a_node_timeout_reported_by_the_runner_times_the_run_out() {
+    let topology = chain(&["a", "b"]);
+    let (transition, dispatch) = finish_as_runner(
+        &live(&topology),
+        &topology,
+        NodeOutcome::TimedOut,
+        Value::Null,
+        20,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::TimedOut
+        }
+    );
+    let timed_out = &transition.facts;
+    assert_eq!(pair(timed_out), (RunStatus::TimedOut, QueueStatus::Failed));
+    assert_eq!(
+        timed_out.run.error.as_ref().unwrap().class,
+        FailureClass::WorkerTimedOut
+    );
+}
+
+#[test]
+fn a_routing_error_fails_the_run() {
+    let mut topology = chain(&["a", "b"]);
+    topology.edges = vec![switch("a", "$.route", &[("x", "b")])];
+    let (transition, _) = finish_as_runner(
+        &live(&topology),
+        &topology,
+        NodeOutcome::Ok,
+        json!({"route": "y"}),
+        20,
+    )
+    .unwrap();
+    assert_eq!(
+        transition.facts.run.error.unwrap().reason,
+        ReasonKind::Routing
+    );
+}
+
+#[test]
+fn a_step_beyond_max_steps_fails_the_run() {
+    let mut topology = chain(&["a"]);
+    topology.edges = vec![plain("a", "a")];
+    topology.max_steps = Some(2);
+    let agg = ok_through(&live(&topology), &topology, 20);
+    let (transition, dispatch) =
+        finish_as_runner(&agg, &topology, NodeOutcome::Ok, json!({}), 30).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Failed
+        }
+    );
+    let failed = transition.facts;
+    assert_eq!(failed.steps.len(), 2);
+    assert_eq!(failed.run.error.unwrap().reason, ReasonKind::MaxSteps);
+}
+
+#[test]
+fn a_cancelled_node_cancels_the_run_and_its_pending_effects() {
+    let topology = chain(&["a", "b"]);
+    let mut agg = live(&topology);
+    let mut reserved_effect = applying_effect();
+    reserved_effect.state = EffectState::Reserved;
+    agg.effects = vec![reserved_effect];
+    let (transition, dispatch) =
+        finish_as_runner(&agg, &topology, NodeOutcome::Cancelled, Value::Null, 20).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Cancelled
+        }
+    );
+    assert_eq!(
+        pair(&transition.facts),
+        (RunStatus::Cancelled, QueueStatus::Cancelled)
+    );
+    assert_eq!(transition.facts.effects[0].state, EffectState::Cancelled);
+}
+
+#[test]
+fn stale_runner_messages_are_refused_with_the_claim_lost_reason() {
+    let topology = chain(&["a", "b"]);
+    let agg = live(&topology);
+    let attempt = current(&agg).attempt_id.clone();
+    let result = || NodeResult {
+        outcome: NodeOutcome::Ok,
+        record: record(&agg, NodeOutcome::Ok, json!({})),
+    };
+    let send = |authority: &Authority, epoch: &RunnerEpochId, now_ms| {
+        let actor = Actor::Runner {
+            authority,
+            runner_epoch: epoch,
+        };
+        finish_attempt(
+            &agg,
+            &topology,
+            actor,
+            &attempt,
+            result(),
+            attempt_id("n"),
+            now_ms,
+            TTL_MS,
+        )
+        .map(|_| ())
+    };
+    let mut older = host_authority(1);
+    older.generation = Generation(0);
+    assert_eq!(
+        send(&older, &runner_epoch(1), 20),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::GenerationChanged
+        })
+    );
+    assert_eq!(
+        send(&host_authority(2), &runner_epoch(2), 20),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::OwnerChanged
+        })
+    );
+    assert_eq!(
+        send(&host_authority(1), &runner_epoch(1), 10 + TTL_MS),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::Expired
+        })
+    );
+    assert_eq!(
+        send(&host_authority(1), &runner_epoch(7), 20),
+        Err(Rejection::StaleRunner)
+    );
+}
+
+#[test]
+fn a_message_for_another_or_an_already_finished_attempt_is_stale() {
+    let topology = chain(&["a", "b"]);
+    let agg = live(&topology);
+    let authority = host_authority(1);
+    let epoch = runner_epoch(1);
+    let actor = || Actor::Runner {
+        authority: &authority,
+        runner_epoch: &epoch,
+    };
+    let result = NodeResult {
+        outcome: NodeOutcome::Ok,
+        record: result_record("ghost", "a", NodeOutcome::Ok, json!({})),
+    };
+    assert_eq!(
+        finish_attempt(
+            &agg,
+            &topology,
+            actor(),
+            &attempt_id("ghost"),
+            result,
+            attempt_id("n"),
+            20,
+            TTL_MS
+        )
+        .map(|_| ()),
+        Err(Rejection::StaleAttempt)
+    );
+    // The first attempt finished; repeating its finish is stale.
+    let first = current(&agg).attempt_id.clone();
+    let first_record = record(&agg, NodeOutcome::Ok, json!({}));
+    let next = ok_through(&agg, &topology, 20);
+    let repeat = NodeResult {
+        outcome: NodeOutcome::Ok,
+        record: first_record,
+    };
+    assert_eq!(
+        finish_attempt(
+            &next,
+            &topology,
+            actor(),
+            &first,
+            repeat,
+            attempt_id("n2"),
+            30,
+            TTL_MS
+        )
+        .map(|_| ()),
+        Err(Rejection::StaleAttempt)
+    );
+}
+
+#[test]
+fn a_result_record_for_something_else_is_refused() {
+    let topology = chain(&["a", "b"]);
+    let agg = live(&topology);
+    let authority = host_authority(1);
+    let epoch = runner_epoch(1);
+    let attempt = current(&agg).attempt_id.clone();
+    for (field, value) in [
+        ("attemptId", json!("other")),
+        ("nodeId", json!("b")),
+        ("outcome", json!("failed")),
+    ] {
+        let mut wrong = record(&agg, NodeOutcome::Ok, json!({}));
+        wrong[field] = value;
+        let actor = Actor::Runner {
+            authority: &authority,
+            runner_epoch: &epoch,
+        };
+        let result = NodeResult {
+            outcome: NodeOutcome::Ok,
+            record: wrong,
+        };
+        assert_eq!(
+            finish_attempt(
+                &agg,
+                &topology,
+                actor,
+                &attempt,
+                result,
+                attempt_id("n"),
+                20,
+                TTL_MS
+            )
+            .map(|_| ()),
+            Err(Rejection::ResultMismatch),
+            "{field}"
+        );
+    }
+}
+
+#[test]
+fn an_attempt_of_a_node_missing_from_the_topology_is_refused() {
+    let topology = chain(&["a"]);
+    let agg = live(&topology);
+    assert_eq!(
+        finish_as_runner(&agg, &chain(&["z"]), NodeOutcome::Ok, json!({}), 20).map(|_| ()),
+        Err(Rejection::UnknownNode { node_id: id("a") })
+    );
+}
+
+// ---- finish_attempt by the control path ------------------------------------
+
+#[test]
+fn an_accepted_submission_parks_the_run_resume_ready_for_the_next_generation() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    assert_eq!(pair(&waiting), (RunStatus::Waiting, QueueStatus::Parked));
+    let (transition, dispatch) = settle_as_control(
+        &waiting,
+        &topology,
+        NodeOutcome::Ok,
+        json!({"answer": 1}),
+        40,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Parked
+        }
+    );
+    let parked = &transition.facts;
+    assert_eq!(pair(parked), (RunStatus::Running, QueueStatus::Parked));
+    assert_eq!(parked.run.park_reason, Some(ParkReason::ResumeReady));
+    assert_eq!(parked.run.lease.claim, None);
+    assert_eq!(
+        parked.run.lease.generation,
+        Generation(2),
+        "a control claim fenced the old generation"
+    );
+    assert!(parked.run.is_admissible());
+    assert_eq!(
+        parked.interaction.as_ref().unwrap().status,
+        InteractionStatus::Accepted
+    );
+    assert_eq!(parked.messages[0].state, MessageState::Cancelled);
+    assert_eq!(parked.steps.len(), 1);
+    assert!(has(&transition.outputs, |o| matches!(o, Output::Schedule)));
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Event {
+            event: RunEvent::ControlClaimed { .. },
+            ..
+        }
+    )));
+    // The next generation dispatches the next node from that step.
+    let parked = parked.clone().reload();
+    let last = parked.steps.last().unwrap().clone();
+    let route_from = step_record(&last, json!({"answer": 1}));
+    let (next, dispatch) = start(&parked, &topology, Some(&route_from));
+    assert!(matches!(dispatch, Dispatch::RunNode { node_id, .. } if node_id == id("after")));
+    assert_eq!(next.run.lease.generation, Generation(3));
+}
+
+#[test]
+fn a_settled_waiting_attempt_on_a_terminal_node_completes_the_run() {
+    let topology = chain(&["ask"]);
+    let waiting = waiting_interactive(&topology);
+    let (transition, dispatch) =
+        settle_as_control(&waiting, &topology, NodeOutcome::Ok, json!({}), 40).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Completed
+        }
+    );
+    assert_eq!(
+        pair(&transition.facts),
+        (RunStatus::Completed, QueueStatus::Done)
+    );
+    assert_eq!(transition.facts.run.lease.claim, None);
+}
+
+#[test]
+fn too_many_unproductive_turns_fail_the_waiting_attempt() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    let (transition, _) =
+        settle_as_control(&waiting, &topology, NodeOutcome::Failed, Value::Null, 40).unwrap();
+    let failed = &transition.facts;
+    assert_eq!(pair(failed), (RunStatus::Failed, QueueStatus::Failed));
+    assert_eq!(
+        failed.interaction.as_ref().unwrap().status,
+        InteractionStatus::Failed
+    );
+}
+
+#[test]
+fn a_waiting_checkpoint_attempt_settled_ok_waits_on_the_checkpoint() {
+    let mut topology = chain(&["gate"]);
+    topology.nodes[0] = node("gate", NodeType::Checkpoint);
+    let waiting = waiting_interactive(&topology);
+    let (transition, dispatch) =
+        settle_as_control(&waiting, &topology, NodeOutcome::Ok, json!({}), 40).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Waiting
+        }
+    );
+    let settled = &transition.facts;
+    assert_eq!(pair(settled), (RunStatus::Waiting, QueueStatus::Parked));
+    assert_eq!(settled.run.waiting_on, Some(id("gate")));
+    assert_eq!(settled.run.lease.claim, None);
+}
+
+#[test]
+fn the_control_path_acts_only_on_the_waiting_attempt_of_an_unpaused_waiting_run() {
+    let topology = chain(&["ask", "after"]);
+    let running = live(&topology);
+    assert!(matches!(
+        settle_as_control(&running, &topology, NodeOutcome::Ok, json!({}), 40),
+        Err(Rejection::IllegalTransition {
+            operation: Operation::FinishAttempt,
+            ..
+        })
+    ));
+    let waiting = waiting_interactive(&topology);
+    let paused = run::pause(&waiting, None, control_request(), 30, TTL_MS)
+        .unwrap()
+        .facts
+        .reload();
+    assert_eq!(
+        settle_as_control(&paused, &topology, NodeOutcome::Ok, json!({}), 40).map(|_| ()),
+        Err(Rejection::Paused)
+    );
+    let mut other = waiting.clone();
+    other.attempt.as_mut().unwrap().status = AttemptStatus::Active;
+    assert_eq!(
+        settle_as_control(&other, &topology, NodeOutcome::Ok, json!({}), 40).map(|_| ()),
+        Err(Rejection::StaleAttempt)
+    );
+    let cancelled = run::cancel(&waiting, None, control_request(), 30, TTL_MS)
+        .unwrap()
+        .facts;
+    assert_eq!(
+        settle_as_control(&cancelled, &topology, NodeOutcome::Ok, json!({}), 40).map(|_| ()),
+        Err(Rejection::Terminal {
+            status: RunStatus::Cancelled
+        })
+    );
+}
+
+// ---- expire_node -----------------------------------------------------------
+
+#[test]
+fn an_expired_active_node_times_the_run_out_and_stops_its_runner_once() {
+    let topology = chain(&["work", "next"]);
+    let agg = with_deadline(&live(&topology), 300);
+    let (transition, dispatch) = expire(&agg, &topology, Some(&host_authority(1)), 300).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::TimedOut
+        }
+    );
+    let timed_out = &transition.facts;
+    assert_eq!(pair(timed_out), (RunStatus::TimedOut, QueueStatus::Failed));
+    assert_eq!(
+        timed_out.run.error,
+        Some(RunError {
+            class: FailureClass::WorkerTimedOut,
+            reason: ReasonKind::NodeTimedOut,
+            node_id: Some(id("work"))
+        })
+    );
+    assert_eq!(
+        current(timed_out).status,
+        AttemptStatus::Finished(NodeOutcome::TimedOut)
+    );
+    assert_eq!(
+        count(&transition.outputs, |o| matches!(
+            o,
+            Output::StopRunner { .. }
+        )),
+        1
+    );
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::StopRunner {
+            reason: StopReason::NodeTimedOut,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn an_expired_node_with_a_timeout_edge_parks_for_the_recovery_node() {
+    let topology = recovering();
+    let agg = with_deadline(&live(&topology), 300);
+    let (transition, dispatch) = expire(&agg, &topology, Some(&host_authority(1)), 301).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Parked
+        }
+    );
+    let parked = transition.facts.clone().reload();
+    assert_eq!(pair(&parked), (RunStatus::Running, QueueStatus::Parked));
+    assert_eq!(parked.run.park_reason, Some(ParkReason::ResumeReady));
+    assert_eq!(parked.steps[0].outcome, NodeOutcome::TimedOut);
+    assert_eq!(
+        count(&transition.outputs, |o| matches!(
+            o,
+            Output::StopRunner {
+                reason: StopReason::NodeTimedOut,
+                ..
+            }
+        )),
+        1
+    );
+    let last = parked.steps[0].clone();
+    let route_from = step_record(&last, Value::Null);
+    let (_, dispatch) = start(&parked, &topology, Some(&route_from));
+    assert!(matches!(dispatch, Dispatch::RunNode { node_id, .. } if node_id == id("recover")));
+}
+
+#[test]
+fn an_expired_node_whose_claim_expired_is_settled_under_a_control_claim() {
+    let topology = chain(&["work"]);
+    let agg = with_deadline(&live(&topology), 300);
+    let later = 11 + TTL_MS;
+    let (transition, _) = expire(&agg, &topology, None, later).unwrap();
+    assert_eq!(transition.facts.run.status, RunStatus::TimedOut);
+    assert_eq!(transition.facts.run.lease.generation, Generation(2));
+    assert_eq!(transition.facts.run.lease.claim, None);
+}
+
+#[test]
+fn an_expired_waiting_attempt_times_out_through_the_control_path() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    let (transition, dispatch) = expire(&waiting, &topology, None, 500).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::TimedOut
+        }
+    );
+    let timed_out = &transition.facts;
+    assert_eq!(pair(timed_out), (RunStatus::TimedOut, QueueStatus::Failed));
+    assert_eq!(
+        timed_out.interaction.as_ref().unwrap().status,
+        InteractionStatus::TimedOut
+    );
+    assert_eq!(timed_out.messages[0].state, MessageState::Cancelled);
+}
+
+#[test]
+fn a_deadline_that_is_absent_or_ahead_is_not_reached() {
+    let topology = chain(&["work"]);
+    let agg = live(&topology);
+    assert_eq!(
+        expire(&agg, &topology, Some(&host_authority(1)), 900).map(|_| ()),
+        Err(Rejection::DeadlineNotReached {
+            deadline_at_ms: None
+        })
+    );
+    let agg = with_deadline(&agg, 300);
+    assert_eq!(
+        expire(&agg, &topology, Some(&host_authority(1)), 299).map(|_| ()),
+        Err(Rejection::DeadlineNotReached {
+            deadline_at_ms: Some(300)
+        })
+    );
+}
+
+#[test]
+fn expiry_of_a_finished_attempt_or_a_terminal_run_is_refused() {
+    let topology = chain(&["work", "next"]);
+    let agg = with_deadline(&live(&topology), 300);
+    let finished = ok_through(&agg, &topology, 20);
+    let old = current(&agg).attempt_id.clone();
+    let stale_record = record(&agg, NodeOutcome::TimedOut, Value::Null);
+    assert_eq!(
+        expire_node(
+            &finished,
+            &topology,
+            Some(&host_authority(1)),
+            control_request(),
+            &old,
+            stale_record,
+            400,
+            TTL_MS
+        )
+        .map(|_| ()),
+        Err(Rejection::StaleAttempt)
+    );
+    let done = run::cancel(
+        &agg,
+        Some(&host_authority(1)),
+        control_request(),
+        30,
+        TTL_MS,
+    )
+    .unwrap()
+    .facts;
+    assert_eq!(
+        expire(&done, &topology, None, 400).map(|_| ()),
+        Err(Rejection::Terminal {
+            status: RunStatus::Cancelled
+        })
+    );
+}
+
+#[test]
+fn expiry_against_a_live_claim_needs_the_host_authority() {
+    let topology = chain(&["work"]);
+    let agg = with_deadline(&live(&topology), 300);
+    assert_eq!(
+        expire(&agg, &topology, None, 300).map(|_| ()),
+        Err(Rejection::ClaimHeld {
+            expires_at_ms: 11 + TTL_MS
+        })
+    );
+}
+
+#[test]
+fn expiry_of_a_paused_waiting_attempt_is_refused() {
+    let topology = chain(&["ask"]);
+    let waiting = waiting_interactive(&topology);
+    let paused = run::pause(&waiting, None, control_request(), 30, TTL_MS)
+        .unwrap()
+        .facts
+        .reload();
+    assert_eq!(
+        expire(&paused, &topology, None, 600).map(|_| ()),
+        Err(Rejection::Paused)
+    );
+}
+
+// ---- property: random runner messages over random graphs -------------------
+
+/// A random small graph over `n0..n4`: node types and edges (none, plain,
+/// output switch, `$result.outcome` switch) are random; nodes unreachable
+/// from `n0` are dropped.
+fn graph() -> impl Strategy<Value = Topology> {
+    let edge = prop_oneof![
+        Just(None),
+        (0usize..5).prop_map(|to| Some((0u8, vec![to]))),
+        proptest::collection::vec(0usize..5, 1..3).prop_map(|to| Some((1u8, to))),
+        proptest::collection::vec(0usize..5, 3).prop_map(|to| Some((2u8, to))),
+    ];
+    (
+        proptest::collection::vec((edge, 0u8..6), 5),
+        proptest::option::of(1u32..9),
+    )
+        .prop_map(|(specs, max_steps)| {
+            let name = |i: usize| alloc::format!("n{i}");
+            let mut topology = Topology {
+                start_at: id("n0"),
+                max_steps,
+                nodes: Vec::new(),
+                edges: Vec::new(),
+                mounts: Vec::new(),
+            };
+            for (index, (edge, kind)) in specs.iter().enumerate() {
+                let node_type = if *kind == 0 {
+                    NodeType::Checkpoint
+                } else {
+                    NodeType::Compute
+                };
+                topology.nodes.push(node(&name(index), node_type));
+                let from = name(index);
+                let Some((edge_kind, targets)) = edge else {
+                    continue;
+                };
+                let names: Vec<String> = targets.iter().map(|t| name(*t)).collect();
+                topology.edges.push(match edge_kind {
+                    0 => plain(&from, &names[0]),
+                    1 => {
+                        let cases: Vec<(String, &str)> = names
+                            .iter()
+                            .enumerate()
+                            .map(|(c, to)| (alloc::format!("c{c}"), to.as_str()))
+                            .collect();
+                        let cases: Vec<(&str, &str)> =
+                            cases.iter().map(|(c, t)| (c.as_str(), *t)).collect();
+                        switch(&from, "$.route", &cases)
+                    }
+                    _ => switch(
+                        &from,
+                        "$result.outcome",
+                        &[
+                            ("ok", &names[0]),
+                            ("failed", &names[1]),
+                            ("timed_out", &names[2]),
+                        ],
+                    ),
+                });
+            }
+            keep_reachable(topology)
+        })
+}
+
+fn keep_reachable(mut topology: Topology) -> Topology {
+    let mut reached = alloc::collections::BTreeSet::from([topology.start_at.clone()]);
+    let mut frontier = vec![topology.start_at.clone()];
+    while let Some(node_id) = frontier.pop() {
+        if let Some(edge) = topology.outgoing(&node_id) {
+            for to in edge.targets() {
+                if reached.insert(to.clone()) {
+                    frontier.push(to.clone());
+                }
+            }
+        }
+    }
+    topology.nodes.retain(|node| reached.contains(&node.id));
+    topology.edges.retain(|edge| reached.contains(edge.from()));
+    topology
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Admit,
+    Ready,
+    Started { deadline_in_ms: Option<u64> },
+    Finish { outcome: NodeOutcome, route: u8 },
+    StaleGeneration,
+    StaleAttempt,
+    ExpiredClaim,
+    Crash(ExitKind),
+    Expire,
+    Resume,
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let outcome = prop_oneof![
+        4 => Just(NodeOutcome::Ok),
+        1 => Just(NodeOutcome::Failed),
+        1 => Just(NodeOutcome::TimedOut),
+    ];
+    prop_oneof![
+        2 => Just(Op::Admit),
+        2 => Just(Op::Ready),
+        1 => proptest::option::of(0u64..500).prop_map(|deadline_in_ms| Op::Started { deadline_in_ms }),
+        6 => (outcome, 0u8..3).prop_map(|(outcome, route)| Op::Finish { outcome, route }),
+        1 => Just(Op::StaleGeneration),
+        1 => Just(Op::StaleAttempt),
+        1 => Just(Op::ExpiredClaim),
+        1 => prop_oneof![
+            Just(ExitKind::Abnormal),
+            Just(ExitKind::Clean),
+            Just(ExitKind::StartupDeadlineMissed),
+        ].prop_map(Op::Crash),
+        1 => Just(Op::Expire),
+        1 => Just(Op::Resume),
+        1 => (0u64..600).prop_map(Op::Advance),
+    ]
+}
+
+/// Everything the simulated shell keeps between transitions.
+struct World {
+    topology: Topology,
+    agg: RunAggregate,
+    now_ms: u64,
+    next_id: u32,
+    /// Every attempt row ever written, by id (what the database would hold).
+    attempt_rows: BTreeMap<AttemptId, AttemptStatus>,
+    /// The result record of every finished attempt.
+    records: BTreeMap<AttemptId, Value>,
+}
+
+impl World {
+    fn fresh_id(&mut self) -> AttemptId {
+        self.next_id += 1;
+        AttemptId::new(alloc::format!("at-{}", self.next_id))
+    }
+
+    fn authority(&self) -> (Authority, RunnerEpochId) {
+        let generation = self.agg.run.lease.generation.0;
+        (host_authority(generation), runner_epoch(generation))
+    }
+
+    fn apply(&mut self, op: &Op) -> Option<Result<Transition<RunAggregate>, Rejection>> {
+        let (authority, epoch) = self.authority();
+        let now_ms = self.now_ms;
+        let result = match op.clone() {
+            Op::Advance(ms) => {
+                self.now_ms += ms;
+                return None;
+            }
+            Op::Admit => {
+                let generation = self.agg.run.lease.generation.0 + 1;
+                run::admit(
+                    &self.agg,
+                    runner_epoch(generation),
+                    fixtures::token(generation),
+                    now_ms,
+                    TTL_MS,
+                )
+            }
+            Op::Ready => {
+                let route_from = self
+                    .agg
+                    .steps
+                    .last()
+                    .and_then(|step| self.records.get(&step.attempt_id))
+                    .cloned();
+                let new_id = self.fresh_id();
+                start_generation(
+                    &self.agg,
+                    &self.topology,
+                    &authority,
+                    &epoch,
+                    route_from.as_ref(),
+                    new_id,
+                    now_ms,
+                    TTL_MS,
+                )
+                .map(|(transition, _)| transition)
+            }
+            Op::Started { deadline_in_ms } => {
+                let attempt = self.agg.attempt.as_ref()?.attempt_id.clone();
+                let deadline = deadline_in_ms.map(|ms| now_ms + ms);
+                record_node_started(
+                    &self.agg, &authority, &epoch, &attempt, deadline, now_ms, TTL_MS,
+                )
+            }
+            Op::Finish { outcome, route } => {
+                let attempt = self.agg.attempt.as_ref()?.clone();
+                let output = json!({ "route": alloc::format!("c{route}") });
+                let record = result_record(
+                    attempt.attempt_id.as_str(),
+                    attempt.node_id.as_str(),
+                    outcome,
+                    output,
+                );
+                self.records
+                    .insert(attempt.attempt_id.clone(), record.clone());
+                let actor = if attempt.status == AttemptStatus::Waiting {
+                    Actor::Control {
+                        request: control_request(),
+                    }
+                } else {
+                    Actor::Runner {
+                        authority: &authority,
+                        runner_epoch: &epoch,
+                    }
+                };
+                let new_id = self.fresh_id();
+                let result = NodeResult { outcome, record };
+                finish_attempt(
+                    &self.agg,
+                    &self.topology,
+                    actor,
+                    &attempt.attempt_id,
+                    result,
+                    new_id,
+                    now_ms,
+                    TTL_MS,
+                )
+                .map(|(transition, _)| transition)
+            }
+            Op::StaleGeneration | Op::StaleAttempt | Op::ExpiredClaim => {
+                return Some(self.stale(op, &authority, &epoch));
+            }
+            Op::Crash(kind) => {
+                let runner_epoch = self.agg.run.runner.as_ref()?.runner_epoch.clone();
+                decide_exit(
+                    &self.agg,
+                    RunnerExit { runner_epoch, kind },
+                    Some(&authority),
+                    control_request(),
+                    now_ms,
+                    TTL_MS,
+                )
+            }
+            Op::Expire => {
+                let attempt = self.agg.attempt.as_ref()?.clone();
+                self.now_ms = self.now_ms.max(attempt.deadline_at_ms?);
+                let record = result_record(
+                    attempt.attempt_id.as_str(),
+                    attempt.node_id.as_str(),
+                    NodeOutcome::TimedOut,
+                    Value::Null,
+                );
+                self.records
+                    .insert(attempt.attempt_id.clone(), record.clone());
+                expire_node(
+                    &self.agg,
+                    &self.topology,
+                    Some(&authority),
+                    control_request(),
+                    &attempt.attempt_id,
+                    record,
+                    self.now_ms,
+                    TTL_MS,
+                )
+                .map(|(transition, _)| transition)
+            }
+            Op::Resume => run::resume(
+                &self.agg,
+                run::ResumeIds {
+                    resumed_message_id: MessageId::from("m-r"),
+                    message_order: 1,
+                },
+                now_ms,
+            ),
+        };
+        Some(result)
+    }
+
+    /// A message the current runner cannot legitimately send: from the
+    /// previous generation, for an attempt that is not current, or after its
+    /// claim expired. It must be refused.
+    fn stale(
+        &self,
+        op: &Op,
+        authority: &Authority,
+        epoch: &RunnerEpochId,
+    ) -> Result<Transition<RunAggregate>, Rejection> {
+        let generation = self.agg.run.lease.generation.0;
+        let (attempt, node_id) = self.agg.attempt.as_ref().map_or_else(
+            || (attempt_id("none"), id("n0")),
+            |a| (a.attempt_id.clone(), a.node_id.clone()),
+        );
+        let (authority, epoch, attempt, now_ms) = match op {
+            Op::StaleGeneration => (
+                host_authority(generation.saturating_sub(1)),
+                runner_epoch(generation.saturating_sub(1)),
+                attempt,
+                self.now_ms,
+            ),
+            Op::StaleAttempt => (
+                authority.clone(),
+                epoch.clone(),
+                attempt_id("not-current"),
+                self.now_ms,
+            ),
+            _ => (
+                authority.clone(),
+                epoch.clone(),
+                attempt,
+                self.now_ms + 10 * TTL_MS,
+            ),
+        };
+        let record = result_record(
+            attempt.as_str(),
+            node_id.as_str(),
+            NodeOutcome::Ok,
+            json!({"route": "c0"}),
+        );
+        let actor = Actor::Runner {
+            authority: &authority,
+            runner_epoch: &epoch,
+        };
+        let result = NodeResult {
+            outcome: NodeOutcome::Ok,
+            record,
+        };
+        finish_attempt(
+            &self.agg,
+            &self.topology,
+            actor,
+            &attempt,
+            result,
+            attempt_id("x"),
+            now_ms,
+            TTL_MS,
+        )
+        .map(|(transition, _)| transition)
+    }
+}
+
+fn check_invariants(world: &World) -> Result<(), TestCaseError> {
+    let agg = &world.agg;
+    let run = &agg.run;
+    prop_assert!(
+        RunRecord::pair_is_legal(run.status, run.queue),
+        "illegal pair {:?}",
+        pair(agg)
+    );
+    if !RunRecord::pair_holds_claim(run.status, run.queue) {
+        prop_assert_eq!(&run.lease.claim, &None);
+    }
+    let unfinished = world
+        .attempt_rows
+        .values()
+        .filter(|s| s.is_unfinished())
+        .count();
+    prop_assert!(unfinished <= 1, "{} unfinished attempts", unfinished);
+    if run.status.is_terminal() {
+        prop_assert_eq!(unfinished, 0);
+    }
+    let active = agg
+        .attempt
+        .as_ref()
+        .is_some_and(|a| a.status == AttemptStatus::Active);
+    prop_assert_eq!(
+        active,
+        pair(agg) == (RunStatus::Running, QueueStatus::Running),
+        "an active attempt exactly while a runner runs a node"
+    );
+    let limit = world.topology.root_max_steps() as usize;
+    prop_assert!(routing::executed_steps(&world.topology, &agg.steps) <= limit);
+    let mut seen = alloc::collections::BTreeSet::new();
+    for step in &agg.steps {
+        prop_assert!(seen.insert(&step.attempt_id), "an attempt finished twice");
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    /// Random runner messages (ready, node started, finish ok / failed /
+    /// timed out, stale generation, stale attempt, expired claim, crash,
+    /// deadline) over a random graph keep the run inside the state table,
+    /// keep at most one unfinished attempt, never exceed `maxSteps`, keep
+    /// terminal states absorbing and let no stale message change anything.
+    #[test]
+    fn random_runner_messages_keep_every_execution_invariant(
+        topology in graph(),
+        ops in proptest::collection::vec(op(), 1..60),
+    ) {
+        prop_assert_eq!(topology.validate(), Ok(()));
+        let mut world = World {
+            topology,
+            agg: reserved(1, 0),
+            now_ms: 1,
+            next_id: 0,
+            attempt_rows: BTreeMap::new(),
+            records: BTreeMap::new(),
+        };
+        for op in ops {
+            let before = world.agg.clone();
+            let stale = matches!(op, Op::StaleGeneration | Op::StaleAttempt | Op::ExpiredClaim);
+            let Some(result) = world.apply(&op) else { continue };
+            match result {
+                Ok(transition) => {
+                    prop_assert!(!stale, "a stale message was accepted: {:?}", op);
+                    let after = transition.facts;
+                    if before.run.status.is_terminal() {
+                        prop_assert_eq!(after.run.status, before.run.status, "terminal is absorbing");
+                        prop_assert_eq!(&after.steps, &before.steps);
+                    }
+                    prop_assert!(after.run.revision >= before.run.revision);
+                    prop_assert!(after.run.revision <= before.run.revision.next());
+                    // The shell writes every new step's attempt row, then the current attempt.
+                    for step in &after.steps[before.steps.len()..] {
+                        let status = AttemptStatus::Finished(step.outcome);
+                        world.attempt_rows.insert(step.attempt_id.clone(), status);
+                    }
+                    if let Some(attempt) = &after.attempt {
+                        world.attempt_rows.insert(attempt.attempt_id.clone(), attempt.status);
+                    }
+                    world.agg = after.reload();
+                }
+                Err(_) => prop_assert_eq!(&world.agg, &before),
+            }
+            check_invariants(&world)?;
+        }
+    }
+}
