@@ -15,3 +15,5 @@ pub mod claims;
 pub mod harness;
 pub mod effects;
 pub mod world;
+pub mod commands;
+pub mod decisions;

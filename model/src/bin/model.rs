@@ -1,12 +1,12 @@
-use model::effects::{EffectRules, EffectsModel};
+use model::decisions::{DecisionRules, DecisionsModel};
 use model::harness::{check, Stop};
 fn main() {
-    let m = EffectsModel::ci(EffectRules::Kernel);
-    let r = check("effects", m.bounds(), m, Stop::Exhaustive);
+    let m = DecisionsModel::ci(DecisionRules::Kernel);
+    let r = check("decisions", m.bounds(), m, Stop::Exhaustive);
     println!("{r}");
-    for rules in [EffectRules::ReserveWhileApplying, EffectRules::RunnerLossRetriesApplying, EffectRules::CancelForgetsApplying] {
-        let m = EffectsModel::ci(rules);
-        let r = check("effects", m.bounds(), m, Stop::FirstFailure);
+    for rules in [DecisionRules::AnswerAfterDeadlineWins, DecisionRules::SecondAnswerAlsoContinues, DecisionRules::DeadlineIgnoresPause, DecisionRules::CheckpointAnswerIgnoresDecision] {
+        let m = DecisionsModel::ci(rules);
+        let r = check("decisions", m.bounds(), m, Stop::FirstFailure);
         println!("{rules:?}\n{r}");
     }
 }
