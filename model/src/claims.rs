@@ -55,7 +55,7 @@ impl ClaimsModel {
     /// The CI configuration.
     pub fn ci(rules: ClaimRules) -> Self {
         Self {
-            runners: 2,
+            runners: 3,
             servers: 2,
             max_time: 5,
             max_generation: 3,
@@ -65,15 +65,15 @@ impl ClaimsModel {
         }
     }
 
-    /// The deep configuration: three runner owners, longer clock.
+    /// The deep configuration: a longer clock and one more generation.
     pub fn deep(rules: ClaimRules) -> Self {
         Self {
             runners: 3,
             servers: 2,
-            max_time: 7,
+            max_time: 6,
             max_generation: 4,
-            max_epoch: 3,
-            max_writes: 3,
+            max_epoch: 2,
+            max_writes: 2,
             rules,
         }
     }

@@ -86,8 +86,8 @@ impl CommandsModel {
     /// The CI configuration.
     pub fn ci(rules: CommandRules) -> Self {
         Self {
-            max_sends: 4,
-            max_deliveries: 5,
+            max_sends: 3,
+            max_deliveries: 4,
             rules,
         }
     }
@@ -95,8 +95,8 @@ impl CommandsModel {
     /// Larger bounds for local runs.
     pub fn deep(rules: CommandRules) -> Self {
         Self {
-            max_sends: 6,
-            max_deliveries: 7,
+            max_sends: 4,
+            max_deliveries: 5,
             rules,
         }
     }

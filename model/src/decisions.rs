@@ -52,9 +52,9 @@ impl DecisionsModel {
     /// The CI configuration.
     pub fn ci(rules: DecisionRules) -> Self {
         Self {
-            max_ticks: 2,
-            max_answers: 3,
-            max_pauses: 1,
+            max_ticks: 3,
+            max_answers: 4,
+            max_pauses: 2,
             rules,
         }
     }
@@ -62,9 +62,9 @@ impl DecisionsModel {
     /// Larger bounds for local runs.
     pub fn deep(rules: DecisionRules) -> Self {
         Self {
-            max_ticks: 3,
-            max_answers: 4,
-            max_pauses: 2,
+            max_ticks: 4,
+            max_answers: 6,
+            max_pauses: 3,
             rules,
         }
     }

@@ -52,10 +52,10 @@ impl EffectsModel {
     /// The CI configuration.
     pub fn ci(rules: EffectRules) -> Self {
         Self {
-            max_ticks: 2,
-            max_generation: 3,
+            max_ticks: 3,
+            max_generation: 4,
             max_reviews: 2,
-            max_requests: 6,
+            max_requests: 8,
             rules,
         }
     }
@@ -63,10 +63,10 @@ impl EffectsModel {
     /// Larger bounds for local runs.
     pub fn deep(rules: EffectRules) -> Self {
         Self {
-            max_ticks: 3,
-            max_generation: 5,
-            max_reviews: 3,
-            max_requests: 9,
+            max_ticks: 4,
+            max_generation: 6,
+            max_reviews: 4,
+            max_requests: 12,
             rules,
         }
     }

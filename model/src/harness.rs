@@ -32,8 +32,12 @@ impl Mode {
 pub enum Stop {
     /// Explore the whole bounded space (state counts are then deterministic).
     Exhaustive,
-    /// Stop at the first failing `always` or `eventually` property (mutation runs).
-    FirstFailure,
+    /// Stop as soon as this `always` or `eventually` property is violated
+    /// (mutation runs). Stopping at the first failure of any property instead
+    /// (`HasDiscoveries::AnyFailures`) would make the verdict on the targeted
+    /// property depend on which thread found what first when a planted bug
+    /// breaks several properties.
+    Property(&'static str),
 }
 
 /// The verdict on one property.
@@ -168,8 +172,8 @@ where
     let properties = model.properties();
     let started = Instant::now();
     let mut builder = model.clone().checker().threads(threads);
-    if stop == Stop::FirstFailure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    if let Stop::Property(name) = stop {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()));
     }
     let checker = builder.spawn_bfs().join();
     let seconds = started.elapsed().as_secs_f64();
@@ -205,7 +209,7 @@ where
                     }
                     Verdict::Violated(lines)
                 }
-                (_, None) if stop == Stop::FirstFailure && any_failure => Verdict::Unknown,
+                (_, None) if stop != Stop::Exhaustive && any_failure => Verdict::Unknown,
                 (_, None) => Verdict::Holds,
             };
             PropertyReport {

@@ -17,3 +17,5 @@ pub mod effects;
 pub mod world;
 pub mod commands;
 pub mod decisions;
+pub mod lifecycle;
+pub mod suite;
