@@ -154,21 +154,40 @@ pub struct ClaimsState {
 pub enum ClaimsAction {
     Tick,
     /// Server `s` admits runner `r`: `claim::acquire` with a host owner.
-    Acquire { server: usize, runner: usize },
+    Acquire {
+        server: usize,
+        runner: usize,
+    },
     /// Server `s` recovers the run: `claim::acquire` (control) then `claim::release`.
-    Recover { server: usize },
+    Recover {
+        server: usize,
+    },
     /// Server `s`'s backup timer: `claim::renew_by_timer` for runner `r`.
-    TimerRenew { server: usize, runner: usize },
+    TimerRenew {
+        server: usize,
+        runner: usize,
+    },
     /// Runner `r` sends a protected write with the authority it holds.
-    SendWrite { runner: usize },
+    SendWrite {
+        runner: usize,
+    },
     /// Server `s` processes runner `r`'s delayed write: `epoch::check` then `claim::check_and_renew`.
-    DeliverWrite { server: usize, runner: usize },
+    DeliverWrite {
+        server: usize,
+        runner: usize,
+    },
     /// Server process `s` starts: `epoch::take`.
-    TakeEpoch { server: usize },
+    TakeEpoch {
+        server: usize,
+    },
     /// Server `s`'s lease timer: `epoch::renew`.
-    RenewEpoch { server: usize },
+    RenewEpoch {
+        server: usize,
+    },
     /// Server process `s` crashes: its memory is lost, committed facts stay.
-    CrashServer { server: usize },
+    CrashServer {
+        server: usize,
+    },
 }
 
 impl fmt::Display for ClaimsAction {
@@ -294,7 +313,13 @@ impl ClaimsModel {
         }
     }
 
-    fn epoch_check(&self, host: &HostFacts, server: usize, epoch: Option<ServerEpoch>, now: u64) -> bool {
+    fn epoch_check(
+        &self,
+        host: &HostFacts,
+        server: usize,
+        epoch: Option<ServerEpoch>,
+        now: u64,
+    ) -> bool {
         let Some(epoch) = epoch else {
             return false;
         };
@@ -442,7 +467,9 @@ impl Model for ClaimsModel {
                     return None;
                 }
                 let generation = state.lease.generation.next();
-                let lease = self.acquire(&state.lease, host_request(runner, generation), now).ok()?;
+                let lease = self
+                    .acquire(&state.lease, host_request(runner, generation), now)
+                    .ok()?;
                 Self::note_grant(&mut next, &lease);
                 next.runners[runner].held = lease.claim.as_ref().map(Authority::of);
                 next.lease = lease;
@@ -472,7 +499,9 @@ impl Model for ClaimsModel {
                 }
                 let authority = state.runners[runner].held.clone()?;
                 let result = match self.rules {
-                    ClaimRules::Kernel | ClaimRules::NoEpochCheck | ClaimRules::AcquireWhileHeld => {
+                    ClaimRules::Kernel
+                    | ClaimRules::NoEpochCheck
+                    | ClaimRules::AcquireWhileHeld => {
                         claim::renew_by_timer(&state.lease, &authority, now, CLAIM_TTL)
                     }
                     _ => self.check_and_renew(&state.lease, &authority, now),

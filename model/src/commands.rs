@@ -202,7 +202,11 @@ impl fmt::Display for CommandsAction {
                 "server: receipt::decide + execute + receipt::record for {:?} rq-{}{}{}",
                 frame.command,
                 frame.request,
-                if *duplicate { " (frame duplicated)" } else { "" },
+                if *duplicate {
+                    " (frame duplicated)"
+                } else {
+                    ""
+                },
                 if *reply_lost { " (reply lost)" } else { "" }
             ),
             Self::Unavailable { frame } => write!(
@@ -227,8 +231,12 @@ fn same_key(a: &CommandIdentity, b: &CommandIdentity) -> bool {
 
 impl CommandsModel {
     fn decide(&self, receipts: &[StoredCommand], incoming: &Incoming) -> ReceiptDecision {
-        let by_request_id = receipts.iter().find(|r| r.request_id == incoming.request_id);
-        let by_key = receipts.iter().find(|r| same_key(&r.identity, &incoming.identity));
+        let by_request_id = receipts
+            .iter()
+            .find(|r| r.request_id == incoming.request_id);
+        let by_key = receipts
+            .iter()
+            .find(|r| same_key(&r.identity, &incoming.identity));
         match self.rules {
             CommandRules::FingerprintIncludesRequestId => {
                 // Planted bug: a receipt stored under another request id has
@@ -446,7 +454,10 @@ impl Model for CommandsModel {
                         }
                         if let Some(stored) = stored {
                             assert!(
-                                !state.receipts.iter().any(|r| r.request_id == stored.request_id),
+                                !state
+                                    .receipts
+                                    .iter()
+                                    .any(|r| r.request_id == stored.request_id),
                                 "host_commands primary key"
                             );
                             next.receipts.push(stored.clone());

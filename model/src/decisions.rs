@@ -248,10 +248,8 @@ impl DecisionsModel {
             provenance: Provenance::Human,
             answer_digest: person.digest(),
         };
-        next.children.push((
-            child.facts.reload(),
-            identity(&child_id, Digest::repeat(3)),
-        ));
+        next.children
+            .push((child.facts.reload(), identity(&child_id, Digest::repeat(3))));
         Some(next)
     }
 
@@ -282,7 +280,11 @@ impl DecisionsModel {
                 match provenance {
                     Provenance::Human => {
                         next.oracle.human_won = true;
-                        if state.decision.deadline_at_ms.is_some_and(|d| state.now >= d) {
+                        if state
+                            .decision
+                            .deadline_at_ms
+                            .is_some_and(|d| state.now >= d)
+                        {
                             next.oracle.late_human_win = true;
                         }
                     }
@@ -303,7 +305,8 @@ impl Model for DecisionsModel {
     type Action = DecisionsAction;
 
     fn init_states(&self) -> Vec<DecisionsState> {
-        let waiting = fixtures::waiting_at_checkpoint(&fixtures::live_run(1, world::NODE, 0), "gate", 0);
+        let waiting =
+            fixtures::waiting_at_checkpoint(&fixtures::live_run(1, world::NODE, 0), "gate", 0);
         [Some(Digest::repeat(0xdf)), None]
             .into_iter()
             .map(|default| {
@@ -345,7 +348,11 @@ impl Model for DecisionsModel {
         }
     }
 
-    fn next_state(&self, state: &DecisionsState, action: DecisionsAction) -> Option<DecisionsState> {
+    fn next_state(
+        &self,
+        state: &DecisionsState,
+        action: DecisionsAction,
+    ) -> Option<DecisionsState> {
         let mut next = state.clone();
         let now = state.now;
         match action {
@@ -356,7 +363,9 @@ impl Model for DecisionsModel {
             DecisionsAction::Answer(person) => {
                 next.answers += 1;
                 match self.answer(state, person) {
-                    Ok(Answered::Accepted(continued)) => Self::commit_continued(&mut next, continued),
+                    Ok(Answered::Accepted(continued)) => {
+                        Self::commit_continued(&mut next, continued)
+                    }
                     Ok(Answered::Adopted(_)) => next.oracle.retry_adopted = true,
                     Err(DecisionRejection::DeadlinePassed { .. }) => {
                         next.oracle.late_answer_refused = true;
@@ -388,8 +397,15 @@ impl Model for DecisionsModel {
             }
             DecisionsAction::Recover => {
                 let existing = Self::existing_child(state);
-                match decision::recover(&state.parent, &state.decision, existing, &request(), now, TTL)
-                    .ok()?
+                match decision::recover(
+                    &state.parent,
+                    &state.decision,
+                    existing,
+                    &request(),
+                    now,
+                    TTL,
+                )
+                .ok()?
                 {
                     Recovered::Prepared(continued) => Self::commit_continued(&mut next, continued),
                     Recovered::Adopted { .. } => next.oracle.recovery_adopted = true,
@@ -405,7 +421,9 @@ impl Model for DecisionsModel {
                 }
                 let wanted = identity("run-1c", Digest::repeat(3));
                 let existing = Self::existing_child(state);
-                match decision::answer_checkpoint(&parent, protected, existing, &wanted, now).ok()? {
+                match decision::answer_checkpoint(&parent, protected, existing, &wanted, now)
+                    .ok()?
+                {
                     PrepareOutcome::Prepared(reserved) => {
                         next.parent = reserved.parent.facts.reload();
                         next.children.push((reserved.child.facts.reload(), wanted));
@@ -474,9 +492,7 @@ impl Model for DecisionsModel {
             ),
             Property::always(
                 "a waiting parent has at most one continuation and one engine start",
-                |_, s: &DecisionsState| {
-                    s.children.len() <= 1 && s.oracle.continuation_starts <= 1
-                },
+                |_, s: &DecisionsState| s.children.len() <= 1 && s.oracle.continuation_starts <= 1,
             ),
             Property::always(
                 "no decision is accepted while its run is paused",
@@ -488,8 +504,7 @@ impl Model for DecisionsModel {
                     s.children.is_empty()
                         || (is_accepted(&s.decision.status)
                             && s.decision.continuation_run_id.is_some()
-                            && s.parent.run.lineage.continued_by
-                                == s.decision.continuation_run_id)
+                            && s.parent.run.lineage.continued_by == s.decision.continuation_run_id)
                 },
             ),
             Property::sometimes(

@@ -14,8 +14,8 @@ use crate::world::{self, TTL};
 use core::fmt;
 use kernel::claim::Authority;
 use kernel::effect::{
-    self, EffectKey, EffectRecord, EffectRejection, EffectState, RecoveryAction, ReserveRequest, Reserved,
-    SettleOutcome, SettleReport, Settled,
+    self, EffectKey, EffectRecord, EffectRejection, EffectState, RecoveryAction, ReserveRequest,
+    Reserved, SettleOutcome, SettleReport, Settled,
 };
 use kernel::fixtures;
 use kernel::ids::{AttemptId, Digest, EffectId, NodeId, RunId};
@@ -144,11 +144,15 @@ pub struct EffectsState {
 pub enum EffectsAction {
     Tick,
     /// `effect.reserve`; the reply may be lost.
-    Reserve { reply_lost: bool },
+    Reserve {
+        reply_lost: bool,
+    },
     /// The runner applies its authorized attempt to the external system.
     Apply,
     /// `effect.settle(applied)`; the reply may be lost.
-    Settle { reply_lost: bool },
+    Settle {
+        reply_lost: bool,
+    },
     /// `run::finish(completed)` by the runner.
     Finish,
     CrashRunner,
@@ -208,7 +212,11 @@ impl EffectsModel {
     /// aggregate is what the shell reloads.
     fn commit(state: &mut EffectsState, transition: Transition<RunAggregate>) {
         for effect in &transition.facts.effects {
-            match state.table.iter_mut().find(|e| e.effect_id == effect.effect_id) {
+            match state
+                .table
+                .iter_mut()
+                .find(|e| e.effect_id == effect.effect_id)
+            {
                 Some(row) => *row = effect.clone(),
                 None => state.table.push(effect.clone()),
             }
@@ -216,11 +224,7 @@ impl EffectsModel {
         state.agg = transition.facts.reload();
     }
 
-    fn reserve(
-        &self,
-        state: &EffectsState,
-        runner: &Runner,
-    ) -> Result<Reserved, EffectRejection> {
+    fn reserve(&self, state: &EffectsState, runner: &Runner) -> Result<Reserved, EffectRejection> {
         let mut req = request();
         // The attempt the runner was dispatched (what `fixtures::running` names it).
         req.attempt_id = AttemptId::new(format!("a-{}-{}", runner.generation, world::NODE));
@@ -288,7 +292,11 @@ impl EffectsModel {
         .ok()?;
         if self.rules == EffectRules::CancelForgetsApplying {
             for effect in &mut transition.facts.effects {
-                let before = state.agg.effects.iter().find(|e| e.effect_id == effect.effect_id);
+                let before = state
+                    .agg
+                    .effects
+                    .iter()
+                    .find(|e| e.effect_id == effect.effect_id);
                 if before.is_some_and(|e| e.state == EffectState::Applying) {
                     effect.state = EffectState::Cancelled;
                 }
@@ -576,4 +584,3 @@ impl Summarize for EffectsModel {
         )
     }
 }
-

@@ -5,8 +5,8 @@
 
 use core::fmt::{self, Debug, Display};
 use core::hash::Hash;
-use std::time::Instant;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use std::time::Instant;
 
 /// How a model is checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +144,10 @@ impl Display for Report {
             };
             writeln!(f, "    {kind:<10} {verdict:<12} {}", property.name)?;
             if let Verdict::Violated(steps) = &property.verdict {
-                let inputs = steps.iter().filter(|s| !s.trim_start().starts_with("=>")).count();
+                let inputs = steps
+                    .iter()
+                    .filter(|s| !s.trim_start().starts_with("=>"))
+                    .count();
                 writeln!(f, "      counterexample ({inputs} kernel inputs):")?;
                 for step in steps {
                     writeln!(f, "        {step}")?;
@@ -230,23 +233,25 @@ where
     }
 }
 
+/// A path as (state, action taken from it) pairs, the last action `None`.
+type Steps<M> = Vec<(<M as Model>::State, Option<<M as Model>::Action>)>;
+/// The state a state was first reached from, and the action taken.
+type Parent<M> = Option<(<M as Model>::State, <M as Model>::Action)>;
+
 /// The states explored at most when shortening a counterexample.
 const SHORTEST_STATE_LIMIT: usize = 2_000_000;
 
 /// A shortest path (breadth-first, one thread) from an initial state to a
 /// state that violates `condition`, as (state, action taken from it) pairs
 /// like stateright's `Path::into_vec`.
-fn shortest_violation<M>(
-    model: &M,
-    condition: fn(&M, &M::State) -> bool,
-) -> Option<Vec<(M::State, Option<M::Action>)>>
+fn shortest_violation<M>(model: &M, condition: fn(&M, &M::State) -> bool) -> Option<Steps<M>>
 where
     M: Model,
     M::State: Hash + Clone + Eq,
     M::Action: Clone,
 {
     use std::collections::{HashMap, VecDeque};
-    let mut parents: HashMap<M::State, Option<(M::State, M::Action)>> = HashMap::new();
+    let mut parents: HashMap<M::State, Parent<M>> = HashMap::new();
     let mut queue = VecDeque::new();
     for init in model.init_states() {
         if parents.insert(init.clone(), None).is_none() {

@@ -12,10 +12,10 @@
 //! mutation that the checker must catch, so no property is vacuous.
 
 pub mod claims;
-pub mod harness;
-pub mod effects;
-pub mod world;
 pub mod commands;
 pub mod decisions;
+pub mod effects;
+pub mod harness;
 pub mod lifecycle;
 pub mod suite;
+pub mod world;

@@ -19,8 +19,8 @@ use kernel::fixtures;
 use kernel::ids::{Digest, MessageId, RunId};
 use kernel::output::{Output, RunEvent, Transition};
 use kernel::run::{
-    self, ExecutionMode, FailureClass, NewRun, ParkReason, QueueStatus, ReasonKind,
-    RestartSource, RunAggregate, RunError, RunStatus, Terminal,
+    self, ExecutionMode, FailureClass, NewRun, ParkReason, QueueStatus, ReasonKind, RestartSource,
+    RunAggregate, RunError, RunStatus, Terminal,
 };
 use stateright::{Model, Property};
 
@@ -73,8 +73,8 @@ impl LifecycleModel {
             max_ticks: 3,
             max_generation: 4,
             max_runs: 2,
-            max_pauses: 2,
-            max_crashes: 2,
+            max_pauses: 1,
+            max_crashes: 1,
             rules,
         }
     }
@@ -97,7 +97,11 @@ impl LifecycleModel {
         if self.faults {
             format!(
                 "faults on, runs<={}, ticks<={}, gen<={}, pauses<={}, crashes<={}",
-                self.max_runs, self.max_ticks, self.max_generation, self.max_pauses, self.max_crashes
+                self.max_runs,
+                self.max_ticks,
+                self.max_generation,
+                self.max_pauses,
+                self.max_crashes
             )
         } else {
             format!(
@@ -377,7 +381,11 @@ impl Model for LifecycleModel {
         }
     }
 
-    fn next_state(&self, state: &LifecycleState, action: LifecycleAction) -> Option<LifecycleState> {
+    fn next_state(
+        &self,
+        state: &LifecycleState,
+        action: LifecycleAction,
+    ) -> Option<LifecycleState> {
         use LifecycleAction as A;
         let mut next = state.clone();
         let now = state.now;
@@ -426,7 +434,8 @@ impl Model for LifecycleModel {
                     }
                 };
                 let authority = world::host(generation);
-                let transition = run::finish(&state.runs[i], Some(&authority), terminal, now).ok()?;
+                let transition =
+                    run::finish(&state.runs[i], Some(&authority), terminal, now).ok()?;
                 Self::commit(&mut next, i, transition);
                 next.runners[i] = None;
                 next.host[i] = None;
@@ -446,7 +455,8 @@ impl Model for LifecycleModel {
             }
             A::Drain(i) => {
                 let host = state.host[i].as_ref()?;
-                let mut transition = run::park(&state.runs[i], host, ParkReason::Drained, now).ok()?;
+                let mut transition =
+                    run::park(&state.runs[i], host, ParkReason::Drained, now).ok()?;
                 self.keep_attempt(&state.runs[i], &mut transition);
                 Self::commit(&mut next, i, transition);
                 next.host[i] = None;
@@ -530,8 +540,14 @@ impl Model for LifecycleModel {
             }
         }
         Self::check_step(state, &mut next);
-        let completed = next.runs.iter().any(|r| r.run.status == RunStatus::Completed)
-            && !state.runs.iter().any(|r| r.run.status == RunStatus::Completed);
+        let completed = next
+            .runs
+            .iter()
+            .any(|r| r.run.status == RunStatus::Completed)
+            && !state
+                .runs
+                .iter()
+                .any(|r| r.run.status == RunStatus::Completed);
         if completed && state.crashes > 0 {
             if state.server_restarted {
                 next.oracle.server_crash_recovered = true;
@@ -568,12 +584,9 @@ impl Model for LifecycleModel {
         ];
         if self.faults {
             properties.extend([
-                Property::sometimes(
-                    "a failed run is restarted",
-                    |_, s: &LifecycleState| {
-                        s.runs.len() == 2 && s.runs[1].run.lineage.restart.is_some()
-                    },
-                ),
+                Property::sometimes("a failed run is restarted", |_, s: &LifecycleState| {
+                    s.runs.len() == 2 && s.runs[1].run.lineage.restart.is_some()
+                }),
                 Property::sometimes(
                     "a waiting run is continued and the child completes",
                     |_, s: &LifecycleState| {
@@ -594,10 +607,9 @@ impl Model for LifecycleModel {
                     "a run is cancelled after its claim expired",
                     |_, s: &LifecycleState| s.oracle.cancelled_expired,
                 ),
-                Property::sometimes(
-                    "a live run is cancelled",
-                    |_, s: &LifecycleState| s.oracle.cancelled_live,
-                ),
+                Property::sometimes("a live run is cancelled", |_, s: &LifecycleState| {
+                    s.oracle.cancelled_live
+                }),
                 Property::sometimes("a drained run is parked", |_, s: &LifecycleState| {
                     s.oracle.drained
                 }),

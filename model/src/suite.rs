@@ -117,25 +117,25 @@ pub fn models() -> Vec<ModelEntry> {
     vec![
         ModelEntry {
             name: "claims",
-            ci_unique_states: 502_790,
+            ci_unique_states: 1_281_538,
             run: claims,
             properties: || names(&ClaimsModel::ci(ClaimRules::Kernel)),
         },
         ModelEntry {
             name: "effects",
-            ci_unique_states: 4_221,
+            ci_unique_states: 14_836,
             run: effects,
             properties: || names(&EffectsModel::ci(EffectRules::Kernel)),
         },
         ModelEntry {
             name: "commands",
-            ci_unique_states: 0,
+            ci_unique_states: 84_411,
             run: commands,
             properties: || names(&CommandsModel::ci(CommandRules::Kernel)),
         },
         ModelEntry {
             name: "decisions",
-            ci_unique_states: 1_653,
+            ci_unique_states: 6_702,
             run: decisions,
             properties: || names(&DecisionsModel::ci(DecisionRules::Kernel)),
         },
@@ -147,9 +147,14 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "liveness",
-            ci_unique_states: 0,
+            ci_unique_states: 227,
             run: liveness,
-            properties: || names(&LifecycleModel::fault_free(LifecycleRules::Kernel, LIVENESS_PAUSES_CI)),
+            properties: || {
+                names(&LifecycleModel::fault_free(
+                    LifecycleRules::Kernel,
+                    LIVENESS_PAUSES_CI,
+                ))
+            },
         },
     ]
 }

@@ -37,8 +37,8 @@ pub fn admit(agg: &RunAggregate, now: u64) -> Result<Transition<RunAggregate>, r
 /// The fixture expects success, so the claim is first checked with the
 /// kernel's own `claim::check`; `None` means the kernel would refuse.
 pub fn ready(agg: &RunAggregate, generation: u64, now: u64) -> Option<Transition<RunAggregate>> {
-    let starting = (agg.run.status, agg.run.queue)
-        == (run::RunStatus::Running, run::QueueStatus::Starting);
+    let starting =
+        (agg.run.status, agg.run.queue) == (run::RunStatus::Running, run::QueueStatus::Starting);
     let current = agg
         .run
         .runner

@@ -185,8 +185,9 @@ fn every_safety_and_liveness_property_has_a_planted_bug() {
         }
         for mutation in mutations.iter().filter(|m| m.model == entry.name) {
             assert!(
-                properties.iter().any(|(name, e)| *name == mutation.breaks
-                    && *e != Expectation::Sometimes),
+                properties
+                    .iter()
+                    .any(|(name, e)| *name == mutation.breaks && *e != Expectation::Sometimes),
                 "{}: {} targets an unknown property {:?}",
                 entry.name,
                 mutation.name,
