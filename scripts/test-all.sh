@@ -18,9 +18,13 @@ step "Rust tests"
 cargo test --workspace --exclude model --locked
 
 step "Model checks: build (release)"
+cargo build --release -p model --locked
 cargo test --release -p model --locked --no-run
 
-step "Model checks (CI bounds, pinned state counts, planted bugs; limit 300 s)"
+step "Model checks: table (CI bounds, pinned state counts, planted bugs; limit 300 s)"
+timeout 300 cargo run --release -p model --locked --quiet
+
+step "Model checks: tests (limit 300 s)"
 timeout 300 cargo test --release -p model --locked
 
 printf '\nall suites passed\n'
