@@ -10,6 +10,10 @@
 //! Every model also runs with planted bugs ([`suite::mutations`]): wrappers in
 //! this crate that drop exactly one kernel check. Each `always` property has a
 //! mutation that the checker must catch, so no property is vacuous.
+//!
+//! Still to come, as new files registered in [`suite`]: runner supervision
+//! with real dispatch and routing (`supervision.rs`) and workflow messages
+//! with two Pi processes per origin session (`messages.rs`); see `README.md`.
 
 pub mod claims;
 pub mod commands;
