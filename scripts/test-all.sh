@@ -14,6 +14,17 @@ step "cargo clippy (deny warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "Rust tests"
-cargo test --workspace --locked
+# The model checks run below in release mode, under their own time limit.
+cargo test --workspace --exclude model --locked
+
+step "Model checks: build (release)"
+cargo build --release -p model --locked
+cargo test --release -p model --locked --no-run
+
+step "Model checks: table (CI bounds, pinned state counts, planted bugs; limit 300 s)"
+timeout 300 cargo run --release -p model --locked --quiet
+
+step "Model checks: tests (limit 300 s)"
+timeout 300 cargo test --release -p model --locked
 
 printf '\nall suites passed\n'

@@ -1,0 +1,336 @@
+//! The registry of models and planted bugs that the `model` binary and the
+//! tests run. A new model (runner supervision, workflow messages) adds one
+//! [`ModelEntry`] and its [`Mutation`]s here.
+
+use crate::claims::{ClaimRules, ClaimsModel};
+use crate::commands::{CommandRules, CommandsModel};
+use crate::decisions::{DecisionRules, DecisionsModel};
+use crate::effects::{EffectRules, EffectsModel};
+use crate::harness::{Mode, Report, Stop, check};
+use crate::lifecycle::{LifecycleModel, LifecycleRules};
+use stateright::{Expectation, Model};
+
+/// One model configuration with the kernel's rules.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelEntry {
+    pub name: &'static str,
+    /// The unique state count of the CI configuration (pinned: a change in
+    /// the kernel or the model that changes the explored space shows here).
+    pub ci_unique_states: usize,
+    run: fn(Mode) -> Report,
+    properties: fn() -> Vec<(&'static str, Expectation)>,
+}
+
+impl ModelEntry {
+    /// Checks the model exhaustively in `mode`.
+    pub fn run(&self, mode: Mode) -> Report {
+        (self.run)(mode)
+    }
+
+    /// The model's properties (names and kinds), without checking it.
+    pub fn properties(&self) -> Vec<(&'static str, Expectation)> {
+        (self.properties)()
+    }
+}
+
+fn names<M: Model>(model: &M) -> Vec<(&'static str, Expectation)> {
+    model
+        .properties()
+        .into_iter()
+        .map(|p| (p.name, p.expectation))
+        .collect()
+}
+
+/// One planted bug: a rule set with exactly one check dropped, and the
+/// `always` or `eventually` property the checker must then violate.
+#[derive(Clone, Copy, Debug)]
+pub struct Mutation {
+    pub name: &'static str,
+    pub model: &'static str,
+    pub dropped_check: &'static str,
+    pub breaks: &'static str,
+    run: fn(&'static str) -> Report,
+}
+
+impl Mutation {
+    /// Checks the CI configuration under this mutation until the target
+    /// property is violated (or the space is exhausted).
+    pub fn run(&self) -> Report {
+        (self.run)(self.breaks)
+    }
+}
+
+fn claims(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => ClaimsModel::ci(ClaimRules::Kernel),
+        Mode::Deep => ClaimsModel::deep(ClaimRules::Kernel),
+    };
+    check("claims", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn effects(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => EffectsModel::ci(EffectRules::Kernel),
+        Mode::Deep => EffectsModel::deep(EffectRules::Kernel),
+    };
+    check("effects", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn commands(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => CommandsModel::ci(CommandRules::Kernel),
+        Mode::Deep => CommandsModel::deep(CommandRules::Kernel),
+    };
+    check("commands", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn decisions(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => DecisionsModel::ci(DecisionRules::Kernel),
+        Mode::Deep => DecisionsModel::deep(DecisionRules::Kernel),
+    };
+    check("decisions", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn lifecycle(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => LifecycleModel::ci(LifecycleRules::Kernel),
+        Mode::Deep => LifecycleModel::deep(LifecycleRules::Kernel),
+    };
+    check("lifecycle", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn liveness(mode: Mode) -> Report {
+    let pauses = match mode {
+        Mode::Ci => LIVENESS_PAUSES_CI,
+        Mode::Deep => LIVENESS_PAUSES_DEEP,
+    };
+    let model = LifecycleModel::fault_free(LifecycleRules::Kernel, pauses);
+    check("liveness", model.bounds(), model, Stop::Exhaustive)
+}
+
+const LIVENESS_PAUSES_CI: u8 = 3;
+const LIVENESS_PAUSES_DEEP: u8 = 6;
+
+/// Every model, in the order the binary prints them.
+pub fn models() -> Vec<ModelEntry> {
+    vec![
+        ModelEntry {
+            name: "claims",
+            ci_unique_states: 1_281_538,
+            run: claims,
+            properties: || names(&ClaimsModel::ci(ClaimRules::Kernel)),
+        },
+        ModelEntry {
+            name: "effects",
+            ci_unique_states: 14_836,
+            run: effects,
+            properties: || names(&EffectsModel::ci(EffectRules::Kernel)),
+        },
+        ModelEntry {
+            name: "commands",
+            ci_unique_states: 84_411,
+            run: commands,
+            properties: || names(&CommandsModel::ci(CommandRules::Kernel)),
+        },
+        ModelEntry {
+            name: "decisions",
+            ci_unique_states: 6_702,
+            run: decisions,
+            properties: || names(&DecisionsModel::ci(DecisionRules::Kernel)),
+        },
+        ModelEntry {
+            name: "lifecycle",
+            ci_unique_states: 922_493,
+            run: lifecycle,
+            properties: || names(&LifecycleModel::ci(LifecycleRules::Kernel)),
+        },
+        ModelEntry {
+            name: "liveness",
+            ci_unique_states: 227,
+            run: liveness,
+            properties: || {
+                names(&LifecycleModel::fault_free(
+                    LifecycleRules::Kernel,
+                    LIVENESS_PAUSES_CI,
+                ))
+            },
+        },
+    ]
+}
+
+fn target(property: &'static str) -> Stop {
+    Stop::Property(property)
+}
+
+macro_rules! mutation {
+    ($name:literal, $model:literal, $dropped:literal, $breaks:literal, $build:expr) => {
+        Mutation {
+            name: $name,
+            model: $model,
+            dropped_check: $dropped,
+            breaks: $breaks,
+            run: |breaks| {
+                let model = $build;
+                check($model, model.bounds(), model, target(breaks))
+            },
+        }
+    };
+}
+
+/// Every planted bug. Each `always` and `eventually` property of every
+/// model appears at least once in `breaks`.
+pub fn mutations() -> Vec<Mutation> {
+    vec![
+        mutation!(
+            "owner-only-fencing",
+            "claims",
+            "a protected write compares only the owner, not token, generation or expiry",
+            "no write from an expired, older-generation or foreign claim commits",
+            ClaimsModel::ci(ClaimRules::OwnerOnlyFencing)
+        ),
+        mutation!(
+            "renew-after-expiry",
+            "claims",
+            "renewal skips the expiry check when the identity matches",
+            "an expired claim never renews itself",
+            ClaimsModel::ci(ClaimRules::RenewAfterExpiry)
+        ),
+        mutation!(
+            "acquire-while-held",
+            "claims",
+            "acquire ignores a live claim",
+            "at most one live claim per run",
+            ClaimsModel::ci(ClaimRules::AcquireWhileHeld)
+        ),
+        mutation!(
+            "no-epoch-check",
+            "claims",
+            "the server processes writes without epoch::check",
+            "only the current live server epoch commits writes",
+            ClaimsModel::ci(ClaimRules::NoEpochCheck)
+        ),
+        mutation!(
+            "runner-loss-retries-applying",
+            "effects",
+            "losing the runner makes an applying effect reserved (retried) instead of ambiguous",
+            "an effect is applied at most once per attempt, and re-applied only after an operator retry",
+            EffectsModel::ci(EffectRules::RunnerLossRetriesApplying)
+        ),
+        mutation!(
+            "reserve-while-applying",
+            "effects",
+            "reserve starts an effect that is already applying (no AlreadyApplying)",
+            "an effect that may have applied is never retried without review",
+            EffectsModel::ci(EffectRules::ReserveWhileApplying)
+        ),
+        mutation!(
+            "cancel-forgets-applying",
+            "effects",
+            "cancellation marks an applying effect cancelled instead of ambiguous",
+            "cancellation turns reserved into cancelled and applying into ambiguous",
+            EffectsModel::ci(EffectRules::CancelForgetsApplying)
+        ),
+        mutation!(
+            "fingerprint-includes-request-id",
+            "commands",
+            "the fingerprint includes the transport request id",
+            "a repeated command with the same key and fingerprint returns the same receipt",
+            CommandsModel::ci(CommandRules::FingerprintIncludesRequestId)
+        ),
+        mutation!(
+            "payload-outside-fingerprint",
+            "commands",
+            "the payload digest is not compared",
+            "another payload under the same key is a conflict and changes nothing",
+            CommandsModel::ci(CommandRules::PayloadOutsideFingerprint)
+        ),
+        mutation!(
+            "no-lookup-by-key",
+            "commands",
+            "the shell looks receipts up by request id only",
+            "a command under one key commits at most once",
+            CommandsModel::ci(CommandRules::NoLookupByKey)
+        ),
+        mutation!(
+            "store-transient",
+            "commands",
+            "receipt::record stores transient outcomes",
+            "only durable outcomes are stored as receipts",
+            CommandsModel::ci(CommandRules::StoreTransient)
+        ),
+        mutation!(
+            "second-answer-also-continues",
+            "decisions",
+            "a different answer after acceptance is not refused (already decided)",
+            "a decision is accepted at most once: its winner never changes",
+            DecisionsModel::ci(DecisionRules::SecondAnswerAlsoContinues)
+        ),
+        mutation!(
+            "two-continuation-winners",
+            "decisions",
+            "a different answer after acceptance is not refused and reserves its own child",
+            "a waiting parent has at most one continuation and one engine start",
+            DecisionsModel::ci(DecisionRules::SecondAnswerAlsoContinues)
+        ),
+        mutation!(
+            "answer-after-deadline-wins",
+            "decisions",
+            "an answer is not compared with the deadline",
+            "an answer at or after the deadline never wins",
+            DecisionsModel::ci(DecisionRules::AnswerAfterDeadlineWins)
+        ),
+        mutation!(
+            "deadline-ignores-pause",
+            "decisions",
+            "the deadline timer does not check the durable pause",
+            "no decision is accepted while its run is paused",
+            DecisionsModel::ci(DecisionRules::DeadlineIgnoresPause)
+        ),
+        mutation!(
+            "checkpoint-answer-ignores-decision",
+            "decisions",
+            "an ordinary checkpoint answer does not look for a protected decision",
+            "a continuation exists only for an accepted decision",
+            DecisionsModel::ci(DecisionRules::CheckpointAnswerIgnoresDecision)
+        ),
+        mutation!(
+            "cancel-ignores-terminal",
+            "lifecycle",
+            "cancel does not refuse a terminal run",
+            "terminal run states are absorbing",
+            LifecycleModel::ci(LifecycleRules::CancelIgnoresTerminal)
+        ),
+        mutation!(
+            "park-keeps-attempt",
+            "lifecycle",
+            "parking does not abandon the active attempt",
+            "run, queue, claim, pause and attempt projections agree after every step",
+            LifecycleModel::ci(LifecycleRules::ParkKeepsAttempt)
+        ),
+        mutation!(
+            "recover-live-claim",
+            "lifecycle",
+            "recovery does not wait for the claim to expire",
+            "recovery never takes over a live claim",
+            LifecycleModel::ci(LifecycleRules::RecoverLiveClaim)
+        ),
+        mutation!(
+            "admit-only-queued",
+            "liveness",
+            "the scheduler never admits a resumable parked run",
+            "with no faults, every admitted run reaches a terminal or waiting state",
+            LifecycleModel::fault_free(LifecycleRules::AdmitOnlyQueued, LIVENESS_PAUSES_CI)
+        ),
+    ]
+}
+
+/// The model entry named `name`.
+pub fn model(name: &str) -> Option<ModelEntry> {
+    models().into_iter().find(|entry| entry.name == name)
+}
+
+/// The mutation named `name`.
+pub fn mutation(name: &str) -> Option<Mutation> {
+    mutations().into_iter().find(|m| m.name == name)
+}

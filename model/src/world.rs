@@ -1,0 +1,59 @@
+//! The environment shared by the models over real run aggregates: one clock
+//! unit, the ids the shell would make, and the composite steps (admit, then
+//! `runner.ready` plus dispatch) that the kernel exposes through fixtures.
+
+use kernel::claim::{self, Authority};
+use kernel::fixtures;
+use kernel::output::{Output, Transition};
+use kernel::run::{self, RunAggregate};
+
+/// The claim lifetime every aggregate model passes to the kernel. One clock
+/// tick of these models is exactly one lifetime, so a tick expires every
+/// claim that was not renewed at the new instant.
+pub const TTL: u64 = fixtures::TTL_MS;
+
+/// The node every runner executes.
+pub const NODE: &str = "work";
+
+/// The host authority the server holds for the runner of `generation`.
+pub fn host(generation: u64) -> Authority {
+    fixtures::host_authority(generation)
+}
+
+/// `run::admit` with the next generation's runner epoch and token.
+pub fn admit(agg: &RunAggregate, now: u64) -> Result<Transition<RunAggregate>, run::Rejection> {
+    let generation = agg.run.lease.generation.next().0;
+    run::admit(
+        agg,
+        fixtures::runner_epoch(generation),
+        fixtures::token(generation),
+        now,
+        TTL,
+    )
+}
+
+/// `runner.ready` plus dispatch of [`NODE`] for the runner of `generation`,
+/// through the kernel's `fixtures::running` (which calls `run::mark_ready`).
+/// The fixture expects success, so the claim is first checked with the
+/// kernel's own `claim::check`; `None` means the kernel would refuse.
+pub fn ready(agg: &RunAggregate, generation: u64, now: u64) -> Option<Transition<RunAggregate>> {
+    let starting =
+        (agg.run.status, agg.run.queue) == (run::RunStatus::Running, run::QueueStatus::Starting);
+    let current = agg
+        .run
+        .runner
+        .as_ref()
+        .is_some_and(|r| r.runner_epoch == fixtures::runner_epoch(generation) && r.is_live());
+    if !starting || !current || agg.run.lease.generation.0 != generation {
+        return None;
+    }
+    claim::check(&agg.run.lease, Some(&host(generation)), now).ok()?;
+    Some(fixtures::running(agg, NODE, now))
+}
+
+/// Whether a transition's outputs contain an event matching `pred`.
+pub fn has_event(outputs: &[Output], pred: impl Fn(&kernel::output::RunEvent) -> bool) -> bool {
+    outputs
+        .iter()
+        .any(|output| matches!(output, Output::Event { event, .. } if pred(event)))
+}

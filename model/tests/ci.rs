@@ -1,0 +1,222 @@
+//! The CI checks: every model in its bounded configuration holds all its
+//! properties with its pinned unique state count, and every planted bug is
+//! caught with a counterexample. Run with `cargo test --release -p model`.
+
+use model::harness::{Mode, Verdict};
+use model::suite;
+use stateright::Expectation;
+
+fn holds_with_pinned_count(name: &str) {
+    let entry = suite::model(name).expect("a registered model");
+    let report = entry.run(Mode::Ci);
+    print!("{report}");
+    assert!(
+        report.passed(),
+        "{name}: properties not met: {:?}",
+        report.failures()
+    );
+    assert_eq!(
+        report.unique_states, entry.ci_unique_states,
+        "{name}: the pinned unique state count changed"
+    );
+}
+
+fn is_caught(name: &str) {
+    let mutation = suite::mutation(name).expect("a registered mutation");
+    let report = mutation.run();
+    print!("{report}");
+    let steps = report.counterexample(mutation.breaks);
+    assert!(
+        steps.is_some_and(|steps| !steps.is_empty()),
+        "{name}: the checker found no counterexample to {:?}",
+        mutation.breaks
+    );
+}
+
+#[test]
+fn claims_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("claims");
+}
+
+#[test]
+fn effects_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("effects");
+}
+
+#[test]
+fn commands_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("commands");
+}
+
+#[test]
+fn decisions_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("decisions");
+}
+
+#[test]
+fn lifecycle_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("lifecycle");
+}
+
+#[test]
+fn liveness_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("liveness");
+}
+
+#[test]
+fn owner_only_fencing_is_caught() {
+    is_caught("owner-only-fencing");
+}
+
+#[test]
+fn renew_after_expiry_is_caught() {
+    is_caught("renew-after-expiry");
+}
+
+#[test]
+fn acquire_while_held_is_caught() {
+    is_caught("acquire-while-held");
+}
+
+#[test]
+fn no_epoch_check_is_caught() {
+    is_caught("no-epoch-check");
+}
+
+#[test]
+fn runner_loss_retrying_an_applying_effect_is_caught() {
+    is_caught("runner-loss-retries-applying");
+}
+
+#[test]
+fn reserve_while_applying_is_caught() {
+    is_caught("reserve-while-applying");
+}
+
+#[test]
+fn cancel_forgetting_an_applying_effect_is_caught() {
+    is_caught("cancel-forgets-applying");
+}
+
+#[test]
+fn fingerprint_including_the_request_id_is_caught() {
+    is_caught("fingerprint-includes-request-id");
+}
+
+#[test]
+fn payload_outside_the_fingerprint_is_caught() {
+    is_caught("payload-outside-fingerprint");
+}
+
+#[test]
+fn no_receipt_lookup_by_key_is_caught() {
+    is_caught("no-lookup-by-key");
+}
+
+#[test]
+fn storing_transient_outcomes_is_caught() {
+    is_caught("store-transient");
+}
+
+#[test]
+fn a_second_answer_that_also_continues_is_caught() {
+    is_caught("second-answer-also-continues");
+}
+
+#[test]
+fn two_continuation_winners_are_caught() {
+    is_caught("two-continuation-winners");
+}
+
+#[test]
+fn an_answer_after_the_deadline_winning_is_caught() {
+    is_caught("answer-after-deadline-wins");
+}
+
+#[test]
+fn a_deadline_ignoring_the_pause_is_caught() {
+    is_caught("deadline-ignores-pause");
+}
+
+#[test]
+fn a_checkpoint_answer_ignoring_the_decision_is_caught() {
+    is_caught("checkpoint-answer-ignores-decision");
+}
+
+#[test]
+fn cancel_ignoring_a_terminal_run_is_caught() {
+    is_caught("cancel-ignores-terminal");
+}
+
+#[test]
+fn park_keeping_the_attempt_is_caught() {
+    is_caught("park-keeps-attempt");
+}
+
+#[test]
+fn recovery_of_a_live_claim_is_caught() {
+    is_caught("recover-live-claim");
+}
+
+#[test]
+fn admitting_only_queued_runs_is_caught_by_liveness() {
+    is_caught("admit-only-queued");
+}
+
+/// Non-vacuity: each `always` and `eventually` property of every model is
+/// the target of at least one planted bug, and every target names a real
+/// property of its model.
+#[test]
+fn every_safety_and_liveness_property_has_a_planted_bug() {
+    let mutations = suite::mutations();
+    for entry in suite::models() {
+        let properties = entry.properties();
+        for (name, expectation) in &properties {
+            if *expectation == Expectation::Sometimes {
+                continue;
+            }
+            assert!(
+                mutations
+                    .iter()
+                    .any(|m| m.model == entry.name && m.breaks == *name),
+                "{}: no planted bug targets {name:?}",
+                entry.name
+            );
+        }
+        for mutation in mutations.iter().filter(|m| m.model == entry.name) {
+            assert!(
+                properties
+                    .iter()
+                    .any(|(name, e)| *name == mutation.breaks && *e != Expectation::Sometimes),
+                "{}: {} targets an unknown property {:?}",
+                entry.name,
+                mutation.name,
+                mutation.breaks
+            );
+        }
+    }
+}
+
+/// A counterexample is printed as numbered kernel inputs and ends with a
+/// summary of the violating state; safety counterexamples are the shortest.
+#[test]
+fn counterexamples_are_shortest_numbered_kernel_inputs() {
+    let mutation = suite::mutation("cancel-forgets-applying").expect("registered");
+    let report = mutation.run();
+    let property = report
+        .properties
+        .iter()
+        .find(|p| p.name == mutation.breaks)
+        .expect("the target property");
+    let Verdict::Violated(steps) = &property.verdict else {
+        panic!("expected a counterexample, got {:?}", property.verdict);
+    };
+    assert_eq!(
+        steps.as_slice(),
+        [
+            " 1. runner: effect::reserve",
+            " 2. client: run::cancel",
+            "    => run Cancelled/Cancelled park None; effect rows [\"Cancelled attempt 1\"]; external applications [0, 0, 0, 0]; operator retries 0",
+        ]
+    );
+}
