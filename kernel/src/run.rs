@@ -1093,6 +1093,13 @@ pub(crate) fn finish_in(
                 expires_at_ms: claim.expires_at_ms,
             });
         }
+        // An expired claim still names its owner: ending the run needs a
+        // control claim first, so the handoff is a new generation.
+        (Some(_), None) => {
+            return Err(Rejection::ClaimLost {
+                reason: ClaimLostReason::MissingAuthority,
+            });
+        }
         _ => LeaseFacts {
             claim: None,
             generation: run.lease.generation,

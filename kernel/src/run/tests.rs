@@ -877,6 +877,25 @@ fn finish_by_a_stale_owner_changes_nothing() {
 }
 
 #[test]
+fn finishing_a_running_run_whose_claim_expired_needs_a_control_claim() {
+    let agg = live();
+    assert_eq!(
+        finish(&agg, None, Terminal::Completed, 10 + TTL_MS),
+        Err(Rejection::ClaimLost {
+            reason: ClaimLostReason::MissingAuthority
+        })
+    );
+    let cancelled = cancel(&agg, None, control_request(), 10 + TTL_MS, TTL_MS)
+        .unwrap()
+        .facts;
+    assert_eq!(
+        cancelled.run.lease.generation,
+        Generation(2),
+        "the stale path took a new generation"
+    );
+}
+
+#[test]
 fn terminal_states_are_absorbing() {
     let done = finish(&live(), Some(&host_authority(1)), Terminal::Completed, 30)
         .unwrap()
