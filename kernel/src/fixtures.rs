@@ -105,21 +105,47 @@ pub fn active_attempt(node: &str, attempt: &str, generation: u64, now_ms: u64) -
 /// Marks the admitted runner of `agg` ready and dispatches an active attempt
 /// `a-<generation>-<node>` of `node` (what `runner.ready` commits for a run
 /// whose workflow starts at `node`). The attempt has visit 1.
+///
+/// A run that already has steps (a resumed run, a continuation) routes on to
+/// `node` from its last step through a plain edge.
 pub fn running(agg: &RunAggregate, node: &str, now_ms: u64) -> Transition<RunAggregate> {
+    try_running(agg, node, now_ms).expect("ready")
+}
+
+/// [`running`], returning the kernel's rejection instead of panicking.
+pub fn try_running(
+    agg: &RunAggregate,
+    node: &str,
+    now_ms: u64,
+) -> Result<Transition<RunAggregate>, run::Rejection> {
     let generation = agg.run.lease.generation.0;
     let attempt = AttemptId::new(alloc::format!("a-{generation}-{node}"));
+    let mut topology = chain(&[node]);
+    let route_from = agg.steps.last().map(|last| {
+        if last.node_id.as_str() != node {
+            topology
+                .nodes
+                .push(self::node(last.node_id.as_str(), NodeType::Compute));
+        }
+        topology.edges = alloc::vec![plain(last.node_id.as_str(), node)];
+        result_record(
+            last.attempt_id.as_str(),
+            last.node_id.as_str(),
+            last.outcome,
+            Value::Null,
+        )
+    });
     let (transition, _) = execution::start_generation(
         agg,
-        &chain(&[node]),
+        &topology,
         &host_authority(generation),
         &runner_epoch(generation),
-        None,
+        route_from.as_ref(),
         attempt,
         now_ms,
         TTL_MS,
-    )
-    .expect("ready");
-    transition
+    )?;
+    Ok(transition)
 }
 
 /// Run `run-<n>` in `running/running` (generation 1) with an active attempt

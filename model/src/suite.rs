@@ -123,7 +123,7 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "effects",
-            ci_unique_states: 14_836,
+            ci_unique_states: 16_717,
             run: effects,
             properties: || names(&EffectsModel::ci(EffectRules::Kernel)),
         },
@@ -141,13 +141,13 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "lifecycle",
-            ci_unique_states: 922_493,
+            ci_unique_states: 1_290_401,
             run: lifecycle,
             properties: || names(&LifecycleModel::ci(LifecycleRules::Kernel)),
         },
         ModelEntry {
             name: "liveness",
-            ci_unique_states: 227,
+            ci_unique_states: 244,
             run: liveness,
             properties: || {
                 names(&LifecycleModel::fault_free(

@@ -48,7 +48,7 @@ pub fn ready(agg: &RunAggregate, generation: u64, now: u64) -> Option<Transition
         return None;
     }
     claim::check(&agg.run.lease, Some(&host(generation)), now).ok()?;
-    Some(fixtures::running(agg, NODE, now))
+    fixtures::try_running(agg, NODE, now).ok()
 }
 
 /// Whether a transition's outputs contain an event matching `pred`.
