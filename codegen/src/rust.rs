@@ -444,7 +444,9 @@ fn emit_dispatch(bundle: &Bundle) -> String {
         let _ = writeln!(
             s,
             "/// The typed `{target}` of a `{variant}`, one variant per `{selector}`.\n\
-             #[derive(Clone, Debug, PartialEq)]\n\
+             /// It serializes as the selected type alone.\n\
+             #[derive(Clone, Debug, PartialEq, ::serde::Serialize)]\n\
+             #[serde(untagged)]\n\
              pub enum {enum_name} {{",
             target = c.target,
             variant = c.variant,

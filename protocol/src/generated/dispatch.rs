@@ -5,7 +5,9 @@
 //! `operation`, and so on.
 use super::types;
 /// The typed `payload` of a `Request`, one variant per `operation`.
-#[derive(Clone, Debug, PartialEq)]
+/// It serializes as the selected type alone.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(untagged)]
 pub enum RequestPayload {
     /// `run.start`
     RunStart(types::RunStartPayload),
@@ -291,7 +293,9 @@ pub fn parse_request_payload(
     )
 }
 /// The typed `receipt` of a `Response`, one variant per `operation`.
-#[derive(Clone, Debug, PartialEq)]
+/// It serializes as the selected type alone.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(untagged)]
 pub enum ResponseReceipt {
     /// `run.start`
     RunStart(types::RunStartReceipt),
