@@ -26,6 +26,9 @@ const JCS_FILES: [&str; 6] = [
     "weird",
 ];
 
+/// Decodes one input and re-encodes it: `(kind, encoded bytes)`.
+type Decode = dyn Fn(&[u8]) -> Result<(String, Vec<u8>), SafeError>;
+
 /// What the implementation did with one input.
 enum Outcome {
     /// Accepted: the message kind and the re-encoded bytes.
@@ -107,7 +110,7 @@ fn run_frames(channel: &str, input: &[u8]) -> Outcome {
                     frames.len()
                 ));
             }
-            let decode: &dyn Fn(&[u8]) -> Result<(String, Vec<u8>), SafeError> = match channel {
+            let decode: &Decode = match channel {
                 "client" => &|b| {
                     let f = protocol::decode_client_frame(b)?;
                     Ok((f.kind(), protocol::encode_client(&f.message)?))
@@ -304,11 +307,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if let Some(path) = emit {
-        if let Err(e) = std::fs::write(&path, &report.verdicts) {
-            eprintln!("conformance-rs: {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
+    if let Some((path, Err(e))) = emit.map(|p| {
+        let r = std::fs::write(&p, &report.verdicts);
+        (p, r)
+    }) {
+        eprintln!("conformance-rs: {}: {e}", path.display());
+        return ExitCode::from(2);
     }
     println!("{} passed, {} failed", report.passed, report.failed);
     if report.failed == 0 {
