@@ -70,11 +70,10 @@ fn code(e: SafeError) -> String {
 }
 
 fn run_frames(channel: &str, input: &[u8]) -> Outcome {
-    let single =
-        |f: &dyn Fn(&[u8]) -> Result<(String, Vec<u8>), SafeError>, bytes: &[u8]| match f(bytes) {
-            Ok((kind, encoded)) => Outcome::Accept { kind, encoded },
-            Err(e) => Outcome::Reject(code(e)),
-        };
+    let single = |f: &Decode, bytes: &[u8]| match f(bytes) {
+        Ok((kind, encoded)) => Outcome::Accept { kind, encoded },
+        Err(e) => Outcome::Reject(code(e)),
+    };
     match channel {
         "launch" => single(
             &|b| {
