@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test suite of the project: formatting and lints, the Rust
-# workspace (unit, property and integration tests). Later suites are added
-# here as their crates and packages land. Exits non-zero on the first failure.
+# Runs every test suite of the project: formatting and lints, the TypeScript
+# SDK (install, build, typecheck, tests), codegen freshness, the Rust
+# workspace (unit, property and integration tests), and both protocol
+# conformance runners with the comparison of their verdicts.
+# Works on a clean clone: it installs the npm dependencies from the lock file
+# itself. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +16,22 @@ cargo fmt --all --check
 step "cargo clippy (deny warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "sdk-ts: npm ci"
+npm --prefix sdk-ts ci --no-audit --no-fund
+
+step "codegen --check (generated Rust, TypeScript and validators are up to date)"
+cargo run --quiet --locked -p codegen -- --check
+
+step "sdk-ts: build (tsc, declarations)"
+npm --prefix sdk-ts run build
+
+step "sdk-ts: tests"
+npm --prefix sdk-ts test
+
 step "Rust tests"
 cargo test --workspace --locked
+
+step "protocol conformance: Rust and TypeScript runners, compared"
+scripts/conformance.sh
 
 printf '\nall suites passed\n'
