@@ -31,14 +31,22 @@ fn canonicalize_sorts_by_utf16_code_units() {
     // U+1F600 (surrogates D83D..) sorts before U+FB33 in UTF-16 order,
     // although it is the larger code point.
     let v: Value = serde_json::from_str(r#"{"דּ":1,"😀":2,"a":3}"#).unwrap();
-    assert_eq!(String::from_utf8(canonicalize(&v).unwrap()).unwrap(), r#"{"a":3,"😀":2,"דּ":1}"#);
+    assert_eq!(
+        String::from_utf8(canonicalize(&v).unwrap()).unwrap(),
+        r#"{"a":3,"😀":2,"דּ":1}"#
+    );
 }
 
 #[test]
 fn nesting_limit_is_64() {
     let nested = |n: usize| format!("{}0{}", "[".repeat(n), "]".repeat(n));
     assert!(parse_canonical(nested(MAX_DEPTH).as_bytes()).is_ok());
-    assert_eq!(parse_canonical(nested(MAX_DEPTH + 1).as_bytes()).unwrap_err().code(), ErrorCode::NestingTooDeep);
+    assert_eq!(
+        parse_canonical(nested(MAX_DEPTH + 1).as_bytes())
+            .unwrap_err()
+            .code(),
+        ErrorCode::NestingTooDeep
+    );
     // Brackets inside strings do not count.
     let in_string = format!("[\"{}\"]", "[".repeat(200));
     assert!(parse_canonical(in_string.as_bytes()).is_ok());

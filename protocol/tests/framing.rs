@@ -38,7 +38,14 @@ fn splits_frames_across_any_chunking() {
     for chunk in [1, 2, 3, 7, 64] {
         let (frames, err) = split(input, chunk);
         assert_eq!(err, None, "chunk {chunk}");
-        assert_eq!(frames, vec![b"{\"a\":1}\n".to_vec(), b"{\"b\":2}\n".to_vec(), b"[]\n".to_vec()]);
+        assert_eq!(
+            frames,
+            vec![
+                b"{\"a\":1}\n".to_vec(),
+                b"{\"b\":2}\n".to_vec(),
+                b"[]\n".to_vec()
+            ]
+        );
     }
 }
 
@@ -49,7 +56,12 @@ fn frame_limit_counts_the_newline() {
     let (frames, err) = split(&frame_of(MAX_FRAME_BYTES + 1), 65_536);
     assert_eq!((frames.len(), err), (0, Some(ErrorCode::FrameTooLarge)));
     assert!(frame_content(&frame_of(MAX_FRAME_BYTES)).is_ok());
-    assert_eq!(frame_content(&frame_of(MAX_FRAME_BYTES + 1)).unwrap_err().code(), ErrorCode::FrameTooLarge);
+    assert_eq!(
+        frame_content(&frame_of(MAX_FRAME_BYTES + 1))
+            .unwrap_err()
+            .code(),
+        ErrorCode::FrameTooLarge
+    );
 }
 
 #[test]
@@ -63,7 +75,10 @@ fn an_over_limit_line_fails_before_its_newline_arrives() {
 fn errors_end_the_connection() {
     let mut d = FrameDecoder::new();
     d.push(b"{}\r\n{\"a\":1}\n");
-    assert_eq!(d.next_frame().unwrap_err().code(), ErrorCode::MalformedFrame);
+    assert_eq!(
+        d.next_frame().unwrap_err().code(),
+        ErrorCode::MalformedFrame
+    );
     // A later valid frame is never delivered.
     d.push(b"{\"b\":2}\n");
     assert!(d.next_frame().is_err());
@@ -73,11 +88,20 @@ fn errors_end_the_connection() {
 #[test]
 fn carriage_returns_and_missing_newlines_are_malformed() {
     assert_eq!(split(b"{}\r\n", 4).1, Some(ErrorCode::MalformedFrame));
-    assert_eq!(split(b"{\"a\":\"\r\"}\n", 4).1, Some(ErrorCode::MalformedFrame));
+    assert_eq!(
+        split(b"{\"a\":\"\r\"}\n", 4).1,
+        Some(ErrorCode::MalformedFrame)
+    );
     let (frames, err) = split(b"{}\n{}", 2);
     assert_eq!((frames.len(), err), (1, Some(ErrorCode::MalformedFrame)));
-    assert_eq!(frame_content(b"{}").unwrap_err().code(), ErrorCode::MalformedFrame);
-    assert_eq!(frame_content(b"{}\n{}\n").unwrap_err().code(), ErrorCode::MalformedFrame);
+    assert_eq!(
+        frame_content(b"{}").unwrap_err().code(),
+        ErrorCode::MalformedFrame
+    );
+    assert_eq!(
+        frame_content(b"{}\n{}\n").unwrap_err().code(),
+        ErrorCode::MalformedFrame
+    );
     assert_eq!(split(b"", 1), (vec![], None));
 }
 
@@ -100,7 +124,10 @@ async fn tokio_codec_has_the_same_rules() {
     assert_eq!((frames.len(), err), (2, None));
     // LinesCodec would strip the \r and deliver the unterminated tail; ours
     // rejects both.
-    assert_eq!(tokio_split(b"{}\r\n").await.1, Some(ErrorCode::MalformedFrame));
+    assert_eq!(
+        tokio_split(b"{}\r\n").await.1,
+        Some(ErrorCode::MalformedFrame)
+    );
     let (frames, err) = tokio_split(b"{}\n{\"tail\":1}").await;
     assert_eq!((frames.len(), err), (1, Some(ErrorCode::MalformedFrame)));
     let big: &'static [u8] = Box::leak(frame_of(MAX_FRAME_BYTES + 1).into_boxed_slice());

@@ -3,8 +3,8 @@
 use protocol::generated::constrained::{Controls, Revision};
 use protocol::generated::types::{Control, Operation};
 use protocol::{
-    ClientMessage, ErrorCode, MAX_FRAME_BYTES, RequestPayload, ResponseReceipt, decode_client_frame,
-    decode_runner_frame, encode_client, parse_request_payload,
+    ClientMessage, ErrorCode, MAX_FRAME_BYTES, RequestPayload, ResponseReceipt,
+    decode_client_frame, decode_runner_frame, encode_client, parse_request_payload,
 };
 use serde_json::json;
 
@@ -24,29 +24,44 @@ fn decodes_a_request_with_its_typed_payload_and_encodes_it_back() {
     let bytes = frame(&cancel());
     let decoded = decode_client_frame(&bytes).unwrap();
     assert_eq!(decoded.kind(), "request/run.cancel");
-    assert!(matches!(decoded.payload, Some(RequestPayload::RunCancel(_))));
+    assert!(matches!(
+        decoded.payload,
+        Some(RequestPayload::RunCancel(_))
+    ));
     assert_eq!(encode_client(&decoded.message).unwrap(), bytes);
 }
 
 #[test]
 fn the_payload_follows_the_operation() {
     let start = json!({"workflow":"w","input":{},"executionMode":"headless","projectPath":"/p"});
-    assert!(matches!(parse_request_payload(Operation::RunStart, &start), Ok(RequestPayload::RunStart(_))));
+    assert!(matches!(
+        parse_request_payload(Operation::RunStart, &start),
+        Ok(RequestPayload::RunStart(_))
+    ));
     assert!(parse_request_payload(Operation::RunCancel, &start).is_err());
     let mut v = cancel();
     v["payload"] = start;
-    assert_eq!(decode_client_frame(&frame(&v)).unwrap_err().code(), ErrorCode::SchemaInvalid);
+    assert_eq!(
+        decode_client_frame(&frame(&v)).unwrap_err().code(),
+        ErrorCode::SchemaInvalid
+    );
 }
 
 #[test]
 fn null_for_an_optional_field_is_rejected_at_every_level() {
     let mut v = cancel();
     v["runId"] = json!(null);
-    assert_eq!(decode_client_frame(&frame(&v)).unwrap_err().code(), ErrorCode::SchemaInvalid);
+    assert_eq!(
+        decode_client_frame(&frame(&v)).unwrap_err().code(),
+        ErrorCode::SchemaInvalid
+    );
     let mut v = cancel();
     v["operation"] = json!("run.start");
     v["payload"] = json!({"workflow":"w","input":{},"executionMode":"headless","projectPath":"/p","originSessionId":null});
-    assert_eq!(decode_client_frame(&frame(&v)).unwrap_err().code(), ErrorCode::SchemaInvalid);
+    assert_eq!(
+        decode_client_frame(&frame(&v)).unwrap_err().code(),
+        ErrorCode::SchemaInvalid
+    );
 }
 
 #[test]
@@ -54,7 +69,10 @@ fn a_response_receipt_is_typed_by_operation() {
     let v = json!({"schema":"pi-workflows.client.v1","type":"response","requestId":"r1","operation":"run.start",
                    "outcome":"accepted","revision":1,"receipt":{"runId":"run-1","revision":1}});
     let decoded = decode_client_frame(&frame(&v)).unwrap();
-    assert!(matches!(decoded.receipt, Some(ResponseReceipt::RunStart(_))));
+    assert!(matches!(
+        decoded.receipt,
+        Some(ResponseReceipt::RunStart(_))
+    ));
 }
 
 #[test]
@@ -76,7 +94,10 @@ fn encoding_refuses_frames_over_the_limit() {
     v["operation"] = json!("checkpoint.answer");
     v["payload"] = json!({"answer": "x".repeat(MAX_FRAME_BYTES)});
     let message: ClientMessage = serde_json::from_value(v).unwrap();
-    assert_eq!(encode_client(&message).unwrap_err().code(), ErrorCode::FrameTooLarge);
+    assert_eq!(
+        encode_client(&message).unwrap_err().code(),
+        ErrorCode::FrameTooLarge
+    );
 }
 
 #[test]
@@ -84,5 +105,8 @@ fn the_runner_channel_rejects_server_messages_and_vice_versa() {
     let reply = json!({"schema":"pi-workflows.worker-launch.v1","type":"reply","runId":"run-1","generation":2,
                        "runnerEpoch":"re-1","inReplyTo":"m1","outcome":"accepted","result":null});
     assert!(protocol::decode_server_frame(&frame(&reply)).is_ok());
-    assert_eq!(decode_runner_frame(&frame(&reply)).unwrap_err().code(), ErrorCode::SchemaInvalid);
+    assert_eq!(
+        decode_runner_frame(&frame(&reply)).unwrap_err().code(),
+        ErrorCode::SchemaInvalid
+    );
 }

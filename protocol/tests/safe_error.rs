@@ -20,19 +20,22 @@ fn frames() -> Vec<Vec<u8>> {
     bad_type["type"] = json!(SECRET);
     let body = canonical(&good);
     vec![
-        canonical(&good),                                                  // schema: bad enum value
-        canonical(&unknown),                                               // schema: unknown field
-        canonical(&bad_type),                                              // schema: unknown tag
-        [&body[..body.len() - 1], b" \n"].concat(),                        // not canonical
+        canonical(&good),                           // schema: bad enum value
+        canonical(&unknown),                        // schema: unknown field
+        canonical(&bad_type),                       // schema: unknown tag
+        [&body[..body.len() - 1], b" \n"].concat(), // not canonical
         [b"{\"".as_slice(), SECRET.as_bytes(), b"\":1,\"a\":\n"].concat(), // not JSON
-        [SECRET.as_bytes(), b"\r\n"].concat(),                             // framing
-        [b"[".repeat(70).as_slice(), SECRET.as_bytes(), b"\n"].concat(),   // too deep
+        [SECRET.as_bytes(), b"\r\n"].concat(),      // framing
+        [b"[".repeat(70).as_slice(), SECRET.as_bytes(), b"\n"].concat(), // too deep
     ]
 }
 
 fn assert_clean(e: SafeError) {
     let rendered = format!("{e} {e:?} {} {:?}", e.message(), e.to_wire());
-    assert!(!rendered.contains(SECRET), "error leaks frame contents: {rendered}");
+    assert!(
+        !rendered.contains(SECRET),
+        "error leaks frame contents: {rendered}"
+    );
     assert!(e.message().chars().count() <= 512);
 }
 
