@@ -1729,10 +1729,6 @@ pub enum ErrorCode {
     NestingTooDeep,
     #[serde(rename = "schemaInvalid")]
     SchemaInvalid,
-    #[serde(rename = "unknownOperation")]
-    UnknownOperation,
-    #[serde(rename = "protocolVersionMismatch")]
-    ProtocolVersionMismatch,
     #[serde(rename = "packageVersionMismatch")]
     PackageVersionMismatch,
     #[serde(rename = "notFound")]
@@ -1778,8 +1774,6 @@ impl ::std::fmt::Display for ErrorCode {
             Self::NonCanonical => f.write_str("nonCanonical"),
             Self::NestingTooDeep => f.write_str("nestingTooDeep"),
             Self::SchemaInvalid => f.write_str("schemaInvalid"),
-            Self::UnknownOperation => f.write_str("unknownOperation"),
-            Self::ProtocolVersionMismatch => f.write_str("protocolVersionMismatch"),
             Self::PackageVersionMismatch => f.write_str("packageVersionMismatch"),
             Self::NotFound => f.write_str("notFound"),
             Self::Conflict => f.write_str("conflict"),
@@ -1812,8 +1806,6 @@ impl ::std::str::FromStr for ErrorCode {
             "nonCanonical" => Ok(Self::NonCanonical),
             "nestingTooDeep" => Ok(Self::NestingTooDeep),
             "schemaInvalid" => Ok(Self::SchemaInvalid),
-            "unknownOperation" => Ok(Self::UnknownOperation),
-            "protocolVersionMismatch" => Ok(Self::ProtocolVersionMismatch),
             "packageVersionMismatch" => Ok(Self::PackageVersionMismatch),
             "notFound" => Ok(Self::NotFound),
             "conflict" => Ok(Self::Conflict),

@@ -353,10 +353,10 @@ export type EmptyReceipt = Record<string, never>;
 export type EntryId = string;
 
 /** The closed set of safe error codes. */
-export type ErrorCode = "malformedFrame" | "frameTooLarge" | "nonCanonical" | "nestingTooDeep" | "schemaInvalid" | "unknownOperation" | "protocolVersionMismatch" | "packageVersionMismatch" | "notFound" | "conflict" | "claimLost" | "staleRevision" | "paused" | "terminal" | "illegalTransition" | "rateLimited" | "contentUnavailable" | "digestMismatch" | "sourceChanged" | "validationFailed" | "nodeFailed" | "timedOut" | "cancelled" | "unavailable" | "internal";
+export type ErrorCode = "malformedFrame" | "frameTooLarge" | "nonCanonical" | "nestingTooDeep" | "schemaInvalid" | "packageVersionMismatch" | "notFound" | "conflict" | "claimLost" | "staleRevision" | "paused" | "terminal" | "illegalTransition" | "rateLimited" | "contentUnavailable" | "digestMismatch" | "sourceChanged" | "validationFailed" | "nodeFailed" | "timedOut" | "cancelled" | "unavailable" | "internal";
 
 /** Every value of ErrorCode, in schema order. */
-export const ErrorCodeValues: readonly ErrorCode[] = ["malformedFrame", "frameTooLarge", "nonCanonical", "nestingTooDeep", "schemaInvalid", "unknownOperation", "protocolVersionMismatch", "packageVersionMismatch", "notFound", "conflict", "claimLost", "staleRevision", "paused", "terminal", "illegalTransition", "rateLimited", "contentUnavailable", "digestMismatch", "sourceChanged", "validationFailed", "nodeFailed", "timedOut", "cancelled", "unavailable", "internal"];
+export const ErrorCodeValues: readonly ErrorCode[] = ["malformedFrame", "frameTooLarge", "nonCanonical", "nestingTooDeep", "schemaInvalid", "packageVersionMismatch", "notFound", "conflict", "claimLost", "staleRevision", "paused", "terminal", "illegalTransition", "rateLimited", "contentUnavailable", "digestMismatch", "sourceChanged", "validationFailed", "nodeFailed", "timedOut", "cancelled", "unavailable", "internal"];
 
 /** A session event type. */
 export type EventType = string;
