@@ -4,17 +4,17 @@
 # re-encoded canonical bytes for every case (and both pass the corpus).
 # Usage: scripts/conformance.sh [FIXTURES_DIR]   (default protocol/fixtures)
 # Needs: sdk-ts/node_modules (npm ci) and a built TypeScript test tree
-# (npm --prefix sdk-ts run pretest); builds conformance-rs itself.
+# (npm --prefix sdk-ts run pretest); builds conformance-rs itself (release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fixtures="${1:-protocol/fixtures}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-cargo build --quiet --release --locked -p conformance --bin conformance-rs
 status=0
 echo "--> conformance-rs"
-target/release/conformance-rs --fixtures "$fixtures" --emit-verdicts "$out/rust.tsv" || status=1
+cargo run --quiet --release --locked -p conformance --bin conformance-rs -- \
+  --fixtures "$fixtures" --emit-verdicts "$out/rust.tsv" || status=1
 echo "--> conformance-ts"
 node sdk-ts/build/tools/conformance.js --fixtures "$fixtures" --emit-verdicts "$out/ts.tsv" || status=1
 

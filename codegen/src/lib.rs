@@ -36,16 +36,9 @@ pub fn generate(root: &Path) -> Result<Vec<Output>, String> {
     let bundle = schema::Bundle::load(&root.join("protocol"))?;
     let mut out = Vec::new();
     for (name, body) in rust::generate(&bundle)? {
-        let lints = if name == "types.rs" {
-            // typify's output: documented by the schema descriptions, not by
-            // us; the allowances cover only generated-code style lints.
-            "#![allow(clippy::all, missing_docs, unreachable_pub, missing_debug_implementations, rust_2018_idioms)]\n"
-        } else {
-            ""
-        };
         out.push(Output {
             path: PathBuf::from("protocol/src/generated").join(name),
-            contents: format!("// {HEADER}\n{lints}\n{body}"),
+            contents: format!("// {HEADER}\n\n{body}"),
         });
     }
     out.push(Output {
