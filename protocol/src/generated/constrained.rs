@@ -492,7 +492,7 @@ impl<'de> ::serde::Deserialize<'de> for Generation {
             ))
     }
 }
-///A step budget (at least one step). Capped at 2^53-1.
+///A step budget: at least one step, at most 2^32-1 (the kernel's u32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
 #[serde(transparent)]
 pub struct MaxSteps(u64);
@@ -500,10 +500,10 @@ impl MaxSteps {
     /// The smallest allowed value.
     pub const MIN: u64 = 1;
     /// The largest allowed value.
-    pub const MAX: u64 = 9007199254740991;
+    pub const MAX: u64 = 4294967295;
     /// The value, if it is in range.
     pub const fn new(value: u64) -> ::std::option::Option<Self> {
-        if value >= 1 && value <= 9007199254740991 {
+        if value >= 1 && value <= 4294967295 {
             ::std::option::Option::Some(Self(value))
         } else {
             ::std::option::Option::None

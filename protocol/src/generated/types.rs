@@ -6642,13 +6642,13 @@ impl<'de> ::serde::Deserialize<'de> for ToolCallId {
             })
     }
 }
-///The compiled workflow topology (shared with the Rust kernel).
+///The compiled workflow topology (shared with the Rust kernel). maxSteps is omitted when the engine default applies.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
     pub edges: ::std::vec::Vec<TopologyEdge>,
-    #[serde(rename = "maxSteps")]
-    pub max_steps: super::constrained::MaxSteps,
+    #[serde(rename = "maxSteps", skip_serializing_if = "::std::option::Option::is_none")]
+    pub max_steps: ::std::option::Option<super::constrained::MaxSteps>,
     pub mounts: ::std::vec::Vec<TopologyMount>,
     pub nodes: ::std::vec::Vec<TopologyNode>,
     #[serde(rename = "startAt")]
@@ -6669,13 +6669,13 @@ A switch on a value of the source node's output.*/
     #[serde(rename = "switch")]
     Switch { cases: SwitchCases, from: NodeId, on: JsonPath },
 }
-///One mounted (included) workflow.
+///One mounted (included) workflow. maxSteps is omitted when the engine default applies.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyMount {
     pub entry: NodeId,
-    #[serde(rename = "maxSteps")]
-    pub max_steps: super::constrained::MaxSteps,
+    #[serde(rename = "maxSteps", skip_serializing_if = "::std::option::Option::is_none")]
+    pub max_steps: ::std::option::Option<super::constrained::MaxSteps>,
     #[serde(rename = "mountPath")]
     pub mount_path: ::std::vec::Vec<NodeId>,
 }

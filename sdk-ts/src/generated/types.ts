@@ -487,7 +487,7 @@ export type LaunchMode = "run" | "resolve" | "validate";
 /** Every value of LaunchMode, in schema order. */
 export const LaunchModeValues: readonly LaunchMode[] = ["run", "resolve", "validate"];
 
-/** A step budget (at least one step). Capped at 2^53-1. */
+/** A step budget: at least one step, at most 2^32-1 (the kernel's u32). */
 export type MaxSteps = number;
 
 /** A media type without parameters. */
@@ -1440,10 +1440,10 @@ export type Title = string;
 /** A Pi tool call id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type ToolCallId = string;
 
-/** The compiled workflow topology (shared with the Rust kernel). */
+/** The compiled workflow topology (shared with the Rust kernel). maxSteps is omitted when the engine default applies. */
 export interface Topology {
   "edges": TopologyEdge[];
-  "maxSteps": MaxSteps;
+  "maxSteps"?: MaxSteps;
   "mounts": TopologyMount[];
   "nodes": TopologyNode[];
   "startAt": NodeId;
@@ -1467,10 +1467,10 @@ export interface SwitchEdge {
 /** One compiled edge. */
 export type TopologyEdge = PlainEdge | SwitchEdge;
 
-/** One mounted (included) workflow. */
+/** One mounted (included) workflow. maxSteps is omitted when the engine default applies. */
 export interface TopologyMount {
   "entry": NodeId;
-  "maxSteps": MaxSteps;
+  "maxSteps"?: MaxSteps;
   "mountPath": NodeId[];
 }
 
