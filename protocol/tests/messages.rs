@@ -110,3 +110,23 @@ fn the_runner_channel_rejects_server_messages_and_vice_versa() {
         ErrorCode::SchemaInvalid
     );
 }
+
+#[test]
+fn extra_fields_on_a_unit_variant_are_rejected_by_the_round_trip() {
+    // serde's internally tagged enums ignore unknown fields on unit variants
+    // even with deny_unknown_fields; the typed round trip catches it.
+    let mut v = cancel();
+    v["operation"] = json!("subscribe");
+    v["payload"] = json!({"target": {"kind": "runList", "runId": "run-1"}});
+    let payload = &v["payload"];
+    assert!(
+        parse_request_payload(Operation::Subscribe, payload).is_ok(),
+        "serde alone accepts it"
+    );
+    assert_eq!(
+        decode_client_frame(&frame(&v)).unwrap_err().code(),
+        ErrorCode::SchemaInvalid
+    );
+    v["payload"] = json!({"target": {"kind": "runList"}});
+    assert!(decode_client_frame(&frame(&v)).is_ok());
+}
