@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test suite of the project: formatting and lints, the Rust
-# workspace (unit, property and integration tests). Later suites are added
-# here as their crates and packages land. Exits non-zero on the first failure.
+# Runs every test suite of the project: formatting and lints, the TypeScript
+# SDK (install, build, typecheck, tests), codegen freshness, the Rust
+# workspace (unit, property and integration tests), and both protocol
+# conformance runners with the comparison of their verdicts.
+# Works on a clean clone: it installs the npm dependencies from the lock file
+# itself. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +15,18 @@ cargo fmt --all --check
 
 step "cargo clippy (deny warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "sdk-ts: npm ci"
+npm --prefix sdk-ts ci --no-audit --no-fund
+
+step "codegen --check (generated Rust, TypeScript and validators are up to date)"
+cargo run --quiet --locked -p codegen -- --check
+
+step "sdk-ts: build (tsc, declarations)"
+npm --prefix sdk-ts run build
+
+step "sdk-ts: tests"
+npm --prefix sdk-ts test
 
 step "Rust tests"
 # The model checks run below in release mode, under their own time limit.
@@ -26,5 +41,8 @@ timeout 300 cargo run --release -p model --locked --quiet
 
 step "Model checks: tests (limit 300 s)"
 timeout 300 cargo test --release -p model --locked
+
+step "protocol conformance: Rust and TypeScript runners, compared"
+scripts/conformance.sh
 
 printf '\nall suites passed\n'

@@ -1,0 +1,23 @@
+/**
+ * `@pi-workflows/sdk/protocol`: the generated wire types and validators,
+ * canonical JSON (RFC 8785), exact NDJSON framing and frame decoding.
+ */
+export * from "../generated/types.js";
+export * as validators from "../generated/validators.js";
+export { MAX_DEPTH, canonicalString, canonicalize, checkDepth, isCanonical, parseCanonical } from "./canonical.js";
+export { SafeError } from "./errors.js";
+export { FrameDecoder, MAX_FRAME_BYTES, frameContent, readFrames } from "./framing.js";
+export {
+  clientKind,
+  decodeClientFrame,
+  decodeLaunch,
+  decodeRunView,
+  decodeRunnerFrame,
+  decodeServerFrame,
+  encodeClient,
+  encodeLaunch,
+  encodeRunView,
+  encodeRunner,
+  encodeServer,
+} from "./messages.js";
+export type { TypedRequest, TypedResponse } from "./messages.js";

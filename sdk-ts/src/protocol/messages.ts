@@ -1,0 +1,144 @@
+/**
+ * Decoding and encoding frames of each channel, in the same order as the
+ * Rust crate so both report the same code for the same bytes: framing
+ * (frameTooLarge, malformedFrame), nesting (nestingTooDeep), canonical form
+ * (nonCanonical), schema (schemaInvalid, through the ajv standalone
+ * validators generated from protocol/*.schema.json).
+ */
+import type {
+  ClientMessage,
+  JsonValue,
+  RequestPayloadByOperation,
+  ResponseReceiptByOperation,
+  RunnerMessage,
+  RunView,
+  ServerMessage,
+  WorkerLaunch,
+} from "../generated/types.js";
+import * as generated from "../generated/validators.js";
+import { canonicalString, parseCanonical } from "./canonical.js";
+import { SCHEMA_INVALID, TOO_LARGE } from "./errors.js";
+import { MAX_FRAME_BYTES, frameContent } from "./framing.js";
+
+/** A compiled validator: true when `data` matches its schema. */
+type Validator = (data: unknown) => boolean;
+
+const validators = {
+  client: generated.validateClientMessage as unknown as Validator,
+  runner: generated.validateRunnerMessage as unknown as Validator,
+  server: generated.validateServerMessage as unknown as Validator,
+  launch: generated.validateWorkerLaunch as unknown as Validator,
+  runView: generated.validateRunView as unknown as Validator,
+};
+
+const encoder = new TextEncoder();
+
+function validated<T>(validate: Validator, value: JsonValue): T {
+  if (!validate(value)) {
+    throw SCHEMA_INVALID();
+  }
+  return value as unknown as T;
+}
+
+/** A request whose payload type follows its operation. */
+export type TypedRequest<Op extends keyof RequestPayloadByOperation> = Extract<ClientMessage, { type: "request" }> & {
+  operation: Op;
+  payload: RequestPayloadByOperation[Op];
+};
+
+/** A response whose receipt type follows its operation. */
+export type TypedResponse<Op extends keyof ResponseReceiptByOperation> = Extract<ClientMessage, { type: "response" }> & {
+  operation: Op;
+  receipt?: ResponseReceiptByOperation[Op];
+};
+
+/** The message kind used by the conformance corpus. */
+export function clientKind(message: ClientMessage): string {
+  switch (message.type) {
+    case "hello":
+      return "hello";
+    case "request":
+      return `request/${message.operation}`;
+    case "response":
+      return `response/${message.operation}`;
+    case "event":
+      return `event/${message.event.kind}`;
+  }
+}
+
+/** Decodes one client-channel frame (canonical JSON plus "\n"). */
+export function decodeClientFrame(frame: Uint8Array): ClientMessage {
+  return validated<ClientMessage>(validators.client, parseCanonical(frameContent(frame)));
+}
+
+/** Decodes one runner-to-server frame. */
+export function decodeRunnerFrame(frame: Uint8Array): RunnerMessage {
+  return validated<RunnerMessage>(validators.runner, parseCanonical(frameContent(frame)));
+}
+
+/** Decodes one server-to-runner frame. */
+export function decodeServerFrame(frame: Uint8Array): ServerMessage {
+  return validated<ServerMessage>(validators.server, parseCanonical(frameContent(frame)));
+}
+
+/** Decodes the launch envelope: the canonical JSON of PI_WORKFLOWS_LAUNCH, without a newline. */
+export function decodeLaunch(bytes: Uint8Array): WorkerLaunch {
+  if (bytes.length > MAX_FRAME_BYTES) {
+    throw TOO_LARGE();
+  }
+  return validated<WorkerLaunch>(validators.launch, parseCanonical(bytes));
+}
+
+/** Decodes a standalone run-view document (canonical JSON, no newline). */
+export function decodeRunView(bytes: Uint8Array): RunView {
+  if (bytes.length > MAX_FRAME_BYTES) {
+    throw TOO_LARGE();
+  }
+  return validated<RunView>(validators.runView, parseCanonical(bytes));
+}
+
+function frame(message: unknown, validate: Validator): Uint8Array {
+  if (!validate(message)) {
+    throw SCHEMA_INVALID();
+  }
+  const bytes = encoder.encode(canonicalString(message) + "\n");
+  if (bytes.length > MAX_FRAME_BYTES) {
+    throw TOO_LARGE();
+  }
+  return bytes;
+}
+
+/** Encodes a client-channel message as one frame; validates it first. Throws frameTooLarge above 1 MiB. */
+export function encodeClient(message: ClientMessage): Uint8Array {
+  return frame(message, validators.client);
+}
+
+/** Encodes a runner-to-server message as one frame. */
+export function encodeRunner(message: RunnerMessage): Uint8Array {
+  return frame(message, validators.runner);
+}
+
+/** Encodes a server-to-runner message as one frame. */
+export function encodeServer(message: ServerMessage): Uint8Array {
+  return frame(message, validators.server);
+}
+
+/** Encodes the launch envelope (canonical JSON, no newline). */
+export function encodeLaunch(launch: WorkerLaunch): Uint8Array {
+  if (!validators.launch(launch)) {
+    throw SCHEMA_INVALID();
+  }
+  const bytes = encoder.encode(canonicalString(launch));
+  if (bytes.length > MAX_FRAME_BYTES) {
+    throw TOO_LARGE();
+  }
+  return bytes;
+}
+
+/** Encodes a run-view document (canonical JSON, no newline). */
+export function encodeRunView(view: RunView): Uint8Array {
+  if (!validators.runView(view)) {
+    throw SCHEMA_INVALID();
+  }
+  return encoder.encode(canonicalString(view));
+}
