@@ -114,8 +114,8 @@ pub fn decode_server_frame(frame: &[u8]) -> Result<ServerMessage, SafeError> {
     typed(&parse_canonical(frame_content(frame)?)?)
 }
 
-/// Decodes the launch envelope: the exact canonical JSON of
-/// `PI_WORKFLOWS_LAUNCH`, without a newline.
+/// Decodes the launch envelope: the canonical JSON of the first line the
+/// server writes to the runner's stdin, without its newline.
 pub fn decode_launch(bytes: &[u8]) -> Result<WorkerLaunch, SafeError> {
     if bytes.len() > MAX_FRAME_BYTES {
         return Err(TOO_LARGE);

@@ -4379,6 +4379,14 @@ impl ::std::convert::TryFrom<::std::string::String> for ResolveFailureCode {
         value.parse()
     }
 }
+///What a resolve-mode runner resolves: the workflow reference as the user gave it and the raw input to normalize.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveTarget {
+    ///Any JSON value.
+    pub input: ::serde_json::Value,
+    pub workflow: WorkflowRef,
+}
 ///Apply a resource spec.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -7157,7 +7165,7 @@ pub struct ViewPagePayload {
     pub max_bytes: super::constrained::PageByteBudget,
     pub revision: super::constrained::Revision,
 }
-///pi-workflows.worker-launch.v1: the launch envelope in PI_WORKFLOWS_LAUNCH (canonical JSON, no newline).
+///pi-workflows.worker-launch.v1: the launch envelope, the first frame the server writes to the runner's stdin.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerLaunch {
@@ -7177,6 +7185,8 @@ pub struct WorkerLaunch {
     pub project_path: AbsolutePath,
     #[serde(rename = "protocolVersion")]
     pub protocol_version: super::constrained::ProtocolVersion,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub resolve: ::std::option::Option<ResolveTarget>,
     #[serde(rename = "runId")]
     pub run_id: RunId,
     #[serde(rename = "runnerEpoch")]
@@ -7184,8 +7194,12 @@ pub struct WorkerLaunch {
     pub schema: WorkerSchemaId,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub validate: ::std::option::Option<ValidateTarget>,
-    #[serde(rename = "workflowSource")]
-    pub workflow_source: WorkflowSource,
+    ///The saved source identity the runner verifies before loading (run and validate modes).
+    #[serde(
+        rename = "workflowSource",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub workflow_source: ::std::option::Option<WorkflowSource>,
 }
 ///The runner channel schema id.
 #[derive(

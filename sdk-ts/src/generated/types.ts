@@ -699,6 +699,13 @@ export type ResolveFailureCode = "sourceNotFound" | "compileFailed" | "invalidDe
 /** Every value of ResolveFailureCode, in schema order. */
 export const ResolveFailureCodeValues: readonly ResolveFailureCode[] = ["sourceNotFound", "compileFailed", "invalidDefinition", "invalidInput", "sourceChanged"];
 
+/** What a resolve-mode runner resolves: the workflow reference as the user gave it and the raw input to normalize. */
+export interface ResolveTarget {
+  /** Any JSON value. */
+  "input": JsonValue;
+  "workflow": WorkflowRef;
+}
+
 /** Apply a resource spec. */
 export interface ResourceApplyPayload {
   "controller": ControllerName;
@@ -1589,7 +1596,7 @@ export interface ViewPagePayload {
 /** The 1-based visit number of a node within a run. Capped at 2^53-1. */
 export type Visit = number;
 
-/** pi-workflows.worker-launch.v1: the launch envelope in PI_WORKFLOWS_LAUNCH (canonical JSON, no newline). */
+/** pi-workflows.worker-launch.v1: the launch envelope, the first frame the server writes to the runner's stdin. */
 export interface WorkerLaunch {
   "definitionDigest"?: Digest;
   "generation": Generation;
@@ -1597,11 +1604,13 @@ export interface WorkerLaunch {
   "mode": LaunchMode;
   "projectPath": AbsolutePath;
   "protocolVersion": ProtocolVersion;
+  "resolve"?: ResolveTarget;
   "runId": RunId;
   "runnerEpoch": RunnerEpoch;
   "schema": WorkerSchemaId;
   "validate"?: ValidateTarget;
-  "workflowSource": WorkflowSource;
+  /** The saved source identity the runner verifies before loading (run and validate modes). */
+  "workflowSource"?: WorkflowSource;
 }
 
 /** The runner channel schema id. */

@@ -81,7 +81,7 @@ export function decodeServerFrame(frame: Uint8Array): ServerMessage {
   return validated<ServerMessage>(validators.server, parseCanonical(frameContent(frame)));
 }
 
-/** Decodes the launch envelope: the canonical JSON of PI_WORKFLOWS_LAUNCH, without a newline. */
+/** Decodes the launch envelope: the first stdin line the server writes, without its newline. */
 export function decodeLaunch(bytes: Uint8Array): WorkerLaunch {
   if (bytes.length > MAX_FRAME_BYTES) {
     throw TOO_LARGE();
