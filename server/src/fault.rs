@@ -1,0 +1,67 @@
+//! Crash injection for tests: `PI_WORKFLOWS_FAULT=<point>[:<n>]` makes the
+//! server kill itself with SIGKILL the `n`-th time (default 1st) it reaches
+//! `<point>`. Unset in production; the points are the places where a crash
+//! is most likely to leave inconsistent state if the design were wrong.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A place around a commit or a spawn where a crash can be injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Inside the write transaction, after the jobs ran, before `COMMIT`.
+    BeforeCommit,
+    /// After `COMMIT`, before any reply was sent.
+    AfterCommit,
+    /// After a runner launch was committed, before the process is spawned.
+    BeforeSpawn,
+    /// After the runner process was spawned.
+    AfterSpawn,
+    /// After a reply was written to a client socket.
+    AfterReply,
+}
+
+impl FaultPoint {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "before_commit" => Self::BeforeCommit,
+            "after_commit" => Self::AfterCommit,
+            "before_spawn" => Self::BeforeSpawn,
+            "after_spawn" => Self::AfterSpawn,
+            "after_reply" => Self::AfterReply,
+            _ => return None,
+        })
+    }
+}
+
+/// The configured fault, shared by every thread of the server.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    armed: Option<(FaultPoint, u64, Arc<AtomicU64>)>,
+}
+
+impl Faults {
+    /// Reads `PI_WORKFLOWS_FAULT`. An unknown point is ignored.
+    pub fn from_env() -> Self {
+        let Ok(spec) = std::env::var("PI_WORKFLOWS_FAULT") else {
+            return Self::default();
+        };
+        let (name, count) = spec.split_once(':').unwrap_or((spec.as_str(), "1"));
+        match (FaultPoint::parse(name), count.parse::<u64>()) {
+            (Some(point), Ok(n)) if n > 0 => Self {
+                armed: Some((point, n, Arc::new(AtomicU64::new(0)))),
+            },
+            _ => Self::default(),
+        }
+    }
+
+    /// Kills the process if `point` is the armed point and its count is reached.
+    pub fn hit(&self, point: FaultPoint) {
+        if let Some((armed, n, seen)) = &self.armed
+            && *armed == point
+            && seen.fetch_add(1, Ordering::SeqCst) + 1 == *n
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The SQLite store: one database file, one writer thread, group commit.
+//!
+//! Invariants:
+//! - Only the writer thread opens the database for writing. Every write is a
+//!   job: the handler's closure runs inside one `BEGIN IMMEDIATE` transaction
+//!   (its own savepoint when jobs share a commit) and its reply is sent only
+//!   after `COMMIT` returned.
+//! - Jobs that arrive together share one commit (group commit); a job whose
+//!   closure fails or discards rolls back only its savepoint.
+//! - No process, network or hashing work happens inside a job: the caller
+//!   computes digests before it submits the closure.
+//! - An installed database with another DDL digest is refused before any
+//!   mutation, and no file is created or changed.
+
+mod codec;
+pub(crate) mod commands;
+pub(crate) mod host;
+pub(crate) mod runs;
+pub(crate) mod schema;
+
+use rusqlite::{Connection, OpenFlags};
+use sha2::{Digest as _, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+use tokio::sync::oneshot;
+
+/// The exact instruction shown for an incompatible database.
+pub const INCOMPATIBLE_STATE: &str = "Pi Workflows durable state is incompatible. Back up and move state.sqlite with its -wal and -shm files, then start Pi Workflows to create a new state.sqlite database. The incompatible state was not changed.";
+
+/// How many jobs may share one commit.
+const MAX_JOBS_PER_COMMIT: usize = 256;
+
+/// Why the store could not be opened or used.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The installed database is not this schema; nothing was changed.
+    Incompatible,
+    /// SQLite failed.
+    Sqlite(rusqlite::Error),
+    /// The writer thread is gone (server shutting down).
+    Closed,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Incompatible => f.write_str(INCOMPATIBLE_STATE),
+            Self::Sqlite(error) => {
+                write!(f, "state database error: {}", safe_sqlite_message(error))
+            }
+            Self::Closed => f.write_str("the state store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        Self::Sqlite(error)
+    }
+}
+
+/// SQLite messages can quote values; report only the error class.
+fn safe_sqlite_message(error: &rusqlite::Error) -> String {
+    match error {
+        rusqlite::Error::SqliteFailure(code, _) => format!("{:?}", code.code),
+        other => {
+            let text = other.to_string();
+            text.split(':')
+                .next()
+                .unwrap_or("unknown")
+                .chars()
+                .take(80)
+                .collect()
+        }
+    }
+}
+
+/// The digest of the DDL this binary writes and accepts.
+pub fn ddl_digest() -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(schema::DDL.as_bytes()))
+    )
+}
+
+/// What a write job decides about its own changes.
+#[derive(Debug)]
+pub enum Commit<R> {
+    /// Keep the changes; reply after the shared commit.
+    Keep(R),
+    /// Roll back this job's changes (a kernel rejection); still reply after the commit.
+    Discard(R),
+}
+
+type WriteFn = Box<dyn FnOnce(&Connection) -> bool + Send>;
+type ReplyFn = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+struct Job {
+    run: WriteFn,
+    reply: ReplyFn,
+}
+
+/// A handle to the writer thread. Cloning shares the same thread.
+#[derive(Clone, Debug)]
+pub struct Store {
+    jobs: mpsc::Sender<Job>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Job")
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the database at `path` and starts the writer thread.
+    pub fn open(path: &Path, faults: crate::fault::Faults) -> Result<Self, StoreError> {
+        let connection = open_connection(path)?;
+        let (jobs, receiver) = mpsc::channel::<Job>();
+        thread::Builder::new()
+            .name("state-writer".into())
+            .spawn(move || writer_loop(connection, receiver, faults))
+            .map_err(|_| StoreError::Closed)?;
+        Ok(Self {
+            jobs,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `write` in the writer thread inside a transaction and returns its
+    /// value after the commit.
+    pub async fn write<R, F>(&self, write: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
+    {
+        let (sender, receiver) = oneshot::channel::<Result<R, StoreError>>();
+        type Slot<R> = std::sync::Arc<std::sync::Mutex<Option<rusqlite::Result<R>>>>;
+        let slot: Slot<R> = Default::default();
+        let slot_for_run = slot.clone();
+        let run: WriteFn = Box::new(move |connection| {
+            let (keep, value) = match write(connection) {
+                Ok(Commit::Keep(value)) => (true, Ok(value)),
+                Ok(Commit::Discard(value)) => (false, Ok(value)),
+                Err(error) => (false, Err(error)),
+            };
+            *slot_for_run.lock().expect("slot lock") = Some(value);
+            keep
+        });
+        let reply: ReplyFn = Box::new(move |committed| {
+            let value = slot.lock().expect("slot lock").take();
+            let result = committed.and_then(|()| match value {
+                Some(Ok(value)) => Ok(value),
+                Some(Err(error)) => Err(StoreError::Sqlite(error)),
+                None => Err(StoreError::Closed),
+            });
+            let _ = sender.send(result);
+        });
+        self.jobs
+            .send(Job { run, reply })
+            .map_err(|_| StoreError::Closed)?;
+        receiver.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs a read inside the writer thread (a consistent snapshot of committed state).
+    pub async fn read<R, F>(&self, read: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+    {
+        self.write(move |connection| read(connection).map(Commit::Discard))
+            .await
+    }
+}
+
+/// Opens the database: verifies an existing file read-only first so that an
+/// incompatible database is never touched, then opens it for writing.
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let exists = path.metadata().map(|meta| meta.len() > 0).unwrap_or(false);
+    if exists {
+        verify_existing(path)?;
+    }
+    let connection = Connection::open(path)?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    connection.busy_timeout(std::time::Duration::from_secs(5))?;
+    if !exists {
+        create_schema(&connection)?;
+    }
+    Ok(connection)
+}
+
+/// Reads the stored DDL digest without writing anything (no WAL or SHM file
+/// is created: the file is opened immutable).
+fn verify_existing(path: &Path) -> Result<(), StoreError> {
+    let uri = format!("file:{}?mode=ro&immutable=1", uri_path(path));
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection =
+        Connection::open_with_flags(uri, flags).map_err(|_| StoreError::Incompatible)?;
+    let stored: Result<(String, i64, String), _> = connection.query_row(
+        "SELECT schema_name, schema_version, ddl_digest FROM schema_meta WHERE singleton = 1",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    );
+    match stored {
+        Ok((name, 1, digest)) if name == "pi-workflows-state" && digest == ddl_digest() => Ok(()),
+        _ => Err(StoreError::Incompatible),
+    }
+}
+
+fn uri_path(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    text.replace('%', "%25")
+        .replace('?', "%3f")
+        .replace('#', "%23")
+}
+
+fn create_schema(connection: &Connection) -> Result<(), StoreError> {
+    let now_ms = crate::clock::now_ms();
+    connection.execute_batch("BEGIN IMMEDIATE")?;
+    let created = connection.execute_batch(schema::DDL).and_then(|()| {
+        connection.execute(
+            "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', 1, ?1, ?2)",
+            rusqlite::params![ddl_digest(), now_ms as i64],
+        )
+    });
+    match created {
+        Ok(_) => connection.execute_batch("COMMIT")?,
+        Err(error) => {
+            let _ = connection.execute_batch("ROLLBACK");
+            return Err(error.into());
+        }
+    }
+    // Move the schema into the main file so a later read-only check sees it.
+    connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    Ok(())
+}
+
+fn writer_loop(
+    connection: Connection,
+    receiver: mpsc::Receiver<Job>,
+    faults: crate::fault::Faults,
+) {
+    while let Ok(first) = receiver.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_JOBS_PER_COMMIT {
+            match receiver.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let committed = run_batch(&connection, &mut batch, &faults);
+        faults.hit(crate::fault::FaultPoint::AfterCommit);
+        for job in batch {
+            let result = match &committed {
+                Ok(()) => Ok(()),
+                Err(error) => Err(StoreError::Sqlite(clone_error(error))),
+            };
+            (job.reply)(result);
+        }
+    }
+}
+
+fn clone_error(error: &rusqlite::Error) -> rusqlite::Error {
+    match error {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            rusqlite::Error::SqliteFailure(*code, message.clone())
+        }
+        _ => rusqlite::Error::InvalidQuery,
+    }
+}
+
+fn run_batch(
+    connection: &Connection,
+    batch: &mut [Job],
+    faults: &crate::fault::Faults,
+) -> rusqlite::Result<()> {
+    connection.execute_batch("BEGIN IMMEDIATE")?;
+    for job in batch.iter_mut() {
+        let run = std::mem::replace(&mut job.run, Box::new(|_| false));
+        connection.execute_batch("SAVEPOINT job")?;
+        if run(connection) {
+            connection.execute_batch("RELEASE job")?;
+        } else {
+            connection.execute_batch("ROLLBACK TO job; RELEASE job")?;
+        }
+    }
+    faults.hit(crate::fault::FaultPoint::BeforeCommit);
+    if let Err(error) = connection.execute_batch("COMMIT") {
+        let _ = connection.execute_batch("ROLLBACK");
+        return Err(error);
+    }
+    Ok(())
+}

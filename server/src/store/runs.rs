@@ -1,0 +1,829 @@
+//! Loading and writing a run's `RunAggregate` (the bounded facts one
+//! lifecycle transition reads and changes).
+//!
+//! Invariants:
+//! - `load` reads only unfinished and unsettled records plus step summaries,
+//!   exactly what `RunAggregate::reload` keeps, so loading after a write gives
+//!   the same facts the kernel returned.
+//! - `write` writes only rows that changed between the loaded and the new
+//!   aggregate, plus one event row per `Output::Event`, inside the caller's
+//!   transaction.
+
+use super::codec::{DigestColumn, from_json, i64_of, json, name, parse, parse_opt, u64_of};
+use kernel::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
+use kernel::claim::{Claim, LeaseFacts};
+use kernel::decision::{DecisionRecord, DecisionStatus, Provenance};
+use kernel::effect::{EffectKey, EffectRecord};
+use kernel::ids::*;
+use kernel::interaction::InteractionRecord;
+use kernel::message::{MessageKind, MessageRecord, TurnRecord};
+use kernel::output::{Output, RunEvent};
+use kernel::run::{ContinuationOf, ExecutionMode, Lineage, RunAggregate, RunError, RunRecord};
+use kernel::runner::{RunnerRecord, RunnerStatus};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Loads the aggregate of `run_id`, or `None` when the run does not exist.
+pub(crate) fn load(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<RunAggregate>> {
+    let Some(run) = load_run(connection, run_id)? else {
+        return Ok(None);
+    };
+    let mut aggregate = RunAggregate::new(run);
+    aggregate.steps = load_steps(connection, run_id)?;
+    aggregate.attempt = load_latest_attempt(connection, run_id)?;
+    aggregate.effects = load_effects(connection, run_id)?;
+    aggregate.interaction = load_interaction(connection, run_id)?;
+    aggregate.decision = load_decision(connection, run_id)?;
+    aggregate.messages = load_messages(connection, run_id)?;
+    aggregate.turns = load_turns(connection, run_id)?;
+    Ok(Some(aggregate))
+}
+
+fn load_run(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunRecord>> {
+    let row = connection
+        .query_row(
+            "SELECT r.status, q.status, r.paused, r.park_reason, r.revision, b.execution_mode, b.origin_session_id,
+                    r.continuation_of, r.continuation_checkpoint, r.continued_by, r.restart_json,
+                    r.error_class, r.error_reason, r.error_node, r.waiting_on,
+                    r.created_at_ms, r.updated_at_ms, r.finished_at_ms
+             FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id
+             WHERE r.run_id = ?1",
+            params![run_id.as_str()],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, Option<String>>(3)?,
+                    row.get::<_, i64>(4)?,
+                    row.get::<_, String>(5)?,
+                    row.get::<_, Option<String>>(6)?,
+                    (
+                        row.get::<_, Option<String>>(7)?,
+                        row.get::<_, Option<String>>(8)?,
+                        row.get::<_, Option<String>>(9)?,
+                        row.get::<_, Option<String>>(10)?,
+                    ),
+                    (
+                        row.get::<_, Option<String>>(11)?,
+                        row.get::<_, Option<String>>(12)?,
+                        row.get::<_, Option<String>>(13)?,
+                        row.get::<_, Option<String>>(14)?,
+                    ),
+                    (row.get::<_, i64>(15)?, row.get::<_, i64>(16)?, row.get::<_, Option<i64>>(17)?),
+                ))
+            },
+        )
+        .optional()?;
+    let Some((status, queue, paused, park_reason, revision, mode, origin, lineage, error, times)) =
+        row
+    else {
+        return Ok(None);
+    };
+    let (continuation_of, checkpoint, continued_by, restart_json) = lineage;
+    let (error_class, error_reason, error_node, waiting_on) = error;
+    let mode = match (mode.as_str(), origin) {
+        ("interactive", Some(session)) => ExecutionMode::Interactive {
+            origin_session: SessionId::new(session),
+        },
+        _ => ExecutionMode::Headless,
+    };
+    let error = match (error_class, error_reason) {
+        (Some(class), Some(reason)) => Some(RunError {
+            class: parse(&class)?,
+            reason: parse(&reason)?,
+            node_id: error_node.map(NodeId::new),
+        }),
+        _ => None,
+    };
+    Ok(Some(RunRecord {
+        run_id: run_id.clone(),
+        status: parse(&status)?,
+        queue: parse(&queue)?,
+        paused: paused != 0,
+        park_reason: parse_opt(park_reason)?,
+        revision: Revision(u64_of(revision)),
+        lease: load_lease(connection, run_id)?,
+        mode,
+        lineage: Lineage {
+            continuation_of: match (continuation_of, checkpoint) {
+                (Some(parent), Some(checkpoint)) => Some(ContinuationOf {
+                    parent_run_id: RunId::new(parent),
+                    checkpoint: NodeId::new(checkpoint),
+                }),
+                _ => None,
+            },
+            continued_by: continued_by.map(RunId::new),
+            restart: restart_json.map(|text| from_json(&text)).transpose()?,
+        },
+        runner: load_runner(connection, run_id)?,
+        error,
+        waiting_on: waiting_on.map(NodeId::new),
+        created_at_ms: u64_of(times.0),
+        updated_at_ms: u64_of(times.1),
+        finished_at_ms: times.2.map(u64_of),
+    }))
+}
+
+fn load_lease(connection: &Connection, run_id: &RunId) -> rusqlite::Result<LeaseFacts> {
+    let lease = connection
+        .query_row(
+            "SELECT generation, owner_kind, owner_id, token_hash, acquired_at_ms, heartbeat_at_ms, expires_at_ms
+             FROM leases WHERE run_id = ?1",
+            params![run_id.as_str()],
+            |row| {
+                let generation = Generation(u64_of(row.get(0)?));
+                let kind: Option<String> = row.get(1)?;
+                let claim = match kind {
+                    None => None,
+                    Some(kind) => Some(Claim {
+                        owner_kind: parse(&kind)?,
+                        owner_id: OwnerId::new(row.get::<_, String>(2)?),
+                        token_hash: row.get::<_, DigestColumn>(3)?.0,
+                        generation,
+                        acquired_at_ms: u64_of(row.get(4)?),
+                        heartbeat_at_ms: u64_of(row.get(5)?),
+                        expires_at_ms: u64_of(row.get(6)?),
+                    }),
+                };
+                Ok(LeaseFacts { claim, generation })
+            },
+        )
+        .optional()?;
+    Ok(lease.unwrap_or_default())
+}
+
+fn load_runner(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunnerRecord>> {
+    connection
+        .query_row(
+            "SELECT runner_epoch, generation, status, outcome, launched_at_ms, ready_at_ms, ready_revision, finished_at_ms
+             FROM run_workers WHERE run_id = ?1 ORDER BY launched_at_ms DESC, rowid DESC LIMIT 1",
+            params![run_id.as_str()],
+            |row| {
+                let status: String = row.get(2)?;
+                let outcome: Option<String> = row.get(3)?;
+                let status = match (status.as_str(), outcome) {
+                    ("launching", _) => RunnerStatus::Launching,
+                    ("ready", _) => RunnerStatus::Ready,
+                    (_, Some(outcome)) => RunnerStatus::Exited(parse(&outcome)?),
+                    _ => RunnerStatus::Exited(kernel::runner::RunnerOutcome::Crashed),
+                };
+                Ok(RunnerRecord {
+                    runner_epoch: RunnerEpochId::new(row.get::<_, String>(0)?),
+                    generation: Generation(u64_of(row.get(1)?)),
+                    status,
+                    launched_at_ms: u64_of(row.get(4)?),
+                    ready_at_ms: row.get::<_, Option<i64>>(5)?.map(u64_of),
+                    ready_revision: row.get::<_, Option<i64>>(6)?.map(|r| Revision(u64_of(r))),
+                    finished_at_ms: row.get::<_, Option<i64>>(7)?.map(u64_of),
+                })
+            },
+        )
+        .optional()
+}
+
+fn load_steps(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<StepRecord>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT attempt_id, node_id, outcome, carried FROM node_attempts
+         WHERE run_id = ?1 AND status = 'finished' ORDER BY seq",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str()], |row| {
+        Ok(StepRecord {
+            attempt_id: AttemptId::new(row.get::<_, String>(0)?),
+            node_id: NodeId::new(row.get::<_, String>(1)?),
+            outcome: parse(&row.get::<_, String>(2)?)?,
+            carried: row.get::<_, i64>(3)? != 0,
+        })
+    })?;
+    rows.collect()
+}
+
+fn attempt_status(status: &str, outcome: Option<String>) -> rusqlite::Result<AttemptStatus> {
+    Ok(match (status, outcome) {
+        ("active", _) => AttemptStatus::Active,
+        ("waiting", _) => AttemptStatus::Waiting,
+        ("abandoned", _) => AttemptStatus::Abandoned,
+        (_, Some(outcome)) => AttemptStatus::Finished(parse::<NodeOutcome>(&outcome)?),
+        _ => AttemptStatus::Abandoned,
+    })
+}
+
+fn attempt_status_columns(status: AttemptStatus) -> (&'static str, Option<String>) {
+    match status {
+        AttemptStatus::Active => ("active", None),
+        AttemptStatus::Waiting => ("waiting", None),
+        AttemptStatus::Abandoned => ("abandoned", None),
+        AttemptStatus::Finished(outcome) => ("finished", Some(name(&outcome))),
+    }
+}
+
+fn load_latest_attempt(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<AttemptRecord>> {
+    let attempt = connection
+        .query_row(
+            "SELECT attempt_id, node_id, visit, generation, status, outcome, started_at_ms, deadline_at_ms,
+                    finished_at_ms, crash_retries
+             FROM node_attempts WHERE run_id = ?1 AND carried = 0 ORDER BY seq DESC LIMIT 1",
+            params![run_id.as_str()],
+            |row| {
+                Ok(AttemptRecord {
+                    attempt_id: AttemptId::new(row.get::<_, String>(0)?),
+                    node_id: NodeId::new(row.get::<_, String>(1)?),
+                    visit: row.get::<_, i64>(2)? as u32,
+                    generation: Generation(u64_of(row.get(3)?)),
+                    status: attempt_status(&row.get::<_, String>(4)?, row.get(5)?)?,
+                    started_at_ms: u64_of(row.get(6)?),
+                    deadline_at_ms: row.get::<_, Option<i64>>(7)?.map(u64_of),
+                    finished_at_ms: row.get::<_, Option<i64>>(8)?.map(u64_of),
+                    crash_retries: row.get::<_, i64>(9)? as u32,
+                })
+            },
+        )
+        .optional()?;
+    Ok(attempt.filter(|attempt| !matches!(attempt.status, AttemptStatus::Finished(_))))
+}
+
+fn load_effects(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<EffectRecord>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT effect_id, effect_type, node_path, visit, request_fingerprint, state, attempt_number,
+                node_attempt_id, result_digest
+         FROM effects WHERE run_id = ?1 AND state IN ('reserved', 'applying', 'ambiguous') ORDER BY created_at_ms, effect_id",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str()], |row| effect_from_row(run_id, row))?;
+    rows.collect()
+}
+
+pub(crate) fn effect_from_row(
+    run_id: &RunId,
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<EffectRecord> {
+    Ok(EffectRecord {
+        effect_id: EffectId::new(row.get::<_, String>(0)?),
+        key: EffectKey {
+            run_id: run_id.clone(),
+            effect_type: row.get(1)?,
+            node_path: NodeId::new(row.get::<_, String>(2)?),
+            visit: row.get::<_, i64>(3)? as u32,
+        },
+        request_fingerprint: row.get::<_, DigestColumn>(4)?.0,
+        state: parse(&row.get::<_, String>(5)?)?,
+        attempt_number: row.get::<_, i64>(6)? as u32,
+        node_attempt_id: row.get::<_, Option<String>>(7)?.map(AttemptId::new),
+        result_digest: row
+            .get::<_, Option<DigestColumn>>(8)?
+            .map(|digest| digest.0),
+    })
+}
+
+fn load_interaction(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<InteractionRecord>> {
+    connection
+        .query_row(
+            "SELECT interaction_id, attempt_id, node_id, target_session_id, kind, contract_hash, status,
+                    accepted_submission_id, unproductive_turn_ends, revision, created_at_ms
+             FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'",
+            params![run_id.as_str()],
+            |row| {
+                Ok(InteractionRecord {
+                    interaction_id: InteractionId::new(row.get::<_, String>(0)?),
+                    run_id: run_id.clone(),
+                    attempt_id: AttemptId::new(row.get::<_, String>(1)?),
+                    node_id: NodeId::new(row.get::<_, String>(2)?),
+                    target_session: SessionId::new(row.get::<_, String>(3)?),
+                    kind: parse(&row.get::<_, String>(4)?)?,
+                    contract_hash: row.get::<_, DigestColumn>(5)?.0,
+                    status: parse(&row.get::<_, String>(6)?)?,
+                    accepted_submission: row.get::<_, Option<String>>(7)?.map(SubmissionId::new),
+                    unproductive_turn_ends: row.get::<_, i64>(8)? as u32,
+                    revision: row.get::<_, i64>(9)? as u32,
+                    created_at_ms: u64_of(row.get(10)?),
+                })
+            },
+        )
+        .optional()
+}
+
+fn load_decision(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<DecisionRecord>> {
+    connection
+        .query_row(
+            "SELECT decision_id, node_id, request_digest, state, provenance, answer_digest, deadline_at_ms,
+                    default_answer_digest, continuation_run_id
+             FROM human_decisions WHERE run_id = ?1 AND state = 'pending'",
+            params![run_id.as_str()],
+            |row| decision_from_row(run_id, row),
+        )
+        .optional()
+}
+
+pub(crate) fn decision_from_row(
+    run_id: &RunId,
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<DecisionRecord> {
+    let state: String = row.get(3)?;
+    let status = match state.as_str() {
+        "accepted" => DecisionStatus::Accepted {
+            provenance: parse::<Provenance>(&row.get::<_, String>(4)?)?,
+            answer_digest: row.get::<_, DigestColumn>(5)?.0,
+        },
+        "cancelled" => DecisionStatus::Cancelled,
+        "expired" => DecisionStatus::Expired,
+        _ => DecisionStatus::Pending,
+    };
+    Ok(DecisionRecord {
+        decision_id: DecisionId::new(row.get::<_, String>(0)?),
+        run_id: run_id.clone(),
+        node_id: NodeId::new(row.get::<_, String>(1)?),
+        request_digest: row.get::<_, DigestColumn>(2)?.0,
+        status,
+        deadline_at_ms: row.get::<_, Option<i64>>(6)?.map(u64_of),
+        default_answer_digest: row
+            .get::<_, Option<DigestColumn>>(7)?
+            .map(|digest| digest.0),
+        continuation_run_id: row.get::<_, Option<String>>(8)?.map(RunId::new),
+    })
+}
+
+fn load_messages(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<MessageRecord>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT message_id, session_id, kind, source_id, step_reason, session_order, state, entry_id, created_at_ms
+         FROM workflow_messages WHERE run_id = ?1 AND state = 'pending' ORDER BY session_order",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str()], |row| {
+        message_from_row(run_id, row)
+    })?;
+    rows.collect()
+}
+
+pub(crate) fn message_from_row(
+    run_id: &RunId,
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<MessageRecord> {
+    let kind: String = row.get(2)?;
+    let source: Option<String> = row.get(3)?;
+    let reason: Option<String> = row.get(4)?;
+    let kind = match (kind.as_str(), source, reason) {
+        ("step", Some(source), Some(reason)) => MessageKind::Step {
+            interaction_id: InteractionId::new(source),
+            reason: parse(&reason)?,
+        },
+        ("decision", Some(source), _) => MessageKind::Decision {
+            decision_id: DecisionId::new(source),
+        },
+        ("followUp", Some(source), _) => MessageKind::FollowUp {
+            follow_up_id: source,
+        },
+        ("terminal", _, _) => MessageKind::Terminal,
+        _ => MessageKind::Notification,
+    };
+    Ok(MessageRecord {
+        message_id: MessageId::new(row.get::<_, String>(0)?),
+        session_id: SessionId::new(row.get::<_, String>(1)?),
+        run_id: run_id.clone(),
+        kind,
+        order: u64_of(row.get(5)?),
+        state: parse(&row.get::<_, String>(6)?)?,
+        entry_id: row.get::<_, Option<String>>(7)?.map(EntryId::new),
+        created_at_ms: u64_of(row.get(8)?),
+    })
+}
+
+fn load_turns(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<TurnRecord>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT turn_id, message_id, session_id, state, started_at_ms, ended_at_ms, response_entry_id
+         FROM workflow_turns WHERE run_id = ?1 AND state = 'open' ORDER BY started_at_ms",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str()], |row| {
+        Ok(TurnRecord {
+            turn_id: TurnId::new(row.get::<_, String>(0)?),
+            message_id: MessageId::new(row.get::<_, String>(1)?),
+            run_id: run_id.clone(),
+            session_id: SessionId::new(row.get::<_, String>(2)?),
+            state: parse(&row.get::<_, String>(3)?)?,
+            started_at_ms: u64_of(row.get(4)?),
+            ended_at_ms: row.get::<_, Option<i64>>(5)?.map(u64_of),
+            response_entry_id: row.get::<_, Option<String>>(6)?.map(EntryId::new),
+        })
+    })?;
+    rows.collect()
+}
+
+/// Writes every record that differs between `before` (as loaded; `None` for
+/// a new run whose `runs` row the caller inserted) and `after`, and one event
+/// row per event output.
+pub(crate) fn write(
+    connection: &Connection,
+    before: Option<&RunAggregate>,
+    after: &RunAggregate,
+    outputs: &[Output],
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let run = &after.run;
+    if before.is_none_or(|before| before.run != *run) {
+        write_run(connection, before.map(|b| &b.run), run, now_ms)?;
+    }
+    write_attempts(connection, before, after, now_ms)?;
+    for effect in &after.effects {
+        if before.is_none_or(|b| !b.effects.contains(effect)) {
+            write_effect(connection, effect, now_ms)?;
+        }
+    }
+    if let Some(interaction) = &after.interaction
+        && before.is_none_or(|b| b.interaction.as_ref() != Some(interaction))
+    {
+        write_interaction(connection, interaction, now_ms)?;
+    }
+    if let Some(decision) = &after.decision
+        && before.is_none_or(|b| b.decision.as_ref() != Some(decision))
+    {
+        write_decision(connection, decision, now_ms)?;
+    }
+    for message in &after.messages {
+        if before.is_none_or(|b| !b.messages.contains(message)) {
+            write_message(connection, message, now_ms)?;
+        }
+    }
+    for turn in &after.turns {
+        if before.is_none_or(|b| !b.turns.contains(turn)) {
+            write_turn(connection, turn)?;
+        }
+    }
+    write_events(connection, outputs, now_ms)
+}
+
+fn write_run(
+    connection: &Connection,
+    before: Option<&RunRecord>,
+    run: &RunRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let error = run.error.as_ref();
+    connection.execute(
+        "UPDATE runs SET status = ?2, paused = ?3, park_reason = ?4, revision = ?5, waiting_on = ?6,
+                error_class = ?7, error_reason = ?8, error_node = ?9, continued_by = ?10, restart_json = ?11,
+                updated_at_ms = ?12, finished_at_ms = ?13
+         WHERE run_id = ?1",
+        params![
+            run.run_id.as_str(),
+            name(&run.status),
+            i64::from(run.paused),
+            run.park_reason.as_ref().map(name),
+            i64_of(run.revision.0),
+            run.waiting_on.as_ref().map(NodeId::as_str),
+            error.map(|e| name(&e.class)),
+            error.map(|e| name(&e.reason)),
+            error.and_then(|e| e.node_id.as_ref()).map(NodeId::as_str),
+            run.lineage.continued_by.as_ref().map(RunId::as_str),
+            run.lineage.restart.as_ref().map(json),
+            i64_of(run.updated_at_ms),
+            run.finished_at_ms.map(i64_of),
+        ],
+    )?;
+    connection.execute(
+        "UPDATE run_queue SET status = ?2, updated_at_ms = ?3 WHERE run_id = ?1",
+        params![run.run_id.as_str(), name(&run.queue), i64_of(now_ms)],
+    )?;
+    if before.is_none_or(|b| b.lease != run.lease) {
+        write_lease(connection, &run.run_id, &run.lease)?;
+    }
+    if let Some(runner) = &run.runner
+        && before.is_none_or(|b| b.runner.as_ref() != Some(runner))
+    {
+        write_runner(connection, &run.run_id, runner)?;
+    }
+    Ok(())
+}
+
+fn write_lease(
+    connection: &Connection,
+    run_id: &RunId,
+    lease: &LeaseFacts,
+) -> rusqlite::Result<()> {
+    let claim = lease.claim.as_ref();
+    connection.execute(
+        "INSERT INTO leases (run_id, generation, owner_kind, owner_id, token_hash, acquired_at_ms, heartbeat_at_ms, expires_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (run_id) DO UPDATE SET generation = excluded.generation, owner_kind = excluded.owner_kind,
+           owner_id = excluded.owner_id, token_hash = excluded.token_hash, acquired_at_ms = excluded.acquired_at_ms,
+           heartbeat_at_ms = excluded.heartbeat_at_ms, expires_at_ms = excluded.expires_at_ms",
+        params![
+            run_id.as_str(),
+            i64_of(lease.generation.0),
+            claim.map(|c| name(&c.owner_kind)),
+            claim.map(|c| c.owner_id.as_str()),
+            claim.map(|c| c.token_hash.0.to_vec()),
+            claim.map(|c| i64_of(c.acquired_at_ms)),
+            claim.map(|c| i64_of(c.heartbeat_at_ms)),
+            claim.map(|c| i64_of(c.expires_at_ms)),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes one runner epoch row (insert on admission, update afterwards).
+pub(crate) fn write_runner(
+    connection: &Connection,
+    run_id: &RunId,
+    runner: &RunnerRecord,
+) -> rusqlite::Result<()> {
+    let (status, outcome) = match runner.status {
+        RunnerStatus::Launching => ("launching", None),
+        RunnerStatus::Ready => ("ready", None),
+        RunnerStatus::Exited(outcome) => ("exited", Some(name(&outcome))),
+    };
+    connection.execute(
+        "INSERT INTO run_workers (runner_epoch, run_id, generation, server_epoch, status, outcome, launched_at_ms,
+                                  ready_at_ms, ready_revision, finished_at_ms)
+         VALUES (?1, ?2, ?3, (SELECT epoch FROM workflow_host_state WHERE singleton = 1), ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (runner_epoch) DO UPDATE SET status = excluded.status, outcome = excluded.outcome,
+           ready_at_ms = excluded.ready_at_ms, ready_revision = excluded.ready_revision,
+           finished_at_ms = excluded.finished_at_ms",
+        params![
+            runner.runner_epoch.as_str(),
+            run_id.as_str(),
+            i64_of(runner.generation.0),
+            status,
+            outcome,
+            i64_of(runner.launched_at_ms),
+            runner.ready_at_ms.map(i64_of),
+            runner.ready_revision.map(|r| i64_of(r.0)),
+            runner.finished_at_ms.map(i64_of),
+        ],
+    )?;
+    Ok(())
+}
+
+fn write_attempts(
+    connection: &Connection,
+    before: Option<&RunAggregate>,
+    after: &RunAggregate,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let run_id = &after.run.run_id;
+    // Carried steps of a new continuation: copy the parent's attempt rows.
+    if let (None, Some(parent)) = (before, after.run.lineage.continuation_of.as_ref()) {
+        for step in after.steps.iter().filter(|step| step.carried) {
+            connection.execute(
+                "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
+                     started_at_ms, deadline_at_ms, finished_at_ms, crash_retries, status_detail, output_digest,
+                     error_message, action_json)
+                 SELECT ?1, attempt_id, seq, node_id, visit, generation, status, outcome, 1, started_at_ms, deadline_at_ms,
+                        finished_at_ms, crash_retries, status_detail, output_digest, error_message, action_json
+                 FROM node_attempts WHERE run_id = ?2 AND attempt_id = ?3",
+                params![run_id.as_str(), parent.parent_run_id.as_str(), step.attempt_id.as_str()],
+            )?;
+        }
+    }
+    let Some(attempt) = &after.attempt else {
+        return Ok(());
+    };
+    if before.is_some_and(|b| b.attempt.as_ref() == Some(attempt)) {
+        return Ok(());
+    }
+    let (status, outcome) = attempt_status_columns(attempt.status);
+    connection.execute(
+        "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
+             started_at_ms, deadline_at_ms, finished_at_ms, crash_retries)
+         VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM node_attempts WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7, 0,
+                 ?8, ?9, ?10, ?11)
+         ON CONFLICT (run_id, attempt_id) DO UPDATE SET status = excluded.status, outcome = excluded.outcome,
+           deadline_at_ms = excluded.deadline_at_ms, finished_at_ms = excluded.finished_at_ms,
+           crash_retries = excluded.crash_retries",
+        params![
+            run_id.as_str(),
+            attempt.attempt_id.as_str(),
+            attempt.node_id.as_str(),
+            i64::from(attempt.visit),
+            i64_of(attempt.generation.0),
+            status,
+            outcome,
+            i64_of(attempt.started_at_ms),
+            attempt.deadline_at_ms.map(i64_of),
+            attempt.finished_at_ms.map(i64_of),
+            i64::from(attempt.crash_retries),
+        ],
+    )?;
+    let _ = now_ms;
+    Ok(())
+}
+
+/// Writes one effect row and its current attempt row.
+pub(crate) fn write_effect(
+    connection: &Connection,
+    effect: &EffectRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO effects (effect_id, run_id, effect_type, node_path, visit, request_fingerprint, state,
+                              attempt_number, node_attempt_id, result_digest, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+         ON CONFLICT (effect_id) DO UPDATE SET state = excluded.state, attempt_number = excluded.attempt_number,
+           node_attempt_id = excluded.node_attempt_id, result_digest = excluded.result_digest,
+           updated_at_ms = excluded.updated_at_ms",
+        params![
+            effect.effect_id.as_str(),
+            effect.key.run_id.as_str(),
+            effect.key.effect_type,
+            effect.key.node_path.as_str(),
+            i64::from(effect.key.visit),
+            effect.request_fingerprint.0.to_vec(),
+            name(&effect.state),
+            i64::from(effect.attempt_number),
+            effect.node_attempt_id.as_ref().map(AttemptId::as_str),
+            effect.result_digest.map(|d| d.0.to_vec()),
+            i64_of(now_ms),
+        ],
+    )?;
+    connection.execute(
+        "INSERT INTO effect_attempts (effect_id, attempt_number, state, node_attempt_id, started_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (effect_id, attempt_number) DO UPDATE SET state = excluded.state,
+           finished_at_ms = CASE WHEN excluded.state IN ('applied', 'rejected', 'cancelled', 'ambiguous')
+                                 THEN ?5 ELSE finished_at_ms END",
+        params![
+            effect.effect_id.as_str(),
+            i64::from(effect.attempt_number),
+            name(&effect.state),
+            effect.node_attempt_id.as_ref().map(AttemptId::as_str),
+            i64_of(now_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+fn write_interaction(
+    connection: &Connection,
+    record: &InteractionRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO interactive_requests (interaction_id, run_id, attempt_id, node_id, target_session_id, kind,
+             contract_hash, status, accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (interaction_id) DO UPDATE SET status = excluded.status,
+           accepted_submission_id = excluded.accepted_submission_id,
+           unproductive_turn_ends = excluded.unproductive_turn_ends, revision = excluded.revision,
+           updated_at_ms = excluded.updated_at_ms",
+        params![
+            record.interaction_id.as_str(),
+            record.run_id.as_str(),
+            record.attempt_id.as_str(),
+            record.node_id.as_str(),
+            record.target_session.as_str(),
+            name(&record.kind),
+            record.contract_hash.0.to_vec(),
+            name(&record.status),
+            record.accepted_submission.as_ref().map(SubmissionId::as_str),
+            i64::from(record.unproductive_turn_ends),
+            i64::from(record.revision),
+            i64_of(record.created_at_ms),
+            i64_of(now_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes one decision row.
+pub(crate) fn write_decision(
+    connection: &Connection,
+    record: &DecisionRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let (state, provenance, answer) = match &record.status {
+        DecisionStatus::Pending => ("pending", None, None),
+        DecisionStatus::Accepted {
+            provenance,
+            answer_digest,
+        } => (
+            "accepted",
+            Some(name(provenance)),
+            Some(answer_digest.0.to_vec()),
+        ),
+        DecisionStatus::Cancelled => ("cancelled", None, None),
+        DecisionStatus::Expired => ("expired", None, None),
+    };
+    connection.execute(
+        "INSERT INTO human_decisions (decision_id, run_id, node_id, request_digest, state, provenance, answer_digest,
+             deadline_at_ms, default_answer_digest, continuation_run_id, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+         ON CONFLICT (decision_id) DO UPDATE SET state = excluded.state, provenance = excluded.provenance,
+           answer_digest = excluded.answer_digest, continuation_run_id = excluded.continuation_run_id,
+           updated_at_ms = excluded.updated_at_ms",
+        params![
+            record.decision_id.as_str(),
+            record.run_id.as_str(),
+            record.node_id.as_str(),
+            record.request_digest.0.to_vec(),
+            state,
+            provenance,
+            answer,
+            record.deadline_at_ms.map(i64_of),
+            record.default_answer_digest.map(|d| d.0.to_vec()),
+            record.continuation_run_id.as_ref().map(RunId::as_str),
+            i64_of(now_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes one workflow message row.
+pub(crate) fn write_message(
+    connection: &Connection,
+    message: &MessageRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let (kind, source, reason) = match &message.kind {
+        MessageKind::Step {
+            interaction_id,
+            reason,
+        } => ("step", Some(interaction_id.0.clone()), Some(name(reason))),
+        MessageKind::Decision { decision_id } => ("decision", Some(decision_id.0.clone()), None),
+        MessageKind::Notification => ("notification", None, None),
+        MessageKind::Terminal => ("terminal", None, None),
+        MessageKind::FollowUp { follow_up_id } => ("followUp", Some(follow_up_id.clone()), None),
+    };
+    connection.execute(
+        "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, source_id, step_reason, session_order,
+             state, entry_id, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+         ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, entry_id = excluded.entry_id,
+           updated_at_ms = excluded.updated_at_ms",
+        params![
+            message.message_id.as_str(),
+            message.session_id.as_str(),
+            message.run_id.as_str(),
+            kind,
+            source,
+            reason,
+            i64_of(message.order),
+            name(&message.state),
+            message.entry_id.as_ref().map(EntryId::as_str),
+            i64_of(message.created_at_ms),
+            i64_of(now_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes one turn row.
+pub(crate) fn write_turn(connection: &Connection, turn: &TurnRecord) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms, ended_at_ms,
+             response_entry_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (turn_id) DO UPDATE SET state = excluded.state, ended_at_ms = excluded.ended_at_ms,
+           response_entry_id = excluded.response_entry_id",
+        params![
+            turn.turn_id.as_str(),
+            turn.message_id.as_str(),
+            turn.run_id.as_str(),
+            turn.session_id.as_str(),
+            name(&turn.state),
+            i64_of(turn.started_at_ms),
+            turn.ended_at_ms.map(i64_of),
+            turn.response_entry_id.as_ref().map(EntryId::as_str),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes the event rows among `outputs`.
+pub(crate) fn write_events(
+    connection: &Connection,
+    outputs: &[Output],
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let mut statement = connection.prepare_cached(
+        "INSERT INTO events (run_id, recorded_at_ms, kind, payload) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for output in outputs {
+        if let Output::Event { run_id, event } = output {
+            statement.execute(params![
+                run_id.as_str(),
+                i64_of(now_ms),
+                event_kind(event),
+                json(event)
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+fn event_kind(event: &RunEvent) -> String {
+    match serde_json::to_value(event) {
+        Ok(serde_json::Value::Object(map)) => map
+            .get("kind")
+            .and_then(|kind| kind.as_str())
+            .unwrap_or("event")
+            .to_owned(),
+        _ => "event".to_owned(),
+    }
+}

@@ -1,0 +1,376 @@
+-- pi-workflows-state, schema version 1.
+-- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
+-- changes the digest; an installed database with another digest is refused
+-- before any mutation (alpha state policy: no migrations).
+
+CREATE TABLE schema_meta (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 1),
+  ddl_digest TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE projects (
+  project_id TEXT PRIMARY KEY,
+  canonical_path TEXT NOT NULL UNIQUE,
+  created_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- Content-addressed values: canonical JSON and UTF-8 text.
+CREATE TABLE blobs (
+  digest BLOB PRIMARY KEY CHECK (length(digest) = 32),
+  media_type TEXT NOT NULL,
+  bytes BLOB NOT NULL,
+  created_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- The one server epoch and its live local lease.
+CREATE TABLE workflow_host_state (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  epoch INTEGER NOT NULL CHECK (epoch >= 0),
+  owner_id TEXT,
+  lease_expires_at_ms INTEGER NOT NULL,
+  started_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- Compiled workflow definitions by digest: the topology the kernel routes on.
+CREATE TABLE workflow_definitions (
+  definition_digest TEXT PRIMARY KEY,
+  workflow_name TEXT NOT NULL,
+  topology_json TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE runs (
+  run_id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL REFERENCES projects(project_id),
+  workflow_name TEXT NOT NULL,
+  workflow_ref TEXT NOT NULL,
+  title TEXT,
+  definition_digest TEXT NOT NULL REFERENCES workflow_definitions(definition_digest),
+  input_digest BLOB NOT NULL REFERENCES blobs(digest),
+  status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'waiting', 'completed', 'failed', 'timed_out', 'cancelled')),
+  paused INTEGER NOT NULL CHECK (paused IN (0, 1)),
+  park_reason TEXT,
+  revision INTEGER NOT NULL CHECK (revision >= 1),
+  waiting_on TEXT,
+  error_class TEXT,
+  error_reason TEXT,
+  error_node TEXT,
+  error_message TEXT CHECK (error_message IS NULL OR length(error_message) <= 65536),
+  continuation_of TEXT REFERENCES runs(run_id),
+  continuation_checkpoint TEXT,
+  continued_by TEXT,
+  restart_json TEXT,
+  update_tokens_milli INTEGER NOT NULL DEFAULT 100000,
+  update_refilled_at_ms INTEGER NOT NULL DEFAULT 0,
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  finished_at_ms INTEGER
+) STRICT;
+CREATE INDEX runs_by_status ON runs(status, updated_at_ms);
+CREATE INDEX runs_by_created ON runs(created_at_ms DESC, run_id);
+
+CREATE TABLE run_sources (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  project_path TEXT NOT NULL,
+  source_json TEXT NOT NULL,
+  input_hash TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE run_bindings (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  execution_mode TEXT NOT NULL CHECK (execution_mode IN ('interactive', 'headless')),
+  origin_session_id TEXT,
+  CHECK ((execution_mode = 'interactive') = (origin_session_id IS NOT NULL))
+) STRICT;
+
+CREATE TABLE run_queue (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  status TEXT NOT NULL CHECK (status IN ('queued', 'starting', 'running', 'parked', 'done', 'failed', 'cancelled')),
+  origin_session_id TEXT,
+  parent_run_id TEXT,
+  queued_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+) STRICT;
+-- One queued or running reservation per Pi session.
+CREATE UNIQUE INDEX run_queue_one_live_per_session ON run_queue(origin_session_id)
+  WHERE origin_session_id IS NOT NULL AND status IN ('queued', 'starting', 'running');
+-- One continuation per waiting parent.
+CREATE UNIQUE INDEX run_queue_one_continuation ON run_queue(parent_run_id)
+  WHERE parent_run_id IS NOT NULL;
+CREATE INDEX run_queue_admission ON run_queue(status, queued_at_ms);
+
+CREATE TABLE leases (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  generation INTEGER NOT NULL CHECK (generation >= 0),
+  owner_kind TEXT CHECK (owner_kind IN ('host', 'control')),
+  owner_id TEXT,
+  token_hash BLOB CHECK (token_hash IS NULL OR length(token_hash) = 32),
+  acquired_at_ms INTEGER,
+  heartbeat_at_ms INTEGER,
+  expires_at_ms INTEGER,
+  CHECK ((owner_kind IS NULL) = (expires_at_ms IS NULL))
+) STRICT;
+CREATE INDEX leases_by_expiry ON leases(expires_at_ms) WHERE expires_at_ms IS NOT NULL;
+
+-- Immutable lifecycle events.
+CREATE TABLE events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL,
+  recorded_at_ms INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  payload TEXT NOT NULL CHECK (length(payload) <= 65536)
+) STRICT;
+CREATE INDEX events_by_run ON events(run_id, seq);
+
+-- Durable command receipts. The fingerprint excludes the transport request id.
+CREATE TABLE host_commands (
+  request_id TEXT PRIMARY KEY,
+  client_id TEXT NOT NULL,
+  operation TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  run_id TEXT,
+  expected_revision INTEGER,
+  payload_digest BLOB NOT NULL CHECK (length(payload_digest) = 32),
+  fingerprint BLOB NOT NULL CHECK (length(fingerprint) = 32),
+  outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected', 'notFound')),
+  revision INTEGER,
+  receipt_json TEXT NOT NULL,
+  receipt_digest BLOB NOT NULL CHECK (length(receipt_digest) = 32),
+  created_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX host_commands_by_key ON host_commands(client_id, idempotency_key);
+
+-- Runner epochs, recorded before spawn.
+CREATE TABLE run_workers (
+  runner_epoch TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  generation INTEGER NOT NULL,
+  server_epoch INTEGER NOT NULL,
+  launch_digest BLOB,
+  pid INTEGER,
+  pid_start_identity TEXT,
+  status TEXT NOT NULL CHECK (status IN ('launching', 'ready', 'exited')),
+  outcome TEXT CHECK (outcome IS NULL OR outcome IN ('exited', 'cancelled', 'timedOut', 'crashed', 'claimLost', 'orphaned')),
+  launched_at_ms INTEGER NOT NULL,
+  ready_at_ms INTEGER,
+  ready_revision INTEGER,
+  finished_at_ms INTEGER,
+  exit_code INTEGER,
+  signal INTEGER,
+  diagnostic_digest BLOB,
+  CHECK ((status = 'exited') = (outcome IS NOT NULL))
+) STRICT;
+CREATE UNIQUE INDEX run_workers_one_active ON run_workers(run_id) WHERE status IN ('launching', 'ready');
+
+-- Child process groups registered by runners (process.register).
+CREATE TABLE runner_processes (
+  pid INTEGER NOT NULL,
+  start_identity TEXT NOT NULL,
+  runner_epoch TEXT NOT NULL REFERENCES run_workers(runner_epoch) ON DELETE CASCADE,
+  registered_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (pid, start_identity)
+) STRICT;
+
+-- Receipts of accepted state-changing runner messages.
+CREATE TABLE worker_messages (
+  runner_epoch TEXT NOT NULL,
+  message_id TEXT NOT NULL,
+  payload_digest BLOB NOT NULL CHECK (length(payload_digest) = 32),
+  outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected', 'notFound')),
+  revision INTEGER,
+  reply_json TEXT NOT NULL,
+  reply_digest BLOB NOT NULL CHECK (length(reply_digest) = 32),
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (runner_epoch, message_id)
+) STRICT;
+
+-- Attempt ids are unique per run; a continuation carries its parent's steps
+-- under the same attempt ids.
+CREATE TABLE node_attempts (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  attempt_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  node_id TEXT NOT NULL,
+  visit INTEGER NOT NULL CHECK (visit >= 1),
+  generation INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('active', 'waiting', 'finished', 'abandoned')),
+  outcome TEXT CHECK (outcome IS NULL OR outcome IN ('ok', 'failed', 'timed_out', 'cancelled')),
+  carried INTEGER NOT NULL CHECK (carried IN (0, 1)),
+  started_at_ms INTEGER NOT NULL,
+  deadline_at_ms INTEGER,
+  finished_at_ms INTEGER,
+  crash_retries INTEGER NOT NULL DEFAULT 0,
+  status_detail TEXT,
+  output_digest BLOB REFERENCES blobs(digest),
+  error_message TEXT,
+  action_json TEXT,
+  CHECK ((status = 'finished') = (outcome IS NOT NULL)),
+  PRIMARY KEY (run_id, attempt_id),
+  UNIQUE (run_id, seq)
+) STRICT;
+-- One active (unfinished) attempt per run.
+CREATE UNIQUE INDEX node_attempts_one_unfinished ON node_attempts(run_id)
+  WHERE status IN ('active', 'waiting');
+
+CREATE TABLE effects (
+  effect_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  effect_type TEXT NOT NULL,
+  node_path TEXT NOT NULL,
+  visit INTEGER NOT NULL,
+  request_fingerprint BLOB NOT NULL CHECK (length(request_fingerprint) = 32),
+  state TEXT NOT NULL CHECK (state IN ('reserved', 'applying', 'applied', 'rejected', 'cancelled', 'ambiguous')),
+  attempt_number INTEGER NOT NULL CHECK (attempt_number >= 1),
+  node_attempt_id TEXT,
+  result_digest BLOB,
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+) STRICT;
+-- One deterministic effect key.
+CREATE UNIQUE INDEX effects_by_key ON effects(run_id, effect_type, node_path, visit);
+
+CREATE TABLE effect_attempts (
+  effect_id TEXT NOT NULL REFERENCES effects(effect_id) ON DELETE CASCADE,
+  attempt_number INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  node_attempt_id TEXT,
+  started_at_ms INTEGER NOT NULL,
+  finished_at_ms INTEGER,
+  PRIMARY KEY (effect_id, attempt_number)
+) STRICT;
+
+CREATE TABLE interactive_requests (
+  interaction_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  attempt_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  target_session_id TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('submittedOutput', 'assistantMessage')),
+  contract_hash BLOB NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'accepted', 'cancelled', 'timedOut', 'failed')),
+  accepted_submission_id TEXT,
+  unproductive_turn_ends INTEGER NOT NULL DEFAULT 0,
+  revision INTEGER NOT NULL DEFAULT 1,
+  prompt_digest BLOB REFERENCES blobs(digest),
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  FOREIGN KEY (run_id, attempt_id) REFERENCES node_attempts(run_id, attempt_id),
+  UNIQUE (run_id, attempt_id)
+) STRICT;
+
+CREATE TABLE interactive_submissions (
+  submission_id TEXT PRIMARY KEY,
+  interaction_id TEXT NOT NULL REFERENCES interactive_requests(interaction_id) ON DELETE CASCADE,
+  idempotency_key TEXT NOT NULL,
+  payload_hash BLOB NOT NULL,
+  payload_digest BLOB REFERENCES blobs(digest),
+  outcome TEXT NOT NULL CHECK (outcome IN ('validating', 'accepted', 'rejected')),
+  error_message TEXT,
+  receipt_digest BLOB,
+  submitted_at_ms INTEGER NOT NULL,
+  UNIQUE (interaction_id, idempotency_key)
+) STRICT;
+
+CREATE TABLE human_decisions (
+  decision_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  node_id TEXT NOT NULL,
+  request_digest BLOB NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'accepted', 'cancelled', 'expired')),
+  provenance TEXT,
+  answer_digest BLOB,
+  deadline_at_ms INTEGER,
+  default_answer_digest BLOB,
+  continuation_run_id TEXT,
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE workflow_messages (
+  message_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  kind TEXT NOT NULL CHECK (kind IN ('step', 'decision', 'notification', 'terminal', 'followUp')),
+  source_id TEXT,
+  step_reason TEXT CHECK (step_reason IS NULL OR step_reason IN ('initial', 'reminder', 'resumed')),
+  content_digest BLOB REFERENCES blobs(digest),
+  session_order INTEGER NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'cancelled')),
+  entry_id TEXT,
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  UNIQUE (session_id, session_order)
+) STRICT;
+-- One pending step message per interactive request.
+CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages(source_id)
+  WHERE kind = 'step' AND state = 'pending';
+
+CREATE TABLE workflow_turns (
+  turn_id TEXT PRIMARY KEY,
+  message_id TEXT NOT NULL REFERENCES workflow_messages(message_id) ON DELETE CASCADE,
+  run_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('open', 'completed', 'aborted', 'error', 'lost')),
+  started_at_ms INTEGER NOT NULL,
+  ended_at_ms INTEGER,
+  response_entry_id TEXT
+) STRICT;
+
+-- The latest value per (type, key) of published workflow updates.
+CREATE TABLE workflow_updates (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  update_type TEXT NOT NULL,
+  update_key TEXT NOT NULL,
+  update_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  node_id TEXT NOT NULL,
+  attempt_id TEXT NOT NULL,
+  data_json TEXT NOT NULL CHECK (length(data_json) <= 65536),
+  at_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, update_type, update_key)
+) STRICT;
+
+CREATE TABLE update_receipts (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  idempotency_key TEXT NOT NULL,
+  payload_digest BLOB NOT NULL,
+  update_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  at_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, idempotency_key)
+) STRICT;
+
+-- Live view projection: one presentation revision per run and retained patches.
+CREATE TABLE viewer_runs (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  presentation_revision INTEGER NOT NULL,
+  retained_floor INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE viewer_deltas (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  presentation_revision INTEGER NOT NULL,
+  delta_index INTEGER NOT NULL,
+  patch_json TEXT NOT NULL,
+  PRIMARY KEY (run_id, presentation_revision, delta_index)
+) STRICT;
+
+CREATE TABLE viewer_session_checkpoints (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  event_seq INTEGER NOT NULL,
+  checkpoint_digest BLOB NOT NULL,
+  PRIMARY KEY (run_id, event_seq)
+) STRICT;
+
+-- Generated view content, scoped to one run, digest and media type.
+CREATE TABLE run_view_content (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  digest BLOB NOT NULL CHECK (length(digest) = 32),
+  media_type TEXT NOT NULL,
+  bytes BLOB NOT NULL,
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, digest, media_type)
+) STRICT;
