@@ -113,6 +113,8 @@ pub struct RunnerExit {
 ///   parked, terminal): only the outcome is recorded (`exited`, `cancelled`
 ///   after pause or cancel, `claimLost` if it was fenced, …);
 /// - a missed startup deadline: park `workerTimedOut`;
+/// - a runner orphaned by a server crash or stopped by a draining server:
+///   park `recovered` / `drained` (resumed automatically);
 /// - an effect still applying: park (it becomes ambiguous, `effectAmbiguous`);
 /// - no progress since `runner.ready` (or never ready): park `runnerNoProgress`;
 /// - the active attempt's visit already abandoned by crashes
@@ -225,6 +227,16 @@ fn exit_decision(agg: &RunAggregate, runner: &RunnerRecord, kind: ExitKind) -> E
     let run = &agg.run;
     if kind == ExitKind::StartupDeadlineMissed && run.queue == QueueStatus::Starting {
         return ExitDecision::Park(ParkReason::WorkerTimedOut);
+    }
+    // The server, not the runner, stopped: a runner orphaned by a server
+    // crash, or parked by a draining server, did nothing wrong. Its run
+    // resumes automatically (an applying effect still makes it ambiguous).
+    match kind {
+        ExitKind::Orphaned => return ExitDecision::Park(ParkReason::Recovered),
+        ExitKind::Stopped {
+            reason: StopReason::Parked,
+        } => return ExitDecision::Park(ParkReason::Drained),
+        _ => {}
     }
     if agg
         .effects

@@ -295,6 +295,33 @@ fn an_applying_effect_makes_the_exit_park_for_review() {
 }
 
 #[test]
+fn an_orphaned_or_drained_runner_parks_for_automatic_resume_even_without_progress() {
+    let agg = live();
+    let orphaned = decide_exit(
+        &agg,
+        exit(1, ExitKind::Orphaned),
+        None,
+        control_request(),
+        10 + TTL_MS,
+        TTL_MS,
+    )
+    .unwrap()
+    .facts;
+    assert_eq!(orphaned.run.park_reason, Some(ParkReason::Recovered));
+    assert_eq!(runner_outcome(&orphaned), Some(RunnerOutcome::Orphaned));
+    assert!(
+        orphaned.run.is_admissible(),
+        "a server crash is not the runner's fault"
+    );
+    let stopped = ExitKind::Stopped {
+        reason: StopReason::Parked,
+    };
+    let drained = decide(&agg, exit(1, stopped), 20).unwrap().facts;
+    assert_eq!(drained.run.park_reason, Some(ParkReason::Drained));
+    assert!(drained.run.is_admissible());
+}
+
+#[test]
 fn an_exit_without_progress_since_ready_parks_runner_no_progress() {
     let agg = live();
     let ready = agg.run.runner.as_ref().unwrap().ready_revision;
