@@ -835,6 +835,55 @@ impl<'de> ::serde::Deserialize<'de> for Sequence {
             ))
     }
 }
+///The server epoch: increases by one each time a server takes over the database. Capped at 2^53-1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ServerEpoch(u64);
+impl ServerEpoch {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 1;
+    /// The largest allowed value.
+    pub const MAX: u64 = 9007199254740991;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value >= 1 && value <= 9007199254740991 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for ServerEpoch {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<ServerEpoch> for u64 {
+    fn from(value: ServerEpoch) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for ServerEpoch {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ServerEpoch {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
 ///Milliseconds since the Unix epoch. Capped at 2^53-1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
 #[serde(transparent)]

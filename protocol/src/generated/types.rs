@@ -768,7 +768,7 @@ The first frame in each direction. The server's hello adds serverEpoch.*/
             rename = "serverEpoch",
             skip_serializing_if = "::std::option::Option::is_none"
         )]
-        server_epoch: ::std::option::Option<ServerEpoch>,
+        server_epoch: ::std::option::Option<super::constrained::ServerEpoch>,
     },
     /**Request
 
@@ -5577,64 +5577,6 @@ impl<'de> ::serde::Deserialize<'de> for SafeMessage {
             })
     }
 }
-///The server epoch. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
-#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-#[serde(transparent)]
-pub struct ServerEpoch(::std::string::String);
-impl ::std::ops::Deref for ServerEpoch {
-    type Target = ::std::string::String;
-    fn deref(&self) -> &::std::string::String {
-        &self.0
-    }
-}
-impl ::std::convert::From<ServerEpoch> for ::std::string::String {
-    fn from(value: ServerEpoch) -> Self {
-        value.0
-    }
-}
-impl ::std::str::FromStr for ServerEpoch {
-    type Err = self::error::ConversionError;
-    fn from_str(
-        value: &str,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$").unwrap() });
-        if PATTERN.find(value).is_none() {
-            return Err(
-                "doesn't match pattern \"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$\"".into(),
-            );
-        }
-        Ok(Self(value.to_string()))
-    }
-}
-impl ::std::convert::TryFrom<&str> for ServerEpoch {
-    type Error = self::error::ConversionError;
-    fn try_from(
-        value: &str,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        value.parse()
-    }
-}
-impl ::std::convert::TryFrom<::std::string::String> for ServerEpoch {
-    type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        value.parse()
-    }
-}
-impl<'de> ::serde::Deserialize<'de> for ServerEpoch {
-    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
-    where
-        D: ::serde::Deserializer<'de>,
-    {
-        ::std::string::String::deserialize(deserializer)?
-            .parse()
-            .map_err(|e: self::error::ConversionError| {
-                <D::Error as ::serde::de::Error>::custom(e.to_string())
-            })
-    }
-}
 ///One server-to-runner frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", deny_unknown_fields)]
@@ -5718,7 +5660,7 @@ pub struct ServerStatus {
     pub queued: super::constrained::Count,
     pub running: super::constrained::Count,
     #[serde(rename = "serverEpoch")]
-    pub server_epoch: ServerEpoch,
+    pub server_epoch: super::constrained::ServerEpoch,
     #[serde(rename = "socketAvailable")]
     pub socket_available: bool,
     pub waiting: super::constrained::Count,

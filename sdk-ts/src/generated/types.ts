@@ -1147,8 +1147,8 @@ export type SafeMessage = string;
 /** A monotonic sequence number. Capped at 2^53-1. */
 export type Sequence = number;
 
-/** The server epoch. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
-export type ServerEpoch = string;
+/** The server epoch: increases by one each time a server takes over the database. Capped at 2^53-1. */
+export type ServerEpoch = number;
 
 /** The one explicit command after runner.ready. continue names the waiting checkpoint parent run. */
 export interface RunnerCommand {
