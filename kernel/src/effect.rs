@@ -38,32 +38,29 @@ pub struct EffectKey {
 }
 
 impl EffectKey {
-    /// The deterministic effect id of this key:
-    /// `effect:<run>/<type>/<node path>/<visit>`, where `%` and `/` inside a
-    /// component are written `%25` and `%2F`. Components therefore never
-    /// contain the separator, so two different keys never share an id.
+    /// The deterministic effect id of this key: `effect-` and the first 32 hex
+    /// digits (128 bits) of the SHA-256 of the key's length-prefixed
+    /// components. It fits every wire id pattern whatever the run id or node
+    /// path contain, and two keys share an id only on a hash collision (which
+    /// the unique index on the key would still refuse).
     pub fn effect_id(&self) -> EffectId {
-        let mut id = String::from("effect:");
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
         for component in [
             self.run_id.as_str(),
             self.effect_type.as_str(),
             self.node_path.as_str(),
         ] {
-            push_escaped(&mut id, component);
-            id.push('/');
+            hasher.update((component.len() as u64).to_be_bytes());
+            hasher.update(component.as_bytes());
         }
-        id.push_str(&alloc::format!("{}", self.visit));
+        hasher.update(u64::from(self.visit).to_be_bytes());
+        let digest = hasher.finalize();
+        let mut id = String::from("effect-");
+        for byte in &digest[..16] {
+            id.push_str(&alloc::format!("{byte:02x}"));
+        }
         EffectId::new(id)
-    }
-}
-
-fn push_escaped(out: &mut String, component: &str) {
-    for character in component.chars() {
-        match character {
-            '%' => out.push_str("%25"),
-            '/' => out.push_str("%2F"),
-            other => out.push(other),
-        }
     }
 }
 

@@ -123,18 +123,35 @@ fn has_event(outputs: &[Output], wanted: impl Fn(&RunEvent) -> bool) -> bool {
 // ---- key and id ------------------------------------------------------------
 
 #[test]
-fn the_effect_id_is_a_structured_escaped_encoding_of_the_key() {
-    assert_eq!(the_key().effect_id().as_str(), "effect:run-1/http/act/1");
+fn the_effect_id_is_a_wire_safe_digest_of_the_key() {
+    let id = the_key().effect_id();
+    assert_eq!(id, the_key().effect_id(), "deterministic");
+    assert_eq!(id.as_str().len(), "effect-".len() + 32);
     let included = EffectKey {
         run_id: RunId::from("run-1"),
         effect_type: String::from("100%/ok"),
         node_path: NodeId::from("mount/act"),
         visit: 12,
     };
-    assert_eq!(
-        included.effect_id().as_str(),
-        "effect:run-1/100%25%2Fok/mount%2Fact/12"
-    );
+    let wire_safe = |id: &EffectId| {
+        id.as_str()
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+    };
+    assert!(wire_safe(&id) && wire_safe(&included.effect_id()));
+    // Length prefixes keep component boundaries: moving a character from one
+    // component to the next gives another id.
+    let shifted = EffectKey {
+        effect_type: String::from("100%/o"),
+        node_path: NodeId::from("kmount/act"),
+        ..included.clone()
+    };
+    assert_ne!(included.effect_id(), shifted.effect_id());
+    let next_visit = EffectKey {
+        visit: 13,
+        ..included.clone()
+    };
+    assert_ne!(included.effect_id(), next_visit.effect_id());
 }
 
 #[test]
