@@ -11,11 +11,28 @@
 // The server is being assembled module by module; this allowance goes away
 // when `server run` wires every module.
 #![allow(dead_code)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod app;
+pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
+pub mod effects;
 pub mod fault;
+pub mod handlers;
 pub mod home;
 pub mod ids;
 pub mod process;
+pub mod recovery;
+pub mod resolver;
+pub mod runner_channel;
+pub mod scheduler;
+pub mod serve;
+pub mod socket;
+pub mod status;
 pub mod store;
+pub mod supervisor;
+pub mod timers;
+pub mod view;
+pub mod views;

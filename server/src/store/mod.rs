@@ -12,11 +12,16 @@
 //! - An installed database with another DDL digest is refused before any
 //!   mutation, and no file is created or changed.
 
+pub mod attempts;
+pub mod blobs;
 mod codec;
-pub(crate) mod commands;
-pub(crate) mod host;
-pub(crate) mod runs;
-pub(crate) mod schema;
+pub(crate) use codec::name as codec_name;
+pub mod commands;
+pub mod decisions;
+pub mod host;
+pub mod meta;
+pub mod runs;
+pub mod schema;
 
 use rusqlite::{Connection, OpenFlags};
 use sha2::{Digest as _, Sha256};

@@ -1,0 +1,254 @@
+//! The `pi-workflows` command line.
+//!
+//! Invariants:
+//! - Every error is one line on stderr that says what to do next, and the
+//!   exit code is documented (`docs/CLI.md`): 0 success, 1 the command was
+//!   refused or failed, 2 usage or configuration error, 3 the server is not
+//!   running (status only).
+//! - The CLI never opens SQLite: everything goes through the server socket.
+
+use crate::client::{Client, ClientError, RequestSpec};
+use crate::config::Config;
+use crate::fault::Faults;
+use crate::serve::{self, Readiness};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// Command-line interface of pi-workflows.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pi-workflows",
+    version,
+    about = "Durable agent workflows for the Pi coding agent"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Manage the user-level server.
+    #[command(subcommand)]
+    Server(ServerCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ServerCommand {
+    /// Run the server attached to this terminal.
+    Run {
+        /// Print `ready <epoch>` on stdout once ready (used by `server start`).
+        #[arg(long, hide = true)]
+        ready_line: bool,
+    },
+    /// Start the server in the background and wait until it is ready.
+    Start,
+    /// Stop the server after in-flight commands stored their receipts.
+    Stop,
+    /// Show the server state and work counts.
+    Status {
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the CLI and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => return fail(2, &error.to_string()),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts");
+    match cli.command {
+        Command::Server(ServerCommand::Run { ready_line }) => {
+            let readiness = if ready_line {
+                Readiness::Line
+            } else {
+                Readiness::Human
+            };
+            match runtime.block_on(serve::run(config, Faults::from_env(), readiness)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    if ready_line {
+                        println!("error {error}");
+                    }
+                    fail(1, &error.to_string())
+                }
+            }
+        }
+        Command::Server(ServerCommand::Start) => start(&config, &runtime),
+        Command::Server(ServerCommand::Stop) => runtime.block_on(stop(&config)),
+        Command::Server(ServerCommand::Status { json }) => runtime.block_on(status(&config, json)),
+    }
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("pi-workflows: {message}");
+    ExitCode::from(code)
+}
+
+/// Starts the server in the background (unless one runs) and waits for its
+/// ready line.
+fn start(config: &Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    if runtime
+        .block_on(Client::connect(&config.socket_path(), "cli"))
+        .is_ok()
+    {
+        println!("pi-workflows server is already running");
+        return ExitCode::SUCCESS;
+    }
+    match spawn_server(config) {
+        Ok(epoch) => {
+            println!("pi-workflows server started (epoch {epoch})");
+            ExitCode::SUCCESS
+        }
+        Err(message) => fail(1, &message),
+    }
+}
+
+/// Spawns `pi-workflows server run --ready-line` detached and waits for it.
+pub fn spawn_server(config: &Config) -> Result<u64, String> {
+    if crate::home::prepare(config).is_err() {
+        return Err("cannot create the state directory; check PI_WORKFLOWS_HOME".into());
+    }
+    let log = crate::home::open_log(&config.host_dir().join("server.log"))
+        .map_err(|_| "cannot open the server log; check PI_WORKFLOWS_HOME".to_owned())?;
+    let exe = std::env::current_exe()
+        .map_err(|_| "cannot find the pi-workflows executable".to_owned())?;
+    let mut child = std::process::Command::new(exe)
+        .args(["server", "run", "--ready-line"])
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .map_err(|_| "cannot start the pi-workflows server process".to_owned())?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| "cannot read the server's ready line".to_owned())?;
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = sender.send(line);
+    });
+    let deadline = Duration::from_millis(config.server_lease_ms * 2 + 30_000);
+    match receiver.recv_timeout(deadline) {
+        Ok(line) if line.starts_with("ready ") => Ok(line.trim()[6..].parse().unwrap_or(0)),
+        Ok(line) if line.starts_with("error ") => Err(line.trim()[6..].to_owned()),
+        Ok(_) => Err(
+            "the server exited during startup; see host/server.log under PI_WORKFLOWS_HOME".into(),
+        ),
+        Err(_) => Err(
+            "the server did not become ready in time; see host/server.log under PI_WORKFLOWS_HOME"
+                .into(),
+        ),
+    }
+}
+
+async fn stop(config: &Config) -> ExitCode {
+    let mut client = match Client::connect(&config.socket_path(), "cli").await {
+        Ok(client) => client,
+        Err(ClientError::Unavailable) => {
+            println!("pi-workflows server is not running");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => return fail(1, &error.to_string()),
+    };
+    match client
+        .request(&RequestSpec::read("server.stop", None, json!({})))
+        .await
+    {
+        Ok(response) if response.outcome == "accepted" => {}
+        Ok(_) | Err(_) => {
+            return fail(
+                1,
+                "the server refused to stop; retry `pi-workflows server stop`",
+            );
+        }
+    }
+    // The server closes the socket when it has stored every receipt and parked its runs.
+    let deadline = Instant::now() + Duration::from_millis(config.stop_grace_ms + 30_000);
+    while Instant::now() < deadline {
+        if Client::connect(&config.socket_path(), "cli").await.is_err()
+            && crate::home::lock(config).is_ok()
+        {
+            println!("pi-workflows server stopped");
+            return ExitCode::SUCCESS;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fail(
+        1,
+        "the server did not stop in time; check host/server.log under PI_WORKFLOWS_HOME",
+    )
+}
+
+async fn status(config: &Config, json_output: bool) -> ExitCode {
+    let mut client = match Client::connect(&config.socket_path(), "cli").await {
+        Ok(client) => client,
+        Err(ClientError::Unavailable) => {
+            if json_output {
+                println!(
+                    "{}",
+                    json!({ "state": "stopped", "socketAvailable": false })
+                );
+            } else {
+                println!(
+                    "pi-workflows server: stopped (start it with `pi-workflows server start`)"
+                );
+            }
+            return ExitCode::from(3);
+        }
+        Err(error) => return fail(1, &error.to_string()),
+    };
+    let response = match client
+        .request(&RequestSpec::read("server.status", None, json!({})))
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => return fail(1, &error.to_string()),
+    };
+    let Some(receipt) = response.receipt else {
+        return fail(
+            1,
+            "the server did not report its status; retry `pi-workflows server status`",
+        );
+    };
+    if json_output {
+        let mut value = receipt.clone();
+        value["state"] = json!("running");
+        println!("{value}");
+    } else {
+        print_status(&receipt);
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_status(receipt: &Value) {
+    let field = |key: &str| receipt.get(key).and_then(Value::as_u64).unwrap_or(0);
+    println!(
+        "pi-workflows server: running (epoch {})",
+        field("serverEpoch")
+    );
+    println!("  socket               available");
+    println!("  active runners       {}", field("activeRunners"));
+    println!("  runs queued          {}", field("queued"));
+    println!("  runs running         {}", field("running"));
+    println!("  runs parked          {}", field("parked"));
+    println!("  runs waiting         {}", field("waiting"));
+    println!("  expired claims       {}", field("expiredClaims"));
+    println!("  pending interactions {}", field("pendingInteractions"));
+    println!("  ambiguous effects    {}", field("ambiguousEffects"));
+}

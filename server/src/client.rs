@@ -1,0 +1,239 @@
+//! The Rust protocol client: one connection to the server socket speaking
+//! `pi-workflows.client.v1`. The CLI and the black-box tests use it; it never
+//! opens SQLite.
+//!
+//! Invariants:
+//! - Every frame it sends is canonical and validated by the protocol crate
+//!   before it is written.
+//! - A retry after a dropped connection reuses the client id, idempotency key,
+//!   operation and payload with a new request id, so it adopts the stored
+//!   receipt instead of executing twice.
+
+use crate::app::PACKAGE_VERSION;
+use serde_json::{Value, json};
+use std::path::Path;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_stream::StreamExt;
+use tokio_util::codec::FramedRead;
+
+/// Why a client call failed, as one line that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    /// No server is listening.
+    Unavailable,
+    /// The server runs another package version.
+    VersionMismatch(String),
+    /// The connection broke or the server sent something unexpected.
+    Protocol(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unavailable => f.write_str(
+                "the pi-workflows server is not running; start it with `pi-workflows server start`",
+            ),
+            Self::VersionMismatch(message) => write!(f, "{message}"),
+            Self::Protocol(message) => write!(
+                f,
+                "lost the connection to the pi-workflows server ({message}); retry the command"
+            ),
+        }
+    }
+}
+
+/// One connection.
+#[derive(Debug)]
+pub struct Client {
+    frames: FramedRead<OwnedReadHalf, protocol::FrameCodec>,
+    write: OwnedWriteHalf,
+    client_id: String,
+    /// The server's epoch from its hello.
+    pub server_epoch: u64,
+    next_request: u64,
+}
+
+/// A settled request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    pub outcome: String,
+    pub revision: Option<u64>,
+    pub receipt: Option<Value>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    /// The whole response frame.
+    pub frame: Value,
+}
+
+impl Client {
+    /// Connects to the socket at `path` and exchanges hellos.
+    pub async fn connect(path: &Path, client_id: &str) -> Result<Self, ClientError> {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|_| ClientError::Unavailable)?;
+        let (read, write) = stream.into_split();
+        let mut client = Self {
+            frames: FramedRead::new(read, protocol::FrameCodec::new()),
+            write,
+            client_id: client_id.to_owned(),
+            server_epoch: 0,
+            next_request: 0,
+        };
+        let hello = json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "hello",
+            "role": "client",
+            "clientId": client_id,
+            "protocolVersion": 1,
+            "packageVersion": PACKAGE_VERSION,
+        });
+        client.send(&hello).await?;
+        let server_hello = client.receive().await?;
+        if server_hello.get("type").and_then(Value::as_str) != Some("hello") {
+            return Err(ClientError::Protocol("no server hello".into()));
+        }
+        client.server_epoch = server_hello
+            .get("serverEpoch")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        Ok(client)
+    }
+
+    /// Sends one frame (validated first).
+    pub async fn send(&mut self, value: &Value) -> Result<(), ClientError> {
+        let mut bytes = protocol::canonicalize(value)
+            .map_err(|error| ClientError::Protocol(error.to_string()))?;
+        bytes.push(b'\n');
+        protocol::decode_client_frame(&bytes)
+            .map_err(|error| ClientError::Protocol(error.to_string()))?;
+        self.write
+            .write_all(&bytes)
+            .await
+            .map_err(|_| ClientError::Protocol("write failed".into()))
+    }
+
+    /// Writes raw bytes (tests of malformed frames).
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.write
+            .write_all(bytes)
+            .await
+            .map_err(|_| ClientError::Protocol("write failed".into()))
+    }
+
+    /// Reads the next frame.
+    pub async fn receive(&mut self) -> Result<Value, ClientError> {
+        match self.frames.next().await {
+            Some(Ok(bytes)) => {
+                let frame = protocol::decode_client_frame(&bytes)
+                    .map_err(|error| ClientError::Protocol(error.to_string()))?;
+                let value = serde_json::to_value(&frame.message)
+                    .map_err(|_| ClientError::Protocol("decode".into()))?;
+                if value.get("type").and_then(Value::as_str) == Some("response")
+                    && value.pointer("/error/code").and_then(Value::as_str)
+                        == Some("packageVersionMismatch")
+                {
+                    let message = value
+                        .pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    return Err(ClientError::VersionMismatch(message.to_owned()));
+                }
+                Ok(value)
+            }
+            Some(Err(_)) => Err(ClientError::Protocol("invalid frame".into())),
+            None => Err(ClientError::Protocol(
+                "the server closed the connection".into(),
+            )),
+        }
+    }
+
+    /// A fresh request id.
+    pub fn request_id(&mut self) -> String {
+        self.next_request += 1;
+        format!("{}-r{}", self.client_id, self.next_request)
+    }
+
+    /// Sends a request and waits for its response.
+    pub async fn request(&mut self, request: &RequestSpec) -> Result<Response, ClientError> {
+        let request_id = self.request_id();
+        let mut frame = json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "request",
+            "requestId": request_id,
+            "clientId": self.client_id,
+            "operation": request.operation,
+            "payload": request.payload,
+        });
+        if let Some(run_id) = &request.run_id {
+            frame["runId"] = json!(run_id);
+        }
+        if let Some(key) = &request.idempotency_key {
+            frame["idempotencyKey"] = json!(key);
+        }
+        if let Some(revision) = request.expected_revision {
+            frame["expectedRevision"] = json!(revision);
+        }
+        self.send(&frame).await?;
+        loop {
+            let value = self.receive().await?;
+            if value.get("type").and_then(Value::as_str) == Some("response")
+                && value.get("requestId").and_then(Value::as_str) == Some(request_id.as_str())
+            {
+                return Ok(Response {
+                    outcome: value
+                        .get("outcome")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    revision: value.get("revision").and_then(Value::as_u64),
+                    receipt: value.get("receipt").cloned(),
+                    error_code: value
+                        .pointer("/error/code")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    error_message: value
+                        .pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    frame: value,
+                });
+            }
+        }
+    }
+}
+
+/// What to send (everything but the request id, which each attempt makes new).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSpec {
+    pub operation: String,
+    pub run_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub expected_revision: Option<u64>,
+    pub payload: Value,
+}
+
+impl RequestSpec {
+    /// A read (no idempotency key).
+    pub fn read(operation: &str, run_id: Option<&str>, payload: Value) -> Self {
+        Self {
+            operation: operation.into(),
+            run_id: run_id.map(str::to_owned),
+            idempotency_key: None,
+            expected_revision: None,
+            payload,
+        }
+    }
+
+    /// A state-changing command with a fresh idempotency key.
+    pub fn command(operation: &str, run_id: Option<&str>, payload: Value) -> Self {
+        Self {
+            operation: operation.into(),
+            run_id: run_id.map(str::to_owned),
+            idempotency_key: Some(format!("k-{}", crate::ids::random_hex::<12>())),
+            expected_revision: None,
+            payload,
+        }
+    }
+}

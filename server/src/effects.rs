@@ -1,0 +1,243 @@
+//! Managed effects on the runner channel: `effect.reserve` and
+//! `effect.settle`, decided by `kernel::effect`.
+//!
+//! Invariant: the key is made by the kernel from the active attempt; the
+//! runner supplies only the effect type and the request digest, so two runs,
+//! two nodes or two visits never share a key.
+
+use crate::runner_channel::Refusal;
+use crate::store::blobs::{self, Blob};
+use crate::store::runs;
+use crate::supervisor::Runner;
+use kernel::effect::{
+    self, EffectRecord, EffectRejection, ReserveRequest, Reserved, SettleOutcome, SettleReport,
+    Settled,
+};
+use kernel::ids::{AttemptId, Digest, EffectId, RunId};
+use kernel::output::Transition;
+use kernel::run::RunAggregate;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+
+type Answer = Result<(Option<Transition<RunAggregate>>, Value), Refusal>;
+
+/// Decides one effect message of the runner.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
+pub(crate) fn runner_effect(
+    connection: &Connection,
+    runner: &Runner,
+    kind: &str,
+    value: &Value,
+    before: &RunAggregate,
+    result_blob: Option<&Blob>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Answer> {
+    if kind == "effect.reserve" {
+        reserve(connection, runner, value, before, now_ms, ttl_ms)
+    } else {
+        settle(
+            connection,
+            runner,
+            value,
+            before,
+            result_blob,
+            now_ms,
+            ttl_ms,
+        )
+    }
+}
+
+fn reserve(
+    connection: &Connection,
+    runner: &Runner,
+    value: &Value,
+    before: &RunAggregate,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Answer> {
+    let attempt_id = AttemptId::new(
+        value
+            .get("attemptId")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    );
+    let effect_type = value
+        .get("effectType")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let Some(fingerprint) = parse_digest(value.get("requestDigest").and_then(Value::as_str)) else {
+        return Ok(Err(Refusal {
+            code: "schemaInvalid",
+            message: "requestDigest is not a sha256 digest",
+            claim_lost: false,
+        }));
+    };
+    let existing = match before
+        .attempt
+        .as_ref()
+        .filter(|attempt| attempt.attempt_id == attempt_id)
+    {
+        Some(attempt) => {
+            let id = effect::effect_key(&before.run.run_id, attempt, &effect_type).effect_id();
+            load_effect(connection, &before.run.run_id, &id)?
+        }
+        None => None,
+    };
+    let request = ReserveRequest {
+        attempt_id,
+        effect_type,
+        request_fingerprint: fingerprint,
+    };
+    let reserved = effect::reserve(
+        before,
+        &runner.authority,
+        &runner.runner_epoch,
+        request,
+        existing.as_ref(),
+        now_ms,
+        ttl_ms,
+    );
+    Ok(match reserved {
+        Ok(Reserved::Apply {
+            transition,
+            effect_id,
+            attempt_number,
+        }) => Ok((
+            Some(transition),
+            json!({ "effectId": effect_id.as_str(), "state": "applying", "attemptNumber": attempt_number }),
+        )),
+        Ok(Reserved::Adopt { effect }) => Ok((None, adopted(connection, &effect)?)),
+        Err(rejection) => Err(refusal(rejection)),
+    })
+}
+
+fn settle(
+    connection: &Connection,
+    runner: &Runner,
+    value: &Value,
+    before: &RunAggregate,
+    result_blob: Option<&Blob>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Answer> {
+    let effect_id = EffectId::new(
+        value
+            .get("effectId")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    );
+    let outcome = match value.get("state").and_then(Value::as_str) {
+        Some("rejected") => SettleOutcome::Rejected,
+        _ => SettleOutcome::Applied,
+    };
+    let result = result_blob
+        .cloned()
+        .unwrap_or_else(|| Blob::json(&Value::Null));
+    let settled = if before
+        .effects
+        .iter()
+        .any(|effect| effect.effect_id == effect_id)
+    {
+        None
+    } else {
+        load_effect(connection, &before.run.run_id, &effect_id)?
+    };
+    let report = SettleReport {
+        effect_id: effect_id.clone(),
+        outcome,
+        result_digest: result.digest,
+    };
+    let decided = effect::settle(
+        before,
+        &runner.authority,
+        &runner.runner_epoch,
+        report,
+        settled.as_ref(),
+        now_ms,
+        ttl_ms,
+    );
+    Ok(match decided {
+        Ok(Settled::Commit(transition)) => {
+            blobs::put(connection, &result, blobs::JSON, now_ms)?;
+            let state = if outcome == SettleOutcome::Applied {
+                "applied"
+            } else {
+                "rejected"
+            };
+            Ok((
+                Some(transition),
+                json!({ "effectId": effect_id.as_str(), "state": state }),
+            ))
+        }
+        Ok(Settled::Adopt { effect }) => Ok((None, adopted(connection, &effect)?)),
+        Err(rejection) => Err(refusal(rejection)),
+    })
+}
+
+/// The reply result for an effect that already settled: the runner skips
+/// execution and uses the stored result.
+fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<Value> {
+    let result = match &effect.result_digest {
+        Some(digest) => blobs::get_json(connection, digest)?,
+        None => Value::Null,
+    };
+    let state = crate::store::codec_name(&effect.state);
+    Ok(json!({
+        "effectId": effect.effect_id.as_str(),
+        "state": state,
+        "attemptNumber": effect.attempt_number,
+        "result": result,
+    }))
+}
+
+fn refusal(rejection: EffectRejection) -> Refusal {
+    match rejection {
+        EffectRejection::Run { run } => run.into(),
+        EffectRejection::FingerprintConflict { .. } => Refusal {
+            code: "conflict",
+            message: "the effect key was reserved with another request",
+            claim_lost: false,
+        },
+        EffectRejection::Ambiguous { .. } => Refusal {
+            code: "illegalTransition",
+            message: "the effect may have applied; it needs an explicit effect.recover",
+            claim_lost: false,
+        },
+        EffectRejection::Cancelled { .. } => Refusal {
+            code: "cancelled",
+            message: "the effect was cancelled with its run",
+            claim_lost: false,
+        },
+        _ => Refusal {
+            code: "illegalTransition",
+            message: "the effect cannot do that in its current state",
+            claim_lost: false,
+        },
+    }
+}
+
+/// Loads one effect row by id (any state).
+pub(crate) fn load_effect(
+    connection: &Connection,
+    run_id: &RunId,
+    effect_id: &EffectId,
+) -> rusqlite::Result<Option<EffectRecord>> {
+    connection
+        .query_row(
+            "SELECT effect_id, effect_type, node_path, visit, request_fingerprint, state, attempt_number,
+                    node_attempt_id, result_digest
+             FROM effects WHERE run_id = ?1 AND effect_id = ?2",
+            params![run_id.as_str(), effect_id.as_str()],
+            |row| runs::effect_from_row(run_id, row),
+        )
+        .optional()
+}
+
+/// Parses `sha256:<64 hex>`.
+pub(crate) fn parse_digest(text: Option<&str>) -> Option<Digest> {
+    let hex = text?.strip_prefix("sha256:")?;
+    let bytes = hex::decode(hex).ok()?;
+    Some(Digest(bytes.try_into().ok()?))
+}

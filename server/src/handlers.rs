@@ -1,0 +1,826 @@
+//! Client requests: each state-changing command is decided against its
+//! durable receipt, executed by the kernel, and answered after its commit.
+//!
+//! Invariants:
+//! - The durable fingerprint is every command field except the transport
+//!   request id; an exact retry with a new request id adopts the stored
+//!   receipt, and another payload under a used key or request id conflicts.
+//! - Only durable outcomes (`accepted`, `rejected`, `notFound`) store a
+//!   receipt; transient ones (`claimLost`, `unavailable`, `conflict`) do not,
+//!   so a later retry can still succeed.
+//! - The receipt row commits in the same transaction as the change it
+//!   acknowledges; the response is sent only after that commit.
+
+use crate::app::App;
+use crate::resolver;
+use crate::runner_channel::rejection_error;
+use crate::socket::Outbox;
+use crate::store::blobs::{self, Blob};
+use crate::store::meta::{self, RunMeta};
+use crate::store::{Commit, commands, runs};
+use kernel::ids::{
+    ClientId, Digest, IdempotencyKey, MessageId, RequestId, Revision, RunId, SessionId,
+};
+use kernel::output::Output;
+use kernel::receipt::{
+    self, CommandIdentity, CommandOperation, CommandOutcome, Incoming, ReceiptDecision,
+};
+use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
+use protocol::RequestPayload;
+use protocol::generated::types::ClientMessage;
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// A response frame as JSON.
+pub fn response(
+    request_id: &str,
+    operation: &str,
+    outcome: &str,
+    revision: Option<u64>,
+    receipt: Option<Value>,
+    error: Option<(&str, String)>,
+) -> Value {
+    let mut value = json!({
+        "schema": "pi-workflows.client.v1",
+        "type": "response",
+        "requestId": request_id,
+        "operation": operation,
+        "outcome": outcome,
+    });
+    if let Some(revision) = revision {
+        value["revision"] = json!(revision);
+    }
+    if let Some(receipt) = receipt {
+        value["receipt"] = receipt;
+    }
+    if let Some((code, message)) = error {
+        value["error"] =
+            json!({ "code": code, "message": message.chars().take(512).collect::<String>() });
+    }
+    value
+}
+
+/// One request's envelope fields.
+#[derive(Clone, Debug)]
+struct Request {
+    request_id: String,
+    client_id: String,
+    operation: String,
+    run_id: Option<RunId>,
+    expected_revision: Option<u64>,
+    idempotency_key: Option<String>,
+    payload: Value,
+}
+
+/// Handles one request; `None` when the response is sent elsewhere.
+pub async fn handle(
+    app: &Arc<App>,
+    message: ClientMessage,
+    payload: Option<RequestPayload>,
+    _outbox: &Outbox,
+) -> Option<Value> {
+    let ClientMessage::Request {
+        request_id,
+        client_id,
+        operation,
+        run_id,
+        expected_revision,
+        idempotency_key,
+        ..
+    } = message
+    else {
+        return None;
+    };
+    let payload_value = payload
+        .as_ref()
+        .and_then(|payload| serde_json::to_value(payload).ok())
+        .unwrap_or(json!({}));
+    let request = Request {
+        request_id: request_id.to_string(),
+        client_id: client_id.to_string(),
+        operation: operation.to_string(),
+        run_id: run_id.map(|id| RunId::new(id.to_string())),
+        expected_revision: expected_revision.map(|revision| revision.get()),
+        idempotency_key: idempotency_key.map(|key| key.to_string()),
+        payload: payload_value,
+    };
+    Some(match payload {
+        Some(RequestPayload::ServerStatus(_)) => {
+            crate::status::respond(app, &request.request_id).await
+        }
+        Some(RequestPayload::RunView(_)) => {
+            crate::status::run_view(app, &request.request_id, request.run_id.as_ref()).await
+        }
+        Some(RequestPayload::ServerStop(_)) => {
+            app.request_stop();
+            response(
+                &request.request_id,
+                "server.stop",
+                "accepted",
+                None,
+                Some(json!({ "stopping": true })),
+                None,
+            )
+        }
+        Some(RequestPayload::RunStart(_)) => run_start(app, request).await,
+        Some(
+            RequestPayload::RunPause(_)
+            | RequestPayload::RunResume(_)
+            | RequestPayload::RunCancel(_)
+            | RequestPayload::RunRestart(_)
+            | RequestPayload::CheckpointAnswer(_),
+        ) => run_command(app, request).await,
+        _ => response(
+            &request.request_id,
+            &request.operation,
+            "unavailable",
+            None,
+            None,
+            Some((
+                "unavailable",
+                "this operation is not available in this server version".into(),
+            )),
+        ),
+    })
+}
+
+/// What a command's execution decided.
+#[derive(Debug)]
+struct Executed {
+    outcome: CommandOutcome,
+    revision: Option<Revision>,
+    receipt: Option<Value>,
+    error: Option<(&'static str, String)>,
+    outputs: Vec<Output>,
+}
+
+impl Executed {
+    fn accepted(revision: Revision, receipt: Value, outputs: Vec<Output>) -> Self {
+        Self {
+            outcome: CommandOutcome::Accepted,
+            revision: Some(revision),
+            receipt: Some(receipt),
+            error: None,
+            outputs,
+        }
+    }
+
+    fn refused(outcome: CommandOutcome, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            outcome,
+            revision: None,
+            receipt: None,
+            error: Some((code, message.into())),
+            outputs: Vec::new(),
+        }
+    }
+
+    fn rejected(rejection: &run::Rejection) -> Self {
+        let (code, message) = rejection_error(rejection);
+        let outcome = match rejection {
+            run::Rejection::ClaimLost { .. }
+            | run::Rejection::ClaimHeld { .. }
+            | run::Rejection::StaleRunner => CommandOutcome::ClaimLost,
+            _ => CommandOutcome::Rejected,
+        };
+        Self::refused(outcome, code, message)
+    }
+}
+
+/// The durable identity and its fingerprint, computed before any transaction.
+struct Identity {
+    incoming: Incoming,
+    fingerprint: Digest,
+}
+
+fn identity(request: &Request) -> Result<Identity, Value> {
+    let operation = CommandOperation::from_wire(&request.operation);
+    let (Some(operation), Some(key)) = (operation, request.idempotency_key.clone()) else {
+        return Err(response(
+            &request.request_id,
+            &request.operation,
+            "rejected",
+            None,
+            None,
+            Some((
+                "schemaInvalid",
+                "state-changing requests need an idempotencyKey".into(),
+            )),
+        ));
+    };
+    let payload_bytes = protocol::canonicalize(&request.payload).unwrap_or_default();
+    let identity = CommandIdentity {
+        client_id: ClientId::new(request.client_id.clone()),
+        operation,
+        idempotency_key: IdempotencyKey::new(key),
+        run_id: request.run_id.clone(),
+        expected_revision: request.expected_revision.map(Revision),
+        payload_digest: crate::ids::sha256(&payload_bytes),
+    };
+    let fingerprint_bytes =
+        protocol::canonicalize(&serde_json::to_value(&identity).unwrap_or_default())
+            .unwrap_or_default();
+    Ok(Identity {
+        fingerprint: crate::ids::sha256(&fingerprint_bytes),
+        incoming: Incoming {
+            request_id: RequestId::new(request.request_id.clone()),
+            identity,
+        },
+    })
+}
+
+/// The stored body of a receipt: what a retry's response repeats.
+fn receipt_body(executed: &Executed) -> Value {
+    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code, "message": message})) })
+}
+
+/// Looks up the stored receipt of a command: `Some(response)` when it is
+/// adopted or conflicts, `None` when it must execute.
+fn lookup(
+    connection: &Connection,
+    request: &Request,
+    identity: &Identity,
+) -> rusqlite::Result<Option<Value>> {
+    let incoming = &identity.incoming;
+    let by_request = commands::by_request_id(connection, &incoming.request_id)?;
+    let by_key = commands::by_key(
+        connection,
+        &incoming.identity.client_id,
+        &incoming.identity.idempotency_key,
+    )?;
+    let decision = receipt::decide(
+        by_request.as_ref().map(|(row, _)| row),
+        by_key.as_ref().map(|(row, _)| row),
+        incoming,
+    );
+    Ok(match decision {
+        ReceiptDecision::Execute => None,
+        ReceiptDecision::Conflict(_) => Some(response(
+            &request.request_id,
+            &request.operation,
+            "conflict",
+            None,
+            None,
+            Some((
+                "conflict",
+                "this idempotency key or request id was already used for another request".into(),
+            )),
+        )),
+        ReceiptDecision::Adopt(stored) => {
+            let json_text = by_request
+                .or(by_key)
+                .map(|(_, json)| json)
+                .unwrap_or_default();
+            let body: Value = serde_json::from_str(&json_text).unwrap_or(Value::Null);
+            let outcome = crate::store::codec_name(&stored.adopted_outcome());
+            let error = body.get("error").and_then(|error| {
+                Some((
+                    error.get("code")?.as_str()?.to_owned(),
+                    error.get("message")?.as_str()?.to_owned(),
+                ))
+            });
+            let mut value = response(
+                &request.request_id,
+                &request.operation,
+                &outcome,
+                stored.revision.map(|revision| revision.0),
+                body.get("receipt")
+                    .filter(|receipt| !receipt.is_null())
+                    .cloned(),
+                None,
+            );
+            if let Some((code, message)) = error {
+                value["error"] = json!({ "code": code, "message": message });
+            }
+            Some(value)
+        }
+    })
+}
+
+/// Runs one command job: receipt lookup, execution, receipt storage.
+async fn command<F>(app: &Arc<App>, request: Request, execute: F) -> Value
+where
+    F: FnOnce(&Connection, u64) -> rusqlite::Result<Executed> + Send + 'static,
+{
+    let Some(_in_flight) = app.begin_command() else {
+        return response(
+            &request.request_id,
+            &request.operation,
+            "unavailable",
+            None,
+            None,
+            Some((
+                "unavailable",
+                "the server is stopping; retry after it restarts".into(),
+            )),
+        );
+    };
+    let identity = match identity(&request) {
+        Ok(identity) => identity,
+        Err(response) => return response,
+    };
+    let request_for_job = request.clone();
+    let result = app
+        .store
+        .write(move |connection| {
+            if let Some(response) = lookup(connection, &request_for_job, &identity)? {
+                return Ok(Commit::Discard((response, Vec::new())));
+            }
+            let now_ms = crate::clock::now_ms();
+            let executed = execute(connection, now_ms)?;
+            let outcome = crate::store::codec_name(&executed.outcome);
+            let body = receipt_body(&executed);
+            let mut value = response(
+                &request_for_job.request_id,
+                &request_for_job.operation,
+                &outcome,
+                executed.revision.map(|revision| revision.0),
+                executed.receipt.clone(),
+                None,
+            );
+            if let Some((code, message)) = &executed.error {
+                value["error"] = json!({ "code": code, "message": message });
+            }
+            let body_text = serde_json::to_string(&body).unwrap_or_default();
+            let digest = crate::ids::sha256(body_text.as_bytes());
+            match receipt::record(
+                &identity.incoming,
+                executed.outcome,
+                executed.revision,
+                digest,
+                now_ms,
+            ) {
+                Some(stored) => {
+                    commands::insert(connection, &stored, &identity.fingerprint, &body_text)?;
+                    Ok(Commit::Keep((value, executed.outputs)))
+                }
+                None => Ok(Commit::Discard((value, Vec::new()))),
+            }
+        })
+        .await;
+    match result {
+        Ok((value, outputs)) => {
+            app.perform(outputs);
+            value
+        }
+        Err(_) => response(
+            &request.request_id,
+            &request.operation,
+            "unavailable",
+            None,
+            None,
+            Some((
+                "internal",
+                "the state database failed; retry the same request".into(),
+            )),
+        ),
+    }
+}
+
+// ---- run.start ---------------------------------------------------------------
+
+async fn run_start(app: &Arc<App>, request: Request) -> Value {
+    let payload = &request.payload;
+    let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
+    let (Some(workflow), Some(project_path), Some(mode)) =
+        (text("workflow"), text("projectPath"), text("executionMode"))
+    else {
+        return response(
+            &request.request_id,
+            "run.start",
+            "rejected",
+            None,
+            None,
+            Some(("schemaInvalid", "incomplete run.start".into())),
+        );
+    };
+    let origin = text("originSessionId");
+    let mode = match (mode.as_str(), origin) {
+        ("interactive", Some(session)) => ExecutionMode::Interactive {
+            origin_session: SessionId::new(session),
+        },
+        ("headless", None) => ExecutionMode::Headless,
+        _ => {
+            return response(
+                &request.request_id,
+                "run.start",
+                "rejected",
+                None,
+                None,
+                Some((
+                    "schemaInvalid",
+                    "interactive runs need originSessionId; headless runs take none".into(),
+                )),
+            );
+        }
+    };
+    // A retry of a start that already committed adopts it without resolving again.
+    if let Some(adopted) = precheck(app, &request).await {
+        return adopted;
+    }
+    let input = payload.get("input").cloned().unwrap_or(json!({}));
+    let resolved = resolver::resolve(app, &project_path, &workflow, &input).await;
+    let prepared = resolved.map(|resolved| {
+        let input_blob = Blob::json(&resolved.input);
+        let source_json = serde_json::to_string(&resolved.source).unwrap_or_default();
+        (resolved, input_blob, source_json)
+    });
+    let run_id = RunId::new(crate::ids::run_id(
+        &workflow_stem(&workflow),
+        crate::clock::now_ms(),
+    ));
+    command(app, request, move |connection, now_ms| {
+        let (resolved, input_blob, source_json) = match prepared {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                return Ok(Executed::refused(
+                    CommandOutcome::Rejected,
+                    error.code,
+                    error.message,
+                ));
+            }
+        };
+        let project_id = meta::ensure_project(connection, &project_path, now_ms)?;
+        meta::put_definition(
+            connection,
+            &resolved.definition_digest,
+            &resolved.workflow_name,
+            &resolved.topology_json,
+            now_ms,
+        )?;
+        blobs::put(connection, &input_blob, blobs::JSON, now_ms)?;
+        let session_runs = match &mode {
+            ExecutionMode::Interactive { origin_session } => {
+                meta::session_runs(connection, origin_session)?
+            }
+            ExecutionMode::Headless => Vec::new(),
+        };
+        let new_run = NewRun {
+            run_id: run_id.clone(),
+            mode: mode.clone(),
+        };
+        let reserved = match run::reserve(new_run, Lineage::default(), &session_runs, now_ms) {
+            Ok(reserved) => reserved,
+            Err(rejection) => return Ok(Executed::rejected(&rejection)),
+        };
+        let meta = RunMeta {
+            run_id: run_id.clone(),
+            project_id,
+            project_path: project_path.clone(),
+            workflow_name: resolved.workflow_name.clone(),
+            workflow_ref: workflow.clone(),
+            title: resolved.title.clone(),
+            definition_digest: resolved.definition_digest.clone(),
+            input_digest: input_blob.digest,
+            input_hash: crate::ids::digest_text(&input_blob.digest),
+            source_json,
+        };
+        meta::insert_run(connection, &meta, &mode, None, now_ms)?;
+        runs::write(connection, None, &reserved.facts, &reserved.outputs, now_ms)?;
+        let revision = reserved.facts.run.revision;
+        let receipt = json!({ "runId": run_id.as_str(), "revision": revision.0 });
+        Ok(Executed::accepted(revision, receipt, reserved.outputs))
+    })
+    .await
+}
+
+/// The name part of a workflow reference (for the run id slug).
+fn workflow_stem(workflow: &str) -> String {
+    let file = workflow.rsplit(['/', '\\']).next().unwrap_or(workflow);
+    file.split('.')
+        .next()
+        .unwrap_or(file)
+        .trim_start_matches("builtin:")
+        .to_owned()
+}
+
+/// Answers from a stored receipt without executing, if one exists.
+async fn precheck(app: &Arc<App>, request: &Request) -> Option<Value> {
+    let identity = identity(request).ok()?;
+    let request = request.clone();
+    app.store
+        .read(move |connection| lookup(connection, &request, &identity))
+        .await
+        .ok()
+        .flatten()
+}
+
+// ---- commands on one run -----------------------------------------------------
+
+async fn run_command(app: &Arc<App>, request: Request) -> Value {
+    let Some(run_id) = request.run_id.clone() else {
+        return response(
+            &request.request_id,
+            &request.operation,
+            "rejected",
+            None,
+            None,
+            Some(("schemaInvalid", "this operation needs a runId".into())),
+        );
+    };
+    let restart_fingerprint = if request.operation == "run.restart" {
+        terminal_fingerprint(app, &run_id).await
+    } else {
+        None
+    };
+    let host = app.runners.authority_for(&run_id);
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let operation = request.operation.clone();
+    let expected_revision = request.expected_revision;
+    let payload = request.payload.clone();
+    let answer_blob = payload.get("answer").map(Blob::json);
+    command(app, request, move |connection, now_ms| {
+        let Some(before) = runs::load(connection, &run_id)? else {
+            return Ok(Executed::refused(
+                CommandOutcome::NotFound,
+                "notFound",
+                "no run with this id; check `pi-workflows runs`",
+            ));
+        };
+        if let Some(expected) = expected_revision
+            && expected != before.run.revision.0
+        {
+            return Ok(Executed::refused(
+                CommandOutcome::Rejected,
+                "staleRevision",
+                format!(
+                    "the run is at revision {}; reload it and retry",
+                    before.run.revision.0
+                ),
+            ));
+        }
+        let decided = match operation.as_str() {
+            "run.pause" => run::pause(&before, host.as_ref(), control, now_ms, ttl_ms).map(Some),
+            "run.cancel" => run::cancel(&before, host.as_ref(), control, now_ms, ttl_ms).map(Some),
+            "run.resume" => {
+                let order = match before.run.mode.origin_session() {
+                    Some(session) => meta::next_message_order(connection, session)?,
+                    None => 1,
+                };
+                let ids = run::ResumeIds {
+                    resumed_message_id: MessageId::new(crate::ids::uuid()),
+                    message_order: order,
+                };
+                run::resume(&before, ids, now_ms).map(Some)
+            }
+            "run.restart" => return restart(connection, &before, restart_fingerprint, now_ms),
+            "checkpoint.answer" => {
+                return answer_checkpoint(connection, &before, answer_blob, now_ms);
+            }
+            _ => Ok(None),
+        };
+        match decided {
+            Ok(Some(transition)) => {
+                runs::write(
+                    connection,
+                    Some(&before),
+                    &transition.facts,
+                    &transition.outputs,
+                    now_ms,
+                )?;
+                let revision = transition.facts.run.revision;
+                let receipt = control_receipt(&transition.facts);
+                Ok(Executed::accepted(revision, receipt, transition.outputs))
+            }
+            Ok(None) => Ok(Executed::refused(
+                CommandOutcome::Rejected,
+                "illegalTransition",
+                "unknown command",
+            )),
+            Err(rejection) => Ok(Executed::rejected(&rejection)),
+        }
+    })
+    .await
+}
+
+fn control_receipt(agg: &RunAggregate) -> Value {
+    json!({
+        "runId": agg.run.run_id.as_str(),
+        "revision": agg.run.revision.0,
+        "status": crate::store::codec_name(&agg.run.status),
+    })
+}
+
+/// The fingerprint of a terminal run's outcome (workflow identity, exact
+/// input, state, error class and reason, final output), read and hashed
+/// outside the write transaction; a terminal run never changes.
+async fn terminal_fingerprint(app: &Arc<App>, run_id: &RunId) -> Option<Digest> {
+    let run_id = run_id.clone();
+    let facts = app
+        .store
+        .read(move |connection| {
+            let Some(meta) = meta::load(connection, &run_id)? else {
+                return Ok(None);
+            };
+            let Some(agg) = runs::load(connection, &run_id)? else {
+                return Ok(None);
+            };
+            let output = crate::store::attempts::final_output(connection, &run_id)?;
+            Ok(Some(json!({
+                "workflow": meta.workflow_ref,
+                "definitionDigest": meta.definition_digest,
+                "input": crate::ids::digest_text(&meta.input_digest),
+                "status": crate::store::codec_name(&agg.run.status),
+                "error": agg.run.error.as_ref().map(|error| json!({
+                    "class": crate::store::codec_name(&error.class),
+                    "reason": crate::store::codec_name(&error.reason),
+                })),
+                "output": output,
+            })))
+        })
+        .await
+        .ok()
+        .flatten()?;
+    Some(Blob::json(&facts).digest)
+}
+
+fn restart(
+    connection: &Connection,
+    before: &RunAggregate,
+    fingerprint: Option<Digest>,
+    now_ms: u64,
+) -> rusqlite::Result<Executed> {
+    let (Some(fingerprint), Some(meta)) =
+        (fingerprint, meta::load(connection, &before.run.run_id)?)
+    else {
+        return Ok(Executed::refused(
+            CommandOutcome::Rejected,
+            "illegalTransition",
+            "the run cannot be restarted",
+        ));
+    };
+    let new_run_id = RunId::new(crate::ids::run_id(&meta.workflow_name, now_ms));
+    let session_runs = match before.run.mode.origin_session() {
+        Some(session) => meta::session_runs(connection, session)?,
+        None => Vec::new(),
+    };
+    let source = run::RestartSource {
+        run: &before.run,
+        terminal_fingerprint: fingerprint,
+    };
+    let new_run = NewRun {
+        run_id: new_run_id.clone(),
+        mode: before.run.mode.clone(),
+    };
+    let transition = match run::restart(source, new_run, &session_runs, now_ms) {
+        Ok(transition) => transition,
+        Err(rejection) => return Ok(Executed::rejected(&rejection)),
+    };
+    let new_meta = RunMeta {
+        run_id: new_run_id.clone(),
+        ..meta
+    };
+    meta::insert_run(connection, &new_meta, &before.run.mode, None, now_ms)?;
+    runs::write(
+        connection,
+        None,
+        &transition.facts,
+        &transition.outputs,
+        now_ms,
+    )?;
+    let receipt = json!({
+        "runId": before.run.run_id.as_str(),
+        "revision": before.run.revision.0,
+        "status": crate::store::codec_name(&before.run.status),
+        "newRunId": new_run_id.as_str(),
+    });
+    Ok(Executed::accepted(
+        transition.facts.run.revision,
+        receipt,
+        transition.outputs,
+    ))
+}
+
+/// `checkpoint.answer`: the answer becomes the continuation's input.
+fn answer_checkpoint(
+    connection: &Connection,
+    parent: &RunAggregate,
+    answer: Option<Blob>,
+    now_ms: u64,
+) -> rusqlite::Result<Executed> {
+    let (Some(answer), Some(meta)) = (answer, meta::load(connection, &parent.run.run_id)?) else {
+        return Ok(Executed::refused(
+            CommandOutcome::Rejected,
+            "schemaInvalid",
+            "checkpoint.answer needs an answer",
+        ));
+    };
+    let child_run_id = RunId::new(format!(
+        "continuation-{}",
+        &hex::encode(crate::ids::sha256(parent.run.run_id.as_str().as_bytes()).0)[..24]
+    ));
+    let wanted = continuation_identity(&meta, &child_run_id, &answer.digest, parent);
+    let existing = match &parent.run.lineage.continued_by {
+        Some(child) => match meta::load(connection, child)? {
+            Some(child_meta) => {
+                let child_agg = runs::load(connection, child)?;
+                child_agg
+                    .map(|child_agg| {
+                        continuation_identity(
+                            &child_meta,
+                            child,
+                            &child_meta.input_digest,
+                            &child_agg,
+                        )
+                    })
+                    .map(|mut identity| {
+                        identity.parent_run_id = parent.run.run_id.clone();
+                        identity
+                    })
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let protected = crate::store::decisions::for_checkpoint(connection, parent)?;
+    let prepared = kernel::decision::answer_checkpoint(
+        parent,
+        protected.as_ref(),
+        existing.as_ref(),
+        &wanted,
+        now_ms,
+    );
+    match prepared {
+        Ok(kernel::decision::PrepareOutcome::Adopted { child_run_id }) => {
+            let receipt = json!({ "continuationRunId": child_run_id.as_str() });
+            Ok(Executed::accepted(parent.run.revision, receipt, Vec::new()))
+        }
+        Ok(kernel::decision::PrepareOutcome::Prepared(reserved)) => {
+            blobs::put(connection, &answer, blobs::JSON, now_ms)?;
+            let child_meta = RunMeta {
+                run_id: child_run_id.clone(),
+                input_digest: answer.digest,
+                input_hash: crate::ids::digest_text(&answer.digest),
+                ..meta
+            };
+            let checkpoint = parent
+                .run
+                .waiting_on
+                .clone()
+                .map(|node| node.0)
+                .unwrap_or_default();
+            meta::insert_run(
+                connection,
+                &child_meta,
+                &parent.run.mode,
+                Some((&parent.run.run_id, &checkpoint)),
+                now_ms,
+            )?;
+            runs::write(
+                connection,
+                Some(parent),
+                &reserved.parent.facts,
+                &reserved.parent.outputs,
+                now_ms,
+            )?;
+            runs::write(
+                connection,
+                None,
+                &reserved.child.facts,
+                &reserved.child.outputs,
+                now_ms,
+            )?;
+            let mut outputs = reserved.parent.outputs;
+            outputs.extend(reserved.child.outputs);
+            let receipt = json!({ "continuationRunId": child_run_id.as_str() });
+            Ok(Executed::accepted(
+                reserved.parent.facts.run.revision,
+                receipt,
+                outputs,
+            ))
+        }
+        Err(kernel::decision::DecisionRejection::Run { run }) => Ok(Executed::rejected(&run)),
+        Err(kernel::decision::DecisionRejection::IncompatibleContinuation { .. }) => {
+            Ok(Executed::refused(
+                CommandOutcome::Rejected,
+                "conflict",
+                "the checkpoint was already answered with another answer",
+            ))
+        }
+        Err(_) => Ok(Executed::refused(
+            CommandOutcome::Rejected,
+            "illegalTransition",
+            "this checkpoint needs a verified human decision (`pi-workflows answer` is for ordinary checkpoints)",
+        )),
+    }
+}
+
+fn continuation_identity(
+    meta: &RunMeta,
+    child_run_id: &RunId,
+    input_digest: &Digest,
+    parent: &RunAggregate,
+) -> kernel::decision::ContinuationIdentity {
+    let digest_of_text = |text: &str| crate::ids::sha256(text.as_bytes());
+    kernel::decision::ContinuationIdentity {
+        child_run_id: child_run_id.clone(),
+        workflow_source_digest: digest_of_text(&meta.source_json),
+        definition_digest: digest_of_text(&meta.definition_digest),
+        input_digest: *input_digest,
+        launch_options_digest: digest_of_text("{}"),
+        parent_run_id: parent.run.run_id.clone(),
+        owning_session: parent.run.mode.origin_session().cloned(),
+    }
+}

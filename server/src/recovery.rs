@@ -1,0 +1,132 @@
+//! Startup recovery, in the seed's order for everything that does not need Pi.
+//!
+//! 1. The server epoch is taken (by `App::open`).
+//! 2. Runner records of earlier epochs are reaped when the exact process
+//!    (pid and start time) is still alive; registered child groups too.
+//! 3. Running rows and active attempts are found; an expired claim is
+//!    recovered now, a live one when it expires (a new generation either way).
+//! 4. Effect state is read before work may repeat, and
+//! 5. parking turns an applying effect ambiguous, which blocks automatic
+//!    resumption.
+//! 6. Pure and settled work becomes claimable (`recovered`) and the scheduler
+//!    admits it.
+//! 7. Pending interactive requests and workflow messages are left untouched.
+
+use crate::app::App;
+use crate::process::ProcessIdentity;
+use crate::runner_channel::kill_exact;
+use crate::store::{Commit, runs};
+use kernel::ids::{RunId, RunnerEpochId};
+use kernel::output::{Output, WakeReason};
+use kernel::runner::{ExitKind, RunnerExit};
+use std::sync::Arc;
+
+/// Runs startup recovery.
+pub async fn startup(app: &Arc<App>) {
+    let stale = app.store.read(stale_processes).await.unwrap_or_default();
+    for identity in stale
+        .iter()
+        .filter_map(|(_, _, identity)| identity.as_ref())
+    {
+        kill_exact(identity);
+    }
+    for (run_id, runner_epoch, _) in stale {
+        let outputs = orphaned(app, run_id, runner_epoch).await;
+        app.perform(outputs);
+    }
+    crate::timers::schedule_expired(app).await;
+    app.scheduler.notify();
+}
+
+type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);
+
+/// Runner records that were live when an earlier server stopped, and the
+/// child groups they registered.
+fn stale_processes(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Stale>> {
+    let mut statement = connection.prepare(
+        "SELECT run_id, runner_epoch, pid_start_identity FROM run_workers WHERE status IN ('launching', 'ready')",
+    )?;
+    let mut stale: Vec<Stale> = statement
+        .query_map([], |row| {
+            let identity: Option<String> = row.get(2)?;
+            Ok((
+                RunId::new(row.get::<_, String>(0)?),
+                RunnerEpochId::new(row.get::<_, String>(1)?),
+                identity.as_deref().and_then(ProcessIdentity::decode),
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut children = connection.prepare(
+        "SELECT w.run_id, p.runner_epoch, p.start_identity FROM runner_processes p JOIN run_workers w ON w.runner_epoch = p.runner_epoch",
+    )?;
+    let registered: Vec<Stale> = children
+        .query_map([], |row| {
+            let identity: String = row.get(2)?;
+            Ok((
+                RunId::new(row.get::<_, String>(0)?),
+                RunnerEpochId::new(row.get::<_, String>(1)?),
+                ProcessIdentity::decode(&identity),
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    // Registered children are only killed; their runner's record decides.
+    stale.extend(
+        registered
+            .into_iter()
+            .map(|(_, epoch, identity)| (RunId::new(""), epoch, identity)),
+    );
+    Ok(stale)
+}
+
+/// Records an orphaned runner and lets the kernel decide its run; a claim that
+/// is still live is recovered when it expires.
+async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) -> Vec<Output> {
+    if run_id.as_str().is_empty() {
+        let _ = app
+            .store
+            .write(move |connection| {
+                connection.execute(
+                    "DELETE FROM runner_processes WHERE runner_epoch = ?1",
+                    rusqlite::params![runner_epoch.as_str()],
+                )?;
+                Ok(Commit::Keep(()))
+            })
+            .await;
+        return Vec::new();
+    }
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    app.store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let Some(before) = runs::load(connection, &run_id)? else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            let exit = RunnerExit {
+                runner_epoch,
+                kind: ExitKind::Orphaned,
+            };
+            match kernel::runner::decide_exit(&before, exit, None, control, now_ms, ttl_ms) {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep(transition.outputs))
+                }
+                Err(kernel::run::Rejection::ClaimHeld { expires_at_ms }) => {
+                    Ok(Commit::Discard(vec![Output::Wake {
+                        run_id: run_id.clone(),
+                        at_ms: expires_at_ms,
+                        reason: WakeReason::ClaimExpiry,
+                    }]))
+                }
+                Err(_) => Ok(Commit::Discard(Vec::new())),
+            }
+        })
+        .await
+        .unwrap_or_default()
+}

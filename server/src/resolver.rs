@@ -1,0 +1,179 @@
+//! The source resolver: a supervised runner child in resolve mode that
+//! discovers a workflow, hashes its sources, compiles it and returns the
+//! topology the kernel routes on. The server never loads workflow code.
+//!
+//! Invariant: the child runs in its own process group and is killed (with its
+//! group) when it answers, fails or misses its deadline.
+
+use crate::app::App;
+use crate::process;
+use kernel::topology::Topology;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio_stream::StreamExt;
+use tokio_util::codec::FramedRead;
+
+/// A resolved workflow.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub workflow_name: String,
+    pub title: Option<String>,
+    /// `{root, mounted}` as the runner reported it.
+    pub source: Value,
+    pub definition_digest: String,
+    pub topology: Topology,
+    pub topology_json: String,
+    /// The normalized input.
+    pub input: Value,
+}
+
+/// Why resolution failed: a closed code and a one-line safe message.
+#[derive(Clone, Debug)]
+pub struct ResolveError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ResolveError {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Resolves `workflow` for `project_path` with `input` in a child process.
+pub async fn resolve(
+    app: &Arc<App>,
+    project_path: &str,
+    workflow: &str,
+    input: &Value,
+) -> Result<Resolved, ResolveError> {
+    let run_id = format!("resolve-{}", crate::ids::random_hex::<8>());
+    let launch = json!({
+        "schema": "pi-workflows.worker-launch.v1",
+        "mode": "resolve",
+        "runId": run_id,
+        "generation": 0,
+        "runnerEpoch": format!("{run_id}-0"),
+        "projectPath": project_path,
+        "protocolVersion": 1,
+        "resolve": { "workflow": workflow, "input": input },
+    });
+    let frame = crate::runner_channel::frame_of(&launch).ok_or_else(|| {
+        ResolveError::new(
+            "frameTooLarge",
+            "the workflow input does not fit one 1 MiB frame",
+        )
+    })?;
+    let (program, args) = app.config.runner_command.split_first().ok_or_else(|| {
+        ResolveError::new(
+            "unavailable",
+            "no runner program is configured; set PI_WORKFLOWS_RUNNER",
+        )
+    })?;
+    let log = crate::home::open_log(&app.config.log_dir().join(format!("{run_id}.log")))
+        .map_err(|_| ResolveError::new("unavailable", "cannot open the resolver log"))?;
+    let directory = std::path::PathBuf::from(project_path);
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(if directory.is_dir() { directory } else { app.config.home.clone() })
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .map_err(|_| ResolveError::new("unavailable", "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows"))?;
+    let identity = child.id().and_then(process::identity);
+    let mut stdin = child.stdin.take();
+    if let Some(stdin) = stdin.as_mut() {
+        let _ = stdin.write_all(&frame).await;
+        let _ = stdin.flush().await;
+    }
+    let deadline = Duration::from_millis(app.config.runner_ready_timeout_ms);
+    let answer = match child.stdout.take() {
+        Some(stdout) => {
+            let mut frames = FramedRead::new(stdout, protocol::FrameCodec::new());
+            match tokio::time::timeout(deadline, frames.next()).await {
+                Ok(Some(Ok(bytes))) => decode(&bytes),
+                Ok(_) => Err(ResolveError::new(
+                    "validationFailed",
+                    "the workflow runner exited without resolving the workflow (see the runner log)",
+                )),
+                Err(_) => Err(ResolveError::new(
+                    "timedOut",
+                    "the workflow runner did not resolve the workflow in time",
+                )),
+            }
+        }
+        None => Err(ResolveError::new(
+            "unavailable",
+            "cannot read from the workflow runner",
+        )),
+    };
+    drop(stdin);
+    if let Some(identity) = identity {
+        process::signal_group(&identity, Signal::SIGKILL);
+    }
+    let _ = child.wait().await;
+    answer
+}
+
+fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
+    let message = protocol::decode_runner_frame(bytes)
+        .map_err(|_| ResolveError::new("internal", "the workflow runner sent an invalid frame"))?;
+    let value = serde_json::to_value(&message).unwrap_or(Value::Null);
+    match value.get("type").and_then(Value::as_str) {
+        Some("resolve.result") => {
+            let topology_value = value.get("topology").cloned().unwrap_or(Value::Null);
+            let topology: Topology =
+                serde_json::from_value(topology_value.clone()).map_err(|_| {
+                    ResolveError::new("validationFailed", "the workflow graph could not be read")
+                })?;
+            topology.validate().map_err(|_| {
+                ResolveError::new(
+                    "validationFailed",
+                    "the workflow graph is invalid (check startAt, edges and reachability)",
+                )
+            })?;
+            let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+            Ok(Resolved {
+                workflow_name: text("workflowName").unwrap_or_default(),
+                title: text("title"),
+                source: value.get("workflowSource").cloned().unwrap_or(Value::Null),
+                definition_digest: text("definitionDigest").unwrap_or_default(),
+                topology_json: serde_json::to_string(&topology_value).unwrap_or_default(),
+                topology,
+                input: value.get("input").cloned().unwrap_or(Value::Null),
+            })
+        }
+        Some("resolve.failed") => {
+            let code = match value.get("code").and_then(Value::as_str) {
+                Some("sourceNotFound") => "notFound",
+                Some("invalidInput") => "validationFailed",
+                Some("sourceChanged") => "sourceChanged",
+                _ => "validationFailed",
+            };
+            let detail = value
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            Err(ResolveError::new(code, bounded(detail)))
+        }
+        _ => Err(ResolveError::new(
+            "internal",
+            "the workflow runner answered with an unexpected message",
+        )),
+    }
+}
+
+/// Resolver messages describe the user's own workflow; keep them one bounded line.
+fn bounded(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).take(300).collect()
+}

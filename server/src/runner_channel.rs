@@ -1,0 +1,982 @@
+//! The private runner channel: every runner message is checked, decided by
+//! the kernel inside one write transaction, and answered after the commit.
+//!
+//! Invariants:
+//! - The envelope (run id, generation, runner epoch) is compared with the
+//!   pipe's runner before anything else is read. A stale or foreign message
+//!   gets one `claimLost` reply and the runner is stopped.
+//! - A state-changing message stores its reply in `worker_messages` in the
+//!   same transaction as its change, so an exact retry (same message id and
+//!   payload) gets the same reply and changes nothing; another payload under
+//!   the same message id is rejected.
+//! - Routing comes from the kernel: the runner only proposes results.
+
+use crate::app::App;
+use crate::process::{self, ProcessIdentity};
+use crate::store::attempts::{self, AttemptResult};
+use crate::store::blobs::Blob;
+use crate::store::{Commit, commands, meta, runs};
+use crate::supervisor::{self, Runner};
+use kernel::attempt::NodeOutcome;
+use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
+use kernel::ids::{AttemptId, Digest, Generation, RunId, RunnerEpochId};
+use kernel::output::{LaunchCommand, Output, StopReason, Transition};
+use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
+use kernel::run::{
+    self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
+};
+use kernel::runner::ExitKind;
+use nix::sys::signal::Signal;
+use protocol::generated::types::RunnerMessage;
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The launch frame of a runner and the directory it runs in.
+#[derive(Debug)]
+pub struct LaunchFrame {
+    pub frame: Vec<u8>,
+    pub project_path: String,
+}
+
+/// Builds the run-mode launch envelope from committed facts.
+pub fn launch_envelope(
+    connection: &Connection,
+    run_id: &RunId,
+    generation: Generation,
+    runner_epoch: &RunnerEpochId,
+) -> rusqlite::Result<Option<LaunchFrame>> {
+    let Some(meta) = meta::load(connection, run_id)? else {
+        return Ok(None);
+    };
+    let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
+    let launch = json!({
+        "schema": "pi-workflows.worker-launch.v1",
+        "mode": "run",
+        "runId": run_id.as_str(),
+        "generation": generation.0,
+        "runnerEpoch": runner_epoch.as_str(),
+        "projectPath": meta.project_path,
+        "workflowSource": source,
+        "definitionDigest": meta.definition_digest,
+        "inputHash": meta.input_hash,
+        "protocolVersion": 1,
+    });
+    Ok(frame_of(&launch).map(|frame| LaunchFrame {
+        frame,
+        project_path: meta.project_path,
+    }))
+}
+
+/// Canonical frame bytes (`\n`-terminated) of a JSON value, or `None` when it
+/// does not fit a frame.
+pub fn frame_of(value: &Value) -> Option<Vec<u8>> {
+    let mut bytes = protocol::canonicalize(value).ok()?;
+    bytes.push(b'\n');
+    (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
+}
+
+/// The common envelope fields of a runner message.
+struct Envelope {
+    kind: String,
+    run_id: String,
+    generation: u64,
+    runner_epoch: String,
+    message_id: String,
+    value: Value,
+}
+
+fn envelope(message: &RunnerMessage) -> Envelope {
+    let value = serde_json::to_value(message).unwrap_or(Value::Null);
+    let text = |key: &str| {
+        value
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Envelope {
+        kind: text("type"),
+        run_id: text("runId"),
+        generation: value.get("generation").and_then(Value::as_u64).unwrap_or(0),
+        runner_epoch: text("runnerEpoch"),
+        message_id: text("messageId"),
+        value,
+    }
+}
+
+/// A reply to one runner message.
+fn reply(
+    runner: &Runner,
+    in_reply_to: &str,
+    outcome: &str,
+    revision: Option<u64>,
+    result: Value,
+) -> Value {
+    let mut reply = json!({
+        "type": "reply",
+        "schema": "pi-workflows.worker-launch.v1",
+        "runId": runner.run_id.as_str(),
+        "generation": runner.generation.0,
+        "runnerEpoch": runner.runner_epoch.as_str(),
+        "inReplyTo": in_reply_to,
+        "outcome": outcome,
+        "result": result,
+    });
+    if let Some(revision) = revision {
+        reply["revision"] = json!(revision);
+    }
+    reply
+}
+
+fn with_error(mut reply: Value, code: &str, message: &str) -> Value {
+    reply["error"] = json!({ "code": code, "message": message });
+    reply
+}
+
+fn with_next(mut reply: Value, dispatch: &Dispatch) -> Value {
+    reply["next"] = next_of(dispatch);
+    reply
+}
+
+fn next_of(dispatch: &Dispatch) -> Value {
+    match dispatch {
+        Dispatch::RunNode {
+            node_id,
+            attempt_id,
+            visit,
+        } => {
+            json!({ "kind": "runNode", "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit })
+        }
+        Dispatch::Exit { reason } => json!({ "kind": "exit", "reason": exit_reason(*reason) }),
+    }
+}
+
+fn exit_reason(reason: ExitReason) -> &'static str {
+    match reason {
+        ExitReason::Completed | ExitReason::Failed | ExitReason::TimedOut => "finished",
+        ExitReason::Waiting => "waiting",
+        ExitReason::Cancelled => "cancelled",
+        ExitReason::Parked => "parked",
+    }
+}
+
+/// The wire error code and static message of a kernel rejection.
+pub fn rejection_error(rejection: &Rejection) -> (&'static str, &'static str) {
+    match rejection {
+        Rejection::ClaimLost { .. } | Rejection::ClaimHeld { .. } | Rejection::StaleRunner => (
+            "claimLost",
+            "another generation owns the run or the claim expired",
+        ),
+        Rejection::Terminal { .. } => ("terminal", "the run already ended"),
+        Rejection::Paused => ("paused", "the run is paused"),
+        Rejection::StaleAttempt | Rejection::ResultMismatch => {
+            ("illegalTransition", "not the active attempt")
+        }
+        _ => (
+            "illegalTransition",
+            "the run cannot do that in its current state",
+        ),
+    }
+}
+
+fn is_claim_loss(rejection: &Rejection) -> bool {
+    matches!(
+        rejection,
+        Rejection::ClaimLost { .. } | Rejection::ClaimHeld { .. } | Rejection::StaleRunner
+    )
+}
+
+/// Why a runner message was refused: a closed wire code, a static message,
+/// and whether the runner lost its claim (then it must exit).
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: &'static str,
+    pub message: &'static str,
+    pub claim_lost: bool,
+}
+
+impl From<Rejection> for Refusal {
+    fn from(rejection: Rejection) -> Self {
+        let (code, message) = rejection_error(&rejection);
+        Self {
+            code,
+            message,
+            claim_lost: is_claim_loss(&rejection),
+        }
+    }
+}
+
+/// Values a message carries that are hashed before its transaction.
+#[derive(Debug, Default)]
+struct Blobs {
+    output: Option<Blob>,
+    result: Option<Blob>,
+}
+
+/// What a message job produced: the reply, the outputs to perform, and
+/// whether the runner lost its claim.
+struct Handled {
+    reply: Value,
+    outputs: Vec<Output>,
+    claim_lost: bool,
+}
+
+impl Handled {
+    fn only(reply: Value) -> Self {
+        Self {
+            reply,
+            outputs: Vec::new(),
+            claim_lost: false,
+        }
+    }
+}
+
+/// Handles one decoded runner message.
+pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage) {
+    let envelope = envelope(&message);
+    let foreign = envelope.run_id != runner.run_id.as_str()
+        || envelope.generation != runner.generation.0
+        || envelope.runner_epoch != runner.runner_epoch.as_str();
+    if foreign || runner.is_fenced() {
+        let answer = with_error(
+            reply(runner, &envelope.message_id, "claimLost", None, Value::Null),
+            "claimLost",
+            "another generation owns the run or the claim expired",
+        );
+        send(runner, &answer);
+        fence(app, runner);
+        return;
+    }
+    let handled = match envelope.kind.as_str() {
+        "runner.exiting" => Handled::only(reply(
+            runner,
+            &envelope.message_id,
+            "accepted",
+            None,
+            Value::Null,
+        )),
+        "runner.progress" => progress(app, runner, &envelope).await,
+        "content.read"
+        | "presentation.requested"
+        | "notification.requested"
+        | "interaction.accepted"
+        | "interaction.rejected"
+        | "resolve.result"
+        | "resolve.failed"
+        | "node.update"
+        | "interaction.requested" => Handled::only(with_error(
+            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+            "illegalTransition",
+            "this message kind is not accepted on a run-mode channel of this server",
+        )),
+        _ => decide(app, runner, envelope).await,
+    };
+    app.perform(handled.outputs);
+    if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
+        runner.mark_ready();
+    }
+    send(runner, &handled.reply);
+    if handled.claim_lost {
+        fence(app, runner);
+    }
+}
+
+fn send(runner: &Runner, value: &Value) {
+    if let Some(frame) = frame_of(value) {
+        runner.send(frame);
+    }
+}
+
+/// A runner that lost its claim must exit; it is stopped if it does not.
+fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
+    if runner.mark_fenced() {
+        supervisor::stop_runner(app, runner, StopReason::ClaimLost);
+    }
+}
+
+/// A state-changing message decided by the kernel in one transaction.
+async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Handled {
+    let payload_digest =
+        crate::ids::sha256(&protocol::canonicalize(&envelope.value).unwrap_or_default());
+    let blobs = Blobs {
+        output: envelope.value.get("output").map(Blob::json),
+        result: envelope.value.get("result").map(Blob::json),
+    };
+    let app_for_job = app.clone();
+    let runner_for_job = runner.clone();
+    let outcome = app
+        .store
+        .write(move |connection| {
+            decide_in(
+                connection,
+                &app_for_job,
+                &runner_for_job,
+                &envelope,
+                payload_digest,
+                &blobs,
+            )
+        })
+        .await;
+    match outcome {
+        Ok(handled) => handled,
+        Err(_) => Handled::only(json!(null)),
+    }
+}
+
+fn decide_in(
+    connection: &Connection,
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    envelope: &Envelope,
+    payload_digest: Digest,
+    blobs: &Blobs,
+) -> rusqlite::Result<Commit<Handled>> {
+    let incoming = receipt::RunnerMessage {
+        runner_epoch: runner.runner_epoch.clone(),
+        message_id: RunnerMessageId::new(envelope.message_id.clone()),
+        payload_digest,
+    };
+    let stored =
+        commands::runner_message(connection, &incoming.runner_epoch, &incoming.message_id)?;
+    match receipt::decide_runner_message(stored.as_ref().map(|(row, _)| row), &incoming) {
+        RunnerMessageDecision::Adopt(_) => {
+            let reply_json = stored.map(|(_, json)| json).unwrap_or_default();
+            let reply = serde_json::from_str(&reply_json).unwrap_or(Value::Null);
+            return Ok(Commit::Discard(Handled::only(reply)));
+        }
+        RunnerMessageDecision::Conflict => {
+            let answer = with_error(
+                reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+                "conflict",
+                "the message id was already used for another message",
+            );
+            return Ok(Commit::Discard(Handled::only(answer)));
+        }
+        RunnerMessageDecision::Execute => {}
+    }
+    let Some(before) = runs::load(connection, &runner.run_id)? else {
+        return Ok(Commit::Discard(Handled::only(with_error(
+            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+            "notFound",
+            "the run does not exist",
+        ))));
+    };
+    let now_ms = crate::clock::now_ms();
+    let decided = apply(connection, app, runner, envelope, &before, blobs, now_ms)?;
+    let (transition, answer, extra) = match decided {
+        Ok(decided) => decided,
+        Err(refusal) => {
+            let outcome = if refusal.claim_lost {
+                "claimLost"
+            } else {
+                "rejected"
+            };
+            let answer = with_error(
+                reply(runner, &envelope.message_id, outcome, None, Value::Null),
+                refusal.code,
+                refusal.message,
+            );
+            if refusal.claim_lost {
+                return Ok(Commit::Discard(Handled {
+                    reply: answer,
+                    outputs: Vec::new(),
+                    claim_lost: true,
+                }));
+            }
+            store_reply(
+                connection,
+                &incoming,
+                CommandOutcome::Rejected,
+                None,
+                &answer,
+                now_ms,
+            )?;
+            return Ok(Commit::Keep(Handled {
+                reply: answer,
+                outputs: Vec::new(),
+                claim_lost: false,
+            }));
+        }
+    };
+    let mut outputs = Vec::new();
+    let mut revision = before.run.revision;
+    if let Some(transition) = transition {
+        runs::write(
+            connection,
+            Some(&before),
+            &transition.facts,
+            &transition.outputs,
+            now_ms,
+        )?;
+        revision = transition.facts.run.revision;
+        outputs = transition.outputs;
+    }
+    if let Some(extra) = extra {
+        extra(connection)?;
+    }
+    store_reply(
+        connection,
+        &incoming,
+        CommandOutcome::Accepted,
+        Some(revision),
+        &answer,
+        now_ms,
+    )?;
+    Ok(Commit::Keep(Handled {
+        reply: answer,
+        outputs,
+        claim_lost: false,
+    }))
+}
+
+fn store_reply(
+    connection: &Connection,
+    incoming: &receipt::RunnerMessage,
+    outcome: CommandOutcome,
+    revision: Option<kernel::ids::Revision>,
+    answer: &Value,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let reply_json = serde_json::to_string(answer).unwrap_or_default();
+    let reply_digest = crate::ids::sha256(reply_json.as_bytes());
+    if let Some(stored) =
+        receipt::record_runner_message(incoming, outcome, revision, reply_digest, now_ms)
+    {
+        commands::insert_runner_message(connection, &stored, &reply_json)?;
+    }
+    Ok(())
+}
+
+type Extra = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()>>;
+type Decided = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
+
+fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Extra>) -> Decided {
+    Ok((Some(transition), answer, extra))
+}
+
+/// Calls the kernel for one message kind.
+fn apply(
+    connection: &Connection,
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    envelope: &Envelope,
+    before: &RunAggregate,
+    blobs: &Blobs,
+    now_ms: u64,
+) -> rusqlite::Result<Decided> {
+    let ttl_ms = app.config.claim_ttl_ms;
+    let authority = &runner.authority;
+    let epoch = &runner.runner_epoch;
+    let message_id = envelope.message_id.as_str();
+    let value = &envelope.value;
+    let attempt_id = value
+        .get("attemptId")
+        .and_then(Value::as_str)
+        .map(AttemptId::from);
+    Ok(match envelope.kind.as_str() {
+        "runner.ready" => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
+        "node.started" => {
+            let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
+            let deadline = value.get("deadlineAtMs").and_then(Value::as_u64);
+            let detail = value
+                .get("statusDetail")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            match execution::record_node_started(
+                before,
+                authority,
+                epoch,
+                &attempt_id,
+                deadline,
+                now_ms,
+                ttl_ms,
+            ) {
+                Ok(transition) => {
+                    let revision = transition.facts.run.revision.0;
+                    let run_id = runner.run_id.clone();
+                    let extra: Option<Extra> = detail.map(|detail| -> Extra {
+                        Box::new(move |connection: &Connection| {
+                            attempts::record_status_detail(
+                                connection,
+                                &run_id,
+                                &attempt_id,
+                                &detail,
+                            )
+                        })
+                    });
+                    decided(
+                        transition,
+                        reply(runner, message_id, "accepted", Some(revision), Value::Null),
+                        extra,
+                    )
+                }
+                Err(rejection) => Err(rejection.into()),
+            }
+        }
+        "node.finished" | "node.failed" => finish(
+            connection,
+            runner,
+            envelope,
+            before,
+            attempt_id,
+            blobs.output.as_ref(),
+            now_ms,
+            ttl_ms,
+        )?,
+        "run.parked" => {
+            let reason = match value.get("reason").and_then(Value::as_str) {
+                Some("workflowSourceChanged") => ParkReason::WorkflowSourceChanged,
+                _ => ParkReason::Drained,
+            };
+            match run::park(before, authority, reason, now_ms) {
+                Ok(transition) => {
+                    let revision = transition.facts.run.revision.0;
+                    let answer = reply(runner, message_id, "accepted", Some(revision), Value::Null);
+                    decided(
+                        transition,
+                        with_next(
+                            answer,
+                            &Dispatch::Exit {
+                                reason: ExitReason::Parked,
+                            },
+                        ),
+                        None,
+                    )
+                }
+                Err(rejection) => Err(rejection.into()),
+            }
+        }
+        "run.finished" => {
+            let class = value
+                .get("failureClass")
+                .and_then(|class| serde_json::from_value::<FailureClass>(class.clone()).ok())
+                .unwrap_or(FailureClass::NodeFailed);
+            let message = error_text(value.get("error"));
+            let error = RunError {
+                class,
+                reason: ReasonKind::RunnerFailed,
+                node_id: None,
+            };
+            match run::finish(before, Some(authority), Terminal::Failed { error }, now_ms) {
+                Ok(transition) => {
+                    let revision = transition.facts.run.revision.0;
+                    let run_id = runner.run_id.clone();
+                    let extra: Extra = Box::new(move |connection: &Connection| {
+                        store_run_error(connection, &run_id, &message)
+                    });
+                    let answer = reply(runner, message_id, "accepted", Some(revision), Value::Null);
+                    decided(
+                        transition,
+                        with_next(
+                            answer,
+                            &Dispatch::Exit {
+                                reason: ExitReason::Failed,
+                            },
+                        ),
+                        Some(extra),
+                    )
+                }
+                Err(rejection) => Err(rejection.into()),
+            }
+        }
+        "effect.reserve" | "effect.settle" => {
+            let kind = envelope.kind.as_str();
+            match crate::effects::runner_effect(
+                connection,
+                runner,
+                kind,
+                value,
+                before,
+                blobs.result.as_ref(),
+                now_ms,
+                ttl_ms,
+            )? {
+                Ok((transition, result)) => {
+                    let revision = transition
+                        .as_ref()
+                        .map_or(before.run.revision, |t| t.facts.run.revision)
+                        .0;
+                    Ok((
+                        transition,
+                        reply(runner, message_id, "accepted", Some(revision), result),
+                        None,
+                    ))
+                }
+                Err(refusal) => Err(refusal),
+            }
+        }
+        _ => Err(Refusal {
+            code: "illegalTransition",
+            message: "unexpected message kind",
+            claim_lost: false,
+        }),
+    })
+}
+
+/// `runner.ready`: the kernel chooses the resume point; the reply is the one
+/// `command` (or an exit reply when the run needs no node).
+fn ready(
+    connection: &Connection,
+    runner: &Arc<Runner>,
+    before: &RunAggregate,
+    message_id: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Decided> {
+    let Some(meta) = meta::load(connection, &runner.run_id)? else {
+        return Ok(Err(Rejection::StaleRunner.into()));
+    };
+    let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
+        return Ok(Err(Rejection::StaleRunner.into()));
+    };
+    let route_from = attempts::last_step_record(connection, &runner.run_id, &topology)?;
+    let new_attempt = AttemptId::new(crate::ids::uuid());
+    let started = execution::start_generation(
+        before,
+        &topology,
+        &runner.authority,
+        &runner.runner_epoch,
+        route_from.as_ref(),
+        new_attempt,
+        now_ms,
+        ttl_ms,
+    );
+    let (transition, dispatch) = match started {
+        Ok(started) => started,
+        Err(rejection) => return Ok(Err(rejection.into())),
+    };
+    let revision = transition.facts.run.revision.0;
+    let answer = match &dispatch {
+        Dispatch::RunNode {
+            node_id,
+            attempt_id,
+            visit,
+        } => {
+            let state =
+                attempts::run_state(connection, &runner.run_id, &meta.input_digest, &topology)?;
+            let mut command = json!({
+                "type": "command",
+                "schema": "pi-workflows.worker-launch.v1",
+                "runId": runner.run_id.as_str(),
+                "generation": runner.generation.0,
+                "runnerEpoch": runner.runner_epoch.as_str(),
+                "command": command_name(&runner.command),
+                "node": { "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit },
+                "state": state,
+            });
+            if let LaunchCommand::Continue { parent_run_id, .. } = &runner.command {
+                command["parentRunId"] = json!(parent_run_id.as_str());
+            }
+            command
+        }
+        Dispatch::Exit { .. } => with_next(
+            reply(runner, message_id, "accepted", Some(revision), Value::Null),
+            &dispatch,
+        ),
+    };
+    Ok(decided(transition, answer, None))
+}
+
+fn command_name(command: &LaunchCommand) -> &'static str {
+    match command {
+        LaunchCommand::Start => "start",
+        LaunchCommand::Resume => "resume",
+        LaunchCommand::Continue { .. } => "continue",
+        LaunchCommand::Restart { .. } => "restart",
+    }
+}
+
+/// `node.finished` / `node.failed`: the kernel records the step and routes.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
+fn finish(
+    connection: &Connection,
+    runner: &Arc<Runner>,
+    envelope: &Envelope,
+    before: &RunAggregate,
+    attempt_id: Option<AttemptId>,
+    output_blob: Option<&Blob>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Decided> {
+    let value = &envelope.value;
+    let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
+    let Some(attempt) = before
+        .attempt
+        .as_ref()
+        .filter(|attempt| attempt.attempt_id == attempt_id)
+    else {
+        // Check the claim first: a fenced runner must learn that it lost it.
+        let check = kernel::claim::check(&before.run.lease, Some(&runner.authority), now_ms);
+        return Ok(Err(match check {
+            Err(reason) => Rejection::ClaimLost { reason }.into(),
+            Ok(_) => Rejection::StaleAttempt.into(),
+        }));
+    };
+    let Some(meta) = meta::load(connection, &runner.run_id)? else {
+        return Ok(Err(Rejection::StaleRunner.into()));
+    };
+    let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
+        return Ok(Err(Rejection::StaleRunner.into()));
+    };
+    let (outcome, error) = if envelope.kind == "node.finished" {
+        (NodeOutcome::Ok, None)
+    } else {
+        let outcome = match value.get("outcome").and_then(Value::as_str) {
+            Some("timed_out") => NodeOutcome::TimedOut,
+            Some("cancelled") => NodeOutcome::Cancelled,
+            _ => NodeOutcome::Failed,
+        };
+        (outcome, Some(error_text(value.get("error"))))
+    };
+    let output = value.get("output");
+    let node_type = attempts::node_type_name(&topology, &attempt.node_id);
+    let record = attempts::ResultRecord {
+        attempt_id: &attempt_id,
+        node_id: &attempt.node_id,
+        node_type: &node_type,
+        outcome: outcome.as_str(),
+        started_at_ms: attempt.started_at_ms,
+        finished_at_ms: now_ms,
+        output,
+        error: error.as_deref(),
+    }
+    .to_value();
+    let next_attempt = AttemptId::new(crate::ids::uuid());
+    let actor = Actor::Runner {
+        authority: &runner.authority,
+        runner_epoch: &runner.runner_epoch,
+    };
+    let result = NodeResult { outcome, record };
+    let finished = execution::finish_attempt(
+        before,
+        &topology,
+        actor,
+        &attempt_id,
+        result,
+        next_attempt,
+        now_ms,
+        ttl_ms,
+    );
+    let (transition, dispatch) = match finished {
+        Ok(finished) => finished,
+        Err(rejection) => return Ok(Err(rejection.into())),
+    };
+    let revision = transition.facts.run.revision.0;
+    let stored = AttemptResult {
+        output: output_blob.cloned(),
+        error_message: error.clone(),
+        action_json: value.get("action").map(|action| action.to_string()),
+        status_detail: None,
+    };
+    let run_id = runner.run_id.clone();
+    let terminal_error = transition
+        .facts
+        .run
+        .error
+        .is_some()
+        .then(|| error.clone().unwrap_or_default());
+    let extra: Extra = Box::new(move |connection: &Connection| {
+        attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
+        if let Some(message) = terminal_error {
+            store_run_error(connection, &run_id, &message)?;
+        }
+        Ok(())
+    });
+    let answer = with_next(
+        reply(
+            runner,
+            &envelope.message_id,
+            "accepted",
+            Some(revision),
+            Value::Null,
+        ),
+        &dispatch,
+    );
+    Ok(decided(transition, answer, Some(extra)))
+}
+
+/// The message text of an error value (`{message}` or a string), bounded.
+fn error_text(error: Option<&Value>) -> String {
+    let text = match error {
+        Some(Value::String(text)) => text.clone(),
+        Some(value) => value
+            .get("message")
+            .and_then(Value::as_str)
+            .map_or_else(|| value.to_string(), str::to_owned),
+        None => String::new(),
+    };
+    text.chars().take(8192).collect()
+}
+
+/// Stores the message text of a run's terminal error beside its class.
+fn store_run_error(connection: &Connection, run_id: &RunId, message: &str) -> rusqlite::Result<()> {
+    connection.execute(
+        "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
+        rusqlite::params![run_id.as_str(), message],
+    )?;
+    Ok(())
+}
+
+/// `runner.progress`: register or unregister a child process group.
+async fn progress(app: &Arc<App>, runner: &Arc<Runner>, envelope: &Envelope) -> Handled {
+    let value = &envelope.value;
+    let operation = value
+        .get("operation")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let pid = value.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
+    let start = value
+        .get("startIdentity")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let identity = ProcessIdentity::decode(&start).filter(|identity| identity.pid == pid);
+    let runner_pid = runner.identity().map(|identity| identity.pid);
+    let is_child = identity.as_ref().is_some_and(|identity| {
+        process::stat(identity.pid).is_some_and(|stat| {
+            Some(stat.parent_pid) == runner_pid && stat.start_time == identity.start_time
+        })
+    });
+    let reject = |message: &'static str| {
+        Handled::only(with_error(
+            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+            "illegalTransition",
+            message,
+        ))
+    };
+    let Some(identity) = identity else {
+        return reject("the process identity is malformed");
+    };
+    let runner_epoch = runner.runner_epoch.clone();
+    let run_id = runner.run_id.clone();
+    let authority = runner.authority.clone();
+    let now_ms = crate::clock::now_ms();
+    let registered = app
+        .store
+        .write(move |connection| {
+            let encoded = identity.encode();
+            if operation == "process.unregister" {
+                connection.execute(
+                    "DELETE FROM runner_processes WHERE runner_epoch = ?1 AND pid = ?2 AND start_identity = ?3",
+                    rusqlite::params![runner_epoch.as_str(), i64::from(identity.pid), encoded],
+                )?;
+                return Ok(Commit::Keep(true));
+            }
+            // Registration requires the live run claim.
+            let lease = runs::load(connection, &run_id)?.map(|agg| agg.run.lease).unwrap_or_default();
+            if !is_child || kernel::claim::check(&lease, Some(&authority), now_ms).is_err() {
+                return Ok(Commit::Discard(false));
+            }
+            connection.execute(
+                "INSERT INTO runner_processes (pid, start_identity, runner_epoch, registered_at_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT DO NOTHING",
+                rusqlite::params![i64::from(identity.pid), encoded, runner_epoch.as_str(), now_ms as i64],
+            )?;
+            Ok(Commit::Keep(true))
+        })
+        .await;
+    match registered {
+        Ok(true) => Handled::only(reply(
+            runner,
+            &envelope.message_id,
+            "accepted",
+            None,
+            Value::Null,
+        )),
+        _ => reject("registration needs a direct child of the runner and the live run claim"),
+    }
+}
+
+/// Kills the process groups a runner registered and forgets them.
+pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
+    let runner_epoch = runner_epoch.clone();
+    let rows = app
+        .store
+        .write(move |connection| {
+            let mut statement = connection
+                .prepare("SELECT start_identity FROM runner_processes WHERE runner_epoch = ?1")?;
+            let rows: Vec<String> = statement
+                .query_map(rusqlite::params![runner_epoch.as_str()], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            connection.execute(
+                "DELETE FROM runner_processes WHERE runner_epoch = ?1",
+                rusqlite::params![runner_epoch.as_str()],
+            )?;
+            Ok(Commit::Keep(rows))
+        })
+        .await
+        .unwrap_or_default();
+    for identity in rows.iter().filter_map(|text| ProcessIdentity::decode(text)) {
+        kill_exact(&identity);
+    }
+}
+
+/// SIGKILL to the exact process (its group when it leads one).
+pub fn kill_exact(identity: &ProcessIdentity) {
+    if !process::signal_group(identity, Signal::SIGKILL) && process::is_alive(identity) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(identity.pid as i32),
+            Signal::SIGKILL,
+        );
+    }
+}
+
+/// Records a runner's exit and lets the kernel decide what happens to the run.
+pub async fn record_exit(
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    kind: ExitKind,
+    code: Option<i32>,
+    signal: Option<i32>,
+) {
+    let app_for_job = app.clone();
+    let runner_for_job = runner.clone();
+    let outputs = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            connection.execute(
+                "UPDATE run_workers SET exit_code = ?2, signal = ?3 WHERE runner_epoch = ?1",
+                rusqlite::params![runner_for_job.runner_epoch.as_str(), code, signal],
+            )?;
+            let Some(before) = runs::load(connection, &runner_for_job.run_id)? else {
+                return Ok(Commit::Keep(Vec::new()));
+            };
+            let authority = (!runner_for_job.is_fenced()).then_some(&runner_for_job.authority);
+            let exit = supervisor::runner_exit(&runner_for_job, kind);
+            let decided = kernel::runner::decide_exit(
+                &before,
+                exit,
+                authority,
+                app_for_job.control.clone(),
+                now_ms,
+                app_for_job.config.claim_ttl_ms,
+            );
+            match decided {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep(transition.outputs))
+                }
+                Err(Rejection::ClaimHeld { expires_at_ms }) => {
+                    // Another owner's claim is still live: decide again once it expires.
+                    Ok(Commit::Keep(vec![Output::Wake {
+                        run_id: runner_for_job.run_id.clone(),
+                        at_ms: expires_at_ms,
+                        reason: kernel::output::WakeReason::ClaimExpiry,
+                    }]))
+                }
+                Err(_) => Ok(Commit::Keep(Vec::new())),
+            }
+        })
+        .await
+        .unwrap_or_default();
+    app.perform(outputs);
+}

@@ -1,0 +1,159 @@
+//! Admission: the one scheduler that turns eligible runs into runners.
+//!
+//! Invariants:
+//! - Capacity counts live runners and launches being admitted; it is never
+//!   exceeded (`kernel::scheduler::admit_next` decides which runs go).
+//! - Requests stay durable while capacity is full: a queued run waits in
+//!   SQLite, not in memory.
+//! - Eligibility is the kernel's (`RunRecord::is_admissible`); the query only
+//!   narrows the candidates.
+
+use crate::app::App;
+use crate::store::{Commit, runs};
+use kernel::claim::{Authority, OwnerKind};
+use kernel::ids::{OwnerId, RunId, RunnerEpochId};
+use kernel::scheduler::{Candidate, Capacity, WorkKind};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The scheduler's wake-up signal and rotation state.
+#[derive(Debug, Default)]
+pub struct Scheduler {
+    notify: Notify,
+    last_kind: Mutex<Option<WorkKind>>,
+}
+
+impl Scheduler {
+    /// A scheduler with nothing pending.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks for an admission round.
+    pub fn notify(&self) {
+        self.notify.notify_one();
+    }
+}
+
+/// Runs admission rounds until the server stops: on every notification and
+/// at least once a second.
+pub async fn run(app: Arc<App>) {
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(1), app.scheduler.notify.notified()).await;
+        if app.is_stopping() {
+            return;
+        }
+        admit_round(&app).await;
+    }
+}
+
+async fn admit_round(app: &Arc<App>) {
+    loop {
+        let occupied = app.runners.occupied() as u32;
+        let max_workers = app.config.max_workers;
+        if occupied >= max_workers {
+            return;
+        }
+        let candidates = match app.store.read(candidates).await {
+            Ok(candidates) => candidates,
+            Err(_) => return,
+        };
+        let capacity = Capacity {
+            max_workers,
+            live_workers: occupied,
+            pending_launches: 0,
+        };
+        let last_kind = *app.scheduler.last_kind.lock().expect("scheduler lock");
+        let admission = kernel::scheduler::admit_next(capacity, &candidates, last_kind);
+        *app.scheduler.last_kind.lock().expect("scheduler lock") = admission.last_kind;
+        let chosen = admission.admitted;
+        if chosen.is_empty() {
+            return;
+        }
+        let mut admitted_any = false;
+        for run_id in chosen {
+            admitted_any |= admit(app, run_id).await;
+        }
+        if !admitted_any {
+            return;
+        }
+    }
+}
+
+/// Runs that may be admissible, oldest first (the kernel decides).
+fn candidates(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Candidate>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT r.run_id, q.queued_at_ms FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+         WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued') OR (r.status = 'running' AND q.status = 'parked'))
+         ORDER BY q.queued_at_ms, r.run_id LIMIT 256",
+    )?;
+    let rows: Vec<(String, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut candidates = Vec::new();
+    for (run_id, queued_at_ms) in rows {
+        let run_id = RunId::new(run_id);
+        let Some(agg) = runs::load(connection, &run_id)? else {
+            continue;
+        };
+        if agg.run.is_admissible() && !agg.has_ambiguous_effect() {
+            candidates.push(Candidate {
+                run_id,
+                kind: WorkKind::Workflow,
+                queued_at_ms: queued_at_ms as u64,
+            });
+        }
+    }
+    Ok(candidates)
+}
+
+/// Admits one run: a new host claim and runner epoch, committed before the
+/// runner is spawned. Returns whether it was admitted.
+async fn admit(app: &Arc<App>, run_id: RunId) -> bool {
+    let runner_epoch = RunnerEpochId::new(format!("re-{}", crate::ids::random_hex::<8>()));
+    let token_hash = crate::ids::sha256(&crate::ids::random_bytes::<32>());
+    app.runners.reserve_slot(runner_epoch.clone());
+    let ttl_ms = app.config.claim_ttl_ms;
+    let epoch_for_job = runner_epoch.clone();
+    let admitted = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let Some(before) = runs::load(connection, &run_id)? else {
+                return Ok(Commit::Discard(None));
+            };
+            match kernel::run::admit(&before, epoch_for_job, token_hash, now_ms, ttl_ms) {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    let generation = transition.facts.run.lease.generation;
+                    Ok(Commit::Keep(Some((transition.outputs, generation))))
+                }
+                Err(_) => Ok(Commit::Discard(None)),
+            }
+        })
+        .await;
+    match admitted {
+        Ok(Some((outputs, generation))) => {
+            let authority = Authority {
+                owner_kind: OwnerKind::Host,
+                owner_id: OwnerId::new(runner_epoch.as_str()),
+                token_hash,
+                generation,
+            };
+            app.runners.prepare(runner_epoch, authority);
+            app.perform(outputs);
+            true
+        }
+        _ => {
+            app.runners.forget(&runner_epoch);
+            false
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! `pi-workflows server run`: the server's main loop.
+//!
+//! Invariants:
+//! - The ready line is printed only after the epoch is taken, recovery ran
+//!   and the socket accepts connections.
+//! - The server stays alive while it has a client, a runner, a scheduled wake
+//!   or admissible work, and exits after `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
+//! - Shutdown waits for in-flight commands to store their receipts, parks
+//!   live runs at their last durable boundary, stops runner groups and
+//!   releases the epoch lease.
+
+use crate::app::{App, StartError};
+use crate::config::Config;
+use crate::fault::Faults;
+use crate::store::{Commit, runs};
+use crate::{recovery, scheduler, socket, timers};
+use kernel::output::StopReason;
+use kernel::run::ParkReason;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How the ready handshake is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Print `ready <epoch>` (or `error <message>`) on stdout for `server start`.
+    Line,
+    /// Print a human sentence on stderr (attached `server run`).
+    Human,
+}
+
+/// Runs the server until it stops. Returns the one-line error on failure.
+pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result<(), StartError> {
+    let (app, lock) = open_when_lease_allows(config, faults).await?;
+    recovery::startup(&app).await;
+    let listener = socket::bind(&app)
+        .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
+    report_ready(&app, readiness);
+    tokio::spawn(scheduler::run(app.clone()));
+    tokio::spawn(timers::run_wakes(app.clone()));
+    tokio::spawn(timers::run_renewal(app.clone()));
+    tokio::spawn(idle_watch(app.clone()));
+    tokio::spawn(stop_on_signal(app.clone()));
+    app.scheduler.notify();
+    socket::serve(app.clone(), listener).await;
+    shutdown(&app).await;
+    drop(lock);
+    Ok(())
+}
+
+/// Opens the state, waiting (bounded) for a crashed server's epoch lease to expire.
+async fn open_when_lease_allows(
+    config: Config,
+    faults: Faults,
+) -> Result<(Arc<App>, crate::home::ServerLock), StartError> {
+    let give_up = Instant::now() + Duration::from_millis(config.server_lease_ms * 2 + 1000);
+    loop {
+        match App::open(config.clone(), faults.clone()).await {
+            Err(StartError::EpochHeld { expires_at_ms }) if Instant::now() < give_up => {
+                let wait = expires_at_ms.saturating_sub(crate::clock::now_ms()) + 50;
+                tokio::time::sleep(Duration::from_millis(wait.min(2_000))).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn report_ready(app: &App, readiness: Readiness) {
+    match readiness {
+        Readiness::Line => {
+            let mut stdout = std::io::stdout();
+            let _ = writeln!(stdout, "ready {}", app.epoch.0);
+            let _ = stdout.flush();
+        }
+        Readiness::Human => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "pi-workflows server ready (epoch {})",
+                app.epoch.0
+            );
+        }
+    }
+}
+
+async fn stop_on_signal(app: Arc<App>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    app.request_stop();
+}
+
+/// Stops the server after the idle period with nothing to do.
+async fn idle_watch(app: Arc<App>) {
+    let idle_limit = Duration::from_millis(app.config.idle_exit_ms);
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(
+            250.min(app.config.idle_exit_ms.max(1)),
+        ))
+        .await;
+        if app.is_stopping() {
+            return;
+        }
+        let busy = app.clients.load(Ordering::SeqCst) > 0
+            || app.runners.occupied() > 0
+            || app.timers.pending() > 0
+            || has_unsettled_work(&app).await;
+        if busy {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= idle_limit {
+            app.request_stop();
+            return;
+        }
+    }
+}
+
+/// Work that will need the server soon: runs waiting for admission, or running
+/// rows whose claims still have to expire and be recovered.
+async fn has_unsettled_work(app: &Arc<App>) -> bool {
+    app.store
+        .read(|connection| {
+            let count: i64 = connection.query_row(
+                "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+                 WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued')
+                    OR (r.status = 'running' AND q.status IN ('starting', 'running'))
+                    OR (r.status = 'running' AND q.status = 'parked'
+                        AND (r.park_reason IS NULL OR r.park_reason IN ('drained', 'recovered', 'workerCrashed', 'resumeReady'))))",
+                [],
+                |row| row.get(0),
+            )?;
+            Ok(count > 0)
+        })
+        .await
+        .unwrap_or(true)
+}
+
+async fn shutdown(app: &Arc<App>) {
+    app.request_stop();
+    app.drain_commands().await;
+    for runner in app.runners.all() {
+        park_for_shutdown(app, &runner).await;
+    }
+    // Give runners the grace period to exit; their exits are recorded as they come.
+    let deadline = Instant::now() + Duration::from_millis(app.config.stop_grace_ms + 1000);
+    while app.runners.live_count() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    app.release_epoch().await;
+    let _ = std::fs::remove_file(app.config.socket_path());
+}
+
+/// Parks a live run at its last durable boundary and stops its runner.
+async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::supervisor::Runner>) {
+    let run_id = runner.run_id.clone();
+    let authority = runner.authority.clone();
+    let outputs = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let Some(before) = runs::load(connection, &run_id)? else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            match kernel::run::park(&before, &authority, ParkReason::Drained, now_ms) {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep(transition.outputs))
+                }
+                Err(_) => Ok(Commit::Discard(Vec::new())),
+            }
+        })
+        .await
+        .unwrap_or_default();
+    if outputs.is_empty() {
+        crate::supervisor::stop_runner(app, runner, StopReason::Parked);
+    }
+    app.perform(outputs);
+}

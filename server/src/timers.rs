@@ -1,0 +1,359 @@
+//! Time-driven work: node deadlines, stale-claim recovery, the backup claim
+//! renewal and the server lease.
+//!
+//! Invariants:
+//! - The timer renews only claims of runners that are alive and not stopped
+//!   (a SIGSTOPped runner's claim is allowed to expire, so recovery can fence
+//!   it). Correctness never depends on the timer: every protected write
+//!   checks and renews its own claim.
+//! - A server whose epoch lease cannot be renewed stops at once: it is no
+//!   longer the server.
+//! - Wakes are hints: each one re-reads committed facts and lets the kernel
+//!   decide, so a late or duplicate wake changes nothing.
+
+use crate::app::App;
+use crate::store::{Commit, attempts, meta, runs};
+use kernel::attempt::NodeOutcome;
+use kernel::ids::RunId;
+use kernel::output::{Output, WakeReason};
+use kernel::run::{ParkReason, Rejection, RunRecord};
+use kernel::runner::{ExitKind, RunnerExit};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Wake {
+    at_ms: u64,
+    run_id: RunId,
+    reason: WakeReason,
+}
+
+/// Pending wakes.
+#[derive(Debug, Default)]
+pub struct Timers {
+    heap: Mutex<BinaryHeap<Reverse<Wake>>>,
+    changed: Notify,
+}
+
+impl Timers {
+    /// No wakes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Schedules a wake.
+    pub fn wake(&self, _app: &Arc<App>, run_id: RunId, at_ms: u64, reason: WakeReason) {
+        self.heap.lock().expect("timer lock").push(Reverse(Wake {
+            at_ms,
+            run_id,
+            reason,
+        }));
+        self.changed.notify_one();
+    }
+
+    /// How many wakes are scheduled (keeps the server alive).
+    pub fn pending(&self) -> usize {
+        self.heap.lock().expect("timer lock").len()
+    }
+
+    fn next_due(&self, now_ms: u64) -> Result<Wake, Option<u64>> {
+        let mut heap = self.heap.lock().expect("timer lock");
+        match heap.peek() {
+            Some(Reverse(wake)) if wake.at_ms <= now_ms => Ok(heap.pop().expect("peeked").0),
+            Some(Reverse(wake)) => Err(Some(wake.at_ms)),
+            None => Err(None),
+        }
+    }
+}
+
+/// Fires wakes as they come due.
+pub async fn run_wakes(app: Arc<App>) {
+    loop {
+        if app.is_stopping() {
+            return;
+        }
+        let now_ms = crate::clock::now_ms();
+        match app.timers.next_due(now_ms) {
+            Ok(wake) => fire(&app, wake).await,
+            Err(next) => {
+                let wait = next.map_or(Duration::from_secs(1), |at| {
+                    Duration::from_millis(at.saturating_sub(now_ms))
+                });
+                let _ = tokio::time::timeout(
+                    wait.min(Duration::from_secs(1)),
+                    app.timers.changed.notified(),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+async fn fire(app: &Arc<App>, wake: Wake) {
+    let outputs = match wake.reason {
+        WakeReason::NodeDeadline { attempt_id } => expire_node(app, wake.run_id, attempt_id).await,
+        WakeReason::ClaimExpiry => recover_stale(app, wake.run_id).await,
+        WakeReason::DecisionDeadline => Vec::new(),
+    };
+    app.perform(outputs);
+}
+
+async fn expire_node(
+    app: &Arc<App>,
+    run_id: RunId,
+    attempt_id: kernel::ids::AttemptId,
+) -> Vec<Output> {
+    let host = app.runners.authority_for(&run_id);
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    app.store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let Some(before) = runs::load(connection, &run_id)? else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            let Some(attempt) = before
+                .attempt
+                .clone()
+                .filter(|attempt| attempt.attempt_id == attempt_id)
+            else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            let Some(meta) = meta::load(connection, &run_id)? else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            let node_type = attempts::node_type_name(&topology, &attempt.node_id);
+            let message = "the node exceeded its deadline";
+            let record = attempts::ResultRecord {
+                attempt_id: &attempt.attempt_id,
+                node_id: &attempt.node_id,
+                node_type: &node_type,
+                outcome: NodeOutcome::TimedOut.as_str(),
+                started_at_ms: attempt.started_at_ms,
+                finished_at_ms: now_ms,
+                output: None,
+                error: Some(message),
+            }
+            .to_value();
+            let expired = kernel::execution::expire_node(
+                &before,
+                &topology,
+                host.as_ref(),
+                control,
+                &attempt_id,
+                record,
+                now_ms,
+                ttl_ms,
+            );
+            match expired {
+                Ok((transition, _)) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    let stored = attempts::AttemptResult {
+                        error_message: Some(message.into()),
+                        ..Default::default()
+                    };
+                    attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
+                    if transition.facts.run.error.is_some() {
+                        connection.execute(
+                            "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
+                            rusqlite::params![run_id.as_str(), message],
+                        )?;
+                    }
+                    Ok(Commit::Keep(transition.outputs))
+                }
+                Err(Rejection::DeadlineNotReached {
+                    deadline_at_ms: Some(at_ms),
+                }) => Ok(Commit::Discard(vec![Output::Wake {
+                    run_id: run_id.clone(),
+                    at_ms,
+                    reason: WakeReason::NodeDeadline {
+                        attempt_id: attempt_id.clone(),
+                    },
+                }])),
+                Err(Rejection::ClaimHeld { expires_at_ms }) => {
+                    Ok(Commit::Discard(vec![Output::Wake {
+                        run_id: run_id.clone(),
+                        at_ms: expires_at_ms,
+                        reason: WakeReason::NodeDeadline {
+                            attempt_id: attempt_id.clone(),
+                        },
+                    }]))
+                }
+                Err(_) => Ok(Commit::Discard(Vec::new())),
+            }
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// A running row whose claim expired: take a new generation and park it
+/// (an orphaned runner of a dead server is recorded as such).
+pub async fn recover_stale(app: &Arc<App>, run_id: RunId) -> Vec<Output> {
+    let ours = app.runners.runner_of(&run_id);
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    app.store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let Some(before) = runs::load(connection, &run_id)? else {
+                return Ok(Commit::Discard(Vec::new()));
+            };
+            if !RunRecord::pair_holds_claim(before.run.status, before.run.queue) {
+                return Ok(Commit::Discard(Vec::new()));
+            }
+            if let Some(claim) = before.run.lease.live_claim(now_ms) {
+                return Ok(Commit::Discard(vec![Output::Wake {
+                    run_id: run_id.clone(),
+                    at_ms: claim.expires_at_ms,
+                    reason: WakeReason::ClaimExpiry,
+                }]));
+            }
+            let current = before.run.runner.as_ref().filter(|runner| runner.is_live());
+            let decided = match (current, &ours) {
+                // A runner of a previous server: it is gone (reaped at startup).
+                (Some(runner), None) => kernel::runner::decide_exit(
+                    &before,
+                    RunnerExit {
+                        runner_epoch: runner.runner_epoch.clone(),
+                        kind: ExitKind::Orphaned,
+                    },
+                    None,
+                    control,
+                    now_ms,
+                    ttl_ms,
+                ),
+                // Our own runner stalled past its claim: fence it, hand the run on.
+                _ => kernel::run::recover(&before, control, ParkReason::Recovered, now_ms, ttl_ms),
+            };
+            match decided {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep(transition.outputs))
+                }
+                Err(_) => Ok(Commit::Discard(Vec::new())),
+            }
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// Renews live runners' claims (backup) and the server lease; schedules
+/// recovery of expired rows.
+pub async fn run_renewal(app: Arc<App>) {
+    let interval = app
+        .config
+        .claim_renew_interval()
+        .min(app.config.server_lease_renew_interval());
+    loop {
+        tokio::time::sleep(interval).await;
+        if app.is_stopping() {
+            return;
+        }
+        if !renew_epoch(&app).await {
+            // Another server took over: this process must not write again.
+            app.request_stop();
+            return;
+        }
+        renew_claims(&app).await;
+        schedule_expired(&app).await;
+    }
+}
+
+async fn renew_epoch(app: &Arc<App>) -> bool {
+    let epoch = app.epoch;
+    let owner = app.server_owner.clone();
+    let lease_ms = app.config.server_lease_ms;
+    app.store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let facts = crate::store::host::load(connection)?;
+            match kernel::epoch::renew(&facts, epoch, &owner, now_ms, lease_ms) {
+                Ok(next) => {
+                    crate::store::host::write(connection, &next, now_ms)?;
+                    Ok(Commit::Keep(true))
+                }
+                Err(_) => Ok(Commit::Discard(false)),
+            }
+        })
+        .await
+        .unwrap_or(false)
+}
+
+async fn renew_claims(app: &Arc<App>) {
+    let runners: Vec<_> = app
+        .runners
+        .all()
+        .into_iter()
+        .filter(|runner| !runner.is_fenced())
+        .filter(|runner| {
+            runner
+                .identity()
+                .is_some_and(|identity| !crate::process::is_stopped(&identity))
+        })
+        .map(|runner| (runner.run_id.clone(), runner.authority.clone()))
+        .collect();
+    if runners.is_empty() {
+        return;
+    }
+    let ttl_ms = app.config.claim_ttl_ms;
+    let _ = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            for (run_id, authority) in runners {
+                let Some(before) = runs::load(connection, &run_id)? else {
+                    continue;
+                };
+                if let Ok(lease) =
+                    kernel::claim::renew_by_timer(&before.run.lease, &authority, now_ms, ttl_ms)
+                {
+                    let mut after = before.clone();
+                    after.run.lease = lease;
+                    runs::write(connection, Some(&before), &after, &[], now_ms)?;
+                }
+            }
+            Ok(Commit::Keep(()))
+        })
+        .await;
+}
+
+/// Finds running rows whose claims expired and schedules their recovery.
+pub async fn schedule_expired(app: &Arc<App>) {
+    let expired = app
+        .store
+        .read(|connection| {
+            let now_ms = crate::clock::now_ms() as i64;
+            let mut statement = connection.prepare_cached(
+                "SELECT r.run_id FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN leases l ON l.run_id = r.run_id
+                 WHERE r.status = 'running' AND q.status IN ('starting', 'running')
+                   AND (l.expires_at_ms IS NULL OR l.expires_at_ms <= ?1)",
+            )?;
+            let rows = statement.query_map([now_ms], |row| Ok(RunId::new(row.get::<_, String>(0)?)))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .await
+        .unwrap_or_default();
+    let now_ms = crate::clock::now_ms();
+    for run_id in expired {
+        app.timers
+            .wake(app, run_id, now_ms, WakeReason::ClaimExpiry);
+    }
+}
