@@ -102,8 +102,8 @@
 //!
 //! `startIdentity` is the server's `ProcessIdentity` text form
 //! (`<pid>:<start time>`, the start time being field 22 of
-//! `/proc/<pid>/stat`). Relative marker, `applyLog` paths are relative to
-//! the script's directory.
+//! `/proc/<pid>/stat`). Relative paths (a `crashOnce` marker, an `applyLog`)
+//! are resolved against the script's directory.
 //!
 //! # Exit codes
 //!
