@@ -1,0 +1,467 @@
+//! The runner end of the runner.v1 channel: the launch envelope, message
+//! ids, framed writes on stdout, and a reader thread for the server's frames
+//! on stdin.
+//!
+//! Every runner message is assembled as JSON (the common fields added here)
+//! and deserialized into the generated `RunnerMessage`, so each constraint
+//! the schema states is checked before `encode_runner` writes the frame.
+
+use std::io::{self, Read, Write};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use protocol::generated::types::{ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId};
+use protocol::{
+    FrameDecoder, RunnerMessage, ServerMessage, WorkerLaunch, decode_launch, decode_server_frame,
+    encode_runner, frame_content, runner_kind,
+};
+use serde_json::{Map, Value, json};
+
+use crate::{EXIT_CHANNEL_CLOSED, EXIT_CRASH, EXIT_PROTOCOL, log};
+
+/// How often and how many times a fenced runner keeps writing.
+const FENCED_WRITES: u32 = 20;
+const FENCED_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a fenced write waits for its reply before the next one.
+const FENCED_REPLY_WAIT: Duration = Duration::from_millis(500);
+
+/// A frame from the server, or the end of the stream.
+enum Incoming {
+    Frame(ServerMessage),
+    Closed(String),
+}
+
+/// A `reply` from the server.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) outcome: ReplyOutcome,
+    pub(crate) result: Value,
+    pub(crate) next: Option<ReplyNext>,
+    pub(crate) error: Option<SafeError>,
+}
+
+/// What the server asks for after `runner.ready` or a finished attempt.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Run this node attempt.
+    Run {
+        node_id: String,
+        attempt_id: String,
+        visit: u64,
+    },
+    /// Send `runner.exiting` with this reason and exit 0.
+    Exit(ExitReason),
+}
+
+/// A message that was written: its id and how many copies went out.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    pub(crate) id: String,
+    copies: u32,
+}
+
+/// The open channel.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    run_id: Value,
+    generation: Value,
+    runner_epoch: String,
+    counter: u64,
+    frames: Receiver<Incoming>,
+    /// The next message is written twice with one id (`duplicate`).
+    pub(crate) duplicate_next: bool,
+    /// `startup.keepWritingAfterClaimLost`.
+    pub(crate) keep_writing_after_claim_lost: bool,
+    /// The attempt being run, for the fenced writes after a lost claim.
+    pub(crate) attempt_id: Option<String>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Frame(message) => write!(f, "Frame({})", protocol::server_kind(message)),
+            Self::Closed(why) => write!(f, "Closed({why})"),
+        }
+    }
+}
+
+/// Reads the launch envelope (the first stdin line) and starts the reader
+/// thread for the rest of stdin.
+pub(crate) fn open() -> Result<(WorkerLaunch, Channel), String> {
+    let mut stdin = io::stdin();
+    let mut decoder = FrameDecoder::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let first = loop {
+        match decoder.next_frame() {
+            Ok(Some(frame)) => break frame,
+            Ok(None) => {}
+            Err(e) => return Err(format!("launch envelope: {e}")),
+        }
+        match stdin.read(&mut buf) {
+            Ok(0) => return Err("stdin closed before the launch envelope".to_string()),
+            Ok(n) => decoder.push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading stdin: {e}")),
+        }
+    };
+    let content = frame_content(&first).map_err(|e| format!("launch envelope: {e}"))?;
+    let launch = decode_launch(content).map_err(|e| format!("launch envelope: {e}"))?;
+    let (tx, frames) = mpsc::channel();
+    thread::spawn(move || read_frames(stdin, decoder, buf, &tx));
+    let channel = Channel {
+        run_id: json!(launch.run_id),
+        generation: json!(launch.generation),
+        runner_epoch: launch.runner_epoch.to_string(),
+        counter: 0,
+        frames,
+        duplicate_next: false,
+        keep_writing_after_claim_lost: false,
+        attempt_id: None,
+    };
+    Ok((launch, channel))
+}
+
+/// The reader thread: decodes server frames until end of stream or the
+/// first error (both end the channel).
+fn read_frames(
+    mut stdin: io::Stdin,
+    mut decoder: FrameDecoder,
+    mut buf: Vec<u8>,
+    tx: &mpsc::Sender<Incoming>,
+) {
+    loop {
+        loop {
+            match decoder.next_frame() {
+                Ok(Some(frame)) => match decode_server_frame(&frame) {
+                    Ok(message) => {
+                        if tx.send(Incoming::Frame(message)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Incoming::Closed(format!("server frame: {e}")));
+                        return;
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = tx.send(Incoming::Closed(format!("server framing: {e}")));
+                    return;
+                }
+            }
+        }
+        match stdin.read(&mut buf) {
+            Ok(0) => {
+                let why = match decoder.finish() {
+                    Ok(()) => "end of stdin".to_string(),
+                    Err(e) => format!("end of stdin: {e}"),
+                };
+                let _ = tx.send(Incoming::Closed(why));
+                return;
+            }
+            Ok(n) => decoder.push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let _ = tx.send(Incoming::Closed(format!("reading stdin: {e}")));
+                return;
+            }
+        }
+    }
+}
+
+/// A server frame as the runner sees it.
+enum Frame {
+    Reply { to: String, reply: Reply },
+    Command(Next),
+    Other(String),
+}
+
+fn classify(message: ServerMessage) -> Frame {
+    match message {
+        ServerMessage::Reply {
+            in_reply_to,
+            outcome,
+            result,
+            next,
+            error,
+            ..
+        } => Frame::Reply {
+            to: in_reply_to.to_string(),
+            reply: Reply {
+                outcome,
+                result,
+                next,
+                error,
+            },
+        },
+        ServerMessage::Command { command, node, .. } => {
+            log!(
+                "<- command {command} node {} visit {}",
+                node.node_id.as_str(),
+                node.visit
+            );
+            Frame::Command(Next::Run {
+                node_id: node.node_id.to_string(),
+                attempt_id: node.attempt_id.to_string(),
+                visit: node.visit.get(),
+            })
+        }
+        other => Frame::Other(protocol::server_kind(&other)),
+    }
+}
+
+fn next_of(next: ReplyNext) -> Next {
+    match next {
+        ReplyNext::RunNode {
+            attempt_id,
+            node_id,
+            visit,
+        } => Next::Run {
+            node_id: node_id.to_string(),
+            attempt_id: attempt_id.to_string(),
+            visit: visit.get(),
+        },
+        ReplyNext::Exit { reason } => Next::Exit(reason),
+    }
+}
+
+fn describe(reply: &Reply) -> String {
+    let mut text = reply.outcome.to_string();
+    match &reply.next {
+        Some(ReplyNext::RunNode { node_id, visit, .. }) => {
+            text.push_str(&format!(
+                ", next runNode {} visit {visit}",
+                node_id.as_str()
+            ));
+        }
+        Some(ReplyNext::Exit { reason }) => text.push_str(&format!(", next exit {reason}")),
+        None => {}
+    }
+    if let Some(error) = &reply.error {
+        text.push_str(&format!(", error {}", error.code));
+    }
+    text
+}
+
+impl Channel {
+    /// Assembles a runner message of `kind` from `fields` plus the common
+    /// fields and a fresh message id.
+    fn build(&mut self, kind: &str, fields: Value) -> (String, RunnerMessage) {
+        let id = self.fresh_id();
+        (id.clone(), self.build_with_id(kind, fields, id))
+    }
+
+    /// The next message id: `<runnerEpoch>-m<counter>`.
+    fn fresh_id(&mut self) -> String {
+        self.counter += 1;
+        format!("{}-m{}", self.runner_epoch, self.counter)
+    }
+
+    fn build_with_id(&self, kind: &str, fields: Value, id: String) -> RunnerMessage {
+        let mut object = match fields {
+            Value::Object(object) => object,
+            _ => Map::new(),
+        };
+        object.insert("type".into(), json!(kind));
+        object.insert(
+            "schema".into(),
+            json!(WorkerSchemaId::PiWorkflowsWorkerLaunchV1),
+        );
+        object.insert("runId".into(), self.run_id.clone());
+        object.insert("generation".into(), self.generation.clone());
+        object.insert("runnerEpoch".into(), json!(self.runner_epoch));
+        object.insert("messageId".into(), json!(id));
+        match serde_json::from_value(Value::Object(object)) {
+            Ok(message) => message,
+            Err(e) => {
+                log!("cannot build {kind}: {e}");
+                std::process::exit(EXIT_PROTOCOL);
+            }
+        }
+    }
+
+    fn write(message: &RunnerMessage) -> io::Result<()> {
+        let bytes = encode_runner(message).map_err(|e| io::Error::other(e.to_string()))?;
+        let mut out = io::stdout().lock();
+        out.write_all(&bytes)?;
+        out.flush()
+    }
+
+    /// Writes a message (twice when a `duplicate` is pending) without
+    /// waiting for a reply.
+    pub(crate) fn send(&mut self, kind: &str, fields: Value) -> Sent {
+        let (id, message) = self.build(kind, fields);
+        let copies = if std::mem::take(&mut self.duplicate_next) {
+            2
+        } else {
+            1
+        };
+        for copy in 1..=copies {
+            log!(
+                "-> {} {id}{}",
+                runner_kind(&message),
+                if copies > 1 {
+                    format!(" (copy {copy} of {copies})")
+                } else {
+                    String::new()
+                }
+            );
+            if let Err(e) = Self::write(&message) {
+                log!("writing stdout: {e}");
+                std::process::exit(EXIT_CHANNEL_CLOSED);
+            }
+        }
+        Sent { id, copies }
+    }
+
+    /// Writes a message and waits for its reply (one per copy; the first is
+    /// returned). A `claimLost` reply ends the runner.
+    pub(crate) fn request(&mut self, kind: &str, fields: Value) -> Reply {
+        let sent = self.send(kind, fields);
+        let first = self.await_reply(&sent.id);
+        for _ in 1..sent.copies {
+            self.await_reply(&sent.id);
+        }
+        first
+    }
+
+    fn receive(&mut self) -> ServerMessage {
+        match self.frames.recv() {
+            Ok(Incoming::Frame(message)) => message,
+            Ok(Incoming::Closed(why)) => {
+                log!("channel closed ({why}); exiting");
+                std::process::exit(EXIT_CHANNEL_CLOSED);
+            }
+            Err(_) => {
+                log!("reader thread gone; exiting");
+                std::process::exit(EXIT_CHANNEL_CLOSED);
+            }
+        }
+    }
+
+    /// Waits for the reply to message `id`, skipping (and logging) replies
+    /// to other messages and anything else.
+    fn await_reply(&mut self, id: &str) -> Reply {
+        loop {
+            match classify(self.receive()) {
+                Frame::Reply { to, reply } => {
+                    log!("<- reply to {to}: {}", describe(&reply));
+                    if reply.outcome == ReplyOutcome::ClaimLost {
+                        self.claim_lost();
+                    }
+                    if to == id {
+                        return reply;
+                    }
+                }
+                Frame::Command(_) => log!("unexpected command ignored"),
+                Frame::Other(kind) => log!("<- {kind} ignored"),
+            }
+        }
+    }
+
+    /// Waits for the server's answer to `runner.ready` (message `ready`): a
+    /// `command`, or a `reply` whose `next` says what to do.
+    pub(crate) fn await_dispatch(&mut self, ready: &str) -> Next {
+        loop {
+            match classify(self.receive()) {
+                Frame::Command(next) => return next,
+                Frame::Other(kind) => log!("<- {kind} ignored"),
+                Frame::Reply { to, reply } => {
+                    log!("<- reply to {to}: {}", describe(&reply));
+                    if reply.outcome == ReplyOutcome::ClaimLost {
+                        self.claim_lost();
+                    }
+                    if let Some(next) = reply.next {
+                        return next_of(next);
+                    }
+                    if to == ready && reply.outcome == ReplyOutcome::Rejected {
+                        log!("runner.ready was rejected; exiting");
+                        std::process::exit(EXIT_PROTOCOL);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The instruction a reply to `node.finished`/`node.failed` carries.
+    pub(crate) fn next_after(reply: Reply) -> Next {
+        match reply.next {
+            Some(next) => next_of(next),
+            None => {
+                log!(
+                    "the reply carries no next instruction ({}); exiting",
+                    describe(&reply)
+                );
+                std::process::exit(EXIT_PROTOCOL);
+            }
+        }
+    }
+
+    /// A `claimLost` reply: exit 3, or first keep writing `node.update`
+    /// messages (fresh ids, every 100 ms, 20 times) and log each reply, so a
+    /// test can prove a fenced runner's writes never commit.
+    pub(crate) fn claim_lost(&mut self) -> ! {
+        if !self.keep_writing_after_claim_lost {
+            log!("claim lost; exiting");
+            std::process::exit(EXIT_CRASH);
+        }
+        log!("claim lost; writing anyway");
+        let attempt = self
+            .attempt_id
+            .clone()
+            .unwrap_or_else(|| "fenced".to_string());
+        for write in 1..=FENCED_WRITES {
+            thread::sleep(FENCED_INTERVAL);
+            let id = self.fresh_id();
+            let message = self.build_with_id(
+                "node.update",
+                json!({
+                    "attemptId": attempt,
+                    "idempotencyKey": id,
+                    "update": {"type": "fenced", "key": format!("write-{write}"), "data": {"write": write}},
+                }),
+                id.clone(),
+            );
+            log!("-> node.update {id} (fenced write {write})");
+            if let Err(e) = Self::write(&message) {
+                log!("writing stdout: {e}; exiting");
+                std::process::exit(EXIT_CRASH);
+            }
+            self.await_fenced_reply(&id);
+        }
+        log!("done writing after the lost claim; exiting");
+        std::process::exit(EXIT_CRASH);
+    }
+
+    fn await_fenced_reply(&mut self, id: &str) {
+        let deadline = Instant::now() + FENCED_REPLY_WAIT;
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match self.frames.recv_timeout(wait) {
+                Ok(Incoming::Frame(message)) => match classify(message) {
+                    Frame::Reply { to, reply } => {
+                        log!("<- reply to {to}: {}", describe(&reply));
+                        if to == id {
+                            return;
+                        }
+                    }
+                    Frame::Command(_) => log!("unexpected command ignored"),
+                    Frame::Other(kind) => log!("<- {kind} ignored"),
+                },
+                Ok(Incoming::Closed(why)) => {
+                    log!("channel closed ({why}); exiting");
+                    std::process::exit(EXIT_CRASH);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    log!("no reply to {id}");
+                    return;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    log!("reader thread gone; exiting");
+                    std::process::exit(EXIT_CRASH);
+                }
+            }
+        }
+    }
+}

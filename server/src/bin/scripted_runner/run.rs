@@ -1,0 +1,453 @@
+//! Run mode: verify the source, apply `startup`, then run the nodes the
+//! server names until it says to exit.
+
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::iter;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use protocol::WorkerLaunch;
+use protocol::canonicalize;
+use protocol::generated::types::{
+    EffectState, NodeFailureOutcome, NodeUpdate, ReplyOutcome, SourceIdentity, TimeoutSpec,
+    Topology, WorkflowSource,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::channel::{Channel, Next, Reply};
+use crate::script::{Action, Behaviour, Script, Startup, default_output};
+use crate::{EXIT_CRASH, EXIT_PROTOCOL, log, sha256_digest};
+
+/// The engine's default node deadline (kernel `DEFAULT_NODE_TIMEOUT_MS`).
+const DEFAULT_NODE_TIMEOUT_MS: u64 = 15 * 60 * 1_000;
+
+pub(crate) fn run(launch: &WorkerLaunch, mut channel: Channel) -> ! {
+    let Some(source) = &launch.workflow_source else {
+        log!("run mode without `workflowSource`");
+        std::process::exit(EXIT_PROTOCOL);
+    };
+    let (path, bytes) = match verify(source) {
+        Ok(verified) => verified,
+        Err(why) => {
+            log!("source changed ({why}); parking");
+            channel.send("run.parked", json!({"reason": "workflowSourceChanged"}));
+            std::process::exit(0);
+        }
+    };
+    let script = Script::parse(&bytes).unwrap_or_else(|e| {
+        log!("script: {e}");
+        fatal(&mut channel, "the workflow script does not parse")
+    });
+    let topology: Topology = serde_json::from_value(script.topology.clone()).unwrap_or_else(|e| {
+        log!("topology: {e}");
+        fatal(&mut channel, "the script's topology is not a topology")
+    });
+    let base = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    apply_startup(&script.startup, &mut channel);
+    let ready = channel.send("runner.ready", json!({"sourceVerified": true}));
+    if let Some(code) = script.startup.exit_after_ready {
+        log!("exitAfterReady: exiting with {code}");
+        std::process::exit(code);
+    }
+    let mut next = channel.await_dispatch(&ready.id);
+    loop {
+        next = match next {
+            Next::Exit(reason) => {
+                channel.send("runner.exiting", json!({"reason": reason}));
+                log!("exiting ({reason})");
+                std::process::exit(0);
+            }
+            Next::Run {
+                node_id,
+                attempt_id,
+                visit,
+            } => {
+                let mut attempt = Attempt {
+                    node_id,
+                    attempt_id,
+                    visit,
+                    base: base.clone(),
+                    receipt: None,
+                };
+                run_node(&mut channel, &script, &topology, &mut attempt)
+            }
+        };
+    }
+}
+
+/// Re-hashes every file of the saved source identity; returns the root
+/// script's path and bytes.
+fn verify(source: &WorkflowSource) -> Result<(PathBuf, Vec<u8>), String> {
+    let mut root = None;
+    for identity in iter::once(&source.root).chain(&source.mounted) {
+        let SourceIdentity::File { hash, path } = identity else {
+            return Err("builtin sources are not scripted".to_string());
+        };
+        let bytes = std::fs::read(path.as_str()).map_err(|e| format!("{}: {e}", path.as_str()))?;
+        if sha256_digest(&bytes) != hash.as_str() {
+            return Err(format!("{}: hash differs", path.as_str()));
+        }
+        root.get_or_insert((PathBuf::from(path.as_str()), bytes));
+    }
+    root.ok_or_else(|| "no root source".to_string())
+}
+
+/// A runner-level failure after the source was verified: `run.finished`
+/// and exit 2.
+fn fatal(channel: &mut Channel, message: &str) -> ! {
+    channel.send(
+        "run.finished",
+        json!({"outcome": "failed", "error": {"code": "internal", "message": message}}),
+    );
+    std::process::exit(EXIT_PROTOCOL);
+}
+
+fn apply_startup(startup: &Startup, channel: &mut Channel) {
+    channel.keep_writing_after_claim_lost = startup.keep_writing_after_claim_lost;
+    if startup.ignore_sigterm {
+        let received = Arc::new(AtomicBool::new(false));
+        if let Err(e) =
+            signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&received))
+        {
+            log!("cannot ignore SIGTERM: {e}");
+            std::process::exit(EXIT_PROTOCOL);
+        }
+        log!("ignoring SIGTERM");
+        thread::spawn(move || {
+            loop {
+                thread::sleep(Duration::from_millis(20));
+                if received.swap(false, Ordering::Relaxed) {
+                    log!("SIGTERM received and ignored");
+                }
+            }
+        });
+    }
+    if let Some(code) = startup.exit_before_ready {
+        log!("exitBeforeReady: exiting with {code}");
+        std::process::exit(code);
+    }
+    if startup.ready_delay_ms > 0 {
+        log!("waiting {} ms before runner.ready", startup.ready_delay_ms);
+        thread::sleep(Duration::from_millis(startup.ready_delay_ms));
+    }
+}
+
+/// The attempt being run.
+#[derive(Debug)]
+struct Attempt {
+    node_id: String,
+    attempt_id: String,
+    visit: u64,
+    /// The script's directory: relative paths are resolved against it.
+    base: PathBuf,
+    /// The effect receipt the final message carries (`"receipt": true`).
+    receipt: Option<Value>,
+}
+
+/// How an attempt ends.
+#[derive(Debug)]
+enum End {
+    Finished(Value),
+    Failed {
+        outcome: NodeFailureOutcome,
+        error: Value,
+    },
+}
+
+fn run_node(
+    channel: &mut Channel,
+    script: &Script,
+    topology: &Topology,
+    attempt: &mut Attempt,
+) -> Next {
+    channel.attempt_id = Some(attempt.attempt_id.clone());
+    let behaviour = script.behaviour(&attempt.node_id, attempt.visit);
+    let mut started = json!({"attemptId": attempt.attempt_id});
+    if let Some(deadline) = deadline_at(topology, &attempt.node_id, &behaviour) {
+        started["deadlineAtMs"] = json!(deadline);
+    }
+    log!(
+        "running node {} visit {} ({})",
+        attempt.node_id,
+        attempt.visit,
+        attempt.attempt_id
+    );
+    channel.send("node.started", started);
+    let (kind, mut fields) = match perform(channel, &behaviour, attempt) {
+        End::Finished(output) => (
+            "node.finished",
+            json!({"attemptId": attempt.attempt_id, "output": output}),
+        ),
+        End::Failed { outcome, error } => (
+            "node.failed",
+            json!({"attemptId": attempt.attempt_id, "outcome": outcome, "error": error}),
+        ),
+    };
+    if let Some(receipt) = attempt.receipt.take() {
+        fields["action"] = receipt;
+    }
+    let reply = channel.request(kind, fields);
+    Channel::next_after(reply)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The resolved deadline `node.started` reports.
+fn deadline_at(topology: &Topology, node_id: &str, behaviour: &Behaviour) -> Option<u64> {
+    let node = topology
+        .nodes
+        .iter()
+        .find(|node| node.id.as_str() == node_id);
+    let ms = match node.map(|node| &node.timeout) {
+        Some(TimeoutSpec::Ms(ms)) => Some(ms.get()),
+        Some(TimeoutSpec::Default) => Some(DEFAULT_NODE_TIMEOUT_MS),
+        Some(TimeoutSpec::None) => None,
+        Some(TimeoutSpec::Dynamic) => behaviour.dynamic_timeout_ms(),
+        None => {
+            log!("node {node_id} is not in the topology; no deadline");
+            None
+        }
+    };
+    ms.map(|ms| now_ms().saturating_add(ms))
+}
+
+fn safe_error(code: &str, message: &str) -> Value {
+    json!({"code": code, "message": message})
+}
+
+/// The error a refused reply carries, or a fallback.
+fn reply_error(reply: &Reply, fallback: &str) -> Value {
+    reply
+        .error
+        .as_ref()
+        .map_or_else(|| safe_error("conflict", fallback), |error| json!(error))
+}
+
+fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) -> End {
+    match &behaviour.action {
+        Action::Finish(output) => End::Finished(
+            output
+                .clone()
+                .unwrap_or_else(|| default_output(&attempt.node_id, attempt.visit)),
+        ),
+        Action::Fail { message, outcome } => {
+            let code = match outcome {
+                NodeFailureOutcome::Failed => "nodeFailed",
+                NodeFailureOutcome::TimedOut => "timedOut",
+                NodeFailureOutcome::Cancelled => "cancelled",
+            };
+            End::Failed {
+                outcome: *outcome,
+                error: json!({"code": code, "message": message}),
+            }
+        }
+        Action::Sleep { ms, then } => {
+            log!("sleeping {ms} ms");
+            thread::sleep(Duration::from_millis(*ms));
+            perform(channel, then, attempt)
+        }
+        Action::Stall => {
+            log!("stalling until killed");
+            loop {
+                thread::park();
+            }
+        }
+        Action::Exit(code) => {
+            log!("exiting with {code} mid-node");
+            std::process::exit(*code);
+        }
+        Action::CrashOnce { marker, then } => {
+            let marker = attempt.base.join(marker);
+            if marker.exists() {
+                log!("crashOnce marker exists; going on");
+                return perform(channel, then, attempt);
+            }
+            if let Err(e) = std::fs::write(&marker, b"") {
+                log!("cannot create {}: {e}", marker.display());
+                std::process::exit(EXIT_PROTOCOL);
+            }
+            log!("crashOnce: marker created; crashing");
+            std::process::exit(EXIT_CRASH);
+        }
+        Action::Update {
+            update,
+            idempotency_key,
+            then,
+        } => {
+            let key = idempotency_key
+                .clone()
+                .unwrap_or_else(|| default_update_key(&attempt.attempt_id, update));
+            channel.request(
+                "node.update",
+                json!({"attemptId": attempt.attempt_id, "update": update, "idempotencyKey": key}),
+            );
+            perform(channel, then, attempt)
+        }
+        Action::Effect {
+            effect,
+            crash_while_applying,
+            then,
+        } => {
+            let request = canonicalize(&effect.request).unwrap_or_else(|e| {
+                log!("effect request: {e}");
+                std::process::exit(EXIT_PROTOCOL);
+            });
+            let reply = channel.request(
+                "effect.reserve",
+                json!({
+                    "attemptId": attempt.attempt_id,
+                    "effectType": effect.effect_type,
+                    "requestDigest": sha256_digest(&request),
+                }),
+            );
+            if reply.outcome == ReplyOutcome::Rejected {
+                return End::Failed {
+                    outcome: NodeFailureOutcome::Failed,
+                    error: reply_error(&reply, "the effect reservation was refused"),
+                };
+            }
+            let reservation: Reservation = serde_json::from_value(reply.result.clone())
+                .unwrap_or_else(|e| {
+                    log!("effect.reserve result: {e}");
+                    std::process::exit(EXIT_PROTOCOL);
+                });
+            let id = reservation.effect_id;
+            let result = match reservation.state {
+                EffectState::Applied => {
+                    log!("effect {id} is already applied; not applying it again");
+                    reservation.result.unwrap_or(Value::Null)
+                }
+                EffectState::Reserved | EffectState::Applying => {
+                    let attempt_number = reservation.attempt_number;
+                    if let Some(apply_log) = &effect.apply_log {
+                        append_line(
+                            &attempt.base.join(apply_log),
+                            &format!("{id} {attempt_number}"),
+                        );
+                    }
+                    log!("applied effect {id} (attempt {attempt_number})");
+                    if *crash_while_applying {
+                        log!("crashWhileApplying: crashing before effect.settle");
+                        std::process::exit(EXIT_CRASH);
+                    }
+                    let result = effect
+                        .result
+                        .clone()
+                        .unwrap_or_else(|| json!({"applied": true}));
+                    let settled = channel.request(
+                        "effect.settle",
+                        json!({"effectId": id, "state": "applied", "result": result}),
+                    );
+                    if settled.outcome == ReplyOutcome::Rejected {
+                        return End::Failed {
+                            outcome: NodeFailureOutcome::Failed,
+                            error: reply_error(&settled, "the effect settlement was refused"),
+                        };
+                    }
+                    result
+                }
+                state => {
+                    log!("effect {id} is {state}; failing the node");
+                    return End::Failed {
+                        outcome: NodeFailureOutcome::Failed,
+                        error: safe_error("conflict", "the effect cannot be applied"),
+                    };
+                }
+            };
+            if effect.receipt {
+                attempt.receipt =
+                    Some(json!({"effectId": id, "state": EffectState::Applied, "result": result}));
+            }
+            perform(channel, then, attempt)
+        }
+        Action::SpawnChild { spawn, then } => {
+            let mut command = Command::new("sleep");
+            command
+                .arg(spawn.sleep_seconds.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if spawn.new_group {
+                command.process_group(0);
+            }
+            let pid = match command.spawn() {
+                // The child is deliberately never waited for: reaping (and
+                // killing) registered children is the server's job.
+                Ok(child) => child.id(),
+                Err(e) => {
+                    log!("cannot spawn sleep: {e}");
+                    std::process::exit(EXIT_PROTOCOL);
+                }
+            };
+            let Some(identity) = server::process::identity(pid) else {
+                log!("child {pid} has no /proc entry");
+                std::process::exit(EXIT_PROTOCOL);
+            };
+            log!(
+                "spawned sleep {} as {pid}{}",
+                spawn.sleep_seconds,
+                if spawn.new_group {
+                    " in a new group"
+                } else {
+                    ""
+                }
+            );
+            channel.request(
+                "runner.progress",
+                json!({"operation": "process.register", "pid": pid, "startIdentity": identity.encode()}),
+            );
+            perform(channel, then, attempt)
+        }
+        Action::Duplicate(then) => {
+            channel.duplicate_next = true;
+            perform(channel, then, attempt)
+        }
+    }
+}
+
+/// The `effect.reserve` reply's `result`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Reservation {
+    effect_id: String,
+    state: EffectState,
+    attempt_number: u64,
+    #[serde(default)]
+    result: Option<Value>,
+}
+
+/// Appends one line to the apply log (tests count real applications).
+fn append_line(path: &Path, line: &str) {
+    let written = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
+    if let Err(e) = written {
+        log!("cannot append to {}: {e}", path.display());
+        std::process::exit(EXIT_PROTOCOL);
+    }
+}
+
+/// A default `idempotencyKey`: stable for one attempt and update, new for
+/// another attempt.
+fn default_update_key(attempt_id: &str, update: &NodeUpdate) -> String {
+    let update = canonicalize(&json!(update)).unwrap_or_default();
+    let mut bytes = attempt_id.as_bytes().to_vec();
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&update);
+    let digest = sha256_digest(&bytes);
+    let hex = digest.trim_start_matches("sha256:");
+    format!("u-{}", &hex[..16])
+}
