@@ -303,6 +303,8 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
         output: envelope.value.get("output").map(Blob::json),
         result: envelope.value.get("result").map(Blob::json),
     };
+    let kind = envelope.kind.clone();
+    let message_id = envelope.message_id.clone();
     let app_for_job = app.clone();
     let runner_for_job = runner.clone();
     let outcome = app
@@ -320,7 +322,17 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
         .await;
     match outcome {
         Ok(handled) => handled,
-        Err(_) => Handled::only(json!(null)),
+        Err(error) => {
+            eprintln!(
+                "pi-workflows: a {kind} message of run generation {} could not be stored: {error}",
+                runner.generation
+            );
+            Handled::only(with_error(
+                reply(runner, &message_id, "rejected", None, Value::Null),
+                "internal",
+                "the server could not store this message; retry it",
+            ))
+        }
     }
 }
 

@@ -582,6 +582,17 @@ fn write_attempts(
             )?;
         }
     }
+    // Steps the transition finished (an attempt that finished and was
+    // replaced by the next one is only in `steps`): finish their rows first,
+    // so the next attempt never meets the one-unfinished-attempt index.
+    let known = before.map_or(0, |b| b.steps.len());
+    for step in after.steps.iter().skip(known).filter(|step| !step.carried) {
+        connection.execute(
+            "UPDATE node_attempts SET status = 'finished', outcome = ?3, finished_at_ms = COALESCE(finished_at_ms, ?4)
+             WHERE run_id = ?1 AND attempt_id = ?2 AND status != 'finished'",
+            params![run_id.as_str(), step.attempt_id.as_str(), name(&step.outcome), i64_of(now_ms)],
+        )?;
+    }
     let Some(attempt) = &after.attempt else {
         return Ok(());
     };
@@ -611,7 +622,6 @@ fn write_attempts(
             i64::from(attempt.crash_retries),
         ],
     )?;
-    let _ = now_ms;
     Ok(())
 }
 
