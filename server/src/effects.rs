@@ -5,7 +5,7 @@
 //! runner supplies only the effect type and the request digest, so two runs,
 //! two nodes or two visits never share a key.
 
-use crate::runner_channel::Refusal;
+use crate::runner_channel::{Answer, Refusal};
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
 use crate::supervisor::Runner;
@@ -14,12 +14,9 @@ use kernel::effect::{
     Settled,
 };
 use kernel::ids::{AttemptId, Digest, EffectId, RunId};
-use kernel::output::Transition;
 use kernel::run::RunAggregate;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Value, json};
-
-type Answer = Result<(Option<Transition<RunAggregate>>, Value), Refusal>;
 
 /// Decides one effect message of the runner.
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
@@ -107,8 +104,9 @@ fn reserve(
         }) => Ok((
             Some(transition),
             json!({ "effectId": effect_id.as_str(), "state": "applying", "attemptNumber": attempt_number }),
+            None,
         )),
-        Ok(Reserved::Adopt { effect }) => Ok((None, adopted(connection, &effect)?)),
+        Ok(Reserved::Adopt { effect }) => Ok((None, adopted(connection, &effect)?, None)),
         Err(rejection) => Err(refusal(rejection)),
     })
 }
@@ -169,9 +167,10 @@ fn settle(
             Ok((
                 Some(transition),
                 json!({ "effectId": effect_id.as_str(), "state": state }),
+                None,
             ))
         }
-        Ok(Settled::Adopt { effect }) => Ok((None, adopted(connection, &effect)?)),
+        Ok(Settled::Adopt { effect }) => Ok((None, adopted(connection, &effect)?, None)),
         Err(rejection) => Err(refusal(rejection)),
     })
 }

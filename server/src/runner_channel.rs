@@ -212,6 +212,8 @@ impl From<Rejection> for Refusal {
 struct Blobs {
     output: Option<Blob>,
     result: Option<Blob>,
+    update: Option<crate::updates::EncodedUpdate>,
+    request: Option<crate::interactions::EncodedRequest>,
 }
 
 /// What a message job produced: the reply, the outputs to perform, and
@@ -302,6 +304,12 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
     let blobs = Blobs {
         output: envelope.value.get("output").map(Blob::json),
         result: envelope.value.get("result").map(Blob::json),
+        update: envelope
+            .value
+            .pointer("/update/data")
+            .map(crate::updates::EncodedUpdate::of),
+        request: (envelope.kind == "interaction.requested")
+            .then(|| crate::interactions::EncodedRequest::of(&envelope.value)),
     };
     let kind = envelope.kind.clone();
     let message_id = envelope.message_id.clone();
@@ -460,7 +468,12 @@ fn store_reply(
     Ok(())
 }
 
-type Extra = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()>>;
+/// A write that follows the aggregate write of the same job (rows the
+/// transition just created).
+pub(crate) type Extra = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()>>;
+/// A message decision: the transition to write, the reply's `result`, and a
+/// follow-up write.
+pub(crate) type Answer = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
 type Decided = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
 
 fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Extra>) -> Decided {
@@ -594,29 +607,40 @@ fn apply(
         }
         "effect.reserve" | "effect.settle" => {
             let kind = envelope.kind.as_str();
-            match crate::effects::runner_effect(
-                connection,
-                runner,
-                kind,
-                value,
-                before,
-                blobs.result.as_ref(),
-                now_ms,
-                ttl_ms,
-            )? {
-                Ok((transition, result)) => {
-                    let revision = transition
-                        .as_ref()
-                        .map_or(before.run.revision, |t| t.facts.run.revision)
-                        .0;
-                    Ok((
-                        transition,
-                        reply(runner, message_id, "accepted", Some(revision), result),
-                        None,
-                    ))
-                }
-                Err(refusal) => Err(refusal),
-            }
+            let result = blobs.result.as_ref();
+            let answer = crate::effects::runner_effect(
+                connection, runner, kind, value, before, result, now_ms, ttl_ms,
+            )?;
+            answered(runner, message_id, before, answer, None)
+        }
+        "node.update" => {
+            let Some(data) = blobs.update.as_ref() else {
+                return Ok(Err(Refusal {
+                    code: "schemaInvalid",
+                    message: "update data is missing",
+                    claim_lost: false,
+                }));
+            };
+            let answer = crate::updates::runner_update(
+                connection, runner, value, data, before, now_ms, ttl_ms,
+            )?;
+            answered(runner, message_id, before, answer, None)
+        }
+        "interaction.requested" => {
+            let Some(request) = blobs.request.as_ref() else {
+                return Ok(Err(Refusal {
+                    code: "schemaInvalid",
+                    message: "the request is incomplete",
+                    claim_lost: false,
+                }));
+            };
+            let answer = crate::interactions::requested(
+                connection, runner, value, request, before, now_ms, ttl_ms,
+            )?;
+            let exit = Dispatch::Exit {
+                reason: ExitReason::Waiting,
+            };
+            answered(runner, message_id, before, answer, Some(&exit))
         }
         _ => Err(Refusal {
             code: "illegalTransition",
@@ -624,6 +648,27 @@ fn apply(
             claim_lost: false,
         }),
     })
+}
+
+/// Wraps a module's answer into the reply (with `next` when the runner must
+/// stop after it).
+fn answered(
+    runner: &Runner,
+    message_id: &str,
+    before: &RunAggregate,
+    answer: Answer,
+    next: Option<&Dispatch>,
+) -> Decided {
+    let (transition, result, extra) = answer?;
+    let revision = transition
+        .as_ref()
+        .map_or(before.run.revision, |t| t.facts.run.revision)
+        .0;
+    let mut answer = reply(runner, message_id, "accepted", Some(revision), result);
+    if let Some(next) = next {
+        answer = with_next(answer, next);
+    }
+    Ok((transition, answer, extra))
 }
 
 /// `runner.ready`: the kernel chooses the resume point; the reply is the one

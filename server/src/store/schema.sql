@@ -63,7 +63,7 @@ CREATE TABLE runs (
   continuation_checkpoint TEXT,
   continued_by TEXT,
   restart_json TEXT,
-  update_tokens_milli INTEGER NOT NULL DEFAULT 100000,
+  update_tokens INTEGER NOT NULL DEFAULT 100,
   update_refilled_at_ms INTEGER NOT NULL DEFAULT 0,
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL,
@@ -336,10 +336,7 @@ CREATE TABLE workflow_updates (
 CREATE TABLE update_receipts (
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   idempotency_key TEXT NOT NULL,
-  payload_digest BLOB NOT NULL,
-  update_id TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  at_ms INTEGER NOT NULL,
+  receipt_json TEXT NOT NULL,
   PRIMARY KEY (run_id, idempotency_key)
 ) STRICT;
 

@@ -1,0 +1,125 @@
+//! Interactive requests proposed by runners (`interaction.requested`),
+//! decided by `kernel::interaction::request`.
+//!
+//! Invariant: the request, the waiting attempt, the parked run, the released
+//! claim and the initial step message (with its prompt content) commit in one
+//! transaction; the runner then exits and the origin session does the work.
+
+use crate::runner_channel::{Answer, Refusal};
+use crate::store::blobs::{self, Blob};
+use crate::store::meta;
+use crate::supervisor::Runner;
+use kernel::ids::{AttemptId, InteractionId, MessageId};
+use kernel::interaction::{
+    self, InteractionKind, InteractionRejection, RequestProposal, Requested,
+};
+use kernel::run::RunAggregate;
+use rusqlite::{Connection, params};
+use serde_json::{Value, json};
+
+/// The prompt and contract of a request, encoded before the transaction.
+#[derive(Debug, Clone)]
+pub struct EncodedRequest {
+    pub prompt: Blob,
+    pub contract_hash: kernel::ids::Digest,
+}
+
+impl EncodedRequest {
+    /// Encodes the prompt text and hashes the contract.
+    pub fn of(value: &Value) -> Self {
+        let prompt_text = value
+            .pointer("/prompt/text")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let contract = value.get("contract").cloned().unwrap_or(Value::Null);
+        Self {
+            prompt: Blob {
+                digest: crate::ids::sha256(prompt_text.as_bytes()),
+                bytes: prompt_text.as_bytes().to_vec(),
+            },
+            contract_hash: Blob::json(&contract).digest,
+        }
+    }
+}
+
+/// Decides one `interaction.requested` of the runner.
+pub(crate) fn requested(
+    connection: &Connection,
+    runner: &Runner,
+    value: &Value,
+    encoded: &EncodedRequest,
+    before: &RunAggregate,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Answer> {
+    let kind = match value.get("kind").and_then(Value::as_str) {
+        Some("visibleResponse") => InteractionKind::AssistantMessage,
+        _ => InteractionKind::SubmittedOutput,
+    };
+    let order = match before.run.mode.origin_session() {
+        Some(session) => meta::next_message_order(connection, session)?,
+        None => 1,
+    };
+    let message_id = MessageId::new(crate::ids::uuid());
+    let proposal = RequestProposal {
+        interaction_id: InteractionId::new(format!("int-{}", crate::ids::random_hex::<8>())),
+        attempt_id: AttemptId::new(
+            value
+                .get("attemptId")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ),
+        kind,
+        contract_hash: encoded.contract_hash,
+        deadline_at_ms: value.get("deadlineAtMs").and_then(Value::as_u64),
+        message_id: message_id.clone(),
+        message_order: order,
+    };
+    Ok(
+        match interaction::request(
+            before,
+            &runner.authority,
+            &runner.runner_epoch,
+            proposal,
+            now_ms,
+            ttl_ms,
+        ) {
+            Ok(Requested::Created(transition)) => {
+                blobs::put(connection, &encoded.prompt, "text/plain", now_ms)?;
+                let interaction_id = transition
+                    .facts
+                    .interaction
+                    .as_ref()
+                    .map(|record| record.interaction_id.0.clone());
+                let result = json!({ "interactionId": interaction_id });
+                let prompt = encoded.prompt.digest.0.to_vec();
+                // The message row exists only after the aggregate is written.
+                let content: crate::runner_channel::Extra =
+                    Box::new(move |connection: &Connection| {
+                        connection.execute(
+                    "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
+                    params![message_id.as_str(), prompt],
+                )?;
+                        Ok(())
+                    });
+                Ok((Some(transition), result, Some(content)))
+            }
+            Ok(Requested::Adopted(record)) => Ok((
+                None,
+                json!({ "interactionId": record.interaction_id.0 }),
+                None,
+            )),
+            Err(InteractionRejection::Run { rejection }) => Err(rejection.into()),
+            Err(InteractionRejection::Headless) => Err(Refusal {
+                code: "illegalTransition",
+                message: "a headless run has no origin session; agent steps run in the runner's own Pi process",
+                claim_lost: false,
+            }),
+            Err(_) => Err(Refusal {
+                code: "conflict",
+                message: "the attempt already has another request",
+                claim_lost: false,
+            }),
+        },
+    )
+}
