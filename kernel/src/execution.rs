@@ -27,9 +27,9 @@
 use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use crate::claim::{self, Authority, ClaimRequest};
 use crate::effect;
-use crate::ids::{AttemptId, NodeId, RunnerEpochId};
+use crate::ids::{AttemptId, MessageId, NodeId, RunnerEpochId};
 use crate::interaction::InteractionStatus;
-use crate::message::{MessageKind, MessageState};
+use crate::message::{MessageKind, MessageRecord, MessageState};
 use crate::output::{Output, RunEvent, StopReason, Transition, WakeReason};
 use crate::routing::{self, Route, RouteFailure};
 use crate::run::{
@@ -261,6 +261,63 @@ pub fn finish_attempt(
         }
     };
     let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, onward)?;
+    Ok((tx.commit(), dispatch))
+}
+
+/// Where a notify node's content goes: one passive `notification` message
+/// in the origin session of an interactive run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotificationMessage {
+    pub message_id: MessageId,
+    /// The session order of the message.
+    pub order: u64,
+}
+
+/// `notification.requested`: a notify node finishes `ok` with its receipt as
+/// output and, for an interactive run, creates one passive `notification`
+/// message in the same transition as the node result. A headless run has no
+/// session to notify; the content stays in the node's output. A repeat is
+/// handled by the runner-message receipt, so one visit never notifies twice.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "facts, authority and ids are all inputs"
+)]
+pub fn finish_notification(
+    agg: &RunAggregate,
+    topology: &Topology,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    attempt_id: &AttemptId,
+    result: NodeResult,
+    message: NotificationMessage,
+    next_attempt_id: AttemptId,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let mut tx = Tx::begin(agg, now_ms);
+    run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
+    let attempt = current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
+    let is_notify = topology
+        .node(&attempt.node_id)
+        .is_some_and(|node| node.node_type == crate::topology::NodeType::Notify);
+    if !is_notify || result.outcome != NodeOutcome::Ok {
+        return Err(Rejection::ResultMismatch);
+    }
+    if let Some(session_id) = tx.agg.run.mode.origin_session().cloned() {
+        tx.agg.messages.push(MessageRecord {
+            message_id: message.message_id,
+            session_id,
+            run_id: tx.agg.run.run_id.clone(),
+            kind: MessageKind::Notification,
+            order: message.order,
+            state: MessageState::Pending,
+            entry_id: None,
+            created_at_ms: now_ms,
+        });
+        tx.publish_session();
+    }
+    let onward = Onward::Dispatch(next_attempt_id);
+    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward)?;
     Ok((tx.commit(), dispatch))
 }
 

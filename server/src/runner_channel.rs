@@ -214,6 +214,8 @@ struct Blobs {
     result: Option<Blob>,
     update: Option<crate::updates::EncodedUpdate>,
     request: Option<crate::interactions::EncodedRequest>,
+    /// A notification: its text and the message id it will get.
+    notification: Option<(Blob, kernel::ids::MessageId)>,
 }
 
 /// What a message job produced: the reply, the outputs to perform, and
@@ -310,6 +312,18 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
             .map(crate::updates::EncodedUpdate::of),
         request: (envelope.kind == "interaction.requested")
             .then(|| crate::interactions::EncodedRequest::of(&envelope.value)),
+        notification: (envelope.kind == "notification.requested").then(|| {
+            let text = envelope
+                .value
+                .pointer("/content/text")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let content = Blob {
+                digest: crate::ids::sha256(text.as_bytes()),
+                bytes: text.as_bytes().to_vec(),
+            };
+            (content, kernel::ids::MessageId::new(crate::ids::uuid()))
+        }),
     };
     let kind = envelope.kind.clone();
     let message_id = envelope.message_id.clone();
@@ -847,6 +861,109 @@ fn finish(
             "accepted",
             Some(revision),
             Value::Null,
+        ),
+        &dispatch,
+    );
+    Ok(decided(transition, answer, Some(extra)))
+}
+
+/// `notification.requested`: the notify node finishes with its receipt as
+/// output and, for an interactive run, one passive notification message.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
+fn notify(
+    connection: &Connection,
+    runner: &Arc<Runner>,
+    envelope: &Envelope,
+    before: &RunAggregate,
+    attempt_id: Option<AttemptId>,
+    (content, message_id): (Blob, kernel::ids::MessageId),
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Decided> {
+    let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
+    let Some(attempt) = before
+        .attempt
+        .as_ref()
+        .filter(|attempt| attempt.attempt_id == attempt_id)
+    else {
+        return Ok(Err(Rejection::StaleAttempt.into()));
+    };
+    let (Some(meta), order) = (
+        meta::load(connection, &runner.run_id)?,
+        match before.run.mode.origin_session() {
+            Some(session) => meta::next_message_order(connection, session)?,
+            None => 1,
+        },
+    ) else {
+        return Ok(Err(Rejection::StaleRunner.into()));
+    };
+    let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
+        return Ok(Err(Rejection::StaleRunner.into()));
+    };
+    let session = before
+        .run
+        .mode
+        .origin_session()
+        .map(|session| session.as_str().to_owned());
+    let output = json!({ "notificationId": message_id.as_str(), "targetSessionId": session });
+    let record = attempts::ResultRecord {
+        attempt_id: &attempt_id,
+        node_id: &attempt.node_id,
+        node_type: "notify",
+        outcome: "ok",
+        started_at_ms: attempt.started_at_ms,
+        finished_at_ms: now_ms,
+        output: Some(&output),
+        error: None,
+    }
+    .to_value();
+    let result = NodeResult {
+        outcome: NodeOutcome::Ok,
+        record,
+    };
+    let message = execution::NotificationMessage {
+        message_id: message_id.clone(),
+        order,
+    };
+    let next_attempt = AttemptId::new(crate::ids::uuid());
+    let finished = execution::finish_notification(
+        before,
+        &topology,
+        &runner.authority,
+        &runner.runner_epoch,
+        &attempt_id,
+        result,
+        message,
+        next_attempt,
+        now_ms,
+        ttl_ms,
+    );
+    let (transition, dispatch) = match finished {
+        Ok(finished) => finished,
+        Err(rejection) => return Ok(Err(rejection.into())),
+    };
+    let stored = AttemptResult {
+        output: Some(Blob::json(&output)),
+        ..AttemptResult::default()
+    };
+    let run_id = runner.run_id.clone();
+    let extra: Extra = Box::new(move |connection: &Connection| {
+        crate::store::blobs::put(connection, &content, "text/plain", now_ms)?;
+        attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
+        connection.execute(
+            "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
+            rusqlite::params![message_id.as_str(), content.digest.0.to_vec()],
+        )?;
+        Ok(())
+    });
+    let revision = transition.facts.run.revision.0;
+    let answer = with_next(
+        reply(
+            runner,
+            &envelope.message_id,
+            "accepted",
+            Some(revision),
+            output,
         ),
         &dispatch,
     );

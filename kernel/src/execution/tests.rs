@@ -1871,3 +1871,91 @@ proptest! {
         }
     }
 }
+
+// ---- notify ----------------------------------------------------------------
+
+fn notify_graph() -> Topology {
+    let mut topology = chain(&["tell", "after"]);
+    topology.nodes[0] = node("tell", NodeType::Notify);
+    topology
+}
+
+fn notify(
+    agg: &RunAggregate,
+    topology: &Topology,
+    generation: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let attempt = current(agg).attempt_id.clone();
+    let result = NodeResult {
+        outcome: NodeOutcome::Ok,
+        record: record(agg, NodeOutcome::Ok, json!({"notificationId": "m-note"})),
+    };
+    let message = NotificationMessage {
+        message_id: MessageId::from("m-note"),
+        order: 4,
+    };
+    finish_notification(
+        agg,
+        topology,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        &attempt,
+        result,
+        message,
+        attempt_id("a-after"),
+        30,
+        TTL_MS,
+    )
+}
+
+#[test]
+fn a_notification_finishes_the_node_and_adds_one_passive_message_in_the_origin_session() {
+    let topology = notify_graph();
+    let agg = start(&fixtures::reserved_interactive(1, 0), &topology, None).0;
+    let (transition, dispatch) = notify(&agg, &topology, 1).unwrap();
+    let facts = &transition.facts;
+    assert_eq!(facts.steps.len(), 1);
+    assert_eq!(facts.steps[0].outcome, NodeOutcome::Ok);
+    let messages: Vec<_> = facts
+        .messages
+        .iter()
+        .filter(|m| m.kind == MessageKind::Notification)
+        .collect();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(
+        (messages[0].order, messages[0].state),
+        (4, MessageState::Pending)
+    );
+    assert!(
+        matches!(dispatch, Dispatch::RunNode { ref node_id, .. } if node_id.as_str() == "after")
+    );
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::PublishSession { .. }
+    )));
+}
+
+#[test]
+fn a_headless_notification_keeps_its_content_in_the_output_only() {
+    let topology = notify_graph();
+    let agg = live(&topology);
+    let (transition, _) = notify(&agg, &topology, 1).unwrap();
+    assert!(transition.facts.messages.is_empty());
+    assert_eq!(transition.facts.steps.len(), 1);
+}
+
+#[test]
+fn only_a_notify_node_of_the_live_runner_can_notify() {
+    let plain_graph = chain(&["tell", "after"]);
+    let agg = live(&plain_graph);
+    assert_eq!(
+        notify(&agg, &plain_graph, 1).unwrap_err(),
+        Rejection::ResultMismatch
+    );
+    let topology = notify_graph();
+    let agg = live(&topology);
+    assert!(matches!(
+        notify(&agg, &topology, 2),
+        Err(Rejection::ClaimLost { .. })
+    ));
+}
