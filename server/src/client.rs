@@ -149,6 +149,11 @@ impl Client {
         }
     }
 
+    /// This client's id (stable across its connections).
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
     /// A fresh request id.
     pub fn request_id(&mut self) -> String {
         self.next_request += 1;

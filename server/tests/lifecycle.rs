@@ -1,0 +1,190 @@
+//! Server lifecycle, the durable state file, and runs of the example scripts
+//! end to end through the socket and real runner processes.
+
+mod support;
+
+use serde_json::json;
+use server::client::RequestSpec;
+use support::*;
+
+#[test]
+fn a_second_live_server_is_refused_with_one_line() {
+    let server = TestServer::start();
+    let mut second = TestServer::new(&[]);
+    for (key, value) in server.env() {
+        second.set_env(key, value);
+    }
+    let error = second.spawn().expect_err("a second server must not start");
+    assert!(error.contains("already running"), "{error}");
+    assert!(!error.contains('\n'));
+}
+
+#[test]
+fn an_incompatible_database_is_refused_and_left_untouched() {
+    let server = TestServer::new(&[]);
+    std::fs::create_dir_all(&server.home).unwrap();
+    let path = server.home.join("state.sqlite");
+    {
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        connection
+            .execute_batch(
+                "CREATE TABLE schema_meta (singleton INTEGER PRIMARY KEY, schema_name TEXT, schema_version INTEGER, ddl_digest TEXT, created_at_ms INTEGER);
+                 INSERT INTO schema_meta VALUES (1, 'pi-workflows-state', 1, 'sha256:an-older-alpha', 0);
+                 CREATE TABLE runs (run_id TEXT PRIMARY KEY);
+                 INSERT INTO runs VALUES ('precious');",
+            )
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let listing = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let files_before = listing(&server.home);
+    let mut server = server;
+    let error = server
+        .spawn()
+        .expect_err("an incompatible database must be refused");
+    assert_eq!(error, server::store::INCOMPATIBLE_STATE);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the database bytes changed"
+    );
+    let files_after: Vec<String> = listing(&server.home)
+        .into_iter()
+        .filter(|name| name != "host")
+        .collect();
+    assert_eq!(files_after, files_before, "no -wal or -shm file may appear");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_scripts_reach_their_terminal_states() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let linear = started(&mut client, &script("linear.json")).await;
+    let view = wait_settled(&mut client, &linear).await;
+    assert_eq!(status(&view), "completed");
+    assert_eq!(view["steps"]["total"], 3);
+
+    let switch = started(&mut client, &script("switch.json")).await;
+    let view = wait_settled(&mut client, &switch).await;
+    assert_eq!(
+        status(&view),
+        "completed",
+        "the failure routed through $result.outcome: {view}"
+    );
+    let outcomes: Vec<_> = view["steps"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes[0], "failed");
+
+    let looping = started(&mut client, &script("loop.json")).await;
+    let view = wait_settled(&mut client, &looping).await;
+    assert_eq!(status(&view), "failed");
+    assert_eq!(
+        view["steps"]["total"], 6,
+        "maxSteps bounds the loop: {view}"
+    );
+    assert_eq!(view["failure"]["class"], "nodeFailed");
+    assert_eq!(
+        support::consistency_violations(&server.db()),
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_waits_and_its_answer_starts_exactly_one_continuation() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let parent = started(&mut client, &script("checkpoint.json")).await;
+    let view = wait_settled(&mut client, &parent).await;
+    assert_eq!(status(&view), "waiting");
+    assert_eq!(view["display"]["waitingOn"], "review");
+    assert!(
+        view["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("answer"))
+    );
+
+    let answer = RequestSpec::command(
+        "checkpoint.answer",
+        Some(&parent),
+        json!({ "answer": { "approved": true } }),
+    );
+    let first = client.request(&answer).await.unwrap();
+    assert_eq!(first.outcome, "accepted", "{:?}", first.frame);
+    let child = first.receipt.as_ref().unwrap()["continuationRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A retry of the same command adopts; another answer conflicts.
+    let retry = client.request(&answer).await.unwrap();
+    assert_eq!(retry.outcome, "adopted");
+    assert_eq!(retry.receipt, first.receipt);
+    let other = RequestSpec::command(
+        "checkpoint.answer",
+        Some(&parent),
+        json!({ "answer": { "approved": false } }),
+    );
+    let refused = client.request(&other).await.unwrap();
+    assert_ne!(refused.outcome, "accepted", "{:?}", refused.frame);
+
+    let view = wait_settled(&mut client, &child).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    let parent_view = view_of(&mut client, &parent).await;
+    assert_eq!(parent_view["status"]["run"], "completed");
+    let children: i64 = server
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM runs WHERE continuation_of = ?1",
+            [&parent],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(children, 1);
+}
+
+async fn view_of(client: &mut server::client::Client, run_id: &str) -> serde_json::Value {
+    support::view(client, run_id).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_commands_adopt_and_reused_keys_with_another_payload_conflict() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let spec = RequestSpec::command(
+        "run.start",
+        None,
+        json!({ "workflow": script("linear.json").to_string_lossy(), "input": {"n": 1}, "executionMode": "headless", "projectPath": "/tmp" }),
+    );
+    let first = client.request(&spec).await.unwrap();
+    assert_eq!(first.outcome, "accepted");
+    // A retry with a new request id and the same key adopts, from a new connection.
+    let mut same_client = server::client::Client::connect(&server.socket(), client.client_id())
+        .await
+        .unwrap();
+    let retry = same_client.request(&spec).await.unwrap();
+    assert_eq!(retry.outcome, "adopted", "{:?}", retry.frame);
+    assert_eq!(retry.receipt, first.receipt);
+    let mut changed = spec.clone();
+    changed.payload["input"] = json!({"n": 2});
+    let conflict = same_client.request(&changed).await.unwrap();
+    assert_eq!(conflict.outcome, "conflict");
+    let runs: i64 = server
+        .db()
+        .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(runs, 1, "one command, one run");
+    let run_id = first.receipt.unwrap()["runId"].as_str().unwrap().to_owned();
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "completed");
+}

@@ -1,0 +1,366 @@
+//! Test harness for black-box server tests: a real `pi-workflows server run`
+//! process on a temporary `PI_WORKFLOWS_HOME`, the scripted runner, the Rust
+//! protocol client, and read-only access to the SQLite file for consistency
+//! checks (the product never lets clients read it; tests may).
+#![allow(dead_code, unreachable_pub)]
+
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{Value, json};
+use server::client::{Client, RequestSpec, Response};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The claim lifetime tests use (short so recovery is quick).
+pub const CLAIM_TTL_MS: u64 = 1500;
+
+/// One server under test.
+pub struct TestServer {
+    pub home: PathBuf,
+    _dir: tempfile::TempDir,
+    child: Option<Child>,
+    env: Vec<(String, String)>,
+    pub epoch: u64,
+}
+
+impl TestServer {
+    /// Starts a server with the default test settings.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra environment variables.
+    pub fn start_with(extra: &[(&str, &str)]) -> Self {
+        let mut server = Self::new(extra);
+        server.spawn().expect("the server starts");
+        server
+    }
+
+    /// A server that is not started yet.
+    pub fn new(extra: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let home = dir.path().join("state");
+        let mut env: Vec<(String, String)> = vec![
+            (
+                "PI_WORKFLOWS_HOME".into(),
+                home.to_string_lossy().into_owned(),
+            ),
+            (
+                "PI_WORKFLOWS_RUNNER".into(),
+                env!("CARGO_BIN_EXE_pi-workflows-scripted-runner").into(),
+            ),
+            ("PI_WORKFLOWS_CLAIM_TTL_MS".into(), CLAIM_TTL_MS.to_string()),
+            ("PI_WORKFLOWS_SERVER_LEASE_MS".into(), "1000".into()),
+            ("PI_WORKFLOWS_STOP_GRACE_MS".into(), "1000".into()),
+            ("PI_WORKFLOWS_READY_TIMEOUT_MS".into(), "5000".into()),
+            ("PI_WORKFLOWS_IDLE_EXIT_MS".into(), "600000".into()),
+        ];
+        for (key, value) in extra {
+            env.retain(|(k, _)| k != key);
+            env.push(((*key).into(), (*value).into()));
+        }
+        Self {
+            home,
+            _dir: dir,
+            child: None,
+            env,
+            epoch: 0,
+        }
+    }
+
+    /// The environment the server runs with.
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// Sets or replaces one environment variable for the next spawn.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+    }
+
+    /// Removes one environment variable for the next spawn.
+    pub fn remove_env(&mut self, key: &str) {
+        self.env.retain(|(k, _)| k != key);
+    }
+
+    /// A `pi-workflows` command with this server's environment.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
+        command.env_clear();
+        command.env("PATH", std::env::var("PATH").unwrap_or_default());
+        command.env("HOME", self.home.parent().unwrap());
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        command
+    }
+
+    /// Spawns `server run --ready-line` and waits for the ready line.
+    /// Returns the server's one-line error if it refused to start.
+    pub fn spawn(&mut self) -> Result<u64, String> {
+        let mut child = self
+            .command()
+            .args(["server", "run", "--ready-line"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the server");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the ready line");
+        if let Some(epoch) = line.trim().strip_prefix("ready ") {
+            self.epoch = epoch.parse().unwrap();
+            self.child = Some(child);
+            Ok(self.epoch)
+        } else {
+            let _ = child.wait();
+            Err(line.trim().trim_start_matches("error ").to_owned())
+        }
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILLs the server process (a crash). Its runners keep running until
+    /// their stdin closes.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits for the server process to exit on its own (a fault point).
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                self.child = None;
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Stops the server gracefully (SIGTERM) and waits.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> PathBuf {
+        self.home.join("host").join("server.sock")
+    }
+
+    /// A connected client.
+    pub async fn client(&self) -> Client {
+        Client::connect(
+            &self.socket(),
+            &format!("test-{}", server::ids::random_hex::<4>()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    /// A read-only connection to the state database.
+    pub fn db(&self) -> Connection {
+        Connection::open_with_flags(
+            self.home.join("state.sqlite"),
+            OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the state read-only")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop();
+        // No runner may outlive its test.
+        let Ok(connection) = Connection::open_with_flags(
+            self.home.join("state.sqlite"),
+            OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) else {
+            return;
+        };
+        let Ok(mut statement) = connection.prepare(
+            "SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL",
+        ) else {
+            return;
+        };
+        let identities: Vec<String> = statement
+            .query_map([], |row| row.get(0))
+            .map(|rows| rows.filter_map(Result::ok).collect())
+            .unwrap_or_default();
+        for identity in identities
+            .iter()
+            .filter_map(|text| server::process::ProcessIdentity::decode(text))
+        {
+            server::runner_channel::kill_exact(&identity);
+        }
+    }
+}
+
+/// The absolute path of a test script.
+pub fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("scripts")
+        .join(name)
+}
+
+/// Writes a script into `dir` and returns its path.
+pub fn write_script(dir: &Path, name: &str, script: &Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_vec_pretty(script).unwrap()).unwrap();
+    path
+}
+
+/// A linear topology of compute nodes.
+pub fn linear_topology(nodes: &[&str]) -> Value {
+    json!({
+        "startAt": nodes[0],
+        "nodes": nodes.iter().map(|id| json!({"id": id, "nodeType": "compute", "timeout": {"kind": "default"}, "mountPath": []})).collect::<Vec<_>>(),
+        "edges": nodes.windows(2).map(|pair| json!({"kind": "plain", "from": pair[0], "to": pair[1]})).collect::<Vec<_>>(),
+        "mounts": [],
+    })
+}
+
+/// `run.start` of a headless run of `script`; returns the response.
+pub async fn start_run(client: &mut Client, script: &Path) -> Response {
+    let spec = RequestSpec::command(
+        "run.start",
+        None,
+        json!({ "workflow": script.to_string_lossy(), "input": {"task": "test"}, "executionMode": "headless", "projectPath": "/tmp" }),
+    );
+    client.request(&spec).await.expect("run.start")
+}
+
+/// Starts a run and returns its id (panics when refused).
+pub async fn started(client: &mut Client, script: &Path) -> String {
+    let response = start_run(client, script).await;
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The run view of `run_id`.
+pub async fn view(client: &mut Client, run_id: &str) -> Value {
+    let response = client
+        .request(&RequestSpec::read("run.view", Some(run_id), json!({})))
+        .await
+        .expect("run.view");
+    response.receipt.unwrap_or(Value::Null)
+}
+
+/// Polls the run view until `done` holds (or panics after `timeout`).
+pub async fn wait_view(
+    client: &mut Client,
+    run_id: &str,
+    timeout: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let view = view(client, run_id).await;
+        if done(&view) {
+            return view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting; last view: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+}
+
+/// The display status of a view.
+pub fn status(view: &Value) -> &str {
+    view.pointer("/display/status")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Waits until the run reaches a terminal or waiting display status.
+pub async fn wait_settled(client: &mut Client, run_id: &str) -> Value {
+    wait_view(client, run_id, Duration::from_secs(20), |view| {
+        matches!(
+            status(view),
+            "completed" | "failed" | "timed_out" | "cancelled" | "waiting"
+        )
+    })
+    .await
+}
+
+/// Checks every cross-table invariant of committed state; returns the
+/// violations (empty when consistent).
+pub fn consistency_violations(db: &Connection) -> Vec<String> {
+    let mut violations = Vec::new();
+    let mut check = |sql: &str, what: &str| {
+        let rows: Vec<String> = db
+            .prepare(sql)
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get::<_, String>(0))
+                    .map(|rows| rows.filter_map(Result::ok).collect())
+            })
+            .unwrap_or_else(|error| vec![format!("query failed: {error}")]);
+        for row in rows {
+            violations.push(format!("{what}: {row}"));
+        }
+    };
+    check(
+        "SELECT r.run_id || ' ' || r.status || '/' || q.status FROM runs r JOIN run_queue q USING (run_id)
+         WHERE NOT ((r.status = 'queued' AND q.status = 'queued')
+             OR (r.status = 'running' AND q.status IN ('starting', 'running', 'parked'))
+             OR (r.status = 'waiting' AND q.status = 'parked')
+             OR (r.status = 'completed' AND q.status = 'done')
+             OR (r.status IN ('failed', 'timed_out') AND q.status = 'failed')
+             OR (r.status = 'cancelled' AND q.status = 'cancelled'))",
+        "run/queue pair outside the state table",
+    );
+    check(
+        "SELECT l.run_id FROM leases l JOIN runs r USING (run_id) JOIN run_queue q USING (run_id)
+         WHERE l.owner_kind IS NOT NULL AND NOT (r.status = 'running' AND q.status IN ('starting', 'running'))",
+        "claim held outside running/starting|running",
+    );
+    check(
+        "SELECT run_id FROM node_attempts WHERE status IN ('active', 'waiting') GROUP BY run_id HAVING COUNT(*) > 1",
+        "more than one unfinished attempt",
+    );
+    check(
+        "SELECT a.run_id FROM node_attempts a JOIN runs r USING (run_id)
+         WHERE a.status = 'active' AND NOT (r.status = 'running' AND r.run_id IN (SELECT run_id FROM run_queue WHERE status IN ('starting', 'running')))",
+        "active attempt on a run without a live runner slot",
+    );
+    check(
+        "SELECT run_id FROM runs WHERE status IN ('completed', 'failed', 'timed_out', 'cancelled') AND finished_at_ms IS NULL",
+        "terminal run without finished_at",
+    );
+    check(
+        "SELECT run_id FROM run_workers WHERE status IN ('launching', 'ready') GROUP BY run_id HAVING COUNT(*) > 1",
+        "more than one live runner epoch",
+    );
+    check(
+        "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'failed' AND r.status NOT IN ('failed')",
+        "failed event while the run is not failed",
+    );
+    violations
+}
