@@ -25,6 +25,8 @@ pub struct Config {
     pub stop_grace_ms: u64,
     /// `PI_WORKFLOWS_RUNNER` (default: the TypeScript runner): the runner program and arguments.
     pub runner_command: Vec<String>,
+    /// The user's home directory (`HOME`), for `~/.pi/agent/workflows/` discovery.
+    pub user_home: Option<PathBuf>,
 }
 
 /// A configuration error: one line naming the variable and the fix.
@@ -79,6 +81,7 @@ impl Config {
             runner_ready_timeout_ms: positive(&lookup, "PI_WORKFLOWS_READY_TIMEOUT_MS", 30_000)?,
             stop_grace_ms: positive(&lookup, "PI_WORKFLOWS_STOP_GRACE_MS", 5_000)?,
             runner_command,
+            user_home: lookup("HOME").filter(|home| !home.is_empty()).map(PathBuf::from),
         })
     }
 

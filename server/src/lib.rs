@@ -25,6 +25,7 @@ pub mod home;
 pub mod ids;
 pub mod interactions;
 pub mod process;
+pub mod reads;
 pub mod recovery;
 pub mod resolver;
 pub mod runner_channel;

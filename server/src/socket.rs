@@ -9,10 +9,13 @@
 //! - A malformed, non-canonical, over-limit or invalid frame gets one bounded
 //!   error frame and closes only that connection.
 //! - Responses to state-changing requests are written only after their
-//!   receipts committed.
+//!   receipts committed. Writes are bounded: a connection that stops reading
+//!   holds at most a few frames, and a subscription waits until its last
+//!   event reached the socket before it prepares the next one.
 
 use crate::app::{App, PACKAGE_VERSION};
 use crate::handlers;
+use crate::views::Subscriptions;
 use protocol::generated::types::{ClientMessage, HelloRole};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
@@ -20,9 +23,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
+
+/// How many frames may wait for one connection's socket.
+const OUTBOX_FRAMES: usize = 32;
 
 /// Binds the socket, replacing a stale file left by a dead server (the
 /// caller holds the global lock, so no live server owns it).
@@ -50,74 +56,111 @@ pub async fn serve(app: Arc<App>, listener: UnixListener) {
     }
 }
 
-/// Frames queued for one connection's writer.
-pub type Outbox = mpsc::UnboundedSender<Vec<u8>>;
+/// One frame on its way to the socket, with an optional drain notification.
+#[derive(Debug)]
+struct Outgoing {
+    frame: Vec<u8>,
+    written: Option<oneshot::Sender<()>>,
+}
+
+/// The bounded write side of one connection.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    sender: mpsc::Sender<Outgoing>,
+}
+
+impl Outbox {
+    /// Queues a frame; waits while the connection's queue is full. Returns
+    /// `false` when the connection is gone.
+    pub async fn send(&self, frame: Vec<u8>) -> bool {
+        self.sender.send(Outgoing { frame, written: None }).await.is_ok()
+    }
+
+    /// Queues a frame and waits until it was written to the socket. Returns
+    /// `false` when the connection closed first.
+    pub async fn send_and_drain(&self, frame: Vec<u8>) -> bool {
+        let (written, done) = oneshot::channel();
+        if self.sender.send(Outgoing { frame, written: Some(written) }).await.is_err() {
+            return false;
+        }
+        done.await.is_ok()
+    }
+
+    /// Whether the connection is gone.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
 
 /// Encodes a client-channel message as a frame.
 pub fn frame(value: &Value) -> Vec<u8> {
-    crate::runner_channel::frame_of(value).unwrap_or_else(|| {
-        crate::runner_channel::frame_of(&json!({
-            "schema": "pi-workflows.client.v1",
-            "type": "event",
-            "subscriptionId": "connection",
-            "revision": 0,
-            "event": { "kind": "availability", "state": "unavailable", "reason": "internal: the reply did not fit a frame" },
-        }))
-        .unwrap_or_default()
-    })
+    crate::runner_channel::frame_of(value).unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
 }
 
 /// The bounded error frame sent before a connection closes.
 fn error_frame(code: &str, message: &str) -> Vec<u8> {
-    frame(&json!({
+    crate::runner_channel::frame_of(&json!({
         "schema": "pi-workflows.client.v1",
         "type": "event",
         "subscriptionId": "connection",
         "revision": 0,
         "event": { "kind": "availability", "state": "unavailable", "reason": format!("{code}: {message}") },
     }))
+    .unwrap_or_default()
 }
 
 async fn connection(app: Arc<App>, stream: UnixStream) {
     app.clients.fetch_add(1, Ordering::SeqCst);
     let (read, mut write) = stream.into_split();
-    let (outbox, mut pending) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (sender, mut pending) = mpsc::channel::<Outgoing>(OUTBOX_FRAMES);
+    let outbox = Outbox { sender };
     let faults = app.faults.clone();
     let writer = tokio::spawn(async move {
-        while let Some(frame) = pending.recv().await {
-            let close = frame.is_empty();
-            if close || write.write_all(&frame).await.is_err() {
+        while let Some(outgoing) = pending.recv().await {
+            if outgoing.frame.is_empty() || write.write_all(&outgoing.frame).await.is_err() {
                 break;
             }
             faults.hit(crate::fault::FaultPoint::AfterReply);
+            if let Some(written) = outgoing.written {
+                let _ = written.send(());
+            }
         }
         let _ = write.shutdown().await;
     });
-    let _ = outbox.send(frame(&json!({
+    let hello = frame(&json!({
         "schema": "pi-workflows.client.v1",
         "type": "hello",
         "role": "server",
         "protocolVersion": 1,
         "packageVersion": PACKAGE_VERSION,
         "serverEpoch": app.epoch.0,
-    })));
-    read_frames(&app, read, &outbox).await;
+    }));
+    outbox.send(hello).await;
+    let subscriptions = Subscriptions::new();
+    read_frames(&app, read, &outbox, &subscriptions).await;
+    subscriptions.close_all();
     // An empty frame tells the writer to flush and close.
-    let _ = outbox.send(Vec::new());
+    outbox.send(Vec::new()).await;
     drop(outbox);
     let _ = writer.await;
     app.clients.fetch_sub(1, Ordering::SeqCst);
 }
 
-async fn read_frames(app: &Arc<App>, read: tokio::net::unix::OwnedReadHalf, outbox: &Outbox) {
+async fn read_frames(
+    app: &Arc<App>,
+    read: tokio::net::unix::OwnedReadHalf,
+    outbox: &Outbox,
+    subscriptions: &Subscriptions,
+) {
     let mut frames = FramedRead::new(read, protocol::FrameCodec::new());
     let mut greeted = false;
     let mut tasks = tokio::task::JoinSet::new();
     while let Some(next) = frames.next().await {
+        while tasks.try_join_next().is_some() {}
         let bytes = match next {
             Ok(bytes) => bytes,
             Err(protocol::CodecError::Frame(error)) => {
-                let _ = outbox.send(error_frame(&error.code().to_string(), error.message()));
+                outbox.send(error_frame(&error.code().to_string(), error.message())).await;
                 break;
             }
             Err(protocol::CodecError::Io(_)) => break,
@@ -125,36 +168,30 @@ async fn read_frames(app: &Arc<App>, read: tokio::net::unix::OwnedReadHalf, outb
         let decoded = match protocol::decode_client_frame(&bytes) {
             Ok(decoded) => decoded,
             Err(error) => {
-                let _ = outbox.send(error_frame(&error.code().to_string(), error.message()));
+                outbox.send(error_frame(&error.code().to_string(), error.message())).await;
                 break;
             }
         };
         match decoded.message {
-            ClientMessage::Hello {
-                role,
-                package_version,
-                client_id,
-                ..
-            } => {
+            ClientMessage::Hello { role, package_version, client_id, .. } => {
                 if greeted || role != HelloRole::Client || client_id.is_none() {
-                    let _ = outbox.send(error_frame(
-                        "schemaInvalid",
-                        "expected one client hello with a clientId",
-                    ));
+                    outbox.send(error_frame("schemaInvalid", "expected one client hello with a clientId")).await;
                     break;
                 }
                 if package_version.as_str() != PACKAGE_VERSION {
-                    let _ = outbox.send(frame(&json!({
-                        "schema": "pi-workflows.client.v1",
-                        "type": "response",
-                        "requestId": "hello",
-                        "operation": "server.status",
-                        "outcome": "unavailable",
-                        "error": {
-                            "code": "packageVersionMismatch",
-                            "message": format!("this server is pi-workflows {PACKAGE_VERSION}; install matching pi-workflows packages"),
-                        },
-                    })));
+                    outbox
+                        .send(frame(&json!({
+                            "schema": "pi-workflows.client.v1",
+                            "type": "response",
+                            "requestId": "hello",
+                            "operation": "server.status",
+                            "outcome": "unavailable",
+                            "error": {
+                                "code": "packageVersionMismatch",
+                                "message": format!("this server is pi-workflows {PACKAGE_VERSION}; install matching pi-workflows packages"),
+                            },
+                        })))
+                        .await;
                     break;
                 }
                 greeted = true;
@@ -162,19 +199,16 @@ async fn read_frames(app: &Arc<App>, read: tokio::net::unix::OwnedReadHalf, outb
             ClientMessage::Request { .. } if greeted => {
                 let app = app.clone();
                 let outbox = outbox.clone();
+                let subscriptions = subscriptions.clone();
                 tasks.spawn(async move {
-                    let response =
-                        handlers::handle(&app, decoded.message, decoded.payload, &outbox).await;
+                    let response = handlers::handle(&app, decoded.message, decoded.payload, &outbox, &subscriptions).await;
                     if let Some(response) = response {
-                        let _ = outbox.send(frame(&response));
+                        outbox.send(frame(&response)).await;
                     }
                 });
             }
             _ => {
-                let _ = outbox.send(error_frame(
-                    "schemaInvalid",
-                    "expected a client hello, then requests",
-                ));
+                outbox.send(error_frame("schemaInvalid", "expected a client hello, then requests")).await;
                 break;
             }
         }

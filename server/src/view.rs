@@ -6,6 +6,8 @@
 //!   revisions.
 //! - `display` comes only from the kernel's reducer; the view adds no status
 //!   logic of its own.
+//! - Snapshots and patches come from the same [`Projection`], so a snapshot
+//!   at revision N equals an older snapshot plus the patches up to N.
 //! - Generated content (the complete definition and graph history, long
 //!   reasons) is stored under the exact run id, digest and media type in
 //!   `run_view_content` before a reference to it is returned.
@@ -16,8 +18,9 @@ use crate::store::{Commit, meta, runs};
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};
-use rusqlite::{Connection, params};
-use serde_json::{Value, json};
+use kernel::topology::Topology;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,124 +28,173 @@ use std::sync::Arc;
 pub const INLINE_REASON_CHARS: usize = 16 * 1024;
 /// At most this many steps are inline in a view; the rest are paged.
 pub const STEP_PAGE_LIMIT: usize = 256;
+/// At most this many current updates are inline in a view (newest first).
+pub const UPDATE_PAGE_LIMIT: usize = 64;
 
-/// Builds the run view of `run_id`, or `None` when it does not exist.
-pub async fn build(
-    app: &Arc<App>,
-    run_id: RunId,
-) -> Result<Option<Value>, crate::store::StoreError> {
-    app.store
-        .write(move |connection| Ok(Commit::Keep(build_in(connection, &run_id)?)))
-        .await
+/// The small documents a run view is made of. Patches replace or append
+/// inside these; they are never computed by diffing whole views.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection {
+    /// `status`, `display`, timestamps, `failure`, `title`, `workflowName`.
+    pub header: Map<String, Value>,
+    /// One entry per topology node, in definition order.
+    pub nodes: Vec<Value>,
+    pub edges: Vec<Value>,
+    /// Every graph step (node visit with its attempts), in order.
+    pub steps: Vec<Value>,
+    /// The newest current updates.
+    pub updates: Vec<Value>,
+    pub updates_total: usize,
 }
 
-/// Builds the view inside the caller's transaction.
+/// Reads the projection of `run_id`, or `None` when it does not exist.
+pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<Projection>> {
+    let Some(agg) = runs::load(connection, run_id)? else { return Ok(None) };
+    let Some(meta) = meta::load(connection, run_id)? else { return Ok(None) };
+    let topology = meta::topology(connection, &meta.definition_digest)?;
+    let error_message: Option<String> =
+        connection.query_row("SELECT error_message FROM runs WHERE run_id = ?1", params![run_id.as_str()], |row| row.get(0))?;
+    let steps = step_records(connection, run_id)?;
+    let mut header = Map::new();
+    header.insert("workflowName".into(), json!(meta.workflow_name));
+    if let Some(title) = meta.title.as_ref().filter(|title| !title.is_empty()) {
+        header.insert("title".into(), json!(title.chars().take(200).collect::<String>()));
+    }
+    header.insert(
+        "status".into(),
+        json!({
+            "run": codec_name(&agg.run.status),
+            "queue": codec_name(&agg.run.queue),
+            "paused": agg.run.paused,
+            "executionMode": if agg.run.mode.origin_session().is_some() { "interactive" } else { "headless" },
+        }),
+    );
+    header.insert("display".into(), display_value(connection, &agg, error_message.as_deref())?);
+    header.insert("createdAtMs".into(), json!(agg.run.created_at_ms));
+    header.insert("updatedAtMs".into(), json!(agg.run.updated_at_ms));
+    if let Some(finished) = agg.run.finished_at_ms {
+        header.insert("finishedAtMs".into(), json!(finished));
+    }
+    if let Some(error) = &agg.run.error {
+        let message = error_message.clone().unwrap_or_else(|| codec_name(&error.reason));
+        header.insert(
+            "failure".into(),
+            json!({ "class": codec_name(&error.class), "message": message.chars().take(512).collect::<String>() }),
+        );
+    }
+    let (updates, updates_total) = updates(connection, run_id)?;
+    Ok(Some(Projection {
+        header,
+        nodes: nodes(topology.as_deref(), &agg, &steps),
+        edges: edges(topology.as_deref()),
+        steps: steps.into_iter().map(|step| step.value).collect(),
+        updates,
+        updates_total,
+    }))
+}
+
+/// Builds the run view of `run_id`, or `None` when it does not exist.
+pub async fn build(app: &Arc<App>, run_id: RunId) -> Result<Option<Value>, crate::store::StoreError> {
+    app.store.write(move |connection| Ok(Commit::Keep(build_in(connection, &run_id)?))).await
+}
+
+/// The presentation revision of a run (0 before its first change).
+pub fn presentation_revision(connection: &Connection, run_id: &RunId) -> rusqlite::Result<u64> {
+    let revision: Option<i64> = connection
+        .query_row("SELECT presentation_revision FROM viewer_runs WHERE run_id = ?1", params![run_id.as_str()], |row| row.get(0))
+        .optional()?;
+    Ok(revision.map_or(0, |revision| revision.max(0) as u64))
+}
+
+/// Builds the complete view document inside the caller's transaction.
 pub fn build_in(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<Value>> {
-    let Some(agg) = runs::load(connection, run_id)? else {
-        return Ok(None);
-    };
-    let Some(meta) = meta::load(connection, run_id)? else {
-        return Ok(None);
-    };
+    let Some(projection) = projection(connection, run_id)? else { return Ok(None) };
+    let revision = presentation_revision(connection, run_id)?;
+    let Some(meta) = meta::load(connection, run_id)? else { return Ok(None) };
     let topology_json: String = connection.query_row(
         "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
         params![meta.definition_digest],
         |row| row.get(0),
     )?;
-    let topology: Option<kernel::topology::Topology> = serde_json::from_str(&topology_json).ok();
-    let steps = step_records(connection, run_id)?;
-    let error_message: Option<String> = connection.query_row(
-        "SELECT error_message FROM runs WHERE run_id = ?1",
-        params![run_id.as_str()],
-        |row| row.get(0),
-    )?;
-    let revision: i64 = connection.query_row(
-        "SELECT presentation_revision FROM viewer_runs WHERE run_id = ?1",
-        params![run_id.as_str()],
-        |row| row.get(0),
-    )?;
-    let display = display::display(&DisplayFacts::from_run(
-        &agg,
-        OutsideFacts {
-            submission_validating: false,
-            restart_eligible: true,
-        },
-    ));
-    let mut display_value = json!({
+    Ok(Some(document(connection, run_id, revision, &projection, topology_json.as_bytes())?))
+}
+
+/// Assembles the view document from a projection.
+fn document(
+    connection: &Connection,
+    run_id: &RunId,
+    revision: u64,
+    projection: &Projection,
+    definition: &[u8],
+) -> rusqlite::Result<Value> {
+    let mut view = Map::new();
+    view.insert("schema".into(), json!("pi-workflows.run-view.v1"));
+    view.insert("runId".into(), json!(run_id.as_str()));
+    view.insert("revision".into(), json!(revision));
+    for (key, value) in &projection.header {
+        view.insert(key.clone(), value.clone());
+    }
+    let display = view.get_mut("display").expect("the header has a display");
+    if let Some(reason) = display.get("reason").and_then(Value::as_str).map(str::to_owned)
+        && reason.chars().count() > INLINE_REASON_CHARS
+    {
+        let reference = store_content(connection, run_id, reason.as_bytes(), "text/plain")?;
+        let object = display.as_object_mut().expect("display is an object");
+        object.remove("reason");
+        object.insert("reasonNotice".into(), json!("The reason is longer than 16 KiB; read it through reasonContent."));
+        object.insert("reasonContent".into(), reference);
+    }
+    view.insert("nodes".into(), json!(projection.nodes));
+    view.insert("edges".into(), json!(projection.edges));
+    let inline: Vec<&Value> = projection.steps.iter().take(STEP_PAGE_LIMIT).collect();
+    let mut steps = json!({ "items": inline, "total": projection.steps.len() });
+    if projection.steps.len() > STEP_PAGE_LIMIT {
+        steps["nextCursor"] = json!(STEP_PAGE_LIMIT.to_string());
+    }
+    view.insert("steps".into(), steps);
+    let mut updates = json!({ "items": projection.updates, "total": projection.updates_total });
+    if projection.updates_total > projection.updates.len() {
+        updates["nextCursor"] = json!(projection.updates.len().to_string());
+    }
+    view.insert("updates".into(), updates);
+    view.insert("definition".into(), store_content(connection, run_id, definition, "application/json")?);
+    let history = protocol::canonicalize(&json!(projection.steps)).unwrap_or_default();
+    view.insert("graphHistory".into(), store_content(connection, run_id, &history, "application/json")?);
+    Ok(Value::Object(view))
+}
+
+fn display_value(connection: &Connection, agg: &RunAggregate, error_message: Option<&str>) -> rusqlite::Result<Value> {
+    let validating: bool = match &agg.interaction {
+        Some(interaction) => connection.query_row(
+            "SELECT EXISTS (SELECT 1 FROM interactive_submissions WHERE interaction_id = ?1 AND outcome = 'validating')",
+            params![interaction.interaction_id.as_str()],
+            |row| row.get(0),
+        )?,
+        None => false,
+    };
+    let outside = OutsideFacts { submission_validating: validating, restart_eligible: restart_eligible(agg) };
+    let display = display::display(&DisplayFacts::from_run(agg, outside));
+    let mut value = json!({
         "status": codec_name(&display.status),
         "activity": codec_name(&display.activity),
         "controls": display.controls.iter().map(codec_name).collect::<Vec<_>>(),
     });
     if let Some(node) = &display.current_node {
-        display_value["currentNode"] = json!(node.as_str());
+        value["currentNode"] = json!(node.as_str());
     }
     if let Some(node) = &display.waiting_on {
-        display_value["waitingOn"] = json!(node.as_str());
+        value["waitingOn"] = json!(node.as_str());
     }
-    if let Some(reason) = display
-        .reason
-        .as_ref()
-        .map(|reason| reason_text(reason, error_message.as_deref()))
-    {
-        if reason.chars().count() <= INLINE_REASON_CHARS {
-            display_value["reason"] = json!(reason);
-        } else {
-            let reference = store_content(connection, run_id, reason.as_bytes(), "text/plain")?;
-            display_value["reasonNotice"] =
-                json!("The reason is longer than 16 KiB; read it through reasonContent.");
-            display_value["reasonContent"] = reference;
-        }
+    if let Some(reason) = display.reason.as_ref() {
+        value["reason"] = json!(reason_text(reason, error_message));
     }
-    let definition = store_content(
-        connection,
-        run_id,
-        topology_json.as_bytes(),
-        "application/json",
-    )?;
-    let history_bytes =
-        protocol::canonicalize(&json!(steps.iter().map(|s| &s.value).collect::<Vec<_>>()))
-            .unwrap_or_default();
-    let graph_history = store_content(connection, run_id, &history_bytes, "application/json")?;
-    let mut view = json!({
-        "schema": "pi-workflows.run-view.v1",
-        "runId": run_id.as_str(),
-        "revision": revision.max(agg.run.revision.0 as i64),
-        "workflowName": meta.workflow_name,
-        "status": {
-            "run": codec_name(&agg.run.status),
-            "queue": codec_name(&agg.run.queue),
-            "paused": agg.run.paused,
-            "executionMode": if agg.run.mode.origin_session().is_some() { "interactive" } else { "headless" },
-        },
-        "display": display_value,
-        "createdAtMs": agg.run.created_at_ms,
-        "updatedAtMs": agg.run.updated_at_ms,
-        "nodes": nodes(topology.as_ref(), &agg, &steps),
-        "edges": edges(topology.as_ref()),
-        "steps": {
-            "items": steps.iter().take(STEP_PAGE_LIMIT).map(|s| s.value.clone()).collect::<Vec<_>>(),
-            "total": steps.len(),
-        },
-        "updates": { "items": [], "total": 0 },
-        "definition": definition,
-        "graphHistory": graph_history,
-    });
-    if steps.len() > STEP_PAGE_LIMIT {
-        view["steps"]["nextCursor"] = json!(format!("steps:{STEP_PAGE_LIMIT}"));
-    }
-    if let Some(title) = meta.title.filter(|title| !title.is_empty()) {
-        view["title"] = json!(title.chars().take(200).collect::<String>());
-    }
-    if let Some(finished) = agg.run.finished_at_ms {
-        view["finishedAtMs"] = json!(finished);
-    }
-    if let Some(error) = &agg.run.error {
-        let message = error_message
-            .clone()
-            .unwrap_or_else(|| codec_name(&error.reason));
-        view["failure"] = json!({ "class": codec_name(&error.class), "message": message.chars().take(512).collect::<String>() });
-    }
-    Ok(Some(view))
+    Ok(value)
+}
+
+/// Whether the restart chain allows another restart (the kernel checks the
+/// fingerprint when the command comes).
+fn restart_eligible(agg: &RunAggregate) -> bool {
+    agg.run.lineage.restart.as_ref().is_none_or(|restart| restart.number < kernel::run::MAX_RESTARTS)
 }
 
 fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
@@ -168,21 +220,14 @@ fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
 }
 
 /// Stores generated content for `run_id` and returns its reference.
-pub fn store_content(
-    connection: &Connection,
-    run_id: &RunId,
-    bytes: &[u8],
-    media_type: &str,
-) -> rusqlite::Result<Value> {
+pub fn store_content(connection: &Connection, run_id: &RunId, bytes: &[u8], media_type: &str) -> rusqlite::Result<Value> {
     let digest = crate::ids::sha256(bytes);
     connection.execute(
         "INSERT INTO run_view_content (run_id, digest, media_type, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT DO NOTHING",
         params![run_id.as_str(), digest.0.to_vec(), media_type, bytes, crate::clock::now_ms() as i64],
     )?;
-    Ok(
-        json!({ "digest": crate::ids::digest_text(&digest), "mediaType": media_type, "bytes": bytes.len() }),
-    )
+    Ok(json!({ "digest": crate::ids::digest_text(&digest), "mediaType": media_type, "bytes": bytes.len() }))
 }
 
 /// One graph step with its attempts.
@@ -194,7 +239,7 @@ struct Step {
 
 fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<Step>> {
     let mut statement = connection.prepare_cached(
-        "SELECT attempt_id, node_id, visit, status, outcome, started_at_ms, finished_at_ms, seq
+        "SELECT attempt_id, node_id, visit, status, outcome, started_at_ms, finished_at_ms
          FROM node_attempts WHERE run_id = ?1 ORDER BY seq",
     )?;
     let rows = statement.query_map(params![run_id.as_str()], |row| {
@@ -212,8 +257,7 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
     let mut index: BTreeMap<(String, i64), usize> = BTreeMap::new();
     for row in rows {
         let (attempt_id, node_id, visit, status, outcome, started, finished) = row?;
-        let mut attempt =
-            json!({ "attemptId": attempt_id, "attemptNumber": 1, "startedAtMs": started });
+        let mut attempt = json!({ "attemptId": attempt_id, "attemptNumber": 1, "startedAtMs": started });
         if let Some(finished) = finished {
             attempt["finishedAtMs"] = json!(finished);
         }
@@ -223,9 +267,7 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
         let key = (node_id.clone(), visit);
         if let Some(&at) = index.get(&key) {
             let step = &mut steps[at];
-            let attempts = step.value["attempts"]
-                .as_array_mut()
-                .expect("attempts array");
+            let attempts = step.value["attempts"].as_array_mut().expect("attempts array");
             attempt["attemptNumber"] = json!(attempts.len() + 1);
             attempts.push(attempt);
             set_step_end(step, finished, outcome, &status);
@@ -244,29 +286,33 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
 }
 
 fn set_step_end(step: &mut Step, finished: Option<i64>, outcome: Option<String>, status: &str) {
+    let object = step.value.as_object_mut().expect("a step object");
     if status == "finished" {
-        step.value["finishedAtMs"] = json!(finished);
-        step.value["outcome"] = json!(outcome);
+        object.insert("finishedAtMs".into(), json!(finished));
+        object.insert("outcome".into(), json!(outcome));
         step.outcome = outcome;
+    } else {
+        object.remove("finishedAtMs");
+        object.remove("outcome");
+        step.outcome = None;
     }
 }
 
-fn nodes(
-    topology: Option<&kernel::topology::Topology>,
-    agg: &RunAggregate,
-    steps: &[Step],
-) -> Vec<Value> {
-    let Some(topology) = topology else {
-        return Vec::new();
-    };
+fn nodes(topology: Option<&Topology>, agg: &RunAggregate, steps: &[Step]) -> Vec<Value> {
+    let Some(topology) = topology else { return Vec::new() };
+    let mut visits: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut last: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for step in steps {
+        *visits.entry(step.node_id.as_str()).or_default() += 1;
+        last.insert(step.node_id.as_str(), step.outcome.as_deref());
+    }
     topology
         .nodes
         .iter()
         .map(|node| {
-            let visits = steps.iter().filter(|step| step.node_id == node.id.as_str()).count();
-            let last = steps.iter().rev().find(|step| step.node_id == node.id.as_str());
+            let id = node.id.as_str();
             let unfinished = agg.attempt.as_ref().filter(|attempt| attempt.status.is_unfinished() && attempt.node_id == node.id);
-            let state = match (unfinished.map(|attempt| attempt.status), last.and_then(|step| step.outcome.as_deref())) {
+            let state = match (unfinished.map(|attempt| attempt.status), last.get(id).copied().flatten()) {
                 (Some(kernel::attempt::AttemptStatus::Waiting), _) => "waiting",
                 (Some(_), _) => "running",
                 (None, Some("ok")) if agg.run.waiting_on.as_ref() == Some(&node.id) => "waiting",
@@ -276,21 +322,17 @@ fn nodes(
                 (None, Some("cancelled")) => "cancelled",
                 _ => "pending",
             };
-            json!({ "id": node.id.as_str(), "nodeType": codec_name(&node.node_type), "visits": visits, "state": state })
+            json!({ "id": id, "nodeType": codec_name(&node.node_type), "visits": visits.get(id).copied().unwrap_or(0), "state": state })
         })
         .collect()
 }
 
-fn edges(topology: Option<&kernel::topology::Topology>) -> Vec<Value> {
-    let Some(topology) = topology else {
-        return Vec::new();
-    };
+fn edges(topology: Option<&Topology>) -> Vec<Value> {
+    let Some(topology) = topology else { return Vec::new() };
     let mut edges = Vec::new();
     for edge in &topology.edges {
         match edge {
-            kernel::topology::Edge::Plain { from, to } => {
-                edges.push(json!({ "from": from.as_str(), "to": to.as_str() }))
-            }
+            kernel::topology::Edge::Plain { from, to } => edges.push(json!({ "from": from.as_str(), "to": to.as_str() })),
             kernel::topology::Edge::Switch { from, cases, .. } => {
                 for (case, to) in cases {
                     edges.push(json!({ "from": from.as_str(), "to": to.as_str(), "label": case.chars().take(200).collect::<String>() }));
@@ -299,4 +341,32 @@ fn edges(topology: Option<&kernel::topology::Topology>) -> Vec<Value> {
         }
     }
     edges
+}
+
+/// The newest current updates (inline) and the total number of current pairs.
+fn updates(connection: &Connection, run_id: &RunId) -> rusqlite::Result<(Vec<Value>, usize)> {
+    let total: i64 =
+        connection.query_row("SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1", params![run_id.as_str()], |row| row.get(0))?;
+    let items = update_page(connection, run_id, 0, UPDATE_PAGE_LIMIT)?;
+    Ok((items, total.max(0) as usize))
+}
+
+/// Current updates newest first, from `offset`.
+pub fn update_page(connection: &Connection, run_id: &RunId, offset: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT update_id, attempt_id, seq, update_type, update_key, data_json FROM workflow_updates
+         WHERE run_id = ?1 ORDER BY seq DESC, update_type, update_key LIMIT ?2 OFFSET ?3",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str(), limit as i64, offset as i64], |row| {
+        let data: String = row.get(5)?;
+        Ok(json!({
+            "updateId": row.get::<_, String>(0)?,
+            "attemptId": row.get::<_, String>(1)?,
+            "seq": row.get::<_, i64>(2)?,
+            "type": row.get::<_, String>(3)?,
+            "key": row.get::<_, String>(4)?,
+            "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
+        }))
+    })?;
+    rows.collect()
 }

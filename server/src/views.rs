@@ -1,58 +1,219 @@
-//! Publishing run changes to live subscribers.
+//! Live subscriptions: run views, the run list and origin sessions.
 //!
-//! Invariant: a publish is a notification that committed facts changed; a
-//! subscriber re-reads the committed view, so a dropped or coalesced notice
-//! can delay a renderer but never show it a state that did not commit.
+//! Invariants:
+//! - Every event carries a state that committed: a subscriber re-reads
+//!   committed facts after each announced commit (`Store::subscribe`), so a
+//!   coalesced or lagging subscriber can be late but never wrong.
+//! - A run subscriber receives the patches after its last accepted revision
+//!   when they are retained, otherwise one bounded snapshot.
+//! - A slow subscriber has at most one event buffered at a time: the next
+//!   event is prepared only after the previous one reached the socket, and
+//!   every change in between is coalesced into it. The server's memory per
+//!   subscriber is bounded by one event.
+//! - `unsubscribe` and connection close stop the subscription's task.
 
 use crate::app::App;
-use kernel::ids::{Revision, RunId, SessionId};
-use std::sync::Arc;
-use tokio::sync::broadcast;
+use crate::socket::{Outbox, frame};
+use crate::store::viewer;
+use kernel::ids::{RunId, SessionId};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
 
-/// What changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change {
-    Run { run_id: RunId, revision: Revision },
-    Session { session_id: SessionId },
-}
-
-/// The fan-out point for committed changes.
-#[derive(Debug)]
-pub struct Hub {
-    changes: broadcast::Sender<Change>,
-}
-
-impl Default for Hub {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// The fan-out point for committed changes (the store announces them).
+#[derive(Debug, Default)]
+pub struct Hub;
 
 impl Hub {
-    /// A hub with no subscribers.
+    /// A hub.
     pub fn new() -> Self {
-        Self {
-            changes: broadcast::channel(1024).0,
+        Self
+    }
+
+    /// Kernel `PublishRun` outputs need no work: the store announces every
+    /// committed presentation revision itself, after the commit.
+    pub fn publish_run(&self, _app: &Arc<App>, _run_id: &RunId, _revision: kernel::ids::Revision) {}
+
+    /// Session messages are announced with the run change that carried them.
+    pub fn publish_session(&self, _app: &Arc<App>, _session_id: &SessionId) {}
+}
+
+/// What a subscription follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Run(RunId),
+    RunList,
+    Session(SessionId),
+}
+
+/// The subscriptions of one connection.
+#[derive(Clone, Debug, Default)]
+pub struct Subscriptions {
+    tasks: Arc<Mutex<HashMap<String, JoinHandle<()>>>>,
+}
+
+impl Subscriptions {
+    /// No subscriptions.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts a subscription task. Its first frame is the `subscribe`
+    /// response that `accepted` builds from the new subscription id.
+    pub fn start(
+        &self,
+        app: &Arc<App>,
+        outbox: &Outbox,
+        target: Target,
+        from_revision: Option<u64>,
+        accepted: impl FnOnce(&str) -> Value,
+    ) -> String {
+        let id = format!("sub-{}", crate::ids::random_hex::<6>());
+        let response = frame(&accepted(&id));
+        let (app, outbox_for_task, task_id) = (app.clone(), outbox.clone(), id.clone());
+        let task = tokio::spawn(async move {
+            if outbox_for_task.send(response).await {
+                follow(app, outbox_for_task, task_id, target, from_revision).await;
+            }
+        });
+        self.tasks.lock().expect("subscriptions lock").insert(id.clone(), task);
+        id
+    }
+
+    /// Stops one subscription; `false` when it does not exist.
+    pub fn stop(&self, id: &str) -> bool {
+        match self.tasks.lock().expect("subscriptions lock").remove(id) {
+            Some(task) => {
+                task.abort();
+                true
+            }
+            None => false,
         }
     }
 
-    /// A new receiver of changes.
-    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
-        self.changes.subscribe()
+    /// How many subscriptions are active.
+    pub fn len(&self) -> usize {
+        self.tasks.lock().expect("subscriptions lock").len()
     }
 
-    /// A run's durable facts changed at `revision`.
-    pub fn publish_run(&self, _app: &Arc<App>, run_id: &RunId, revision: Revision) {
-        let _ = self.changes.send(Change::Run {
-            run_id: run_id.clone(),
-            revision,
-        });
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
-    /// An origin session's messages changed.
-    pub fn publish_session(&self, _app: &Arc<App>, session_id: &SessionId) {
-        let _ = self.changes.send(Change::Session {
-            session_id: session_id.clone(),
-        });
+    /// Stops every subscription (connection closed).
+    pub fn close_all(&self) {
+        for (_, task) in self.tasks.lock().expect("subscriptions lock").drain() {
+            task.abort();
+        }
     }
+}
+
+fn event(subscription_id: &str, revision: u64, event: Value) -> Vec<u8> {
+    frame(&json!({
+        "schema": "pi-workflows.client.v1",
+        "type": "event",
+        "subscriptionId": subscription_id,
+        "revision": revision,
+        "event": event,
+    }))
+}
+
+async fn follow(app: Arc<App>, outbox: Outbox, id: String, target: Target, from_revision: Option<u64>) {
+    // Subscribe before the first read so no commit between them is missed.
+    let mut changes = app.store.subscribe();
+    let mut cursor = from_revision;
+    loop {
+        let sent = match &target {
+            Target::Run(run_id) => deliver_run(&app, &outbox, &id, run_id, &mut cursor).await,
+            Target::RunList => deliver_list(&app, &outbox, &id, &mut cursor).await,
+            Target::Session(session_id) => deliver_session(&app, &outbox, &id, session_id, &mut cursor).await,
+        };
+        if !sent || outbox.is_closed() {
+            return;
+        }
+        // Wait for the next relevant commit, then coalesce everything pending.
+        loop {
+            match changes.recv().await {
+                Ok((run_id, _)) if relevant(&target, &run_id) => break,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => break,
+                Err(RecvError::Closed) => return,
+            }
+        }
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
+    }
+}
+
+fn relevant(target: &Target, changed: &RunId) -> bool {
+    match target {
+        Target::Run(run_id) => run_id == changed,
+        Target::RunList | Target::Session(_) => true,
+    }
+}
+
+/// Sends what a run subscriber is missing: patches since its cursor when
+/// retained, otherwise a snapshot. Returns `false` when the connection closed.
+async fn deliver_run(app: &Arc<App>, outbox: &Outbox, id: &str, run_id: &RunId, cursor: &mut Option<u64>) -> bool {
+    let run = run_id.clone();
+    let from = *cursor;
+    let read = app
+        .store
+        .write(move |connection| {
+            let current = crate::view::presentation_revision(connection, &run)?;
+            if from == Some(current) {
+                return Ok(crate::store::Commit::Discard(None));
+            }
+            if let Some(from) = from
+                && let Some((revision, ops)) = viewer::patches_since(connection, &run, from)?
+            {
+                let patch = json!({ "kind": "runViewPatch", "runId": run.as_str(), "baseRevision": from, "ops": ops });
+                return Ok(crate::store::Commit::Discard(Some((revision, patch))));
+            }
+            let view = crate::view::build_in(connection, &run)?;
+            Ok(crate::store::Commit::Keep(view.map(|view| (current, json!({ "kind": "runViewSnapshot", "view": view })))))
+        })
+        .await;
+    match read {
+        Ok(Some((revision, payload))) => {
+            *cursor = Some(revision);
+            outbox.send_and_drain(event(id, revision, payload)).await
+        }
+        Ok(None) => true,
+        Err(_) => !outbox.is_closed(),
+    }
+}
+
+async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Option<u64>) -> bool {
+    let page = app.store.read(|connection| crate::reads::run_list(connection, None, crate::reads::LIST_PAGE, None)).await;
+    let Ok((rows, next_cursor, revision)) = page else { return !outbox.is_closed() };
+    if *cursor == Some(revision) {
+        return true;
+    }
+    *cursor = Some(revision);
+    let mut payload = json!({ "kind": "runListSnapshot", "rows": rows });
+    if let Some(next) = next_cursor {
+        payload["nextCursor"] = json!(next);
+    }
+    outbox.send_and_drain(event(id, revision, payload)).await
+}
+
+async fn deliver_session(app: &Arc<App>, outbox: &Outbox, id: &str, session_id: &SessionId, cursor: &mut Option<u64>) -> bool {
+    let session = session_id.clone();
+    let view = app.store.write(move |connection| Ok(crate::store::Commit::Keep(crate::reads::session_view(connection, &session)?))).await;
+    let Ok(view) = view else { return !outbox.is_closed() };
+    let revision = view.get("revision").and_then(Value::as_u64).unwrap_or(0);
+    if *cursor == Some(revision) {
+        return true;
+    }
+    *cursor = Some(revision);
+    let payload = json!({
+        "kind": "sessionMessages",
+        "sessionId": session_id.as_str(),
+        "messages": view["messages"],
+        "messageCount": view["messageCount"],
+    });
+    outbox.send_and_drain(event(id, revision, payload)).await
 }

@@ -10,6 +10,8 @@ use kernel::ids::{Digest, RunId, SessionId};
 use kernel::run::ExecutionMode;
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Everything needed to launch or restart a run.
 #[derive(Clone, Debug)]
@@ -83,11 +85,14 @@ pub(crate) fn put_definition(
     Ok(())
 }
 
-/// Loads the topology of a definition.
-pub(crate) fn topology(
-    connection: &Connection,
-    digest: &str,
-) -> rusqlite::Result<Option<Topology>> {
+/// Loads the topology of a definition. Definitions are immutable, so parsed
+/// topologies are cached by digest for the life of the process.
+pub(crate) fn topology(connection: &Connection, digest: &str) -> rusqlite::Result<Option<Arc<Topology>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Topology>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(found) = cache.lock().expect("topology cache").get(digest) {
+        return Ok(Some(found.clone()));
+    }
     let text: Option<String> = connection
         .query_row(
             "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
@@ -95,7 +100,11 @@ pub(crate) fn topology(
             |row| row.get(0),
         )
         .optional()?;
-    Ok(text.and_then(|text| serde_json::from_str(&text).ok()))
+    let parsed = text.and_then(|text| serde_json::from_str::<Topology>(&text).ok()).map(Arc::new);
+    if let Some(topology) = &parsed {
+        cache.lock().expect("topology cache").insert(digest.to_owned(), topology.clone());
+    }
+    Ok(parsed)
 }
 
 /// Inserts the rows of a new run (`runs`, `run_sources`, `run_bindings`,

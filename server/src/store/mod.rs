@@ -22,6 +22,7 @@ pub mod host;
 pub mod meta;
 pub mod runs;
 pub mod schema;
+pub mod viewer;
 
 use rusqlite::{Connection, OpenFlags};
 use sha2::{Digest as _, Sha256};
@@ -108,11 +109,15 @@ struct Job {
     reply: ReplyFn,
 }
 
+/// A committed presentation change: the run and its new presentation revision.
+pub type Published = (kernel::ids::RunId, u64);
+
 /// A handle to the writer thread. Cloning shares the same thread.
 #[derive(Clone, Debug)]
 pub struct Store {
     jobs: mpsc::Sender<Job>,
     path: PathBuf,
+    published: tokio::sync::broadcast::Sender<Published>,
 }
 
 impl std::fmt::Debug for Job {
@@ -126,19 +131,27 @@ impl Store {
     pub fn open(path: &Path, faults: crate::fault::Faults) -> Result<Self, StoreError> {
         let connection = open_connection(path)?;
         let (jobs, receiver) = mpsc::channel::<Job>();
+        let (published, _) = tokio::sync::broadcast::channel(4096);
+        let sender = published.clone();
         thread::Builder::new()
             .name("state-writer".into())
-            .spawn(move || writer_loop(connection, receiver, faults))
+            .spawn(move || writer_loop(connection, receiver, faults, sender))
             .map_err(|_| StoreError::Closed)?;
         Ok(Self {
             jobs,
             path: path.to_path_buf(),
+            published,
         })
     }
 
     /// The database path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Presentation changes, announced after their commit.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Published> {
+        self.published.subscribe()
     }
 
     /// Runs `write` in the writer thread inside a transaction and returns its
@@ -257,6 +270,7 @@ fn writer_loop(
     connection: Connection,
     receiver: mpsc::Receiver<Job>,
     faults: crate::fault::Faults,
+    published: tokio::sync::broadcast::Sender<Published>,
 ) {
     while let Ok(first) = receiver.recv() {
         let mut batch = vec![first];
@@ -266,8 +280,14 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
-        let committed = run_batch(&connection, &mut batch, &faults);
+        let mut changes = Vec::new();
+        let committed = run_batch(&connection, &mut batch, &faults, &mut changes);
         faults.hit(crate::fault::FaultPoint::AfterCommit);
+        if committed.is_ok() {
+            for change in changes {
+                let _ = published.send(change);
+            }
+        }
         for job in batch {
             let result = match &committed {
                 Ok(()) => Ok(()),
@@ -291,13 +311,20 @@ fn run_batch(
     connection: &Connection,
     batch: &mut [Job],
     faults: &crate::fault::Faults,
+    changes: &mut Vec<Published>,
 ) -> rusqlite::Result<()> {
     connection.execute_batch("BEGIN IMMEDIATE")?;
     for job in batch.iter_mut() {
         let run = std::mem::replace(&mut job.run, Box::new(|_| false));
         connection.execute_batch("SAVEPOINT job")?;
-        if run(connection) {
+        // Every run the job changed gets its presentation revision and patch
+        // inside the job's savepoint.
+        let mut published = Vec::new();
+        let kept = run(connection) && viewer::flush(connection).map(|p| published = p).is_ok();
+        viewer::discard();
+        if kept {
             connection.execute_batch("RELEASE job")?;
+            changes.extend(published);
         } else {
             connection.execute_batch("ROLLBACK TO job; RELEASE job")?;
         }

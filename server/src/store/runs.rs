@@ -427,6 +427,7 @@ pub(crate) fn write(
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let run = &after.run;
+    super::viewer::mark(&run.run_id);
     if before.is_none_or(|before| before.run != *run) {
         write_run(connection, before.map(|b| &b.run), run, now_ms)?;
     }
@@ -765,7 +766,7 @@ pub(crate) fn write_message(
              state, entry_id, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
          ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, entry_id = excluded.entry_id,
-           updated_at_ms = excluded.updated_at_ms",
+           version = workflow_messages.version + 1, updated_at_ms = excluded.updated_at_ms",
         params![
             message.message_id.as_str(),
             message.session_id.as_str(),

@@ -300,6 +300,7 @@ CREATE TABLE workflow_messages (
   session_order INTEGER NOT NULL,
   state TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'cancelled')),
   entry_id TEXT,
+  version INTEGER NOT NULL DEFAULT 1,
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL,
   UNIQUE (session_id, session_order)
@@ -341,10 +342,30 @@ CREATE TABLE update_receipts (
 ) STRICT;
 
 -- Live view projection: one presentation revision per run and retained patches.
+-- The small documents of the last revision are kept so the next patch is a
+-- comparison of small documents, never a diff of whole views.
 CREATE TABLE viewer_runs (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
   presentation_revision INTEGER NOT NULL,
-  retained_floor INTEGER NOT NULL
+  retained_floor INTEGER NOT NULL,
+  header_json TEXT,
+  nodes_json TEXT,
+  steps_total INTEGER NOT NULL DEFAULT 0,
+  steps_tail_json TEXT,
+  updates_json TEXT
+) STRICT;
+
+-- The run list's revision: increases with every presentation revision of any run.
+CREATE TABLE viewer_list (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  revision INTEGER NOT NULL
+) STRICT;
+INSERT INTO viewer_list (singleton, revision) VALUES (1, 0);
+
+-- Origin sessions whose retained terminal view was cleared.
+CREATE TABLE session_views (
+  session_id TEXT PRIMARY KEY,
+  cleared_at_ms INTEGER NOT NULL
 ) STRICT;
 
 CREATE TABLE viewer_deltas (

@@ -1,0 +1,347 @@
+//! Reads: the run list, run-view pages, referenced content, the origin-session
+//! view and workflow discovery. Reads store no receipts.
+//!
+//! Invariants:
+//! - The run list reads status facts only (the stored header of each run's
+//!   last presentation revision); it never loads run histories.
+//! - Pages have an item limit and an encoded byte budget and echo the cursor
+//!   and revision they were read at.
+//! - Content is served only under its exact run id, digest and media type; a
+//!   reference from another run or another media type is unavailable.
+
+use base64::Engine as _;
+use kernel::ids::{RunId, SessionId};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+
+/// Rows per run-list page unless the client asks for fewer.
+pub const LIST_PAGE: usize = 100;
+/// Byte budget of one page unless the client asks for less.
+pub const PAGE_BYTES: usize = 512 * 1024;
+/// Bytes per content chunk at most.
+pub const CHUNK_BYTES: usize = 512 * 1024;
+/// How long a terminal run stays in its origin-session view.
+pub const TERMINAL_RETENTION_MS: u64 = 60_000;
+/// Byte budget of the origin-session message window.
+pub const SESSION_WINDOW_BYTES: usize = 256 * 1024;
+
+/// One page of the run list: rows, the next cursor and the list revision.
+pub fn run_list(
+    connection: &Connection,
+    cursor: Option<&str>,
+    limit: usize,
+    max_bytes: Option<usize>,
+) -> rusqlite::Result<(Vec<Value>, Option<String>, u64)> {
+    let revision: i64 = connection.query_row("SELECT revision FROM viewer_list WHERE singleton = 1", [], |row| row.get(0))?;
+    let (after_created, after_id) = cursor
+        .and_then(|cursor| cursor.split_once(':'))
+        .and_then(|(created, id)| Some((created.parse::<i64>().ok()?, id.to_owned())))
+        .unwrap_or((i64::MAX, String::new()));
+    let limit = limit.clamp(1, 1000);
+    let mut statement = connection.prepare_cached(
+        "SELECT r.run_id, r.created_at_ms, v.presentation_revision, v.header_json
+         FROM runs r JOIN viewer_runs v ON v.run_id = r.run_id
+         WHERE (?2 = '' OR r.created_at_ms < ?1 OR (r.created_at_ms = ?1 AND r.run_id < ?2))
+         ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT ?3",
+    )?;
+    let budget = max_bytes.unwrap_or(PAGE_BYTES);
+    let mut rows = Vec::new();
+    let mut used = 0;
+    let mut next = None;
+    let fetched: Vec<(String, i64, i64, Option<String>)> = statement
+        .query_map(params![after_created, after_id, (limit + 1) as i64], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for (index, (run_id, _, presentation, header)) in fetched.iter().enumerate() {
+        let row = list_row(run_id, *presentation, header.as_deref());
+        let size = serde_json::to_string(&row).map_or(0, |text| text.len());
+        if index == limit || (!rows.is_empty() && used + size > budget) {
+            next = Some(String::new());
+            break;
+        }
+        used += size;
+        rows.push(row);
+    }
+    if next.is_some() {
+        // The cursor names the last row included.
+        if let Some(last) = rows.last() {
+            let created = last["createdAtMs"].as_u64().unwrap_or(0);
+            let id = last["runId"].as_str().unwrap_or_default();
+            next = Some(format!("{created}:{id}"));
+        }
+    }
+    Ok((rows, next, revision.max(0) as u64))
+}
+
+fn list_row(run_id: &str, presentation: i64, header: Option<&str>) -> Value {
+    let header: Value = header.and_then(|text| serde_json::from_str(text).ok()).unwrap_or(json!({}));
+    let mut row = json!({
+        "runId": run_id,
+        "revision": presentation.max(0),
+        "workflowName": header["workflowName"],
+        "status": header["status"],
+        "display": header["display"],
+        "createdAtMs": header["createdAtMs"],
+        "updatedAtMs": header["updatedAtMs"],
+    });
+    for key in ["title", "finishedAtMs"] {
+        if let Some(value) = header.get(key) {
+            row[key] = value.clone();
+        }
+    }
+    if let Some(reason) = row.pointer("/display/reason").and_then(Value::as_str)
+        && reason.chars().count() > crate::view::INLINE_REASON_CHARS
+    {
+        // The list row carries a bounded reason; the full one is in the run view.
+        row["display"]["reason"] = json!(reason.chars().take(crate::view::INLINE_REASON_CHARS).collect::<String>());
+    }
+    row
+}
+
+/// One page of a run-view collection.
+pub fn view_page(
+    connection: &Connection,
+    run_id: &RunId,
+    collection: &str,
+    cursor: Option<&str>,
+    limit: usize,
+    max_bytes: usize,
+) -> rusqlite::Result<Option<Value>> {
+    let Some(projection) = crate::view::projection(connection, run_id)? else { return Ok(None) };
+    let revision = crate::view::presentation_revision(connection, run_id)?;
+    let offset: usize = cursor.and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
+    let limit = limit.clamp(1, 1000);
+    let items: Vec<Value> = match collection {
+        "steps" => projection.steps.iter().skip(offset).take(limit + 1).cloned().collect(),
+        "updates" => crate::view::update_page(connection, run_id, offset, limit + 1)?,
+        "transitions" => transitions(connection, run_id, offset, limit + 1)?,
+        "messages" => run_messages(connection, run_id, offset, limit + 1)?,
+        _ => Vec::new(),
+    };
+    let mut page = Vec::new();
+    let mut used = 0;
+    let mut more = false;
+    for (index, item) in items.into_iter().enumerate() {
+        let size = serde_json::to_string(&item).map_or(0, |text| text.len());
+        if index == limit || (!page.is_empty() && used + size > max_bytes) {
+            more = true;
+            break;
+        }
+        used += size;
+        page.push(item);
+    }
+    let mut value = json!({ "collection": collection, "revision": revision, "items": page });
+    if let Some(cursor) = cursor {
+        value["cursor"] = json!(cursor);
+    }
+    if more {
+        value["nextCursor"] = json!((offset + value["items"].as_array().map_or(0, Vec::len)).to_string());
+    }
+    Ok(Some(value))
+}
+
+fn transitions(connection: &Connection, run_id: &RunId, offset: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT seq, recorded_at_ms, kind, payload FROM events WHERE run_id = ?1 ORDER BY seq LIMIT ?2 OFFSET ?3",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str(), limit as i64, offset as i64], |row| {
+        let payload: String = row.get(3)?;
+        Ok(json!({
+            "seq": row.get::<_, i64>(0)?,
+            "atMs": row.get::<_, i64>(1)?,
+            "kind": row.get::<_, String>(2)?,
+            "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
+        }))
+    })?;
+    rows.collect()
+}
+
+fn run_messages(connection: &Connection, run_id: &RunId, offset: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT message_id, run_id, kind, state, session_order, content_digest, step_reason, entry_id
+         FROM workflow_messages WHERE run_id = ?1 ORDER BY session_order LIMIT ?2 OFFSET ?3",
+    )?;
+    let rows = statement.query_map(params![run_id.as_str(), limit as i64, offset as i64], message_value)?;
+    rows.collect()
+}
+
+fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
+    let digest: Option<Vec<u8>> = row.get(5)?;
+    let mut message = json!({
+        "messageId": row.get::<_, String>(0)?,
+        "runId": row.get::<_, String>(1)?,
+        "kind": row.get::<_, String>(2)?,
+        "state": row.get::<_, String>(3)?,
+        "order": row.get::<_, i64>(4)?,
+        "content": {
+            "digest": format!("sha256:{}", hex::encode(digest.clone().unwrap_or_default())),
+            "mediaType": "text/plain",
+            "bytes": 0,
+        },
+    });
+    if let Some(reason) = row.get::<_, Option<String>>(6)? {
+        message["stepReason"] = json!(reason);
+    }
+    if let Some(entry) = row.get::<_, Option<String>>(7)? {
+        message["entryId"] = json!(entry);
+    }
+    Ok(message)
+}
+
+/// One chunk of referenced content of `run_id`.
+pub fn content_chunk(
+    connection: &Connection,
+    run_id: &RunId,
+    reference: &Value,
+    offset: usize,
+    length: usize,
+) -> rusqlite::Result<Result<Value, &'static str>> {
+    let digest = reference.get("digest").and_then(Value::as_str).and_then(|text| crate::effects::parse_digest(Some(text)));
+    let media_type = reference.get("mediaType").and_then(Value::as_str).unwrap_or_default();
+    let Some(digest) = digest else { return Ok(Err("the reference digest is malformed")) };
+    let bytes: Option<Vec<u8>> = connection
+        .query_row(
+            "SELECT bytes FROM run_view_content WHERE run_id = ?1 AND digest = ?2 AND media_type = ?3",
+            params![run_id.as_str(), digest.0.to_vec(), media_type],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let Some(bytes) = bytes else { return Ok(Err("no such content for this run and media type")) };
+    if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
+        return Ok(Err("the reference length does not match the content"));
+    }
+    if offset > bytes.len() {
+        return Ok(Err("the offset is past the end of the content"));
+    }
+    let end = (offset + length.min(CHUNK_BYTES)).min(bytes.len());
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes[offset..end]);
+    Ok(Ok(json!({
+        "reference": reference,
+        "digest": crate::ids::digest_text(&digest),
+        "offset": offset,
+        "data": data,
+        "final": end == bytes.len(),
+    })))
+}
+
+/// The origin-session view from one consistent read: the active run view
+/// (or the most recent terminal run while it is retained), the window of
+/// workflow messages with their complete count, and the session revision.
+pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::Result<Value> {
+    let now_ms = crate::clock::now_ms();
+    let cleared_at: i64 = connection
+        .query_row("SELECT cleared_at_ms FROM session_views WHERE session_id = ?1", params![session.as_str()], |row| row.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let active: Option<String> = connection
+        .query_row(
+            "SELECT r.run_id FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
+             WHERE b.origin_session_id = ?1 AND r.status IN ('queued', 'running', 'waiting')
+             ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1",
+            params![session.as_str()],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let retained: Option<String> = match active {
+        Some(run) => Some(run),
+        None => connection
+            .query_row(
+                "SELECT r.run_id FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
+                 WHERE b.origin_session_id = ?1 AND r.finished_at_ms IS NOT NULL
+                   AND (r.finished_at_ms + ?2 > ?3
+                        OR EXISTS (SELECT 1 FROM workflow_messages m WHERE m.run_id = r.run_id AND m.kind = 'terminal' AND m.state = 'pending')
+                        OR EXISTS (SELECT 1 FROM workflow_turns t JOIN workflow_messages m ON m.message_id = t.message_id
+                                   WHERE m.run_id = r.run_id AND m.kind = 'terminal' AND t.state = 'open'))
+                   AND r.finished_at_ms > ?4
+                 ORDER BY r.finished_at_ms DESC LIMIT 1",
+                params![session.as_str(), TERMINAL_RETENTION_MS as i64, now_ms as i64, cleared_at],
+                |row| row.get(0),
+            )
+            .optional()?,
+    };
+    let mut statement = connection.prepare_cached(
+        "SELECT message_id, run_id, kind, state, session_order, content_digest, step_reason, entry_id
+         FROM workflow_messages WHERE session_id = ?1
+           AND (state = 'pending' OR (state = 'sent' AND run_id IN (
+                SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))))
+         ORDER BY session_order",
+    )?;
+    let all: Vec<Value> = statement.query_map(params![session.as_str()], message_value)?.collect::<rusqlite::Result<_>>()?;
+    let count = all.len();
+    let mut messages = Vec::new();
+    let mut used = 0;
+    for message in all {
+        let size = serde_json::to_string(&message).map_or(0, |text| text.len());
+        if !messages.is_empty() && used + size > SESSION_WINDOW_BYTES {
+            break;
+        }
+        used += size;
+        messages.push(message);
+    }
+    let runs_revision: i64 = connection.query_row(
+        "SELECT COALESCE(SUM(v.presentation_revision), 0) FROM viewer_runs v JOIN run_bindings b ON b.run_id = v.run_id
+         WHERE b.origin_session_id = ?1",
+        params![session.as_str()],
+        |row| row.get(0),
+    )?;
+    let message_changes: i64 = connection.query_row(
+        "SELECT COALESCE(SUM(version), 0) FROM workflow_messages WHERE session_id = ?1",
+        params![session.as_str()],
+        |row| row.get(0),
+    )?;
+    let mut view = json!({
+        "sessionId": session.as_str(),
+        "revision": (runs_revision + message_changes).max(0),
+        "messages": messages,
+        "messageCount": count,
+    });
+    if let Some(run_id) = retained
+        && let Some(run_view) = crate::view::build_in(connection, &RunId::new(run_id))?
+    {
+        view["activeRun"] = run_view;
+    }
+    Ok(view)
+}
+
+/// `sessionView.clearTerminal`: hides the retained terminal run.
+pub fn clear_terminal(connection: &Connection, session: &SessionId) -> rusqlite::Result<()> {
+    connection.execute(
+        "INSERT INTO session_views (session_id, cleared_at_ms) VALUES (?1, ?2)
+         ON CONFLICT (session_id) DO UPDATE SET cleared_at_ms = excluded.cleared_at_ms",
+        params![session.as_str(), crate::clock::now_ms() as i64],
+    )?;
+    Ok(())
+}
+
+/// The workflow file suffixes discovery accepts.
+pub const WORKFLOW_SUFFIXES: [&str; 4] = [".workflow.ts", ".workflow.js", ".workflow.mts", ".workflow.mjs"];
+
+/// Discovered workflows of a project: `.pi/workflows/` in the project, then
+/// `~/.pi/agent/workflows/`; the first of a name wins. Names are file stems.
+pub fn discover(project_path: &std::path::Path, home: Option<&std::path::Path>) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = Vec::new();
+    let mut directories = vec![(project_path.join(".pi").join("workflows"), "project")];
+    if let Some(home) = home {
+        directories.push((home.join(".pi").join("agent").join("workflows"), "global"));
+    }
+    for (directory, source) in directories {
+        let Ok(entries) = std::fs::read_dir(&directory) else { continue };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+            .filter_map(|entry| {
+                let file = entry.file_name().to_string_lossy().into_owned();
+                WORKFLOW_SUFFIXES.iter().find_map(|suffix| file.strip_suffix(suffix).map(str::to_owned))
+            })
+            .collect();
+        names.sort();
+        for name in names {
+            if !found.iter().any(|(existing, _)| *existing == name) {
+                found.push((name, source));
+            }
+        }
+    }
+    found
+}
+

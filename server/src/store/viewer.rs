@@ -1,0 +1,220 @@
+//! Presentation revisions and patches (`viewer_runs`, `viewer_deltas`).
+//!
+//! Invariants:
+//! - A transaction that changes what a run's view shows advances the run's
+//!   presentation revision and writes its patch in the same commit (the
+//!   writer thread flushes every run a job touched before the job's
+//!   savepoint is released).
+//! - A patch is computed by comparing the run's small documents (header,
+//!   node entries, step entries, the update page) with the ones stored at the
+//!   previous revision — never by diffing whole views.
+//! - 256 revisions are retained; a reader older than that gets a snapshot.
+//! - A change that shows nothing new (a lease renewal) makes no revision.
+
+use super::codec::i64_of;
+use crate::view::{self, Projection};
+use kernel::ids::RunId;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Map, Value, json};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+/// How many presentation revisions keep their patches.
+pub const RETAINED_REVISIONS: u64 = 256;
+
+thread_local! {
+    /// Runs the current job changed (the writer thread runs one job at a time).
+    static DIRTY: RefCell<BTreeSet<RunId>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// Marks a run as changed by the current job.
+pub(crate) fn mark(run_id: &RunId) {
+    DIRTY.with(|dirty| dirty.borrow_mut().insert(run_id.clone()));
+}
+
+/// Forgets the marks of a job that rolled back.
+pub(crate) fn discard() {
+    DIRTY.with(|dirty| dirty.borrow_mut().clear());
+}
+
+/// Records a new presentation revision and patch for every run the current
+/// job changed. Returns the runs that got a new revision.
+pub(crate) fn flush(connection: &Connection) -> rusqlite::Result<Vec<(RunId, u64)>> {
+    let dirty = DIRTY.with(|dirty| std::mem::take(&mut *dirty.borrow_mut()));
+    let mut published = Vec::new();
+    for run_id in dirty {
+        if let Some(revision) = record(connection, &run_id)? {
+            published.push((run_id, revision));
+        }
+    }
+    Ok(published)
+}
+
+/// The stored small documents of the last revision.
+#[derive(Default)]
+struct Stored {
+    revision: u64,
+    header: Map<String, Value>,
+    nodes: Vec<Value>,
+    steps_total: usize,
+    steps_tail: Option<Value>,
+    updates: Vec<Value>,
+}
+
+fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
+    let row = connection
+        .query_row(
+            "SELECT presentation_revision, header_json, nodes_json, steps_total, steps_tail_json, updates_json
+             FROM viewer_runs WHERE run_id = ?1",
+            params![run_id.as_str()],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, i64>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                    row.get::<_, Option<String>>(5)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((revision, header, nodes, steps_total, tail, updates)) = row else { return Ok(Stored::default()) };
+    let parse = |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    Ok(Stored {
+        revision: revision.max(0) as u64,
+        header: parse(header).and_then(|v| v.as_object().cloned()).unwrap_or_default(),
+        nodes: parse(nodes).and_then(|v| v.as_array().cloned()).unwrap_or_default(),
+        steps_total: steps_total.max(0) as usize,
+        steps_tail: parse(tail),
+        updates: parse(updates).and_then(|v| v.as_array().cloned()).unwrap_or_default(),
+    })
+}
+
+/// Computes and stores the patch of one run, if its view changed.
+fn record(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<u64>> {
+    let Some(projection) = view::projection(connection, run_id)? else { return Ok(None) };
+    let before = stored(connection, run_id)?;
+    let mut ops = Vec::new();
+    diff_header(&before.header, &projection.header, &mut ops);
+    for (index, node) in projection.nodes.iter().enumerate() {
+        match before.nodes.get(index) {
+            Some(old) if old == node => {}
+            Some(_) => ops.push(json!({ "op": "replace", "path": format!("/nodes/{index}"), "value": node })),
+            None => ops.push(json!({ "op": "append", "path": "/nodes", "value": node })),
+        }
+    }
+    diff_steps(&before, &projection, &mut ops);
+    if before.updates != projection.updates {
+        ops.push(json!({ "op": "replace", "path": "/updates/items", "value": projection.updates }));
+        ops.push(json!({ "op": "replace", "path": "/updates/total", "value": projection.updates_total }));
+    }
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    let revision = before.revision + 1;
+    ops.push(json!({ "op": "replace", "path": "/revision", "value": revision }));
+    store(connection, run_id, revision, &projection, &ops)?;
+    Ok(Some(revision))
+}
+
+fn diff_header(before: &Map<String, Value>, after: &Map<String, Value>, ops: &mut Vec<Value>) {
+    for (key, value) in after {
+        match before.get(key) {
+            Some(old) if old == value => {}
+            Some(_) => ops.push(json!({ "op": "replace", "path": format!("/{key}"), "value": value })),
+            None => ops.push(json!({ "op": "add", "path": format!("/{key}"), "value": value })),
+        }
+    }
+    for key in before.keys().filter(|key| !after.contains_key(*key)) {
+        ops.push(json!({ "op": "remove", "path": format!("/{key}") }));
+    }
+}
+
+/// Steps only grow; the last one changes while its attempts run. The inline
+/// page holds the first 256; later steps are reached through pages.
+fn diff_steps(before: &Stored, after: &Projection, ops: &mut Vec<Value>) {
+    let total = after.steps.len();
+    let inline_limit = view::STEP_PAGE_LIMIT;
+    if before.steps_total > 0 && before.steps_total <= total && before.steps_total <= inline_limit {
+        let index = before.steps_total - 1;
+        let current = &after.steps[index];
+        if before.steps_tail.as_ref() != Some(current) {
+            ops.push(json!({ "op": "replace", "path": format!("/steps/items/{index}"), "value": current }));
+        }
+    }
+    for index in before.steps_total..total.min(inline_limit) {
+        ops.push(json!({ "op": "append", "path": "/steps/items", "value": after.steps[index] }));
+    }
+    if total != before.steps_total {
+        ops.push(json!({ "op": "replace", "path": "/steps/total", "value": total }));
+        if total > inline_limit && before.steps_total <= inline_limit {
+            ops.push(json!({ "op": "add", "path": "/steps/nextCursor", "value": inline_limit.to_string() }));
+        }
+    }
+}
+
+fn store(connection: &Connection, run_id: &RunId, revision: u64, projection: &Projection, ops: &[Value]) -> rusqlite::Result<()> {
+    let text = |value: &Value| serde_json::to_string(value).unwrap_or_default();
+    let tail = projection.steps.last().map(text);
+    connection.execute(
+        "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor, header_json, nodes_json, steps_total,
+             steps_tail_json, updates_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (run_id) DO UPDATE SET presentation_revision = excluded.presentation_revision,
+           retained_floor = excluded.retained_floor, header_json = excluded.header_json,
+           nodes_json = excluded.nodes_json, steps_total = excluded.steps_total,
+           steps_tail_json = excluded.steps_tail_json, updates_json = excluded.updates_json",
+        params![
+            run_id.as_str(),
+            i64_of(revision),
+            i64_of(revision.saturating_sub(RETAINED_REVISIONS)),
+            text(&Value::Object(projection.header.clone())),
+            text(&json!(projection.nodes)),
+            projection.steps.len() as i64,
+            tail,
+            text(&json!(projection.updates)),
+        ],
+    )?;
+    connection.execute("UPDATE viewer_list SET revision = revision + 1 WHERE singleton = 1", [])?;
+    connection.execute(
+        "INSERT INTO viewer_deltas (run_id, presentation_revision, delta_index, patch_json) VALUES (?1, ?2, 0, ?3)",
+        params![run_id.as_str(), i64_of(revision), text(&json!(ops))],
+    )?;
+    connection.execute(
+        "DELETE FROM viewer_deltas WHERE run_id = ?1 AND presentation_revision <= ?2",
+        params![run_id.as_str(), i64_of(revision.saturating_sub(RETAINED_REVISIONS))],
+    )?;
+    Ok(())
+}
+
+/// The patches after `from` up to the current revision, or `None` when
+/// `from` is older than the retained floor (the reader needs a snapshot).
+pub fn patches_since(connection: &Connection, run_id: &RunId, from: u64) -> rusqlite::Result<Option<(u64, Vec<Value>)>> {
+    let (current, floor): (i64, i64) = match connection
+        .query_row(
+            "SELECT presentation_revision, retained_floor FROM viewer_runs WHERE run_id = ?1",
+            params![run_id.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?
+    {
+        Some(row) => row,
+        None => return Ok(None),
+    };
+    let (current, floor) = (current.max(0) as u64, floor.max(0) as u64);
+    if from < floor || from > current {
+        return Ok(None);
+    }
+    let mut statement = connection.prepare_cached(
+        "SELECT patch_json FROM viewer_deltas WHERE run_id = ?1 AND presentation_revision > ?2
+         ORDER BY presentation_revision, delta_index",
+    )?;
+    let mut ops = Vec::new();
+    for patch in statement.query_map(params![run_id.as_str(), i64_of(from)], |row| row.get::<_, String>(0))? {
+        if let Ok(Value::Array(items)) = serde_json::from_str(&patch?) {
+            ops.extend(items);
+        }
+    }
+    Ok(Some((current, ops)))
+}
