@@ -11,6 +11,7 @@
 
 use crate::app::PACKAGE_VERSION;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::path::Path;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
@@ -53,6 +54,8 @@ pub struct Client {
     /// The server's epoch from its hello.
     pub server_epoch: u64,
     next_request: u64,
+    /// Events that arrived while a request waited for its response.
+    pending_events: VecDeque<Value>,
 }
 
 /// A settled request.
@@ -80,6 +83,7 @@ impl Client {
             client_id: client_id.to_owned(),
             server_epoch: 0,
             next_request: 0,
+            pending_events: VecDeque::new(),
         };
         let hello = json!({
             "schema": "pi-workflows.client.v1",
@@ -183,6 +187,10 @@ impl Client {
         self.send(&frame).await?;
         loop {
             let value = self.receive().await?;
+            if value.get("type").and_then(Value::as_str) == Some("event") {
+                self.pending_events.push_back(value);
+                continue;
+            }
             if value.get("type").and_then(Value::as_str) == Some("response")
                 && value.get("requestId").and_then(Value::as_str) == Some(request_id.as_str())
             {
@@ -207,6 +215,46 @@ impl Client {
             }
         }
     }
+}
+
+impl Client {
+    /// Subscribes to `target` (`{"kind": "run", "runId": …}`, `{"kind":
+    /// "runList"}` or `{"kind": "session", "sessionId": …}`), resuming after
+    /// `from_revision` when given. Returns the response; its receipt names
+    /// the subscription id.
+    pub async fn subscribe(
+        &mut self,
+        target: Value,
+        from_revision: Option<u64>,
+    ) -> Result<Response, ClientError> {
+        let mut payload = json!({ "target": target });
+        if let Some(revision) = from_revision {
+            payload["fromRevision"] = json!(revision);
+        }
+        self.request(&RequestSpec::read("subscribe", None, payload))
+            .await
+    }
+
+    /// The next event frame of any subscription on this connection,
+    /// including the connection's own availability event (subscription id
+    /// `connection`) sent before the server closes it.
+    pub async fn next_event(&mut self) -> Result<Value, ClientError> {
+        if let Some(event) = self.pending_events.pop_front() {
+            return Ok(event);
+        }
+        loop {
+            let value = self.receive().await?;
+            match value.get("type").and_then(Value::as_str) {
+                Some("event") => return Ok(value),
+                _ => continue,
+            }
+        }
+    }
+}
+
+/// The client id of one CLI process.
+pub fn cli_client_id() -> String {
+    format!("cli-{}", crate::ids::random_hex::<8>())
 }
 
 /// What to send (everything but the request id, which each attempt makes new).

@@ -81,7 +81,9 @@ impl Config {
             runner_ready_timeout_ms: positive(&lookup, "PI_WORKFLOWS_READY_TIMEOUT_MS", 30_000)?,
             stop_grace_ms: positive(&lookup, "PI_WORKFLOWS_STOP_GRACE_MS", 5_000)?,
             runner_command,
-            user_home: lookup("HOME").filter(|home| !home.is_empty()).map(PathBuf::from),
+            user_home: lookup("HOME")
+                .filter(|home| !home.is_empty())
+                .map(PathBuf::from),
         })
     }
 

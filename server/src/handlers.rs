@@ -15,10 +15,10 @@ use crate::app::App;
 use crate::resolver;
 use crate::runner_channel::rejection_error;
 use crate::socket::Outbox;
-use crate::views::{Subscriptions, Target};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::{Commit, commands, runs};
+use crate::views::{Subscriptions, Target};
 use kernel::ids::{
     ClientId, Digest, IdempotencyKey, MessageId, RequestId, Revision, RunId, SessionId,
 };
@@ -133,9 +133,20 @@ pub async fn handle(
         Some(RequestPayload::ViewPage(_)) => view_page(app, &request).await,
         Some(RequestPayload::ViewContent(_)) => view_content(app, &request).await,
         Some(RequestPayload::Unsubscribe(_)) => {
-            let id = request.payload.get("subscriptionId").and_then(Value::as_str).unwrap_or_default();
+            let id = request
+                .payload
+                .get("subscriptionId")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             if subscriptions.stop(id) {
-                response(&request.request_id, "unsubscribe", "accepted", None, Some(json!({})), None)
+                response(
+                    &request.request_id,
+                    "unsubscribe",
+                    "accepted",
+                    None,
+                    Some(json!({})),
+                    None,
+                )
             } else {
                 not_found(&request, "no such subscription on this connection")
             }
@@ -847,7 +858,14 @@ fn continuation_identity(
 // ---- reads -------------------------------------------------------------------
 
 fn not_found(request: &Request, message: &str) -> Value {
-    response(&request.request_id, &request.operation, "notFound", None, None, Some(("notFound", message.into())))
+    response(
+        &request.request_id,
+        &request.operation,
+        "notFound",
+        None,
+        None,
+        Some(("notFound", message.into())),
+    )
 }
 
 fn unavailable(request: &Request) -> Value {
@@ -857,7 +875,10 @@ fn unavailable(request: &Request) -> Value {
         "unavailable",
         None,
         None,
-        Some(("internal", "the state database could not be read; retry".into())),
+        Some((
+            "internal",
+            "the state database could not be read; retry".into(),
+        )),
     )
 }
 
@@ -866,29 +887,50 @@ fn number(payload: &Value, key: &str) -> Option<usize> {
 }
 
 async fn runs_list(app: &Arc<App>, request: &Request) -> Value {
-    let cursor = request.payload.get("cursor").and_then(Value::as_str).map(str::to_owned);
+    let cursor = request
+        .payload
+        .get("cursor")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let limit = number(&request.payload, "limit").unwrap_or(crate::reads::LIST_PAGE);
     let max_bytes = number(&request.payload, "maxBytes");
-    let page = app.store.read(move |connection| crate::reads::run_list(connection, cursor.as_deref(), limit, max_bytes)).await;
+    let page = app
+        .store
+        .read(move |connection| {
+            crate::reads::run_list(connection, cursor.as_deref(), limit, max_bytes)
+        })
+        .await;
     match page {
         Ok((rows, next, revision)) => {
             let mut receipt = json!({ "revision": revision, "rows": rows });
             if let Some(next) = next {
                 receipt["nextCursor"] = json!(next);
             }
-            response(&request.request_id, "runs.list", "accepted", Some(revision), Some(receipt), None)
+            response(
+                &request.request_id,
+                "runs.list",
+                "accepted",
+                Some(revision),
+                Some(receipt),
+                None,
+            )
         }
         Err(_) => unavailable(request),
     }
 }
 
 async fn view_page(app: &Arc<App>, request: &Request) -> Value {
-    let Some(run_id) = request.run_id.clone() else { return not_found(request, "view.page needs a runId") };
+    let Some(run_id) = request.run_id.clone() else {
+        return not_found(request, "view.page needs a runId");
+    };
     let payload = request.payload.clone();
     let page = app
         .store
         .read(move |connection| {
-            let collection = payload.get("collection").and_then(Value::as_str).unwrap_or_default();
+            let collection = payload
+                .get("collection")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let cursor = payload.get("cursor").and_then(Value::as_str);
             let limit = number(&payload, "limit").unwrap_or(100);
             let max_bytes = number(&payload, "maxBytes").unwrap_or(crate::reads::PAGE_BYTES);
@@ -898,7 +940,14 @@ async fn view_page(app: &Arc<App>, request: &Request) -> Value {
     match page {
         Ok(Some(page)) => {
             let revision = page.get("revision").and_then(Value::as_u64);
-            response(&request.request_id, "view.page", "accepted", revision, Some(page), None)
+            response(
+                &request.request_id,
+                "view.page",
+                "accepted",
+                revision,
+                Some(page),
+                None,
+            )
         }
         Ok(None) => not_found(request, "no run with this id; check `pi-workflows runs`"),
         Err(_) => unavailable(request),
@@ -906,7 +955,9 @@ async fn view_page(app: &Arc<App>, request: &Request) -> Value {
 }
 
 async fn view_content(app: &Arc<App>, request: &Request) -> Value {
-    let Some(run_id) = request.run_id.clone() else { return not_found(request, "view.content needs a runId") };
+    let Some(run_id) = request.run_id.clone() else {
+        return not_found(request, "view.content needs a runId");
+    };
     let payload = request.payload.clone();
     let chunk = app
         .store
@@ -918,7 +969,14 @@ async fn view_content(app: &Arc<App>, request: &Request) -> Value {
         })
         .await;
     match chunk {
-        Ok(Ok(chunk)) => response(&request.request_id, "view.content", "accepted", None, Some(chunk), None),
+        Ok(Ok(chunk)) => response(
+            &request.request_id,
+            "view.content",
+            "accepted",
+            None,
+            Some(chunk),
+            None,
+        ),
         Ok(Err(message)) => response(
             &request.request_id,
             "view.content",
@@ -933,65 +991,146 @@ async fn view_content(app: &Arc<App>, request: &Request) -> Value {
 
 /// `subscribe`: the response (with the subscription id) is written before the
 /// subscription's first event; `None` because the subscription task sends it.
-async fn subscribe(app: &Arc<App>, request: &Request, outbox: &Outbox, subscriptions: &Subscriptions) -> Option<Value> {
+async fn subscribe(
+    app: &Arc<App>,
+    request: &Request,
+    outbox: &Outbox,
+    subscriptions: &Subscriptions,
+) -> Option<Value> {
     let target = &request.payload["target"];
     let target = match target.get("kind").and_then(Value::as_str) {
         Some("runList") => Target::RunList,
-        Some("run") => Target::Run(RunId::new(target.get("runId").and_then(Value::as_str).unwrap_or_default())),
-        Some("session") => Target::Session(SessionId::new(target.get("sessionId").and_then(Value::as_str).unwrap_or_default())),
+        Some("run") => Target::Run(RunId::new(
+            target
+                .get("runId")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )),
+        Some("session") => Target::Session(SessionId::new(
+            target
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )),
         _ => return Some(not_found(request, "unknown subscription target")),
     };
     if let Target::Run(run_id) = &target {
         let run_id = run_id.clone();
-        let exists = app.store.read(move |connection| Ok(runs::load(connection, &run_id)?.is_some())).await;
+        let exists = app
+            .store
+            .read(move |connection| Ok(runs::load(connection, &run_id)?.is_some()))
+            .await;
         match exists {
             Ok(true) => {}
-            Ok(false) => return Some(not_found(request, "no run with this id; check `pi-workflows runs`")),
+            Ok(false) => {
+                return Some(not_found(
+                    request,
+                    "no run with this id; check `pi-workflows runs`",
+                ));
+            }
             Err(_) => return Some(unavailable(request)),
         }
     }
     let from = request.payload.get("fromRevision").and_then(Value::as_u64);
     let request_id = request.request_id.clone();
     subscriptions.start(app, outbox, target, from, move |subscription_id| {
-        response(&request_id, "subscribe", "accepted", None, Some(json!({ "subscriptionId": subscription_id })), None)
+        response(
+            &request_id,
+            "subscribe",
+            "accepted",
+            None,
+            Some(json!({ "subscriptionId": subscription_id })),
+            None,
+        )
     });
     None
 }
 
 async fn session_view(app: &Arc<App>, request: &Request) -> Value {
-    let session = SessionId::new(request.payload.get("sessionId").and_then(Value::as_str).unwrap_or_default());
-    let view = app.store.write(move |connection| Ok(Commit::Keep(crate::reads::session_view(connection, &session)?))).await;
+    let session = SessionId::new(
+        request
+            .payload
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    );
+    let view = app
+        .store
+        .write(move |connection| {
+            Ok(Commit::Keep(crate::reads::session_view(
+                connection, &session,
+            )?))
+        })
+        .await;
     match view {
         Ok(view) => {
             let revision = view.get("revision").and_then(Value::as_u64);
-            response(&request.request_id, "sessionView.get", "accepted", revision, Some(view), None)
+            response(
+                &request.request_id,
+                "sessionView.get",
+                "accepted",
+                revision,
+                Some(view),
+                None,
+            )
         }
         Err(_) => unavailable(request),
     }
 }
 
 async fn clear_terminal(app: &Arc<App>, request: &Request) -> Value {
-    let session = SessionId::new(request.payload.get("sessionId").and_then(Value::as_str).unwrap_or_default());
+    let session = SessionId::new(
+        request
+            .payload
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    );
     let cleared = app.store.write(move |connection| {
         crate::reads::clear_terminal(connection, &session)?;
         Ok(Commit::Keep(()))
     });
     match cleared.await {
-        Ok(()) => response(&request.request_id, "sessionView.clearTerminal", "accepted", None, Some(json!({})), None),
+        Ok(()) => response(
+            &request.request_id,
+            "sessionView.clearTerminal",
+            "accepted",
+            None,
+            Some(json!({})),
+            None,
+        ),
         Err(_) => unavailable(request),
     }
 }
 
 fn workflows_list(app: &Arc<App>, request: &Request) -> Value {
-    let project = request.payload.get("projectPath").and_then(Value::as_str).unwrap_or("/");
-    let found = crate::reads::discover(std::path::Path::new(project), app.config.user_home.as_deref());
+    let project = request
+        .payload
+        .get("projectPath")
+        .and_then(Value::as_str)
+        .unwrap_or("/");
+    let found = crate::reads::discover(
+        std::path::Path::new(project),
+        app.config.user_home.as_deref(),
+    );
     let offset = number(&request.payload, "offset").unwrap_or(0);
     let limit = number(&request.payload, "limit").unwrap_or(50);
-    let page: Vec<Value> =
-        found.iter().skip(offset).take(limit).map(|(name, source)| json!({ "name": name, "source": source })).collect();
+    let page: Vec<Value> = found
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|(name, source)| json!({ "name": name, "source": source }))
+        .collect();
     let mut receipt = json!({ "workflows": page, "total": found.len() });
     if offset + limit < found.len() {
         receipt["nextOffset"] = json!(offset + limit);
     }
-    response(&request.request_id, "workflows.list", "accepted", None, Some(receipt), None)
+    response(
+        &request.request_id,
+        "workflows.list",
+        "accepted",
+        None,
+        Some(receipt),
+        None,
+    )
 }

@@ -24,6 +24,7 @@ pub mod handlers;
 pub mod home;
 pub mod ids;
 pub mod interactions;
+pub mod live;
 pub mod process;
 pub mod reads;
 pub mod recovery;

@@ -32,7 +32,11 @@ pub fn run_list(
     limit: usize,
     max_bytes: Option<usize>,
 ) -> rusqlite::Result<(Vec<Value>, Option<String>, u64)> {
-    let revision: i64 = connection.query_row("SELECT revision FROM viewer_list WHERE singleton = 1", [], |row| row.get(0))?;
+    let revision: i64 = connection.query_row(
+        "SELECT revision FROM viewer_list WHERE singleton = 1",
+        [],
+        |row| row.get(0),
+    )?;
     let (after_created, after_id) = cursor
         .and_then(|cursor| cursor.split_once(':'))
         .and_then(|(created, id)| Some((created.parse::<i64>().ok()?, id.to_owned())))
@@ -49,9 +53,10 @@ pub fn run_list(
     let mut used = 0;
     let mut next = None;
     let fetched: Vec<(String, i64, i64, Option<String>)> = statement
-        .query_map(params![after_created, after_id, (limit + 1) as i64], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?
+        .query_map(
+            params![after_created, after_id, (limit + 1) as i64],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )?
         .collect::<rusqlite::Result<_>>()?;
     for (index, (run_id, _, presentation, header)) in fetched.iter().enumerate() {
         let row = list_row(run_id, *presentation, header.as_deref());
@@ -75,7 +80,9 @@ pub fn run_list(
 }
 
 fn list_row(run_id: &str, presentation: i64, header: Option<&str>) -> Value {
-    let header: Value = header.and_then(|text| serde_json::from_str(text).ok()).unwrap_or(json!({}));
+    let header: Value = header
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or(json!({}));
     let mut row = json!({
         "runId": run_id,
         "revision": presentation.max(0),
@@ -94,7 +101,12 @@ fn list_row(run_id: &str, presentation: i64, header: Option<&str>) -> Value {
         && reason.chars().count() > crate::view::INLINE_REASON_CHARS
     {
         // The list row carries a bounded reason; the full one is in the run view.
-        row["display"]["reason"] = json!(reason.chars().take(crate::view::INLINE_REASON_CHARS).collect::<String>());
+        row["display"]["reason"] = json!(
+            reason
+                .chars()
+                .take(crate::view::INLINE_REASON_CHARS)
+                .collect::<String>()
+        );
     }
     row
 }
@@ -108,12 +120,20 @@ pub fn view_page(
     limit: usize,
     max_bytes: usize,
 ) -> rusqlite::Result<Option<Value>> {
-    let Some(projection) = crate::view::projection(connection, run_id)? else { return Ok(None) };
+    let Some(projection) = crate::view::projection(connection, run_id)? else {
+        return Ok(None);
+    };
     let revision = crate::view::presentation_revision(connection, run_id)?;
     let offset: usize = cursor.and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
     let limit = limit.clamp(1, 1000);
     let items: Vec<Value> = match collection {
-        "steps" => projection.steps.iter().skip(offset).take(limit + 1).cloned().collect(),
+        "steps" => projection
+            .steps
+            .iter()
+            .skip(offset)
+            .take(limit + 1)
+            .cloned()
+            .collect(),
         "updates" => crate::view::update_page(connection, run_id, offset, limit + 1)?,
         "transitions" => transitions(connection, run_id, offset, limit + 1)?,
         "messages" => run_messages(connection, run_id, offset, limit + 1)?,
@@ -136,33 +156,50 @@ pub fn view_page(
         value["cursor"] = json!(cursor);
     }
     if more {
-        value["nextCursor"] = json!((offset + value["items"].as_array().map_or(0, Vec::len)).to_string());
+        value["nextCursor"] =
+            json!((offset + value["items"].as_array().map_or(0, Vec::len)).to_string());
     }
     Ok(Some(value))
 }
 
-fn transitions(connection: &Connection, run_id: &RunId, offset: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+fn transitions(
+    connection: &Connection,
+    run_id: &RunId,
+    offset: usize,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
     let mut statement = connection.prepare_cached(
         "SELECT seq, recorded_at_ms, kind, payload FROM events WHERE run_id = ?1 ORDER BY seq LIMIT ?2 OFFSET ?3",
     )?;
-    let rows = statement.query_map(params![run_id.as_str(), limit as i64, offset as i64], |row| {
-        let payload: String = row.get(3)?;
-        Ok(json!({
-            "seq": row.get::<_, i64>(0)?,
-            "atMs": row.get::<_, i64>(1)?,
-            "kind": row.get::<_, String>(2)?,
-            "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
-        }))
-    })?;
+    let rows = statement.query_map(
+        params![run_id.as_str(), limit as i64, offset as i64],
+        |row| {
+            let payload: String = row.get(3)?;
+            Ok(json!({
+                "seq": row.get::<_, i64>(0)?,
+                "atMs": row.get::<_, i64>(1)?,
+                "kind": row.get::<_, String>(2)?,
+                "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
+            }))
+        },
+    )?;
     rows.collect()
 }
 
-fn run_messages(connection: &Connection, run_id: &RunId, offset: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+fn run_messages(
+    connection: &Connection,
+    run_id: &RunId,
+    offset: usize,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
     let mut statement = connection.prepare_cached(
         "SELECT message_id, run_id, kind, state, session_order, content_digest, step_reason, entry_id
          FROM workflow_messages WHERE run_id = ?1 ORDER BY session_order LIMIT ?2 OFFSET ?3",
     )?;
-    let rows = statement.query_map(params![run_id.as_str(), limit as i64, offset as i64], message_value)?;
+    let rows = statement.query_map(
+        params![run_id.as_str(), limit as i64, offset as i64],
+        message_value,
+    )?;
     rows.collect()
 }
 
@@ -197,9 +234,17 @@ pub fn content_chunk(
     offset: usize,
     length: usize,
 ) -> rusqlite::Result<Result<Value, &'static str>> {
-    let digest = reference.get("digest").and_then(Value::as_str).and_then(|text| crate::effects::parse_digest(Some(text)));
-    let media_type = reference.get("mediaType").and_then(Value::as_str).unwrap_or_default();
-    let Some(digest) = digest else { return Ok(Err("the reference digest is malformed")) };
+    let digest = reference
+        .get("digest")
+        .and_then(Value::as_str)
+        .and_then(|text| crate::effects::parse_digest(Some(text)));
+    let media_type = reference
+        .get("mediaType")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let Some(digest) = digest else {
+        return Ok(Err("the reference digest is malformed"));
+    };
     let bytes: Option<Vec<u8>> = connection
         .query_row(
             "SELECT bytes FROM run_view_content WHERE run_id = ?1 AND digest = ?2 AND media_type = ?3",
@@ -207,7 +252,9 @@ pub fn content_chunk(
             |row| row.get(0),
         )
         .optional()?;
-    let Some(bytes) = bytes else { return Ok(Err("no such content for this run and media type")) };
+    let Some(bytes) = bytes else {
+        return Ok(Err("no such content for this run and media type"));
+    };
     if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
         return Ok(Err("the reference length does not match the content"));
     }
@@ -231,7 +278,11 @@ pub fn content_chunk(
 pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::Result<Value> {
     let now_ms = crate::clock::now_ms();
     let cleared_at: i64 = connection
-        .query_row("SELECT cleared_at_ms FROM session_views WHERE session_id = ?1", params![session.as_str()], |row| row.get(0))
+        .query_row(
+            "SELECT cleared_at_ms FROM session_views WHERE session_id = ?1",
+            params![session.as_str()],
+            |row| row.get(0),
+        )
         .optional()?
         .unwrap_or(0);
     let active: Option<String> = connection
@@ -267,7 +318,9 @@ pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::R
                 SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))))
          ORDER BY session_order",
     )?;
-    let all: Vec<Value> = statement.query_map(params![session.as_str()], message_value)?.collect::<rusqlite::Result<_>>()?;
+    let all: Vec<Value> = statement
+        .query_map(params![session.as_str()], message_value)?
+        .collect::<rusqlite::Result<_>>()?;
     let count = all.len();
     let mut messages = Vec::new();
     let mut used = 0;
@@ -315,24 +368,36 @@ pub fn clear_terminal(connection: &Connection, session: &SessionId) -> rusqlite:
 }
 
 /// The workflow file suffixes discovery accepts.
-pub const WORKFLOW_SUFFIXES: [&str; 4] = [".workflow.ts", ".workflow.js", ".workflow.mts", ".workflow.mjs"];
+pub const WORKFLOW_SUFFIXES: [&str; 4] = [
+    ".workflow.ts",
+    ".workflow.js",
+    ".workflow.mts",
+    ".workflow.mjs",
+];
 
 /// Discovered workflows of a project: `.pi/workflows/` in the project, then
 /// `~/.pi/agent/workflows/`; the first of a name wins. Names are file stems.
-pub fn discover(project_path: &std::path::Path, home: Option<&std::path::Path>) -> Vec<(String, &'static str)> {
+pub fn discover(
+    project_path: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> Vec<(String, &'static str)> {
     let mut found: Vec<(String, &'static str)> = Vec::new();
     let mut directories = vec![(project_path.join(".pi").join("workflows"), "project")];
     if let Some(home) = home {
         directories.push((home.join(".pi").join("agent").join("workflows"), "global"));
     }
     for (directory, source) in directories {
-        let Ok(entries) = std::fs::read_dir(&directory) else { continue };
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            continue;
+        };
         let mut names: Vec<String> = entries
             .filter_map(Result::ok)
             .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
             .filter_map(|entry| {
                 let file = entry.file_name().to_string_lossy().into_owned();
-                WORKFLOW_SUFFIXES.iter().find_map(|suffix| file.strip_suffix(suffix).map(str::to_owned))
+                WORKFLOW_SUFFIXES
+                    .iter()
+                    .find_map(|suffix| file.strip_suffix(suffix).map(str::to_owned))
             })
             .collect();
         names.sort();
@@ -344,4 +409,3 @@ pub fn discover(project_path: &std::path::Path, home: Option<&std::path::Path>) 
     }
     found
 }
-

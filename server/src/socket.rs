@@ -73,14 +73,28 @@ impl Outbox {
     /// Queues a frame; waits while the connection's queue is full. Returns
     /// `false` when the connection is gone.
     pub async fn send(&self, frame: Vec<u8>) -> bool {
-        self.sender.send(Outgoing { frame, written: None }).await.is_ok()
+        self.sender
+            .send(Outgoing {
+                frame,
+                written: None,
+            })
+            .await
+            .is_ok()
     }
 
     /// Queues a frame and waits until it was written to the socket. Returns
     /// `false` when the connection closed first.
     pub async fn send_and_drain(&self, frame: Vec<u8>) -> bool {
         let (written, done) = oneshot::channel();
-        if self.sender.send(Outgoing { frame, written: Some(written) }).await.is_err() {
+        if self
+            .sender
+            .send(Outgoing {
+                frame,
+                written: Some(written),
+            })
+            .await
+            .is_err()
+        {
             return false;
         }
         done.await.is_ok()
@@ -94,7 +108,8 @@ impl Outbox {
 
 /// Encodes a client-channel message as a frame.
 pub fn frame(value: &Value) -> Vec<u8> {
-    crate::runner_channel::frame_of(value).unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
+    crate::runner_channel::frame_of(value)
+        .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
 }
 
 /// The bounded error frame sent before a connection closes.
@@ -160,7 +175,9 @@ async fn read_frames(
         let bytes = match next {
             Ok(bytes) => bytes,
             Err(protocol::CodecError::Frame(error)) => {
-                outbox.send(error_frame(&error.code().to_string(), error.message())).await;
+                outbox
+                    .send(error_frame(&error.code().to_string(), error.message()))
+                    .await;
                 break;
             }
             Err(protocol::CodecError::Io(_)) => break,
@@ -168,14 +185,26 @@ async fn read_frames(
         let decoded = match protocol::decode_client_frame(&bytes) {
             Ok(decoded) => decoded,
             Err(error) => {
-                outbox.send(error_frame(&error.code().to_string(), error.message())).await;
+                outbox
+                    .send(error_frame(&error.code().to_string(), error.message()))
+                    .await;
                 break;
             }
         };
         match decoded.message {
-            ClientMessage::Hello { role, package_version, client_id, .. } => {
+            ClientMessage::Hello {
+                role,
+                package_version,
+                client_id,
+                ..
+            } => {
                 if greeted || role != HelloRole::Client || client_id.is_none() {
-                    outbox.send(error_frame("schemaInvalid", "expected one client hello with a clientId")).await;
+                    outbox
+                        .send(error_frame(
+                            "schemaInvalid",
+                            "expected one client hello with a clientId",
+                        ))
+                        .await;
                     break;
                 }
                 if package_version.as_str() != PACKAGE_VERSION {
@@ -201,14 +230,26 @@ async fn read_frames(
                 let outbox = outbox.clone();
                 let subscriptions = subscriptions.clone();
                 tasks.spawn(async move {
-                    let response = handlers::handle(&app, decoded.message, decoded.payload, &outbox, &subscriptions).await;
+                    let response = handlers::handle(
+                        &app,
+                        decoded.message,
+                        decoded.payload,
+                        &outbox,
+                        &subscriptions,
+                    )
+                    .await;
                     if let Some(response) = response {
                         outbox.send(frame(&response)).await;
                     }
                 });
             }
             _ => {
-                outbox.send(error_frame("schemaInvalid", "expected a client hello, then requests")).await;
+                outbox
+                    .send(error_frame(
+                        "schemaInvalid",
+                        "expected a client hello, then requests",
+                    ))
+                    .await;
                 break;
             }
         }

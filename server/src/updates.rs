@@ -145,7 +145,7 @@ pub(crate) fn runner_update(
                 ],
             )?;
                 crate::store::viewer::mark(run_id);
-            connection.execute(
+                connection.execute(
                 "INSERT INTO update_receipts (run_id, idempotency_key, receipt_json) VALUES (?1, ?2, ?3)",
                 params![run_id.as_str(), key, serde_json::to_string(&updated.receipt).unwrap_or_default()],
             )?;

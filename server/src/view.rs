@@ -49,16 +49,26 @@ pub struct Projection {
 
 /// Reads the projection of `run_id`, or `None` when it does not exist.
 pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<Projection>> {
-    let Some(agg) = runs::load(connection, run_id)? else { return Ok(None) };
-    let Some(meta) = meta::load(connection, run_id)? else { return Ok(None) };
+    let Some(agg) = runs::load(connection, run_id)? else {
+        return Ok(None);
+    };
+    let Some(meta) = meta::load(connection, run_id)? else {
+        return Ok(None);
+    };
     let topology = meta::topology(connection, &meta.definition_digest)?;
-    let error_message: Option<String> =
-        connection.query_row("SELECT error_message FROM runs WHERE run_id = ?1", params![run_id.as_str()], |row| row.get(0))?;
+    let error_message: Option<String> = connection.query_row(
+        "SELECT error_message FROM runs WHERE run_id = ?1",
+        params![run_id.as_str()],
+        |row| row.get(0),
+    )?;
     let steps = step_records(connection, run_id)?;
     let mut header = Map::new();
     header.insert("workflowName".into(), json!(meta.workflow_name));
     if let Some(title) = meta.title.as_ref().filter(|title| !title.is_empty()) {
-        header.insert("title".into(), json!(title.chars().take(200).collect::<String>()));
+        header.insert(
+            "title".into(),
+            json!(title.chars().take(200).collect::<String>()),
+        );
     }
     header.insert(
         "status".into(),
@@ -69,80 +79,92 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
             "executionMode": if agg.run.mode.origin_session().is_some() { "interactive" } else { "headless" },
         }),
     );
-    header.insert("display".into(), display_value(connection, &agg, error_message.as_deref())?);
+    let mut display = display_value(connection, &agg, error_message.as_deref())?;
+    bound_reason(connection, run_id, &mut display)?;
+    header.insert("display".into(), display);
     header.insert("createdAtMs".into(), json!(agg.run.created_at_ms));
     header.insert("updatedAtMs".into(), json!(agg.run.updated_at_ms));
     if let Some(finished) = agg.run.finished_at_ms {
         header.insert("finishedAtMs".into(), json!(finished));
     }
     if let Some(error) = &agg.run.error {
-        let message = error_message.clone().unwrap_or_else(|| codec_name(&error.reason));
+        let message = error_message
+            .clone()
+            .unwrap_or_else(|| codec_name(&error.reason));
         header.insert(
             "failure".into(),
             json!({ "class": codec_name(&error.class), "message": message.chars().take(512).collect::<String>() }),
         );
     }
+    if let Some(lineage) = lineage_value(&agg) {
+        header.insert("lineage".into(), lineage);
+    }
+    header.insert(
+        "definition".into(),
+        definition_content(connection, run_id, &meta.definition_digest)?,
+    );
+    let step_values: Vec<Value> = steps.iter().map(|step| step.value.clone()).collect();
+    let history = protocol::canonicalize(&json!(step_values)).unwrap_or_default();
+    header.insert(
+        "graphHistory".into(),
+        store_content(
+            connection,
+            run_id,
+            &history,
+            "application/json",
+            ContentRole::GraphHistory,
+        )?,
+    );
     let (updates, updates_total) = updates(connection, run_id)?;
     Ok(Some(Projection {
         header,
         nodes: nodes(topology.as_deref(), &agg, &steps),
         edges: edges(topology.as_deref()),
-        steps: steps.into_iter().map(|step| step.value).collect(),
+        steps: step_values,
         updates,
         updates_total,
     }))
 }
 
 /// Builds the run view of `run_id`, or `None` when it does not exist.
-pub async fn build(app: &Arc<App>, run_id: RunId) -> Result<Option<Value>, crate::store::StoreError> {
-    app.store.write(move |connection| Ok(Commit::Keep(build_in(connection, &run_id)?))).await
+pub async fn build(
+    app: &Arc<App>,
+    run_id: RunId,
+) -> Result<Option<Value>, crate::store::StoreError> {
+    app.store
+        .write(move |connection| Ok(Commit::Keep(build_in(connection, &run_id)?)))
+        .await
 }
 
 /// The presentation revision of a run (0 before its first change).
 pub fn presentation_revision(connection: &Connection, run_id: &RunId) -> rusqlite::Result<u64> {
     let revision: Option<i64> = connection
-        .query_row("SELECT presentation_revision FROM viewer_runs WHERE run_id = ?1", params![run_id.as_str()], |row| row.get(0))
+        .query_row(
+            "SELECT presentation_revision FROM viewer_runs WHERE run_id = ?1",
+            params![run_id.as_str()],
+            |row| row.get(0),
+        )
         .optional()?;
     Ok(revision.map_or(0, |revision| revision.max(0) as u64))
 }
 
 /// Builds the complete view document inside the caller's transaction.
 pub fn build_in(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<Value>> {
-    let Some(projection) = projection(connection, run_id)? else { return Ok(None) };
+    let Some(projection) = projection(connection, run_id)? else {
+        return Ok(None);
+    };
     let revision = presentation_revision(connection, run_id)?;
-    let Some(meta) = meta::load(connection, run_id)? else { return Ok(None) };
-    let topology_json: String = connection.query_row(
-        "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
-        params![meta.definition_digest],
-        |row| row.get(0),
-    )?;
-    Ok(Some(document(connection, run_id, revision, &projection, topology_json.as_bytes())?))
+    Ok(Some(document(run_id, revision, &projection)))
 }
 
 /// Assembles the view document from a projection.
-fn document(
-    connection: &Connection,
-    run_id: &RunId,
-    revision: u64,
-    projection: &Projection,
-    definition: &[u8],
-) -> rusqlite::Result<Value> {
+fn document(run_id: &RunId, revision: u64, projection: &Projection) -> Value {
     let mut view = Map::new();
     view.insert("schema".into(), json!("pi-workflows.run-view.v1"));
     view.insert("runId".into(), json!(run_id.as_str()));
     view.insert("revision".into(), json!(revision));
     for (key, value) in &projection.header {
         view.insert(key.clone(), value.clone());
-    }
-    let display = view.get_mut("display").expect("the header has a display");
-    if let Some(reason) = display.get("reason").and_then(Value::as_str).map(str::to_owned)
-        && reason.chars().count() > INLINE_REASON_CHARS
-    {
-        let reference = store_content(connection, run_id, reason.as_bytes(), "text/plain")?;
-        let object = display.as_object_mut().expect("display is an object");
-        object.remove("reason");
-        object.insert("reasonNotice".into(), json!("The reason is longer than 16 KiB; read it through reasonContent."));
-        object.insert("reasonContent".into(), reference);
     }
     view.insert("nodes".into(), json!(projection.nodes));
     view.insert("edges".into(), json!(projection.edges));
@@ -152,18 +174,26 @@ fn document(
         steps["nextCursor"] = json!(STEP_PAGE_LIMIT.to_string());
     }
     view.insert("steps".into(), steps);
-    let mut updates = json!({ "items": projection.updates, "total": projection.updates_total });
-    if projection.updates_total > projection.updates.len() {
-        updates["nextCursor"] = json!(projection.updates.len().to_string());
-    }
-    view.insert("updates".into(), updates);
-    view.insert("definition".into(), store_content(connection, run_id, definition, "application/json")?);
-    let history = protocol::canonicalize(&json!(projection.steps)).unwrap_or_default();
-    view.insert("graphHistory".into(), store_content(connection, run_id, &history, "application/json")?);
-    Ok(Value::Object(view))
+    view.insert("updates".into(), projection.update_page());
+    Value::Object(view)
 }
 
-fn display_value(connection: &Connection, agg: &RunAggregate, error_message: Option<&str>) -> rusqlite::Result<Value> {
+impl Projection {
+    /// The inline update page, exactly as a snapshot and a patch carry it.
+    pub fn update_page(&self) -> Value {
+        let mut page = json!({ "items": self.updates, "total": self.updates_total });
+        if self.updates_total > self.updates.len() {
+            page["nextCursor"] = json!(self.updates.len().to_string());
+        }
+        page
+    }
+}
+
+fn display_value(
+    connection: &Connection,
+    agg: &RunAggregate,
+    error_message: Option<&str>,
+) -> rusqlite::Result<Value> {
     let validating: bool = match &agg.interaction {
         Some(interaction) => connection.query_row(
             "SELECT EXISTS (SELECT 1 FROM interactive_submissions WHERE interaction_id = ?1 AND outcome = 'validating')",
@@ -172,7 +202,10 @@ fn display_value(connection: &Connection, agg: &RunAggregate, error_message: Opt
         )?,
         None => false,
     };
-    let outside = OutsideFacts { submission_validating: validating, restart_eligible: restart_eligible(agg) };
+    let outside = OutsideFacts {
+        submission_validating: validating,
+        restart_eligible: restart_eligible(agg),
+    };
     let display = display::display(&DisplayFacts::from_run(agg, outside));
     let mut value = json!({
         "status": codec_name(&display.status),
@@ -191,10 +224,33 @@ fn display_value(connection: &Connection, agg: &RunAggregate, error_message: Opt
     Ok(value)
 }
 
+/// The run's lineage, when it has any.
+fn lineage_value(agg: &RunAggregate) -> Option<Value> {
+    let lineage = &agg.run.lineage;
+    let mut value = Map::new();
+    if let Some(of) = &lineage.continuation_of {
+        value.insert(
+            "continuationOf".into(),
+            json!({ "runId": of.parent_run_id.as_str(), "checkpoint": of.checkpoint.as_str() }),
+        );
+    }
+    if let Some(child) = &lineage.continued_by {
+        value.insert("continuedBy".into(), json!(child.as_str()));
+    }
+    if let Some(restart) = &lineage.restart {
+        value.insert("restartOf".into(), json!(restart.parent_run_id.as_str()));
+    }
+    (!value.is_empty()).then_some(Value::Object(value))
+}
+
 /// Whether the restart chain allows another restart (the kernel checks the
 /// fingerprint when the command comes).
 fn restart_eligible(agg: &RunAggregate) -> bool {
-    agg.run.lineage.restart.as_ref().is_none_or(|restart| restart.number < kernel::run::MAX_RESTARTS)
+    agg.run
+        .lineage
+        .restart
+        .as_ref()
+        .is_none_or(|restart| restart.number < kernel::run::MAX_RESTARTS)
 }
 
 fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
@@ -219,15 +275,119 @@ fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
     }
 }
 
-/// Stores generated content for `run_id` and returns its reference.
-pub fn store_content(connection: &Connection, run_id: &RunId, bytes: &[u8], media_type: &str) -> rusqlite::Result<Value> {
+/// What a piece of generated content is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContentRole {
+    Definition,
+    GraphHistory,
+    Reason,
+}
+
+impl ContentRole {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Definition => "definition",
+            Self::GraphHistory => "graphHistory",
+            Self::Reason => "reason",
+        }
+    }
+}
+
+/// How many generated contents of one role a run keeps; an older reference
+/// reads as unavailable and the client takes a fresh view.
+pub const RETAINED_CONTENTS: i64 = 16;
+
+/// Stores generated content for `run_id` and returns its reference. The row
+/// is written before the reference exists anywhere else.
+pub fn store_content(
+    connection: &Connection,
+    run_id: &RunId,
+    bytes: &[u8],
+    media_type: &str,
+    role: ContentRole,
+) -> rusqlite::Result<Value> {
     let digest = crate::ids::sha256(bytes);
-    connection.execute(
-        "INSERT INTO run_view_content (run_id, digest, media_type, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+    let inserted = connection.execute(
+        "INSERT INTO run_view_content (run_id, digest, media_type, role, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT DO NOTHING",
-        params![run_id.as_str(), digest.0.to_vec(), media_type, bytes, crate::clock::now_ms() as i64],
+        params![run_id.as_str(), digest.0.to_vec(), media_type, role.as_str(), bytes, crate::clock::now_ms() as i64],
     )?;
-    Ok(json!({ "digest": crate::ids::digest_text(&digest), "mediaType": media_type, "bytes": bytes.len() }))
+    if inserted > 0 && role != ContentRole::Definition {
+        connection.execute(
+            "DELETE FROM run_view_content WHERE run_id = ?1 AND role = ?2 AND rowid NOT IN
+               (SELECT rowid FROM run_view_content WHERE run_id = ?1 AND role = ?2 ORDER BY rowid DESC LIMIT ?3)",
+            params![run_id.as_str(), role.as_str(), RETAINED_CONTENTS],
+        )?;
+    }
+    Ok(
+        json!({ "digest": crate::ids::digest_text(&digest), "mediaType": media_type, "bytes": bytes.len() }),
+    )
+}
+
+/// The reference to the run's complete definition (stored once per run).
+fn definition_content(
+    connection: &Connection,
+    run_id: &RunId,
+    definition_digest: &str,
+) -> rusqlite::Result<Value> {
+    let stored: Option<(Vec<u8>, i64)> = connection
+        .query_row(
+            "SELECT digest, length(bytes) FROM run_view_content WHERE run_id = ?1 AND role = 'definition'",
+            params![run_id.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    if let Some((digest, length)) = stored {
+        let digest = kernel::ids::Digest(digest.try_into().unwrap_or([0; 32]));
+        return Ok(
+            json!({ "digest": crate::ids::digest_text(&digest), "mediaType": "application/json", "bytes": length }),
+        );
+    }
+    let topology_json: String = connection.query_row(
+        "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
+        params![definition_digest],
+        |row| row.get(0),
+    )?;
+    store_content(
+        connection,
+        run_id,
+        topology_json.as_bytes(),
+        "application/json",
+        ContentRole::Definition,
+    )
+}
+
+/// A reason above the inline limit becomes a notice plus a reference.
+fn bound_reason(
+    connection: &Connection,
+    run_id: &RunId,
+    display: &mut Value,
+) -> rusqlite::Result<()> {
+    let Some(reason) = display
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return Ok(());
+    };
+    if reason.chars().count() <= INLINE_REASON_CHARS {
+        return Ok(());
+    }
+    let reference = store_content(
+        connection,
+        run_id,
+        reason.as_bytes(),
+        "text/plain",
+        ContentRole::Reason,
+    )?;
+    let object = display.as_object_mut().expect("display is an object");
+    object.remove("reason");
+    object.insert(
+        "reasonNotice".into(),
+        json!("The reason is longer than 16 KiB; read it through reasonContent."),
+    );
+    object.insert("reasonContent".into(), reference);
+    Ok(())
 }
 
 /// One graph step with its attempts.
@@ -257,7 +417,8 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
     let mut index: BTreeMap<(String, i64), usize> = BTreeMap::new();
     for row in rows {
         let (attempt_id, node_id, visit, status, outcome, started, finished) = row?;
-        let mut attempt = json!({ "attemptId": attempt_id, "attemptNumber": 1, "startedAtMs": started });
+        let mut attempt =
+            json!({ "attemptId": attempt_id, "attemptNumber": 1, "startedAtMs": started });
         if let Some(finished) = finished {
             attempt["finishedAtMs"] = json!(finished);
         }
@@ -267,7 +428,9 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
         let key = (node_id.clone(), visit);
         if let Some(&at) = index.get(&key) {
             let step = &mut steps[at];
-            let attempts = step.value["attempts"].as_array_mut().expect("attempts array");
+            let attempts = step.value["attempts"]
+                .as_array_mut()
+                .expect("attempts array");
             attempt["attemptNumber"] = json!(attempts.len() + 1);
             attempts.push(attempt);
             set_step_end(step, finished, outcome, &status);
@@ -299,7 +462,9 @@ fn set_step_end(step: &mut Step, finished: Option<i64>, outcome: Option<String>,
 }
 
 fn nodes(topology: Option<&Topology>, agg: &RunAggregate, steps: &[Step]) -> Vec<Value> {
-    let Some(topology) = topology else { return Vec::new() };
+    let Some(topology) = topology else {
+        return Vec::new();
+    };
     let mut visits: BTreeMap<&str, usize> = BTreeMap::new();
     let mut last: BTreeMap<&str, Option<&str>> = BTreeMap::new();
     for step in steps {
@@ -328,11 +493,15 @@ fn nodes(topology: Option<&Topology>, agg: &RunAggregate, steps: &[Step]) -> Vec
 }
 
 fn edges(topology: Option<&Topology>) -> Vec<Value> {
-    let Some(topology) = topology else { return Vec::new() };
+    let Some(topology) = topology else {
+        return Vec::new();
+    };
     let mut edges = Vec::new();
     for edge in &topology.edges {
         match edge {
-            kernel::topology::Edge::Plain { from, to } => edges.push(json!({ "from": from.as_str(), "to": to.as_str() })),
+            kernel::topology::Edge::Plain { from, to } => {
+                edges.push(json!({ "from": from.as_str(), "to": to.as_str() }))
+            }
             kernel::topology::Edge::Switch { from, cases, .. } => {
                 for (case, to) in cases {
                     edges.push(json!({ "from": from.as_str(), "to": to.as_str(), "label": case.chars().take(200).collect::<String>() }));
@@ -345,28 +514,39 @@ fn edges(topology: Option<&Topology>) -> Vec<Value> {
 
 /// The newest current updates (inline) and the total number of current pairs.
 fn updates(connection: &Connection, run_id: &RunId) -> rusqlite::Result<(Vec<Value>, usize)> {
-    let total: i64 =
-        connection.query_row("SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1", params![run_id.as_str()], |row| row.get(0))?;
+    let total: i64 = connection.query_row(
+        "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1",
+        params![run_id.as_str()],
+        |row| row.get(0),
+    )?;
     let items = update_page(connection, run_id, 0, UPDATE_PAGE_LIMIT)?;
     Ok((items, total.max(0) as usize))
 }
 
 /// Current updates newest first, from `offset`.
-pub fn update_page(connection: &Connection, run_id: &RunId, offset: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+pub fn update_page(
+    connection: &Connection,
+    run_id: &RunId,
+    offset: usize,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
     let mut statement = connection.prepare_cached(
         "SELECT update_id, attempt_id, seq, update_type, update_key, data_json FROM workflow_updates
          WHERE run_id = ?1 ORDER BY seq DESC, update_type, update_key LIMIT ?2 OFFSET ?3",
     )?;
-    let rows = statement.query_map(params![run_id.as_str(), limit as i64, offset as i64], |row| {
-        let data: String = row.get(5)?;
-        Ok(json!({
-            "updateId": row.get::<_, String>(0)?,
-            "attemptId": row.get::<_, String>(1)?,
-            "seq": row.get::<_, i64>(2)?,
-            "type": row.get::<_, String>(3)?,
-            "key": row.get::<_, String>(4)?,
-            "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
-        }))
-    })?;
+    let rows = statement.query_map(
+        params![run_id.as_str(), limit as i64, offset as i64],
+        |row| {
+            let data: String = row.get(5)?;
+            Ok(json!({
+                "updateId": row.get::<_, String>(0)?,
+                "attemptId": row.get::<_, String>(1)?,
+                "seq": row.get::<_, i64>(2)?,
+                "type": row.get::<_, String>(3)?,
+                "key": row.get::<_, String>(4)?,
+                "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
+            }))
+        },
+    )?;
     rows.collect()
 }

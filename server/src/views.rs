@@ -78,7 +78,10 @@ impl Subscriptions {
                 follow(app, outbox_for_task, task_id, target, from_revision).await;
             }
         });
-        self.tasks.lock().expect("subscriptions lock").insert(id.clone(), task);
+        self.tasks
+            .lock()
+            .expect("subscriptions lock")
+            .insert(id.clone(), task);
         id
     }
 
@@ -121,7 +124,13 @@ fn event(subscription_id: &str, revision: u64, event: Value) -> Vec<u8> {
     }))
 }
 
-async fn follow(app: Arc<App>, outbox: Outbox, id: String, target: Target, from_revision: Option<u64>) {
+async fn follow(
+    app: Arc<App>,
+    outbox: Outbox,
+    id: String,
+    target: Target,
+    from_revision: Option<u64>,
+) {
     // Subscribe before the first read so no commit between them is missed.
     let mut changes = app.store.subscribe();
     let mut cursor = from_revision;
@@ -129,7 +138,9 @@ async fn follow(app: Arc<App>, outbox: Outbox, id: String, target: Target, from_
         let sent = match &target {
             Target::Run(run_id) => deliver_run(&app, &outbox, &id, run_id, &mut cursor).await,
             Target::RunList => deliver_list(&app, &outbox, &id, &mut cursor).await,
-            Target::Session(session_id) => deliver_session(&app, &outbox, &id, session_id, &mut cursor).await,
+            Target::Session(session_id) => {
+                deliver_session(&app, &outbox, &id, session_id, &mut cursor).await
+            }
         };
         if !sent || outbox.is_closed() {
             return;
@@ -143,7 +154,9 @@ async fn follow(app: Arc<App>, outbox: Outbox, id: String, target: Target, from_
                 Err(RecvError::Closed) => return,
             }
         }
-        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) = changes.try_recv() {}
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+            changes.try_recv()
+        {}
     }
 }
 
@@ -156,7 +169,13 @@ fn relevant(target: &Target, changed: &RunId) -> bool {
 
 /// Sends what a run subscriber is missing: patches since its cursor when
 /// retained, otherwise a snapshot. Returns `false` when the connection closed.
-async fn deliver_run(app: &Arc<App>, outbox: &Outbox, id: &str, run_id: &RunId, cursor: &mut Option<u64>) -> bool {
+async fn deliver_run(
+    app: &Arc<App>,
+    outbox: &Outbox,
+    id: &str,
+    run_id: &RunId,
+    cursor: &mut Option<u64>,
+) -> bool {
     let run = run_id.clone();
     let from = *cursor;
     let read = app
@@ -187,8 +206,13 @@ async fn deliver_run(app: &Arc<App>, outbox: &Outbox, id: &str, run_id: &RunId, 
 }
 
 async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Option<u64>) -> bool {
-    let page = app.store.read(|connection| crate::reads::run_list(connection, None, crate::reads::LIST_PAGE, None)).await;
-    let Ok((rows, next_cursor, revision)) = page else { return !outbox.is_closed() };
+    let page = app
+        .store
+        .read(|connection| crate::reads::run_list(connection, None, crate::reads::LIST_PAGE, None))
+        .await;
+    let Ok((rows, next_cursor, revision)) = page else {
+        return !outbox.is_closed();
+    };
     if *cursor == Some(revision) {
         return true;
     }
@@ -200,10 +224,25 @@ async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Op
     outbox.send_and_drain(event(id, revision, payload)).await
 }
 
-async fn deliver_session(app: &Arc<App>, outbox: &Outbox, id: &str, session_id: &SessionId, cursor: &mut Option<u64>) -> bool {
+async fn deliver_session(
+    app: &Arc<App>,
+    outbox: &Outbox,
+    id: &str,
+    session_id: &SessionId,
+    cursor: &mut Option<u64>,
+) -> bool {
     let session = session_id.clone();
-    let view = app.store.write(move |connection| Ok(crate::store::Commit::Keep(crate::reads::session_view(connection, &session)?))).await;
-    let Ok(view) = view else { return !outbox.is_closed() };
+    let view = app
+        .store
+        .write(move |connection| {
+            Ok(crate::store::Commit::Keep(crate::reads::session_view(
+                connection, &session,
+            )?))
+        })
+        .await;
+    let Ok(view) = view else {
+        return !outbox.is_closed();
+    };
     let revision = view.get("revision").and_then(Value::as_u64).unwrap_or(0);
     if *cursor == Some(revision) {
         return true;

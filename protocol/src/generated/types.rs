@@ -988,6 +988,14 @@ pub struct ContentReference {
     #[serde(rename = "mediaType")]
     pub media_type: MediaType,
 }
+///The run and checkpoint this run continues.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ContinuationOf {
+    pub checkpoint: NodeId,
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+}
 ///A control the server currently allows.
 #[derive(
     ::serde::Deserialize,
@@ -2791,6 +2799,26 @@ impl ::std::convert::TryFrom<::std::string::String> for LaunchMode {
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///How this run relates to others: the run and checkpoint it continues, the run that continues it after its checkpoint was answered, and the run it restarts.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Lineage {
+    #[serde(
+        rename = "continuationOf",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub continuation_of: ::std::option::Option<ContinuationOf>,
+    #[serde(
+        rename = "continuedBy",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub continued_by: ::std::option::Option<RunId>,
+    #[serde(
+        rename = "restartOf",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub restart_of: ::std::option::Option<RunId>,
 }
 ///A media type without parameters.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -4766,6 +4794,8 @@ pub struct RunView {
     pub finished_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
     #[serde(rename = "graphHistory")]
     pub graph_history: ContentReference,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub lineage: ::std::option::Option<Lineage>,
     pub nodes: ::std::vec::Vec<GraphNode>,
     pub revision: super::constrained::Revision,
     #[serde(rename = "runId")]

@@ -255,6 +255,12 @@ export interface ContentReference {
   "mediaType": MediaType;
 }
 
+/** The run and checkpoint this run continues. */
+export interface ContinuationOf {
+  "checkpoint": NodeId;
+  "runId": RunId;
+}
+
 /** A control the server currently allows. */
 export type Control = "submit" | "update" | "answer" | "humanAnswer" | "pause" | "resume" | "cancel" | "recoverEffect" | "restart";
 
@@ -486,6 +492,13 @@ export type LaunchMode = "run" | "resolve" | "validate";
 
 /** Every value of LaunchMode, in schema order. */
 export const LaunchModeValues: readonly LaunchMode[] = ["run", "resolve", "validate"];
+
+/** How this run relates to others: the run and checkpoint it continues, the run that continues it after its checkpoint was answered, and the run it restarts. */
+export interface Lineage {
+  "continuationOf"?: ContinuationOf;
+  "continuedBy"?: RunId;
+  "restartOf"?: RunId;
+}
 
 /** A step budget: at least one step, at most 2^32-1 (the kernel's u32). */
 export type MaxSteps = number;
@@ -821,6 +834,7 @@ export interface RunView {
   "failure"?: RunFailure;
   "finishedAtMs"?: TimestampMs;
   "graphHistory": ContentReference;
+  "lineage"?: Lineage;
   "nodes": GraphNode[];
   "revision": Revision;
   "runId": RunId;

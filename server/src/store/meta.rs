@@ -87,7 +87,10 @@ pub(crate) fn put_definition(
 
 /// Loads the topology of a definition. Definitions are immutable, so parsed
 /// topologies are cached by digest for the life of the process.
-pub(crate) fn topology(connection: &Connection, digest: &str) -> rusqlite::Result<Option<Arc<Topology>>> {
+pub(crate) fn topology(
+    connection: &Connection,
+    digest: &str,
+) -> rusqlite::Result<Option<Arc<Topology>>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<Topology>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(found) = cache.lock().expect("topology cache").get(digest) {
@@ -100,9 +103,14 @@ pub(crate) fn topology(connection: &Connection, digest: &str) -> rusqlite::Resul
             |row| row.get(0),
         )
         .optional()?;
-    let parsed = text.and_then(|text| serde_json::from_str::<Topology>(&text).ok()).map(Arc::new);
+    let parsed = text
+        .and_then(|text| serde_json::from_str::<Topology>(&text).ok())
+        .map(Arc::new);
     if let Some(topology) = &parsed {
-        cache.lock().expect("topology cache").insert(digest.to_owned(), topology.clone());
+        cache
+            .lock()
+            .expect("topology cache")
+            .insert(digest.to_owned(), topology.clone());
     }
     Ok(parsed)
 }

@@ -70,7 +70,7 @@ CREATE TABLE runs (
   finished_at_ms INTEGER
 ) STRICT;
 CREATE INDEX runs_by_status ON runs(status, updated_at_ms);
-CREATE INDEX runs_by_created ON runs(created_at_ms DESC, run_id);
+CREATE INDEX runs_by_created ON runs(created_at_ms DESC, run_id DESC);
 
 CREATE TABLE run_sources (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -352,7 +352,8 @@ CREATE TABLE viewer_runs (
   nodes_json TEXT,
   steps_total INTEGER NOT NULL DEFAULT 0,
   steps_tail_json TEXT,
-  updates_json TEXT
+  updates_json TEXT,
+  updates_total INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
 -- The run list's revision: increases with every presentation revision of any run.
@@ -388,6 +389,7 @@ CREATE TABLE run_view_content (
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   digest BLOB NOT NULL CHECK (length(digest) = 32),
   media_type TEXT NOT NULL,
+  role TEXT NOT NULL CHECK (role IN ('definition', 'graphHistory', 'reason')),
   bytes BLOB NOT NULL,
   created_at_ms INTEGER NOT NULL,
   PRIMARY KEY (run_id, digest, media_type)

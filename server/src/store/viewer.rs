@@ -59,12 +59,14 @@ struct Stored {
     steps_total: usize,
     steps_tail: Option<Value>,
     updates: Vec<Value>,
+    updates_total: usize,
 }
 
 fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
     let row = connection
         .query_row(
-            "SELECT presentation_revision, header_json, nodes_json, steps_total, steps_tail_json, updates_json
+            "SELECT presentation_revision, header_json, nodes_json, steps_total, steps_tail_json, updates_json,
+               updates_total
              FROM viewer_runs WHERE run_id = ?1",
             params![run_id.as_str()],
             |row| {
@@ -75,39 +77,52 @@ fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
                     row.get::<_, i64>(3)?,
                     row.get::<_, Option<String>>(4)?,
                     row.get::<_, Option<String>>(5)?,
+                    row.get::<_, i64>(6)?,
                 ))
             },
         )
         .optional()?;
-    let Some((revision, header, nodes, steps_total, tail, updates)) = row else { return Ok(Stored::default()) };
-    let parse = |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    let Some((revision, header, nodes, steps_total, tail, updates, updates_total)) = row else {
+        return Ok(Stored::default());
+    };
+    let parse =
+        |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
     Ok(Stored {
         revision: revision.max(0) as u64,
-        header: parse(header).and_then(|v| v.as_object().cloned()).unwrap_or_default(),
-        nodes: parse(nodes).and_then(|v| v.as_array().cloned()).unwrap_or_default(),
+        header: parse(header)
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default(),
+        nodes: parse(nodes)
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default(),
         steps_total: steps_total.max(0) as usize,
         steps_tail: parse(tail),
-        updates: parse(updates).and_then(|v| v.as_array().cloned()).unwrap_or_default(),
+        updates: parse(updates)
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default(),
+        updates_total: updates_total.max(0) as usize,
     })
 }
 
 /// Computes and stores the patch of one run, if its view changed.
 fn record(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<u64>> {
-    let Some(projection) = view::projection(connection, run_id)? else { return Ok(None) };
+    let Some(projection) = view::projection(connection, run_id)? else {
+        return Ok(None);
+    };
     let before = stored(connection, run_id)?;
     let mut ops = Vec::new();
     diff_header(&before.header, &projection.header, &mut ops);
     for (index, node) in projection.nodes.iter().enumerate() {
         match before.nodes.get(index) {
             Some(old) if old == node => {}
-            Some(_) => ops.push(json!({ "op": "replace", "path": format!("/nodes/{index}"), "value": node })),
+            Some(_) => ops
+                .push(json!({ "op": "replace", "path": format!("/nodes/{index}"), "value": node })),
             None => ops.push(json!({ "op": "append", "path": "/nodes", "value": node })),
         }
     }
     diff_steps(&before, &projection, &mut ops);
-    if before.updates != projection.updates {
-        ops.push(json!({ "op": "replace", "path": "/updates/items", "value": projection.updates }));
-        ops.push(json!({ "op": "replace", "path": "/updates/total", "value": projection.updates_total }));
+    if before.updates != projection.updates || before.updates_total != projection.updates_total {
+        ops.push(json!({ "op": "replace", "path": "/updates", "value": projection.update_page() }));
     }
     if ops.is_empty() {
         return Ok(None);
@@ -122,7 +137,9 @@ fn diff_header(before: &Map<String, Value>, after: &Map<String, Value>, ops: &mu
     for (key, value) in after {
         match before.get(key) {
             Some(old) if old == value => {}
-            Some(_) => ops.push(json!({ "op": "replace", "path": format!("/{key}"), "value": value })),
+            Some(_) => {
+                ops.push(json!({ "op": "replace", "path": format!("/{key}"), "value": value }))
+            }
             None => ops.push(json!({ "op": "add", "path": format!("/{key}"), "value": value })),
         }
     }
@@ -154,17 +171,24 @@ fn diff_steps(before: &Stored, after: &Projection, ops: &mut Vec<Value>) {
     }
 }
 
-fn store(connection: &Connection, run_id: &RunId, revision: u64, projection: &Projection, ops: &[Value]) -> rusqlite::Result<()> {
+fn store(
+    connection: &Connection,
+    run_id: &RunId,
+    revision: u64,
+    projection: &Projection,
+    ops: &[Value],
+) -> rusqlite::Result<()> {
     let text = |value: &Value| serde_json::to_string(value).unwrap_or_default();
     let tail = projection.steps.last().map(text);
     connection.execute(
         "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor, header_json, nodes_json, steps_total,
-             steps_tail_json, updates_json)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             steps_tail_json, updates_json, updates_total)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (run_id) DO UPDATE SET presentation_revision = excluded.presentation_revision,
            retained_floor = excluded.retained_floor, header_json = excluded.header_json,
            nodes_json = excluded.nodes_json, steps_total = excluded.steps_total,
-           steps_tail_json = excluded.steps_tail_json, updates_json = excluded.updates_json",
+           steps_tail_json = excluded.steps_tail_json, updates_json = excluded.updates_json,
+           updates_total = excluded.updates_total",
         params![
             run_id.as_str(),
             i64_of(revision),
@@ -174,23 +198,34 @@ fn store(connection: &Connection, run_id: &RunId, revision: u64, projection: &Pr
             projection.steps.len() as i64,
             tail,
             text(&json!(projection.updates)),
+            projection.updates_total as i64,
         ],
     )?;
-    connection.execute("UPDATE viewer_list SET revision = revision + 1 WHERE singleton = 1", [])?;
+    connection.execute(
+        "UPDATE viewer_list SET revision = revision + 1 WHERE singleton = 1",
+        [],
+    )?;
     connection.execute(
         "INSERT INTO viewer_deltas (run_id, presentation_revision, delta_index, patch_json) VALUES (?1, ?2, 0, ?3)",
         params![run_id.as_str(), i64_of(revision), text(&json!(ops))],
     )?;
     connection.execute(
         "DELETE FROM viewer_deltas WHERE run_id = ?1 AND presentation_revision <= ?2",
-        params![run_id.as_str(), i64_of(revision.saturating_sub(RETAINED_REVISIONS))],
+        params![
+            run_id.as_str(),
+            i64_of(revision.saturating_sub(RETAINED_REVISIONS))
+        ],
     )?;
     Ok(())
 }
 
 /// The patches after `from` up to the current revision, or `None` when
 /// `from` is older than the retained floor (the reader needs a snapshot).
-pub fn patches_since(connection: &Connection, run_id: &RunId, from: u64) -> rusqlite::Result<Option<(u64, Vec<Value>)>> {
+pub fn patches_since(
+    connection: &Connection,
+    run_id: &RunId,
+    from: u64,
+) -> rusqlite::Result<Option<(u64, Vec<Value>)>> {
     let (current, floor): (i64, i64) = match connection
         .query_row(
             "SELECT presentation_revision, retained_floor FROM viewer_runs WHERE run_id = ?1",
@@ -211,7 +246,9 @@ pub fn patches_since(connection: &Connection, run_id: &RunId, from: u64) -> rusq
          ORDER BY presentation_revision, delta_index",
     )?;
     let mut ops = Vec::new();
-    for patch in statement.query_map(params![run_id.as_str(), i64_of(from)], |row| row.get::<_, String>(0))? {
+    for patch in statement.query_map(params![run_id.as_str(), i64_of(from)], |row| {
+        row.get::<_, String>(0)
+    })? {
         if let Ok(Value::Array(items)) = serde_json::from_str(&patch?) {
             ops.extend(items);
         }

@@ -1,44 +1,19 @@
-//! The `pi-workflows` command line.
-//!
-//! Invariants:
-//! - Every error is one line on stderr that says what to do next, and the
-//!   exit code is documented (`docs/CLI.md`): 0 success, 1 the command was
-//!   refused or failed, 2 usage or configuration error, 3 the server is not
-//!   running (status only).
-//! - The CLI never opens SQLite: everything goes through the server socket.
+//! `pi-workflows server run | start | stop | status`.
 
+use super::Exit;
 use crate::client::{Client, ClientError, RequestSpec};
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::serve::{self, Readiness};
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// Command-line interface of pi-workflows.
-#[derive(Debug, Parser)]
-#[command(
-    name = "pi-workflows",
-    version,
-    about = "Durable agent workflows for the Pi coding agent"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
 #[derive(Debug, Subcommand)]
-enum Command {
-    /// Manage the user-level server.
-    #[command(subcommand)]
-    Server(ServerCommand),
-}
-
-#[derive(Debug, Subcommand)]
-enum ServerCommand {
+pub(super) enum ServerCommand {
     /// Run the server attached to this terminal.
     Run {
         /// Print `ready <epoch>` on stdout once ready (used by `server start`).
@@ -57,44 +32,38 @@ enum ServerCommand {
     },
 }
 
-/// Runs the CLI and returns the process exit code.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let config = match Config::from_env() {
-        Ok(config) => config,
-        Err(error) => return fail(2, &error.to_string()),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime starts");
-    match cli.command {
-        Command::Server(ServerCommand::Run { ready_line }) => {
+/// Runs one server command.
+pub(super) fn main(
+    command: ServerCommand,
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+) -> ExitCode {
+    match command {
+        ServerCommand::Run { ready_line } => {
             let readiness = if ready_line {
                 Readiness::Line
             } else {
                 Readiness::Human
             };
-            match runtime.block_on(serve::run(config, Faults::from_env(), readiness)) {
+            match runtime.block_on(serve::run(config.clone(), Faults::from_env(), readiness)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     if ready_line {
                         println!("error {error}");
                     }
-                    fail(1, &error.to_string())
+                    fail(Exit::Refused, &error.to_string())
                 }
             }
         }
-        Command::Server(ServerCommand::Start) => start(&config, &runtime),
-        Command::Server(ServerCommand::Stop) => runtime.block_on(stop(&config)),
-        Command::Server(ServerCommand::Status { json }) => runtime.block_on(status(&config, json)),
+        ServerCommand::Start => start(config, runtime),
+        ServerCommand::Stop => runtime.block_on(stop(config)),
+        ServerCommand::Status { json } => runtime.block_on(status(config, json)),
     }
 }
 
-fn fail(code: u8, message: &str) -> ExitCode {
+fn fail(exit: Exit, message: &str) -> ExitCode {
     eprintln!("pi-workflows: {message}");
-    ExitCode::from(code)
+    exit.into()
 }
 
 /// Starts the server in the background (unless one runs) and waits for its
@@ -112,7 +81,7 @@ fn start(config: &Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
             println!("pi-workflows server started (epoch {epoch})");
             ExitCode::SUCCESS
         }
-        Err(message) => fail(1, &message),
+        Err(message) => fail(Exit::Refused, &message),
     }
 }
 
@@ -164,7 +133,7 @@ async fn stop(config: &Config) -> ExitCode {
             println!("pi-workflows server is not running");
             return ExitCode::SUCCESS;
         }
-        Err(error) => return fail(1, &error.to_string()),
+        Err(error) => return fail(Exit::Unavailable, &error.to_string()),
     };
     match client
         .request(&RequestSpec::read("server.stop", None, json!({})))
@@ -173,7 +142,7 @@ async fn stop(config: &Config) -> ExitCode {
         Ok(response) if response.outcome == "accepted" => {}
         Ok(_) | Err(_) => {
             return fail(
-                1,
+                Exit::Refused,
                 "the server refused to stop; retry `pi-workflows server stop`",
             );
         }
@@ -190,7 +159,7 @@ async fn stop(config: &Config) -> ExitCode {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     fail(
-        1,
+        Exit::Refused,
         "the server did not stop in time; check host/server.log under PI_WORKFLOWS_HOME",
     )
 }
@@ -209,20 +178,20 @@ async fn status(config: &Config, json_output: bool) -> ExitCode {
                     "pi-workflows server: stopped (start it with `pi-workflows server start`)"
                 );
             }
-            return ExitCode::from(3);
+            return Exit::NotRunning.into();
         }
-        Err(error) => return fail(1, &error.to_string()),
+        Err(error) => return fail(Exit::Unavailable, &error.to_string()),
     };
     let response = match client
         .request(&RequestSpec::read("server.status", None, json!({})))
         .await
     {
         Ok(response) => response,
-        Err(error) => return fail(1, &error.to_string()),
+        Err(error) => return fail(Exit::Unavailable, &error.to_string()),
     };
     let Some(receipt) = response.receipt else {
         return fail(
-            1,
+            Exit::Refused,
             "the server did not report its status; retry `pi-workflows server status`",
         );
     };
