@@ -252,6 +252,78 @@ impl Client {
     }
 }
 
+/// Why generated content could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentError {
+    /// The server has no such content for this run and media type.
+    Unavailable(String),
+    /// The assembled bytes do not match the reference's digest or length.
+    DigestMismatch,
+    /// The connection failed.
+    Client(ClientError),
+}
+
+impl From<ClientError> for ContentError {
+    fn from(error: ClientError) -> Self {
+        Self::Client(error)
+    }
+}
+
+/// The chunk size content is read in (the protocol's maximum).
+pub const CONTENT_CHUNK_BYTES: usize = 512 * 1024;
+
+impl Client {
+    /// Reads the content behind a digest-bound `reference` of `run_id` in
+    /// chunks and returns it only when the assembled bytes match the
+    /// reference's length and SHA-256 digest.
+    pub async fn read_content(
+        &mut self,
+        run_id: &str,
+        reference: &Value,
+    ) -> Result<Vec<u8>, ContentError> {
+        use base64::Engine as _;
+        let expected_bytes = reference.get("bytes").and_then(Value::as_u64);
+        let expected_digest = reference
+            .get("digest")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut bytes = Vec::new();
+        loop {
+            let payload = json!({ "reference": reference, "offset": bytes.len(), "length": CONTENT_CHUNK_BYTES });
+            let response = self
+                .request(&RequestSpec::read("view.content", Some(run_id), payload))
+                .await?;
+            let Some(chunk) = response.receipt.filter(|_| response.outcome == "accepted") else {
+                return Err(ContentError::Unavailable(
+                    response
+                        .error_message
+                        .unwrap_or_else(|| response.outcome.clone()),
+                ));
+            };
+            let data = chunk
+                .get("data")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map_err(|_| ContentError::DigestMismatch)?;
+            bytes.extend_from_slice(&decoded);
+            if chunk.get("final").and_then(Value::as_bool) == Some(true) {
+                break;
+            }
+            if decoded.is_empty() || Some(bytes.len() as u64) > expected_bytes {
+                return Err(ContentError::DigestMismatch);
+            }
+        }
+        let digest = crate::ids::digest_text(&crate::ids::sha256(&bytes));
+        if Some(bytes.len() as u64) != expected_bytes || digest != expected_digest {
+            return Err(ContentError::DigestMismatch);
+        }
+        Ok(bytes)
+    }
+}
+
 /// The client id of one CLI process.
 pub fn cli_client_id() -> String {
     format!("cli-{}", crate::ids::random_hex::<8>())

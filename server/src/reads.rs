@@ -120,19 +120,17 @@ pub fn view_page(
     limit: usize,
     max_bytes: usize,
 ) -> rusqlite::Result<Option<Value>> {
-    let Some(projection) = crate::view::projection(connection, run_id)? else {
+    if crate::store::runs::load(connection, run_id)?.is_none() {
         return Ok(None);
-    };
+    }
     let revision = crate::view::presentation_revision(connection, run_id)?;
     let offset: usize = cursor.and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
     let limit = limit.clamp(1, 1000);
     let items: Vec<Value> = match collection {
-        "steps" => projection
-            .steps
-            .iter()
+        "steps" => crate::view::steps(connection, run_id)?
+            .into_iter()
             .skip(offset)
             .take(limit + 1)
-            .cloned()
             .collect(),
         "updates" => crate::view::update_page(connection, run_id, offset, limit + 1)?,
         "transitions" => transitions(connection, run_id, offset, limit + 1)?,

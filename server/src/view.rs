@@ -397,6 +397,14 @@ struct Step {
     value: Value,
 }
 
+/// Every graph step of a run, in order (a read; writes nothing).
+pub fn steps(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<Value>> {
+    Ok(step_records(connection, run_id)?
+        .into_iter()
+        .map(|step| step.value)
+        .collect())
+}
+
 fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<Step>> {
     let mut statement = connection.prepare_cached(
         "SELECT attempt_id, node_id, visit, status, outcome, started_at_ms, finished_at_ms

@@ -1,0 +1,673 @@
+//! Live run views, revisions and subscriptions against a real server: views
+//! never mix revisions, stale cursors get snapshots, slow subscribers are
+//! coalesced with bounded memory, every subscription kind unsubscribes,
+//! generated content is digest-verified and recovers more than 256 steps.
+
+mod support;
+
+use serde_json::{Value, json};
+use server::client::{Client, ContentError, RequestSpec};
+use server::live::LiveView;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::{TestServer, started, status, wait_settled, write_script};
+
+/// A loop run: `start`, then `visits` rounds of `work` → `check`, then
+/// `done`: `2 * visits + 2` graph steps. Each `work` visit can publish an
+/// update of `update_chars` characters under its own key.
+fn loop_script(dir: &Path, name: &str, visits: usize, update_chars: Option<usize>) -> PathBuf {
+    let mut checks: Vec<Value> = (1..visits)
+        .map(|_| json!({ "finish": { "again": true } }))
+        .collect();
+    checks.push(json!({ "finish": { "again": false } }));
+    let mut nodes = json!({ "check": checks });
+    if let Some(chars) = update_chars {
+        let works: Vec<Value> = (1..=visits)
+            .map(|visit| {
+                json!({ "update": { "type": "progress", "key": format!("k{visit}"), "data": { "text": "x".repeat(chars) } } })
+            })
+            .collect();
+        nodes["work"] = json!(works);
+    }
+    let topology_nodes: Vec<Value> = ["start", "work", "check", "done"]
+        .iter()
+        .map(|id| json!({ "id": id, "nodeType": "compute", "timeout": { "kind": "default" }, "mountPath": [] }))
+        .collect();
+    write_script(
+        dir,
+        name,
+        &json!({
+            "workflowName": "loop",
+            "topology": {
+                "startAt": "start",
+                "maxSteps": 2 * visits + 2,
+                "nodes": topology_nodes,
+                "edges": [
+                    { "kind": "plain", "from": "start", "to": "work" },
+                    { "kind": "plain", "from": "work", "to": "check" },
+                    { "kind": "switch", "from": "check", "on": "$.again", "cases": { "true": "work", "false": "done" } },
+                ],
+                "mounts": [],
+            },
+            "nodes": nodes,
+        }),
+    )
+}
+
+/// Why a view is not one coherent revision of `run_id` (empty when it is).
+/// Every fact it compares is written in one transaction, so a view built
+/// from two reads (or a patch applied to the wrong base) shows up here.
+fn incoherence(view: &Value, run_id: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if view["runId"] != run_id {
+        problems.push(format!("names run {} instead of {run_id}", view["runId"]));
+    }
+    let steps = view["steps"]["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let total = view["steps"]["total"].as_u64().unwrap_or(0) as usize;
+    if total <= 256 && steps.len() != total {
+        problems.push(format!("{} inline steps but total {total}", steps.len()));
+    }
+    for node in view["nodes"].as_array().into_iter().flatten() {
+        let id = node["id"].as_str().unwrap_or_default();
+        let visits = steps.iter().filter(|step| step["nodeId"] == id).count();
+        if total <= 256 && node["visits"].as_u64() != Some(visits as u64) {
+            problems.push(format!(
+                "node {id} shows {} visits, steps show {visits}",
+                node["visits"]
+            ));
+        }
+        let open = steps
+            .iter()
+            .rev()
+            .find(|step| step["nodeId"] == id)
+            .is_some_and(|step| step.get("finishedAtMs").is_none());
+        let running = node["state"] == "running";
+        if total <= 256 && running != open {
+            problems.push(format!(
+                "node {id} is {} but its last step open={open}",
+                node["state"]
+            ));
+        }
+    }
+    if let Some(current) = view["display"]["currentNode"].as_str() {
+        let state = view["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|node| node["id"] == current))
+            .map(|node| node["state"].clone());
+        if !matches!(
+            state.as_ref().and_then(Value::as_str),
+            Some("running" | "waiting")
+        ) {
+            problems.push(format!("display runs {current} but the node is {state:?}"));
+        }
+    }
+    let terminal = matches!(
+        view["status"]["run"].as_str(),
+        Some("completed" | "failed" | "cancelled")
+    );
+    if terminal
+        != matches!(
+            status(view),
+            "completed" | "failed" | "timedOut" | "cancelled"
+        )
+    {
+        problems.push(format!(
+            "run status {} but display {}",
+            view["status"]["run"],
+            status(view)
+        ));
+    }
+    problems
+}
+
+/// The JSON pointers where two documents differ (at most a few), so a
+/// failure names the difference instead of printing two whole views.
+fn differences(left: &Value, right: &Value) -> Vec<String> {
+    fn walk(path: String, left: &Value, right: &Value, out: &mut Vec<String>) {
+        if out.len() >= 8 || left == right {
+            return;
+        }
+        match (left, right) {
+            (Value::Object(a), Value::Object(b)) => {
+                for key in a.keys().chain(b.keys().filter(|key| !a.contains_key(*key))) {
+                    walk(
+                        format!("{path}/{key}"),
+                        a.get(key).unwrap_or(&Value::Null),
+                        b.get(key).unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            }
+            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+                for (index, (x, y)) in a.iter().zip(b).enumerate() {
+                    walk(format!("{path}/{index}"), x, y, out);
+                }
+            }
+            _ => out.push(format!("{path}: {} vs {}", short(left), short(right))),
+        }
+    }
+    fn short(value: &Value) -> String {
+        value.to_string().chars().take(120).collect()
+    }
+    let mut out = Vec::new();
+    walk(String::new(), left, right, &mut out);
+    out
+}
+
+/// Follows `run_id` until terminal, returning the view at every revision.
+async fn record_revisions(client: &mut Client, run_id: &str) -> BTreeMap<u64, Value> {
+    let response = client
+        .subscribe(json!({ "kind": "run", "runId": run_id }), None)
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{}", response.frame);
+    let subscription = response.receipt.unwrap()["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut live = LiveView::new();
+    let mut seen = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let frame = tokio::time::timeout_at(deadline.into(), client.next_event())
+            .await
+            .expect("events in time")
+            .unwrap();
+        if frame["subscriptionId"] != subscription.as_str() {
+            continue;
+        }
+        live.apply(&frame["event"])
+            .unwrap_or_else(|error| panic!("{error:?} applying {}", frame["event"]));
+        let view = live.view().unwrap().clone();
+        let revision = live.revision().unwrap();
+        assert_eq!(
+            frame["revision"], revision,
+            "the frame's revision is the view's"
+        );
+        if let Some((&last, _)) = seen.last_key_value() {
+            assert!(
+                revision > last,
+                "revisions only grow: {last} then {revision}"
+            );
+        }
+        let settled = settled(&view);
+        seen.insert(revision, view);
+        if settled {
+            return seen;
+        }
+    }
+}
+
+/// Terminal, and its runner is gone (the last revision the run makes).
+fn settled(view: &Value) -> bool {
+    matches!(status(view), "completed" | "failed" | "cancelled")
+        && view["display"]["activity"] == "none"
+}
+
+/// Takes fresh snapshots of `run_id` until it is terminal.
+async fn record_snapshots(client: &mut Client, run_id: &str) -> BTreeMap<u64, Value> {
+    let mut seen = BTreeMap::new();
+    loop {
+        let response = client
+            .request(&RequestSpec::read("run.view", Some(run_id), json!({})))
+            .await
+            .unwrap();
+        let view = response.receipt.unwrap();
+        let revision = view["revision"].as_u64().unwrap();
+        let settled = settled(&view);
+        seen.insert(revision, view);
+        if settled {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_runs_never_yield_a_view_that_mixes_revisions_or_names_another_run() {
+    let server = TestServer::start_with(&[("PI_WORKFLOWS_MAX_WORKERS", "4")]);
+    let dir = tempfile::tempdir().unwrap();
+    let script = loop_script(dir.path(), "loop.json", 25, Some(64));
+    let mut starter = server.client().await;
+    let mut run_ids = Vec::new();
+    for _ in 0..4 {
+        run_ids.push(started(&mut starter, &script).await);
+    }
+    let mut tasks = Vec::new();
+    for run_id in &run_ids {
+        let (mut follower, mut snapshotter) = (server.client().await, server.client().await);
+        let (a, b) = (run_id.clone(), run_id.clone());
+        tasks.push(tokio::spawn(async move {
+            (a.clone(), record_revisions(&mut follower, &a).await)
+        }));
+        tasks.push(tokio::spawn(async move {
+            (b.clone(), record_snapshots(&mut snapshotter, &b).await)
+        }));
+    }
+    let mut by_run: BTreeMap<String, Vec<BTreeMap<u64, Value>>> = BTreeMap::new();
+    for task in tasks {
+        let (run_id, views) = task.await.unwrap();
+        by_run.entry(run_id).or_default().push(views);
+    }
+    for (run_id, recordings) in &by_run {
+        let (patched, snapshots) = (&recordings[0], &recordings[1]);
+        assert!(
+            patched.len() > 20,
+            "{run_id}: the follower saw {} revisions",
+            patched.len()
+        );
+        for (revision, view) in patched.iter().chain(snapshots.iter()) {
+            let problems = incoherence(view, run_id);
+            assert!(
+                problems.is_empty(),
+                "{run_id} revision {revision}: {problems:?}"
+            );
+        }
+        // A snapshot taken at revision N while the run moved equals the
+        // follower's snapshot-plus-patches view at N.
+        let mut compared = 0;
+        for (revision, snapshot) in snapshots {
+            if let Some(view) = patched.get(revision) {
+                let differ = differences(view, snapshot);
+                assert!(
+                    differ.is_empty(),
+                    "{run_id}: patched and snapshot views differ at revision {revision}: {differ:?}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(
+            compared >= 2,
+            "{run_id}: only {compared} revisions compared"
+        );
+    }
+}
+
+#[test]
+fn the_coherence_check_catches_a_view_assembled_from_two_revisions() {
+    // Two real consecutive views of one run, recombined the way a two-read
+    // view builder would: the header of one with the steps of the other.
+    let before = json!({
+        "runId": "r", "status": { "run": "running" }, "display": { "status": "running", "currentNode": "work" },
+        "nodes": [{ "id": "start", "state": "completed", "visits": 1 }, { "id": "work", "state": "running", "visits": 1 }],
+        "steps": { "items": [{ "nodeId": "start", "finishedAtMs": 2 }, { "nodeId": "work" }], "total": 2 },
+    });
+    assert!(
+        incoherence(&before, "r").is_empty(),
+        "{:?}",
+        incoherence(&before, "r")
+    );
+    let mut mixed = before.clone();
+    mixed["steps"] = json!({ "items": [{ "nodeId": "start", "finishedAtMs": 2 }, { "nodeId": "work", "finishedAtMs": 3 }], "total": 2 });
+    assert!(!incoherence(&mixed, "r").is_empty());
+    let mut mixed = before.clone();
+    mixed["steps"]["total"] = json!(3);
+    assert!(!incoherence(&mixed, "r").is_empty());
+    let mut mixed = before.clone();
+    mixed["status"]["run"] = json!("completed");
+    assert!(!incoherence(&mixed, "r").is_empty());
+    assert!(!incoherence(&before, "other").is_empty());
+}
+
+/// Subscribes from `from`, returns the first event and unsubscribes.
+async fn first_event(client: &mut Client, run_id: &str, from: Option<u64>) -> Value {
+    let response = client
+        .subscribe(json!({ "kind": "run", "runId": run_id }), from)
+        .await
+        .unwrap();
+    let id = response.receipt.unwrap()["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let frame = client.next_event().await.unwrap();
+    assert_eq!(frame["subscriptionId"], id.as_str());
+    let unsubscribe = RequestSpec::read("unsubscribe", None, json!({ "subscriptionId": id }));
+    assert_eq!(
+        client.request(&unsubscribe).await.unwrap().outcome,
+        "accepted"
+    );
+    frame
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_cursor_gets_a_snapshot_and_a_retained_one_gets_the_missing_patches() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut client = server.client().await;
+    let run_id = started(
+        &mut client,
+        &loop_script(dir.path(), "loop.json", 150, None),
+    )
+    .await;
+    let mut follower = server.client().await;
+    let views = record_revisions(&mut follower, &run_id).await;
+    let (&last, final_view) = views.last_key_value().unwrap();
+    assert!(
+        last > 300,
+        "the run made {last} revisions, more than the 256 retained"
+    );
+
+    // Older than the retained floor: one bounded snapshot.
+    let stale = first_event(&mut client, &run_id, Some(1)).await;
+    assert_eq!(stale["event"]["kind"], "runViewSnapshot");
+    assert!(
+        differences(&stale["event"]["view"], final_view).is_empty(),
+        "{:?}",
+        differences(&stale["event"]["view"], final_view)
+    );
+    // Ahead of the server (a cursor from another database): a snapshot too.
+    let ahead = first_event(&mut client, &run_id, Some(last + 10)).await;
+    assert_eq!(ahead["event"]["kind"], "runViewSnapshot");
+    // Retained: the patches after the cursor, which rebuild the final view.
+    let base = *views.range(..=last - 40).next_back().unwrap().0;
+    let resumed = first_event(&mut client, &run_id, Some(base)).await;
+    assert_eq!(resumed["event"]["kind"], "runViewPatch");
+    assert_eq!(resumed["event"]["baseRevision"], base);
+    let mut live = LiveView::new();
+    live.apply(&json!({ "kind": "runViewSnapshot", "view": views[&base] }))
+        .unwrap();
+    live.apply(&resumed["event"]).unwrap();
+    assert!(
+        differences(live.view().unwrap(), final_view).is_empty(),
+        "{:?}",
+        differences(live.view().unwrap(), final_view)
+    );
+    // Current: nothing to send until the next change; the subscription is live.
+    let response = client
+        .subscribe(json!({ "kind": "run", "runId": run_id }), Some(last))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), client.next_event())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_256_graph_steps_are_recovered_through_content_references_and_pages() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut client = server.client().await;
+    let run_id = started(
+        &mut client,
+        &loop_script(dir.path(), "loop.json", 150, None),
+    )
+    .await;
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    let steps = &view["steps"];
+    assert_eq!(steps["total"], 302);
+    assert_eq!(steps["items"].as_array().unwrap().len(), 256);
+    assert_eq!(steps["nextCursor"], "256");
+
+    let history = client
+        .read_content(&run_id, &view["graphHistory"])
+        .await
+        .unwrap();
+    let history: Vec<Value> = serde_json::from_slice(&history).unwrap();
+    assert_eq!(history.len(), 302);
+    assert!(
+        history[..256] == *steps["items"].as_array().unwrap().as_slice(),
+        "the first 256 steps are the inline ones"
+    );
+    let visits = |node: &str| history.iter().filter(|step| step["nodeId"] == node).count();
+    assert_eq!(
+        (
+            visits("start"),
+            visits("work"),
+            visits("check"),
+            visits("done")
+        ),
+        (1, 150, 150, 1)
+    );
+    assert_eq!(history.last().unwrap()["nodeId"], "done");
+
+    // The same steps through pages (an item limit and a byte budget).
+    let mut paged: Vec<Value> = steps["items"].as_array().unwrap().clone();
+    let mut cursor = steps["nextCursor"].as_str().map(str::to_owned);
+    while let Some(next) = cursor {
+        let response = client
+            .request(&RequestSpec::read(
+                "view.page",
+                Some(&run_id),
+                json!({ "collection": "steps", "cursor": next, "limit": 20, "maxBytes": 4096, "revision": view["revision"] }),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(response.outcome, "accepted", "{}", response.frame);
+        let page = response.receipt.unwrap();
+        assert_eq!(page["cursor"], next.as_str(), "the page echoes its cursor");
+        let items = page["items"].as_array().unwrap();
+        assert!(!items.is_empty() && items.len() <= 20);
+        paged.extend(items.iter().cloned());
+        cursor = page["nextCursor"].as_str().map(str::to_owned);
+    }
+    assert!(
+        paged == history,
+        "the pages hold the same {} steps",
+        history.len()
+    );
+
+    let definition = client
+        .read_content(&run_id, &view["definition"])
+        .await
+        .unwrap();
+    let definition: Value = serde_json::from_slice(&definition).unwrap();
+    assert_eq!(definition["startAt"], "start");
+    assert_eq!(definition["nodes"].as_array().unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_is_verified_and_scoped_to_its_run_and_media_type() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut client = server.client().await;
+    let script = loop_script(dir.path(), "loop.json", 2, None);
+    let run_id = started(&mut client, &script).await;
+    let other_script = loop_script(dir.path(), "other.json", 3, None);
+    let other_run = started(&mut client, &other_script).await;
+    let view = wait_settled(&mut client, &run_id).await;
+    wait_settled(&mut client, &other_run).await;
+    let reference = view["definition"].clone();
+    let read = client.read_content(&run_id, &reference).await;
+    assert!(read.is_ok(), "{read:?} for {reference}");
+
+    let unavailable =
+        |result: Result<Vec<u8>, ContentError>| matches!(result, Err(ContentError::Unavailable(_)));
+    assert!(
+        unavailable(client.read_content(&other_run, &reference).await),
+        "another run's reference"
+    );
+    let mut other_type = reference.clone();
+    other_type["mediaType"] = json!("text/plain");
+    assert!(
+        unavailable(client.read_content(&run_id, &other_type).await),
+        "another media type"
+    );
+    let mut wrong_digest = reference.clone();
+    wrong_digest["digest"] = json!(format!("sha256:{}", "0".repeat(64)));
+    assert!(
+        unavailable(client.read_content(&run_id, &wrong_digest).await),
+        "an unknown digest"
+    );
+    let mut wrong_length = reference.clone();
+    wrong_length["bytes"] = json!(reference["bytes"].as_u64().unwrap() + 1);
+    assert!(
+        unavailable(client.read_content(&run_id, &wrong_length).await),
+        "a wrong length"
+    );
+
+    // Stored bytes that no longer match their digest are refused by the client.
+    let db = rusqlite::Connection::open(server.home.join("state.sqlite")).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE run_view_content SET bytes = CAST(replace(CAST(bytes AS TEXT), 'start', 'START') AS BLOB)
+             WHERE run_id = ?1 AND role = 'definition'",
+            [&run_id],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    assert_eq!(
+        client.read_content(&run_id, &reference).await,
+        Err(ContentError::DigestMismatch)
+    );
+}
+
+/// Server memory in KiB (VmRSS).
+fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_coalesced_and_the_server_memory_stays_bounded() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut client = server.client().await;
+    // 120 rounds, each publishing a 4 KiB update: every patch carries the
+    // newest 64 updates (about 256 KiB), so an unread socket fills at once.
+    let script = loop_script(dir.path(), "loop.json", 120, Some(4096));
+    let mut slow = server.client().await;
+    let baseline_kib = resident_kib(server.pid());
+    let run_id = started(&mut client, &script).await;
+    let response = slow
+        .subscribe(json!({ "kind": "run", "runId": run_id }), None)
+        .await
+        .unwrap();
+    let subscription = response.receipt.unwrap()["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The slow subscriber reads nothing while the run makes its revisions.
+    let mut peak_kib = baseline_kib;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let final_revision = loop {
+        peak_kib = peak_kib.max(resident_kib(server.pid()));
+        let view = support::view(&mut client, &run_id).await;
+        if status(&view) == "completed" {
+            break view["revision"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the run did not finish: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(final_revision > 240, "{final_revision} revisions");
+    // Unread events would take final_revision × ~256 KiB ≈ 60 MiB; the server
+    // holds at most one event for this subscriber.
+    let growth_kib = peak_kib.saturating_sub(baseline_kib);
+    assert!(
+        growth_kib < 24 * 1024,
+        "the server grew by {growth_kib} KiB with one stuck subscriber"
+    );
+
+    // Reading now yields a few coalesced events ending at the final revision.
+    let mut live = LiveView::new();
+    let mut events = 0;
+    while live.revision() != Some(final_revision) {
+        let frame = tokio::time::timeout(Duration::from_secs(20), slow.next_event())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame["subscriptionId"], subscription.as_str());
+        live.apply(&frame["event"]).unwrap();
+        events += 1;
+    }
+    assert!(
+        events * 4 < final_revision,
+        "{events} events for {final_revision} revisions: not coalesced"
+    );
+    let current = support::view(&mut client, &run_id).await;
+    assert!(
+        differences(live.view().unwrap(), &current).is_empty(),
+        "{:?}",
+        differences(live.view().unwrap(), &current)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_removes_every_kind_of_subscription() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = loop_script(dir.path(), "loop.json", 3, None);
+    let mut client = server.client().await;
+    let first = started(&mut client, &script).await;
+    wait_settled(&mut client, &first).await;
+
+    let mut subscriber = server.client().await;
+    let mut ids = BTreeMap::new();
+    for (kind, target) in [
+        ("run", json!({ "kind": "run", "runId": first })),
+        ("runList", json!({ "kind": "runList" })),
+        (
+            "session",
+            json!({ "kind": "session", "sessionId": "session-1" }),
+        ),
+        ("control", json!({ "kind": "runList" })),
+    ] {
+        let response = subscriber.subscribe(target, None).await.unwrap();
+        assert_eq!(response.outcome, "accepted", "{kind}: {}", response.frame);
+        ids.insert(
+            kind,
+            response.receipt.unwrap()["subscriptionId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Each delivers its first event.
+    let mut first_events = BTreeMap::new();
+    while first_events.len() < 4 {
+        let frame = subscriber.next_event().await.unwrap();
+        first_events.insert(frame["subscriptionId"].as_str().unwrap().to_owned(), frame);
+    }
+    for kind in ["run", "runList", "session"] {
+        let unsubscribe =
+            RequestSpec::read("unsubscribe", None, json!({ "subscriptionId": ids[kind] }));
+        assert_eq!(
+            subscriber.request(&unsubscribe).await.unwrap().outcome,
+            "accepted",
+            "{kind}"
+        );
+        assert_eq!(
+            subscriber.request(&unsubscribe).await.unwrap().outcome,
+            "notFound",
+            "{kind} twice"
+        );
+    }
+    // Changes keep flowing to the control subscription and to nothing else.
+    let second = started(&mut client, &script).await;
+    wait_settled(&mut client, &second).await;
+    client
+        .request(&RequestSpec::command(
+            "run.restart",
+            Some(&first),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_millis(800);
+    let mut control_events = 0;
+    while let Ok(frame) = tokio::time::timeout_at(deadline.into(), subscriber.next_event()).await {
+        let frame = frame.unwrap();
+        assert_eq!(
+            frame["subscriptionId"],
+            ids["control"].as_str(),
+            "an event after unsubscribe: {frame}"
+        );
+        control_events += 1;
+    }
+    assert!(
+        control_events > 0,
+        "the control subscription saw the changes"
+    );
+}
