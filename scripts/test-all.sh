@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite of the project: formatting and lints, the TypeScript
 # SDK (install, build, typecheck, tests), codegen freshness, the Rust
-# workspace (unit, property and integration tests), and both protocol
+# workspace (unit, property and integration tests), the TypeScript end-to-end
+# tests (the real server binary with node runners), and both protocol
 # conformance runners with the comparison of their verdicts.
 # Works on a clean clone: it installs the npm dependencies from the lock file
 # itself. Exits non-zero on the first failure.
@@ -31,6 +32,10 @@ npm --prefix sdk-ts test
 step "Rust tests"
 # The model checks run below in release mode, under their own time limit.
 cargo test --workspace --exclude model --locked
+
+step "sdk-ts: end-to-end tests (real server binary, node runners)"
+cargo build -p server --locked
+PI_WORKFLOWS_BIN="$PWD/target/debug/pi-workflows" npm --prefix sdk-ts run test:e2e
 
 step "Model checks: build (release)"
 cargo build --release -p model --locked

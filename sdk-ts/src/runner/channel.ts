@@ -1,0 +1,226 @@
+/**
+ * The runner end of the runner.v1 channel (docs/PROTOCOL.md): the launch
+ * envelope (the first stdin frame), NDJSON frames both ways, stable message
+ * ids, and reply correlation.
+ *
+ * Every message carries `schema`, `runId`, `generation` and `runnerEpoch`
+ * from the launch and a message id `<runnerEpoch>-m<counter>`; each frame is
+ * validated against the schema before it is written (`encodeRunner`).
+ * A `claimLost` reply to any message calls `onClaimLost` (the runner stops).
+ */
+import type { Readable, Writable } from "node:stream";
+import type {
+  Reply,
+  RunnerCommand,
+  RunnerMessage,
+  ServerMessage,
+  WorkerLaunch,
+} from "../generated/types.js";
+import { FrameDecoder, frameContent } from "../protocol/framing.js";
+import { decodeLaunch, decodeServerFrame, encodeRunner } from "../protocol/messages.js";
+
+/** The fields of a runner message without the common envelope. */
+type Fields<T extends RunnerMessage["type"]> = Omit<
+  Extract<RunnerMessage, { type: T }>,
+  "type" | "schema" | "runId" | "generation" | "runnerEpoch" | "messageId"
+>;
+
+/** What the server asks for after `runner.ready`: a command, or a reply whose `next` decides. */
+export type Dispatch = { kind: "command"; command: RunnerCommand } | { kind: "reply"; reply: Reply };
+
+/** The channel closed (stdin ended or a frame was invalid). */
+export class ChannelClosedError extends Error {
+  override readonly name = "ChannelClosedError";
+}
+
+interface Pending {
+  resolve: (reply: Reply) => void;
+  reject: (error: Error) => void;
+}
+
+/** Reads the launch envelope: the first line of `input`. Returns it and the decoder holding any bytes after it. */
+export function readLaunch(input: Readable): Promise<{ launch: WorkerLaunch; decoder: FrameDecoder }> {
+  const decoder = new FrameDecoder();
+  return new Promise((resolve, reject) => {
+    const cleanup = (): void => {
+      input.off("data", onData);
+      input.off("end", onEnd);
+      input.off("error", onError);
+      input.pause();
+    };
+    const onData = (chunk: Uint8Array): void => {
+      try {
+        decoder.push(chunk);
+        const frame = decoder.nextFrame();
+        if (frame === null) return;
+        cleanup();
+        resolve({ launch: decodeLaunch(frameContent(frame)), decoder });
+      } catch (error) {
+        cleanup();
+        reject(error);
+      }
+    };
+    const onEnd = (): void => {
+      cleanup();
+      reject(new ChannelClosedError("stdin closed before the launch envelope"));
+    };
+    const onError = (error: Error): void => {
+      cleanup();
+      reject(error);
+    };
+    input.on("data", onData);
+    input.once("end", onEnd);
+    input.once("error", onError);
+  });
+}
+
+export class RunnerChannel {
+  private counter = 0;
+  private readonly pending = new Map<string, Pending>();
+  private dispatchWaiter: { readyId: string; resolve: (d: Dispatch) => void; reject: (e: Error) => void } | undefined;
+  private queuedCommand: RunnerCommand | undefined;
+  private closedError: Error | undefined;
+  /** Called once when a reply says the claim is lost. */
+  onClaimLost: (() => void) | undefined;
+  /** Called once when the channel closes. */
+  onClosed: ((error: Error) => void) | undefined;
+
+  constructor(
+    readonly launch: WorkerLaunch,
+    private readonly input: Readable,
+    private readonly output: Writable,
+    private readonly decoder: FrameDecoder,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  /** Starts reading server frames (after the launch envelope). */
+  start(): void {
+    const drainBuffered = (): boolean => {
+      try {
+        for (let frame = this.decoder.nextFrame(); frame !== null; frame = this.decoder.nextFrame()) {
+          this.handle(decodeServerFrame(frame));
+        }
+        return true;
+      } catch (error) {
+        this.close(error instanceof Error ? error : new Error(String(error)));
+        return false;
+      }
+    };
+    if (!drainBuffered()) return;
+    this.input.on("data", (chunk: Uint8Array) => {
+      if (this.closedError) return;
+      this.decoder.push(chunk);
+      drainBuffered();
+    });
+    this.input.on("end", () => {
+      try {
+        this.decoder.finish();
+        this.close(new ChannelClosedError("the server closed the channel"));
+      } catch (error) {
+        this.close(error instanceof Error ? error : new Error(String(error)));
+      }
+    });
+    this.input.on("error", (error) => this.close(error));
+    this.input.resume();
+  }
+
+  private close(error: Error): void {
+    if (this.closedError) return;
+    this.closedError = error;
+    for (const pending of this.pending.values()) pending.reject(error);
+    this.pending.clear();
+    this.dispatchWaiter?.reject(error);
+    this.dispatchWaiter = undefined;
+    this.onClosed?.(error);
+  }
+
+  private handle(message: ServerMessage): void {
+    if (message.type === "command") {
+      if (this.dispatchWaiter) {
+        const waiter = this.dispatchWaiter;
+        this.dispatchWaiter = undefined;
+        waiter.resolve({ kind: "command", command: message });
+      } else {
+        this.queuedCommand = message;
+      }
+      return;
+    }
+    if (message.type === "content.chunk") {
+      this.log(`content.chunk for ${message.inReplyTo} ignored (content references are not read by this runner)`);
+      return;
+    }
+    if (message.outcome === "claimLost") {
+      this.log(`claimLost in reply to ${message.inReplyTo}`);
+      this.onClaimLost?.();
+    }
+    if (this.dispatchWaiter && message.inReplyTo === this.dispatchWaiter.readyId) {
+      const waiter = this.dispatchWaiter;
+      if (message.next !== undefined || message.outcome !== "accepted") {
+        this.dispatchWaiter = undefined;
+        waiter.resolve({ kind: "reply", reply: message });
+      }
+      return;
+    }
+    const pending = this.pending.get(message.inReplyTo);
+    if (pending) {
+      this.pending.delete(message.inReplyTo);
+      pending.resolve(message);
+    } else if (message.outcome !== "accepted" && message.outcome !== "adopted") {
+      this.log(`reply to ${message.inReplyTo}: ${message.outcome}${message.error ? ` (${message.error.code}: ${message.error.message})` : ""}`);
+    }
+  }
+
+  /** Writes one message; resolves when it is handed to the OS. Returns its message id. */
+  async send<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<string> {
+    if (this.closedError) throw this.closedError;
+    this.counter += 1;
+    const messageId = `${this.launch.runnerEpoch}-m${this.counter}`;
+    const message = {
+      ...fields,
+      type,
+      schema: "pi-workflows.worker-launch.v1",
+      runId: this.launch.runId,
+      generation: this.launch.generation,
+      runnerEpoch: this.launch.runnerEpoch,
+      messageId,
+    } as unknown as RunnerMessage;
+    const frame = encodeRunner(message);
+    if (!this.output.write(frame)) {
+      await new Promise<void>((resolve, reject) => {
+        const onDrain = (): void => {
+          this.output.off("error", onError);
+          resolve();
+        };
+        const onError = (error: Error): void => {
+          this.output.off("drain", onDrain);
+          reject(error);
+        };
+        this.output.once("drain", onDrain);
+        this.output.once("error", onError);
+      });
+    }
+    return messageId;
+  }
+
+  /** Writes a message and waits for its reply. */
+  async request<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<Reply> {
+    if (this.closedError) throw this.closedError;
+    // Register before writing: the reply may arrive before `send` resolves.
+    const nextId = `${this.launch.runnerEpoch}-m${this.counter + 1}`;
+    const reply = new Promise<Reply>((resolve, reject) => this.pending.set(nextId, { resolve, reject }));
+    const sent = await this.send(type, fields);
+    if (sent !== nextId) throw new Error("message ids went out of order");
+    return reply;
+  }
+
+  /** Sends `runner.ready` and waits for the one command (or a reply whose `next` says what to do). */
+  async ready(): Promise<Dispatch> {
+    if (this.queuedCommand) throw new Error("a command arrived before runner.ready");
+    const readyId = `${this.launch.runnerEpoch}-m${this.counter + 1}`;
+    const dispatch = new Promise<Dispatch>((resolve, reject) => {
+      this.dispatchWaiter = { readyId, resolve, reject };
+    });
+    await this.send("runner.ready", { sourceVerified: true });
+    return dispatch;
+  }
+}

@@ -1,0 +1,538 @@
+/**
+ * Running one node attempt: the context, the resolved deadline, the
+ * callbacks (raced against the attempt's AbortSignal so non-cooperative code
+ * still times out), managed effects for actions, and the result proposed to
+ * the server (`node.finished` / `node.failed`).
+ */
+import { resolve as resolvePath } from "node:path";
+import type { CompiledNode, CompiledWorkflow } from "../authoring/compile.js";
+import { appendStepContract } from "../authoring/contract.js";
+import { normalizeOutput, parseTolerantJson } from "../authoring/json.js";
+import type {
+  ActionContext,
+  AgentOptions,
+  CheckpointOptions,
+  ComputeOptions,
+  FunctionActionOptions,
+  HumanDecisionOptions,
+  NodeContext,
+  NodeResult,
+  NotifyOptions,
+  ShellOptions,
+  UpdateReceipt,
+  WorkflowUpdate,
+} from "../authoring/types.js";
+import type { ActionReceipt, NodeFailureOutcome, Reply, SafeError } from "../generated/types.js";
+import { canonicalString } from "../protocol/canonical.js";
+import { sha256Digest } from "../authoring/compile.js";
+import type { RunnerChannel } from "./channel.js";
+import { buildDecisionRequest } from "./decision.js";
+import { processStartIdentity, resolveExecution, runShell } from "./shell.js";
+import type { RunState } from "./state.js";
+
+/** The engine default node deadline: 15 minutes. */
+export const DEFAULT_NODE_TIMEOUT_MS = 15 * 60 * 1000;
+/** How long a timeout function, the title function and similar may take. */
+export const RESOLVE_BOUND_MS = 30_000;
+/** How long a shell action may take to clean up after its signal aborts. */
+const SHELL_CLEANUP_MS = 3_500;
+/** The longest inline text on the wire. */
+const MAX_INLINE_TEXT = 16_384;
+/** The longest SafeError message. */
+const MAX_SAFE_MESSAGE = 512;
+
+/** The one attempt the server asked for. */
+export interface AttemptTarget {
+  nodeId: string;
+  attemptId: string;
+  visit: number;
+}
+
+/** What the runner does after an attempt. */
+export type AfterAttempt =
+  | { kind: "reply"; reply: Reply }
+  /** The run needs nothing more from this process (for example an interactive request was accepted). */
+  | { kind: "exit"; reply: Reply };
+
+/** A node failure with its outcome and wire error. */
+export class NodeFailure extends Error {
+  constructor(
+    readonly outcome: NodeFailureOutcome,
+    readonly code: SafeError["code"],
+    message: string,
+    readonly action?: ActionReceipt,
+  ) {
+    super(message);
+  }
+}
+
+/** A timeout abort reason. */
+function timeoutReason(ms: number): Error {
+  const error = new Error(`the node exceeded its deadline of ${ms} ms`);
+  error.name = "TimeoutError";
+  return error;
+}
+
+/** A bounded, single-line-safe wire message. */
+export function safeMessage(text: string): string {
+  return text.length <= MAX_SAFE_MESSAGE ? text : `${text.slice(0, MAX_SAFE_MESSAGE - 1)}…`;
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** Races `work` against `signal`; rejects with the signal's reason when it aborts first. */
+export function raceAbort<T>(work: Promise<T>, signal: AbortSignal, graceMs = 0): Promise<T> {
+  if (signal.aborted && graceMs === 0) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const onAbort = (): void => {
+      if (graceMs === 0) reject(signal.reason);
+      else timer = setTimeout(() => reject(signal.reason), graceMs);
+    };
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+    work.then(
+      (value) => {
+        if (timer) clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        if (timer) clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+/** Resolves `work` within `ms` or throws. */
+export async function withBound<T>(work: Promise<T> | T, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      Promise.resolve(work),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} did not resolve within ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
+}
+
+/** Everything an attempt needs from its runner. */
+export interface ExecutorHost {
+  channel: RunnerChannel;
+  compiled: CompiledWorkflow;
+  state: RunState;
+  runId: string;
+  projectPath: string;
+  log: (line: string) => void;
+  /** Aborted when the runner stops (SIGTERM, claim loss, channel closed). */
+  stopSignal: AbortSignal;
+  /** Appends a journal record when PI_WORKFLOWS_RUNNER_JOURNAL is set. */
+  journal: (record: Record<string, unknown>) => void;
+}
+
+export class Executor {
+  private readonly mountEntries: ReadonlySet<string>;
+
+  constructor(private readonly host: ExecutorHost) {
+    this.mountEntries = new Set(host.compiled.mounts.map((mount) => mount.entry));
+  }
+
+  private context(node: CompiledNode, target: AttemptTarget, signal: AbortSignal, level: readonly string[]): NodeContext {
+    const view = this.host.state.project(level, this.mountEntries);
+    return {
+      input: view.input,
+      outputs: view.outputs,
+      results: view.results,
+      state: view,
+      signal,
+      attempt: {
+        runId: this.host.runId,
+        workflowName: node.workflow.name,
+        nodeId: node.localId,
+        qualifiedNodeId: node.id,
+        attemptId: target.attemptId,
+        visit: target.visit,
+      },
+    };
+  }
+
+  /** Runs one attempt and proposes its result; returns the server's reply. */
+  async run(target: AttemptTarget): Promise<AfterAttempt> {
+    const { channel, compiled } = this.host;
+    const node = compiled.nodes.get(target.nodeId);
+    const controller = new AbortController();
+    const onStop = (): void => controller.abort(this.host.stopSignal.reason);
+    if (this.host.stopSignal.aborted) onStop();
+    else this.host.stopSignal.addEventListener("abort", onStop, { once: true });
+    const startedAt = Date.now();
+    let deadlineTimer: NodeJS.Timeout | undefined;
+    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply };
+    try {
+      if (!node) throw new NodeFailure("failed", "nodeFailed", `node ${target.nodeId} is not in the compiled workflow`);
+      const ctx = this.context(node, target, controller.signal, node.transition === "entry" ? node.mountPath.slice(0, -1) : node.mountPath);
+      const timeoutMs = await this.resolveTimeout(node, ctx);
+      const deadlineAtMs = timeoutMs === null ? undefined : startedAt + timeoutMs;
+      const statusDetail = node.node?.statusDetail;
+      // The reply to node.started is not awaited: a claimLost reply stops the runner through the channel.
+      await channel.send("node.started", {
+        attemptId: target.attemptId,
+        ...(deadlineAtMs !== undefined ? { deadlineAtMs } : {}),
+        ...(statusDetail !== undefined ? { statusDetail } : {}),
+      });
+      if (timeoutMs !== null) {
+        deadlineTimer = setTimeout(() => controller.abort(timeoutReason(timeoutMs)), timeoutMs);
+      }
+      const done = await this.dispatch(node, target, ctx);
+      outcome = "exit" in done ? done : { ok: true, output: done.output, ...(done.action ? { action: done.action } : {}) };
+    } catch (error) {
+      outcome = { ok: false, failure: this.failureOf(error, controller.signal) };
+    } finally {
+      if (deadlineTimer) clearTimeout(deadlineTimer);
+      this.host.stopSignal.removeEventListener("abort", onStop);
+    }
+    if ("exit" in outcome) return { kind: "exit", reply: outcome.exit };
+    if (this.host.stopSignal.aborted) {
+      // The runner is stopping: the server decides what happens to the attempt.
+      throw this.host.stopSignal.reason;
+    }
+    const finishedAt = Date.now();
+    const base = {
+      attemptId: target.attemptId,
+      nodeId: target.nodeId,
+      nodeType: node?.nodeType ?? "compute",
+      startedAt: new Date(startedAt).toISOString(),
+      finishedAt: new Date(finishedAt).toISOString(),
+      durationMs: finishedAt - startedAt,
+    };
+    let reply: Reply;
+    let result: NodeResult;
+    if (outcome.ok) {
+      reply = await channel.request("node.finished", {
+        attemptId: target.attemptId,
+        output: outcome.output as never,
+        ...(outcome.action ? { action: outcome.action } : {}),
+      });
+      result = { ...base, outcome: "ok", output: outcome.output };
+    } else {
+      const failure = outcome.failure;
+      reply = await channel.request("node.failed", {
+        attemptId: target.attemptId,
+        outcome: failure.outcome,
+        error: { code: failure.code, message: safeMessage(failure.message) },
+        ...(failure.action ? { action: failure.action } : {}),
+      });
+      result = { ...base, outcome: failure.outcome, error: { message: failure.message } };
+    }
+    if (reply.outcome === "accepted" || reply.outcome === "adopted") {
+      this.host.state.record(target.nodeId, result);
+      this.host.journal({
+        event: "node",
+        nodeId: target.nodeId,
+        attemptId: target.attemptId,
+        visit: target.visit,
+        outcome: result.outcome,
+        ...(result.outcome === "ok" ? { output: result.output } : { error: result.error?.message }),
+      });
+    }
+    return { kind: "reply", reply };
+  }
+
+  private failureOf(error: unknown, signal: AbortSignal): NodeFailure {
+    if (error instanceof NodeFailure) return error;
+    if (signal.aborted) {
+      const reason: unknown = signal.reason;
+      if (reason instanceof Error && reason.name === "TimeoutError") {
+        return new NodeFailure("timed_out", "timedOut", reason.message);
+      }
+      return new NodeFailure("cancelled", "cancelled", "the node was stopped");
+    }
+    return new NodeFailure("failed", "nodeFailed", errorText(error));
+  }
+
+  private async resolveTimeout(node: CompiledNode, ctx: NodeContext): Promise<number | null> {
+    const spec = node.node?.timeoutMs;
+    if (spec === undefined) return node.timeout.kind === "none" ? null : DEFAULT_NODE_TIMEOUT_MS;
+    if (spec === null) return null;
+    if (typeof spec === "number") return Math.ceil(spec);
+    const value = await withBound(Promise.resolve().then(() => spec(ctx)), RESOLVE_BOUND_MS, "timeoutMs()");
+    if (value === null) return null;
+    if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+      throw new NodeFailure("failed", "nodeFailed", "timeoutMs() must return a finite positive number or null");
+    }
+    return Math.ceil(value);
+  }
+
+  private async dispatch(
+    node: CompiledNode,
+    target: AttemptTarget,
+    ctx: NodeContext,
+  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: Reply }> {
+    const signal = ctx.signal;
+    if (node.transition === "entry") return { output: await raceAbort(this.entry(node, target, ctx), signal) };
+    if (node.transition === "exit") return { output: await raceAbort(this.exit(node, target), signal) };
+    const real = node.node;
+    if (!real) throw new NodeFailure("failed", "nodeFailed", `node ${node.id} has nothing to run`);
+    switch (real.kind) {
+      case "compute": {
+        const options = real.options as ComputeOptions;
+        const output = await raceAbort(Promise.resolve().then(() => options.run(ctx)), signal);
+        return { output: normalizeOutput(output, `the output of ${node.id}`) };
+      }
+      case "checkpoint": {
+        if (real.humanDecision) {
+          const request = await raceAbort(buildDecisionRequest(real.humanDecision as HumanDecisionOptions, ctx), signal);
+          return { output: normalizeOutput(request, `the decision request of ${node.id}`) };
+        }
+        const options = real.options as CheckpointOptions;
+        const output = options.run
+          ? await raceAbort(Promise.resolve().then(() => options.run?.(ctx)), signal)
+          : { summary: options.summary ?? "checkpoint" };
+        return { output: normalizeOutput(output, `the output of ${node.id}`) };
+      }
+      case "action":
+        return raceAbort(this.functionAction(node, target, real.options as FunctionActionOptions, ctx), signal);
+      case "shell":
+        return raceAbort(this.shellAction(node, target, real.options as ShellOptions, ctx), signal, SHELL_CLEANUP_MS);
+      case "notify":
+        return { output: await raceAbort(this.notify(node, target, real.options as NotifyOptions, ctx), signal) };
+      case "agent":
+        return raceAbort(this.agent(node, target, real.options as AgentOptions, ctx), signal);
+    }
+  }
+
+  private async entry(node: CompiledNode, target: AttemptTarget, parentCtx: NodeContext): Promise<unknown> {
+    const include = node.entry?.include;
+    const raw = include?.input ? await include.input(parentCtx) : null;
+    const child = node.workflow;
+    let input: unknown = raw === undefined ? null : raw;
+    if (child.input) input = await child.input(input);
+    input = normalizeOutput(input, `the input of included workflow ${child.name} (mount ${node.id})`);
+    return { schema: "pi-workflows.include-entry.v1", invocation: target.visit, input };
+  }
+
+  private async exit(node: CompiledNode, target: AttemptTarget): Promise<unknown> {
+    const exit = node.exit;
+    if (!exit) throw new NodeFailure("failed", "nodeFailed", `exit node ${node.id} has no exit`);
+    const state = this.host.state;
+    if (!Object.prototype.hasOwnProperty.call(state.outputs, exit.from)) {
+      throw new NodeFailure("failed", "nodeFailed", `exit ${exit.name} of ${node.mountPath.join("/")}: ${exit.from} has no output`);
+    }
+    let output = state.outputs[exit.from];
+    if (exit.validate) {
+      const ctx = this.context(node, target, new AbortController().signal, node.mountPath);
+      const validated = await exit.validate(output, ctx);
+      output = validated === undefined ? output : validated;
+    }
+    return normalizeOutput({ exit: exit.name, output }, `the exit output of ${node.id}`);
+  }
+
+  /** Publishes one update through the server (it enforces patterns, size, key count and rate). */
+  private publisher(target: AttemptTarget): (update: WorkflowUpdate) => Promise<UpdateReceipt> {
+    let counter = 0;
+    return async (update) => {
+      if (typeof update !== "object" || update === null) throw new Error("publishUpdate() needs {type, key, data}");
+      if (typeof update.type !== "string" || typeof update.key !== "string") throw new Error("publishUpdate(): type and key must be strings");
+      if (typeof update.data !== "object" || update.data === null || Array.isArray(update.data)) {
+        throw new Error("publishUpdate(): data must be a JSON object");
+      }
+      normalizeOutput(update.data, "update data");
+      counter += 1;
+      const reply = await this.host.channel.request("node.update", {
+        attemptId: target.attemptId,
+        update: { type: update.type, key: update.key, data: update.data as never },
+        idempotencyKey: `${target.attemptId}:u${counter}`,
+      });
+      if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
+        throw new Error(`update ${update.type}/${update.key} was rejected: ${reply.error?.code ?? reply.outcome}: ${reply.error?.message ?? ""}`);
+      }
+      return reply.result as unknown as UpdateReceipt;
+    };
+  }
+
+  /** Reserve, apply (unless an earlier attempt settled it), settle. */
+  private async managedEffect(
+    target: AttemptTarget,
+    effectType: "function" | "shell",
+    request: unknown,
+    apply: () => Promise<{ state: "applied" | "rejected"; result: unknown }>,
+  ): Promise<{ effectId: string; state: "applied" | "rejected"; result: unknown; adopted: boolean }> {
+    const channel = this.host.channel;
+    const reserved = await channel.request("effect.reserve", {
+      attemptId: target.attemptId,
+      effectType,
+      requestDigest: sha256Digest(canonicalString(request)),
+    });
+    if (reserved.outcome !== "accepted" && reserved.outcome !== "adopted") {
+      throw new NodeFailure("failed", reserved.error?.code ?? "conflict", `the effect reservation was refused: ${reserved.error?.message ?? reserved.outcome}`);
+    }
+    const reservation = reserved.result as { effectId: string; state: string; attemptNumber: number; result?: unknown };
+    if (reservation.state === "applied" || reservation.state === "rejected") {
+      this.host.log(`effect ${reservation.effectId} already ${reservation.state}; using its stored result`);
+      return { effectId: reservation.effectId, state: reservation.state, result: reservation.result ?? null, adopted: true };
+    }
+    if (reservation.state !== "applying" && reservation.state !== "reserved") {
+      throw new NodeFailure("failed", "conflict", `the effect is ${reservation.state} and cannot be applied`);
+    }
+    const applied = await apply();
+    const settled = await channel.request("effect.settle", {
+      effectId: reservation.effectId,
+      state: applied.state,
+      result: applied.result as never,
+    });
+    if (settled.outcome !== "accepted" && settled.outcome !== "adopted") {
+      throw new NodeFailure("failed", settled.error?.code ?? "conflict", `the effect settlement was refused: ${settled.error?.message ?? settled.outcome}`);
+    }
+    return { effectId: reservation.effectId, ...applied, adopted: false };
+  }
+
+  private async functionAction(
+    node: CompiledNode,
+    target: AttemptTarget,
+    options: FunctionActionOptions,
+    ctx: NodeContext,
+  ): Promise<{ output: unknown; action: ActionReceipt }> {
+    const actionCtx: ActionContext = { ...ctx, publishUpdate: this.publisher(target) };
+    const effect = await this.managedEffect(target, "function", { actionType: "function", node: node.id }, async () => {
+      try {
+        const output = normalizeOutput(await raceAbort(Promise.resolve().then(() => options.run(actionCtx)), ctx.signal), `the output of ${node.id}`);
+        return { state: "applied", result: { actionType: "function", output } };
+      } catch (error) {
+        if (ctx.signal.aborted) throw error;
+        return { state: "rejected", result: { actionType: "function", error: errorText(error) } };
+      }
+    });
+    const stored = (effect.result ?? {}) as { output?: unknown; error?: string };
+    const action: ActionReceipt = { effectId: effect.effectId, state: effect.state, result: { actionType: "function" } };
+    if (effect.state === "rejected") {
+      throw new NodeFailure("failed", "nodeFailed", stored.error ?? "the action failed", action);
+    }
+    return { output: stored.output === undefined ? null : stored.output, action };
+  }
+
+  private async shellAction(
+    node: CompiledNode,
+    target: AttemptTarget,
+    options: ShellOptions,
+    ctx: NodeContext,
+  ): Promise<{ output: unknown; action: ActionReceipt }> {
+    const execution = resolveExecution(await options.exec(ctx), this.host.projectPath, resolvePath);
+    const request = {
+      actionType: "shell",
+      command: execution.command,
+      args: execution.args,
+      cwd: execution.cwd,
+      env: execution.env,
+      stdin: execution.stdin,
+      shell: execution.shell,
+    };
+    const publish = this.publisher(target);
+    const channel = this.host.channel;
+    const updates = options.updates;
+    const effect = await this.managedEffect(target, "shell", request, async () => {
+      const outcome = await runShell(execution, {
+        signal: ctx.signal,
+        ...(updates
+          ? {
+              lineStreams: updates.streams ?? ["stdout"],
+              onLine: async (line, stream) => {
+                const produced = await updates.parseLine(line, { ...ctx, stream });
+                const list = produced === null || produced === undefined ? [] : Array.isArray(produced) ? produced : [produced];
+                for (const update of list as WorkflowUpdate[]) await publish(update);
+              },
+            }
+          : {}),
+        onSpawn: async (pid) => {
+          const startIdentity = processStartIdentity(pid);
+          if (startIdentity === null) return;
+          const reply = await channel.request("runner.progress", { operation: "process.register", pid, startIdentity });
+          if (reply.outcome !== "accepted") this.host.log(`process.register ${pid}: ${reply.outcome} ${reply.error?.message ?? ""}`);
+        },
+        onClose: async (pid) => {
+          const startIdentity = processStartIdentity(pid) ?? `${pid}:0`;
+          await channel.send("runner.progress", { operation: "process.unregister", pid, startIdentity });
+        },
+      });
+      const { stdout: _stdout, stderr: _stderr, ...receiptFields } = outcome.result;
+      const receipt = { actionType: "shell", ...receiptFields };
+      if (outcome.failure) {
+        return { state: "rejected", result: { receipt, error: outcome.failure.message, cause: outcome.failure.cause } };
+      }
+      try {
+        const parsed = options.parse ? await options.parse(outcome.result, ctx) : outcome.result;
+        return { state: "applied", result: { receipt, output: normalizeOutput(parsed, `the output of ${node.id}`) } };
+      } catch (error) {
+        return { state: "rejected", result: { receipt, error: errorText(error), cause: "parse" } };
+      }
+    });
+    const stored = (effect.result ?? {}) as { receipt?: unknown; output?: unknown; error?: string; cause?: string };
+    const action: ActionReceipt = { effectId: effect.effectId, state: effect.state, result: (stored.receipt ?? { actionType: "shell" }) as never };
+    if (effect.state === "rejected") {
+      if (stored.cause === "aborted" && ctx.signal.aborted) throw ctx.signal.reason;
+      throw new NodeFailure("failed", "nodeFailed", stored.error ?? "the shell action failed", action);
+    }
+    return { output: stored.output === undefined ? null : stored.output, action };
+  }
+
+  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<unknown> {
+    const raw = typeof options.message === "function" ? await options.message(ctx) : options.message;
+    if (typeof raw !== "string" || raw.trim() === "") throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message must be a non-empty string`);
+    const text = raw.trim();
+    if (text.length > MAX_INLINE_TEXT) throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message is longer than ${MAX_INLINE_TEXT} characters`);
+    const reply = await this.host.channel.request("notification.requested", {
+      attemptId: target.attemptId,
+      kind: options.kind ?? "progress",
+      content: { kind: "inline", text },
+    });
+    if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
+      throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `the server refused the notification: ${reply.error?.message ?? reply.outcome}`);
+    }
+    return reply.result;
+  }
+
+  private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: Reply }> {
+    const prompt = typeof options.prompt === "function" ? await options.prompt(ctx) : options.prompt;
+    if (typeof prompt !== "string" || prompt.trim() === "") throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt must be a non-empty string`);
+    if (ctx.signal.aborted) throw ctx.signal.reason;
+    const text = appendStepContract(prompt, node.workflow.name, node.localId, target.attemptId, options.expectedOutput);
+    if (text.length > MAX_INLINE_TEXT) {
+      throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt with its step contract is longer than ${MAX_INLINE_TEXT} characters`);
+    }
+    const reply = await this.host.channel.request("interaction.requested", {
+      attemptId: target.attemptId,
+      kind: "agent",
+      prompt: { kind: "inline", text },
+      contract: {
+        schema: "pi-workflows.agent-step-contract.v1",
+        runId: this.host.runId,
+        workflowName: node.workflow.name,
+        nodeId: node.localId,
+        qualifiedNodeId: node.id,
+        attemptId: target.attemptId,
+        ...(options.expectedOutput !== undefined ? { expectedOutput: options.expectedOutput } : {}),
+      },
+    });
+    if (reply.outcome === "accepted" || reply.outcome === "adopted") return { exit: reply };
+    const message = reply.error?.message ?? reply.outcome;
+    if (/headless/i.test(message)) {
+      throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: headless agent steps are not available yet (run it interactively from Pi)`);
+    }
+    throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `agent ${node.id}: the server refused the agent step request: ${message}`);
+  }
+}
+
+/** Normalizes a submitted agent output: tolerant JSON for strings, then `validate`, then the JSON round trip. */
+export async function acceptAgentOutput(options: AgentOptions, output: unknown, ctx: NodeContext): Promise<unknown> {
+  let value = typeof output === "string" ? parseTolerantJson(output) : output;
+  if (options.validate) {
+    const validated = await options.validate(value, ctx);
+    if (validated !== undefined) value = validated;
+  }
+  return normalizeOutput(value, "the step output");
+}

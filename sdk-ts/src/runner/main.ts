@@ -1,0 +1,340 @@
+/**
+ * `pi-workflows-runner`: the child process the server supervises for one run
+ * generation (or one source resolution).
+ *
+ * - resolve mode: discover the reference, hash the sources, compile (no node
+ *   callback runs), normalize the input, answer `resolve.result` or
+ *   `resolve.failed`, exit 0.
+ * - run mode: verify the saved root and mounted hashes before loading any
+ *   module (a mismatch parks the run `workflowSourceChanged`, exit 0); load;
+ *   re-check the complete source map and the definition digest; send
+ *   `runner.ready`; run the attempts the server names, one at a time, until
+ *   a reply says `exit`.
+ *
+ * SIGTERM (the server stopping the run), a `claimLost` reply or a closed
+ * channel abort the running callback, stop every shell process group and end
+ * the process without proposing anything more.
+ *
+ * Exit codes: 0 done; 2 a bad launch or a refused message; 3 claim lost;
+ * 4 the channel closed; 143 stopped by a signal.
+ */
+import { appendFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import type { Readable, Writable } from "node:stream";
+import { type CompiledWorkflow, type LoadedWorkflow, compileWorkflow, sha256Digest } from "../authoring/compile.js";
+import { IncludeCycleError, WorkflowDefinitionError } from "../authoring/errors.js";
+import { normalizeOutput } from "../authoring/json.js";
+import type {
+  ExitReason,
+  ResolveFailureCode,
+  SourceIdentity,
+  WorkerLaunch,
+  WorkflowSource,
+} from "../generated/types.js";
+import { canonicalString } from "../protocol/canonical.js";
+import { RunnerChannel, readLaunch } from "./channel.js";
+import { BUILTIN_WORKFLOWS, WorkflowNotFoundError, resolveWorkflowRef } from "./discovery.js";
+import { Executor, RESOLVE_BOUND_MS, safeMessage, withBound } from "./execute.js";
+import { WorkflowLoadError, fileCompileHost, hashFile, loadWorkflowFile } from "./loader.js";
+import { liveGroups, signalGroup } from "./shell.js";
+import { RunState } from "./state.js";
+
+export const EXIT_OK = 0;
+export const EXIT_PROTOCOL = 2;
+export const EXIT_CLAIM_LOST = 3;
+export const EXIT_CHANNEL_CLOSED = 4;
+export const EXIT_SIGNALLED = 143;
+
+const WIRE_NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+function log(line: string): void {
+  process.stderr.write(`pi-workflows-runner[${process.pid}]: ${line}\n`);
+}
+
+function journal(runId: string): (record: Record<string, unknown>) => void {
+  const path = process.env.PI_WORKFLOWS_RUNNER_JOURNAL;
+  if (!path) return () => undefined;
+  return (record) => {
+    try {
+      appendFileSync(path, `${JSON.stringify({ runId, at: Date.now(), ...record })}\n`);
+    } catch (error) {
+      log(`journal: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+}
+
+/** Loads the root named by a source identity (a file or a built-in). */
+async function loadRoot(identity: SourceIdentity): Promise<LoadedWorkflow> {
+  if (identity.kind === "builtin") {
+    const builtin = BUILTIN_WORKFLOWS.get(identity.id);
+    if (!builtin) throw new WorkflowNotFoundError(`no built-in workflow ${identity.id}`);
+    return { definition: builtin.definition, source: { kind: "builtin", id: builtin.id, revision: builtin.revision } };
+  }
+  const hash = await hashFile(identity.path);
+  return { definition: await loadWorkflowFile(identity.path), source: { kind: "file", path: identity.path, hash } };
+}
+
+/** Re-reads every saved identity; returns the first mismatch, or null. */
+export async function verifySources(source: WorkflowSource): Promise<string | null> {
+  for (const identity of [source.root, ...source.mounted]) {
+    if (identity.kind === "builtin") {
+      const builtin = BUILTIN_WORKFLOWS.get(identity.id);
+      if (!builtin || builtin.revision !== identity.revision) return `built-in ${identity.id} is not at revision ${identity.revision}`;
+      continue;
+    }
+    let bytes: Buffer;
+    try {
+      bytes = await readFile(identity.path);
+    } catch {
+      return `${identity.path} is missing`;
+    }
+    if (sha256Digest(bytes) !== identity.hash) return `${identity.path} changed`;
+  }
+  return null;
+}
+
+function sameSource(a: WorkflowSource, b: WorkflowSource): boolean {
+  return canonicalString(a) === canonicalString(b);
+}
+
+/** The first node id the wire cannot carry (protocol v1 NodeId), or null. */
+export function unwireableNodeId(compiled: CompiledWorkflow): string | null {
+  for (const node of compiled.topology.nodes) if (!WIRE_NODE_ID.test(node.id)) return node.id;
+  return null;
+}
+
+interface Failure {
+  code: ResolveFailureCode;
+  message: string;
+}
+
+function classify(error: unknown): Failure {
+  const message = error instanceof Error ? error.message : String(error);
+  if (error instanceof WorkflowNotFoundError) return { code: "sourceNotFound", message };
+  if (error instanceof WorkflowLoadError) return { code: "compileFailed", message };
+  if (error instanceof IncludeCycleError || error instanceof WorkflowDefinitionError) return { code: "invalidDefinition", message };
+  return { code: "compileFailed", message };
+}
+
+/** Resolve mode: answers exactly one `resolve.result` or `resolve.failed`. */
+export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch): Promise<number> {
+  const target = launch.resolve;
+  if (!target) {
+    log("resolve mode without `resolve`");
+    return EXIT_PROTOCOL;
+  }
+  let failure: Failure | undefined;
+  try {
+    const ref = await resolveWorkflowRef(target.workflow, { projectPath: launch.projectPath });
+    const root =
+      ref.kind === "builtin"
+        ? await loadRoot({ kind: "builtin", id: ref.builtin.id, revision: ref.builtin.revision })
+        : await loadRoot({ kind: "file", path: ref.path, hash: "" });
+    const compiled = await compileWorkflow(root, fileCompileHost(launch.projectPath));
+    const changed = await verifySources(compiled.source);
+    if (changed !== null) {
+      failure = { code: "sourceChanged", message: `the workflow source changed while it was compiled: ${changed}` };
+    }
+    const bad = unwireableNodeId(compiled);
+    if (!failure && bad !== null) {
+      failure = {
+        code: "invalidDefinition",
+        message: `compiled node id ${JSON.stringify(bad)} cannot travel on runner.v1: its NodeId pattern allows only [A-Za-z0-9._:-] starting with a letter or digit (include ids "mount/local" and ids starting with "_" need a protocol change)`,
+      };
+    }
+    let input: unknown;
+    let title: string | undefined;
+    if (!failure) {
+      try {
+        const raw = target.input === undefined ? null : target.input;
+        input = normalizeOutput(compiled.definition.input ? compiled.definition.input(raw) : raw, "the normalized input");
+      } catch (error) {
+        failure = { code: "invalidInput", message: `invalid input: ${error instanceof Error ? error.message : String(error)}` };
+      }
+    }
+    if (!failure) {
+      const spec = compiled.definition.title;
+      try {
+        const value =
+          typeof spec === "function"
+            ? await withBound(Promise.resolve().then(() => spec({ input, workflowName: compiled.definition.name })), RESOLVE_BOUND_MS, "title()")
+            : spec;
+        if (value !== undefined && typeof value !== "string") throw new Error("title() must return a string");
+        title = value?.slice(0, 512);
+      } catch (error) {
+        failure = { code: "invalidInput", message: `the run title could not be resolved: ${error instanceof Error ? error.message : String(error)}` };
+      }
+    }
+    if (!failure) {
+      log(`resolved ${target.workflow} (${compiled.topology.nodes.length} nodes, ${compiled.definitionDigest})`);
+      await channel.send("resolve.result", {
+        workflowName: compiled.definition.name,
+        workflowSource: compiled.source,
+        definitionDigest: compiled.definitionDigest,
+        topology: compiled.topology,
+        input: input as never,
+        ...(title !== undefined && title !== "" ? { title } : {}),
+      });
+      return EXIT_OK;
+    }
+  } catch (error) {
+    failure = classify(error);
+  }
+  log(`resolve failed: ${failure.code}: ${failure.message}`);
+  await channel.send("resolve.failed", { code: failure.code, message: safeMessage(failure.message) });
+  return EXIT_OK;
+}
+
+/** Run mode: verify, load, ready, then run what the server names until it says exit. */
+export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stopSignal: AbortSignal): Promise<number> {
+  const saved = launch.workflowSource;
+  if (!saved) {
+    log("run mode without `workflowSource`");
+    return EXIT_PROTOCOL;
+  }
+  const record = journal(launch.runId);
+  const changed = await verifySources(saved);
+  if (changed !== null) {
+    log(`source changed before loading (${changed}); parking`);
+    record({ event: "parked", reason: "workflowSourceChanged", detail: changed });
+    await channel.request("run.parked", { reason: "workflowSourceChanged" });
+    return EXIT_OK;
+  }
+  let compiled: CompiledWorkflow;
+  try {
+    compiled = await compileWorkflow(await loadRoot(saved.root), fileCompileHost(launch.projectPath));
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    log(`cannot load the verified workflow: ${message}`);
+    await channel.request("run.finished", {
+      outcome: "failed",
+      error: { code: "sourceChanged", message: safeMessage(`the workflow no longer loads: ${message}`) },
+      failureClass: "sourceChanged",
+    });
+    return EXIT_OK;
+  }
+  const rechanged = await verifySources(saved);
+  if (rechanged !== null || !sameSource(compiled.source, saved) || (launch.definitionDigest !== undefined && compiled.definitionDigest !== launch.definitionDigest)) {
+    const detail = rechanged ?? (sameSource(compiled.source, saved) ? "the definition digest differs" : "the mounted sources differ");
+    log(`source changed after loading (${detail}); parking`);
+    record({ event: "parked", reason: "workflowSourceChanged", detail });
+    await channel.request("run.parked", { reason: "workflowSourceChanged" });
+    return EXIT_OK;
+  }
+  const dispatch = await channel.ready();
+  if (dispatch.kind === "reply") {
+    const reply = dispatch.reply;
+    if (reply.next?.kind === "exit") {
+      await channel.send("runner.exiting", { reason: reply.next.reason });
+      record({ event: "exit", reason: reply.next.reason });
+      return EXIT_OK;
+    }
+    log(`runner.ready was answered ${reply.outcome}${reply.error ? ` (${reply.error.code}: ${reply.error.message})` : ""}`);
+    return EXIT_PROTOCOL;
+  }
+  const command = dispatch.command;
+  record({ event: "command", command: command.command, node: command.node, state: command.state });
+  const state = new RunState(command.state);
+  const executor = new Executor({
+    channel,
+    compiled,
+    state,
+    runId: launch.runId,
+    projectPath: launch.projectPath,
+    log,
+    stopSignal,
+    journal: record,
+  });
+  let target = command.node;
+  for (;;) {
+    const after = await executor.run(target);
+    const reply = after.reply;
+    if (after.kind === "exit") {
+      const reason: ExitReason = reply.next?.kind === "exit" ? reply.next.reason : "waiting";
+      await channel.send("runner.exiting", { reason });
+      record({ event: "exit", reason });
+      return EXIT_OK;
+    }
+    if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
+      log(`the result of ${target.nodeId} was answered ${reply.outcome}${reply.error ? ` (${reply.error.code}: ${reply.error.message})` : ""}`);
+      await channel.send("runner.exiting", { reason: "fatal" });
+      return EXIT_PROTOCOL;
+    }
+    const next = reply.next;
+    if (!next) {
+      log(`the reply to ${target.nodeId} carries no next instruction`);
+      await channel.send("runner.exiting", { reason: "fatal" });
+      return EXIT_PROTOCOL;
+    }
+    if (next.kind === "exit") {
+      await channel.send("runner.exiting", { reason: next.reason });
+      record({ event: "exit", reason: next.reason });
+      return EXIT_OK;
+    }
+    target = { nodeId: next.nodeId, attemptId: next.attemptId, visit: next.visit };
+  }
+}
+
+/** Stops every live shell group: SIGTERM, then SIGKILL after `graceMs`. */
+async function stopShells(graceMs: number): Promise<void> {
+  const groups = [...liveGroups];
+  if (groups.length === 0) return;
+  for (const pid of groups) signalGroup(pid, "SIGTERM");
+  await new Promise((resolve) => setTimeout(resolve, graceMs));
+  for (const pid of groups) signalGroup(pid, "SIGKILL");
+}
+
+async function flush(output: Writable): Promise<void> {
+  await new Promise<void>((resolve) => output.write("", () => resolve()));
+}
+
+/** Runs the runner on this process's stdio and returns its exit code. */
+export async function main(input: Readable = process.stdin, output: Writable = process.stdout): Promise<number> {
+  let launch: WorkerLaunch;
+  let channel: RunnerChannel;
+  try {
+    const opened = await readLaunch(input);
+    launch = opened.launch;
+    channel = new RunnerChannel(launch, input, output, opened.decoder, log);
+  } catch (error) {
+    log(`launch envelope: ${error instanceof Error ? error.message : String(error)}`);
+    return EXIT_PROTOCOL;
+  }
+  log(`launched: mode ${launch.mode}, run ${launch.runId}, generation ${launch.generation}, epoch ${launch.runnerEpoch}`);
+  const stop = new AbortController();
+  const stopped = new Promise<number>((resolve) => {
+    const halt = (code: number, why: string): void => {
+      if (stop.signal.aborted) return;
+      log(`stopping: ${why}`);
+      const reason = new Error(why);
+      reason.name = "RunnerStopped";
+      stop.abort(reason);
+      void stopShells(500).then(() => resolve(code));
+    };
+    process.once("SIGTERM", () => halt(EXIT_SIGNALLED, "SIGTERM"));
+    process.once("SIGINT", () => halt(EXIT_SIGNALLED, "SIGINT"));
+    channel.onClaimLost = () => halt(EXIT_CLAIM_LOST, "the claim is lost");
+    channel.onClosed = (error) => halt(EXIT_CHANNEL_CLOSED, `channel closed: ${error.message}`);
+  });
+  channel.start();
+  const work = (async (): Promise<number> => {
+    try {
+      switch (launch.mode) {
+        case "resolve":
+          return await resolveMode(channel, launch);
+        case "run":
+          return await runMode(channel, launch, stop.signal);
+        default:
+          log("validate mode is not implemented by this runner yet");
+          return EXIT_PROTOCOL;
+      }
+    } catch (error) {
+      if (stop.signal.aborted) return stopped;
+      log(`fatal: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+      return EXIT_PROTOCOL;
+    }
+  })();
+  const code = await Promise.race([work, stopped]);
+  await flush(output);
+  return code;
+}
