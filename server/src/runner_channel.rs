@@ -50,6 +50,8 @@ pub fn launch_envelope(
         return Ok(None);
     };
     let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
+    let interactive = crate::store::runs::load(connection, run_id)?
+        .is_some_and(|agg| agg.run.mode.origin_session().is_some());
     let launch = json!({
         "schema": "pi-workflows.worker-launch.v1",
         "mode": "run",
@@ -60,6 +62,7 @@ pub fn launch_envelope(
         "workflowSource": source,
         "definitionDigest": meta.definition_digest,
         "inputHash": meta.input_hash,
+        "executionMode": if interactive { "interactive" } else { "headless" },
         "protocolVersion": 1,
     });
     Ok(frame_of(&launch).map(|frame| LaunchFrame {

@@ -90,7 +90,8 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
     if let Some(error) = &agg.run.error {
         let message = error_message
             .clone()
-            .unwrap_or_else(|| codec_name(&error.reason));
+            .filter(|message| !message.is_empty())
+            .unwrap_or_else(|| error_description(error));
         header.insert(
             "failure".into(),
             json!({ "class": codec_name(&error.class), "message": message.chars().take(512).collect::<String>() }),
@@ -253,11 +254,32 @@ fn restart_eligible(agg: &RunAggregate) -> bool {
         .is_none_or(|restart| restart.number < kernel::run::MAX_RESTARTS)
 }
 
+/// What a run error means, in words (the stored message adds the detail).
+fn error_description(error: &kernel::run::RunError) -> String {
+    use kernel::run::ReasonKind;
+    let node = error
+        .node_id
+        .as_ref()
+        .map_or("a node", |node| node.as_str());
+    match error.reason {
+        ReasonKind::NodeFailed => format!("node {node} failed"),
+        ReasonKind::NodeTimedOut => format!("node {node} timed out"),
+        ReasonKind::MaxSteps => "the run reached its maxSteps limit".into(),
+        ReasonKind::Routing => format!("no edge from node {node} matched its output"),
+        ReasonKind::UnproductiveTurns => {
+            format!("agent step {node} ended too many turns without an output")
+        }
+        ReasonKind::DecisionExpired => format!("the human decision at {node} expired"),
+        ReasonKind::WorkerCrashed => "the runner crashed repeatedly".into(),
+        ReasonKind::RunnerFailed => "the runner failed".into(),
+    }
+}
+
 fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
     match reason {
         DisplayReason::Error { error } => match error_message.filter(|message| !message.is_empty()) {
-            Some(message) => format!("{}: {message}", codec_name(&error.reason)),
-            None => codec_name(&error.reason),
+            Some(message) => format!("{}: {message}", error_description(error)),
+            None => error_description(error),
         },
         DisplayReason::EffectAmbiguous => {
             "An external effect may have applied without a receipt. Check the external system, then confirm or retry it.".into()

@@ -60,6 +60,17 @@ fn loop_script(dir: &Path, name: &str, visits: usize, update_chars: Option<usize
 /// from two reads (or a patch applied to the wrong base) shows up here.
 fn incoherence(view: &Value, run_id: &str) -> Vec<String> {
     let mut problems = Vec::new();
+    let bytes = protocol::canonicalize(view).unwrap_or_default();
+    if let Err(error) = protocol::decode_run_view(&bytes) {
+        problems.push(format!("not a valid run view: {error}"));
+    }
+    problems.extend(mixed_revisions(view, run_id));
+    problems
+}
+
+/// The structural half of [`incoherence`].
+fn mixed_revisions(view: &Value, run_id: &str) -> Vec<String> {
+    let mut problems = Vec::new();
     if view["runId"] != run_id {
         problems.push(format!("names run {} instead of {run_id}", view["runId"]));
     }
@@ -112,7 +123,7 @@ fn incoherence(view: &Value, run_id: &str) -> Vec<String> {
     if terminal
         != matches!(
             status(view),
-            "completed" | "failed" | "timedOut" | "cancelled"
+            "completed" | "failed" | "timed_out" | "cancelled"
         )
     {
         problems.push(format!(
@@ -289,28 +300,28 @@ async fn concurrent_runs_never_yield_a_view_that_mixes_revisions_or_names_anothe
 
 #[test]
 fn the_coherence_check_catches_a_view_assembled_from_two_revisions() {
-    // Two real consecutive views of one run, recombined the way a two-read
-    // view builder would: the header of one with the steps of the other.
+    // A coherent view, then the same view with parts of the next revision
+    // (what a view built from two reads, or a patch on the wrong base, shows).
     let before = json!({
         "runId": "r", "status": { "run": "running" }, "display": { "status": "running", "currentNode": "work" },
         "nodes": [{ "id": "start", "state": "completed", "visits": 1 }, { "id": "work", "state": "running", "visits": 1 }],
         "steps": { "items": [{ "nodeId": "start", "finishedAtMs": 2 }, { "nodeId": "work" }], "total": 2 },
     });
     assert!(
-        incoherence(&before, "r").is_empty(),
+        mixed_revisions(&before, "r").is_empty(),
         "{:?}",
-        incoherence(&before, "r")
+        mixed_revisions(&before, "r")
     );
     let mut mixed = before.clone();
     mixed["steps"] = json!({ "items": [{ "nodeId": "start", "finishedAtMs": 2 }, { "nodeId": "work", "finishedAtMs": 3 }], "total": 2 });
-    assert!(!incoherence(&mixed, "r").is_empty());
+    assert!(!mixed_revisions(&mixed, "r").is_empty());
     let mut mixed = before.clone();
     mixed["steps"]["total"] = json!(3);
-    assert!(!incoherence(&mixed, "r").is_empty());
+    assert!(!mixed_revisions(&mixed, "r").is_empty());
     let mut mixed = before.clone();
     mixed["status"]["run"] = json!("completed");
-    assert!(!incoherence(&mixed, "r").is_empty());
-    assert!(!incoherence(&before, "other").is_empty());
+    assert!(!mixed_revisions(&mixed, "r").is_empty());
+    assert!(!mixed_revisions(&before, "other").is_empty());
 }
 
 /// Subscribes from `from`, returns the first event and unsubscribes.

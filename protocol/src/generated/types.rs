@@ -3122,7 +3122,7 @@ impl ::std::convert::TryFrom<::std::string::String> for NodeFailureOutcome {
         value.parse()
     }
 }
-///A workflow node id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
+///A workflow node id: 1-256 characters of [A-Za-z0-9_.:/-], starting with a letter, digit or underscore. A node of an included workflow is named by its mount path and its own id joined with `/` (`review/check`, `review/__piw_exit_done`).
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
 pub struct NodeId(::std::string::String);
@@ -3143,10 +3143,10 @@ impl ::std::str::FromStr for NodeId {
         value: &str,
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$").unwrap() });
+        { ::regress::Regex::new("^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,255}$").unwrap() });
         if PATTERN.find(value).is_none() {
             return Err(
-                "doesn't match pattern \"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$\"".into(),
+                "doesn't match pattern \"^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,255}$\"".into(),
             );
         }
         Ok(Self(value.to_string()))
@@ -4698,6 +4698,9 @@ pub struct RunState {
     ///Any JSON value.
     pub input: ::serde_json::Value,
     pub outputs: JsonObject,
+    ///The node ids of `results`, ordered by the step that recorded each one's latest result (oldest first).
+    #[serde(rename = "resultOrder")]
+    pub result_order: ::std::vec::Vec<NodeId>,
     pub results: JsonObject,
     pub steps: super::constrained::Count,
 }
@@ -7146,6 +7149,12 @@ pub struct WorkerLaunch {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub definition_digest: ::std::option::Option<Digest>,
+    ///How the run executes (run mode): a headless run has no origin Pi session for agent steps or interactions.
+    #[serde(
+        rename = "executionMode",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub execution_mode: ::std::option::Option<ExecutionMode>,
     pub generation: super::constrained::Generation,
     #[serde(
         rename = "inputHash",

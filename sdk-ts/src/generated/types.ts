@@ -527,7 +527,7 @@ export type NodeFailureOutcome = "failed" | "timed_out" | "cancelled";
 /** Every value of NodeFailureOutcome, in schema order. */
 export const NodeFailureOutcomeValues: readonly NodeFailureOutcome[] = ["failed", "timed_out", "cancelled"];
 
-/** A workflow node id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
+/** A workflow node id: 1-256 characters of [A-Za-z0-9_.:/-], starting with a letter, digit or underscore. A node of an included workflow is named by its mount path and its own id joined with `/` (`review/check`, `review/__piw_exit_done`). */
 export type NodeId = string;
 
 /** The outcome of a node attempt. */
@@ -815,6 +815,8 @@ export interface RunState {
   /** Any JSON value. */
   "input": JsonValue;
   "outputs": JsonObject;
+  /** The node ids of `results`, ordered by the step that recorded each one's latest result (oldest first). */
+  "resultOrder": NodeId[];
   "results": JsonObject;
   "steps": Count;
 }
@@ -1613,6 +1615,8 @@ export type Visit = number;
 /** pi-workflows.worker-launch.v1: the launch envelope, the first frame the server writes to the runner's stdin. */
 export interface WorkerLaunch {
   "definitionDigest"?: Digest;
+  /** How the run executes (run mode): a headless run has no origin Pi session for agent steps or interactions. */
+  "executionMode"?: ExecutionMode;
   "generation": Generation;
   "inputHash"?: Digest;
   "mode": LaunchMode;

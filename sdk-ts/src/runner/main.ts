@@ -45,7 +45,7 @@ export const EXIT_CLAIM_LOST = 3;
 export const EXIT_CHANNEL_CLOSED = 4;
 export const EXIT_SIGNALLED = 143;
 
-const WIRE_NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+const WIRE_NODE_ID = /^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,255}$/;
 
 function log(line: string): void {
   process.stderr.write(`pi-workflows-runner[${process.pid}]: ${line}\n`);
@@ -139,7 +139,7 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
     if (!failure && bad !== null) {
       failure = {
         code: "invalidDefinition",
-        message: `compiled node id ${JSON.stringify(bad)} cannot travel on runner.v1: its NodeId pattern allows only [A-Za-z0-9._:-] starting with a letter or digit (include ids "mount/local" and ids starting with "_" need a protocol change)`,
+        message: `compiled node id ${JSON.stringify(bad)} cannot travel on runner.v1: node ids are at most 256 characters of [A-Za-z0-9_.:/-]; shorten the include mount path or the node id`,
       };
     }
     let input: unknown;

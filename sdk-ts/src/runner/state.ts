@@ -8,10 +8,9 @@
  * mount's latest entry). A nested mount appears to its parent as
  * `outputs[mount] = {exit, output}` of its latest exit.
  *
- * Ordering: `command.state` carries the latest result per node but not the
- * order of steps, so results that predate this runner process are ordered by
- * their `startedAt`/`finishedAt` timestamps (millisecond resolution); results
- * of this process are ordered exactly.
+ * Ordering: `command.state.resultOrder` orders the latest results that
+ * predate this runner process by the step that recorded them; results of
+ * this process follow in the order they were recorded.
  */
 import type { NodeResult, RunStateView } from "../authoring/types.js";
 import type { RunState as WireRunState } from "../generated/types.js";
@@ -35,11 +34,9 @@ export class RunState {
     this.outputs = { ...(state.outputs as Record<string, unknown>) };
     this.results = { ...(state.results as unknown as Record<string, NodeResult>) };
     this.steps = state.steps;
-    const known = Object.entries(this.results).sort(([, a], [, b]) => {
-      const byStart = String(a.startedAt).localeCompare(String(b.startedAt));
-      return byStart !== 0 ? byStart : String(a.finishedAt).localeCompare(String(b.finishedAt));
-    });
-    for (const [id] of known) this.order.set(id, ++this.counter);
+    for (const id of state.resultOrder) {
+      if (id in this.results) this.order.set(id, ++this.counter);
+    }
   }
 
   /** Records a finished attempt of `nodeId` (the server accepted it). */

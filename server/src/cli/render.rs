@@ -294,7 +294,7 @@ pub(super) fn view_frame(view: &Value, now_ms: u64) -> String {
 pub(super) fn is_terminal(view: &Value) -> bool {
     matches!(
         view["display"]["status"].as_str(),
-        Some("completed" | "failed" | "timedOut" | "cancelled")
+        Some("completed" | "failed" | "timed_out" | "cancelled")
     )
 }
 

@@ -154,7 +154,8 @@ pub(crate) fn last_step_record(
 }
 
 /// The narrow run state a runner needs: the input, the latest `ok` output
-/// and the latest result record per node, and the number of steps.
+/// and the latest result record per node, the order of those latest
+/// results, and the number of steps.
 pub(crate) fn run_state(
     connection: &Connection,
     run_id: &RunId,
@@ -181,6 +182,7 @@ pub(crate) fn run_state(
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut outputs = Map::new();
     let mut results = Map::new();
+    let mut result_order: Vec<String> = Vec::new();
     let steps = rows.len();
     for (attempt_id, node_id, outcome, started, finished, output, error) in rows {
         let output = match blobs::digest_of(output) {
@@ -206,9 +208,17 @@ pub(crate) fn run_state(
         } else {
             outputs.remove(&node_id);
         }
+        result_order.retain(|id| *id != node_id);
+        result_order.push(node_id.clone());
         results.insert(node_id, record);
     }
-    Ok(json!({ "input": input, "outputs": outputs, "results": results, "steps": steps }))
+    Ok(json!({
+        "input": input,
+        "outputs": outputs,
+        "results": results,
+        "resultOrder": result_order,
+        "steps": steps,
+    }))
 }
 
 /// The final output of a completed run: the output of its last `ok` step.

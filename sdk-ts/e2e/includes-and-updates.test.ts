@@ -1,16 +1,8 @@
 /**
- * End-to-end tests that fail against the current server, kept out of the
- * default suites (run them with `npm run test:e2e-blocked`). Each names the
- * server or protocol change it waits for; move it to `e2e/` once it passes.
- *
- * 1. Includes: protocol v1 `NodeId` is `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`,
- *    so compiled include ids (`review/check`, `review/__piw_exit_approved`)
- *    cannot travel in `resolve.result.topology`, `command.node` or
- *    `reply.next` (the runner refuses to resolve with invalidDefinition).
- * 2. Updates: `server/src/runner_channel.rs` `handle()` still answers
- *    `node.update` (and `interaction.requested`) with "this message kind is
- *    not accepted on a run-mode channel" before `decide()`/`apply()` can
- *    reach the new handlers, so `publishUpdate` and `updates.parseLine` fail.
+ * End to end through the real server: an include runs under its qualified
+ * node ids (`review/check`, `review/__piw_exit_approved`) and leaves through
+ * its exit; a shell action's update lines and `publishUpdate` reach the run
+ * view as current updates.
  */
 import assert from "node:assert/strict";
 import { cpSync, readdirSync } from "node:fs";
