@@ -210,6 +210,20 @@ describe("WorkflowClient: framing and hello", () => {
     }
   });
 
+  it("finished requests leave no close listeners on the persistent connection", async () => {
+    const fake = await Fake.start(answering({ "server.status": statusReceipt() }));
+    const client = fake.client();
+    try {
+      for (let i = 0; i < 50; i++) await client.serverStatus();
+      const internals = client as unknown as { connection: { closeListeners: Set<unknown> } };
+      assert.equal(internals.connection.closeListeners.size, 0);
+      assert.equal(fake.peers.length, 1);
+    } finally {
+      client.close();
+      await fake.close();
+    }
+  });
+
   it("decodes responses split across reads one byte at a time", async () => {
     const fake = await Fake.start({
       hello: false,

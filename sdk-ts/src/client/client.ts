@@ -543,10 +543,12 @@ export class WorkflowClient implements SubscriptionHost {
   private exchange(connection: Connection, requestId: string, bytes: Uint8Array, signal?: AbortSignal, onResponse?: PendingRequest["onResponse"]): Promise<Exchange> {
     return new Promise<Exchange>((resolve, reject) => {
       let done = false;
+      let removeClose = (): void => undefined;
       const finish = (): void => {
         done = true;
         this.pending.delete(requestId);
         signal?.removeEventListener("abort", onAbort);
+        removeClose();
       };
       const onAbort = (): void => {
         if (done) return;
@@ -564,7 +566,7 @@ export class WorkflowClient implements SubscriptionHost {
       if (onResponse !== undefined) entry.onResponse = onResponse;
       this.pending.set(requestId, entry);
       signal?.addEventListener("abort", onAbort, { once: true });
-      void connection.closed.then((end) => {
+      removeClose = connection.onClose((end) => {
         if (done) return;
         finish();
         if (end.retryable) resolve({ kind: "lost", error: end.error });

@@ -78,6 +78,8 @@ export class Connection {
   private end: ConnectionEnd | null = null;
   private resolveClosed!: (end: ConnectionEnd) => void;
   private drainWait: Promise<void> | null = null;
+  /** Called once when the connection ends (registered by waits, removed when they finish). */
+  private readonly closeListeners = new Set<(end: ConnectionEnd) => void>();
   /** The reason a server error event gave before it closed the connection. */
   private serverError: WorkflowClientError | null = null;
 
@@ -219,12 +221,29 @@ export class Connection {
   }
 
   /** Ends the connection once; pending waits see `end`. */
-  private finish(end: ConnectionEnd): void {
+  private finish(reported: ConnectionEnd): void {
     if (this.end !== null) return;
     // A protocol rejection the server announced wins over a plain close.
-    this.end = this.serverError !== null && end.retryable ? { error: this.serverError, retryable: false } : end;
+    const end = this.serverError !== null && reported.retryable ? { error: this.serverError, retryable: false } : reported;
+    this.end = end;
     this.socket.destroy();
-    this.resolveClosed(this.end);
+    this.resolveClosed(end);
+    for (const listener of this.closeListeners) listener(end);
+    this.closeListeners.clear();
+  }
+
+  /**
+   * Calls `listener` once when the connection ends (at once if it has).
+   * Returns the function that removes it; long-lived connections stay free
+   * of listeners of finished waits.
+   */
+  onClose(listener: (end: ConnectionEnd) => void): () => void {
+    if (this.end !== null) {
+      listener(this.end);
+      return () => undefined;
+    }
+    this.closeListeners.add(listener);
+    return () => this.closeListeners.delete(listener);
   }
 
   /** Closes the connection (pending requests see a retryable end). */
@@ -265,12 +284,20 @@ export class Connection {
     if (this.end !== null) return Promise.reject(this.end.error);
     if (signal?.aborted === true) return Promise.reject(CANCELLED());
     return new Promise<void>((resolve, reject) => {
+      let removeClose = (): void => undefined;
       const onAbort = (): void => {
         cleanup();
         reject(CANCELLED());
       };
-      const cleanup = (): void => signal?.removeEventListener("abort", onAbort);
+      const cleanup = (): void => {
+        signal?.removeEventListener("abort", onAbort);
+        removeClose();
+      };
       signal?.addEventListener("abort", onAbort, { once: true });
+      removeClose = this.onClose((end) => {
+        cleanup();
+        reject(end.error);
+      });
       promise.then(
         () => {
           cleanup();
@@ -281,10 +308,6 @@ export class Connection {
           reject(error instanceof Error ? error : new Error(String(error)));
         },
       );
-      void this.closed.then((end) => {
-        cleanup();
-        reject(end.error);
-      });
     });
   }
 }
