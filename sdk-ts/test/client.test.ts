@@ -353,6 +353,25 @@ describe("WorkflowClient: request identity and retries", () => {
     }
   });
 
+  it("two clients sharing a pinned client id never reuse each other's request ids", async () => {
+    const fake = await Fake.start(answering());
+    const one = fake.client({ clientId: "pinned-client" });
+    const two = fake.client({ clientId: "pinned-client" });
+    try {
+      await one.runPause("run-1");
+      await two.runPause("run-1");
+      const [a, b] = fake.requests;
+      assert.ok(a !== undefined && b !== undefined);
+      assert.equal(a.clientId, b.clientId);
+      assert.notEqual(a.requestId, b.requestId);
+      assert.ok(a.requestId.startsWith("pinned-client."));
+    } finally {
+      one.close();
+      two.close();
+      await fake.close();
+    }
+  });
+
   it("after a disconnect, a command is retried with a new request id and the same client id, key, operation and payload, and adopts the receipt", async () => {
     const receipt = { runId: "run-9", revision: 1 };
     const fake = await Fake.start({

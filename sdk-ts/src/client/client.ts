@@ -22,7 +22,7 @@
  * - Errors are `WorkflowClientError`s with a closed code and the server's
  *   safe message or static text (see errors.ts).
  */
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
@@ -229,6 +229,7 @@ export class WorkflowClient implements SubscriptionHost {
   /** Subscriptions with a `subscribe` in flight, and how many. */
   private readonly binding = new Map<Subscription, number>();
   private requestCounter = 0;
+  private readonly requestNonce = randomBytes(6).toString("hex");
   /** Requests in progress (connecting, writing or waiting for a response). */
   private foreground = 0;
   private isClosed = false;
@@ -534,9 +535,14 @@ export class WorkflowClient implements SubscriptionHost {
     return accepted(await this.request(operation, spec));
   }
 
+  /**
+   * A new transport-attempt id: the client id (for diagnostics), a random
+   * per-instance nonce (request ids are unique server-wide, and two
+   * processes may share a pinned client id) and a counter.
+   */
   private nextRequestId(): string {
     this.requestCounter++;
-    return `${this.clientId}.${this.requestCounter}`.slice(-128).replace(/^[^A-Za-z0-9]+/, "r");
+    return `${this.clientId.slice(0, 80)}.${this.requestNonce}.${this.requestCounter}`;
   }
 
   /** Sends one request frame on `connection` and waits for its response or the end of the connection. */
@@ -617,7 +623,7 @@ export class WorkflowClient implements SubscriptionHost {
    * Connects; when nothing listens and `start` is true, runs `server start`
    * once and retries on a referenced timer until ready or the deadline.
    */
-  private async coldConnect(start: boolean): Promise<Connection> {
+  private async coldConnect(start: boolean, foreground = true): Promise<Connection> {
     const deadline = Date.now() + this.startDeadlineMs;
     let starting: StartingServer | null = null;
     let startFailure: WorkflowClientError | null = null;
@@ -628,6 +634,8 @@ export class WorkflowClient implements SubscriptionHost {
           clientId: this.clientId,
           packageVersion: this.packageVersion,
           helloTimeoutMs: this.helloTimeoutMs,
+          // A background attempt never keeps the process alive.
+          ref: foreground,
           onMessage: (from, message) => this.dispatch(from, message),
         });
         this.adopt(connection);
@@ -802,7 +810,7 @@ export class WorkflowClient implements SubscriptionHost {
         if (this.connecting !== null) void this.connecting.catch(() => this.scheduleReconnect());
         return;
       }
-      const connecting = this.coldConnect(false);
+      const connecting = this.coldConnect(false, false);
       this.connecting = connecting;
       this.connectingMayStart = false;
       connecting.then(

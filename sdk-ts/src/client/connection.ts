@@ -51,6 +51,8 @@ export interface OpenOptions {
   packageVersion: string;
   /** How long to wait for the server's hello after connecting. */
   helloTimeoutMs: number;
+  /** Whether the attempt keeps the process alive (false for background reconnects). */
+  ref?: boolean;
   /** Receives every frame after the hello. */
   onMessage: (connection: Connection, message: ClientMessage) => void;
 }
@@ -104,6 +106,7 @@ export class Connection {
   static open(options: OpenOptions): Promise<Connection> {
     return new Promise((resolve, reject) => {
       const socket = createConnection({ path: options.socketPath });
+      if (options.ref === false) socket.unref();
       const decoder = new FrameDecoder();
       let connection: Connection | null = null;
       let settled = false;
