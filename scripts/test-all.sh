@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite of the project: formatting and lints, the TypeScript
-# SDK (install, build, typecheck, tests), codegen freshness, the Rust
+# SDK (install, build, typecheck, unit tests, and integration tests against
+# the server binary, built just before them), codegen freshness, the Rust
 # workspace (unit, property and integration tests), the TypeScript end-to-end
 # tests (the real server binary with node runners), and both protocol
 # conformance runners with the comparison of their verdicts.
@@ -26,16 +27,22 @@ cargo run --quiet --locked -p codegen -- --check
 step "sdk-ts: build (tsc, declarations)"
 npm --prefix sdk-ts run build
 
-step "sdk-ts: tests"
-npm --prefix sdk-ts test
+step "cargo build -p server (binaries the sdk-ts integration tests drive)"
+cargo build -p server --locked
+target_dir="$(cargo metadata --format-version 1 --no-deps --locked |
+  node -e 'let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => console.log(JSON.parse(s).target_directory))')"
+
+step "sdk-ts: tests (unit, and WorkflowClient against the real server)"
+PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" \
+  PI_WORKFLOWS_SCRIPTED_RUNNER="$target_dir/debug/pi-workflows-scripted-runner" \
+  npm --prefix sdk-ts test
 
 step "Rust tests"
 # The model checks run below in release mode, under their own time limit.
 cargo test --workspace --exclude model --locked
 
 step "sdk-ts: end-to-end tests (real server binary, node runners)"
-cargo build -p server --locked
-PI_WORKFLOWS_BIN="$PWD/target/debug/pi-workflows" npm --prefix sdk-ts run test:e2e
+PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:e2e
 
 step "Model checks: build (release)"
 cargo build --release -p model --locked

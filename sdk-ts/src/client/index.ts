@@ -1,0 +1,28 @@
+/**
+ * `@pi-workflows/sdk/client`: `WorkflowClient`, the one TypeScript client of
+ * the pi-workflows server (client.v1 over the user-only Unix socket).
+ */
+export {
+  STATE_CHANGING_OPERATIONS,
+  WorkflowClient,
+  accepted,
+  defaultHome,
+  sharedWorkflowClient,
+  socketPathOf,
+} from "./client.js";
+export type {
+  Accepted,
+  CommandOptions,
+  PagesSpec,
+  RequestOptions,
+  RequestSpec,
+  Settled,
+  SubscribeOptions,
+  WorkflowClientOptions,
+} from "./client.js";
+export { ContentAssembler, MAX_CONTENT_CHUNK, digestOf } from "./content.js";
+export { WorkflowClientError } from "./errors.js";
+export type { WorkflowClientErrorDetails } from "./errors.js";
+export { Subscription, judgeEvent } from "./subscription.js";
+export type { EventVerdict, SubscriptionEvent } from "./subscription.js";
+export { PACKAGE_VERSION, PROTOCOL_VERSION } from "./version.js";
