@@ -21,5 +21,7 @@ pub mod decisions;
 pub mod effects;
 pub mod harness;
 pub mod lifecycle;
+pub mod messages;
 pub mod suite;
+pub mod supervision;
 pub mod world;
