@@ -153,8 +153,11 @@ pub fn supervision_capacity_two() -> Report {
     )
 }
 
-fn supervision_liveness(_mode: Mode) -> Report {
-    let model = SupervisionModel::fault_free(SupervisionRules::Kernel);
+fn supervision_liveness(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => SupervisionModel::fault_free(SupervisionRules::Kernel),
+        Mode::Deep => SupervisionModel::fault_free_deep(SupervisionRules::Kernel),
+    };
     check(
         "supervision-liveness",
         model.bounds(),

@@ -142,10 +142,19 @@ impl SupervisionModel {
     /// Larger bounds with faults, for local runs.
     pub fn deep(rules: SupervisionRules) -> Self {
         Self {
-            max_ticks: 3,
-            max_generation: 3,
             max_faults: 2,
+            max_losses: 2,
             ..Self::ci(rules)
+        }
+    }
+
+    /// The fault-free configuration for liveness with larger bounds: three
+    /// runs sharing two slots.
+    pub fn fault_free_deep(rules: SupervisionRules) -> Self {
+        Self {
+            runs: 3,
+            capacity: 2,
+            ..Self::fault_free(rules)
         }
     }
 
@@ -391,6 +400,8 @@ pub struct Oracle {
     /// Per run: the last generation launched, and whether a no-progress exit
     /// is waiting for an explicit resume.
     pub launched: Vec<u64>,
+    /// Per run: the last generation whose `runner.ready` started the engine.
+    pub readied: Vec<u64>,
     pub no_progress: Vec<bool>,
     pub crashed: Vec<bool>,
     pub terminal: Vec<Option<RunStatus>>,
@@ -858,10 +869,15 @@ impl SupervisionModel {
                         if other_payload {
                             next.oracle.other_payload_adopted = true;
                         }
-                        if matches!(msg.payload, Payload::Ready)
-                            && next.oracle.crashed[msg.run as usize]
-                        {
-                            next.oracle.resumed_after_crash = true;
+                        if matches!(msg.payload, Payload::Ready) {
+                            let i = msg.run as usize;
+                            if msg.generation <= next.oracle.readied[i] {
+                                next.oracle.two_launches = true;
+                            }
+                            next.oracle.readied[i] = msg.generation;
+                            if next.oracle.crashed[i] {
+                                next.oracle.resumed_after_crash = true;
+                            }
                         }
                         Self::commit(next, msg.run, transition);
                         reply
@@ -1081,6 +1097,7 @@ impl Model for SupervisionModel {
             reuses: 0,
             oracle: Oracle {
                 launched: vec![0; n],
+                readied: vec![0; n],
                 no_progress: vec![false; n],
                 crashed: vec![false; n],
                 terminal: vec![None; n],
