@@ -1,6 +1,5 @@
 //! The registry of models and planted bugs that the `model` binary and the
-//! tests run. A new model (runner supervision, workflow messages) adds one
-//! [`ModelEntry`] and its [`Mutation`]s here.
+//! tests run. A new model adds one [`ModelEntry`] and its [`Mutation`]s here.
 
 use crate::claims::{ClaimRules, ClaimsModel};
 use crate::commands::{CommandRules, CommandsModel};

@@ -143,7 +143,6 @@ impl SupervisionModel {
     pub fn deep(rules: SupervisionRules) -> Self {
         Self {
             max_faults: 2,
-            max_losses: 2,
             ..Self::ci(rules)
         }
     }
