@@ -1,7 +1,8 @@
 //! Stateright models that drive the kernel's own transition functions.
 //!
 //! Each model's `next_state` calls the kernel (`kernel::claim`, `epoch`, `run`,
-//! `effect`, `receipt`, `decision`); the model adds only the environment:
+//! `effect`, `receipt`, `decision`, `execution`, `runner`, `scheduler`,
+//! `session`, `interaction`); the model adds only the environment:
 //! which actor acts, crashes that drop process memory but keep committed
 //! facts, clock advances past expiry, lost, duplicated and reordered
 //! deliveries, and retries with new request ids. Oracles judge each
@@ -11,9 +12,11 @@
 //! this crate that drop exactly one kernel check. Each `always` property has a
 //! mutation that the checker must catch, so no property is vacuous.
 //!
-//! Still to come, as new files registered in [`suite`]: runner supervision
-//! with real dispatch and routing (`supervision.rs`) and workflow messages
-//! with two Pi processes per origin session (`messages.rs`); see `README.md`.
+//! The models: claims and fencing, effects, command receipts, human
+//! decisions, the run lifecycle and its liveness, runner supervision with
+//! real dispatch and routing (`supervision`), and workflow messages and
+//! turns with two Pi processes per origin session (`messages`); see
+//! `README.md`.
 
 pub mod claims;
 pub mod commands;
@@ -21,5 +24,7 @@ pub mod decisions;
 pub mod effects;
 pub mod harness;
 pub mod lifecycle;
+pub mod messages;
 pub mod suite;
+pub mod supervision;
 pub mod world;

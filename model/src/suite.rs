@@ -1,6 +1,5 @@
 //! The registry of models and planted bugs that the `model` binary and the
-//! tests run. A new model (runner supervision, workflow messages) adds one
-//! [`ModelEntry`] and its [`Mutation`]s here.
+//! tests run. A new model adds one [`ModelEntry`] and its [`Mutation`]s here.
 
 use crate::claims::{ClaimRules, ClaimsModel};
 use crate::commands::{CommandRules, CommandsModel};
@@ -8,6 +7,8 @@ use crate::decisions::{DecisionRules, DecisionsModel};
 use crate::effects::{EffectRules, EffectsModel};
 use crate::harness::{Mode, Report, Stop, check};
 use crate::lifecycle::{LifecycleModel, LifecycleRules};
+use crate::messages::{Focus, MessageRules, MessagesModel};
+use crate::supervision::{SupervisionModel, SupervisionRules};
 use stateright::{Expectation, Model};
 
 /// One model configuration with the kernel's rules.
@@ -109,6 +110,61 @@ fn liveness(mode: Mode) -> Report {
     check("liveness", model.bounds(), model, Stop::Exhaustive)
 }
 
+fn messages(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => MessagesModel::ci(Focus::Delivery, MessageRules::Kernel),
+        Mode::Deep => MessagesModel::deep(Focus::Delivery, MessageRules::Kernel),
+    };
+    check("messages", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn turns(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => MessagesModel::ci(Focus::Turns, MessageRules::Kernel),
+        Mode::Deep => MessagesModel::deep(Focus::Turns, MessageRules::Kernel),
+    };
+    check("turns", model.bounds(), model, Stop::Exhaustive)
+}
+
+fn supervision(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => SupervisionModel::ci(SupervisionRules::Kernel),
+        Mode::Deep => SupervisionModel::deep(SupervisionRules::Kernel),
+    };
+    check("supervision", model.bounds(), model, Stop::Exhaustive)
+}
+
+/// The property the kernel itself breaks with capacity 2 (see
+/// [`supervision_capacity_two`]).
+pub const KERNEL_FINDING_PROPERTY: &str = "at most one live runner per run";
+
+/// A kernel finding, not a registered model: with capacity 2 and the kernel's
+/// own rules, `run::admit` admits a run whose previous runner epoch is still
+/// live (its process was told to stop but has not exited), so a run has two
+/// live runners. Stops at the first counterexample (the space is ~11 M states).
+pub fn supervision_capacity_two() -> Report {
+    let model = SupervisionModel::ci_capacity_two(SupervisionRules::Kernel);
+    check(
+        "supervision (capacity 2)",
+        model.bounds(),
+        model,
+        Stop::Property(KERNEL_FINDING_PROPERTY),
+    )
+}
+
+fn supervision_liveness(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => SupervisionModel::fault_free(SupervisionRules::Kernel),
+        Mode::Deep => SupervisionModel::fault_free_deep(SupervisionRules::Kernel),
+    };
+    check(
+        "supervision-liveness",
+        model.bounds(),
+        model,
+        Stop::Exhaustive,
+    )
+}
+
 const LIVENESS_PAUSES_CI: u8 = 3;
 const LIVENESS_PAUSES_DEEP: u8 = 6;
 
@@ -155,6 +211,30 @@ pub fn models() -> Vec<ModelEntry> {
                     LIVENESS_PAUSES_CI,
                 ))
             },
+        },
+        ModelEntry {
+            name: "supervision",
+            ci_unique_states: 422_872,
+            run: supervision,
+            properties: || names(&SupervisionModel::ci(SupervisionRules::Kernel)),
+        },
+        ModelEntry {
+            name: "supervision-liveness",
+            ci_unique_states: 1_571,
+            run: supervision_liveness,
+            properties: || names(&SupervisionModel::fault_free(SupervisionRules::Kernel)),
+        },
+        ModelEntry {
+            name: "messages",
+            ci_unique_states: 528_270,
+            run: messages,
+            properties: || names(&MessagesModel::ci(Focus::Delivery, MessageRules::Kernel)),
+        },
+        ModelEntry {
+            name: "turns",
+            ci_unique_states: 479_046,
+            run: turns,
+            properties: || names(&MessagesModel::ci(Focus::Turns, MessageRules::Kernel)),
         },
     ]
 }
@@ -321,6 +401,153 @@ pub fn mutations() -> Vec<Mutation> {
             "the scheduler never admits a resumable parked run",
             "with no faults, every admitted run reaches a terminal or waiting state",
             LifecycleModel::fault_free(LifecycleRules::AdmitOnlyQueued, LIVENESS_PAUSES_CI)
+        ),
+        mutation!(
+            "owner-only-runner-fencing",
+            "supervision",
+            "a runner write compares only the claim owner, not token, generation or expiry",
+            "no stale runner write commits",
+            SupervisionModel::ci(SupervisionRules::OwnerOnlyRunnerFencing)
+        ),
+        mutation!(
+            "exit-park-keeps-attempt",
+            "supervision",
+            "the runner-exit decision parks without abandoning the active attempt",
+            "a run has at most one unfinished attempt, run by its current generation",
+            SupervisionModel::ci(SupervisionRules::ParkKeepsAttempt)
+        ),
+        mutation!(
+            "no-step-limit",
+            "supervision",
+            "routing does not check maxSteps",
+            "steps never exceed maxSteps",
+            SupervisionModel::ci(SupervisionRules::NoStepLimit)
+        ),
+        mutation!(
+            "capacity-ignored",
+            "supervision",
+            "the scheduler ignores the capacity",
+            "never more live runners than capacity",
+            SupervisionModel::ci(SupervisionRules::CapacityIgnored)
+        ),
+        mutation!(
+            "capacity-ignored-per-run",
+            "supervision",
+            "the scheduler ignores the capacity (a run parked while its old runner is still stopping is admitted again)",
+            "at most one live runner per run",
+            SupervisionModel::ci(SupervisionRules::CapacityIgnored)
+        ),
+        mutation!(
+            "no-crash-retry-budget",
+            "supervision",
+            "the runner-exit decision ignores the crash-retry budget",
+            "claim loss never produces a failed run",
+            SupervisionModel::ci(SupervisionRules::NoCrashRetryBudget)
+        ),
+        mutation!(
+            "readmit-no-progress",
+            "supervision",
+            "runnerNoProgress is treated as a reason that resumes automatically",
+            "a run without progress since ready is never re-admitted automatically",
+            SupervisionModel::ci(SupervisionRules::ReadmitNoProgress)
+        ),
+        mutation!(
+            "admit-reuses-generation",
+            "supervision",
+            "run::admit does not take a new generation for the new runner epoch",
+            "exactly one engine start (launch command) per generation",
+            SupervisionModel::ci(SupervisionRules::AdmitReusesGeneration)
+        ),
+        mutation!(
+            "admit-ignores-terminal",
+            "supervision",
+            "admission does not refuse a terminal run",
+            "terminal run states are absorbing",
+            SupervisionModel::ci(SupervisionRules::AdmitIgnoresTerminal)
+        ),
+        mutation!(
+            "exit-keeps-claim",
+            "supervision",
+            "the runner-exit decision parks without releasing the claim",
+            "run, queue, runner and claim projections agree after every crash point",
+            SupervisionModel::ci(SupervisionRules::ExitKeepsClaim)
+        ),
+        mutation!(
+            "no-runner-receipts",
+            "supervision",
+            "the shell never looks up runner-message receipts",
+            "every delivery of one runner message gets the same durable reply",
+            SupervisionModel::ci(SupervisionRules::NoRunnerReceipts)
+        ),
+        mutation!(
+            "runner-fingerprint-ignored",
+            "supervision",
+            "decide_runner_message does not compare the payload digest",
+            "another payload under a runner message id is a conflict, never a stored reply",
+            SupervisionModel::ci(SupervisionRules::RunnerFingerprintIgnored)
+        ),
+        mutation!(
+            "supervision-admit-only-queued",
+            "supervision-liveness",
+            "the scheduler never admits a parked run (resumeReady after a timeout route)",
+            "with no faults, every admitted run reaches a terminal or waiting state",
+            SupervisionModel::fault_free(SupervisionRules::AdmitOnlyQueued)
+        ),
+        mutation!(
+            "no-coordinator-epoch-check",
+            "messages",
+            "branch and turn reports are accepted from any connection, without session::check",
+            "at most one active coordinator epoch per origin session: only the newest connection's reports are accepted",
+            MessagesModel::ci(Focus::Delivery, MessageRules::NoCoordinatorEpochCheck)
+        ),
+        mutation!(
+            "old-epoch-still-offered",
+            "messages",
+            "session::offer serves any connection, not only the active epoch",
+            "only the active epoch is offered messages",
+            MessagesModel::ci(Focus::Delivery, MessageRules::OldEpochStillOffered)
+        ),
+        mutation!(
+            "sent-returns-to-pending",
+            "messages",
+            "a sent message absent from an idle branch becomes pending again",
+            "a sent message never returns to pending",
+            MessagesModel::ci(Focus::Delivery, MessageRules::SentReturnsToPending)
+        ),
+        mutation!(
+            "send-without-branch-report",
+            "messages",
+            "session::offer does not wait for the epoch's branch report",
+            "a message becomes sent only from branch evidence and is never offered while the branch shows it",
+            MessagesModel::ci(Focus::Delivery, MessageRules::SendWithoutBranchReport)
+        ),
+        mutation!(
+            "reminder-without-guard",
+            "turns",
+            "the unproductive-turn rule creates a reminder without the one-pending-step guard",
+            "at most one pending step message per interactive request and at most one pending reminder",
+            MessagesModel::ci(Focus::Turns, MessageRules::ReminderWithoutGuard)
+        ),
+        mutation!(
+            "stale-turn-clears-newer",
+            "turns",
+            "a turn-end report is matched to its message's open turn instead of its turn id",
+            "a stale turn id never clears a newer open turn",
+            MessagesModel::ci(Focus::Turns, MessageRules::StaleTurnClearsNewer)
+        ),
+        mutation!(
+            "counter-past-limit",
+            "turns",
+            "the unproductive-turn limit is compared one end late",
+            "the unproductive counter never exceeds 3, reaching 3 fails the attempt, and only eligible ends count",
+            MessagesModel::ci(Focus::Turns, MessageRules::CounterPastLimit)
+        ),
+        mutation!(
+            "terminal-keeps-turns",
+            "turns",
+            "ending the run does not end its open turns as lost",
+            "message projections agree with the run",
+            MessagesModel::ci(Focus::Turns, MessageRules::TerminalKeepsTurns)
         ),
     ]
 }

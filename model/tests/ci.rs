@@ -64,6 +64,26 @@ fn liveness_model_holds_with_its_pinned_state_count() {
 }
 
 #[test]
+fn supervision_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("supervision");
+}
+
+#[test]
+fn supervision_liveness_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("supervision-liveness");
+}
+
+#[test]
+fn messages_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("messages");
+}
+
+#[test]
+fn turns_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("turns");
+}
+
+#[test]
 fn owner_only_fencing_is_caught() {
     is_caught("owner-only-fencing");
 }
@@ -161,6 +181,111 @@ fn recovery_of_a_live_claim_is_caught() {
 #[test]
 fn admitting_only_queued_runs_is_caught_by_liveness() {
     is_caught("admit-only-queued");
+}
+
+#[test]
+fn owner_only_fencing_of_runner_messages_is_caught() {
+    is_caught("owner-only-runner-fencing");
+}
+
+#[test]
+fn an_exit_park_that_keeps_the_attempt_is_caught() {
+    is_caught("exit-park-keeps-attempt");
+}
+
+#[test]
+fn routing_without_the_step_limit_is_caught() {
+    is_caught("no-step-limit");
+}
+
+#[test]
+fn ignoring_the_capacity_is_caught() {
+    is_caught("capacity-ignored");
+}
+
+#[test]
+fn ignoring_the_capacity_is_caught_per_run() {
+    is_caught("capacity-ignored-per-run");
+}
+
+#[test]
+fn an_exit_decision_without_the_crash_retry_budget_is_caught() {
+    is_caught("no-crash-retry-budget");
+}
+
+#[test]
+fn readmitting_a_run_without_progress_is_caught() {
+    is_caught("readmit-no-progress");
+}
+
+#[test]
+fn an_admission_that_reuses_the_generation_is_caught() {
+    is_caught("admit-reuses-generation");
+}
+
+#[test]
+fn admitting_a_terminal_run_is_caught() {
+    is_caught("admit-ignores-terminal");
+}
+
+#[test]
+fn an_exit_park_that_keeps_the_claim_is_caught() {
+    is_caught("exit-keeps-claim");
+}
+
+#[test]
+fn runner_messages_without_receipts_are_caught() {
+    is_caught("no-runner-receipts");
+}
+
+#[test]
+fn an_ignored_runner_message_fingerprint_is_caught() {
+    is_caught("runner-fingerprint-ignored");
+}
+
+#[test]
+fn admitting_only_queued_runs_is_caught_by_supervision_liveness() {
+    is_caught("supervision-admit-only-queued");
+}
+
+#[test]
+fn reports_without_the_coordinator_epoch_check_are_caught() {
+    is_caught("no-coordinator-epoch-check");
+}
+
+#[test]
+fn offers_to_an_old_epoch_are_caught() {
+    is_caught("old-epoch-still-offered");
+}
+
+#[test]
+fn a_sent_message_returning_to_pending_is_caught() {
+    is_caught("sent-returns-to-pending");
+}
+
+#[test]
+fn an_offer_before_the_branch_report_is_caught() {
+    is_caught("send-without-branch-report");
+}
+
+#[test]
+fn a_reminder_without_the_one_pending_guard_is_caught() {
+    is_caught("reminder-without-guard");
+}
+
+#[test]
+fn a_stale_turn_clearing_a_newer_one_is_caught() {
+    is_caught("stale-turn-clears-newer");
+}
+
+#[test]
+fn an_unproductive_counter_past_the_limit_is_caught() {
+    is_caught("counter-past-limit");
+}
+
+#[test]
+fn a_terminal_run_keeping_open_turns_is_caught() {
+    is_caught("terminal-keeps-turns");
 }
 
 /// Non-vacuity: each `always` and `eventually` property of every model is
