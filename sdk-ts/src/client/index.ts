@@ -23,6 +23,7 @@ export type {
 export { ContentAssembler, MAX_CONTENT_CHUNK, digestOf } from "./content.js";
 export { WorkflowClientError } from "./errors.js";
 export type { WorkflowClientErrorDetails } from "./errors.js";
+export { LiveRunView, LiveViewError, applyPatch } from "./live.js";
 export { Subscription, judgeEvent } from "./subscription.js";
 export type { EventVerdict, SubscriptionEvent } from "./subscription.js";
 export { PACKAGE_VERSION, PROTOCOL_VERSION } from "./version.js";

@@ -290,12 +290,13 @@ pub(super) fn view_frame(view: &Value, now_ms: u64) -> String {
     out
 }
 
-/// Whether the view's run reached a terminal status.
-pub(super) fn is_terminal(view: &Value) -> bool {
+/// Whether the view's run ended: a terminal status and no runner or turn
+/// still winding down (the run's last revision).
+pub(super) fn is_settled(view: &Value) -> bool {
     matches!(
         view["display"]["status"].as_str(),
         Some("completed" | "failed" | "timed_out" | "cancelled")
-    )
+    ) && view["display"]["activity"] == "none"
 }
 
 #[cfg(test)]

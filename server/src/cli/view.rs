@@ -2,9 +2,9 @@
 //!
 //! Following subscribes to the run and applies the server's snapshots and
 //! patches to one [`LiveView`]; a patch that does not fit the view's
-//! revision makes it resubscribe from that revision. On a terminal display
-//! status it stops, or moves on to the run that continues it after an
-//! answered checkpoint.
+//! revision makes it resubscribe from that revision. When the run settled
+//! (a terminal display status with no activity left) it stops, or moves on
+//! to the run that continues it after an answered checkpoint.
 
 use super::render;
 use super::{Exit, Failure, Outcome, connect, refused};
@@ -51,7 +51,8 @@ pub(super) async fn view(
     }
 }
 
-/// Follows one run until its display status is terminal; returns that view.
+/// Follows one run until it settled (terminal, nothing winding down);
+/// returns that view.
 async fn follow_run(
     client: &mut Client,
     run_id: &str,
@@ -80,7 +81,7 @@ async fn follow_run(
         }
         let view = live.view().expect("an applied event leaves a view");
         screen.draw(view);
-        if render::is_terminal(view) {
+        if render::is_settled(view) {
             let view = view.clone();
             unsubscribe(client, &subscription).await?;
             return Ok(view);
