@@ -1,0 +1,300 @@
+//! The `pi-workflows` CLI as a user runs it: real processes against a real
+//! server, checking output, `--json` shapes, one-line errors and exit codes.
+
+mod support;
+
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::{TestServer, script};
+
+/// Runs the CLI with `args`, failing the test if it does not finish in time.
+fn run(server: &TestServer, args: &[&str]) -> Output {
+    run_in(server.command(), args)
+}
+
+fn run_in(mut command: Command, args: &[&str]) -> Output {
+    let mut child = command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the CLI");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`pi-workflows {}` did not finish in 30 s", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The one error line of a failed command.
+fn error_line(output: &Output) -> String {
+    let text = stderr(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one error line, got {text:?}");
+    assert!(lines[0].starts_with("pi-workflows: "), "{text:?}");
+    lines[0].to_owned()
+}
+
+fn json_lines(output: &Output) -> Vec<Value> {
+    stdout(output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect()
+}
+
+#[test]
+fn viewing_a_missing_run_says_not_found_instead_of_waiting() {
+    let server = TestServer::start();
+    for args in [
+        &["view", "no-such-run", "--once"][..],
+        &["view", "no-such-run", "--watch"],
+        &["view", "no-such-run"],
+        &["view", "no-such-run", "--json"],
+        &["pause", "no-such-run"],
+        &["answer", "no-such-run", "{}"],
+    ] {
+        let output = run(&server, args);
+        assert_eq!(
+            output.status.code(),
+            Some(4),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let line = error_line(&output);
+        assert!(
+            line.contains("no run no-such-run") && line.contains("pi-workflows runs"),
+            "{line}"
+        );
+        assert!(stdout(&output).is_empty());
+    }
+}
+
+#[test]
+fn a_checkpoint_run_is_started_watched_answered_and_followed_into_its_continuation() {
+    let server = TestServer::start();
+    let checkpoint = script("checkpoint.json");
+    let started = run(&server, &["start", checkpoint.to_str().unwrap(), "--json"]);
+    assert_eq!(started.status.code(), Some(0), "{}", stderr(&started));
+    let started = json_lines(&started);
+    let run_id = started[0]["runId"].as_str().unwrap().to_owned();
+
+    // Wait for the checkpoint through `view --once --json`.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let waiting = loop {
+        let view = json_lines(&run(&server, &["view", &run_id, "--once", "--json"])).remove(0);
+        if view["display"]["status"] == "waiting" {
+            break view;
+        }
+        assert!(Instant::now() < deadline, "never waited: {view}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(waiting["display"]["waitingOn"], "review");
+    assert!(
+        waiting["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&"answer".into())
+    );
+    let human = stdout(&run(&server, &["view", &run_id, "--once"]));
+    assert!(human.contains("waiting on review"), "{human}");
+    assert!(
+        human.contains(&format!("pi-workflows answer {run_id} '<json>'")),
+        "{human}"
+    );
+
+    // Follow it (the Rust client's live view) while another process answers.
+    let mut follower = server
+        .command()
+        .args(["view", &run_id, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let bad = run(&server, &["answer", &run_id, "not json"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(error_line(&bad).contains("not valid JSON"));
+    let answered = run(
+        &server,
+        &["answer", &run_id, r#"{"approved": true}"#, "--json"],
+    );
+    assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
+    let continuation = json_lines(&answered)[0]["continuationRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while follower.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "view --watch did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let followed = follower.wait_with_output().unwrap();
+    assert_eq!(followed.status.code(), Some(0), "{}", stderr(&followed));
+    let views = json_lines(&followed);
+    let first = &views[0];
+    let last = views.last().unwrap();
+    assert_eq!(first["runId"], run_id.as_str());
+    assert_eq!(
+        last["runId"],
+        continuation.as_str(),
+        "the watch followed the continuation"
+    );
+    assert_eq!(last["display"]["status"], "completed");
+    assert_eq!(last["lineage"]["continuationOf"]["runId"], run_id.as_str());
+    let revisions: Vec<u64> = views
+        .iter()
+        .filter(|view| view["runId"] == run_id.as_str())
+        .map(|view| view["revision"].as_u64().unwrap())
+        .collect();
+    assert!(
+        revisions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{revisions:?}"
+    );
+
+    // `runs` lists both, newest first, in both forms.
+    let runs = json_lines(&run(&server, &["runs", "--json"])).remove(0);
+    let listed: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [continuation.as_str(), run_id.as_str()]);
+    let table = stdout(&run(&server, &["runs"]));
+    assert!(table.starts_with("RUN "), "{table}");
+    assert!(
+        table.contains(&continuation) && table.contains("completed"),
+        "{table}"
+    );
+}
+
+#[test]
+fn controls_report_the_new_state_and_refusals_name_the_next_step() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let stall = support::write_script(
+        dir.path(),
+        "stall.json",
+        &serde_json::json!({
+            "workflowName": "stall",
+            "topology": { "startAt": "a", "nodes": [{ "id": "a", "nodeType": "compute", "timeout": { "kind": "none" }, "mountPath": [] }],
+                          "edges": [], "mounts": [] },
+            "nodes": { "a": [{ "stall": true }] },
+        }),
+    );
+    let started = run(&server, &["start", stall.to_str().unwrap()]);
+    assert_eq!(started.status.code(), Some(0));
+    let text = stdout(&started);
+    let run_id = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("started run ")
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains(&format!("pi-workflows view {run_id}")),
+        "{text}"
+    );
+
+    let paused = run(&server, &["pause", &run_id]);
+    assert_eq!(paused.status.code(), Some(0), "{}", stderr(&paused));
+    assert_eq!(
+        stdout(&paused).trim(),
+        format!("paused run {run_id} (now running)")
+    );
+    let again = run(&server, &["pause", &run_id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(error_line(&again).contains(&format!("pi-workflows view {run_id} --once")));
+    let resumed = run(&server, &["resume", &run_id, "--json"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(json_lines(&resumed)[0]["runId"], run_id.as_str());
+    let cancelled = run(&server, &["cancel", &run_id]);
+    assert_eq!(cancelled.status.code(), Some(0), "{}", stderr(&cancelled));
+    // A watch of a cancelled run ends at once with the failure exit code.
+    let watched = run(&server, &["view", &run_id]);
+    assert_eq!(watched.status.code(), Some(1));
+    assert!(
+        stdout(&watched).contains("cancelled"),
+        "{}",
+        stdout(&watched)
+    );
+}
+
+#[test]
+fn commands_start_the_server_when_it_is_not_running_and_status_reports_it() {
+    let mut server = TestServer::new(&[]);
+    let status = run(&server, &["server", "status"]);
+    assert_eq!(status.status.code(), Some(3));
+    assert!(stdout(&status).contains("pi-workflows server start"));
+    let stop = run(&server, &["server", "stop"]);
+    assert_eq!(stop.status.code(), Some(0));
+
+    let runs = run(&server, &["runs"]);
+    assert_eq!(runs.status.code(), Some(0), "{}", stderr(&runs));
+    assert!(stderr(&runs).contains("starting the server"));
+    assert!(stdout(&runs).contains("No runs yet"));
+    let status = run(&server, &["server", "status", "--json"]);
+    assert_eq!(status.status.code(), Some(0));
+    assert_eq!(json_lines(&status)[0]["state"], "running");
+    let stopped = run(&server, &["server", "stop"]);
+    assert_eq!(stopped.status.code(), Some(0), "{}", stderr(&stopped));
+    server.stop();
+}
+
+#[test]
+fn discovered_workflows_are_listed_from_the_project_directory() {
+    let server = TestServer::start();
+    let project = tempfile::tempdir().unwrap();
+    let workflows = project.path().join(".pi").join("workflows");
+    std::fs::create_dir_all(&workflows).unwrap();
+    std::fs::write(workflows.join("review.workflow.ts"), "export default {}\n").unwrap();
+    let mut command = server.command();
+    command.current_dir(project.path());
+    let listed = run_in(command, &["list", "--json"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert_eq!(json_lines(&listed)[0]["workflows"][0]["name"], "review");
+    let mut command = server.command();
+    command.current_dir(project.path());
+    let table = stdout(&run_in(command, &["list"]));
+    assert!(
+        table.contains("review") && table.contains("project"),
+        "{table}"
+    );
+}
+
+#[test]
+fn the_cli_reaches_state_only_through_the_server_socket() {
+    // No CLI source names the store or SQLite.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join("cli");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for forbidden in ["rusqlite", "crate::store", "state.sqlite"] {
+            assert!(
+                !text.contains(forbidden),
+                "{} mentions {forbidden}",
+                path.display()
+            );
+        }
+    }
+}
