@@ -244,8 +244,9 @@ fn refused(response: &Response, run_id: Option<&str>) -> Failure {
         .error_message
         .clone()
         .unwrap_or_else(|| format!("the server answered {}", response.outcome));
+    let not_found = response.error_code.as_deref() == Some("notFound");
     match response.outcome.as_str() {
-        "notFound" => Failure::new(
+        _ if not_found => Failure::new(
             Exit::NotFound,
             match run_id {
                 Some(run_id) => {

@@ -132,14 +132,11 @@ fn node_mark(state: &str) -> &'static str {
     }
 }
 
-/// One line that says where the run is, for logs and non-terminal output.
+/// One line that says where the run is, for logs and non-terminal output
+/// (without the revision, so unchanged lines can be skipped).
 pub(super) fn status_line(view: &Value) -> String {
     let display = &view["display"];
-    let mut line = format!(
-        "[{}] {}",
-        view["revision"].as_u64().unwrap_or(0),
-        status_word(display)
-    );
+    let mut line = status_word(display);
     if let Some(update) = view["updates"]["items"]
         .as_array()
         .and_then(|items| items.first())
@@ -152,8 +149,20 @@ pub(super) fn status_line(view: &Value) -> String {
     line
 }
 
+/// One update in words: progress as `key done/total unit (status)`, any
+/// other update as `type key: data`.
 fn update_text(update: &Value) -> String {
     let data = &update["data"];
+    if let (Some(done), Some(total)) = (data["completed"].as_u64(), data["total"].as_u64()) {
+        let mut line = format!("{} {done}/{total}", text(&update["key"]));
+        if let Some(unit) = data["unit"].as_str() {
+            let _ = write!(line, " {unit}");
+        }
+        if let Some(status) = data["status"].as_str() {
+            let _ = write!(line, " ({status})");
+        }
+        return cut(&line, CELL_CHARS);
+    }
     let shown = match data {
         Value::String(text) => text.clone(),
         other => other.to_string(),
@@ -338,7 +347,10 @@ mod tests {
         assert!(frame.contains("pi-workflows answer r1 '<json>'"), "{frame}");
         assert_eq!(
             status_line(&view),
-            "[7] waiting on approve · progress build: 3/10"
+            "waiting on approve · progress build: 3/10"
         );
+        let progress = json!({ "type": "progress", "key": "build",
+            "data": { "completed": 3, "total": 8, "unit": "steps", "status": "running" } });
+        assert_eq!(update_text(&progress), "build 3/8 steps (running)");
     }
 }

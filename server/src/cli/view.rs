@@ -149,7 +149,8 @@ impl Screen {
         } else {
             let line = render::status_line(view);
             if line != self.last_line {
-                let _ = writeln!(stdout, "{line}");
+                let revision = view["revision"].as_u64().unwrap_or(0);
+                let _ = writeln!(stdout, "[{revision}] {line}");
                 self.last_line = line;
             }
         }
