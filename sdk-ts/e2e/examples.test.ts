@@ -102,4 +102,20 @@ describe("examples", () => {
     assert.equal(commands.length, 1);
     assert.equal(commands[0]?.command, "continue");
   });
+
+  it("release (the README's main job): compute, shell progress, the included review, a checkpoint and its continuation", async () => {
+    const runId = await client.start(project, "release", { task: "ship it", steps: 3 });
+    const waiting = await client.settled(runId);
+    assert.equal(waiting.status.run, "waiting", JSON.stringify(waiting.display));
+    assert.equal(waiting.title, "Release: ship it");
+    assert.deepEqual(stepNodes(waiting), ["plan", "build", "review", "review/check", "review/approve", "review/__piw_exit_approved", "approve"]);
+    const progress = waiting.updates.items.find((update) => update.type === "progress" && update.key === "build");
+    assert.deepEqual(progress?.data, { status: "completed", completed: 3, total: 3, unit: "steps" });
+    const answered = await client.command("checkpoint.answer", { answer: { approver: "ana" } }, runId);
+    assert.equal(answered.outcome, "accepted", JSON.stringify(answered));
+    const continuationRunId = (answered.receipt as { continuationRunId: string }).continuationRunId;
+    const done = await client.settled(continuationRunId);
+    assert.equal(done.status.run, "completed");
+    assert.deepEqual(output(continuationRunId, "publish"), { published: "ship it", approvedBy: "ana" });
+  });
 });
