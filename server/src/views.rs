@@ -2,8 +2,10 @@
 //!
 //! Invariants:
 //! - Every event carries a state that committed: a subscriber re-reads
-//!   committed facts after each announced commit (`Store::subscribe`), so a
-//!   coalesced or lagging subscriber can be late but never wrong.
+//!   committed facts after each announced commit (`Store::subscribe`), or
+//!   takes the identical patch another subscriber at the same cursor read
+//!   (retained deltas never change), so a coalesced or lagging subscriber can
+//!   be late but never wrong.
 //! - A run subscriber receives the patches after its last accepted revision
 //!   when they are retained, otherwise one bounded snapshot.
 //! - A slow subscriber has at most one event buffered at a time: the next
@@ -17,19 +19,36 @@ use crate::socket::{Outbox, frame};
 use crate::store::viewer;
 use kernel::ids::{RunId, SessionId};
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
-/// The fan-out point for committed changes (the store announces them).
+/// The fan-out point for committed changes (the store announces them). It
+/// shares each computed patch with every subscriber at the same cursor, so
+/// a commit is read once for all of a run's subscribers, not once each.
 #[derive(Debug, Default)]
-pub struct Hub;
+pub struct Hub {
+    patches: Mutex<VecDeque<SharedPatch>>,
+}
+
+/// A patch event payload from one revision to another of one run. Deltas
+/// never change, so an entry stays correct; only the newest few are kept.
+#[derive(Debug)]
+struct SharedPatch {
+    run_id: RunId,
+    from: u64,
+    to: u64,
+    payload: Arc<Value>,
+}
+
+/// How many computed patches the hub keeps.
+const SHARED_PATCHES: usize = 64;
 
 impl Hub {
     /// A hub.
     pub fn new() -> Self {
-        Self
+        Self::default()
     }
 
     /// Kernel `PublishRun` outputs need no work: the store announces every
@@ -38,6 +57,27 @@ impl Hub {
 
     /// Session messages are announced with the run change that carried them.
     pub fn publish_session(&self, _app: &Arc<App>, _session_id: &SessionId) {}
+
+    fn shared_patch(&self, run_id: &RunId, from: u64, to: u64) -> Option<Arc<Value>> {
+        let patches = self.patches.lock().expect("hub lock");
+        patches
+            .iter()
+            .find(|patch| patch.from == from && patch.to == to && &patch.run_id == run_id)
+            .map(|patch| patch.payload.clone())
+    }
+
+    fn share_patch(&self, run_id: &RunId, from: u64, to: u64, payload: Arc<Value>) {
+        let mut patches = self.patches.lock().expect("hub lock");
+        if patches.len() == SHARED_PATCHES {
+            patches.pop_front();
+        }
+        patches.push_back(SharedPatch {
+            run_id: run_id.clone(),
+            from,
+            to,
+            payload,
+        });
+    }
 }
 
 /// What a subscription follows.
@@ -134,9 +174,13 @@ async fn follow(
     // Subscribe before the first read so no commit between them is missed.
     let mut changes = app.store.subscribe();
     let mut cursor = from_revision;
+    // The newest revision of a followed run the store announced.
+    let mut announced: Option<u64> = None;
     loop {
         let sent = match &target {
-            Target::Run(run_id) => deliver_run(&app, &outbox, &id, run_id, &mut cursor).await,
+            Target::Run(run_id) => {
+                deliver_run(&app, &outbox, &id, run_id, &mut cursor, announced).await
+            }
             Target::RunList => deliver_list(&app, &outbox, &id, &mut cursor).await,
             Target::Session(session_id) => {
                 deliver_session(&app, &outbox, &id, session_id, &mut cursor).await
@@ -148,15 +192,32 @@ async fn follow(
         // Wait for the next relevant commit, then coalesce everything pending.
         loop {
             match changes.recv().await {
-                Ok((run_id, _)) if relevant(&target, &run_id) => break,
+                Ok((run_id, revision)) if relevant(&target, &run_id) => {
+                    note(&target, &mut announced, &run_id, revision);
+                    break;
+                }
                 Ok(_) => {}
-                Err(RecvError::Lagged(_)) => break,
+                Err(RecvError::Lagged(_)) => {
+                    announced = None;
+                    break;
+                }
                 Err(RecvError::Closed) => return,
             }
         }
-        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
-            changes.try_recv()
-        {}
+        loop {
+            match changes.try_recv() {
+                Ok((run_id, revision)) => note(&target, &mut announced, &run_id, revision),
+                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => announced = None,
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Remembers the newest announced revision of the followed run.
+fn note(target: &Target, announced: &mut Option<u64>, changed: &RunId, revision: u64) {
+    if matches!(target, Target::Run(run_id) if run_id == changed) {
+        *announced = (*announced).max(Some(revision));
     }
 }
 
@@ -175,7 +236,17 @@ async fn deliver_run(
     id: &str,
     run_id: &RunId,
     cursor: &mut Option<u64>,
+    announced: Option<u64>,
 ) -> bool {
+    // Another subscriber at the same cursor may have read this patch already.
+    if let (Some(from), Some(to)) = (*cursor, announced)
+        && let Some(payload) = app.hub.shared_patch(run_id, from, to)
+    {
+        *cursor = Some(to);
+        return outbox
+            .send_and_drain(event(id, to, (*payload).clone()))
+            .await;
+    }
     let run = run_id.clone();
     let from = *cursor;
     let read = app
@@ -197,6 +268,12 @@ async fn deliver_run(
         .await;
     match read {
         Ok(Some((revision, payload))) => {
+            if let Some(from) = from
+                && payload["kind"] == "runViewPatch"
+            {
+                app.hub
+                    .share_patch(run_id, from, revision, Arc::new(payload.clone()));
+            }
             *cursor = Some(revision);
             outbox.send_and_drain(event(id, revision, payload)).await
         }
