@@ -267,9 +267,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
         | "interaction.accepted"
         | "interaction.rejected"
         | "resolve.result"
-        | "resolve.failed"
-        | "node.update"
-        | "interaction.requested" => Handled::only(with_error(
+        | "resolve.failed" => Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
             "illegalTransition",
             "this message kind is not accepted on a run-mode channel of this server",
