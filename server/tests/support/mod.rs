@@ -69,6 +69,19 @@ impl TestServer {
         }
     }
 
+    /// A private scratch directory of this test (scripts, apply logs,
+    /// markers); the state home is its `state/` subdirectory.
+    pub fn scratch(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| child.try_wait().ok().flatten().is_none())
+    }
+
     /// The environment the server runs with.
     pub fn env(&self) -> &[(String, String)] {
         &self.env
@@ -105,7 +118,7 @@ impl TestServer {
             .args(["server", "run", "--ready-line"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(self.stderr_file())
             .spawn()
             .expect("spawn the server");
         let stdout = child.stdout.take().unwrap();
@@ -121,6 +134,59 @@ impl TestServer {
             let _ = child.wait();
             Err(line.trim().trim_start_matches("error ").to_owned())
         }
+    }
+
+    /// The server's stderr goes to `server.stderr` in the scratch directory
+    /// (appended across restarts), shown when a test fails.
+    fn stderr_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.scratch().join("server.stderr"))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null())
+    }
+
+    /// Prints the server's stderr, every runner log and the run rows (for a
+    /// failing test).
+    pub fn dump(&self) {
+        let mut out = String::new();
+        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        out.push_str(&format!(
+            "--- server.stderr\n{}",
+            read(&self.scratch().join("server.stderr"))
+        ));
+        if let Ok(entries) = std::fs::read_dir(self.home.join("host").join("logs")) {
+            let mut paths: Vec<PathBuf> =
+                entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            paths.sort();
+            for path in paths {
+                out.push_str(&format!("--- {}\n{}", path.display(), read(&path)));
+            }
+        }
+        if let Ok(db) = Connection::open_with_flags(
+            self.home.join("state.sqlite"),
+            OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) {
+            for sql in [
+                "SELECT r.run_id || ' ' || r.status || '/' || q.status || ' paused=' || r.paused || ' park=' || COALESCE(r.park_reason, '-') || ' rev=' || r.revision FROM runs r JOIN run_queue q USING (run_id)",
+                "SELECT runner_epoch || ' ' || run_id || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') || ' pid=' || COALESCE(pid, 0) FROM run_workers",
+                "SELECT run_id || ' ' || node_id || ' v' || visit || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') FROM node_attempts ORDER BY run_id, seq",
+                "SELECT effect_id || ' ' || run_id || ' ' || state || ' #' || attempt_number FROM effects",
+                "SELECT seq || ' ' || run_id || ' ' || kind || ' ' || payload FROM events ORDER BY seq",
+            ] {
+                out.push_str(&format!("--- {sql}\n"));
+                if let Ok(mut statement) = db.prepare(sql)
+                    && let Ok(rows) = statement.query_map([], |row| row.get::<_, String>(0))
+                {
+                    for row in rows.flatten() {
+                        out.push_str(&row);
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        eprintln!("{out}");
     }
 
     /// The server's pid.
@@ -190,6 +256,9 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump();
+        }
         self.stop();
         // No runner may outlive its test.
         let Ok(connection) = Connection::open_with_flags(
@@ -214,6 +283,59 @@ impl Drop for TestServer {
             server::runner_channel::kill_exact(&identity);
         }
     }
+}
+
+/// Polls `probe` every 20 ms until it returns `Some` (panics with `what`
+/// after `timeout`).
+pub async fn wait_for<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One integer from a query of the read-only state (panics on SQL errors).
+pub fn count(db: &Connection, sql: &str, params: impl rusqlite::Params) -> i64 {
+    db.query_row(sql, params, |row| row.get(0))
+        .unwrap_or_else(|error| panic!("{sql}: {error}"))
+}
+
+/// The recorded process identity of a run's runner of `generation`, once the
+/// server recorded it after the spawn.
+pub fn runner_identity(
+    db: &Connection,
+    run_id: &str,
+    generation: u64,
+) -> Option<server::process::ProcessIdentity> {
+    db.query_row(
+        "SELECT pid_start_identity FROM run_workers WHERE run_id = ?1 AND generation = ?2 AND pid_start_identity IS NOT NULL",
+        rusqlite::params![run_id, generation as i64],
+        |row| row.get::<_, String>(0),
+    )
+    .ok()
+    .and_then(|text| server::process::ProcessIdentity::decode(&text))
+}
+
+/// Sends `signal` to one exact process.
+pub fn signal(identity: &server::process::ProcessIdentity, signal: nix::sys::signal::Signal) {
+    assert!(
+        server::process::is_alive(identity),
+        "process {} is gone",
+        identity.pid
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(identity.pid as i32), signal)
+        .expect("signal the process");
+}
+
+/// The lines of an apply log (empty when the file does not exist).
+pub fn apply_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// The absolute path of a test script.
