@@ -85,7 +85,7 @@
 //! | `{"exit": N}` | exit with N at once (a crash mid-node) |
 //! | `{"crashOnce": "<marker>", "then": B}` | no marker file: create it, exit 3; otherwise B |
 //! | `{"update": {"type", "key", "data"}, "idempotencyKey"?: K, "then": B}` | `node.update {update, idempotencyKey}` (default key: `u-` + 16 hex of the digest of attempt id and update), its reply, then B |
-//! | `{"effect": {"type", "request", "applyLog"?, "result"?, "receipt"?}, "crashWhileApplying"?: bool, "then": B}` | see below |
+//! | `{"effect": {"type", "request", "applyLog"?, "result"?, "receipt"?, "applyMs"?}, "crashWhileApplying"?: bool, "then": B}` | see below |
 //! | `{"spawnChild": {"sleepSeconds": 1000, "newGroup": false}, "then": B}` | start `sleep N` (in its own process group when `newGroup`), `runner.progress {operation: process.register, pid, startIdentity}`, then B; the child is never reaped |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
 //!
@@ -94,7 +94,8 @@
 //! reply's error. If the reply's `result.state` is `applied` nothing is
 //! applied (nor settled); `reserved`/`applying` "apply" by appending the line
 //! `<effectId> <attemptNumber>` to `applyLog` (how tests count real
-//! applications), then exit 3 when `crashWhileApplying`, else `effect.settle
+//! applications) and waiting `applyMs` (default 0: how long the application
+//! takes), then exit 3 when `crashWhileApplying`, else `effect.settle
 //! {effectId, state: applied, result}` (`result` defaults to
 //! `{"applied":true}`); any other state fails the node (`conflict`). With
 //! `"receipt": true` the attempt's final message carries `action: {effectId,

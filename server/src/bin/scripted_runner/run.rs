@@ -336,6 +336,10 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                             &format!("{id} {attempt_number}"),
                         );
                     }
+                    if effect.apply_ms > 0 {
+                        log!("applying effect {id} takes {} ms", effect.apply_ms);
+                        thread::sleep(Duration::from_millis(effect.apply_ms));
+                    }
                     log!("applied effect {id} (attempt {attempt_number})");
                     if *crash_while_applying {
                         log!("crashWhileApplying: crashing before effect.settle");

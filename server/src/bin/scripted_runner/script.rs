@@ -132,6 +132,10 @@ pub(crate) struct EffectSpec {
     /// `node.finished`/`node.failed`.
     #[serde(default)]
     pub(crate) receipt: bool,
+    /// How long applying takes: the wait after the apply-log line, before
+    /// `effect.settle` (or the `crashWhileApplying` exit).
+    #[serde(default)]
+    pub(crate) apply_ms: u64,
 }
 
 /// A child process to start and register.
@@ -452,6 +456,7 @@ mod tests {
         assert_eq!(effect.effect_type, "email.send");
         assert_eq!(effect.apply_log, Some(PathBuf::from("/tmp/log")));
         assert!(!effect.receipt);
+        assert_eq!(effect.apply_ms, 0);
 
         let spawn = behaviour(r#"{"spawnChild":{"newGroup":true}}"#).unwrap();
         assert!(matches!(
