@@ -206,5 +206,6 @@ async fn a_stalled_runner_whose_claim_expired_is_fenced_and_none_of_its_writes_c
         0,
         "no current update belongs to the old attempt"
     );
+    wait_quiescent(&db).await;
     assert_eq!(consistency_violations(&db), Vec::<String>::new());
 }

@@ -94,6 +94,7 @@ async fn the_example_scripts_reach_their_terminal_states() {
         "maxSteps bounds the loop: {view}"
     );
     assert_eq!(view["failure"]["class"], "nodeFailed");
+    support::wait_quiescent(&server.db()).await;
     assert_eq!(
         support::consistency_violations(&server.db()),
         Vec::<String>::new()

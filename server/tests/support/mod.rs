@@ -363,6 +363,56 @@ pub fn linear_topology(nodes: &[&str]) -> Value {
     })
 }
 
+/// Sends `spec` with an explicit `request_id` and waits for its response.
+/// (`Client::request` numbers request ids per connection from `r1`, so a
+/// second connection of one client id would reuse the first one's ids.)
+pub async fn request_as(client: &mut Client, spec: &RequestSpec, request_id: &str) -> Response {
+    let mut frame = json!({
+        "schema": "pi-workflows.client.v1",
+        "type": "request",
+        "requestId": request_id,
+        "clientId": client.client_id(),
+        "operation": spec.operation,
+        "payload": spec.payload,
+    });
+    if let Some(run_id) = &spec.run_id {
+        frame["runId"] = json!(run_id);
+    }
+    if let Some(key) = &spec.idempotency_key {
+        frame["idempotencyKey"] = json!(key);
+    }
+    if let Some(revision) = spec.expected_revision {
+        frame["expectedRevision"] = json!(revision);
+    }
+    client.send(&frame).await.expect("send the request");
+    loop {
+        let value = client.receive().await.expect("a response");
+        if value.get("type").and_then(Value::as_str) == Some("response")
+            && value.get("requestId").and_then(Value::as_str) == Some(request_id)
+        {
+            let text = |pointer: &str| {
+                value
+                    .pointer(pointer)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            };
+            return Response {
+                outcome: text("/outcome").unwrap_or_default(),
+                revision: value.get("revision").and_then(Value::as_u64),
+                receipt: value.get("receipt").cloned(),
+                error_code: text("/error/code"),
+                error_message: text("/error/message"),
+                frame: value,
+            };
+        }
+    }
+}
+
+/// A request id no other request of any test uses.
+pub fn fresh_request_id() -> String {
+    format!("req-{}", server::ids::random_hex::<8>())
+}
+
 /// `run.start` of a headless run of `script`; returns the response.
 pub async fn start_run(client: &mut Client, script: &Path) -> Response {
     let spec = RequestSpec::command(
@@ -431,8 +481,28 @@ pub async fn wait_settled(client: &mut Client, run_id: &str) -> Value {
     .await
 }
 
+/// Waits until no runner epoch is live (every runner's exit is recorded),
+/// so that `consistency_violations` sees a quiescent state.
+pub async fn wait_quiescent(db: &Connection) {
+    wait_for(
+        Duration::from_secs(10),
+        "every runner exit to be recorded",
+        || {
+            let live = count(
+                db,
+                "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+                [],
+            );
+            (live == 0).then_some(())
+        },
+    )
+    .await;
+}
+
 /// Checks every cross-table invariant of committed state; returns the
-/// violations (empty when consistent).
+/// violations (empty when consistent). Some checks (a live runner epoch on
+/// a terminal run) hold only when no runner is between its last message and
+/// its recorded exit: call `wait_quiescent` first.
 pub fn consistency_violations(db: &Connection) -> Vec<String> {
     let mut violations = Vec::new();
     let mut check = |sql: &str, what: &str| {
@@ -483,6 +553,65 @@ pub fn consistency_violations(db: &Connection) -> Vec<String> {
     check(
         "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'failed' AND r.status NOT IN ('failed')",
         "failed event while the run is not failed",
+    );
+    // Checks added with the crash-injection tests.
+    check(
+        "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'completed' AND r.status != 'completed'",
+        "completed event while the run is not completed",
+    );
+    check(
+        "SELECT r.run_id FROM runs r WHERE r.status = 'completed' AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind = 'completed')",
+        "completed run without its completed event",
+    );
+    check(
+        "SELECT a.run_id || ' ' || a.node_id FROM node_attempts a JOIN runs r USING (run_id)
+         WHERE a.status IN ('active', 'waiting') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+        "unfinished attempt on a terminal run",
+    );
+    check(
+        "SELECT w.runner_epoch FROM run_workers w JOIN runs r USING (run_id)
+         WHERE w.status IN ('launching', 'ready') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+        "live runner epoch on a terminal run",
+    );
+    check(
+        "SELECT l.run_id FROM leases l
+         WHERE l.generation < (SELECT MAX(generation) FROM run_workers w WHERE w.run_id = l.run_id)
+            OR l.generation < (SELECT MAX(generation) FROM node_attempts a WHERE a.run_id = l.run_id AND a.carried = 0)",
+        "a runner epoch or attempt of a generation newer than the lease",
+    );
+    check(
+        "SELECT e.effect_id FROM effects e JOIN run_queue q USING (run_id)
+         WHERE e.state = 'applying' AND q.status NOT IN ('starting', 'running')",
+        "an applying effect on a run without a live runner slot (it must be ambiguous)",
+    );
+    check(
+        "SELECT e.effect_id FROM effects e WHERE NOT EXISTS
+           (SELECT 1 FROM effect_attempts a WHERE a.effect_id = e.effect_id AND a.attempt_number = e.attempt_number AND a.state = e.state)",
+        "effect without a matching current effect attempt",
+    );
+    check(
+        "SELECT e.effect_id FROM effects e WHERE e.state = 'applied' AND e.result_digest IS NULL",
+        "applied effect without a result",
+    );
+    check(
+        "SELECT request_id FROM host_commands WHERE operation = 'run.start' AND outcome = 'accepted'
+           AND json_extract(receipt_json, '$.receipt.runId') NOT IN (SELECT run_id FROM runs)",
+        "an accepted run.start receipt whose run does not exist",
+    );
+    check(
+        "SELECT request_id FROM host_commands WHERE outcome = 'accepted' AND run_id IS NOT NULL
+           AND run_id NOT IN (SELECT run_id FROM runs)",
+        "an accepted run command receipt for a run that does not exist",
+    );
+    check(
+        "SELECT m.runner_epoch || ' ' || m.message_id FROM worker_messages m
+         WHERE m.runner_epoch NOT IN (SELECT runner_epoch FROM run_workers)",
+        "a runner-message receipt of an unknown runner epoch",
+    );
+    check(
+        "SELECT r.run_id FROM runs r JOIN run_queue q USING (run_id)
+         WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0",
+        "parked run without a park reason",
     );
     violations
 }
