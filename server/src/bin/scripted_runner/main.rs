@@ -26,7 +26,8 @@
 //!   a script file, absolute or relative to `projectPath`. A missing file is
 //!   `resolve.failed {code: sourceNotFound}`; a script that does not parse
 //!   is `compileFailed`; a topology that is not the protocol's `Topology` is
-//!   `invalidDefinition`; `"rejectInput": true` is `invalidInput`. Otherwise
+//!   `invalidDefinition`; `"rejectInput": true` is `invalidInput`;
+//!   `"resolveDelayMs": N` waits N ms (after parsing) first. Otherwise
 //!   it sends `resolve.result {workflowName, workflowSource: {root: {kind:
 //!   file, path, hash: "sha256:<hex of the file bytes>"}, mounted: []},
 //!   definitionDigest: "sha256:<hex of the topology's canonical JSON>",
@@ -46,7 +47,7 @@
 //! ```json
 //! {"workflowName": "linear", "title": "optional", "comment": "ignored",
 //!  "topology": {"startAt": "a", "nodes": [...], "edges": [...], "mounts": []},
-//!  "rejectInput": false,
+//!  "rejectInput": false, "resolveDelayMs": 0,
 //!  "startup": {"exitBeforeReady": 3, "readyDelayMs": 0, "exitAfterReady": 3,
 //!              "ignoreSigterm": false, "keepWritingAfterClaimLost": false},
 //!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]}}
@@ -88,6 +89,7 @@
 //! | `{"effect": {"type", "request", "applyLog"?, "result"?, "receipt"?, "applyMs"?}, "crashWhileApplying"?: bool, "then": B}` | see below |
 //! | `{"spawnChild": {"sleepSeconds": 1000, "newGroup": false}, "then": B}` | start `sleep N` (in its own process group when `newGroup`), `runner.progress {operation: process.register, pid, startIdentity}`, then B; the child is never reaped |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
+//! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}` (interactive runs only); an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node |
 //!
 //! An effect: `effect.reserve {effectType, requestDigest: sha256 of the
 //! request's canonical JSON}`. A `rejected` reply fails the node with the
