@@ -356,6 +356,106 @@ async fn sigkill_after_both_start_replies_keeps_both_receipts_adoptable() {
     crash_and_recover("after_reply:3").await;
 }
 
+/// One light scenario of a sweep: a server armed with `fault`, one
+/// `run.start`, a crash (the armed point is reached within a second even
+/// when idle: the epoch lease renewal commits every 200 ms), a restart, and
+/// a retry of the command from a new connection. Returns whether the client
+/// had received the receipt before the crash.
+async fn sweep_one(fault: String) -> bool {
+    let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", &fault)]);
+    let script = script_path_linear(server.scratch());
+    let spec = start_spec(&script, json!({"sweep": fault}));
+    let client_id = format!("sweep-{}", server::ids::random_hex::<4>());
+    let mut receipt = None;
+    if server.spawn().is_ok() {
+        if let Ok(mut client) = Client::connect(&server.socket(), &client_id).await {
+            receipt = request_as_or_lost(&mut client, &spec).await;
+        }
+        assert!(
+            server.wait_exit(Duration::from_secs(10)),
+            "{fault}: the server did not crash"
+        );
+    }
+    server.remove_env("PI_WORKFLOWS_FAULT");
+    server.spawn().expect("the server restarts");
+    let mut retry = Client::connect(&server.socket(), &client_id).await.unwrap();
+    let response = request_as(&mut retry, &spec, &fresh_request_id()).await;
+    match &receipt {
+        Some(receipt) => {
+            assert_eq!(
+                response.outcome, "adopted",
+                "{fault}: a sent receipt was lost: {:?}",
+                response.frame
+            );
+            assert_eq!(response.receipt.as_ref(), Some(receipt), "{fault}");
+        }
+        None => assert!(
+            matches!(response.outcome.as_str(), "accepted" | "adopted"),
+            "{fault}: {:?}",
+            response.frame
+        ),
+    }
+    assert_eq!(
+        count(&server.db(), "SELECT COUNT(*) FROM runs", []),
+        1,
+        "{fault}: one run"
+    );
+    let run_id = response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        status(&wait_settled(&mut retry, &run_id).await),
+        "completed",
+        "{fault}"
+    );
+    wait_quiescent_at(&server).await;
+    assert_eq!(
+        consistency_violations(&server.db()),
+        Vec::<String>::new(),
+        "{fault}"
+    );
+    receipt.is_some()
+}
+
+/// `run.start` whose response may never arrive: `None` when the connection
+/// broke first.
+async fn request_as_or_lost(client: &mut Client, spec: &RequestSpec) -> Option<Value> {
+    let response = client.request(spec).await.ok()?;
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt
+}
+
+/// Sweeps `point` over the first commits (startup, the run.start's receipt
+/// lookup and its commit, the admission), in parallel servers, so that one
+/// of them dies exactly around the commit of the `run.start` receipt.
+async fn sweep(point: &str) {
+    let tasks: Vec<_> = (3..=9)
+        .map(|n| tokio::spawn(sweep_one(format!("{point}:{n}"))))
+        .collect();
+    let mut with_receipt = 0;
+    for task in tasks {
+        with_receipt += usize::from(task.await.unwrap());
+    }
+    eprintln!("{point}: {with_receipt} of 7 scenarios crashed after the client had its receipt");
+}
+
+/// A crash before each of the first commits: a receipt the client received
+/// is always adopted after the restart (it was committed before it was
+/// sent), and a command without one executes at most once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_before_each_early_commit_keeps_every_sent_receipt_adoptable() {
+    sweep("before_commit").await;
+}
+
+/// A crash after each of the first commits (before their replies): a
+/// committed `run.start` whose reply never arrived is adopted by the retry,
+/// never executed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_each_early_commit_never_executes_a_command_twice() {
+    sweep("after_commit").await;
+}
+
 /// The deterministic ambiguous case: the server is SIGKILLed while the
 /// runner is applying an effect (its reservation committed, its settlement
 /// not). After the restart the run is parked `ambiguous` with exactly that

@@ -499,6 +499,27 @@ pub async fn wait_quiescent(db: &Connection) {
     .await;
 }
 
+/// `wait_quiescent` for futures that must be `Send` (a `&Connection` held
+/// across an await is not): reopens the state file on every poll.
+pub async fn wait_quiescent_at(server: &TestServer) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = count(
+            &server.db(),
+            "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+            [],
+        );
+        if live == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for every runner exit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Checks every cross-table invariant of committed state; returns the
 /// violations (empty when consistent). Some checks (a live runner epoch on
 /// a terminal run) hold only when no runner is between its last message and
