@@ -260,7 +260,7 @@ impl Drop for TestServer {
             self.dump();
         }
         self.stop();
-        // No runner may outlive its test.
+        // No runner (nor a child it registered) may outlive its test.
         let Ok(connection) = Connection::open_with_flags(
             self.home.join("state.sqlite"),
             OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -268,7 +268,8 @@ impl Drop for TestServer {
             return;
         };
         let Ok(mut statement) = connection.prepare(
-            "SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL",
+            "SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL
+             UNION ALL SELECT start_identity FROM runner_processes",
         ) else {
             return;
         };
