@@ -312,6 +312,7 @@ async fn a_runner_that_exits_before_progress_parks_and_is_not_claimed_again() {
     .await;
     wait_quiescent(&db).await;
     let first = facts();
+    assert_eq!(first.0, 1, "still generation 1");
     assert_eq!(first.1, 1, "one runner");
     let view = view(&mut client, &run_id).await;
     assert!(
