@@ -397,6 +397,22 @@ fn decide_in(
         ))));
     };
     let now_ms = crate::clock::now_ms();
+    // The runner's claim is checked before its payload is read: a runner
+    // that lost it (replaced or expired) gets `claimLost` for every message
+    // and must exit, whatever the kernel would have said about the payload.
+    if let Err(reason) = kernel::claim::check(&before.run.lease, Some(&runner.authority), now_ms) {
+        let refusal = Refusal::from(Rejection::ClaimLost { reason });
+        let answer = with_error(
+            reply(runner, &envelope.message_id, "claimLost", None, Value::Null),
+            refusal.code,
+            refusal.message,
+        );
+        return Ok(Commit::Discard(Handled {
+            reply: answer,
+            outputs: Vec::new(),
+            claim_lost: true,
+        }));
+    }
     let decided = apply(connection, app, runner, envelope, &before, blobs, now_ms)?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,

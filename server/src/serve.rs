@@ -4,7 +4,8 @@
 //! - The ready line is printed only after the epoch is taken, recovery ran
 //!   and the socket accepts connections.
 //! - The server stays alive while it has a client, a runner, a scheduled wake
-//!   or admissible work, and exits after `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
+//!   that can still change something, or admissible work, and exits after
+//!   `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
 //! - Shutdown waits for in-flight commands to store their receipts, parks
 //!   live runs at their last durable boundary, stops runner groups and
 //!   releases the epoch lease.
@@ -112,7 +113,7 @@ async fn idle_watch(app: Arc<App>) {
         }
         let busy = app.clients.load(Ordering::SeqCst) > 0
             || app.runners.occupied() > 0
-            || app.timers.pending() > 0
+            || timers::has_live_wakes(&app).await
             || has_unsettled_work(&app).await;
         if busy {
             idle_since = None;

@@ -54,9 +54,19 @@ impl Timers {
         self.changed.notify_one();
     }
 
-    /// How many wakes are scheduled (keeps the server alive).
+    /// How many wakes are scheduled.
     pub fn pending(&self) -> usize {
         self.heap.lock().expect("timer lock").len()
+    }
+
+    /// The scheduled wakes (run and reason), in no particular order.
+    fn scheduled(&self) -> Vec<(RunId, WakeReason)> {
+        self.heap
+            .lock()
+            .expect("timer lock")
+            .iter()
+            .map(|Reverse(wake)| (wake.run_id.clone(), wake.reason.clone()))
+            .collect()
     }
 
     fn next_due(&self, now_ms: u64) -> Result<Wake, Option<u64>> {
@@ -67,6 +77,51 @@ impl Timers {
             None => Err(None),
         }
     }
+}
+
+/// Whether a scheduled wake can still change something (keeps the server
+/// alive): a node deadline of a still-unfinished attempt, a claim expiry of
+/// a run that holds a claim, a decision deadline of a run that is not
+/// terminal. A wake that can only find nothing to do (its attempt finished,
+/// its run ended) does not keep an idle server running until it fires.
+pub async fn has_live_wakes(app: &Arc<App>) -> bool {
+    let scheduled = app.timers.scheduled();
+    if scheduled.is_empty() {
+        return false;
+    }
+    app.store
+        .read(move |connection| {
+            for (run_id, reason) in &scheduled {
+                let sql = match reason {
+                    WakeReason::NodeDeadline { .. } => {
+                        "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1 AND attempt_id = ?2 AND status IN ('active', 'waiting')"
+                    }
+                    WakeReason::ClaimExpiry => {
+                        "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+                         WHERE r.run_id = ?1 AND r.status = 'running' AND q.status IN ('starting', 'running') AND ?2 = ?2"
+                    }
+                    WakeReason::DecisionDeadline => {
+                        "SELECT COUNT(*) FROM runs WHERE run_id = ?1
+                         AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled') AND ?2 = ?2"
+                    }
+                };
+                let attempt = match reason {
+                    WakeReason::NodeDeadline { attempt_id } => attempt_id.as_str().to_owned(),
+                    _ => String::new(),
+                };
+                let live: i64 = connection.query_row(
+                    sql,
+                    rusqlite::params![run_id.as_str(), attempt],
+                    |row| row.get(0),
+                )?;
+                if live > 0 {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })
+        .await
+        .unwrap_or(true)
 }
 
 /// Fires wakes as they come due.

@@ -94,6 +94,7 @@ async fn the_example_scripts_reach_their_terminal_states() {
         "maxSteps bounds the loop: {view}"
     );
     assert_eq!(view["failure"]["class"], "nodeFailed");
+    support::wait_quiescent(&server.db()).await;
     assert_eq!(
         support::consistency_violations(&server.db()),
         Vec::<String>::new()
@@ -172,12 +173,14 @@ async fn duplicate_commands_adopt_and_reused_keys_with_another_payload_conflict(
     let mut same_client = server::client::Client::connect(&server.socket(), client.client_id())
         .await
         .unwrap();
-    let retry = same_client.request(&spec).await.unwrap();
+    // (`Client::request` would number this connection's first request
+    // `<clientId>-r1` again, the first connection's id: use a new one.)
+    let retry = request_as(&mut same_client, &spec, &fresh_request_id()).await;
     assert_eq!(retry.outcome, "adopted", "{:?}", retry.frame);
     assert_eq!(retry.receipt, first.receipt);
     let mut changed = spec.clone();
     changed.payload["input"] = json!({"n": 2});
-    let conflict = same_client.request(&changed).await.unwrap();
+    let conflict = request_as(&mut same_client, &changed, &fresh_request_id()).await;
     assert_eq!(conflict.outcome, "conflict");
     let runs: i64 = server
         .db()

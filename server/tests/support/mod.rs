@@ -69,6 +69,19 @@ impl TestServer {
         }
     }
 
+    /// A private scratch directory of this test (scripts, apply logs,
+    /// markers); the state home is its `state/` subdirectory.
+    pub fn scratch(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| child.try_wait().ok().flatten().is_none())
+    }
+
     /// The environment the server runs with.
     pub fn env(&self) -> &[(String, String)] {
         &self.env
@@ -105,7 +118,7 @@ impl TestServer {
             .args(["server", "run", "--ready-line"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(self.stderr_file())
             .spawn()
             .expect("spawn the server");
         let stdout = child.stdout.take().unwrap();
@@ -121,6 +134,59 @@ impl TestServer {
             let _ = child.wait();
             Err(line.trim().trim_start_matches("error ").to_owned())
         }
+    }
+
+    /// The server's stderr goes to `server.stderr` in the scratch directory
+    /// (appended across restarts), shown when a test fails.
+    fn stderr_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.scratch().join("server.stderr"))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null())
+    }
+
+    /// Prints the server's stderr, every runner log and the run rows (for a
+    /// failing test).
+    pub fn dump(&self) {
+        let mut out = String::new();
+        let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+        out.push_str(&format!(
+            "--- server.stderr\n{}",
+            read(&self.scratch().join("server.stderr"))
+        ));
+        if let Ok(entries) = std::fs::read_dir(self.home.join("host").join("logs")) {
+            let mut paths: Vec<PathBuf> =
+                entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            paths.sort();
+            for path in paths {
+                out.push_str(&format!("--- {}\n{}", path.display(), read(&path)));
+            }
+        }
+        if let Ok(db) = Connection::open_with_flags(
+            self.home.join("state.sqlite"),
+            OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) {
+            for sql in [
+                "SELECT r.run_id || ' ' || r.status || '/' || q.status || ' paused=' || r.paused || ' park=' || COALESCE(r.park_reason, '-') || ' rev=' || r.revision FROM runs r JOIN run_queue q USING (run_id)",
+                "SELECT runner_epoch || ' ' || run_id || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') || ' pid=' || COALESCE(pid, 0) FROM run_workers",
+                "SELECT run_id || ' ' || node_id || ' v' || visit || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') FROM node_attempts ORDER BY run_id, seq",
+                "SELECT effect_id || ' ' || run_id || ' ' || state || ' #' || attempt_number FROM effects",
+                "SELECT seq || ' ' || run_id || ' ' || kind || ' ' || payload FROM events ORDER BY seq",
+            ] {
+                out.push_str(&format!("--- {sql}\n"));
+                if let Ok(mut statement) = db.prepare(sql)
+                    && let Ok(rows) = statement.query_map([], |row| row.get::<_, String>(0))
+                {
+                    for row in rows.flatten() {
+                        out.push_str(&row);
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        eprintln!("{out}");
     }
 
     /// The server's pid.
@@ -190,8 +256,11 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump();
+        }
         self.stop();
-        // No runner may outlive its test.
+        // No runner (nor a child it registered) may outlive its test.
         let Ok(connection) = Connection::open_with_flags(
             self.home.join("state.sqlite"),
             OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -199,7 +268,8 @@ impl Drop for TestServer {
             return;
         };
         let Ok(mut statement) = connection.prepare(
-            "SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL",
+            "SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL
+             UNION ALL SELECT start_identity FROM runner_processes",
         ) else {
             return;
         };
@@ -214,6 +284,59 @@ impl Drop for TestServer {
             server::runner_channel::kill_exact(&identity);
         }
     }
+}
+
+/// Polls `probe` every 20 ms until it returns `Some` (panics with `what`
+/// after `timeout`).
+pub async fn wait_for<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One integer from a query of the read-only state (panics on SQL errors).
+pub fn count(db: &Connection, sql: &str, params: impl rusqlite::Params) -> i64 {
+    db.query_row(sql, params, |row| row.get(0))
+        .unwrap_or_else(|error| panic!("{sql}: {error}"))
+}
+
+/// The recorded process identity of a run's runner of `generation`, once the
+/// server recorded it after the spawn.
+pub fn runner_identity(
+    db: &Connection,
+    run_id: &str,
+    generation: u64,
+) -> Option<server::process::ProcessIdentity> {
+    db.query_row(
+        "SELECT pid_start_identity FROM run_workers WHERE run_id = ?1 AND generation = ?2 AND pid_start_identity IS NOT NULL",
+        rusqlite::params![run_id, generation as i64],
+        |row| row.get::<_, String>(0),
+    )
+    .ok()
+    .and_then(|text| server::process::ProcessIdentity::decode(&text))
+}
+
+/// Sends `signal` to one exact process.
+pub fn signal(identity: &server::process::ProcessIdentity, signal: nix::sys::signal::Signal) {
+    assert!(
+        server::process::is_alive(identity),
+        "process {} is gone",
+        identity.pid
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(identity.pid as i32), signal)
+        .expect("signal the process");
+}
+
+/// The lines of an apply log (empty when the file does not exist).
+pub fn apply_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// The absolute path of a test script.
@@ -239,6 +362,56 @@ pub fn linear_topology(nodes: &[&str]) -> Value {
         "edges": nodes.windows(2).map(|pair| json!({"kind": "plain", "from": pair[0], "to": pair[1]})).collect::<Vec<_>>(),
         "mounts": [],
     })
+}
+
+/// Sends `spec` with an explicit `request_id` and waits for its response.
+/// (`Client::request` numbers request ids per connection from `r1`, so a
+/// second connection of one client id would reuse the first one's ids.)
+pub async fn request_as(client: &mut Client, spec: &RequestSpec, request_id: &str) -> Response {
+    let mut frame = json!({
+        "schema": "pi-workflows.client.v1",
+        "type": "request",
+        "requestId": request_id,
+        "clientId": client.client_id(),
+        "operation": spec.operation,
+        "payload": spec.payload,
+    });
+    if let Some(run_id) = &spec.run_id {
+        frame["runId"] = json!(run_id);
+    }
+    if let Some(key) = &spec.idempotency_key {
+        frame["idempotencyKey"] = json!(key);
+    }
+    if let Some(revision) = spec.expected_revision {
+        frame["expectedRevision"] = json!(revision);
+    }
+    client.send(&frame).await.expect("send the request");
+    loop {
+        let value = client.receive().await.expect("a response");
+        if value.get("type").and_then(Value::as_str) == Some("response")
+            && value.get("requestId").and_then(Value::as_str) == Some(request_id)
+        {
+            let text = |pointer: &str| {
+                value
+                    .pointer(pointer)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            };
+            return Response {
+                outcome: text("/outcome").unwrap_or_default(),
+                revision: value.get("revision").and_then(Value::as_u64),
+                receipt: value.get("receipt").cloned(),
+                error_code: text("/error/code"),
+                error_message: text("/error/message"),
+                frame: value,
+            };
+        }
+    }
+}
+
+/// A request id no other request of any test uses.
+pub fn fresh_request_id() -> String {
+    format!("req-{}", server::ids::random_hex::<8>())
 }
 
 /// `run.start` of a headless run of `script`; returns the response.
@@ -309,8 +482,49 @@ pub async fn wait_settled(client: &mut Client, run_id: &str) -> Value {
     .await
 }
 
+/// Waits until no runner epoch is live (every runner's exit is recorded),
+/// so that `consistency_violations` sees a quiescent state.
+pub async fn wait_quiescent(db: &Connection) {
+    wait_for(
+        Duration::from_secs(10),
+        "every runner exit to be recorded",
+        || {
+            let live = count(
+                db,
+                "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+                [],
+            );
+            (live == 0).then_some(())
+        },
+    )
+    .await;
+}
+
+/// `wait_quiescent` for futures that must be `Send` (a `&Connection` held
+/// across an await is not): reopens the state file on every poll.
+pub async fn wait_quiescent_at(server: &TestServer) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = count(
+            &server.db(),
+            "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+            [],
+        );
+        if live == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for every runner exit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Checks every cross-table invariant of committed state; returns the
-/// violations (empty when consistent).
+/// violations (empty when consistent). Some checks (a live runner epoch on
+/// a terminal run) hold only when no runner is between its last message and
+/// its recorded exit: call `wait_quiescent` first.
 pub fn consistency_violations(db: &Connection) -> Vec<String> {
     let mut violations = Vec::new();
     let mut check = |sql: &str, what: &str| {
@@ -361,6 +575,65 @@ pub fn consistency_violations(db: &Connection) -> Vec<String> {
     check(
         "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'failed' AND r.status NOT IN ('failed')",
         "failed event while the run is not failed",
+    );
+    // Checks added with the crash-injection tests.
+    check(
+        "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'completed' AND r.status != 'completed'",
+        "completed event while the run is not completed",
+    );
+    check(
+        "SELECT r.run_id FROM runs r WHERE r.status = 'completed' AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind = 'completed')",
+        "completed run without its completed event",
+    );
+    check(
+        "SELECT a.run_id || ' ' || a.node_id FROM node_attempts a JOIN runs r USING (run_id)
+         WHERE a.status IN ('active', 'waiting') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+        "unfinished attempt on a terminal run",
+    );
+    check(
+        "SELECT w.runner_epoch FROM run_workers w JOIN runs r USING (run_id)
+         WHERE w.status IN ('launching', 'ready') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+        "live runner epoch on a terminal run",
+    );
+    check(
+        "SELECT l.run_id FROM leases l
+         WHERE l.generation < (SELECT MAX(generation) FROM run_workers w WHERE w.run_id = l.run_id)
+            OR l.generation < (SELECT MAX(generation) FROM node_attempts a WHERE a.run_id = l.run_id AND a.carried = 0)",
+        "a runner epoch or attempt of a generation newer than the lease",
+    );
+    check(
+        "SELECT e.effect_id FROM effects e JOIN run_queue q USING (run_id)
+         WHERE e.state = 'applying' AND q.status NOT IN ('starting', 'running')",
+        "an applying effect on a run without a live runner slot (it must be ambiguous)",
+    );
+    check(
+        "SELECT e.effect_id FROM effects e WHERE NOT EXISTS
+           (SELECT 1 FROM effect_attempts a WHERE a.effect_id = e.effect_id AND a.attempt_number = e.attempt_number AND a.state = e.state)",
+        "effect without a matching current effect attempt",
+    );
+    check(
+        "SELECT e.effect_id FROM effects e WHERE e.state = 'applied' AND e.result_digest IS NULL",
+        "applied effect without a result",
+    );
+    check(
+        "SELECT request_id FROM host_commands WHERE operation = 'run.start' AND outcome = 'accepted'
+           AND json_extract(receipt_json, '$.receipt.runId') NOT IN (SELECT run_id FROM runs)",
+        "an accepted run.start receipt whose run does not exist",
+    );
+    check(
+        "SELECT request_id FROM host_commands WHERE outcome = 'accepted' AND run_id IS NOT NULL
+           AND run_id NOT IN (SELECT run_id FROM runs)",
+        "an accepted run command receipt for a run that does not exist",
+    );
+    check(
+        "SELECT m.runner_epoch || ' ' || m.message_id FROM worker_messages m
+         WHERE m.runner_epoch NOT IN (SELECT runner_epoch FROM run_workers)",
+        "a runner-message receipt of an unknown runner epoch",
+    );
+    check(
+        "SELECT r.run_id FROM runs r JOIN run_queue q USING (run_id)
+         WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0",
+        "parked run without a park reason",
     );
     violations
 }

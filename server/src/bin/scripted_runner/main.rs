@@ -26,7 +26,8 @@
 //!   a script file, absolute or relative to `projectPath`. A missing file is
 //!   `resolve.failed {code: sourceNotFound}`; a script that does not parse
 //!   is `compileFailed`; a topology that is not the protocol's `Topology` is
-//!   `invalidDefinition`; `"rejectInput": true` is `invalidInput`. Otherwise
+//!   `invalidDefinition`; `"rejectInput": true` is `invalidInput`;
+//!   `"resolveDelayMs": N` waits N ms (after parsing) first. Otherwise
 //!   it sends `resolve.result {workflowName, workflowSource: {root: {kind:
 //!   file, path, hash: "sha256:<hex of the file bytes>"}, mounted: []},
 //!   definitionDigest: "sha256:<hex of the topology's canonical JSON>",
@@ -46,7 +47,7 @@
 //! ```json
 //! {"workflowName": "linear", "title": "optional", "comment": "ignored",
 //!  "topology": {"startAt": "a", "nodes": [...], "edges": [...], "mounts": []},
-//!  "rejectInput": false,
+//!  "rejectInput": false, "resolveDelayMs": 0,
 //!  "startup": {"exitBeforeReady": 3, "readyDelayMs": 0, "exitAfterReady": 3,
 //!              "ignoreSigterm": false, "keepWritingAfterClaimLost": false},
 //!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]}}
@@ -85,16 +86,18 @@
 //! | `{"exit": N}` | exit with N at once (a crash mid-node) |
 //! | `{"crashOnce": "<marker>", "then": B}` | no marker file: create it, exit 3; otherwise B |
 //! | `{"update": {"type", "key", "data"}, "idempotencyKey"?: K, "then": B}` | `node.update {update, idempotencyKey}` (default key: `u-` + 16 hex of the digest of attempt id and update), its reply, then B |
-//! | `{"effect": {"type", "request", "applyLog"?, "result"?, "receipt"?}, "crashWhileApplying"?: bool, "then": B}` | see below |
+//! | `{"effect": {"type", "request", "applyLog"?, "result"?, "receipt"?, "applyMs"?}, "crashWhileApplying"?: bool, "then": B}` | see below |
 //! | `{"spawnChild": {"sleepSeconds": 1000, "newGroup": false}, "then": B}` | start `sleep N` (in its own process group when `newGroup`), `runner.progress {operation: process.register, pid, startIdentity}`, then B; the child is never reaped |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
+//! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}` (interactive runs only); an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node |
 //!
 //! An effect: `effect.reserve {effectType, requestDigest: sha256 of the
 //! request's canonical JSON}`. A `rejected` reply fails the node with the
 //! reply's error. If the reply's `result.state` is `applied` nothing is
 //! applied (nor settled); `reserved`/`applying` "apply" by appending the line
 //! `<effectId> <attemptNumber>` to `applyLog` (how tests count real
-//! applications), then exit 3 when `crashWhileApplying`, else `effect.settle
+//! applications) and waiting `applyMs` (default 0: how long the application
+//! takes), then exit 3 when `crashWhileApplying`, else `effect.settle
 //! {effectId, state: applied, result}` (`result` defaults to
 //! `{"applied":true}`); any other state fails the node (`conflict`). With
 //! `"receipt": true` the attempt's final message carries `action: {effectId,

@@ -64,6 +64,10 @@ fn compile(path: &Path, input: &Value) -> Result<Value, Failure> {
             "the script's topology is not a topology",
         )
     })?;
+    if script.resolve_delay_ms > 0 {
+        log!("resolving takes {} ms", script.resolve_delay_ms);
+        std::thread::sleep(std::time::Duration::from_millis(script.resolve_delay_ms));
+    }
     if script.reject_input {
         return Err((
             ResolveFailureCode::InvalidInput,

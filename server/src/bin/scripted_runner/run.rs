@@ -159,6 +159,9 @@ enum End {
         outcome: NodeFailureOutcome,
         error: Value,
     },
+    /// The attempt was handed to the origin session (`interaction.requested`
+    /// was accepted); the runner follows the reply's `next`.
+    Handed(Next),
 }
 
 fn run_node(
@@ -189,6 +192,7 @@ fn run_node(
             "node.failed",
             json!({"attemptId": attempt.attempt_id, "outcome": outcome, "error": error}),
         ),
+        End::Handed(next) => return next,
     };
     if let Some(receipt) = attempt.receipt.take() {
         fields["action"] = receipt;
@@ -336,6 +340,10 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                             &format!("{id} {attempt_number}"),
                         );
                     }
+                    if effect.apply_ms > 0 {
+                        log!("applying effect {id} takes {} ms", effect.apply_ms);
+                        thread::sleep(Duration::from_millis(effect.apply_ms));
+                    }
                     log!("applied effect {id} (attempt {attempt_number})");
                     if *crash_while_applying {
                         log!("crashWhileApplying: crashing before effect.settle");
@@ -412,6 +420,24 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
         Action::Duplicate(then) => {
             channel.duplicate_next = true;
             perform(channel, then, attempt)
+        }
+        Action::Interact(spec) => {
+            let reply = channel.request(
+                "interaction.requested",
+                json!({
+                    "attemptId": attempt.attempt_id,
+                    "kind": spec.kind,
+                    "prompt": {"kind": "inline", "text": spec.prompt},
+                    "contract": spec.contract,
+                }),
+            );
+            if reply.outcome == ReplyOutcome::Rejected || reply.next.is_none() {
+                return End::Failed {
+                    outcome: NodeFailureOutcome::Failed,
+                    error: reply_error(&reply, "the interactive request was refused"),
+                };
+            }
+            End::Handed(Channel::next_after(reply))
         }
     }
 }

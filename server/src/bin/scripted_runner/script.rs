@@ -30,6 +30,9 @@ pub(crate) struct Script {
     /// Resolve mode answers `resolve.failed {code: invalidInput}`.
     #[serde(default)]
     pub(crate) reject_input: bool,
+    /// Resolve mode waits this long before it answers (a slow resolution).
+    #[serde(default)]
+    pub(crate) resolve_delay_ms: u64,
     /// What happens before (and instead of) the first node.
     #[serde(default)]
     pub(crate) startup: Startup,
@@ -110,6 +113,31 @@ pub(crate) enum Action {
     },
     /// Send the next message of `then` twice with one message id.
     Duplicate(Box<Behaviour>),
+    /// `interaction.requested`; the attempt then waits in the origin
+    /// session and the runner follows the reply's `next` (an exit).
+    Interact(InteractSpec),
+}
+
+/// An interactive request of the attempt.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct InteractSpec {
+    /// `agent`, `checkpoint`, `decision` or `visibleResponse` (default `agent`).
+    #[serde(default = "default_interaction_kind")]
+    pub(crate) kind: String,
+    /// The prompt text (sent inline).
+    pub(crate) prompt: String,
+    /// The output contract (any JSON; default `{}`).
+    #[serde(default = "empty_object")]
+    pub(crate) contract: Value,
+}
+
+fn default_interaction_kind() -> String {
+    "agent".to_owned()
+}
+
+fn empty_object() -> Value {
+    json!({})
 }
 
 /// A managed effect to reserve, apply and settle.
@@ -132,6 +160,10 @@ pub(crate) struct EffectSpec {
     /// `node.finished`/`node.failed`.
     #[serde(default)]
     pub(crate) receipt: bool,
+    /// How long applying takes: the wait after the apply-log line, before
+    /// `effect.settle` (or the `crashWhileApplying` exit).
+    #[serde(default)]
+    pub(crate) apply_ms: u64,
 }
 
 /// A child process to start and register.
@@ -180,6 +212,8 @@ struct RawBehaviour {
     #[serde(default)]
     duplicate: Option<bool>,
     #[serde(default)]
+    interact: Option<InteractSpec>,
+    #[serde(default)]
     then: Option<Box<Behaviour>>,
     #[serde(default)]
     timeout_ms: Option<u64>,
@@ -206,6 +240,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("effect", raw.effect.is_some()),
             ("spawnChild", raw.spawn_child.is_some()),
             ("duplicate", raw.duplicate.is_some()),
+            ("interact", raw.interact.is_some()),
         ];
         let actions: Vec<&str> = named
             .iter()
@@ -231,7 +266,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             raw.crash_while_applying.is_some(),
             "effect",
         )?;
-        let terminal = matches!(*action, "finish" | "fail" | "stall" | "exit");
+        let terminal = matches!(*action, "finish" | "fail" | "stall" | "exit" | "interact");
         if terminal && raw.then.is_some() {
             return Err(format!("`{action}` ends the attempt and takes no `then`"));
         }
@@ -268,6 +303,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             }
         } else if let Some(spawn) = raw.spawn_child {
             Action::SpawnChild { spawn, then }
+        } else if let Some(interact) = raw.interact {
+            Action::Interact(interact)
         } else if raw.duplicate == Some(true) {
             Action::Duplicate(then)
         } else {
@@ -304,7 +341,11 @@ impl Behaviour {
             | Action::Effect { then, .. }
             | Action::SpawnChild { then, .. }
             | Action::Duplicate(then) => Some(then),
-            Action::Finish(_) | Action::Fail { .. } | Action::Stall | Action::Exit(_) => None,
+            Action::Finish(_)
+            | Action::Fail { .. }
+            | Action::Stall
+            | Action::Exit(_)
+            | Action::Interact(_) => None,
         }
     }
 }
@@ -436,6 +477,21 @@ mod tests {
     }
 
     #[test]
+    fn interact_parses_with_defaults_and_takes_no_then() {
+        let interact = behaviour(r#"{"interact":{"prompt":"Write it"}}"#).unwrap();
+        assert_eq!(
+            interact.action,
+            Action::Interact(InteractSpec {
+                kind: "agent".into(),
+                prompt: "Write it".into(),
+                contract: json!({}),
+            })
+        );
+        assert!(behaviour(r#"{"interact":{"prompt":"p"},"then":{"finish":1}}"#).is_err());
+        assert!(behaviour(r#"{"interact":{"prompt":"p","extra":1}}"#).is_err());
+    }
+
+    #[test]
     fn effect_and_spawn_fields_parse_with_defaults() {
         let effect = behaviour(
             r#"{"effect":{"type":"email.send","request":{"to":"x"},"applyLog":"/tmp/log"},"crashWhileApplying":true}"#,
@@ -452,6 +508,7 @@ mod tests {
         assert_eq!(effect.effect_type, "email.send");
         assert_eq!(effect.apply_log, Some(PathBuf::from("/tmp/log")));
         assert!(!effect.receipt);
+        assert_eq!(effect.apply_ms, 0);
 
         let spawn = behaviour(r#"{"spawnChild":{"newGroup":true}}"#).unwrap();
         assert!(matches!(

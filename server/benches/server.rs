@@ -1,0 +1,514 @@
+//! Server benchmarks (issue 5, item 12): figures, not timed tests. Each
+//! figure is compared with a baseline measured in the same run on the same
+//! disk: one raw single-row commit (`BEGIN IMMEDIATE; INSERT; COMMIT`) in a
+//! scratch SQLite file with WAL and `synchronous=FULL`, in the directory the
+//! server's state lives in.
+//!
+//! Run: `cargo bench -p server --bench server` (release build). Set
+//! `PIW_BENCH_DIR` to measure on another disk (default: the system temp dir).
+//!
+//! (a) command round trip through the socket with its durable receipt:
+//!     `run.pause` / `run.resume` pairs on a run that waits at a checkpoint
+//!     (no runner is involved), p50/p99, as a ratio to the raw commit.
+//! (b) throughput of 64 concurrent clients (each pausing and resuming its
+//!     own waiting run), as a ratio to the raw single-commit rate.
+//! (c) marginal cost per durable step with the scripted runner: (duration
+//!     of a 100-node linear run − duration of a 1-node run) / 99, from the
+//!     server's own timestamps, as a ratio to the raw commit.
+//! (d) cold start to ready on an empty state directory, and recovery with
+//!     10,000 runs in the database of which 100 were running when their
+//!     server died (start to ready, which includes recording the 100
+//!     orphaned runner epochs and parking their runs for re-admission).
+#![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use rusqlite::Connection;
+use serde_json::json;
+use server::client::{Client, RequestSpec};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::*;
+
+const RAW_COMMITS: usize = 2000;
+const ROUND_TRIP_PAIRS: usize = 1000;
+const CLIENTS: usize = 64;
+const PAIRS_PER_CLIENT: usize = 25;
+const STEP_RUNS: usize = 3;
+const COLD_STARTS: usize = 5;
+const SEEDED_RUNS: usize = 10_000;
+const SEEDED_RUNNING: usize = 100;
+
+/// Production timing (the test harness shortens these for recovery tests).
+const PRODUCTION: [(&str, &str); 3] = [
+    ("PI_WORKFLOWS_CLAIM_TTL_MS", "30000"),
+    ("PI_WORKFLOWS_SERVER_LEASE_MS", "15000"),
+    ("PI_WORKFLOWS_STOP_GRACE_MS", "1000"),
+];
+
+fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("PIW_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir).expect("PIW_BENCH_DIR is writable"),
+        None => tempfile::tempdir().expect("a temp dir"),
+    }
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+    let total: Duration = samples.iter().sum();
+    Stats {
+        p50: at(0.50),
+        p99: at(0.99),
+        mean: total / samples.len() as u32,
+    }
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.3} ms", duration.as_secs_f64() * 1000.0)
+}
+
+/// The baseline: one raw single-row commit, WAL + synchronous=FULL.
+fn raw_commits(dir: &Path) -> Stats {
+    let path = dir.join("raw.sqlite");
+    let connection = Connection::open(&path).unwrap();
+    connection
+        .pragma_update(None, "journal_mode", "WAL")
+        .unwrap();
+    connection
+        .pragma_update(None, "synchronous", "FULL")
+        .unwrap();
+    connection
+        .execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB NOT NULL) STRICT")
+        .unwrap();
+    let payload = vec![7u8; 200];
+    let mut samples = Vec::with_capacity(RAW_COMMITS);
+    for _ in 0..RAW_COMMITS {
+        let started = Instant::now();
+        connection.execute_batch("BEGIN IMMEDIATE").unwrap();
+        connection
+            .execute("INSERT INTO t (v) VALUES (?1)", [&payload])
+            .unwrap();
+        connection.execute_batch("COMMIT").unwrap();
+        samples.push(started.elapsed());
+    }
+    stats(samples)
+}
+
+fn checkpoint_script(dir: &Path) -> PathBuf {
+    write_script(
+        dir,
+        "waits.json",
+        &json!({
+            "workflowName": "waits",
+            "topology": {
+                "startAt": "review",
+                "nodes": [
+                    {"id": "review", "nodeType": "checkpoint", "timeout": {"kind": "none"}, "mountPath": []},
+                    {"id": "after", "nodeType": "compute", "timeout": {"kind": "default"}, "mountPath": []}
+                ],
+                "edges": [{"kind": "plain", "from": "review", "to": "after"}],
+                "mounts": []
+            },
+            "nodes": {"review": [{"finish": {"question": "go?"}}]}
+        }),
+    )
+}
+
+/// Starts `n` runs that wait at a checkpoint (no runner left afterwards).
+async fn waiting_runs(server: &TestServer, client: &mut Client, n: usize) -> Vec<String> {
+    let script = checkpoint_script(server.scratch());
+    let mut runs = Vec::with_capacity(n);
+    for _ in 0..n {
+        runs.push(started(client, &script).await);
+    }
+    for run_id in &runs {
+        let view = wait_settled(client, run_id).await;
+        assert_eq!(status(&view), "waiting");
+    }
+    wait_quiescent_at(server).await;
+    runs
+}
+
+async fn command(client: &mut Client, operation: &str, run_id: &str) -> Duration {
+    let spec = RequestSpec::command(operation, Some(run_id), json!({}));
+    let started = Instant::now();
+    let response = client.request(&spec).await.expect("a response");
+    let elapsed = started.elapsed();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    assert!(response.receipt.is_some());
+    elapsed
+}
+
+/// (a) One client, pause/resume pairs on one waiting run.
+async fn round_trips(server: &TestServer) -> Stats {
+    let mut client = server.client().await;
+    let run_id = waiting_runs(server, &mut client, 1).await.remove(0);
+    for _ in 0..50 {
+        command(&mut client, "run.pause", &run_id).await;
+        command(&mut client, "run.resume", &run_id).await;
+    }
+    let mut samples = Vec::with_capacity(ROUND_TRIP_PAIRS * 2);
+    for _ in 0..ROUND_TRIP_PAIRS {
+        samples.push(command(&mut client, "run.pause", &run_id).await);
+        samples.push(command(&mut client, "run.resume", &run_id).await);
+    }
+    stats(samples)
+}
+
+/// A read through the socket that commits nothing (`server.status`): the
+/// transport, framing and validation share of a round trip.
+async fn status_reads(server: &TestServer) -> Stats {
+    let mut client = server.client().await;
+    let spec = RequestSpec::read("server.status", None, json!({}));
+    let mut samples = Vec::with_capacity(ROUND_TRIP_PAIRS * 2);
+    for index in 0..ROUND_TRIP_PAIRS * 2 + 100 {
+        let started = Instant::now();
+        let response = client.request(&spec).await.expect("a response");
+        let elapsed = started.elapsed();
+        assert_eq!(response.outcome, "accepted");
+        if index >= 100 {
+            samples.push(elapsed);
+        }
+    }
+    stats(samples)
+}
+
+/// (b) 64 clients, each pausing and resuming its own waiting run.
+async fn throughput(server: &TestServer) -> (f64, usize) {
+    let mut setup = server.client().await;
+    let runs = waiting_runs(server, &mut setup, CLIENTS).await;
+    let mut clients = Vec::new();
+    for index in 0..CLIENTS {
+        clients.push(
+            Client::connect(&server.socket(), &format!("tp-{index}"))
+                .await
+                .unwrap(),
+        );
+    }
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(CLIENTS + 1));
+    let mut tasks = Vec::new();
+    for (mut client, run_id) in clients.into_iter().zip(runs) {
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            for _ in 0..PAIRS_PER_CLIENT {
+                command(&mut client, "run.pause", &run_id).await;
+                command(&mut client, "run.resume", &run_id).await;
+            }
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let commands = CLIENTS * PAIRS_PER_CLIENT * 2;
+    (commands as f64 / elapsed.as_secs_f64(), commands)
+}
+
+fn linear_script(dir: &Path, name: &str, nodes: usize) -> PathBuf {
+    let ids: Vec<String> = (1..=nodes).map(|n| format!("n{n}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut topology = linear_topology(&refs);
+    topology["maxSteps"] = json!(nodes + 10);
+    write_script(
+        dir,
+        &format!("{name}.json"),
+        &json!({"workflowName": name, "topology": topology}),
+    )
+}
+
+/// The server-side duration of a completed run (created → finished).
+fn run_duration(server: &TestServer, run_id: &str) -> Duration {
+    let (created, finished): (i64, i64) = server
+        .db()
+        .query_row(
+            "SELECT created_at_ms, finished_at_ms FROM runs WHERE run_id = ?1",
+            [run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    Duration::from_millis((finished - created) as u64)
+}
+
+/// (c) Median durations of a 100-node and a 1-node run.
+async fn steps(server: &TestServer) -> (Duration, Duration) {
+    let mut client = server.client().await;
+    let long = linear_script(server.scratch(), "hundred", 100);
+    let short = linear_script(server.scratch(), "one", 1);
+    let mut longs = Vec::new();
+    let mut shorts = Vec::new();
+    for _ in 0..STEP_RUNS {
+        for (script, into) in [(&long, &mut longs), (&short, &mut shorts)] {
+            let run_id = started(&mut client, script).await;
+            let view = wait_view(&mut client, &run_id, Duration::from_secs(120), |view| {
+                status(view) == "completed"
+            })
+            .await;
+            assert_eq!(status(&view), "completed");
+            into.push(run_duration(server, &run_id));
+            wait_quiescent_at(server).await;
+        }
+    }
+    longs.sort();
+    shorts.sort();
+    (longs[STEP_RUNS / 2], shorts[STEP_RUNS / 2])
+}
+
+/// (d) Spawn → ready line on an empty state directory.
+fn cold_starts() -> Stats {
+    let mut samples = Vec::new();
+    for _ in 0..COLD_STARTS {
+        let mut server = TestServer::new(&PRODUCTION);
+        let started = Instant::now();
+        server.spawn().expect("the server starts");
+        samples.push(started.elapsed());
+        server.stop();
+    }
+    stats(samples)
+}
+
+/// Copies every row of `template` in each table with a `run_id` column
+/// under `new_run` (runner epochs get a suffix; autoincrement keys are left
+/// to SQLite).
+fn clone_run(db: &Connection, template: &str, new_run: &str, tables: &[(String, Vec<String>)]) {
+    for (table, columns) in tables {
+        let select: Vec<String> = columns
+            .iter()
+            .map(|column| match column.as_str() {
+                "run_id" => "?2".to_owned(),
+                "runner_epoch" => "runner_epoch || '-' || ?2".to_owned(),
+                other => other.to_owned(),
+            })
+            .collect();
+        db.execute(
+            &format!(
+                "INSERT INTO {table} ({}) SELECT {} FROM {table} WHERE run_id = ?1",
+                columns.join(", "),
+                select.join(", ")
+            ),
+            rusqlite::params![template, new_run],
+        )
+        .unwrap_or_else(|error| panic!("clone {table}: {error}"));
+    }
+}
+
+/// (d) A state file with 10,000 runs of which 100 were running when their
+/// server was SIGKILLed; returns spawn → ready of the recovering server,
+/// and checks that recovery recorded every orphaned runner epoch.
+async fn recovery() -> (Duration, Duration) {
+    // Templates, made by a real server: a completed run and a running one
+    // (its runner stalls), then the server dies.
+    let mut server = TestServer::new(&[("PI_WORKFLOWS_SERVER_LEASE_MS", "500")]);
+    server.spawn().expect("the seeding server starts");
+    let stall = write_script(
+        server.scratch(),
+        "stall.json",
+        &json!({"workflowName": "stall", "topology": linear_topology(&["a"]), "nodes": {"a": [{"stall": true}]}}),
+    );
+    let done = write_script(
+        server.scratch(),
+        "done.json",
+        &json!({"workflowName": "done", "topology": linear_topology(&["a", "b"])}),
+    );
+    let mut client = server.client().await;
+    let completed = started(&mut client, &done).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &completed).await),
+        "completed"
+    );
+    let running = started(&mut client, &stall).await;
+    wait_view(&mut client, &running, Duration::from_secs(10), |view| {
+        view["display"]["currentNode"] == "a"
+    })
+    .await;
+    drop(client);
+    server.kill();
+    // The stalled runner would live forever: end it (the dead server cannot).
+    if let Some(identity) = runner_identity(&server.db(), &running, 1) {
+        server::runner_channel::kill_exact(&identity);
+    }
+
+    // Clone the templates to 9,900 completed and 100 running runs.
+    {
+        let db = Connection::open(server.home.join("state.sqlite")).unwrap();
+        let tables: Vec<(String, Vec<String>)> = {
+            let names: Vec<String> = db
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('host_commands', 'worker_messages', 'update_receipts', 'runner_processes', 'sqlite_sequence')")
+                .unwrap()
+                .query_map([], |row| row.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|name| {
+                    let columns: Vec<String> = db
+                        .prepare(&format!("SELECT name FROM pragma_table_info('{name}')"))
+                        .unwrap()
+                        .query_map([], |row| row.get(0))
+                        .unwrap()
+                        .map(Result::unwrap)
+                        .filter(|column: &String| !(name == "events" && column == "seq"))
+                        .collect();
+                    columns
+                        .contains(&"run_id".to_owned())
+                        .then_some((name, columns))
+                })
+                .collect()
+        };
+        // `runs` first (the other tables reference it).
+        let mut ordered = tables.clone();
+        ordered.sort_by_key(|(name, _)| name != "runs");
+        db.execute_batch("BEGIN").unwrap();
+        for index in 0..SEEDED_RUNS - 2 {
+            let template = if index < SEEDED_RUNNING - 1 {
+                &running
+            } else {
+                &completed
+            };
+            clone_run(&db, template, &format!("seeded-{index:05}"), &ordered);
+        }
+        db.execute_batch("COMMIT").unwrap();
+        let runs: i64 = db
+            .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
+            .unwrap();
+        let live: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(runs as usize, SEEDED_RUNS);
+        assert_eq!(live as usize, SEEDED_RUNNING);
+    }
+    // Let the dead server's epoch lease (500 ms) and the runs' claims
+    // (1.5 s, the harness's) expire, then recover.
+    std::thread::sleep(Duration::from_millis(CLAIM_TTL_MS + 300));
+    for (key, value) in PRODUCTION {
+        server.set_env(key, value);
+    }
+    server.set_env("PI_WORKFLOWS_MAX_WORKERS", "4");
+    let started = Instant::now();
+    server.spawn().expect("the server recovers");
+    let ready = started.elapsed();
+    // Every orphaned runner epoch was recorded and every running row parked
+    // for re-admission (the scheduler then re-admits them four at a time).
+    let db = server.db();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let settled = loop {
+        let orphaned = count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE outcome = 'orphaned'",
+            [],
+        );
+        if orphaned as usize == SEEDED_RUNNING {
+            break started.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {orphaned} orphaned epochs recorded"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    server.kill();
+    (ready, settled)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = bench_dir();
+    // Same disk as the servers' state: the servers' temp dirs live beside it.
+    let raw = raw_commits(dir.path());
+    let raw_rate = 1.0 / raw.mean.as_secs_f64();
+
+    let server = TestServer::start_with(&PRODUCTION);
+    let trips = round_trips(&server).await;
+    let reads = status_reads(&server).await;
+    let (rate, commands) = throughput(&server).await;
+    let (hundred, one) = steps(&server).await;
+    drop(server);
+    let per_step = hundred.saturating_sub(one) / 99;
+    let cold = cold_starts();
+    let (recovery_ready, recovery_settled) = recovery().await;
+
+    let ratio = |value: Duration, base: Duration| value.as_secs_f64() / base.as_secs_f64();
+    let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    println!();
+    println!(
+        "pi-workflows server benchmarks ({} raw commits, {ROUND_TRIP_PAIRS} pause/resume pairs, {CLIENTS} clients x {} commands, {STEP_RUNS} runs per step figure)",
+        RAW_COMMITS,
+        PAIRS_PER_CLIENT * 2
+    );
+    println!();
+    println!(
+        "| figure | measured | baseline (raw WAL+FULL single-row commit) | ratio | target | |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| raw commit | p50 {} / p99 {} / mean {} | — | 1.00 | — | |",
+        ms(raw.p50),
+        ms(raw.p99),
+        ms(raw.mean)
+    );
+    let p50_ratio = ratio(trips.p50, raw.p50);
+    let p99_ratio = ratio(trips.p99, raw.p99);
+    println!(
+        "| (a) command round trip, p50 | {} | {} | {p50_ratio:.2} | ≤ 1.5 | {} |",
+        ms(trips.p50),
+        ms(raw.p50),
+        verdict(p50_ratio <= 1.5)
+    );
+    println!(
+        "| (a) command round trip, p99 | {} | {} | {p99_ratio:.2} | ≤ 1.5 | {} |",
+        ms(trips.p99),
+        ms(raw.p99),
+        verdict(p99_ratio <= 1.5)
+    );
+    println!(
+        "| (a') for reference: a read through the socket that commits nothing (`server.status`), p50 / p99 | {} / {} | {} / {} | {:.2} / {:.2} | — | |",
+        ms(reads.p50),
+        ms(reads.p99),
+        ms(raw.p50),
+        ms(raw.p99),
+        ratio(reads.p50, raw.p50),
+        ratio(reads.p99, raw.p99)
+    );
+    let throughput_ratio = rate / raw_rate;
+    println!(
+        "| (b) throughput, {CLIENTS} clients ({commands} commands) | {rate:.0} commands/s | {raw_rate:.0} commits/s | {throughput_ratio:.2} | ≥ 3 | {} |",
+        verdict(throughput_ratio >= 3.0)
+    );
+    let step_ratio = ratio(per_step, raw.mean);
+    println!(
+        "| (c) marginal cost per durable step (100-node run {} − 1-node run {}) / 99 | {} | {} (mean) | {step_ratio:.2} | ≤ 1.5 | {} |",
+        ms(hundred),
+        ms(one),
+        ms(per_step),
+        ms(raw.mean),
+        verdict(step_ratio <= 1.5)
+    );
+    println!(
+        "| (d) cold start to ready (empty state, {COLD_STARTS} starts) | p50 {} / max {} | — | — | — | |",
+        ms(cold.p50),
+        ms(cold.p99)
+    );
+    println!(
+        "| (d) recovery: {SEEDED_RUNS} runs, {SEEDED_RUNNING} running, start to ready | {} | — | — | — | |",
+        ms(recovery_ready)
+    );
+    println!(
+        "| (d) recovery: start until all {SEEDED_RUNNING} orphaned epochs recorded | {} | — | — | — | |",
+        ms(recovery_settled)
+    );
+}

@@ -1,0 +1,483 @@
+//! Runner supervision through real process trees: stopping a runner that
+//! ignores SIGTERM, a changed workflow source, a runner that exits before
+//! progress, and the capacity limit.
+
+mod support;
+
+use nix::sys::signal::killpg;
+use nix::unistd::Pid;
+use serde_json::json;
+use server::client::{Client, RequestSpec};
+use server::process::ProcessIdentity;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Whether no live (non-zombie) process is in process group `pgid`. A
+/// zombie is dead; it stays visible to `kill(0)` until its new parent reaps
+/// it, so `/proc` is scanned instead.
+fn group_is_empty(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return killpg(Pid::from_raw(pgid as i32), None).is_err();
+    };
+    !entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(server::process::stat)
+        .any(|stat| stat.process_group == pgid && stat.state != 'Z')
+}
+
+/// Cancelling a run whose runner ignores SIGTERM: the server sends SIGTERM
+/// to the runner's group, then SIGKILL after the stop grace, and reaps the
+/// registered child in its own group; no process of the tree is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_ignores_sigterm_is_killed_with_its_whole_group() {
+    const GRACE_MS: u64 = 1000;
+    let server = TestServer::start_with(&[("PI_WORKFLOWS_STOP_GRACE_MS", "1000")]);
+    let script = write_script(
+        server.scratch(),
+        "stubborn.json",
+        &json!({
+            "workflowName": "stubborn",
+            "topology": linear_topology(&["a"]),
+            "startup": {"ignoreSigterm": true},
+            "nodes": {"a": [{
+                "spawnChild": {"sleepSeconds": 1000, "newGroup": true},
+                "then": {"spawnChild": {"sleepSeconds": 1000, "newGroup": false},
+                         "then": {"stall": true}}
+            }]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    let (runner, children) = wait_for(Duration::from_secs(10), "two registered children", || {
+        let runner = runner_identity(&db, &run_id, 1)?;
+        let children: Vec<ProcessIdentity> = db
+            .prepare("SELECT start_identity FROM runner_processes ORDER BY registered_at_ms")
+            .unwrap()
+            .query_map([], |row| row.get::<_, String>(0))
+            .unwrap()
+            .filter_map(|text| ProcessIdentity::decode(&text.unwrap()))
+            .collect();
+        (children.len() == 2).then_some((runner, children))
+    })
+    .await;
+    let groups: Vec<u32> = children
+        .iter()
+        .map(|child| server::process::stat(child.pid).unwrap().process_group)
+        .collect();
+    assert_eq!(
+        groups[0], children[0].pid,
+        "the first child leads its own group"
+    );
+    assert_eq!(
+        groups[1], runner.pid,
+        "the second child is in the runner's group"
+    );
+    for process in children.iter().chain([&runner]) {
+        assert!(server::process::is_alive(process));
+    }
+
+    let cancelled = Instant::now();
+    let watched: Vec<ProcessIdentity> = children.iter().cloned().chain([runner.clone()]).collect();
+    let watcher = std::thread::spawn(move || {
+        let mut gone = vec![None; watched.len()];
+        let start = Instant::now();
+        while gone.iter().any(Option::is_none) && start.elapsed() < Duration::from_secs(6) {
+            for (index, process) in watched.iter().enumerate() {
+                if gone[index].is_none() && !server::process::is_alive(process) {
+                    gone[index] = Some(start.elapsed());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        gone
+    });
+    let response = client
+        .request(&RequestSpec::command(
+            "run.cancel",
+            Some(&run_id),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    wait_for(
+        Duration::from_millis(GRACE_MS + 2000),
+        "every process of the tree to be gone within the stop grace",
+        || {
+            let all_gone = children
+                .iter()
+                .chain([&runner])
+                .all(|process| !server::process::is_alive(process));
+            (all_gone && group_is_empty(runner.pid) && group_is_empty(children[0].pid))
+                .then_some(())
+        },
+    )
+    .await;
+    let elapsed = cancelled.elapsed();
+    eprintln!(
+        "the process tree was gone {elapsed:?} after the cancel: {:?}",
+        watcher.join().unwrap()
+    );
+    // SIGTERM really was ignored: the kill needed the SIGKILL escalation.
+    let epoch: String = db
+        .query_row(
+            "SELECT runner_epoch FROM run_workers WHERE run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let log = std::fs::read_to_string(server.home.join("host/logs").join(format!("{epoch}.log")))
+        .unwrap();
+    assert!(log.contains("SIGTERM received and ignored"), "{log}");
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "cancelled");
+    wait_quiescent(&db).await;
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM runner_processes", []),
+        0,
+        "the registry is empty once the children are reaped"
+    );
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// A run paused mid-node whose script file is then edited: on resume the
+/// new runner reports `workflowSourceChanged` before running anything; the
+/// run is parked for review (its display reason names the source), it is
+/// not admitted again on its own, and no node of the edited script ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_workflow_source_parks_the_run_for_review() {
+    let server = TestServer::start();
+    let original = json!({
+        "workflowName": "editable",
+        "topology": linear_topology(&["a", "b"]),
+        "nodes": {"a": [{"sleepMs": 30000, "then": {"finish": {"a": 1}}}]}
+    });
+    let script = write_script(server.scratch(), "editable.json", &original);
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    wait_for(Duration::from_secs(10), "node a to start", || {
+        let started = count(
+            &db,
+            "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind = 'nodeStarted'",
+            [&run_id],
+        );
+        (started == 1).then_some(())
+    })
+    .await;
+    let pause = client
+        .request(&RequestSpec::command("run.pause", Some(&run_id), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(pause.outcome, "accepted", "{:?}", pause.frame);
+    wait_view(&mut client, &run_id, Duration::from_secs(10), |view| {
+        status(view) == "paused"
+    })
+    .await;
+    wait_quiescent(&db).await;
+
+    // Every node of the edited script would leave a marker.
+    let marker = |node: &str| json!([{"effect": {"type": "marker", "request": {"node": node}, "applyLog": "edited.log"}}]);
+    let mut edited = original.clone();
+    edited["nodes"] = json!({"a": marker("a"), "b": marker("b")});
+    write_script(server.scratch(), "editable.json", &edited);
+    let attempts_before = count(
+        &db,
+        "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
+        [&run_id],
+    );
+
+    let resume = client
+        .request(&RequestSpec::command(
+            "run.resume",
+            Some(&run_id),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resume.outcome, "accepted", "{:?}", resume.frame);
+    let view = wait_view(&mut client, &run_id, Duration::from_secs(10), |view| {
+        view["display"]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("source"))
+    })
+    .await;
+    assert_eq!(view["status"]["run"], "running", "{view}");
+    assert_eq!(view["status"]["queue"], "parked", "{view}");
+    assert_eq!(view["status"]["paused"], false, "{view}");
+    assert!(
+        view["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("resume")),
+        "{view}"
+    );
+    let park_reason: String = db
+        .query_row(
+            "SELECT park_reason FROM runs WHERE run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(park_reason, "workflowSourceChanged");
+    let workers = count(
+        &db,
+        "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+        [&run_id],
+    );
+    assert_eq!(
+        workers, 2,
+        "one runner before the pause, one after the resume"
+    );
+    // Not admitted again on its own.
+    tokio::time::sleep(Duration::from_millis(CLAIM_TTL_MS + 1000)).await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+            [&run_id]
+        ),
+        workers,
+        "a run parked for review was admitted again"
+    );
+    // No node of the edited script ran.
+    assert!(!server.scratch().join("edited.log").exists());
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
+            [&run_id],
+        ),
+        attempts_before,
+        "no attempt started after the resume"
+    );
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM effects", []), 0);
+    wait_quiescent(&db).await;
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// A runner that exits right after `runner.ready` parks the run with
+/// `runnerNoProgress`; the run is not claimed again on its own (its
+/// generation and runner count hold still), and one explicit `run.resume`
+/// makes exactly one new attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_exits_before_progress_parks_and_is_not_claimed_again() {
+    let server = TestServer::start();
+    let script = write_script(
+        server.scratch(),
+        "quitter.json",
+        &json!({
+            "workflowName": "quitter",
+            "topology": linear_topology(&["a"]),
+            "startup": {"exitAfterReady": 0}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    let park_reason = || -> Option<String> {
+        db.query_row(
+            "SELECT park_reason FROM runs WHERE run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .ok()
+        .flatten()
+    };
+    let facts = || {
+        (
+            count(
+                &db,
+                "SELECT generation FROM leases WHERE run_id = ?1",
+                [&run_id],
+            ),
+            count(
+                &db,
+                "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+                [&run_id],
+            ),
+            count(
+                &db,
+                "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
+                [&run_id],
+            ),
+        )
+    };
+    wait_for(Duration::from_secs(10), "the runnerNoProgress park", || {
+        (park_reason().as_deref() == Some("runnerNoProgress")).then_some(())
+    })
+    .await;
+    wait_quiescent(&db).await;
+    let first = facts();
+    assert_eq!(first.0, 1, "still generation 1");
+    assert_eq!(first.1, 1, "one runner");
+    let view = view(&mut client, &run_id).await;
+    assert!(
+        view["display"]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("exited before the run made progress")),
+        "{view}"
+    );
+    tokio::time::sleep(Duration::from_millis(CLAIM_TTL_MS + 1500)).await;
+    assert_eq!(facts(), first, "the run was claimed again without a resume");
+
+    let resume = client
+        .request(&RequestSpec::command(
+            "run.resume",
+            Some(&run_id),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resume.outcome, "accepted", "{:?}", resume.frame);
+    wait_for(Duration::from_secs(10), "the second runner's park", || {
+        let (_, workers, _) = facts();
+        (workers == 2 && park_reason().as_deref() == Some("runnerNoProgress")).then_some(())
+    })
+    .await;
+    wait_quiescent(&db).await;
+    let second = facts();
+    assert_eq!(second.1, 2, "exactly one new runner");
+    assert_eq!(second.2, first.2 + 1, "exactly one new attempt");
+    tokio::time::sleep(Duration::from_millis(CLAIM_TTL_MS + 1500)).await;
+    assert_eq!(
+        facts(),
+        second,
+        "claimed again after the resumed runner exited"
+    );
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// 20 concurrent starts with `PI_WORKFLOWS_MAX_WORKERS=2` and nodes that
+/// take ~200 ms: sampled every few milliseconds, never more than 2 runner
+/// epochs are live (`launching|ready`) and never more than 2 recorded runner
+/// processes are alive; the durable launch/exit intervals never overlap by
+/// more than 2; all 20 complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
+    const RUNS: usize = 20;
+    const MAX: i64 = 2;
+    let server = TestServer::start_with(&[("PI_WORKFLOWS_MAX_WORKERS", "2")]);
+    let script = write_script(
+        server.scratch(),
+        "sleepy.json",
+        &json!({
+            "workflowName": "sleepy",
+            "topology": linear_topology(&["a"]),
+            "nodes": {"a": [{"sleepMs": 200}]}
+        }),
+    );
+
+    // The sampler: live runner epochs and alive recorded runner processes.
+    let done = Arc::new(AtomicBool::new(false));
+    let max_rows = Arc::new(AtomicI64::new(0));
+    let max_processes = Arc::new(AtomicI64::new(0));
+    let samples = Arc::new(AtomicI64::new(0));
+    let sampler = {
+        let (done, max_rows, max_processes, samples) = (
+            done.clone(),
+            max_rows.clone(),
+            max_processes.clone(),
+            samples.clone(),
+        );
+        let path = server.home.join("state.sqlite");
+        std::thread::spawn(move || {
+            let db = rusqlite::Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap();
+            while !done.load(Ordering::SeqCst) {
+                let live = count(
+                    &db,
+                    "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+                    [],
+                );
+                let alive = db
+                    .prepare("SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL")
+                    .unwrap()
+                    .query_map([], |row| row.get::<_, String>(0))
+                    .unwrap()
+                    .filter_map(|text| ProcessIdentity::decode(&text.unwrap()))
+                    .filter(server::process::is_alive)
+                    .count() as i64;
+                max_rows.fetch_max(live, Ordering::SeqCst);
+                max_processes.fetch_max(alive, Ordering::SeqCst);
+                samples.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+
+    let mut starts = Vec::new();
+    for index in 0..RUNS {
+        let socket = server.socket();
+        let script = script.clone();
+        starts.push(tokio::spawn(async move {
+            let mut client = Client::connect(&socket, &format!("cap-{index}"))
+                .await
+                .unwrap();
+            started(&mut client, &script).await
+        }));
+    }
+    let mut run_ids = Vec::new();
+    for start in starts {
+        run_ids.push(start.await.unwrap());
+    }
+    let mut client = server.client().await;
+    for run_id in &run_ids {
+        let view = wait_view(&mut client, run_id, Duration::from_secs(60), |view| {
+            status(view) == "completed"
+        })
+        .await;
+        assert_eq!(status(&view), "completed");
+    }
+    let db = server.db();
+    wait_quiescent(&db).await;
+    done.store(true, Ordering::SeqCst);
+    sampler.join().unwrap();
+    let (rows, processes) = (
+        max_rows.load(Ordering::SeqCst),
+        max_processes.load(Ordering::SeqCst),
+    );
+    eprintln!(
+        "{} samples: at most {rows} live runner epochs and {processes} alive runner processes",
+        samples.load(Ordering::SeqCst)
+    );
+    assert!(samples.load(Ordering::SeqCst) > 100, "the sampler ran");
+    assert!(rows <= MAX, "{rows} live runner epochs at once");
+    assert!(
+        processes <= MAX,
+        "{processes} runner processes alive at once"
+    );
+    assert_eq!(
+        rows, MAX,
+        "the limit was reached (so the test saw contention)"
+    );
+
+    // The durable record agrees: launch/exit intervals overlap at most 2 deep.
+    let mut edges: Vec<(i64, i64)> = Vec::new();
+    let intervals: Vec<(i64, i64)> = db
+        .prepare("SELECT launched_at_ms, finished_at_ms FROM run_workers")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(intervals.len(), RUNS, "one runner per run");
+    for (launched, finished) in intervals {
+        edges.push((launched, 1));
+        edges.push((finished, -1));
+    }
+    // An exit and a launch in the same millisecond: the exit comes first.
+    edges.sort();
+    let mut depth = 0;
+    for (_, step) in edges {
+        depth += step;
+        assert!(depth <= MAX, "{depth} runner epochs overlapped");
+    }
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
