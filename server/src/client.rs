@@ -54,6 +54,8 @@ pub struct Client {
     /// The server's epoch from its hello.
     pub server_epoch: u64,
     next_request: u64,
+    /// Random per connection, so request ids never repeat across reconnects.
+    connection_nonce: String,
     /// Events that arrived while a request waited for its response.
     pending_events: VecDeque<Value>,
 }
@@ -83,6 +85,7 @@ impl Client {
             client_id: client_id.to_owned(),
             server_epoch: 0,
             next_request: 0,
+            connection_nonce: crate::ids::random_hex::<6>(),
             pending_events: VecDeque::new(),
         };
         let hello = json!({
@@ -158,10 +161,14 @@ impl Client {
         &self.client_id
     }
 
-    /// A fresh request id.
+    /// A fresh request id, unique across connections of the same client id
+    /// (request ids are remembered by the server with their payloads).
     pub fn request_id(&mut self) -> String {
         self.next_request += 1;
-        format!("{}-r{}", self.client_id, self.next_request)
+        format!(
+            "{}-{}-r{}",
+            self.client_id, self.connection_nonce, self.next_request
+        )
     }
 
     /// Sends a request and waits for its response.

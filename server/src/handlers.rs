@@ -74,8 +74,56 @@ struct Request {
     payload: Value,
 }
 
-/// Handles one request; `None` when the response is sent elsewhere.
+/// Handles one request and writes its response. A state-changing command
+/// (one with an idempotency key) counts as in flight from its arrival until
+/// its response was written, so a stopping server first answers every
+/// command it accepted; one that arrives while stopping is refused.
 pub async fn handle(
+    app: &Arc<App>,
+    message: ClientMessage,
+    payload: Option<RequestPayload>,
+    outbox: &Outbox,
+    subscriptions: &Subscriptions,
+) {
+    let in_flight = match &message {
+        ClientMessage::Request {
+            idempotency_key: Some(_),
+            ..
+        } => match app.begin_command() {
+            Some(guard) => Some(guard),
+            None => {
+                if let ClientMessage::Request {
+                    request_id,
+                    operation,
+                    ..
+                } = &message
+                {
+                    let refusal = response(
+                        request_id.as_str(),
+                        &operation.to_string(),
+                        "unavailable",
+                        None,
+                        None,
+                        Some((
+                            "unavailable",
+                            "the server is stopping; retry after it restarts".into(),
+                        )),
+                    );
+                    outbox.send_and_drain(crate::socket::frame(&refusal)).await;
+                }
+                return;
+            }
+        },
+        _ => None,
+    };
+    if let Some(answer) = dispatch(app, message, payload, outbox, subscriptions).await {
+        outbox.send_and_drain(crate::socket::frame(&answer)).await;
+    }
+    drop(in_flight);
+}
+
+/// Decides one request; `None` when the response is sent elsewhere.
+async fn dispatch(
     app: &Arc<App>,
     message: ClientMessage,
     payload: Option<RequestPayload>,
@@ -333,19 +381,6 @@ async fn command<F>(app: &Arc<App>, request: Request, execute: F) -> Value
 where
     F: FnOnce(&Connection, u64) -> rusqlite::Result<Executed> + Send + 'static,
 {
-    let Some(_in_flight) = app.begin_command() else {
-        return response(
-            &request.request_id,
-            &request.operation,
-            "unavailable",
-            None,
-            None,
-            Some((
-                "unavailable",
-                "the server is stopping; retry after it restarts".into(),
-            )),
-        );
-    };
     let identity = match identity(&request) {
         Ok(identity) => identity,
         Err(response) => return response,

@@ -230,7 +230,7 @@ async fn read_frames(
                 let outbox = outbox.clone();
                 let subscriptions = subscriptions.clone();
                 tasks.spawn(async move {
-                    let response = handlers::handle(
+                    handlers::handle(
                         &app,
                         decoded.message,
                         decoded.payload,
@@ -238,9 +238,6 @@ async fn read_frames(
                         &subscriptions,
                     )
                     .await;
-                    if let Some(response) = response {
-                        outbox.send(frame(&response)).await;
-                    }
                 });
             }
             _ => {

@@ -240,11 +240,10 @@ async fn duplicate_control_commands_adopt_and_conflicting_reuse_conflicts() {
 
 /// A client that reconnects (same client id) and sends a *new* command must
 /// not collide with the request ids of its earlier connection: request ids
-/// name one transport attempt. `Client::request` numbers them `<clientId>-r1`,
-/// `-r2`, … per connection, so the second connection's first command reuses
-/// `<clientId>-r1` with another payload and gets `conflict`.
+/// name one transport attempt. Were they numbered `<clientId>-r1`, `-r2`, …
+/// per connection, the second connection's first command would reuse
+/// `<clientId>-r1` with another payload and get `conflict`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "client.rs bug (lead's file): request ids restart at r1 on every connection; see the servertests report"]
 async fn a_reconnected_client_gets_fresh_request_ids_for_new_commands() {
     let server = TestServer::start();
     let script = slow_script(&server);

@@ -318,7 +318,6 @@ async fn status_of(client: &mut Client, run_id: &str) -> String {
 /// stored its receipt and answered, so the client gets `accepted` with a
 /// receipt, the receipt is durable, and a retry after a restart adopts it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "handlers.rs bug (lead's file): run.start is counted in flight only after resolution; see the servertests report"]
 async fn server_stop_waits_for_an_in_flight_run_start_to_store_its_receipt() {
     let mut server = TestServer::new(&[]);
     let slow = write_script(
