@@ -193,7 +193,7 @@ async fn patch_delivery() -> (Stats, Stats) {
         }
         // Nothing else is in flight before the next command.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        while let Ok(extra) = arrived.try_recv() {
+        if let Ok(extra) = arrived.try_recv() {
             panic!("an extra event after command {index}: {extra:?}");
         }
     }
