@@ -635,5 +635,29 @@ pub fn consistency_violations(db: &Connection) -> Vec<String> {
          WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0",
         "parked run without a park reason",
     );
+    // The viewer projection advances in the same commit as the change.
+    check(
+        "SELECT r.run_id FROM runs r LEFT JOIN viewer_runs v USING (run_id)
+         WHERE v.run_id IS NULL OR v.presentation_revision < 1",
+        "a run without a presentation revision",
+    );
+    check(
+        "SELECT d.run_id FROM viewer_deltas d JOIN viewer_runs v USING (run_id)
+         WHERE d.presentation_revision > v.presentation_revision
+            OR d.presentation_revision <= v.retained_floor",
+        "a patch outside the retained revisions",
+    );
+    check(
+        "SELECT v.run_id FROM viewer_runs v
+         WHERE v.presentation_revision - v.retained_floor
+               <> (SELECT COUNT(DISTINCT presentation_revision) FROM viewer_deltas d WHERE d.run_id = v.run_id)",
+        "a retained revision without its patch",
+    );
+    check(
+        "SELECT v.run_id FROM viewer_runs v JOIN runs r USING (run_id)
+         WHERE json_extract(v.header_json, '$.status.run') <> r.status
+            OR json_extract(v.header_json, '$.status.paused') <> (r.paused = 1)",
+        "a stored run view that disagrees with its run",
+    );
     violations
 }
