@@ -563,15 +563,22 @@ async fn a_slow_subscriber_is_coalesced_and_the_server_memory_stays_bounded() {
     // The slow subscriber reads nothing while the run makes its revisions.
     let mut peak_kib = baseline_kib;
     let deadline = Instant::now() + Duration::from_secs(90);
-    let final_revision = loop {
+    loop {
         peak_kib = peak_kib.max(resident_kib(server.pid()));
         let view = support::view(&mut client, &run_id).await;
         if status(&view) == "completed" {
-            break view["revision"].as_u64().unwrap();
+            break;
         }
         assert!(Instant::now() < deadline, "the run did not finish: {view}");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+    // The runner's exit is recorded after completion and is one more
+    // presentation revision (the activity); wait for it so the final
+    // revision is final.
+    support::wait_quiescent(&server.db()).await;
+    let final_revision = support::view(&mut client, &run_id).await["revision"]
+        .as_u64()
+        .unwrap();
     assert!(final_revision > 240, "{final_revision} revisions");
     // Unread events would take final_revision × ~256 KiB ≈ 60 MiB; the server
     // holds at most one event for this subscriber.
