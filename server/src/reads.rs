@@ -191,8 +191,10 @@ fn run_messages(
     limit: usize,
 ) -> rusqlite::Result<Vec<Value>> {
     let mut statement = connection.prepare_cached(
-        "SELECT message_id, run_id, kind, state, session_order, content_digest, step_reason, entry_id
-         FROM workflow_messages WHERE run_id = ?1 ORDER BY session_order LIMIT ?2 OFFSET ?3",
+        "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
+                b.media_type, length(b.bytes)
+         FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+         WHERE m.run_id = ?1 ORDER BY m.session_order LIMIT ?2 OFFSET ?3",
     )?;
     let rows = statement.query_map(
         params![run_id.as_str(), limit as i64, offset as i64],
@@ -201,8 +203,10 @@ fn run_messages(
     rows.collect()
 }
 
+/// A workflow message record with the reference to its stored content (a
+/// message is created with its content, so the join never drops one).
 fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
-    let digest: Option<Vec<u8>> = row.get(5)?;
+    let digest: Vec<u8> = row.get(5)?;
     let mut message = json!({
         "messageId": row.get::<_, String>(0)?,
         "runId": row.get::<_, String>(1)?,
@@ -210,9 +214,9 @@ fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
         "state": row.get::<_, String>(3)?,
         "order": row.get::<_, i64>(4)?,
         "content": {
-            "digest": format!("sha256:{}", hex::encode(digest.clone().unwrap_or_default())),
-            "mediaType": "text/plain",
-            "bytes": 0,
+            "digest": format!("sha256:{}", hex::encode(digest)),
+            "mediaType": row.get::<_, String>(8)?,
+            "bytes": row.get::<_, i64>(9)?,
         },
     });
     if let Some(reason) = row.get::<_, Option<String>>(6)? {
@@ -294,27 +298,16 @@ pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::R
         .optional()?;
     let retained: Option<String> = match active {
         Some(run) => Some(run),
-        None => connection
-            .query_row(
-                "SELECT r.run_id FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
-                 WHERE b.origin_session_id = ?1 AND r.finished_at_ms IS NOT NULL
-                   AND (r.finished_at_ms + ?2 > ?3
-                        OR EXISTS (SELECT 1 FROM workflow_messages m WHERE m.run_id = r.run_id AND m.kind = 'terminal' AND m.state = 'pending')
-                        OR EXISTS (SELECT 1 FROM workflow_turns t JOIN workflow_messages m ON m.message_id = t.message_id
-                                   WHERE m.run_id = r.run_id AND m.kind = 'terminal' AND t.state = 'open'))
-                   AND r.finished_at_ms > ?4
-                 ORDER BY r.finished_at_ms DESC LIMIT 1",
-                params![session.as_str(), TERMINAL_RETENTION_MS as i64, now_ms as i64, cleared_at],
-                |row| row.get(0),
-            )
-            .optional()?,
+        None => retained_terminal(connection, session, now_ms, cleared_at)?,
     };
     let mut statement = connection.prepare_cached(
-        "SELECT message_id, run_id, kind, state, session_order, content_digest, step_reason, entry_id
-         FROM workflow_messages WHERE session_id = ?1
-           AND (state = 'pending' OR (state = 'sent' AND run_id IN (
+        "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
+                b.media_type, length(b.bytes)
+         FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+         WHERE m.session_id = ?1
+           AND (m.state = 'pending' OR (m.state = 'sent' AND m.run_id IN (
                 SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))))
-         ORDER BY session_order",
+         ORDER BY m.session_order",
     )?;
     let all: Vec<Value> = statement
         .query_map(params![session.as_str()], message_value)?
@@ -353,6 +346,44 @@ pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::R
         view["activeRun"] = run_view;
     }
     Ok(view)
+}
+
+/// The most recent terminal run of the session while it stays visible: its
+/// terminal workflow message is pending, or the first model turn of that
+/// message is open or ended less than 60 seconds ago (a run without a
+/// terminal message: less than 60 seconds after it finished). A newer
+/// terminal run or `sessionView.clearTerminal` hides it.
+fn retained_terminal(
+    connection: &Connection,
+    session: &SessionId,
+    now_ms: u64,
+    cleared_at_ms: i64,
+) -> rusqlite::Result<Option<String>> {
+    connection
+        .query_row(
+            "WITH latest AS (
+               SELECT r.run_id, r.finished_at_ms FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
+               WHERE b.origin_session_id = ?1 AND r.finished_at_ms IS NOT NULL AND r.finished_at_ms > ?4
+               ORDER BY r.finished_at_ms DESC, r.run_id DESC LIMIT 1),
+             terminal AS (
+               SELECT m.message_id, m.state FROM workflow_messages m JOIN latest USING (run_id)
+               WHERE m.kind = 'terminal'),
+             first_turn AS (
+               SELECT t.state, t.ended_at_ms FROM workflow_turns t JOIN terminal USING (message_id)
+               ORDER BY t.started_at_ms, t.turn_id LIMIT 1)
+             SELECT run_id FROM latest
+             WHERE EXISTS (SELECT 1 FROM terminal WHERE state = 'pending')
+                OR EXISTS (SELECT 1 FROM first_turn WHERE state = 'open' OR ended_at_ms + ?2 > ?3)
+                OR (NOT EXISTS (SELECT 1 FROM terminal) AND latest.finished_at_ms + ?2 > ?3)",
+            params![
+                session.as_str(),
+                TERMINAL_RETENTION_MS as i64,
+                now_ms as i64,
+                cleared_at_ms
+            ],
+            |row| row.get(0),
+        )
+        .optional()
 }
 
 /// `sessionView.clearTerminal`: hides the retained terminal run.

@@ -689,3 +689,164 @@ async fn unsubscribe_removes_every_kind_of_subscription() {
         "the control subscription saw the changes"
     );
 }
+
+/// A writable connection beside the running server, to plant the workflow
+/// messages and turns the Pi extension reports (the server has no producer
+/// for terminal messages yet).
+fn planter(server: &TestServer) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(server.home.join("state.sqlite")).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    db
+}
+
+async fn session_run(client: &mut Client, session: &str) -> Option<String> {
+    let response = client
+        .request(&RequestSpec::read(
+            "sessionView.get",
+            None,
+            json!({ "sessionId": session }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{}", response.frame);
+    response.receipt.unwrap()["activeRun"]["runId"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ended_60_seconds_ago() {
+    const SESSION: &str = "session-retained";
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = loop_script(dir.path(), "loop.json", 1, None);
+    let mut client = server.client().await;
+    let start = |script: &Path| {
+        RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": script.to_string_lossy(), "input": {}, "projectPath": "/tmp",
+                    "executionMode": "interactive", "originSessionId": SESSION }),
+        )
+    };
+    let response = client.request(&start(&script)).await.unwrap();
+    let first = response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        status(&wait_settled(&mut client, &first).await),
+        "completed"
+    );
+    let db = planter(&server);
+    let now_ms = |db: &rusqlite::Connection| -> i64 {
+        db.query_row(
+            "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+
+    // Without a terminal message: visible for 60 seconds after it finished.
+    assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
+    db.execute(
+        "UPDATE runs SET finished_at_ms = ?1 WHERE run_id = ?2",
+        rusqlite::params![now_ms(&db) - 120_000, first],
+    )
+    .unwrap();
+    assert_eq!(session_run(&mut client, SESSION).await, None);
+
+    // A pending terminal message keeps it, however old.
+    db.execute_batch(&format!(
+        "INSERT INTO blobs (digest, media_type, bytes, created_at_ms)
+         VALUES (zeroblob(32), 'text/markdown', CAST('The run completed.' AS BLOB), 0);
+         INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order, state, created_at_ms, updated_at_ms)
+         VALUES ('m-terminal', '{SESSION}', '{first}', 'terminal', zeroblob(32), 1, 'pending', 0, 0);"
+    ))
+    .unwrap();
+    assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
+    let window = client
+        .request(&RequestSpec::read(
+            "sessionView.get",
+            None,
+            json!({ "sessionId": SESSION }),
+        ))
+        .await
+        .unwrap()
+        .receipt
+        .unwrap();
+    assert_eq!(window["messageCount"], 1);
+    assert_eq!(window["messages"][0]["messageId"], "m-terminal");
+    assert_eq!(
+        window["messages"][0]["content"]["mediaType"],
+        "text/markdown"
+    );
+    assert_eq!(window["messages"][0]["content"]["bytes"], 18);
+
+    // Sent, its first turn open: kept.
+    db.execute_batch(&format!(
+        "UPDATE workflow_messages SET state = 'sent' WHERE message_id = 'm-terminal';
+         INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms)
+         VALUES ('t-1', 'm-terminal', '{first}', '{SESSION}', 'open', 1);"
+    ))
+    .unwrap();
+    assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
+    // The turn ended 10 seconds ago: kept; 70 seconds ago: gone.
+    for (ended_ago_ms, expected) in [(10_000, Some(first.clone())), (70_000, None)] {
+        db.execute(
+            "UPDATE workflow_turns SET state = 'completed', ended_at_ms = ?1 WHERE turn_id = 't-1'",
+            [now_ms(&db) - ended_ago_ms],
+        )
+        .unwrap();
+        assert_eq!(
+            session_run(&mut client, SESSION).await,
+            expected,
+            "turn ended {ended_ago_ms} ms ago"
+        );
+    }
+    // Only the first turn counts: a later turn does not extend it.
+    db.execute(
+        "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms)
+         VALUES ('t-2', 'm-terminal', ?1, ?2, 'open', 2)",
+        rusqlite::params![first, SESSION],
+    )
+    .unwrap();
+    assert_eq!(session_run(&mut client, SESSION).await, None);
+
+    // While its turn is open again, a newer run replaces it; once that one
+    // finished, it is the retained one, and clearTerminal hides it.
+    db.execute(
+        "UPDATE workflow_turns SET state = 'open', ended_at_ms = NULL WHERE turn_id = 't-1'",
+        [],
+    )
+    .unwrap();
+    assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
+    let second = client
+        .request(&start(&script))
+        .await
+        .unwrap()
+        .receipt
+        .unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        status(&wait_settled(&mut client, &second).await),
+        "completed"
+    );
+    assert_eq!(
+        session_run(&mut client, SESSION).await,
+        Some(second.clone())
+    );
+    let cleared = client
+        .request(&RequestSpec::command(
+            "sessionView.clearTerminal",
+            None,
+            json!({ "sessionId": SESSION }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(cleared.outcome, "accepted", "{}", cleared.frame);
+    assert_eq!(session_run(&mut client, SESSION).await, None);
+}
