@@ -88,6 +88,12 @@ const PLANTED: &[Planted] = &[
               WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'checkpoint')",
     },
     Planted {
+        bug: "a run committed without its queue slot",
+        trips: &[PAIR],
+        sql: "DELETE FROM run_queue
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'failing')",
+    },
+    Planted {
         bug: "the claim of a completed run was never released",
         trips: &[CLAIM],
         sql: "UPDATE leases SET owner_kind = 'host', owner_id = 'server', expires_at_ms = 9000000000000

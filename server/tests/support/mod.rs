@@ -535,8 +535,11 @@ pub struct Check {
 pub const CONSISTENCY_CHECKS: &[Check] = &[
     Check {
         message: "run/queue pair outside the state table",
-        sql: "SELECT r.run_id || ' ' || r.status || '/' || q.status FROM runs r JOIN run_queue q USING (run_id)
-         WHERE NOT ((r.status = 'queued' AND q.status = 'queued')
+        // A run without its queue row is a pair outside the table too (an
+        // inner join would skip it).
+        sql: "SELECT r.run_id || ' ' || r.status || '/' || COALESCE(q.status, 'no queue row')
+         FROM runs r LEFT JOIN run_queue q USING (run_id)
+         WHERE q.status IS NULL OR NOT ((r.status = 'queued' AND q.status = 'queued')
              OR (r.status = 'running' AND q.status IN ('starting', 'running', 'parked'))
              OR (r.status = 'waiting' AND q.status = 'parked')
              OR (r.status = 'completed' AND q.status = 'done')
