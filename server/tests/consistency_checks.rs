@@ -332,6 +332,18 @@ const PLANTED: &[Planted] = &[
         sql: "UPDATE viewer_runs SET header_json = json_set(header_json, '$.status.paused', json('true'))
               WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'editable')",
     },
+    Planted {
+        bug: "a view stored without its header",
+        trips: &[VIEW_DISAGREES],
+        sql: "UPDATE viewer_runs SET header_json = NULL
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'failing')",
+    },
+    Planted {
+        bug: "a view header without the run's status",
+        trips: &[VIEW_DISAGREES],
+        sql: "UPDATE viewer_runs SET header_json = json_remove(header_json, '$.status')
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'failing')",
+    },
 ];
 
 /// The bytes of a consistent state file that real runs left behind (built

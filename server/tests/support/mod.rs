@@ -651,9 +651,11 @@ pub const CONSISTENCY_CHECKS: &[Check] = &[
     },
     Check {
         message: "a stored run view that disagrees with its run",
+        // `IS NOT`: a header that lacks the status (or is NULL) disagrees
+        // too (`<>` with NULL is never true).
         sql: "SELECT v.run_id FROM viewer_runs v JOIN runs r USING (run_id)
-         WHERE json_extract(v.header_json, '$.status.run') <> r.status
-            OR json_extract(v.header_json, '$.status.paused') <> (r.paused = 1)",
+         WHERE json_extract(v.header_json, '$.status.run') IS NOT r.status
+            OR json_extract(v.header_json, '$.status.paused') IS NOT (r.paused = 1)",
     },
 ];
 
