@@ -509,7 +509,8 @@ fn fired(violations: &[String]) -> Result<BTreeSet<&'static str>, String> {
             .iter()
             .find(|check| violation.starts_with(&format!("{}: ", check.message)))
             .ok_or_else(|| format!("a violation of no known check: {violation}"))?;
-        if violation[check.message.len() + 2..].starts_with("query failed") {
+        let row = &violation[check.message.len() + 2..];
+        if row.starts_with("query failed: ") || row.starts_with("unreadable row: ") {
             return Err(format!("a check did not run: {violation}"));
         }
         messages.insert(check.message);
@@ -673,4 +674,28 @@ fn a_check_whose_query_fails_is_reported_not_skipped() {
         "{violations:?}"
     );
     assert!(fired(&violations).is_err());
+}
+
+#[test]
+fn a_violation_row_that_is_not_text_is_reported_not_dropped() {
+    let db = Connection::open_in_memory().unwrap();
+    let checks = [
+        Check {
+            message: "a NULL row",
+            sql: "SELECT NULL",
+        },
+        Check {
+            message: "an integer row",
+            sql: "SELECT 7",
+        },
+        Check {
+            message: "a text row",
+            sql: "SELECT 'run-1'",
+        },
+    ];
+    let violations = violations_of(&db, &checks);
+    assert_eq!(violations.len(), 3, "{violations:?}");
+    assert!(violations[0].starts_with("a NULL row: unreadable row: "));
+    assert!(violations[1].starts_with("an integer row: unreadable row: "));
+    assert_eq!(violations[2], "a text row: run-1");
 }

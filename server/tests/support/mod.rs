@@ -665,14 +665,27 @@ pub const CONSISTENCY_CHECKS: &[Check] = &[
 /// run) hold only when no runner is between its last message and its
 /// recorded exit: call `wait_quiescent` first.
 pub fn consistency_violations(db: &Connection) -> Vec<String> {
+    violations_of(db, CONSISTENCY_CHECKS)
+}
+
+/// The violations of `checks`. A check whose query fails, or whose row is
+/// not one text (a NULL from `||` with a NULL column), is reported as
+/// `<message>: query failed: ...` or `<message>: unreadable row: ...`, never
+/// skipped.
+pub fn violations_of(db: &Connection, checks: &[Check]) -> Vec<String> {
     let mut violations = Vec::new();
-    for check in CONSISTENCY_CHECKS {
+    for check in checks {
         let rows: Vec<String> = db
             .prepare(check.sql)
             .and_then(|mut statement| {
                 statement
                     .query_map([], |row| row.get::<_, String>(0))
-                    .map(|rows| rows.filter_map(Result::ok).collect())
+                    .map(|rows| {
+                        rows.map(|row| {
+                            row.unwrap_or_else(|error| format!("unreadable row: {error}"))
+                        })
+                        .collect()
+                    })
             })
             .unwrap_or_else(|error| vec![format!("query failed: {error}")]);
         for row in rows {
