@@ -61,6 +61,23 @@ async fn receipts_of(
     assert_eq!(resent.outcome, "adopted", "{operation}");
     assert_eq!(resent.receipt.as_ref(), Some(&receipt), "{operation}");
 
+    // The command's own consequences (a resumed run is admitted again and
+    // its new runner becomes ready) move the revision; wait for them so that
+    // only the conflicting requests below could.
+    wait_for(Duration::from_secs(10), "the run to hold still", || {
+        let still = count(
+            &db,
+            "SELECT COUNT(*) FROM runs r JOIN run_queue q USING (run_id) WHERE r.run_id = ?1 AND (
+               (q.status = 'running'
+                AND EXISTS (SELECT 1 FROM run_workers w WHERE w.run_id = r.run_id AND w.status = 'ready')
+                AND NOT EXISTS (SELECT 1 FROM run_workers w WHERE w.run_id = r.run_id AND w.status = 'launching'))
+               OR (q.status = 'parked' AND r.paused = 1)
+               OR q.status IN ('done', 'failed', 'cancelled'))",
+            [run_id],
+        );
+        (still == 1).then_some(())
+    })
+    .await;
     let revision_before = (revision_of(&db, run_id), revision_of(&db, other_run));
     let stored_before = count(&db, "SELECT COUNT(*) FROM host_commands", []);
     let mut other_run_spec = spec.clone();
