@@ -84,6 +84,16 @@ fn start(
     (transition.facts, dispatch)
 }
 
+/// The server reaps the runner of `agg` that exited as `kind` (after a stop,
+/// a crash or its last reply): `runner::decide_exit` records the exit.
+fn reaped(agg: &RunAggregate, kind: ExitKind, now_ms: u64) -> RunAggregate {
+    fixtures::runner_exited(agg, kind, now_ms).facts.reload()
+}
+
+const fn stopped(reason: StopReason) -> ExitKind {
+    ExitKind::Stopped { reason }
+}
+
 /// A fresh run of `topology` running its start node (generation 1).
 fn live(topology: &Topology) -> RunAggregate {
     start(&reserved(1, 0), topology, None).0
@@ -337,7 +347,7 @@ fn an_abandoned_attempt_is_rerun_with_the_same_visit_and_crash_retries() {
         .unwrap()
         .facts
         .reload();
-    let mut parked = parked;
+    let mut parked = reaped(&parked, ExitKind::Abnormal, 31);
     parked.attempt.as_mut().unwrap().crash_retries = 2;
     let abandoned = current(&parked).clone();
     assert_eq!(abandoned.status, AttemptStatus::Abandoned);
@@ -368,10 +378,11 @@ fn a_resumed_run_routes_on_from_its_last_step() {
     // The runner finished `a`; `b` was dispatched but the run was drained
     // before `b` started and the abandoned attempt was superseded… here we
     // model a run parked right after `a` with no attempt left.
-    let mut parked = run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
+    let parked = run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
         .unwrap()
         .facts
         .reload();
+    let mut parked = reaped(&parked, stopped(StopReason::Parked), 31);
     parked.attempt = None;
     let last = parked.steps.last().unwrap().clone();
     let record = step_record(&last, json!({}));
@@ -386,7 +397,7 @@ fn a_resumed_run_routes_on_from_its_last_step() {
 fn a_resumed_run_whose_last_step_was_its_checkpoint_waits_again() {
     let mut topology = chain(&["gate", "after"]);
     topology.nodes[0] = node("gate", NodeType::Checkpoint);
-    let mut parked = run::park(
+    let parked = run::park(
         &live(&topology),
         &host_authority(1),
         ParkReason::Drained,
@@ -395,6 +406,7 @@ fn a_resumed_run_whose_last_step_was_its_checkpoint_waits_again() {
     .unwrap()
     .facts
     .reload();
+    let mut parked = reaped(&parked, stopped(StopReason::Parked), 21);
     parked.attempt = None;
     parked.steps = vec![StepRecord {
         attempt_id: attempt_id("a-1-start"),
@@ -1122,6 +1134,8 @@ fn an_accepted_submission_parks_the_run_resume_ready_for_the_next_generation() {
     let topology = chain(&["ask", "after"]);
     let waiting = waiting_interactive(&topology);
     assert_eq!(pair(&waiting), (RunStatus::Waiting, QueueStatus::Parked));
+    // The runner exited on its own after its `waiting` reply.
+    let waiting = reaped(&waiting, ExitKind::Clean, 30);
     let (transition, dispatch) = settle_as_control(
         &waiting,
         &topology,
@@ -1326,6 +1340,11 @@ fn an_expired_node_with_a_timeout_edge_parks_for_the_recovery_node() {
         )),
         1
     );
+    assert!(
+        !parked.run.is_admissible(),
+        "the stopped runner has not exited yet"
+    );
+    let parked = reaped(&parked, stopped(StopReason::NodeTimedOut), 302);
     let last = parked.steps[0].clone();
     let route_from = step_record(&last, Value::Null);
     let (_, dispatch) = start(&parked, &topology, Some(&route_from));
