@@ -194,6 +194,7 @@ fn settle_as_control(
     };
     let actor = Actor::Control {
         request: control_request(),
+        failure: None,
     };
     finish_attempt(
         agg,
@@ -1202,18 +1203,136 @@ fn a_settled_waiting_attempt_on_a_terminal_node_completes_the_run() {
     assert_eq!(transition.facts.run.lease.claim, None);
 }
 
+/// The control path fails the waiting attempt for `reason` (what
+/// `AttemptFollowUp::Fail` names).
+fn fail_as_control(
+    agg: &RunAggregate,
+    topology: &Topology,
+    outcome: NodeOutcome,
+    reason: ReasonKind,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let attempt = current(agg).attempt_id.clone();
+    let result = NodeResult {
+        outcome,
+        record: record(agg, outcome, Value::Null),
+    };
+    let actor = Actor::Control {
+        request: control_request(),
+        failure: Some(reason),
+    };
+    finish_attempt(
+        agg,
+        topology,
+        actor,
+        &attempt,
+        result,
+        attempt_id("unused"),
+        now_ms,
+        TTL_MS,
+    )
+}
+
 #[test]
-fn too_many_unproductive_turns_fail_the_waiting_attempt() {
+fn too_many_unproductive_turns_fail_the_waiting_attempt_and_the_run_says_why() {
     let topology = chain(&["ask", "after"]);
     let waiting = waiting_interactive(&topology);
-    let (transition, _) =
-        settle_as_control(&waiting, &topology, NodeOutcome::Failed, Value::Null, 40).unwrap();
+    let (transition, dispatch) = fail_as_control(
+        &waiting,
+        &topology,
+        NodeOutcome::Failed,
+        ReasonKind::UnproductiveTurns,
+        40,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Failed
+        }
+    );
     let failed = &transition.facts;
     assert_eq!(pair(failed), (RunStatus::Failed, QueueStatus::Failed));
+    assert_eq!(
+        failed.run.error,
+        Some(RunError {
+            class: FailureClass::NodeFailed,
+            reason: ReasonKind::UnproductiveTurns,
+            node_id: Some(id("ask")),
+        })
+    );
     assert_eq!(
         failed.interaction.as_ref().unwrap().status,
         InteractionStatus::Failed
     );
+}
+
+#[test]
+fn a_control_failure_without_a_reason_records_node_failed() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    let (transition, _) =
+        settle_as_control(&waiting, &topology, NodeOutcome::Failed, Value::Null, 40).unwrap();
+    let error = transition.facts.run.error.unwrap();
+    assert_eq!(
+        (error.class, error.reason),
+        (FailureClass::NodeFailed, ReasonKind::NodeFailed)
+    );
+}
+
+#[test]
+fn a_control_failure_reason_does_not_stop_a_route_that_continues() {
+    let topology = Topology {
+        nodes: vec![
+            node("ask", NodeType::Compute),
+            node("after", NodeType::Compute),
+        ],
+        edges: vec![switch("ask", "$result.outcome", &[("failed", "after")])],
+        ..chain(&["ask"])
+    };
+    let waiting = waiting_interactive(&topology);
+    let (transition, dispatch) = fail_as_control(
+        &waiting,
+        &topology,
+        NodeOutcome::Failed,
+        ReasonKind::UnproductiveTurns,
+        40,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Parked
+        }
+    );
+    let parked = &transition.facts;
+    assert_eq!(pair(parked), (RunStatus::Running, QueueStatus::Parked));
+    assert_eq!(parked.run.park_reason, Some(ParkReason::ResumeReady));
+    assert_eq!(parked.run.error, None);
+}
+
+#[test]
+fn a_control_failure_reason_needs_a_failed_result() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    for outcome in [
+        NodeOutcome::Ok,
+        NodeOutcome::TimedOut,
+        NodeOutcome::Cancelled,
+    ] {
+        assert_eq!(
+            fail_as_control(
+                &waiting,
+                &topology,
+                outcome,
+                ReasonKind::UnproductiveTurns,
+                40
+            )
+            .map(|_| ()),
+            Err(Rejection::ResultMismatch),
+            "{outcome:?}"
+        );
+    }
 }
 
 #[test]
@@ -1668,6 +1787,7 @@ impl World {
                 let actor = if attempt.status == AttemptStatus::Waiting {
                     Actor::Control {
                         request: control_request(),
+                        failure: None,
                     }
                 } else {
                     Actor::Runner {
