@@ -18,7 +18,9 @@
 //! (`execution::expire_node`), decides every runner exit
 //! (`runner::decide_exit`: clean, abnormal, stopped, startup deadline
 //! missed, orphaned after a restart) and recovers expired claims
-//! (`run::recover`).
+//! (`run::recover`, only for its own runner: an orphaned record is decided
+//! by `decide_exit(Orphaned)`). A run is admitted again only after its
+//! previous runner's exit is recorded (`run::admit` refuses `RunnerLive`).
 //!
 //! The environment adds: lost replies (the runner retries the same message),
 //! late duplicates of delivered messages (also after a new generation), a
