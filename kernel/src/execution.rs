@@ -81,7 +81,15 @@ pub enum Actor<'a> {
     /// The server's control path on a `waiting` run (an accepted interactive
     /// submission, an interactive deadline, too many unproductive turns). The
     /// attempt must be the waiting one.
-    Control { request: ClaimRequest },
+    Control {
+        request: ClaimRequest,
+        /// Why the control path fails the attempt, when it does
+        /// (`UnproductiveTurns` for the unproductive-turn limit, from
+        /// `AttemptFollowUp::Fail`). Only with a `failed` result. When no
+        /// route continues after the failure, the run error carries this
+        /// reason instead of `NodeFailed` (the class stays `nodeFailed`).
+        failure: Option<ReasonKind>,
+    },
 }
 
 /// A finished node as the runner (or the control path) proposes it.
@@ -140,7 +148,7 @@ pub fn start_generation(
         ),
         ResumePoint::Route { route, from } => {
             let onward = Onward::Dispatch(new_attempt_id);
-            apply_route_in(&mut tx, topology, authority, route, from, onward)?
+            apply_route_in(&mut tx, topology, authority, route, from, onward, None)?
         }
     };
     Ok((tx.commit(), dispatch))
@@ -243,24 +251,28 @@ pub fn finish_attempt(
     ttl_ms: u64,
 ) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
     let mut tx = Tx::begin(agg, now_ms);
-    let (authority, onward) = match actor {
+    let (authority, onward, failure) = match actor {
         Actor::Runner {
             authority,
             runner_epoch,
         } => {
             run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
             current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
-            (authority.clone(), Onward::Dispatch(next_attempt_id))
+            (authority.clone(), Onward::Dispatch(next_attempt_id), None)
         }
-        Actor::Control { request } => {
+        Actor::Control { request, failure } => {
+            if failure.is_some() && result.outcome != NodeOutcome::Failed {
+                return Err(Rejection::ResultMismatch);
+            }
             settle_waiting_precheck(agg, attempt_id)?;
             (
                 run::take_control_in(&mut tx, request, ttl_ms)?,
                 Onward::Park,
+                failure,
             )
         }
     };
-    let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, onward)?;
+    let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, onward, failure)?;
     Ok((tx.commit(), dispatch))
 }
 
@@ -317,7 +329,7 @@ pub fn finish_notification(
         tx.publish_session();
     }
     let onward = Onward::Dispatch(next_attempt_id);
-    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward)?;
+    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward, None)?;
     Ok((tx.commit(), dispatch))
 }
 
@@ -371,7 +383,7 @@ pub fn expire_node(
         stop_runner_in(&mut tx, StopReason::NodeTimedOut);
         run::command_authority(&mut tx, host, control, ttl_ms)?
     };
-    let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, Onward::Park)?;
+    let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, Onward::Park, None)?;
     run::dedup_stop(&mut tx.outputs);
     Ok((tx.commit(), dispatch))
 }
@@ -429,13 +441,15 @@ fn check_record(
 }
 
 /// Finishes the run's current (active or waiting) attempt with `result`,
-/// records its step and applies the route.
+/// records its step and applies the route. `failure` names why a failed
+/// result failed (the control path's reason), for the run error.
 fn settle_attempt_in(
     tx: &mut Tx,
     topology: &Topology,
     authority: &Authority,
     result: NodeResult,
     onward: Onward,
+    failure: Option<ReasonKind>,
 ) -> Result<Dispatch, Rejection> {
     let attempt = tx
         .agg
@@ -459,6 +473,7 @@ fn settle_attempt_in(
         route,
         Some(attempt.node_id),
         onward,
+        failure,
     )
 }
 
@@ -518,6 +533,8 @@ fn settle_interaction_in(tx: &mut Tx, attempt_id: &AttemptId, outcome: NodeOutco
 }
 
 /// Applies a route decided after `from` (or at the start of the run).
+/// `node_failure` replaces `NodeFailed` as the reason when the route fails
+/// the run for `from`'s failure.
 fn apply_route_in(
     tx: &mut Tx,
     topology: &Topology,
@@ -525,11 +542,12 @@ fn apply_route_in(
     route: Route,
     from: Option<NodeId>,
     onward: Onward,
+    node_failure: Option<ReasonKind>,
 ) -> Result<Dispatch, Rejection> {
     let terminal = match route {
         Route::Next(next) => match routing::check_step_limit(topology, &tx.agg.steps, &next) {
             Ok(()) => return continue_in(tx, authority, next, onward),
-            Err(failure) => failed(failure, from),
+            Err(failure) => failed(failure, from, None),
         },
         Route::Wait { checkpoint } => {
             wait_again_in(tx, authority, checkpoint)?;
@@ -538,7 +556,7 @@ fn apply_route_in(
             });
         }
         Route::Complete => Terminal::Completed,
-        Route::Fail(failure) => failed(failure, from),
+        Route::Fail(failure) => failed(failure, from, node_failure),
         Route::TimedOut => Terminal::TimedOut {
             error: RunError {
                 class: FailureClass::WorkerTimedOut,
@@ -563,10 +581,19 @@ fn apply_route_in(
     Ok(Dispatch::Exit { reason })
 }
 
-/// Routing failures are workflow failures (`nodeFailed`), told apart by reason.
-const fn failed(failure: RouteFailure, node_id: Option<NodeId>) -> Terminal {
+/// Routing failures are workflow failures (`nodeFailed`), told apart by
+/// reason; a node's own failure carries `node_failure` when the control path
+/// named why it failed.
+const fn failed(
+    failure: RouteFailure,
+    node_id: Option<NodeId>,
+    node_failure: Option<ReasonKind>,
+) -> Terminal {
     let reason = match failure {
-        RouteFailure::NodeFailed => ReasonKind::NodeFailed,
+        RouteFailure::NodeFailed => match node_failure {
+            Some(reason) => reason,
+            None => ReasonKind::NodeFailed,
+        },
         RouteFailure::Routing { .. } => ReasonKind::Routing,
         RouteFailure::MaxSteps { .. } => ReasonKind::MaxSteps,
     };

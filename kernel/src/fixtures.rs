@@ -13,6 +13,7 @@ use crate::ids::{
 use crate::interaction::{self, InteractionKind, RequestProposal, Requested, SubmissionRecord};
 use crate::output::Transition;
 use crate::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
+use crate::runner::{self, ExitKind, RunnerExit};
 use crate::session::{SessionFacts, SessionRun};
 use crate::topology::{Edge, NodeSpec, NodeTimeout, NodeType, Topology};
 use alloc::string::String;
@@ -85,6 +86,31 @@ pub fn admitted(agg: &RunAggregate, now_ms: u64) -> Transition<RunAggregate> {
         TTL_MS,
     )
     .expect("admissible")
+}
+
+/// The server reaps the process of `agg`'s recorded runner epoch: its exit
+/// (`kind`) goes through [`runner::decide_exit`] with the host authority of
+/// that runner's generation. On a run that no longer holds a claim (parked,
+/// waiting, terminal) this only records the outcome, which makes a parked
+/// run admissible again.
+pub fn runner_exited(agg: &RunAggregate, kind: ExitKind, now_ms: u64) -> Transition<RunAggregate> {
+    try_runner_exited(agg, kind, now_ms).expect("the exit is recorded")
+}
+
+/// [`runner_exited`], returning the kernel's rejection instead of panicking.
+/// `agg` must have a recorded runner epoch.
+pub fn try_runner_exited(
+    agg: &RunAggregate,
+    kind: ExitKind,
+    now_ms: u64,
+) -> Result<Transition<RunAggregate>, run::Rejection> {
+    let runner = agg.run.runner.as_ref().expect("a recorded runner epoch");
+    let exit = RunnerExit {
+        runner_epoch: runner.runner_epoch.clone(),
+        kind,
+    };
+    let host = host_authority(runner.generation.0);
+    runner::decide_exit(agg, exit, Some(&host), control_request(), now_ms, TTL_MS)
 }
 
 /// An active attempt of `node` with visit 1 in generation `g`.

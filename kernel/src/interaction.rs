@@ -155,7 +155,9 @@ pub enum AttemptFollowUp {
         attempt_id: AttemptId,
         submission_id: SubmissionId,
     },
-    /// The attempt fails for `reason` (too many unproductive turns).
+    /// The attempt fails for `reason` (too many unproductive turns): the
+    /// execution module finishes it `failed` with `Actor::Control { failure:
+    /// Some(reason) }`, so a run that ends there records this reason.
     Fail {
         run_id: RunId,
         attempt_id: AttemptId,

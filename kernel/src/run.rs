@@ -20,6 +20,12 @@
 //! - Only `running/starting` and `running/running` hold a claim; every other
 //!   pair has none (the `Control` claim a stale cancel takes is released in
 //!   the same transition).
+//! - The runner column is the runner the pair runs. A runner that a
+//!   transition stopped (park, pause, recovery, cancel, a node timeout) stays
+//!   recorded as live (`Launching`/`Ready`) until `runner::decide_exit`
+//!   records its exit, and until then the run is not admitted again
+//!   ([`RunRecord::is_admissible`], [`Rejection::RunnerLive`]): one run has
+//!   at most one runner epoch that is not `Exited`.
 //! - Pause is one durable flag on the run. It is set only by an explicit pause
 //!   or an aborted origin-session turn and cleared only by resume.
 //! - Every accepted transition increases the run revision exactly once and
@@ -244,11 +250,23 @@ impl RunRecord {
         )
     }
 
-    /// Whether the scheduler may admit this run now (capacity aside).
+    /// Whether the scheduler may admit this run now (capacity aside): it is
+    /// not paused, it waits for a runner (`queued/queued`, or
+    /// `running/parked` for a reason that resumes automatically), and its
+    /// previous runner epoch, if any, has exited.
     pub fn is_admissible(&self) -> bool {
-        if self.paused {
-            return false;
-        }
+        !self.paused && self.live_runner().is_none() && self.awaits_runner()
+    }
+
+    /// The recorded runner epoch while it is not `Exited`: a stopped runner
+    /// stays live until `runner::decide_exit` records its exit.
+    pub fn live_runner(&self) -> Option<&RunnerRecord> {
+        self.runner.as_ref().filter(|runner| runner.is_live())
+    }
+
+    /// Whether the pair waits for a new runner: `queued/queued`, or
+    /// `running/parked` for a reason that resumes automatically.
+    fn awaits_runner(&self) -> bool {
         match (self.status, self.queue) {
             (RunStatus::Queued, QueueStatus::Queued) => true,
             (RunStatus::Running, QueueStatus::Parked) => self
@@ -442,6 +460,12 @@ pub enum Rejection {
     DeadlineAlreadyRecorded,
     /// This runner epoch already recorded its one terminal outcome.
     RunnerAlreadyExited,
+    /// The run's previous runner epoch has not exited yet (it was told to
+    /// stop, or its process has not been reaped). Admission waits until
+    /// `runner::decide_exit` records its exit.
+    RunnerLive {
+        runner_epoch: RunnerEpochId,
+    },
 }
 
 /// Why a restart was refused.
@@ -594,7 +618,10 @@ pub fn reserve(
 }
 
 /// The scheduler admits an eligible run: it takes a new host claim (a new
-/// generation) and records the runner epoch before the shell spawns it.
+/// generation) and records the runner epoch before the shell spawns it. A run
+/// whose previous runner epoch is still live (stopped by a park, a pause or
+/// recovery, but its exit not yet recorded) is refused with
+/// [`Rejection::RunnerLive`].
 pub fn admit(
     agg: &RunAggregate,
     runner_epoch: RunnerEpochId,
@@ -605,6 +632,11 @@ pub fn admit(
     let run = &agg.run;
     if run.paused && !run.status.is_terminal() {
         return Err(Rejection::Paused);
+    }
+    if let Some(runner) = run.live_runner().filter(|_| run.awaits_runner()) {
+        return Err(Rejection::RunnerLive {
+            runner_epoch: runner.runner_epoch.clone(),
+        });
     }
     if !run.is_admissible() {
         return Err(illegal(Operation::Admit, run));

@@ -1,10 +1,12 @@
 //! Effects on a real run aggregate: a runner reserves an effect
 //! (`effect::reserve`), applies it to the external system, settles it
 //! (`effect::settle`); replies may be lost so requests are retried; the
-//! runner may crash before, during or after applying; the server recovers an
-//! expired claim (`run::recover`), cancels the run (`run::cancel`), an
-//! operator confirms or retries an ambiguous effect (`effect::recover`), and
-//! a new generation is admitted (`run::admit` + `runner.ready`).
+//! runner may crash before, during or after applying; the server records a
+//! runner's exit (`runner::decide_exit`, which parks a run whose runner
+//! crashed), recovers an expired claim (`run::recover`), cancels the run
+//! (`run::cancel`), an operator confirms or retries an ambiguous effect
+//! (`effect::recover`), and a new generation is admitted (`run::admit` +
+//! `runner.ready`) once the previous runner's exit is recorded.
 //!
 //! The external system is the oracle: it counts real applications per
 //! attempt number, independently of what the kernel recorded.
@@ -19,8 +21,9 @@ use kernel::effect::{
 };
 use kernel::fixtures;
 use kernel::ids::{AttemptId, Digest, EffectId, NodeId, RunId};
-use kernel::output::Transition;
+use kernel::output::{Output, StopReason, Transition};
 use kernel::run::{self, ParkReason, RunAggregate, Terminal};
+use kernel::runner::{self, ExitKind, RunnerExit};
 use stateright::{Model, Property};
 
 const EFFECT_TYPE: &str = "email";
@@ -36,6 +39,9 @@ pub enum EffectRules {
     RunnerLossRetriesApplying,
     /// Cancellation marks an applying effect `cancelled` instead of `ambiguous`.
     CancelForgetsApplying,
+    /// Admission ignores the previous runner epoch: a run whose runner has
+    /// not exited yet is admitted again.
+    AdmitBesideLiveRunner,
 }
 
 /// The bounded configuration.
@@ -98,6 +104,24 @@ pub enum Phase {
 pub struct Runner {
     pub generation: u64,
     pub phase: Phase,
+    /// The server told it to stop (its process group is being stopped).
+    pub stop: Option<StopReason>,
+}
+
+impl Runner {
+    /// How the server sees this process end on its own: stopped for the
+    /// reason it was told, or `other`.
+    fn exit_kind(&self, other: ExitKind) -> ExitKind {
+        self.stop
+            .map_or(other, |reason| ExitKind::Stopped { reason })
+    }
+}
+
+/// A runner process that ended and whose exit the server has not recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Exiting {
+    pub generation: u64,
+    pub kind: ExitKind,
 }
 
 /// Oracle verdicts and reachability witnesses.
@@ -114,6 +138,9 @@ pub struct Oracle {
     pub automatic_retry: bool,
     /// A cancellation did not turn reserved into cancelled and applying into ambiguous.
     pub cancel_mismatch: bool,
+    /// The run recorded a second runner epoch while its previous one was not
+    /// `Exited` ([`world::second_live_epoch`]).
+    pub two_live_epochs: bool,
     // Witnesses.
     pub settled_applied: bool,
     pub ambiguous_after_crash: bool,
@@ -134,6 +161,8 @@ pub struct EffectsState {
     /// The server's in-memory host authority for the live runner.
     pub server_host: Option<Authority>,
     pub runner: Option<Runner>,
+    /// The ended runner process, until the server records its exit.
+    pub exiting: Option<Exiting>,
     pub requests: u8,
     pub reviews: u8,
     pub oracle: Oracle,
@@ -155,7 +184,10 @@ pub enum EffectsAction {
     },
     /// `run::finish(completed)` by the runner.
     Finish,
+    /// The runner process ends: it crashes, or the server's stop takes effect.
     CrashRunner,
+    /// The server reaps the ended process: `runner::decide_exit`.
+    RunnerExit,
     /// `run::recover(workerCrashed)` on an expired claim.
     Recover,
     /// `run::admit` and `runner.ready` for a new generation.
@@ -179,7 +211,8 @@ impl fmt::Display for EffectsAction {
                 write!(f, "runner: effect::settle(applied){}", lost(reply_lost))
             }
             Self::Finish => write!(f, "runner: run::finish(completed)"),
-            Self::CrashRunner => write!(f, "runner crashes"),
+            Self::CrashRunner => write!(f, "runner process ends (crash or stop)"),
+            Self::RunnerExit => write!(f, "server reaps the runner: runner::decide_exit"),
             Self::Recover => write!(f, "server: run::recover(workerCrashed)"),
             Self::StartRunner => write!(f, "server: run::admit + runner.ready"),
             Self::Cancel => write!(f, "client: run::cancel"),
@@ -209,8 +242,18 @@ fn the_effect_id() -> EffectId {
 
 impl EffectsModel {
     /// Commits a transition: the `effects` table gets every row, the
-    /// aggregate is what the shell reloads.
+    /// aggregate is what the shell reloads. A runner it stops is told so.
     fn commit(state: &mut EffectsState, transition: Transition<RunAggregate>) {
+        if world::second_live_epoch(&state.agg, &transition.facts) {
+            state.oracle.two_live_epochs = true;
+        }
+        for output in &transition.outputs {
+            if let Output::StopRunner { reason, .. } = output
+                && let Some(runner) = state.runner.as_mut()
+            {
+                runner.stop.get_or_insert(*reason);
+            }
+        }
         for effect in &transition.facts.effects {
             match state
                 .table
@@ -251,8 +294,18 @@ impl EffectsModel {
         )
     }
 
+    /// Run `state`'s runner process ends as `kind` (unless it was stopped).
+    fn end_runner(state: &mut EffectsState, kind: ExitKind) {
+        if let Some(runner) = state.runner.take() {
+            state.exiting = Some(Exiting {
+                generation: runner.generation,
+                kind: runner.exit_kind(kind),
+            });
+        }
+    }
+
     fn recover_run(&self, state: &EffectsState) -> Option<Transition<RunAggregate>> {
-        let mut transition = run::recover(
+        let transition = run::recover(
             &state.agg,
             fixtures::control_request(),
             ParkReason::WorkerCrashed,
@@ -260,6 +313,39 @@ impl EffectsModel {
             TTL,
         )
         .ok()?;
+        Some(self.runner_lost(state, transition))
+    }
+
+    /// `runner::decide_exit` for the ended process, with the host authority
+    /// the server holds for it.
+    fn decide_exit(&self, state: &EffectsState) -> Option<Transition<RunAggregate>> {
+        let exiting = state.exiting?;
+        let host = state
+            .server_host
+            .clone()
+            .filter(|host| host.generation.0 == exiting.generation);
+        let exit = RunnerExit {
+            runner_epoch: fixtures::runner_epoch(exiting.generation),
+            kind: exiting.kind,
+        };
+        let transition = runner::decide_exit(
+            &state.agg,
+            exit,
+            host.as_ref(),
+            fixtures::control_request(),
+            state.now,
+            TTL,
+        )
+        .ok()?;
+        Some(self.runner_lost(state, transition))
+    }
+
+    /// A transition that may park the run after it lost its runner, under the rules.
+    fn runner_lost(
+        &self,
+        state: &EffectsState,
+        mut transition: Transition<RunAggregate>,
+    ) -> Transition<RunAggregate> {
         if self.rules == EffectRules::RunnerLossRetriesApplying {
             // Planted bug: an effect that was applying is made reusable again.
             let was_applying: Vec<EffectId> = state
@@ -274,11 +360,13 @@ impl EffectsModel {
                     effect.state = EffectState::Reserved;
                 }
             }
-            if !transition.facts.has_ambiguous_effect() {
+            if !transition.facts.has_ambiguous_effect()
+                && transition.facts.run.park_reason == Some(ParkReason::EffectAmbiguous)
+            {
                 transition.facts.run.park_reason = Some(ParkReason::WorkerCrashed);
             }
         }
-        Some(transition)
+        transition
     }
 
     fn cancel(&self, state: &EffectsState) -> Option<Transition<RunAggregate>> {
@@ -323,7 +411,9 @@ impl Model for EffectsModel {
             runner: Some(Runner {
                 generation: 1,
                 phase: Phase::Working,
+                stop: None,
             }),
+            exiting: None,
             requests: 0,
             reviews: 0,
             oracle: Oracle::default(),
@@ -352,6 +442,9 @@ impl Model for EffectsModel {
             out.push(EffectsAction::CrashRunner);
         } else if state.agg.run.lease.generation.0 < self.max_generation {
             out.push(EffectsAction::StartRunner);
+        }
+        if state.exiting.is_some() {
+            out.push(EffectsAction::RunnerExit);
         }
         out.push(EffectsAction::Recover);
         out.push(EffectsAction::Cancel);
@@ -392,8 +485,13 @@ impl Model for EffectsModel {
                             r.phase = Phase::Settled;
                         }
                     }
-                    // A refused runner stops.
-                    Err(_) if !reply_lost => next.runner = None,
+                    // A refused runner is stopped (claim lost) and exits.
+                    Err(_) if !reply_lost => Self::end_runner(
+                        &mut next,
+                        ExitKind::Stopped {
+                            reason: StopReason::ClaimLost,
+                        },
+                    ),
                     Err(_) => {}
                 }
             }
@@ -439,7 +537,12 @@ impl Model for EffectsModel {
                             r.phase = Phase::Settled;
                         }
                     }
-                    Err(_) if !reply_lost => next.runner = None,
+                    Err(_) if !reply_lost => Self::end_runner(
+                        &mut next,
+                        ExitKind::Stopped {
+                            reason: StopReason::ClaimLost,
+                        },
+                    ),
                     Err(_) => {}
                 }
             }
@@ -448,7 +551,17 @@ impl Model for EffectsModel {
                 let authority = world::host(runner.generation);
                 let transition =
                     run::finish(&state.agg, Some(&authority), Terminal::Completed, now);
-                next.runner = None;
+                // It exits after its reply (a refused finish: it was stopped).
+                Self::end_runner(
+                    &mut next,
+                    if transition.is_ok() {
+                        ExitKind::Clean
+                    } else {
+                        ExitKind::Stopped {
+                            reason: StopReason::ClaimLost,
+                        }
+                    },
+                );
                 if let Ok(transition) = transition {
                     if state.reviews > 0 {
                         next.oracle.completed_after_review = true;
@@ -457,7 +570,18 @@ impl Model for EffectsModel {
                     Self::commit(&mut next, transition);
                 }
             }
-            EffectsAction::CrashRunner => next.runner = None,
+            EffectsAction::CrashRunner => Self::end_runner(&mut next, ExitKind::Abnormal),
+            EffectsAction::RunnerExit => {
+                let transition = self.decide_exit(state)?;
+                next.exiting = None;
+                Self::commit(&mut next, transition);
+                if !run::RunRecord::pair_holds_claim(next.agg.run.status, next.agg.run.queue) {
+                    next.server_host = None;
+                }
+                if next.agg.has_ambiguous_effect() && !state.agg.has_ambiguous_effect() {
+                    next.oracle.ambiguous_after_crash = true;
+                }
+            }
             EffectsAction::Recover => {
                 let transition = self.recover_run(state)?;
                 Self::commit(&mut next, transition);
@@ -467,7 +591,12 @@ impl Model for EffectsModel {
                 }
             }
             EffectsAction::StartRunner => {
-                let admitted = world::admit(&state.agg, now).ok()?;
+                let admitted = if self.rules == EffectRules::AdmitBesideLiveRunner {
+                    // Planted bug: the previous runner epoch counts as exited.
+                    world::admit_beside_live_runner(&state.agg, now).ok()?
+                } else {
+                    world::admit(&state.agg, now).ok()?
+                };
                 let generation = admitted.facts.run.lease.generation.0;
                 let running = world::ready(&admitted.facts, generation, now)?;
                 Self::commit(&mut next, running);
@@ -475,6 +604,7 @@ impl Model for EffectsModel {
                 next.runner = Some(Runner {
                     generation,
                     phase: Phase::Working,
+                    stop: None,
                 });
             }
             EffectsAction::Cancel => {
@@ -539,6 +669,10 @@ impl Model for EffectsModel {
             Property::always(
                 "cancellation turns reserved into cancelled and applying into ambiguous",
                 |_, s: &EffectsState| !s.oracle.cancel_mismatch,
+            ),
+            Property::always(
+                "at most one runner epoch per run that is not Exited",
+                |_, s: &EffectsState| !s.oracle.two_live_epochs,
             ),
             Property::sometimes("an effect is applied and settled", |_, s: &EffectsState| {
                 s.oracle.settled_applied

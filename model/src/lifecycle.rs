@@ -1,10 +1,24 @@
 //! The run lifecycle over the `run` transitions available now: admit,
 //! `runner.ready`, complete, fail, wait at a checkpoint, drain (park), pause,
 //! resume, cancel with a live or an expired claim, restart of a failed run,
-//! continuation of a waiting run, and recovery. A runner crash is a process
-//! that disappears while its claim runs out; a server crash drops the
-//! server's memory (host authorities, runner pipes) and keeps the committed
-//! aggregates; a restarted server recovers runs from committed facts only.
+//! continuation of a waiting run, and recovery.
+//!
+//! Runner exits are their own steps, as in the server (`supervisor::finish`
+//! → `runner_channel::record_exit`): a runner process that ends (told to
+//! stop, finished, crashed) is reaped by the server, which records its exit
+//! with `runner::decide_exit` (with the host authority it holds for that
+//! generation); until then the run is not admitted again (`RunnerLive`). A
+//! runner crash parks the run through that exit decision; if the claim runs
+//! out first, the server's `run::recover` of its own runner races it. A
+//! server crash drops the server's memory (host authorities, runner pipes)
+//! and keeps the committed aggregates; every runner process, acting or
+//! ended, is then an orphan. The restarted server records each orphan's exit
+//! with `decide_exit(Orphaned)` and no host authority, as startup recovery
+//! (`recovery::startup`) and `timers::recover_stale` do: refused while the
+//! claim is live, retried after it expired, and never `run::recover`. A run
+//! that is terminal or waits at a checkpoint is never admitted again, so the
+//! exit of its runner is recorded in the same step (a reduction that keeps
+//! the interleavings of exits to the runs that can be admitted again).
 //!
 //! Two configurations share the model: with faults (clock, crashes, drain)
 //! for the safety properties, and fault-free for liveness, where the state
@@ -17,11 +31,13 @@ use core::fmt;
 use kernel::claim::Authority;
 use kernel::fixtures;
 use kernel::ids::{Digest, MessageId, RunId};
+use kernel::output::StopReason;
 use kernel::output::{Output, RunEvent, Transition};
 use kernel::run::{
     self, ExecutionMode, FailureClass, NewRun, ParkReason, QueueStatus, ReasonKind, RestartSource,
     RunAggregate, RunError, RunStatus, Terminal,
 };
+use kernel::runner::{self, ExitKind, RunnerExit, RunnerOutcome, RunnerStatus};
 use stateright::{Model, Property};
 
 /// The kernel's rules, or the kernel with one check dropped.
@@ -36,6 +52,10 @@ pub enum LifecycleRules {
     RecoverLiveClaim,
     /// The scheduler admits only `queued/queued` runs, never a resumable parked one.
     AdmitOnlyQueued,
+    /// Admission ignores the previous runner epoch: a run whose stopped
+    /// runner has not exited yet is admitted again (the kernel before the
+    /// fix of finding 1).
+    AdmitBesideLiveRunner,
 }
 
 /// The bounded configuration.
@@ -57,7 +77,9 @@ impl LifecycleModel {
     pub fn ci(rules: LifecycleRules) -> Self {
         Self {
             faults: true,
-            max_ticks: 2,
+            // One tick: with runner exits as their own steps, two ticks
+            // explored 2.8 M states (26 s) instead of 0.65 M (6 s).
+            max_ticks: 1,
             max_generation: 3,
             max_runs: 2,
             max_pauses: 1,
@@ -70,7 +92,7 @@ impl LifecycleModel {
     pub fn deep(rules: LifecycleRules) -> Self {
         Self {
             faults: true,
-            max_ticks: 3,
+            max_ticks: 2,
             max_generation: 4,
             max_runs: 2,
             max_pauses: 1,
@@ -120,6 +142,9 @@ pub struct Oracle {
     pub left_terminal: bool,
     pub projections_disagree: bool,
     pub took_live_claim: bool,
+    /// A run recorded a second runner epoch while its previous one was not
+    /// `Exited` ([`world::second_live_epoch`]).
+    pub two_live_epochs: bool,
     // Witnesses.
     pub runner_crash_recovered: bool,
     pub server_crash_recovered: bool,
@@ -127,6 +152,16 @@ pub struct Oracle {
     pub cancelled_live: bool,
     pub resumed: bool,
     pub drained: bool,
+    pub readmitted_after_exit: bool,
+    pub readmitted_after_orphan: bool,
+}
+
+/// A runner process that stopped acting (told to stop, finished, crashed or
+/// orphaned) and whose exit the server has not recorded yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Exiting {
+    pub generation: u64,
+    pub kind: ExitKind,
 }
 
 /// The model state.
@@ -140,8 +175,10 @@ pub struct LifecycleState {
     pub server_restarted: bool,
     /// The server's in-memory host authority per run.
     pub host: Vec<Option<Authority>>,
-    /// The generation of each run's live runner process.
+    /// The generation of each run's runner process while it acts.
     pub runners: Vec<Option<u64>>,
+    /// Each run's runner process that ended, until its exit is recorded.
+    pub exiting: Vec<Option<Exiting>>,
     pub pauses: u8,
     pub crashes: u8,
     pub oracle: Oracle,
@@ -164,6 +201,7 @@ pub enum LifecycleAction {
     Restart(usize),
     Continue(usize),
     CrashRunner(usize),
+    RunnerExit(usize),
     CrashServer,
     StartServer,
 }
@@ -188,6 +226,11 @@ impl fmt::Display for LifecycleAction {
                 write!(f, "client: run::reserve_continuation({}) as run-2", run(i))
             }
             Self::CrashRunner(i) => write!(f, "runner of {} crashes", run(i)),
+            Self::RunnerExit(i) => write!(
+                f,
+                "server reaps the runner of {}: runner::decide_exit",
+                run(i)
+            ),
             Self::CrashServer => write!(f, "server crashes (memory lost, facts kept)"),
             Self::StartServer => write!(f, "server starts"),
         }
@@ -222,18 +265,28 @@ fn projections_agree(agg: &RunAggregate) -> bool {
         && !(run.status.is_terminal() && (run.paused || run.park_reason.is_some()))
 }
 
-fn stops_runner(outputs: &[Output]) -> bool {
-    outputs
-        .iter()
-        .any(|output| matches!(output, Output::StopRunner { .. }))
+fn stop_reason(outputs: &[Output]) -> Option<StopReason> {
+    outputs.iter().find_map(|output| match output {
+        Output::StopRunner { reason, .. } => Some(*reason),
+        _ => None,
+    })
 }
 
 impl LifecycleModel {
+    /// Commits a transition; a runner it stops stops acting and exits.
     fn commit(state: &mut LifecycleState, i: usize, transition: Transition<RunAggregate>) {
-        if stops_runner(&transition.outputs) {
-            state.runners[i] = None;
+        if let Some(reason) = stop_reason(&transition.outputs) {
+            Self::end_process(state, i, ExitKind::Stopped { reason });
         }
         state.runs[i] = transition.facts.reload();
+    }
+
+    /// Run `i`'s acting runner process ends as `kind`; the server records
+    /// the exit later ([`LifecycleAction::RunnerExit`]).
+    fn end_process(state: &mut LifecycleState, i: usize, kind: ExitKind) {
+        if let Some(generation) = state.runners[i].take() {
+            state.exiting[i] = Some(Exiting { generation, kind });
+        }
     }
 
     fn cancel(&self, state: &LifecycleState, i: usize) -> Option<Transition<RunAggregate>> {
@@ -284,7 +337,49 @@ impl LifecycleModel {
         if self.rules == LifecycleRules::AdmitOnlyQueued && agg.run.status != RunStatus::Queued {
             return None;
         }
+        if self.rules == LifecycleRules::AdmitBesideLiveRunner {
+            // Planted bug: the previous runner epoch counts as exited.
+            return world::admit_beside_live_runner(agg, state.now).ok();
+        }
         world::admit(agg, state.now).ok()
+    }
+
+    /// The server records the exit of run `i`'s ended runner process.
+    fn record_exit(state: &LifecycleState, i: usize) -> Option<Transition<RunAggregate>> {
+        let exiting = state.exiting[i]?;
+        let host = state.host[i]
+            .clone()
+            .filter(|host| host.generation.0 == exiting.generation);
+        let exit = RunnerExit {
+            runner_epoch: fixtures::runner_epoch(exiting.generation),
+            kind: exiting.kind,
+        };
+        runner::decide_exit(
+            &state.runs[i],
+            exit,
+            host.as_ref(),
+            fixtures::control_request(),
+            state.now,
+            TTL,
+        )
+        .ok()
+    }
+
+    /// A run that is terminal or waits at a checkpoint is never admitted
+    /// again, so the exit of its ended runner changes only its runner row:
+    /// the server records it in the same step (this keeps the interleavings
+    /// of exits to the runs that can be admitted again).
+    fn reap_settled(next: &mut LifecycleState) {
+        for i in 0..next.runs.len() {
+            let status = next.runs[i].run.status;
+            if !(status.is_terminal() || status == RunStatus::Waiting) {
+                continue;
+            }
+            if let Some(transition) = Self::record_exit(next, i) {
+                Self::commit(next, i, transition);
+                next.exiting[i] = None;
+            }
+        }
     }
 
     fn check_step(state: &LifecycleState, next: &mut LifecycleState) {
@@ -299,6 +394,13 @@ impl LifecycleModel {
             }
             if !projections_agree(agg) {
                 next.oracle.projections_disagree = true;
+            }
+            if state
+                .runs
+                .get(i)
+                .is_some_and(|pre| world::second_live_epoch(pre, agg))
+            {
+                next.oracle.two_live_epochs = true;
             }
         }
     }
@@ -317,6 +419,7 @@ impl Model for LifecycleModel {
             server_restarted: false,
             host: vec![None],
             runners: vec![None],
+            exiting: vec![None],
             pauses: 0,
             crashes: 0,
             oracle: Oracle {
@@ -338,6 +441,9 @@ impl Model for LifecycleModel {
         let can_crash = self.faults && state.crashes < self.max_crashes;
         for i in 0..state.runs.len() {
             let agg = &state.runs[i];
+            if state.exiting[i].is_some() {
+                out.push(A::RunnerExit(i));
+            }
             if agg.run.status.is_terminal() {
                 if self.rules == LifecycleRules::CancelIgnoresTerminal {
                     out.push(A::Cancel(i));
@@ -347,7 +453,7 @@ impl Model for LifecycleModel {
                 }
                 continue;
             }
-            if agg.run.lease.generation.0 < self.max_generation && state.runners[i].is_none() {
+            if agg.run.lease.generation.0 < self.max_generation {
                 out.push(A::Admit(i));
             }
             if state.runners[i].is_some() {
@@ -402,15 +508,44 @@ impl Model for LifecycleModel {
                 next.crashes += 1;
                 next.server_up = false;
                 next.host.iter_mut().for_each(|h| *h = None);
-                next.runners.iter_mut().for_each(|r| *r = None);
+                // Every runner process, acting or exiting, is now an orphan
+                // the restarted server finds.
+                for i in 0..next.runs.len() {
+                    let generation = next.runners[i]
+                        .take()
+                        .or(next.exiting[i].map(|e| e.generation));
+                    next.exiting[i] = generation.map(|generation| Exiting {
+                        generation,
+                        kind: ExitKind::Orphaned,
+                    });
+                }
             }
             A::CrashRunner(i) => {
+                state.runners[i]?;
                 next.crashes += 1;
-                next.runners[i] = None;
+                Self::end_process(&mut next, i, ExitKind::Abnormal);
+            }
+            A::RunnerExit(i) => {
+                let mut transition = Self::record_exit(state, i)?;
+                self.keep_attempt(&state.runs[i], &mut transition);
+                Self::commit(&mut next, i, transition);
+                next.exiting[i] = None;
+                if !run::RunRecord::pair_holds_claim(
+                    next.runs[i].run.status,
+                    next.runs[i].run.queue,
+                ) {
+                    next.host[i] = None;
+                }
             }
             A::Admit(i) => {
                 let transition = self.admit(state, i)?;
                 let generation = transition.facts.run.lease.generation.0;
+                if let Some(runner) = state.runs[i].run.runner.as_ref() {
+                    next.oracle.readmitted_after_exit = true;
+                    if runner.status == RunnerStatus::Exited(RunnerOutcome::Orphaned) {
+                        next.oracle.readmitted_after_orphan = true;
+                    }
+                }
                 Self::commit(&mut next, i, transition);
                 next.host[i] = Some(world::host(generation));
                 next.runners[i] = Some(generation);
@@ -437,7 +572,7 @@ impl Model for LifecycleModel {
                 let transition =
                     run::finish(&state.runs[i], Some(&authority), terminal, now).ok()?;
                 Self::commit(&mut next, i, transition);
-                next.runners[i] = None;
+                Self::end_process(&mut next, i, ExitKind::Clean);
                 next.host[i] = None;
             }
             A::Wait(i) => {
@@ -450,7 +585,7 @@ impl Model for LifecycleModel {
                 }
                 kernel::claim::check(&agg.run.lease, Some(&world::host(generation)), now).ok()?;
                 next.runs[i] = fixtures::waiting_at_checkpoint(agg, "gate", now);
-                next.runners[i] = None;
+                Self::end_process(&mut next, i, ExitKind::Clean);
                 next.host[i] = None;
             }
             A::Drain(i) => {
@@ -472,7 +607,7 @@ impl Model for LifecycleModel {
                 )
                 .ok()?;
                 next.pauses += 1;
-                if stops_runner(&transition.outputs) {
+                if stop_reason(&transition.outputs).is_some() {
                     next.host[i] = None;
                 }
                 Self::commit(&mut next, i, transition);
@@ -494,7 +629,6 @@ impl Model for LifecycleModel {
                 let had_claim = state.runs[i].run.lease.claim.is_some();
                 Self::commit(&mut next, i, transition);
                 next.host[i] = None;
-                next.runners[i] = None;
                 if took_control && had_claim {
                     next.oracle.cancelled_expired = true;
                 } else if had_claim {
@@ -502,6 +636,15 @@ impl Model for LifecycleModel {
                 }
             }
             A::Recover(i) => {
+                // The server recovers with `run::recover` only a run whose
+                // runner process is its own; an orphan's record is decided
+                // by `decide_exit(Orphaned)` (`RunnerExit`), as the server's
+                // `recover_stale` does.
+                let ours = state.runners[i].is_some()
+                    || state.exiting[i].is_some_and(|e| e.kind != ExitKind::Orphaned);
+                if !ours {
+                    return None;
+                }
                 let live = state.runs[i]
                     .run
                     .lease
@@ -514,7 +657,6 @@ impl Model for LifecycleModel {
                 }
                 Self::commit(&mut next, i, transition);
                 next.host[i] = None;
-                next.runners[i] = None;
             }
             A::Restart(i) => {
                 let source = RestartSource {
@@ -529,6 +671,7 @@ impl Model for LifecycleModel {
                 next.runs.push(transition.facts.reload());
                 next.host.push(None);
                 next.runners.push(None);
+                next.exiting.push(None);
             }
             A::Continue(i) => {
                 let reserved =
@@ -537,7 +680,11 @@ impl Model for LifecycleModel {
                 next.runs.push(reserved.child.facts.reload());
                 next.host.push(None);
                 next.runners.push(None);
+                next.exiting.push(None);
             }
+        }
+        if next.server_up {
+            Self::reap_settled(&mut next);
         }
         Self::check_step(state, &mut next);
         let completed = next
@@ -576,6 +723,10 @@ impl Model for LifecycleModel {
                     "recovery never takes over a live claim",
                     |_, s: &LifecycleState| !s.oracle.took_live_claim,
                 ),
+                Property::always(
+                    "at most one runner epoch per run that is not Exited",
+                    |_, s: &LifecycleState| !s.oracle.two_live_epochs,
+                ),
             ]);
         }
         properties.extend([
@@ -588,6 +739,10 @@ impl Model for LifecycleModel {
             Property::sometimes("a paused run resumes", |_, s: &LifecycleState| {
                 s.oracle.resumed
             }),
+            Property::sometimes(
+                "a run is admitted again after its runner's exit is recorded",
+                |_, s: &LifecycleState| s.oracle.readmitted_after_exit,
+            ),
         ]);
         if self.faults {
             properties.extend([
@@ -620,6 +775,10 @@ impl Model for LifecycleModel {
                 Property::sometimes("a drained run is parked", |_, s: &LifecycleState| {
                     s.oracle.drained
                 }),
+                Property::sometimes(
+                    "after a server crash an orphaned runner's exit is recorded and its run is admitted again",
+                    |_, s: &LifecycleState| s.oracle.readmitted_after_orphan,
+                ),
             ]);
         } else {
             properties.push(Property::eventually(

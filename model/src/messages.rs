@@ -41,7 +41,7 @@ use kernel::message::{
     MessageKind, MessageRecord, MessageState, StepReason, TurnRecord, TurnState,
 };
 use kernel::output::Transition;
-use kernel::run::{self, RunAggregate, RunStatus};
+use kernel::run::{self, ReasonKind, RunAggregate, RunStatus};
 use kernel::session::{
     self, BranchReport, CoordinatorFacts, RunFollowUp, SessionFacts, SessionRun, StopReason,
     TurnPhase, TurnReport,
@@ -451,15 +451,25 @@ impl MessagesModel {
                     interaction::pause_after_aborted_turn(&agg, NOW).ok()?
                 }
                 RunFollowUp::Attempt {
-                    follow_up: AttemptFollowUp::Fail { attempt_id, .. },
+                    follow_up:
+                        AttemptFollowUp::Fail {
+                            attempt_id, reason, ..
+                        },
                 } => {
-                    let transition = Self::finish_control(&agg, attempt_id, NodeOutcome::Failed)?;
-                    next.oracle.limit_failed = true;
+                    let transition =
+                        Self::finish_control(&agg, attempt_id, NodeOutcome::Failed, Some(*reason))?;
+                    // The witness needs the run error to say why it failed.
+                    next.oracle.limit_failed |= transition
+                        .facts
+                        .run
+                        .error
+                        .as_ref()
+                        .is_some_and(|e| e.reason == ReasonKind::UnproductiveTurns);
                     transition
                 }
                 RunFollowUp::Attempt {
                     follow_up: AttemptFollowUp::FinishOk { attempt_id, .. },
-                } => Self::finish_control(&agg, attempt_id, NodeOutcome::Ok)?,
+                } => Self::finish_control(&agg, attempt_id, NodeOutcome::Ok, None)?,
             };
             let before = next.clone();
             self.commit_run(&before, next, transition);
@@ -471,6 +481,7 @@ impl MessagesModel {
         agg: &RunAggregate,
         attempt_id: &AttemptId,
         outcome: NodeOutcome,
+        failure: Option<ReasonKind>,
     ) -> Option<Transition<RunAggregate>> {
         let result = NodeResult {
             outcome,
@@ -481,6 +492,7 @@ impl MessagesModel {
             &topology(),
             Actor::Control {
                 request: fixtures::control_request(),
+                failure,
             },
             attempt_id,
             result,
@@ -1257,7 +1269,7 @@ impl Model for MessagesModel {
                     s.oracle.reminder_created
                 }),
                 Property::sometimes(
-                    "the unproductive-turn limit fails the attempt",
+                    "the unproductive-turn limit fails the attempt and the run says why",
                     |_, s: &MessagesState| {
                         s.oracle.limit_failed && s.agg.run.status == RunStatus::Failed
                     },

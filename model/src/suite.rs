@@ -134,21 +134,26 @@ fn supervision(mode: Mode) -> Report {
     check("supervision", model.bounds(), model, Stop::Exhaustive)
 }
 
-/// The property the kernel itself breaks with capacity 2 (see
+/// The properties kernel finding 1 broke with capacity 2 (see
 /// [`supervision_capacity_two`]).
-pub const KERNEL_FINDING_PROPERTY: &str = "at most one live runner per run";
+pub const KERNEL_FINDING_PROPERTIES: [&str; 2] = [
+    "at most one live runner per run",
+    "at most one runner epoch per run that is not Exited",
+];
 
-/// A kernel finding, not a registered model: with capacity 2 and the kernel's
-/// own rules, `run::admit` admits a run whose previous runner epoch is still
-/// live (its process was told to stop but has not exited), so a run has two
-/// live runners. Stops at the first counterexample (the space is ~11 M states).
+/// The regression check of kernel finding 1, not a registered model: with
+/// capacity 2 a slot is free while a stopped runner is still running. Before
+/// the fix `run::admit` admitted such a run again and it had two live
+/// runners (7 kernel inputs). Checked exhaustively with the clock as the only
+/// fault ([`SupervisionModel::capacity_two_clock_only`], about 270 k states);
+/// the full CI bounds with capacity 2 are about 11 M states.
 pub fn supervision_capacity_two() -> Report {
-    let model = SupervisionModel::ci_capacity_two(SupervisionRules::Kernel);
+    let model = SupervisionModel::capacity_two_clock_only(SupervisionRules::Kernel);
     check(
-        "supervision (capacity 2)",
+        "supervision (capacity 2, clock only)",
         model.bounds(),
         model,
-        Stop::Property(KERNEL_FINDING_PROPERTY),
+        Stop::Exhaustive,
     )
 }
 
@@ -179,7 +184,7 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "effects",
-            ci_unique_states: 16_717,
+            ci_unique_states: 207_525,
             run: effects,
             properties: || names(&EffectsModel::ci(EffectRules::Kernel)),
         },
@@ -197,13 +202,13 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "lifecycle",
-            ci_unique_states: 1_290_401,
+            ci_unique_states: 759_889,
             run: lifecycle,
             properties: || names(&LifecycleModel::ci(LifecycleRules::Kernel)),
         },
         ModelEntry {
             name: "liveness",
-            ci_unique_states: 244,
+            ci_unique_states: 296,
             run: liveness,
             properties: || {
                 names(&LifecycleModel::fault_free(
@@ -214,7 +219,7 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "supervision",
-            ci_unique_states: 422_872,
+            ci_unique_states: 414_038,
             run: supervision,
             properties: || names(&SupervisionModel::ci(SupervisionRules::Kernel)),
         },
@@ -312,6 +317,13 @@ pub fn mutations() -> Vec<Mutation> {
             EffectsModel::ci(EffectRules::CancelForgetsApplying)
         ),
         mutation!(
+            "effects-admit-beside-live-runner",
+            "effects",
+            "admission ignores the previous runner epoch: a run whose runner has not exited is admitted again",
+            "at most one runner epoch per run that is not Exited",
+            EffectsModel::ci(EffectRules::AdmitBesideLiveRunner)
+        ),
+        mutation!(
             "fingerprint-includes-request-id",
             "commands",
             "the fingerprint includes the transport request id",
@@ -396,6 +408,13 @@ pub fn mutations() -> Vec<Mutation> {
             LifecycleModel::ci(LifecycleRules::RecoverLiveClaim)
         ),
         mutation!(
+            "admit-beside-live-runner",
+            "lifecycle",
+            "admission ignores the previous runner epoch: a run whose stopped runner has not exited is admitted again (the kernel before finding 1 was fixed)",
+            "at most one runner epoch per run that is not Exited",
+            LifecycleModel::ci(LifecycleRules::AdmitBesideLiveRunner)
+        ),
+        mutation!(
             "admit-only-queued",
             "liveness",
             "the scheduler never admits a resumable parked run",
@@ -431,11 +450,18 @@ pub fn mutations() -> Vec<Mutation> {
             SupervisionModel::ci(SupervisionRules::CapacityIgnored)
         ),
         mutation!(
-            "capacity-ignored-per-run",
+            "supervision-admit-beside-live-runner",
             "supervision",
-            "the scheduler ignores the capacity (a run parked while its old runner is still stopping is admitted again)",
+            "admission ignores the previous runner epoch: a parked run whose stopped runner has not exited is a candidate and is admitted (checked with capacity 2, clock only: with capacity 1 the stopped runner holds the only slot)",
+            "at most one runner epoch per run that is not Exited",
+            SupervisionModel::capacity_two_clock_only(SupervisionRules::AdmitBesideLiveRunner)
+        ),
+        mutation!(
+            "supervision-admit-beside-live-runner-process",
+            "supervision",
+            "the same planted bug, aimed at the per-process property (capacity 2, clock only)",
             "at most one live runner per run",
-            SupervisionModel::ci(SupervisionRules::CapacityIgnored)
+            SupervisionModel::capacity_two_clock_only(SupervisionRules::AdmitBesideLiveRunner)
         ),
         mutation!(
             "no-crash-retry-budget",

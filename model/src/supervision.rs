@@ -18,7 +18,9 @@
 //! (`execution::expire_node`), decides every runner exit
 //! (`runner::decide_exit`: clean, abnormal, stopped, startup deadline
 //! missed, orphaned after a restart) and recovers expired claims
-//! (`run::recover`).
+//! (`run::recover`, only for its own runner: an orphaned record is decided
+//! by `decide_exit(Orphaned)`). A run is admitted again only after its
+//! previous runner's exit is recorded (`run::admit` refuses `RunnerLive`).
 //!
 //! The environment adds: lost replies (the runner retries the same message),
 //! late duplicates of delivered messages (also after a new generation), a
@@ -47,7 +49,7 @@ use kernel::routing;
 use kernel::run::{
     self, FailureClass, ParkReason, QueueStatus, Rejection, RunAggregate, RunStatus,
 };
-use kernel::runner::{self, ExitKind, MAX_CRASH_RETRIES, RunnerExit};
+use kernel::runner::{self, ExitKind, MAX_CRASH_RETRIES, RunnerExit, RunnerOutcome};
 use kernel::scheduler::{self, Candidate, Capacity, WorkKind};
 use kernel::topology::{NodeTimeout, NodeType, Topology};
 use serde_json::Value;
@@ -90,6 +92,10 @@ pub enum SupervisionRules {
     RunnerFingerprintIgnored,
     /// The scheduler never admits a parked run, only queued ones.
     AdmitOnlyQueued,
+    /// Admission ignores the previous runner epoch: a run whose stopped
+    /// runner has not exited yet is a candidate and is admitted again (the
+    /// kernel before the fix of finding 1).
+    AdmitBesideLiveRunner,
 }
 
 /// The bounded configuration.
@@ -132,9 +138,25 @@ impl SupervisionModel {
     }
 
     /// The CI configuration with capacity 2 (two runs may run at once).
+    /// About 11 M states: not checked exhaustively in CI.
     pub fn ci_capacity_two(rules: SupervisionRules) -> Self {
         Self {
             capacity: 2,
+            ..Self::ci(rules)
+        }
+    }
+
+    /// Capacity 2 with the clock as the only fault (no crash, lost reply,
+    /// late duplicate or id reuse): a slot is free while a stopped runner
+    /// of the other run is still running, which is what admission beside a
+    /// live runner needs. Small enough to check exhaustively.
+    pub fn capacity_two_clock_only(rules: SupervisionRules) -> Self {
+        Self {
+            capacity: 2,
+            max_crashes: 0,
+            max_losses: 0,
+            max_reuses: 0,
+            max_faults: 0,
             ..Self::ci(rules)
         }
     }
@@ -396,6 +418,9 @@ pub struct Oracle {
     pub readmitted_without_progress: bool,
     pub reply_changed: bool,
     pub other_payload_adopted: bool,
+    /// A run recorded a second runner epoch while its previous one was not
+    /// `Exited` ([`crate::world::second_live_epoch`]).
+    pub two_live_epochs: bool,
     /// Per run: the last generation launched, and whether a no-progress exit
     /// is waiting for an explicit resume.
     pub launched: Vec<u64>,
@@ -607,6 +632,9 @@ impl SupervisionModel {
                 }
             }
         }
+        if crate::world::second_live_epoch(&next.runs[run as usize], &transition.facts) {
+            next.oracle.two_live_epochs = true;
+        }
         next.runs[run as usize] = transition.facts.reload();
     }
 
@@ -627,6 +655,11 @@ impl SupervisionModel {
                     }
                     SupervisionRules::AdmitOnlyQueued if run.status != RunStatus::Queued => {
                         return false;
+                    }
+                    SupervisionRules::AdmitBesideLiveRunner => {
+                        if let Some(runner) = run.runner.as_mut().filter(|r| r.is_live()) {
+                            runner.status = runner::RunnerStatus::Exited(RunnerOutcome::Exited);
+                        }
                     }
                     _ => {}
                 }
@@ -656,6 +689,12 @@ impl SupervisionModel {
             }
             SupervisionRules::AdmitReusesGeneration if agg.run.lease.generation.0 > 0 => {
                 agg.run.lease.generation.0 -= 1;
+            }
+            SupervisionRules::AdmitBesideLiveRunner => {
+                // Planted bug: the previous runner epoch counts as exited.
+                if let Some(runner) = agg.run.runner.as_mut().filter(|r| r.is_live()) {
+                    runner.status = runner::RunnerStatus::Exited(RunnerOutcome::Exited);
+                }
             }
             _ => {}
         }
@@ -1371,6 +1410,17 @@ impl Model for SupervisionModel {
                 Self::commit(&mut next, i, transition);
             }
             A::Recover(i) => {
+                // As the server's `recover_stale`: a runner record that an
+                // earlier server left (its exit pending as `Orphaned`) is
+                // decided by `decide_exit(Orphaned)`, never `run::recover`.
+                let orphan = state.runs[i as usize].run.live_runner().is_some_and(|r| {
+                    state.exits.iter().any(|e| {
+                        e.run == i && e.generation == r.generation.0 && e.kind == ExitKind::Orphaned
+                    })
+                });
+                if orphan {
+                    return None;
+                }
                 let reason = if state.server_restarted {
                     ParkReason::Recovered
                 } else {
@@ -1417,6 +1467,10 @@ impl Model for SupervisionModel {
                 Property::always(
                     "at most one live runner per run",
                     |_, s: &SupervisionState| !s.oracle.two_runners_for_a_run,
+                ),
+                Property::always(
+                    "at most one runner epoch per run that is not Exited",
+                    |_, s: &SupervisionState| !s.oracle.two_live_epochs,
                 ),
                 Property::always(
                     "never more live runners than capacity",

@@ -6,6 +6,7 @@ use kernel::claim::{self, Authority};
 use kernel::fixtures;
 use kernel::output::{Output, Transition};
 use kernel::run::{self, RunAggregate};
+use kernel::runner::{RunnerOutcome, RunnerStatus};
 
 /// The claim lifetime every aggregate model passes to the kernel. One clock
 /// tick of these models is exactly one lifetime, so a tick expires every
@@ -56,4 +57,32 @@ pub fn has_event(outputs: &[Output], pred: impl Fn(&kernel::output::RunEvent) ->
     outputs
         .iter()
         .any(|output| matches!(output, Output::Event { event, .. } if pred(event)))
+}
+
+/// Whether a committed step gave a run a second runner epoch that is not
+/// `Exited`: `pre` records a live runner epoch and `post` records another
+/// one. The aggregate keeps only the current epoch, but the shell's
+/// `run_workers` table keeps both rows, and the old row stays live until its
+/// exit is recorded — so this is exactly the moment the run has two.
+pub fn second_live_epoch(pre: &RunAggregate, post: &RunAggregate) -> bool {
+    pre.run.live_runner().is_some_and(|old| {
+        post.run
+            .runner
+            .as_ref()
+            .is_some_and(|new| new.runner_epoch != old.runner_epoch)
+    })
+}
+
+/// The planted bug "admission beside a live runner": `run::admit` as
+/// [`admit`], but the previous runner epoch counts as exited (the kernel
+/// before the fix of finding 1).
+pub fn admit_beside_live_runner(
+    agg: &RunAggregate,
+    now: u64,
+) -> Result<Transition<RunAggregate>, run::Rejection> {
+    let mut agg = agg.clone();
+    if let Some(runner) = agg.run.runner.as_mut().filter(|r| r.is_live()) {
+        runner.status = RunnerStatus::Exited(RunnerOutcome::Exited);
+    }
+    admit(&agg, now)
 }

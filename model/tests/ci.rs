@@ -119,6 +119,11 @@ fn cancel_forgetting_an_applying_effect_is_caught() {
 }
 
 #[test]
+fn effects_admission_beside_a_live_runner_is_caught() {
+    is_caught("effects-admit-beside-live-runner");
+}
+
+#[test]
 fn fingerprint_including_the_request_id_is_caught() {
     is_caught("fingerprint-includes-request-id");
 }
@@ -179,6 +184,11 @@ fn recovery_of_a_live_claim_is_caught() {
 }
 
 #[test]
+fn admission_beside_a_live_runner_is_caught() {
+    is_caught("admit-beside-live-runner");
+}
+
+#[test]
 fn admitting_only_queued_runs_is_caught_by_liveness() {
     is_caught("admit-only-queued");
 }
@@ -204,8 +214,13 @@ fn ignoring_the_capacity_is_caught() {
 }
 
 #[test]
-fn ignoring_the_capacity_is_caught_per_run() {
-    is_caught("capacity-ignored-per-run");
+fn supervision_admission_beside_a_live_runner_is_caught() {
+    is_caught("supervision-admit-beside-live-runner");
+}
+
+#[test]
+fn supervision_admission_beside_a_live_runner_is_caught_per_process() {
+    is_caught("supervision-admit-beside-live-runner-process");
 }
 
 #[test]

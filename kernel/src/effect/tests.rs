@@ -1,7 +1,9 @@
 use super::*;
 use crate::claim::ClaimLostReason;
 use crate::fixtures::{self, TTL_MS, control_request, host_authority, live_run};
+use crate::output::StopReason;
 use crate::run::Rejection;
+use crate::runner::ExitKind;
 use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -109,9 +111,14 @@ fn parked_with(states: &[EffectState]) -> RunAggregate {
             }
         })
         .collect();
-    run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
+    let parked = run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
         .unwrap()
-        .facts
+        .facts;
+    // The server reaps the runner it stopped.
+    let stopped = ExitKind::Stopped {
+        reason: StopReason::Parked,
+    };
+    fixtures::runner_exited(&parked, stopped, 31).facts
 }
 
 fn has_event(outputs: &[Output], wanted: impl Fn(&RunEvent) -> bool) -> bool {
@@ -660,14 +667,22 @@ fn key() -> impl Strategy<Value = EffectKey> {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Reserve { fingerprint: u8 },
-    Settle { rejected: bool, digest: u8 },
+    Reserve {
+        fingerprint: u8,
+    },
+    Settle {
+        rejected: bool,
+        digest: u8,
+    },
     LoseRunner,
     Readmit,
     Cancel,
     Recover(RecoveryAction),
     Pause,
     Resume,
+    /// The server records the exit of the run's runner process (stopped
+    /// or crashed).
+    RunnerExits,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -681,6 +696,7 @@ fn op() -> impl Strategy<Value = Op> {
         9 => Just(Op::Recover(RecoveryAction::Retry)),
         2 => Just(Op::Pause),
         3 => Just(Op::Resume),
+        9 => Just(Op::RunnerExits),
     ]
 }
 
@@ -792,11 +808,24 @@ proptest! {
                     let ids = run::ResumeIds { resumed_message_id: crate::ids::MessageId::from("m"), message_order: 1 };
                     run::resume(&before, ids, now_ms).map(Some).map_err(|_| ())
                 }
+                Op::RunnerExits => match before.run.live_runner() {
+                    Some(_) => fixtures::try_runner_exited(&before, ExitKind::Abnormal, now_ms)
+                        .map(Some)
+                        .map_err(|_| ()),
+                    None => Err(()),
+                },
             };
             match outcome {
                 Ok(Some(transition)) => {
-                    // Readmission is two commits (admit, then ready).
-                    let commits = if matches!(op, Op::Readmit) { 2 } else { 1 };
+                    // Readmission is two commits (admit, then ready); an exit
+                    // that decides nothing for the run (it no longer holds a
+                    // claim) is not progress.
+                    let commits = match op {
+                        Op::Readmit => 2,
+                        Op::RunnerExits
+                            if !run::RunRecord::pair_holds_claim(before.run.status, before.run.queue) => 0,
+                        _ => 1,
+                    };
                     prop_assert_eq!(transition.facts.run.revision.0, before.run.revision.0 + commits);
                     world.commit(transition);
                 }

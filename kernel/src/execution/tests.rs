@@ -84,6 +84,16 @@ fn start(
     (transition.facts, dispatch)
 }
 
+/// The server reaps the runner of `agg` that exited as `kind` (after a stop,
+/// a crash or its last reply): `runner::decide_exit` records the exit.
+fn reaped(agg: &RunAggregate, kind: ExitKind, now_ms: u64) -> RunAggregate {
+    fixtures::runner_exited(agg, kind, now_ms).facts.reload()
+}
+
+const fn stopped(reason: StopReason) -> ExitKind {
+    ExitKind::Stopped { reason }
+}
+
 /// A fresh run of `topology` running its start node (generation 1).
 fn live(topology: &Topology) -> RunAggregate {
     start(&reserved(1, 0), topology, None).0
@@ -184,6 +194,7 @@ fn settle_as_control(
     };
     let actor = Actor::Control {
         request: control_request(),
+        failure: None,
     };
     finish_attempt(
         agg,
@@ -337,7 +348,7 @@ fn an_abandoned_attempt_is_rerun_with_the_same_visit_and_crash_retries() {
         .unwrap()
         .facts
         .reload();
-    let mut parked = parked;
+    let mut parked = reaped(&parked, ExitKind::Abnormal, 31);
     parked.attempt.as_mut().unwrap().crash_retries = 2;
     let abandoned = current(&parked).clone();
     assert_eq!(abandoned.status, AttemptStatus::Abandoned);
@@ -368,10 +379,11 @@ fn a_resumed_run_routes_on_from_its_last_step() {
     // The runner finished `a`; `b` was dispatched but the run was drained
     // before `b` started and the abandoned attempt was superseded… here we
     // model a run parked right after `a` with no attempt left.
-    let mut parked = run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
+    let parked = run::park(&agg, &host_authority(1), ParkReason::Drained, 30)
         .unwrap()
         .facts
         .reload();
+    let mut parked = reaped(&parked, stopped(StopReason::Parked), 31);
     parked.attempt = None;
     let last = parked.steps.last().unwrap().clone();
     let record = step_record(&last, json!({}));
@@ -386,7 +398,7 @@ fn a_resumed_run_routes_on_from_its_last_step() {
 fn a_resumed_run_whose_last_step_was_its_checkpoint_waits_again() {
     let mut topology = chain(&["gate", "after"]);
     topology.nodes[0] = node("gate", NodeType::Checkpoint);
-    let mut parked = run::park(
+    let parked = run::park(
         &live(&topology),
         &host_authority(1),
         ParkReason::Drained,
@@ -395,6 +407,7 @@ fn a_resumed_run_whose_last_step_was_its_checkpoint_waits_again() {
     .unwrap()
     .facts
     .reload();
+    let mut parked = reaped(&parked, stopped(StopReason::Parked), 21);
     parked.attempt = None;
     parked.steps = vec![StepRecord {
         attempt_id: attempt_id("a-1-start"),
@@ -1122,6 +1135,8 @@ fn an_accepted_submission_parks_the_run_resume_ready_for_the_next_generation() {
     let topology = chain(&["ask", "after"]);
     let waiting = waiting_interactive(&topology);
     assert_eq!(pair(&waiting), (RunStatus::Waiting, QueueStatus::Parked));
+    // The runner exited on its own after its `waiting` reply.
+    let waiting = reaped(&waiting, ExitKind::Clean, 30);
     let (transition, dispatch) = settle_as_control(
         &waiting,
         &topology,
@@ -1188,18 +1203,136 @@ fn a_settled_waiting_attempt_on_a_terminal_node_completes_the_run() {
     assert_eq!(transition.facts.run.lease.claim, None);
 }
 
+/// The control path fails the waiting attempt for `reason` (what
+/// `AttemptFollowUp::Fail` names).
+fn fail_as_control(
+    agg: &RunAggregate,
+    topology: &Topology,
+    outcome: NodeOutcome,
+    reason: ReasonKind,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let attempt = current(agg).attempt_id.clone();
+    let result = NodeResult {
+        outcome,
+        record: record(agg, outcome, Value::Null),
+    };
+    let actor = Actor::Control {
+        request: control_request(),
+        failure: Some(reason),
+    };
+    finish_attempt(
+        agg,
+        topology,
+        actor,
+        &attempt,
+        result,
+        attempt_id("unused"),
+        now_ms,
+        TTL_MS,
+    )
+}
+
 #[test]
-fn too_many_unproductive_turns_fail_the_waiting_attempt() {
+fn too_many_unproductive_turns_fail_the_waiting_attempt_and_the_run_says_why() {
     let topology = chain(&["ask", "after"]);
     let waiting = waiting_interactive(&topology);
-    let (transition, _) =
-        settle_as_control(&waiting, &topology, NodeOutcome::Failed, Value::Null, 40).unwrap();
+    let (transition, dispatch) = fail_as_control(
+        &waiting,
+        &topology,
+        NodeOutcome::Failed,
+        ReasonKind::UnproductiveTurns,
+        40,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Failed
+        }
+    );
     let failed = &transition.facts;
     assert_eq!(pair(failed), (RunStatus::Failed, QueueStatus::Failed));
+    assert_eq!(
+        failed.run.error,
+        Some(RunError {
+            class: FailureClass::NodeFailed,
+            reason: ReasonKind::UnproductiveTurns,
+            node_id: Some(id("ask")),
+        })
+    );
     assert_eq!(
         failed.interaction.as_ref().unwrap().status,
         InteractionStatus::Failed
     );
+}
+
+#[test]
+fn a_control_failure_without_a_reason_records_node_failed() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    let (transition, _) =
+        settle_as_control(&waiting, &topology, NodeOutcome::Failed, Value::Null, 40).unwrap();
+    let error = transition.facts.run.error.unwrap();
+    assert_eq!(
+        (error.class, error.reason),
+        (FailureClass::NodeFailed, ReasonKind::NodeFailed)
+    );
+}
+
+#[test]
+fn a_control_failure_reason_does_not_stop_a_route_that_continues() {
+    let topology = Topology {
+        nodes: vec![
+            node("ask", NodeType::Compute),
+            node("after", NodeType::Compute),
+        ],
+        edges: vec![switch("ask", "$result.outcome", &[("failed", "after")])],
+        ..chain(&["ask"])
+    };
+    let waiting = waiting_interactive(&topology);
+    let (transition, dispatch) = fail_as_control(
+        &waiting,
+        &topology,
+        NodeOutcome::Failed,
+        ReasonKind::UnproductiveTurns,
+        40,
+    )
+    .unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Parked
+        }
+    );
+    let parked = &transition.facts;
+    assert_eq!(pair(parked), (RunStatus::Running, QueueStatus::Parked));
+    assert_eq!(parked.run.park_reason, Some(ParkReason::ResumeReady));
+    assert_eq!(parked.run.error, None);
+}
+
+#[test]
+fn a_control_failure_reason_needs_a_failed_result() {
+    let topology = chain(&["ask", "after"]);
+    let waiting = waiting_interactive(&topology);
+    for outcome in [
+        NodeOutcome::Ok,
+        NodeOutcome::TimedOut,
+        NodeOutcome::Cancelled,
+    ] {
+        assert_eq!(
+            fail_as_control(
+                &waiting,
+                &topology,
+                outcome,
+                ReasonKind::UnproductiveTurns,
+                40
+            )
+            .map(|_| ()),
+            Err(Rejection::ResultMismatch),
+            "{outcome:?}"
+        );
+    }
 }
 
 #[test]
@@ -1326,6 +1459,11 @@ fn an_expired_node_with_a_timeout_edge_parks_for_the_recovery_node() {
         )),
         1
     );
+    assert!(
+        !parked.run.is_admissible(),
+        "the stopped runner has not exited yet"
+    );
+    let parked = reaped(&parked, stopped(StopReason::NodeTimedOut), 302);
     let last = parked.steps[0].clone();
     let route_from = step_record(&last, Value::Null);
     let (_, dispatch) = start(&parked, &topology, Some(&route_from));
@@ -1649,6 +1787,7 @@ impl World {
                 let actor = if attempt.status == AttemptStatus::Waiting {
                     Actor::Control {
                         request: control_request(),
+                        failure: None,
                     }
                 } else {
                     Actor::Runner {

@@ -6,7 +6,7 @@ use crate::fixtures::{self, TTL_MS, admitted, control_request, host_authority, r
 use crate::ids::{AttemptId, EffectId, InteractionId, MessageId, Revision, SessionId, TurnId};
 use crate::interaction::{InteractionKind, InteractionRecord, InteractionStatus};
 use crate::message::{MessageKind, MessageRecord, MessageState, StepReason, TurnRecord, TurnState};
-use crate::runner::RunnerStatus;
+use crate::runner::{ExitKind, RunnerOutcome, RunnerStatus};
 use alloc::string::String;
 use alloc::vec;
 use proptest::prelude::*;
@@ -86,6 +86,12 @@ fn interaction(kind: InteractionKind) -> InteractionRecord {
 fn live() -> RunAggregate {
     let agg = admitted(&reserved(1, 0), 5).facts;
     running(&agg, "work", 10).facts
+}
+
+/// The server reaps the runner it stopped for `reason`: its exit is recorded
+/// through `runner::decide_exit`.
+fn stopped_runner_exited(agg: &RunAggregate, reason: StopReason, now_ms: u64) -> RunAggregate {
+    fixtures::runner_exited(agg, ExitKind::Stopped { reason }, now_ms).facts
 }
 
 /// A run waiting on an interactive request of `kind`.
@@ -264,9 +270,10 @@ fn admit_refuses_paused_running_terminal_and_ambiguous_runs() {
             status: RunStatus::Cancelled
         })
     );
-    let mut ambiguous = park(&live(), &host_authority(1), ParkReason::Drained, 30)
+    let parked = park(&live(), &host_authority(1), ParkReason::Drained, 30)
         .unwrap()
         .facts;
+    let mut ambiguous = stopped_runner_exited(&parked, StopReason::Parked, 35);
     ambiguous.effects.push(effect(EffectState::Ambiguous));
     assert_eq!(
         admit(
@@ -285,6 +292,7 @@ fn parked_runs_are_admissible_only_for_automatic_reasons() {
     let parked = park(&live(), &host_authority(1), ParkReason::Drained, 30)
         .unwrap()
         .facts;
+    let parked = stopped_runner_exited(&parked, StopReason::Parked, 35);
     assert!(parked.run.is_admissible());
     let readmitted = admitted(&parked, 40);
     assert_eq!(readmitted.facts.run.lease.generation, Generation(2));
@@ -301,11 +309,76 @@ fn parked_runs_are_admissible_only_for_automatic_reasons() {
         ParkReason::WorkerTimedOut,
     ] {
         let parked = park(&live(), &host_authority(1), reason, 30).unwrap().facts;
+        let parked = stopped_runner_exited(&parked, StopReason::Parked, 35);
         assert!(
             !parked.run.is_admissible(),
             "{reason:?} must wait for an explicit resume"
         );
     }
+}
+
+#[test]
+fn admission_waits_until_the_previous_runner_epoch_exited() {
+    // A `Ready` runner stopped by a drain.
+    let parked = park(&live(), &host_authority(1), ParkReason::Drained, 30)
+        .unwrap()
+        .facts;
+    assert_eq!(
+        parked.run.runner.as_ref().unwrap().status,
+        RunnerStatus::Ready
+    );
+    assert!(!parked.run.is_admissible());
+    let refused = Err(Rejection::RunnerLive {
+        runner_epoch: fixtures::runner_epoch(1),
+    });
+    let admit_at = |agg: &RunAggregate, generation: u64, now_ms: u64| {
+        admit(
+            agg,
+            fixtures::runner_epoch(generation),
+            fixtures::token(generation),
+            now_ms,
+            TTL_MS,
+        )
+    };
+    assert_eq!(admit_at(&parked, 2, 31), refused);
+    let reaped = stopped_runner_exited(&parked, StopReason::Parked, 32);
+    assert_eq!(
+        reaped.run.runner.as_ref().unwrap().status,
+        RunnerStatus::Exited(RunnerOutcome::Exited)
+    );
+    assert!(reaped.run.is_admissible());
+    let readmitted = admit_at(&reaped, 2, 33).unwrap().facts;
+    assert_eq!(readmitted.run.lease.generation, Generation(2));
+    assert_eq!(
+        readmitted.run.runner.as_ref().unwrap().runner_epoch,
+        fixtures::runner_epoch(2)
+    );
+
+    // A `Launching` runner whose claim expired before `runner.ready`.
+    let starting = admitted(&reserved(1, 0), 5).facts;
+    let recovered = recover(
+        &starting,
+        control_request(),
+        ParkReason::Recovered,
+        5 + TTL_MS,
+        TTL_MS,
+    )
+    .unwrap()
+    .facts;
+    assert_eq!(
+        recovered.run.runner.as_ref().unwrap().status,
+        RunnerStatus::Launching
+    );
+    assert!(!recovered.run.is_admissible());
+    assert_eq!(admit_at(&recovered, 3, 6 + TTL_MS), refused);
+    let reaped = stopped_runner_exited(&recovered, StopReason::ClaimLost, 7 + TTL_MS);
+    assert_eq!(
+        reaped.run.runner.as_ref().unwrap().status,
+        RunnerStatus::Exited(RunnerOutcome::ClaimLost)
+    );
+    assert!(reaped.run.is_admissible());
+    let readmitted = admit_at(&reaped, 3, 8 + TTL_MS).unwrap().facts;
+    assert_eq!(readmitted.run.lease.generation, Generation(3));
 }
 
 #[test]
@@ -550,6 +623,7 @@ fn resume_of_a_paused_parked_run_makes_it_admissible() {
     )
     .unwrap()
     .facts;
+    let paused = stopped_runner_exited(&paused, StopReason::Paused, 35);
     let transition = resume(&paused, resume_ids(), 40).unwrap();
     assert!(!transition.facts.run.paused);
     assert!(transition.facts.run.is_admissible());
@@ -616,6 +690,7 @@ fn resume_releases_a_review_park_but_not_an_ambiguous_effect() {
     )
     .unwrap()
     .facts;
+    let parked = stopped_runner_exited(&parked, StopReason::Parked, 35);
     let resumed = resume(&parked, resume_ids(), 40).unwrap().facts;
     assert!(resumed.run.is_admissible());
     assert_eq!(resumed.run.park_reason, None);
@@ -1159,10 +1234,12 @@ fn recovery_takes_a_new_generation_and_parks_expired_rows() {
     assert_eq!(pair(recovered), (RunStatus::Running, QueueStatus::Parked));
     assert_eq!(recovered.run.lease.generation, Generation(2));
     assert_eq!(recovered.run.park_reason, Some(ParkReason::Recovered));
-    assert!(recovered.run.is_admissible());
     assert!(has_output(&transition.outputs, |o| matches!(
         o,
-        Output::StopRunner { .. }
+        Output::StopRunner {
+            reason: StopReason::ClaimLost,
+            ..
+        }
     )));
     assert!(
         !has_output(&transition.outputs, |o| matches!(
@@ -1174,7 +1251,9 @@ fn recovery_takes_a_new_generation_and_parks_expired_rows() {
         )),
         "claim loss is a handoff, not a failure"
     );
-    let readmitted = admitted(recovered, 10 + TTL_MS + 1).facts;
+    let reaped = stopped_runner_exited(recovered, StopReason::ClaimLost, 10 + TTL_MS + 1);
+    assert!(reaped.run.is_admissible());
+    let readmitted = admitted(&reaped, 10 + TTL_MS + 2).facts;
     assert_eq!(readmitted.run.lease.generation, Generation(3));
 }
 
@@ -1186,12 +1265,18 @@ enum Op {
     Ready,
     Park(ParkReason),
     Wait,
-    Pause { with_host: bool },
+    Pause {
+        with_host: bool,
+    },
     Resume,
-    Cancel { with_host: bool },
+    Cancel {
+        with_host: bool,
+    },
     Complete,
     Fail,
     Recover,
+    /// The recorded runner's process exits (stopped, or on its own).
+    RunnerExits(ExitKind),
     Advance(u64),
 }
 
@@ -1212,6 +1297,14 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Complete),
         Just(Op::Fail),
         Just(Op::Recover),
+        prop_oneof![
+            Just(ExitKind::Clean),
+            Just(ExitKind::Abnormal),
+            Just(ExitKind::Stopped {
+                reason: StopReason::Parked
+            }),
+        ]
+        .prop_map(Op::RunnerExits),
         (0u64..1_500).prop_map(Op::Advance),
     ]
 }
@@ -1219,7 +1312,9 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     /// Any sequence of lifecycle operations keeps the run inside the state
     /// table, never holds a claim outside claim-holding pairs, keeps terminal
-    /// states absorbing and increases the revision once per accepted step.
+    /// states absorbing, admits only after the previous runner epoch exited
+    /// and increases the revision once per accepted step (a runner exit that
+    /// decides nothing for the run keeps it).
     #[test]
     fn every_reachable_pair_is_in_the_table(ops in proptest::collection::vec(op(), 1..40)) {
         let mut agg = reserved(1, 0);
@@ -1251,12 +1346,29 @@ proptest! {
                     error: RunError { class: FailureClass::NodeFailed, reason: ReasonKind::NodeFailed, node_id: None },
                 }, now_ms),
                 Op::Recover => recover(&agg, control_request(), ParkReason::Recovered, now_ms, TTL_MS),
+                Op::RunnerExits(kind) => {
+                    if agg.run.live_runner().is_none() {
+                        continue;
+                    }
+                    fixtures::try_runner_exited(&agg, kind, now_ms)
+                }
             };
             match result {
                 Ok(transition) => {
-                    prop_assert!(!before.run.status.is_terminal(), "a terminal run changed");
-                    agg = transition.facts.reload();
-                    prop_assert_eq!(agg.run.revision, before.run.revision.next());
+                    if let Op::RunnerExits(_) = op {
+                        agg = transition.facts.reload();
+                        prop_assert!(agg.run.live_runner().is_none(), "the exit was not recorded");
+                        let decided = RunRecord::pair_holds_claim(before.run.status, before.run.queue);
+                        let revision = if decided { before.run.revision.next() } else { before.run.revision };
+                        prop_assert_eq!(agg.run.revision, revision);
+                    } else {
+                        prop_assert!(!before.run.status.is_terminal(), "a terminal run changed");
+                        agg = transition.facts.reload();
+                        prop_assert_eq!(agg.run.revision, before.run.revision.next());
+                    }
+                    if let Op::Admit = op {
+                        prop_assert!(before.run.live_runner().is_none(), "admitted beside a live runner epoch");
+                    }
                     prop_assert!(agg.run.lease.generation >= before.run.lease.generation);
                 }
                 Err(_) => prop_assert_eq!(&agg, &before),
