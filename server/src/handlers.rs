@@ -589,7 +589,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
     } else {
         None
     };
-    let host = app.runners.authority_for(&run_id);
+    let job_app = app.clone();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
     let operation = request.operation.clone();
@@ -597,6 +597,8 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
     let payload = request.payload.clone();
     let answer_blob = payload.get("answer").map(Blob::json);
     command(app, request, move |connection, now_ms| {
+        // Read on the writer thread, after every earlier admission's job.
+        let host = job_app.runners.authority_for(&run_id);
         let Some(before) = runs::load(connection, &run_id)? else {
             return Ok(Executed::refused(
                 CommandOutcome::NotFound,

@@ -116,6 +116,7 @@ async fn admit(app: &Arc<App>, run_id: RunId) -> bool {
     app.runners.reserve_slot(runner_epoch.clone());
     let ttl_ms = app.config.claim_ttl_ms;
     let epoch_for_job = runner_epoch.clone();
+    let job_app = app.clone();
     let admitted = app
         .store
         .write(move |connection| {
@@ -123,7 +124,7 @@ async fn admit(app: &Arc<App>, run_id: RunId) -> bool {
             let Some(before) = runs::load(connection, &run_id)? else {
                 return Ok(Commit::Discard(None));
             };
-            match kernel::run::admit(&before, epoch_for_job, token_hash, now_ms, ttl_ms) {
+            match kernel::run::admit(&before, epoch_for_job.clone(), token_hash, now_ms, ttl_ms) {
                 Ok(transition) => {
                     runs::write(
                         connection,
@@ -132,22 +133,23 @@ async fn admit(app: &Arc<App>, run_id: RunId) -> bool {
                         &transition.outputs,
                         now_ms,
                     )?;
-                    let generation = transition.facts.run.lease.generation;
-                    Ok(Commit::Keep(Some((transition.outputs, generation))))
+                    // The authority is known before the commit, so a command
+                    // in the next job already acts as this claim's owner.
+                    let authority = Authority {
+                        owner_kind: OwnerKind::Host,
+                        owner_id: OwnerId::new(epoch_for_job.as_str()),
+                        token_hash,
+                        generation: transition.facts.run.lease.generation,
+                    };
+                    job_app.runners.prepare(epoch_for_job, run_id, authority);
+                    Ok(Commit::Keep(Some(transition.outputs)))
                 }
                 Err(_) => Ok(Commit::Discard(None)),
             }
         })
         .await;
     match admitted {
-        Ok(Some((outputs, generation))) => {
-            let authority = Authority {
-                owner_kind: OwnerKind::Host,
-                owner_id: OwnerId::new(runner_epoch.as_str()),
-                token_hash,
-                generation,
-            };
-            app.runners.prepare(runner_epoch, authority);
+        Ok(Some(outputs)) => {
             app.perform(outputs);
             true
         }

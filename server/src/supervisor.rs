@@ -87,8 +87,8 @@ pub struct Supervisor {
 #[derive(Debug, Default)]
 struct Inner {
     /// Launches being admitted (no authority yet) or committed and about to
-    /// spawn (with the authority); both count against capacity.
-    prepared: HashMap<RunnerEpochId, Option<Authority>>,
+    /// spawn (with their run and authority); both count against capacity.
+    prepared: HashMap<RunnerEpochId, Option<(RunId, Authority)>>,
     runners: HashMap<RunnerEpochId, Arc<Runner>>,
 }
 
@@ -107,13 +107,16 @@ impl Supervisor {
             .insert(runner_epoch, None);
     }
 
-    /// Records the authority of a committed admission, before its launch.
-    pub fn prepare(&self, runner_epoch: RunnerEpochId, authority: Authority) {
+    /// Records the authority of an admission inside its write transaction
+    /// (on the writer thread, before the commit), so that every later job
+    /// sees the authority its committed claim names. A batch that does not
+    /// commit is followed by `forget`.
+    pub fn prepare(&self, runner_epoch: RunnerEpochId, run_id: RunId, authority: Authority) {
         self.inner
             .lock()
             .expect("supervisor lock")
             .prepared
-            .insert(runner_epoch, Some(authority));
+            .insert(runner_epoch, Some((run_id, authority)));
     }
 
     /// Forgets a prepared authority whose admission did not commit.
@@ -146,10 +149,25 @@ impl Supervisor {
             .cloned()
     }
 
-    /// The host authority this server holds for the live runner of `run_id`.
+    /// The host authority this server holds for `run_id`: its live runner's,
+    /// or that of an admission committed (or committing) before its launch.
+    /// Read it inside the write job that checks it: admissions record
+    /// theirs on the writer thread.
     pub fn authority_for(&self, run_id: &RunId) -> Option<Authority> {
-        self.runner_of(run_id)
-            .map(|runner| runner.authority.clone())
+        let inner = self.inner.lock().expect("supervisor lock");
+        inner
+            .prepared
+            .values()
+            .flatten()
+            .find(|(prepared_run, _)| prepared_run == run_id)
+            .map(|(_, authority)| authority.clone())
+            .or_else(|| {
+                inner
+                    .runners
+                    .values()
+                    .find(|runner| &runner.run_id == run_id)
+                    .map(|runner| runner.authority.clone())
+            })
     }
 
     /// Every live runner.
@@ -173,7 +191,7 @@ impl Supervisor {
         command: LaunchCommand,
     ) {
         let mut inner = self.inner.lock().expect("supervisor lock");
-        let Some(Some(authority)) = inner.prepared.remove(&runner_epoch) else {
+        let Some(Some((_, authority))) = inner.prepared.remove(&runner_epoch) else {
             // Not our admission (cannot happen): nothing to launch.
             return;
         };

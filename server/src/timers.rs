@@ -161,12 +161,13 @@ async fn expire_node(
     run_id: RunId,
     attempt_id: kernel::ids::AttemptId,
 ) -> Vec<Output> {
-    let host = app.runners.authority_for(&run_id);
+    let job_app = app.clone();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
     app.store
         .write(move |connection| {
             let now_ms = crate::clock::now_ms();
+            let host = job_app.runners.authority_for(&run_id);
             let Some(before) = runs::load(connection, &run_id)? else {
                 return Ok(Commit::Discard(Vec::new()));
             };
