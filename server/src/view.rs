@@ -13,6 +13,7 @@
 //!   `run_view_content` before a reference to it is returned.
 
 use crate::app::App;
+use crate::store::Cached as _;
 use crate::store::codec_name;
 use crate::store::{Commit, meta, runs};
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
@@ -56,7 +57,7 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         return Ok(None);
     };
     let topology = meta::topology(connection, &meta.definition_digest)?;
-    let error_message: Option<String> = connection.query_row(
+    let error_message: Option<String> = connection.query_row_cached(
         "SELECT error_message FROM runs WHERE run_id = ?1",
         params![run_id.as_str()],
         |row| row.get(0),
@@ -140,7 +141,7 @@ pub async fn build(
 /// The presentation revision of a run (0 before its first change).
 pub fn presentation_revision(connection: &Connection, run_id: &RunId) -> rusqlite::Result<u64> {
     let revision: Option<i64> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT presentation_revision FROM viewer_runs WHERE run_id = ?1",
             params![run_id.as_str()],
             |row| row.get(0),
@@ -196,7 +197,7 @@ fn display_value(
     error_message: Option<&str>,
 ) -> rusqlite::Result<Value> {
     let validating: bool = match &agg.interaction {
-        Some(interaction) => connection.query_row(
+        Some(interaction) => connection.query_row_cached(
             "SELECT EXISTS (SELECT 1 FROM interactive_submissions WHERE interaction_id = ?1 AND outcome = 'validating')",
             params![interaction.interaction_id.as_str()],
             |row| row.get(0),
@@ -329,13 +330,13 @@ pub fn store_content(
     role: ContentRole,
 ) -> rusqlite::Result<Value> {
     let digest = crate::ids::sha256(bytes);
-    let inserted = connection.execute(
+    let inserted = connection.execute_cached(
         "INSERT INTO run_view_content (run_id, digest, media_type, role, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT DO NOTHING",
         params![run_id.as_str(), digest.0.to_vec(), media_type, role.as_str(), bytes, crate::clock::now_ms() as i64],
     )?;
     if inserted > 0 && role != ContentRole::Definition {
-        connection.execute(
+        connection.execute_cached(
             "DELETE FROM run_view_content WHERE run_id = ?1 AND role = ?2 AND rowid NOT IN
                (SELECT rowid FROM run_view_content WHERE run_id = ?1 AND role = ?2 ORDER BY rowid DESC LIMIT ?3)",
             params![run_id.as_str(), role.as_str(), RETAINED_CONTENTS],
@@ -353,7 +354,7 @@ fn definition_content(
     definition_digest: &str,
 ) -> rusqlite::Result<Value> {
     let stored: Option<(Vec<u8>, i64)> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT digest, length(bytes) FROM run_view_content WHERE run_id = ?1 AND role = 'definition'",
             params![run_id.as_str()],
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -365,7 +366,7 @@ fn definition_content(
             json!({ "digest": crate::ids::digest_text(&digest), "mediaType": "application/json", "bytes": length }),
         );
     }
-    let topology_json: String = connection.query_row(
+    let topology_json: String = connection.query_row_cached(
         "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
         params![definition_digest],
         |row| row.get(0),
@@ -544,7 +545,7 @@ fn edges(topology: Option<&Topology>) -> Vec<Value> {
 
 /// The newest current updates (inline) and the total number of current pairs.
 fn updates(connection: &Connection, run_id: &RunId) -> rusqlite::Result<(Vec<Value>, usize)> {
-    let total: i64 = connection.query_row(
+    let total: i64 = connection.query_row_cached(
         "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1",
         params![run_id.as_str()],
         |row| row.get(0),

@@ -24,7 +24,7 @@ pub mod runs;
 pub mod schema;
 pub mod viewer;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, Params, Row};
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -36,6 +36,43 @@ pub const INCOMPATIBLE_STATE: &str = "Pi Workflows durable state is incompatible
 
 /// How many jobs may share one commit.
 const MAX_JOBS_PER_COMMIT: usize = 256;
+
+/// How many compiled statements the writer connection keeps: more than the
+/// server has distinct SQL texts, so none is ever compiled twice.
+const STATEMENT_CACHE_CAPACITY: usize = 256;
+
+/// Statements through the connection's prepared-statement cache: each SQL
+/// text is compiled once per connection, not on every call. Same results and
+/// errors as `Connection::execute` / `Connection::query_row`.
+pub(crate) trait Cached {
+    /// `Connection::execute` with a cached statement.
+    fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    /// `Connection::query_row` with a cached statement.
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
+/// Runs one transaction-control statement (`BEGIN IMMEDIATE`, `SAVEPOINT`,
+/// `COMMIT`, ...) through the statement cache.
+fn control(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
+    connection.execute_cached(sql, []).map(|_| ())
+}
 
 /// Why the store could not be opened or used.
 #[derive(Debug)]
@@ -212,6 +249,7 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     connection.pragma_update(None, "synchronous", "FULL")?;
     connection.pragma_update(None, "foreign_keys", "ON")?;
     connection.busy_timeout(std::time::Duration::from_secs(5))?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     if !exists {
         create_schema(&connection)?;
     }
@@ -313,25 +351,26 @@ fn run_batch(
     faults: &crate::fault::Faults,
     changes: &mut Vec<Published>,
 ) -> rusqlite::Result<()> {
-    connection.execute_batch("BEGIN IMMEDIATE")?;
+    control(connection, "BEGIN IMMEDIATE")?;
     for job in batch.iter_mut() {
         let run = std::mem::replace(&mut job.run, Box::new(|_| false));
-        connection.execute_batch("SAVEPOINT job")?;
+        control(connection, "SAVEPOINT job")?;
         // Every run the job changed gets its presentation revision and patch
         // inside the job's savepoint.
         let mut published = Vec::new();
         let kept = run(connection) && viewer::flush(connection).map(|p| published = p).is_ok();
         viewer::discard();
         if kept {
-            connection.execute_batch("RELEASE job")?;
+            control(connection, "RELEASE job")?;
             changes.extend(published);
         } else {
-            connection.execute_batch("ROLLBACK TO job; RELEASE job")?;
+            control(connection, "ROLLBACK TO job")?;
+            control(connection, "RELEASE job")?;
         }
     }
     faults.hit(crate::fault::FaultPoint::BeforeCommit);
-    if let Err(error) = connection.execute_batch("COMMIT") {
-        let _ = connection.execute_batch("ROLLBACK");
+    if let Err(error) = control(connection, "COMMIT") {
+        let _ = control(connection, "ROLLBACK");
         return Err(error);
     }
     Ok(())

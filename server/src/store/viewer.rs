@@ -11,6 +11,7 @@
 //! - 256 revisions are retained; a reader older than that gets a snapshot.
 //! - A change that shows nothing new (a lease renewal) makes no revision.
 
+use super::Cached as _;
 use super::codec::i64_of;
 use crate::view::{self, Projection};
 use kernel::ids::RunId;
@@ -64,7 +65,7 @@ struct Stored {
 
 fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
     let row = connection
-        .query_row(
+        .query_row_cached(
             "SELECT presentation_revision, header_json, nodes_json, steps_total, steps_tail_json, updates_json,
                updates_total
              FROM viewer_runs WHERE run_id = ?1",
@@ -180,7 +181,7 @@ fn store(
 ) -> rusqlite::Result<()> {
     let text = |value: &Value| serde_json::to_string(value).unwrap_or_default();
     let tail = projection.steps.last().map(text);
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor, header_json, nodes_json, steps_total,
              steps_tail_json, updates_json, updates_total)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
@@ -201,15 +202,15 @@ fn store(
             projection.updates_total as i64,
         ],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "UPDATE viewer_list SET revision = revision + 1 WHERE singleton = 1",
         [],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO viewer_deltas (run_id, presentation_revision, delta_index, patch_json) VALUES (?1, ?2, 0, ?3)",
         params![run_id.as_str(), i64_of(revision), text(&json!(ops))],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "DELETE FROM viewer_deltas WHERE run_id = ?1 AND presentation_revision <= ?2",
         params![
             run_id.as_str(),
@@ -227,7 +228,7 @@ pub fn patches_since(
     from: u64,
 ) -> rusqlite::Result<Option<(u64, Vec<Value>)>> {
     let (current, floor): (i64, i64) = match connection
-        .query_row(
+        .query_row_cached(
             "SELECT presentation_revision, retained_floor FROM viewer_runs WHERE run_id = ?1",
             params![run_id.as_str()],
             |row| Ok((row.get(0)?, row.get(1)?)),
