@@ -24,6 +24,7 @@ pub mod runs;
 pub mod schema;
 pub mod viewer;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Params, Row};
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
@@ -250,6 +251,13 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     connection.pragma_update(None, "foreign_keys", "ON")?;
     connection.busy_timeout(std::time::Duration::from_secs(5))?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    // Query-planner stability: a statement's plan never depends on the
+    // values bound to it. Without this, SQLite (built with STAT4, as the
+    // bundled one is) marks `col = ?N` parameters as plan-relevant, and every
+    // rebinding of a cached statement expires it, so `prepare_cached`
+    // recompiles it on each use anyway. Results are unaffected; plans are the
+    // ones a fresh `prepare` (no values known yet) makes.
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     if !exists {
         create_schema(&connection)?;
     }
