@@ -22,7 +22,8 @@ use kernel::run::{ParkReason, RunAggregate};
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Reasons longer than this many characters become a notice plus a reference.
@@ -106,7 +107,7 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         definition_content(connection, run_id, &meta.definition_digest)?,
     );
     let step_values: Vec<Value> = steps.iter().map(|step| step.value.clone()).collect();
-    let history = protocol::canonicalize(&json!(step_values)).unwrap_or_default();
+    let history = graph_history(run_id, &step_values);
     header.insert(
         "graphHistory".into(),
         store_content(
@@ -126,6 +127,67 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         updates,
         updates_total,
     }))
+}
+
+/// How many step documents the graph-history memo keeps (all runs together)
+/// before it starts over.
+const HISTORY_MEMO_STEPS: usize = 16 * 1024;
+
+thread_local! {
+    /// Per run: each step document with its canonical bytes, as last seen.
+    static HISTORY_MEMO: RefCell<(usize, HashMap<RunId, Vec<(Value, Vec<u8>)>>)> =
+        RefCell::new((0, HashMap::new()));
+}
+
+/// The canonical bytes of a run's graph history (the JSON array of its step
+/// documents), exactly `protocol::canonicalize(&json!(steps))`.
+///
+/// Canonical JSON writes an array as `[`, its canonical elements joined by
+/// `,`, and `]`, so each step document is canonicalised once and remembered:
+/// steps only grow and only the last one changes while its attempts run, so
+/// a flush canonicalises one or two steps instead of the whole history. The
+/// memo maps a document to its own bytes, so it is never stale; it only
+/// bounds its memory.
+fn graph_history(run_id: &RunId, steps: &[Value]) -> Vec<u8> {
+    HISTORY_MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        let (remembered, runs) = &mut *memo;
+        let known = runs.remove(run_id).unwrap_or_default();
+        *remembered -= known.len();
+        let mut parts: Vec<(Value, Vec<u8>)> = Vec::with_capacity(steps.len());
+        let mut known = known.into_iter();
+        for step in steps {
+            let part = match known.next() {
+                Some((value, bytes)) if value == *step => (value, bytes),
+                _ => match protocol::canonicalize(step) {
+                    Ok(bytes) => (step.clone(), bytes),
+                    // Not encodable (never for step documents): whatever the
+                    // whole array gives, unmemoised.
+                    Err(_) => {
+                        return protocol::canonicalize(&json!(steps)).unwrap_or_default();
+                    }
+                },
+            };
+            parts.push(part);
+        }
+        let mut bytes =
+            Vec::with_capacity(2 + parts.iter().map(|(_, part)| part.len() + 1).sum::<usize>());
+        bytes.push(b'[');
+        for (index, (_, part)) in parts.iter().enumerate() {
+            if index > 0 {
+                bytes.push(b',');
+            }
+            bytes.extend_from_slice(part);
+        }
+        bytes.push(b']');
+        if *remembered + parts.len() > HISTORY_MEMO_STEPS {
+            runs.clear();
+            *remembered = 0;
+        }
+        *remembered += parts.len();
+        runs.insert(run_id.clone(), parts);
+        bytes
+    })
 }
 
 /// Builds the run view of `run_id`, or `None` when it does not exist.
@@ -580,4 +642,55 @@ pub fn update_page(
         },
     )?;
     rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(seq: u64, node: &str, finished: Option<u64>) -> Value {
+        let mut value = json!({
+            "seq": seq, "nodeId": node, "visit": 1, "startedAtMs": 1_700_000_000_000u64 + seq,
+            "attempts": [{ "attemptId": format!("a-{seq}"), "attemptNumber": 1, "startedAtMs": 1_700_000_000_000u64 + seq }],
+        });
+        if let Some(finished) = finished {
+            value["finishedAtMs"] = json!(finished);
+            value["outcome"] = json!("ok");
+        }
+        value
+    }
+
+    /// The memoised, element-wise history is byte-identical to canonicalising
+    /// the whole array, through growth, a changing last step, odd strings and
+    /// another run's history in between.
+    #[test]
+    fn graph_history_equals_whole_array_canonicalisation() {
+        let run = RunId::new("run-a");
+        let other = RunId::new("run-b");
+        let odd = "n\u{e9}\"\\\u{1}\u{2028}\u{1f600}\u{7f}";
+        let mut steps: Vec<Value> = Vec::new();
+        let check = |run: &RunId, steps: &[Value]| {
+            let expected = protocol::canonicalize(&json!(steps)).unwrap_or_default();
+            assert_eq!(graph_history(run, steps), expected, "{steps:?}");
+        };
+        check(&run, &steps);
+        for seq in 1..=6u64 {
+            let node = if seq == 3 {
+                odd.to_owned()
+            } else {
+                format!("n{seq}")
+            };
+            steps.push(step(seq, &node, None));
+            check(&run, &steps);
+            check(&other, &steps[..1]);
+            let last = steps.len() - 1;
+            steps[last] = step(seq, &node, Some(1_700_000_000_100 + seq));
+            check(&run, &steps);
+        }
+        // A different history for the same run (not a prefix) is recomputed.
+        let mut changed = steps.clone();
+        changed[0]["attempts"][0]["attemptNumber"] = json!(2);
+        check(&run, &changed);
+        check(&run, &steps);
+    }
 }

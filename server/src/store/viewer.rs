@@ -179,7 +179,11 @@ fn store(
     projection: &Projection,
     ops: &[Value],
 ) -> rusqlite::Result<()> {
-    let text = |value: &Value| serde_json::to_string(value).unwrap_or_default();
+    // The documents serialise as they are (a `Map` or `Vec<Value>` writes the
+    // same JSON as the `Value` wrapping it), without copying them first.
+    fn text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+        serde_json::to_string(value).unwrap_or_default()
+    }
     let tail = projection.steps.last().map(text);
     connection.execute_cached(
         "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor, header_json, nodes_json, steps_total,
@@ -194,11 +198,11 @@ fn store(
             run_id.as_str(),
             i64_of(revision),
             i64_of(revision.saturating_sub(RETAINED_REVISIONS)),
-            text(&Value::Object(projection.header.clone())),
-            text(&json!(projection.nodes)),
+            text(&projection.header),
+            text(&projection.nodes),
             projection.steps.len() as i64,
             tail,
-            text(&json!(projection.updates)),
+            text(&projection.updates),
             projection.updates_total as i64,
         ],
     )?;
@@ -208,7 +212,7 @@ fn store(
     )?;
     connection.execute_cached(
         "INSERT INTO viewer_deltas (run_id, presentation_revision, delta_index, patch_json) VALUES (?1, ?2, 0, ?3)",
-        params![run_id.as_str(), i64_of(revision), text(&json!(ops))],
+        params![run_id.as_str(), i64_of(revision), text(ops)],
     )?;
     connection.execute_cached(
         "DELETE FROM viewer_deltas WHERE run_id = ?1 AND presentation_revision <= ?2",
