@@ -41,7 +41,9 @@ pub struct Projection {
     pub header: Map<String, Value>,
     /// One entry per topology node, in definition order.
     pub nodes: Vec<Value>,
-    pub edges: Vec<Value>,
+    /// The definition's graph; a snapshot lists its edges (they never change,
+    /// so patches never carry them and a flush does not build them).
+    pub topology: Option<Arc<Topology>>,
     /// Every graph step (node visit with its attempts), in order.
     pub steps: Vec<Value>,
     /// The newest current updates.
@@ -122,7 +124,7 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
     Ok(Some(Projection {
         header,
         nodes: nodes(topology.as_deref(), &agg, &steps),
-        edges: edges(topology.as_deref()),
+        topology,
         steps: step_values,
         updates,
         updates_total,
@@ -231,7 +233,10 @@ fn document(run_id: &RunId, revision: u64, projection: &Projection) -> Value {
         view.insert(key.clone(), value.clone());
     }
     view.insert("nodes".into(), json!(projection.nodes));
-    view.insert("edges".into(), json!(projection.edges));
+    view.insert(
+        "edges".into(),
+        Value::Array(edges(projection.topology.as_deref())),
+    );
     let inline: Vec<&Value> = projection.steps.iter().take(STEP_PAGE_LIMIT).collect();
     let mut steps = json!({ "items": inline, "total": projection.steps.len() });
     if projection.steps.len() > STEP_PAGE_LIMIT {

@@ -86,21 +86,18 @@ fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
     let Some((revision, header, nodes, steps_total, tail, updates, updates_total)) = row else {
         return Ok(Stored::default());
     };
-    let parse =
-        |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    // Parsed straight into their shapes (text of another shape reads as
+    // empty, as before), without copying them out of a `Value`.
+    fn parse<T: serde::de::DeserializeOwned>(text: Option<String>) -> Option<T> {
+        text.and_then(|text| serde_json::from_str::<T>(&text).ok())
+    }
     Ok(Stored {
         revision: revision.max(0) as u64,
-        header: parse(header)
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default(),
-        nodes: parse(nodes)
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default(),
+        header: parse::<Map<String, Value>>(header).unwrap_or_default(),
+        nodes: parse::<Vec<Value>>(nodes).unwrap_or_default(),
         steps_total: steps_total.max(0) as usize,
-        steps_tail: parse(tail),
-        updates: parse(updates)
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default(),
+        steps_tail: parse::<Value>(tail),
+        updates: parse::<Vec<Value>>(updates).unwrap_or_default(),
         updates_total: updates_total.max(0) as usize,
     })
 }
