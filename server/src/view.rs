@@ -108,7 +108,8 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         "definition".into(),
         definition_content(connection, run_id, &meta.definition_digest)?,
     );
-    let step_values: Vec<Value> = steps.iter().map(|step| step.value.clone()).collect();
+    let node_values = nodes(topology.as_deref(), &agg, &steps);
+    let step_values: Vec<Value> = steps.into_iter().map(|step| step.value).collect();
     let history = graph_history(run_id, &step_values);
     header.insert(
         "graphHistory".into(),
@@ -123,7 +124,7 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
     let (updates, updates_total) = updates(connection, run_id)?;
     Ok(Some(Projection {
         header,
-        nodes: nodes(topology.as_deref(), &agg, &steps),
+        nodes: node_values,
         topology,
         steps: step_values,
         updates,
@@ -534,10 +535,18 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
             set_step_end(step, finished, outcome, &status);
             continue;
         }
+        // Built from parts (`json!` would copy the attempt document by
+        // serialising it).
+        let mut value = Map::new();
+        value.insert("seq".into(), json!(steps.len() + 1));
+        value.insert("nodeId".into(), Value::String(node_id.clone()));
+        value.insert("visit".into(), json!(visit));
+        value.insert("attempts".into(), Value::Array(vec![attempt]));
+        value.insert("startedAtMs".into(), json!(started));
         let mut step = Step {
-            node_id: node_id.clone(),
+            node_id,
             outcome: None,
-            value: json!({ "seq": steps.len() + 1, "nodeId": node_id, "visit": visit, "attempts": [attempt], "startedAtMs": started }),
+            value: Value::Object(value),
         };
         set_step_end(&mut step, finished, outcome, &status);
         index.insert(key, steps.len());
