@@ -136,10 +136,12 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
 /// before it starts over.
 const HISTORY_MEMO_STEPS: usize = 16 * 1024;
 
+/// Per run: each step document with its canonical bytes, as last seen; and
+/// how many steps that is in all.
+type HistoryMemo = (usize, HashMap<RunId, Vec<(Value, Vec<u8>)>>);
+
 thread_local! {
-    /// Per run: each step document with its canonical bytes, as last seen.
-    static HISTORY_MEMO: RefCell<(usize, HashMap<RunId, Vec<(Value, Vec<u8>)>>)> =
-        RefCell::new((0, HashMap::new()));
+    static HISTORY_MEMO: RefCell<HistoryMemo> = RefCell::new((0, HashMap::new()));
 }
 
 /// The canonical bytes of a run's graph history (the JSON array of its step
