@@ -3,8 +3,8 @@
 //! Invariants:
 //! - Only the writer thread opens the database for writing. Every write is a
 //!   job: the handler's closure runs inside one `BEGIN IMMEDIATE` transaction
-//!   (its own savepoint when jobs share a commit) and its reply is sent only
-//!   after `COMMIT` returned.
+//!   (its own savepoint when a job precedes it in the commit) and its reply is
+//!   sent only after `COMMIT` returned.
 //! - Jobs that arrive together share one commit (group commit); a job whose
 //!   closure fails or discards rolls back only its savepoint.
 //! - No process, network or hashing work happens inside a job: the caller
@@ -365,20 +365,32 @@ fn run_batch(
     changes: &mut Vec<Published>,
 ) -> rusqlite::Result<()> {
     control(connection, "BEGIN IMMEDIATE")?;
-    for job in batch.iter_mut() {
+    for (index, job) in batch.iter_mut().enumerate() {
         let run = std::mem::replace(&mut job.run, Box::new(|_| false));
-        control(connection, "SAVEPOINT job")?;
+        // The first job needs no savepoint: nothing precedes it in the
+        // transaction, so rolling the transaction back and beginning a new
+        // one undoes exactly its changes (and spares every single-job batch
+        // its savepoint journal).
+        let savepoint = index > 0;
+        if savepoint {
+            control(connection, "SAVEPOINT job")?;
+        }
         // Every run the job changed gets its presentation revision and patch
         // inside the job's savepoint.
         let mut published = Vec::new();
         let kept = run(connection) && viewer::flush(connection).map(|p| published = p).is_ok();
         viewer::discard();
         if kept {
-            control(connection, "RELEASE job")?;
+            if savepoint {
+                control(connection, "RELEASE job")?;
+            }
             changes.extend(published);
-        } else {
+        } else if savepoint {
             control(connection, "ROLLBACK TO job")?;
             control(connection, "RELEASE job")?;
+        } else {
+            control(connection, "ROLLBACK")?;
+            control(connection, "BEGIN IMMEDIATE")?;
         }
     }
     faults.hit(crate::fault::FaultPoint::BeforeCommit);
@@ -387,4 +399,68 @@ fn run_batch(
         return Err(error);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(
+        path: &'static str,
+        keep: bool,
+        ran: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    ) -> Job {
+        Job {
+            run: Box::new(move |connection| {
+                connection
+                    .execute_cached(
+                        "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?1, 0)",
+                        [path],
+                    )
+                    .expect("insert");
+                keep
+            }),
+            reply: Box::new(move |committed| ran.lock().expect("lock").push(committed.is_ok())),
+        }
+    }
+
+    /// A discarded job leaves nothing behind and the kept ones around it all
+    /// commit, whether it is the batch's first job (no savepoint: the
+    /// transaction is rolled back and begun again) or a later one.
+    #[test]
+    fn discarded_jobs_roll_back_only_their_own_changes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let connection = open_connection(&dir.path().join("state.sqlite")).expect("open");
+        let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut batch = vec![
+            job("/a", false, replies.clone()),
+            job("/b", true, replies.clone()),
+            job("/c", false, replies.clone()),
+            job("/d", true, replies.clone()),
+        ];
+        let mut changes = Vec::new();
+        run_batch(&connection, &mut batch, &Default::default(), &mut changes).expect("batch");
+        let mut kept = Vec::new();
+        {
+            let mut statement = connection
+                .prepare("SELECT canonical_path FROM projects ORDER BY canonical_path")
+                .expect("prepare");
+            let rows = statement
+                .query_map([], |row| row.get::<_, String>(0))
+                .expect("query");
+            for row in rows {
+                kept.push(row.expect("row"));
+            }
+        }
+        assert_eq!(kept, ["/b", "/d"]);
+        assert!(connection.is_autocommit(), "the batch's transaction ended");
+        // A batch whose only job is discarded commits nothing.
+        let mut batch = vec![job("/e", false, replies.clone())];
+        run_batch(&connection, &mut batch, &Default::default(), &mut changes).expect("batch");
+        let count: i64 = connection
+            .query_row("SELECT COUNT(*) FROM projects", [], |row| row.get(0))
+            .expect("count");
+        assert_eq!(count, 2);
+        assert!(connection.is_autocommit());
+    }
 }
