@@ -71,6 +71,16 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
     }
 }
 
+/// With `PIW_BENCH_MARKS` set, prints `bench mark <name> <CLOCK_MONOTONIC
+/// seconds>` to stderr at the start and end of each measured phase, so a
+/// `perf record -k mono` profile of a server can be cut by phase.
+fn mark(name: &str) {
+    if std::env::var_os("PIW_BENCH_MARKS").is_some() {
+        // `Instant` is CLOCK_MONOTONIC on Linux; its Debug form shows the timespec.
+        eprintln!("bench mark {name} {:?}", Instant::now());
+    }
+}
+
 fn ms(duration: Duration) -> String {
     format!("{:.3} ms", duration.as_secs_f64() * 1000.0)
 }
@@ -156,10 +166,12 @@ async fn round_trips(server: &TestServer) -> Stats {
         command(&mut client, "run.resume", &run_id).await;
     }
     let mut samples = Vec::with_capacity(ROUND_TRIP_PAIRS * 2);
+    mark("a-start");
     for _ in 0..ROUND_TRIP_PAIRS {
         samples.push(command(&mut client, "run.pause", &run_id).await);
         samples.push(command(&mut client, "run.resume", &run_id).await);
     }
+    mark("a-end");
     stats(samples)
 }
 
@@ -206,11 +218,13 @@ async fn throughput(server: &TestServer) -> (f64, usize) {
         }));
     }
     barrier.wait().await;
+    mark("b-start");
     let started = Instant::now();
     for task in tasks {
         task.await.unwrap();
     }
     let elapsed = started.elapsed();
+    mark("b-end");
     let commands = CLIENTS * PAIRS_PER_CLIENT * 2;
     (commands as f64 / elapsed.as_secs_f64(), commands)
 }
@@ -247,6 +261,7 @@ async fn steps(server: &TestServer) -> (Duration, Duration) {
     let short = linear_script(server.scratch(), "one", 1);
     let mut longs = Vec::new();
     let mut shorts = Vec::new();
+    mark("c-start");
     for _ in 0..STEP_RUNS {
         for (script, into) in [(&long, &mut longs), (&short, &mut shorts)] {
             let run_id = started(&mut client, script).await;
@@ -259,6 +274,7 @@ async fn steps(server: &TestServer) -> (Duration, Duration) {
             wait_quiescent_at(server).await;
         }
     }
+    mark("c-end");
     longs.sort();
     shorts.sort();
     (longs[STEP_RUNS / 2], shorts[STEP_RUNS / 2])

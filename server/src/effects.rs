@@ -6,6 +6,7 @@
 //! two nodes or two visits never share a key.
 
 use crate::runner_channel::{Answer, Refusal};
+use crate::store::Cached as _;
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
 use crate::supervisor::Runner;
@@ -224,7 +225,7 @@ pub(crate) fn load_effect(
     effect_id: &EffectId,
 ) -> rusqlite::Result<Option<EffectRecord>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT effect_id, effect_type, node_path, visit, request_fingerprint, state, attempt_number,
                     node_attempt_id, result_digest
              FROM effects WHERE run_id = ?1 AND effect_id = ?2",

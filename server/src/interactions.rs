@@ -6,6 +6,7 @@
 //! transaction; the runner then exits and the origin session does the work.
 
 use crate::runner_channel::{Answer, Refusal};
+use crate::store::Cached as _;
 use crate::store::blobs::{self, Blob};
 use crate::store::meta;
 use crate::supervisor::Runner;
@@ -96,7 +97,7 @@ pub(crate) fn requested(
                 // The message row exists only after the aggregate is written.
                 let content: crate::runner_channel::Extra =
                     Box::new(move |connection: &Connection| {
-                        connection.execute(
+                        connection.execute_cached(
                     "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
                     params![message_id.as_str(), prompt],
                 )?;

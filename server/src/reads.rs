@@ -9,6 +9,7 @@
 //! - Content is served only under its exact run id, digest and media type; a
 //!   reference from another run or another media type is unavailable.
 
+use crate::store::Cached as _;
 use base64::Engine as _;
 use kernel::ids::{RunId, SessionId};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -32,7 +33,7 @@ pub fn run_list(
     limit: usize,
     max_bytes: Option<usize>,
 ) -> rusqlite::Result<(Vec<Value>, Option<String>, u64)> {
-    let revision: i64 = connection.query_row(
+    let revision: i64 = connection.query_row_cached(
         "SELECT revision FROM viewer_list WHERE singleton = 1",
         [],
         |row| row.get(0),
@@ -248,7 +249,7 @@ pub fn content_chunk(
         return Ok(Err("the reference digest is malformed"));
     };
     let bytes: Option<Vec<u8>> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT bytes FROM run_view_content WHERE run_id = ?1 AND digest = ?2 AND media_type = ?3",
             params![run_id.as_str(), digest.0.to_vec(), media_type],
             |row| row.get(0),
@@ -280,7 +281,7 @@ pub fn content_chunk(
 pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::Result<Value> {
     let now_ms = crate::clock::now_ms();
     let cleared_at: i64 = connection
-        .query_row(
+        .query_row_cached(
             "SELECT cleared_at_ms FROM session_views WHERE session_id = ?1",
             params![session.as_str()],
             |row| row.get(0),
@@ -288,7 +289,7 @@ pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::R
         .optional()?
         .unwrap_or(0);
     let active: Option<String> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT r.run_id FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
              WHERE b.origin_session_id = ?1 AND r.status IN ('queued', 'running', 'waiting')
              ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1",
@@ -323,13 +324,13 @@ pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::R
         used += size;
         messages.push(message);
     }
-    let runs_revision: i64 = connection.query_row(
+    let runs_revision: i64 = connection.query_row_cached(
         "SELECT COALESCE(SUM(v.presentation_revision), 0) FROM viewer_runs v JOIN run_bindings b ON b.run_id = v.run_id
          WHERE b.origin_session_id = ?1",
         params![session.as_str()],
         |row| row.get(0),
     )?;
-    let message_changes: i64 = connection.query_row(
+    let message_changes: i64 = connection.query_row_cached(
         "SELECT COALESCE(SUM(version), 0) FROM workflow_messages WHERE session_id = ?1",
         params![session.as_str()],
         |row| row.get(0),
@@ -360,7 +361,7 @@ fn retained_terminal(
     cleared_at_ms: i64,
 ) -> rusqlite::Result<Option<String>> {
     connection
-        .query_row(
+        .query_row_cached(
             "WITH latest AS (
                SELECT r.run_id, r.finished_at_ms FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
                WHERE b.origin_session_id = ?1 AND r.finished_at_ms IS NOT NULL AND r.finished_at_ms > ?4
@@ -388,7 +389,7 @@ fn retained_terminal(
 
 /// `sessionView.clearTerminal`: hides the retained terminal run.
 pub fn clear_terminal(connection: &Connection, session: &SessionId) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO session_views (session_id, cleared_at_ms) VALUES (?1, ?2)
          ON CONFLICT (session_id) DO UPDATE SET cleared_at_ms = excluded.cleared_at_ms",
         params![session.as_str(), crate::clock::now_ms() as i64],

@@ -15,6 +15,7 @@
 use crate::app::App;
 use crate::process::ProcessIdentity;
 use crate::runner_channel::kill_exact;
+use crate::store::Cached as _;
 use crate::store::{Commit, runs};
 use kernel::ids::{RunId, RunnerEpochId};
 use kernel::output::{Output, WakeReason};
@@ -43,7 +44,7 @@ type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);
 /// Runner records that were live when an earlier server stopped, and the
 /// child groups they registered.
 fn stale_processes(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Stale>> {
-    let mut statement = connection.prepare(
+    let mut statement = connection.prepare_cached(
         "SELECT run_id, runner_epoch, pid_start_identity FROM run_workers WHERE status IN ('launching', 'ready')",
     )?;
     let mut stale: Vec<Stale> = statement
@@ -56,7 +57,7 @@ fn stale_processes(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<St
             ))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let mut children = connection.prepare(
+    let mut children = connection.prepare_cached(
         "SELECT w.run_id, p.runner_epoch, p.start_identity FROM runner_processes p JOIN run_workers w ON w.runner_epoch = p.runner_epoch",
     )?;
     let registered: Vec<Stale> = children
@@ -85,7 +86,7 @@ async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) ->
         let _ = app
             .store
             .write(move |connection| {
-                connection.execute(
+                connection.execute_cached(
                     "DELETE FROM runner_processes WHERE runner_epoch = ?1",
                     rusqlite::params![runner_epoch.as_str()],
                 )?;

@@ -13,6 +13,7 @@
 
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
+use crate::store::Cached as _;
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, runs};
@@ -966,7 +967,7 @@ fn notify(
     let extra: Extra = Box::new(move |connection: &Connection| {
         crate::store::blobs::put(connection, &content, "text/plain", now_ms)?;
         attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
-        connection.execute(
+        connection.execute_cached(
             "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
             rusqlite::params![message_id.as_str(), content.digest.0.to_vec()],
         )?;
@@ -1001,7 +1002,7 @@ fn error_text(error: Option<&Value>) -> String {
 
 /// Stores the message text of a run's terminal error beside its class.
 fn store_run_error(connection: &Connection, run_id: &RunId, message: &str) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
         rusqlite::params![run_id.as_str(), message],
     )?;
@@ -1048,7 +1049,7 @@ async fn progress(app: &Arc<App>, runner: &Arc<Runner>, envelope: &Envelope) -> 
         .write(move |connection| {
             let encoded = identity.encode();
             if operation == "process.unregister" {
-                connection.execute(
+                connection.execute_cached(
                     "DELETE FROM runner_processes WHERE runner_epoch = ?1 AND pid = ?2 AND start_identity = ?3",
                     rusqlite::params![runner_epoch.as_str(), i64::from(identity.pid), encoded],
                 )?;
@@ -1059,7 +1060,7 @@ async fn progress(app: &Arc<App>, runner: &Arc<Runner>, envelope: &Envelope) -> 
             if !is_child || kernel::claim::check(&lease, Some(&authority), now_ms).is_err() {
                 return Ok(Commit::Discard(false));
             }
-            connection.execute(
+            connection.execute_cached(
                 "INSERT INTO runner_processes (pid, start_identity, runner_epoch, registered_at_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT DO NOTHING",
                 rusqlite::params![i64::from(identity.pid), encoded, runner_epoch.as_str(), now_ms as i64],
@@ -1085,12 +1086,13 @@ pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
     let rows = app
         .store
         .write(move |connection| {
-            let mut statement = connection
-                .prepare("SELECT start_identity FROM runner_processes WHERE runner_epoch = ?1")?;
+            let mut statement = connection.prepare_cached(
+                "SELECT start_identity FROM runner_processes WHERE runner_epoch = ?1",
+            )?;
             let rows: Vec<String> = statement
                 .query_map(rusqlite::params![runner_epoch.as_str()], |row| row.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
-            connection.execute(
+            connection.execute_cached(
                 "DELETE FROM runner_processes WHERE runner_epoch = ?1",
                 rusqlite::params![runner_epoch.as_str()],
             )?;
@@ -1127,7 +1129,7 @@ pub async fn record_exit(
         .store
         .write(move |connection| {
             let now_ms = crate::clock::now_ms();
-            connection.execute(
+            connection.execute_cached(
                 "UPDATE run_workers SET exit_code = ?2, signal = ?3 WHERE runner_epoch = ?1",
                 rusqlite::params![runner_for_job.runner_epoch.as_str(), code, signal],
             )?;

@@ -13,6 +13,7 @@
 use crate::app::{App, StartError};
 use crate::config::Config;
 use crate::fault::Faults;
+use crate::store::Cached as _;
 use crate::store::{Commit, runs};
 use crate::{recovery, scheduler, socket, timers};
 use kernel::output::StopReason;
@@ -132,7 +133,7 @@ async fn idle_watch(app: Arc<App>) {
 async fn has_unsettled_work(app: &Arc<App>) -> bool {
     app.store
         .read(|connection| {
-            let count: i64 = connection.query_row(
+            let count: i64 = connection.query_row_cached(
                 "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
                  WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued')
                     OR (r.status = 'running' AND q.status IN ('starting', 'running'))

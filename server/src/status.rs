@@ -6,6 +6,7 @@
 
 use crate::app::App;
 use crate::handlers::response;
+use crate::store::Cached as _;
 use kernel::ids::RunId;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ pub struct Counts {
 pub fn counts(connection: &rusqlite::Connection, now_ms: u64) -> rusqlite::Result<Counts> {
     let count = |sql: &str| -> rusqlite::Result<u64> {
         connection
-            .query_row(sql, [now_ms as i64], |row| row.get::<_, i64>(0))
+            .query_row_cached(sql, [now_ms as i64], |row| row.get::<_, i64>(0))
             .map(|n| n.max(0) as u64)
     };
     Ok(Counts {

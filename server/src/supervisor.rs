@@ -15,6 +15,7 @@
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
 use crate::runner_channel;
+use crate::store::Cached as _;
 use crate::store::Commit;
 use kernel::claim::Authority;
 use kernel::ids::{Generation, RunId, RunnerEpochId};
@@ -356,7 +357,7 @@ async fn record_process(app: &Arc<App>, runner: &Arc<Runner>, identity: &Process
     let _ = app
         .store
         .write(move |connection| {
-            connection.execute(
+            connection.execute_cached(
                 "UPDATE run_workers SET pid = ?2, pid_start_identity = ?3 WHERE runner_epoch = ?1",
                 rusqlite::params![runner_epoch.as_str(), pid, encoded],
             )?;

@@ -12,6 +12,7 @@
 //!   decide, so a late or duplicate wake changes nothing.
 
 use crate::app::App;
+use crate::store::Cached as _;
 use crate::store::{Commit, attempts, meta, runs};
 use kernel::attempt::NodeOutcome;
 use kernel::ids::RunId;
@@ -109,7 +110,7 @@ pub async fn has_live_wakes(app: &Arc<App>) -> bool {
                     WakeReason::NodeDeadline { attempt_id } => attempt_id.as_str().to_owned(),
                     _ => String::new(),
                 };
-                let live: i64 = connection.query_row(
+                let live: i64 = connection.query_row_cached(
                     sql,
                     rusqlite::params![run_id.as_str(), attempt],
                     |row| row.get(0),
@@ -222,7 +223,7 @@ async fn expire_node(
                     };
                     attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
                     if transition.facts.run.error.is_some() {
-                        connection.execute(
+                        connection.execute_cached(
                             "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
                             rusqlite::params![run_id.as_str(), message],
                         )?;

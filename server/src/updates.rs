@@ -5,6 +5,7 @@
 //! the same transaction as its receipt and the run's new bucket state.
 
 use crate::runner_channel::{Answer, Refusal};
+use crate::store::Cached as _;
 use crate::supervisor::Runner;
 use kernel::ids::{AttemptId, Digest, IdempotencyKey};
 use kernel::output::Transition;
@@ -66,19 +67,19 @@ pub(crate) fn runner_update(
     let update_type = text("/update/type");
     let update_key = text("/update/key");
     let stored: Option<UpdateReceipt> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT receipt_json FROM update_receipts WHERE run_id = ?1 AND idempotency_key = ?2",
             params![run_id.as_str(), key],
             |row| row.get::<_, String>(0),
         )
         .optional()?
         .and_then(|text| serde_json::from_str(&text).ok());
-    let pair_is_current: bool = connection.query_row(
+    let pair_is_current: bool = connection.query_row_cached(
         "SELECT EXISTS (SELECT 1 FROM workflow_updates WHERE run_id = ?1 AND update_type = ?2 AND update_key = ?3)",
         params![run_id.as_str(), update_type, update_key],
         |row| row.get(0),
     )?;
-    let (tokens, refilled_at_ms, current_pairs): (i64, i64, i64) = connection.query_row(
+    let (tokens, refilled_at_ms, current_pairs): (i64, i64, i64) = connection.query_row_cached(
         "SELECT update_tokens, update_refilled_at_ms, (SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1)
          FROM runs WHERE run_id = ?1",
         params![run_id.as_str()],
@@ -122,11 +123,11 @@ pub(crate) fn runner_update(
             Ok(UpdateDecision::Accepted(transition)) => {
                 let updated = &transition.facts;
                 let current = &updated.current;
-                connection.execute(
+                connection.execute_cached(
                 "UPDATE runs SET update_tokens = ?2, update_refilled_at_ms = ?3 WHERE run_id = ?1",
                 params![run_id.as_str(), updated.facts.bucket.tokens, updated.facts.bucket.refilled_at_ms as i64],
             )?;
-                connection.execute(
+                connection.execute_cached(
                 "INSERT INTO workflow_updates (run_id, update_type, update_key, update_id, seq, node_id, attempt_id, data_json, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (run_id, update_type, update_key) DO UPDATE SET update_id = excluded.update_id,
@@ -145,7 +146,7 @@ pub(crate) fn runner_update(
                 ],
             )?;
                 crate::store::viewer::mark(run_id);
-                connection.execute(
+                connection.execute_cached(
                 "INSERT INTO update_receipts (run_id, idempotency_key, receipt_json) VALUES (?1, ?2, ?3)",
                 params![run_id.as_str(), key, serde_json::to_string(&updated.receipt).unwrap_or_default()],
             )?;

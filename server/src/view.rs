@@ -13,6 +13,7 @@
 //!   `run_view_content` before a reference to it is returned.
 
 use crate::app::App;
+use crate::store::Cached as _;
 use crate::store::codec_name;
 use crate::store::{Commit, meta, runs};
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
@@ -21,7 +22,8 @@ use kernel::run::{ParkReason, RunAggregate};
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Reasons longer than this many characters become a notice plus a reference.
@@ -39,7 +41,9 @@ pub struct Projection {
     pub header: Map<String, Value>,
     /// One entry per topology node, in definition order.
     pub nodes: Vec<Value>,
-    pub edges: Vec<Value>,
+    /// The definition's graph; a snapshot lists its edges (they never change,
+    /// so patches never carry them and a flush does not build them).
+    pub topology: Option<Arc<Topology>>,
     /// Every graph step (node visit with its attempts), in order.
     pub steps: Vec<Value>,
     /// The newest current updates.
@@ -56,7 +60,7 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         return Ok(None);
     };
     let topology = meta::topology(connection, &meta.definition_digest)?;
-    let error_message: Option<String> = connection.query_row(
+    let error_message: Option<String> = connection.query_row_cached(
         "SELECT error_message FROM runs WHERE run_id = ?1",
         params![run_id.as_str()],
         |row| row.get(0),
@@ -104,8 +108,9 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         "definition".into(),
         definition_content(connection, run_id, &meta.definition_digest)?,
     );
-    let step_values: Vec<Value> = steps.iter().map(|step| step.value.clone()).collect();
-    let history = protocol::canonicalize(&json!(step_values)).unwrap_or_default();
+    let node_values = nodes(topology.as_deref(), &agg, &steps);
+    let step_values: Vec<Value> = steps.into_iter().map(|step| step.value).collect();
+    let history = graph_history(run_id, &step_values);
     header.insert(
         "graphHistory".into(),
         store_content(
@@ -119,12 +124,75 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
     let (updates, updates_total) = updates(connection, run_id)?;
     Ok(Some(Projection {
         header,
-        nodes: nodes(topology.as_deref(), &agg, &steps),
-        edges: edges(topology.as_deref()),
+        nodes: node_values,
+        topology,
         steps: step_values,
         updates,
         updates_total,
     }))
+}
+
+/// How many step documents the graph-history memo keeps (all runs together)
+/// before it starts over.
+const HISTORY_MEMO_STEPS: usize = 16 * 1024;
+
+/// Per run: each step document with its canonical bytes, as last seen; and
+/// how many steps that is in all.
+type HistoryMemo = (usize, HashMap<RunId, Vec<(Value, Vec<u8>)>>);
+
+thread_local! {
+    static HISTORY_MEMO: RefCell<HistoryMemo> = RefCell::new((0, HashMap::new()));
+}
+
+/// The canonical bytes of a run's graph history (the JSON array of its step
+/// documents), exactly `protocol::canonicalize(&json!(steps))`.
+///
+/// Canonical JSON writes an array as `[`, its canonical elements joined by
+/// `,`, and `]`, so each step document is canonicalised once and remembered:
+/// steps only grow and only the last one changes while its attempts run, so
+/// a flush canonicalises one or two steps instead of the whole history. The
+/// memo maps a document to its own bytes, so it is never stale; it only
+/// bounds its memory.
+fn graph_history(run_id: &RunId, steps: &[Value]) -> Vec<u8> {
+    HISTORY_MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        let (remembered, runs) = &mut *memo;
+        let known = runs.remove(run_id).unwrap_or_default();
+        *remembered -= known.len();
+        let mut parts: Vec<(Value, Vec<u8>)> = Vec::with_capacity(steps.len());
+        let mut known = known.into_iter();
+        for step in steps {
+            let part = match known.next() {
+                Some((value, bytes)) if value == *step => (value, bytes),
+                _ => match protocol::canonicalize(step) {
+                    Ok(bytes) => (step.clone(), bytes),
+                    // Not encodable (never for step documents): whatever the
+                    // whole array gives, unmemoised.
+                    Err(_) => {
+                        return protocol::canonicalize(&json!(steps)).unwrap_or_default();
+                    }
+                },
+            };
+            parts.push(part);
+        }
+        let mut bytes =
+            Vec::with_capacity(2 + parts.iter().map(|(_, part)| part.len() + 1).sum::<usize>());
+        bytes.push(b'[');
+        for (index, (_, part)) in parts.iter().enumerate() {
+            if index > 0 {
+                bytes.push(b',');
+            }
+            bytes.extend_from_slice(part);
+        }
+        bytes.push(b']');
+        if *remembered + parts.len() > HISTORY_MEMO_STEPS {
+            runs.clear();
+            *remembered = 0;
+        }
+        *remembered += parts.len();
+        runs.insert(run_id.clone(), parts);
+        bytes
+    })
 }
 
 /// Builds the run view of `run_id`, or `None` when it does not exist.
@@ -140,7 +208,7 @@ pub async fn build(
 /// The presentation revision of a run (0 before its first change).
 pub fn presentation_revision(connection: &Connection, run_id: &RunId) -> rusqlite::Result<u64> {
     let revision: Option<i64> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT presentation_revision FROM viewer_runs WHERE run_id = ?1",
             params![run_id.as_str()],
             |row| row.get(0),
@@ -168,7 +236,10 @@ fn document(run_id: &RunId, revision: u64, projection: &Projection) -> Value {
         view.insert(key.clone(), value.clone());
     }
     view.insert("nodes".into(), json!(projection.nodes));
-    view.insert("edges".into(), json!(projection.edges));
+    view.insert(
+        "edges".into(),
+        Value::Array(edges(projection.topology.as_deref())),
+    );
     let inline: Vec<&Value> = projection.steps.iter().take(STEP_PAGE_LIMIT).collect();
     let mut steps = json!({ "items": inline, "total": projection.steps.len() });
     if projection.steps.len() > STEP_PAGE_LIMIT {
@@ -196,7 +267,7 @@ fn display_value(
     error_message: Option<&str>,
 ) -> rusqlite::Result<Value> {
     let validating: bool = match &agg.interaction {
-        Some(interaction) => connection.query_row(
+        Some(interaction) => connection.query_row_cached(
             "SELECT EXISTS (SELECT 1 FROM interactive_submissions WHERE interaction_id = ?1 AND outcome = 'validating')",
             params![interaction.interaction_id.as_str()],
             |row| row.get(0),
@@ -329,13 +400,13 @@ pub fn store_content(
     role: ContentRole,
 ) -> rusqlite::Result<Value> {
     let digest = crate::ids::sha256(bytes);
-    let inserted = connection.execute(
+    let inserted = connection.execute_cached(
         "INSERT INTO run_view_content (run_id, digest, media_type, role, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT DO NOTHING",
         params![run_id.as_str(), digest.0.to_vec(), media_type, role.as_str(), bytes, crate::clock::now_ms() as i64],
     )?;
     if inserted > 0 && role != ContentRole::Definition {
-        connection.execute(
+        connection.execute_cached(
             "DELETE FROM run_view_content WHERE run_id = ?1 AND role = ?2 AND rowid NOT IN
                (SELECT rowid FROM run_view_content WHERE run_id = ?1 AND role = ?2 ORDER BY rowid DESC LIMIT ?3)",
             params![run_id.as_str(), role.as_str(), RETAINED_CONTENTS],
@@ -353,7 +424,7 @@ fn definition_content(
     definition_digest: &str,
 ) -> rusqlite::Result<Value> {
     let stored: Option<(Vec<u8>, i64)> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT digest, length(bytes) FROM run_view_content WHERE run_id = ?1 AND role = 'definition'",
             params![run_id.as_str()],
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -365,7 +436,7 @@ fn definition_content(
             json!({ "digest": crate::ids::digest_text(&digest), "mediaType": "application/json", "bytes": length }),
         );
     }
-    let topology_json: String = connection.query_row(
+    let topology_json: String = connection.query_row_cached(
         "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
         params![definition_digest],
         |row| row.get(0),
@@ -466,10 +537,18 @@ fn step_records(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec
             set_step_end(step, finished, outcome, &status);
             continue;
         }
+        // Built from parts (`json!` would copy the attempt document by
+        // serialising it).
+        let mut value = Map::new();
+        value.insert("seq".into(), json!(steps.len() + 1));
+        value.insert("nodeId".into(), Value::String(node_id.clone()));
+        value.insert("visit".into(), json!(visit));
+        value.insert("attempts".into(), Value::Array(vec![attempt]));
+        value.insert("startedAtMs".into(), json!(started));
         let mut step = Step {
-            node_id: node_id.clone(),
+            node_id,
             outcome: None,
-            value: json!({ "seq": steps.len() + 1, "nodeId": node_id, "visit": visit, "attempts": [attempt], "startedAtMs": started }),
+            value: Value::Object(value),
         };
         set_step_end(&mut step, finished, outcome, &status);
         index.insert(key, steps.len());
@@ -544,7 +623,7 @@ fn edges(topology: Option<&Topology>) -> Vec<Value> {
 
 /// The newest current updates (inline) and the total number of current pairs.
 fn updates(connection: &Connection, run_id: &RunId) -> rusqlite::Result<(Vec<Value>, usize)> {
-    let total: i64 = connection.query_row(
+    let total: i64 = connection.query_row_cached(
         "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1",
         params![run_id.as_str()],
         |row| row.get(0),
@@ -579,4 +658,55 @@ pub fn update_page(
         },
     )?;
     rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(seq: u64, node: &str, finished: Option<u64>) -> Value {
+        let mut value = json!({
+            "seq": seq, "nodeId": node, "visit": 1, "startedAtMs": 1_700_000_000_000u64 + seq,
+            "attempts": [{ "attemptId": format!("a-{seq}"), "attemptNumber": 1, "startedAtMs": 1_700_000_000_000u64 + seq }],
+        });
+        if let Some(finished) = finished {
+            value["finishedAtMs"] = json!(finished);
+            value["outcome"] = json!("ok");
+        }
+        value
+    }
+
+    /// The memoised, element-wise history is byte-identical to canonicalising
+    /// the whole array, through growth, a changing last step, odd strings and
+    /// another run's history in between.
+    #[test]
+    fn graph_history_equals_whole_array_canonicalisation() {
+        let run = RunId::new("run-a");
+        let other = RunId::new("run-b");
+        let odd = "n\u{e9}\"\\\u{1}\u{2028}\u{1f600}\u{7f}";
+        let mut steps: Vec<Value> = Vec::new();
+        let check = |run: &RunId, steps: &[Value]| {
+            let expected = protocol::canonicalize(&json!(steps)).unwrap_or_default();
+            assert_eq!(graph_history(run, steps), expected, "{steps:?}");
+        };
+        check(&run, &steps);
+        for seq in 1..=6u64 {
+            let node = if seq == 3 {
+                odd.to_owned()
+            } else {
+                format!("n{seq}")
+            };
+            steps.push(step(seq, &node, None));
+            check(&run, &steps);
+            check(&other, &steps[..1]);
+            let last = steps.len() - 1;
+            steps[last] = step(seq, &node, Some(1_700_000_000_100 + seq));
+            check(&run, &steps);
+        }
+        // A different history for the same run (not a prefix) is recomputed.
+        let mut changed = steps.clone();
+        changed[0]["attempts"][0]["attemptNumber"] = json!(2);
+        check(&run, &changed);
+        check(&run, &steps);
+    }
 }

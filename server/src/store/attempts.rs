@@ -5,6 +5,7 @@
 //! Invariant: result records are rebuilt from committed rows only, so a
 //! resumed run routes on exactly what was committed.
 
+use super::Cached as _;
 use super::blobs::{self, Blob};
 use super::codec::{DigestColumn, i64_of, u64_of};
 use kernel::ids::{AttemptId, Digest, NodeId, RunId};
@@ -33,7 +34,7 @@ pub(crate) fn record_result(
     if let Some(output) = &result.output {
         blobs::put(connection, output, blobs::JSON, now_ms)?;
     }
-    connection.execute(
+    connection.execute_cached(
         "UPDATE node_attempts SET output_digest = COALESCE(?3, output_digest), error_message = COALESCE(?4, error_message),
              action_json = COALESCE(?5, action_json)
          WHERE run_id = ?1 AND attempt_id = ?2",
@@ -55,7 +56,7 @@ pub(crate) fn record_status_detail(
     attempt_id: &AttemptId,
     detail: &str,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "UPDATE node_attempts SET status_detail = ?3 WHERE run_id = ?1 AND attempt_id = ?2",
         params![run_id.as_str(), attempt_id.as_str(), detail],
     )?;
@@ -113,7 +114,7 @@ pub(crate) fn last_step_record(
     topology: &Topology,
 ) -> rusqlite::Result<Option<Value>> {
     let row = connection
-        .query_row(
+        .query_row_cached(
             "SELECT attempt_id, node_id, outcome, started_at_ms, finished_at_ms, output_digest, error_message
              FROM node_attempts WHERE run_id = ?1 AND status = 'finished' ORDER BY seq DESC LIMIT 1",
             params![run_id.as_str()],
@@ -227,7 +228,7 @@ pub(crate) fn final_output(
     run_id: &RunId,
 ) -> rusqlite::Result<Option<Value>> {
     let digest: Option<DigestColumn> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT output_digest FROM node_attempts WHERE run_id = ?1 AND status = 'finished' AND outcome = 'ok'
              ORDER BY seq DESC LIMIT 1",
             params![run_id.as_str()],

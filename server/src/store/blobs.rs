@@ -3,6 +3,7 @@
 //! Invariant: the key is the SHA-256 of the exact bytes, computed by the
 //! caller before the transaction; inserting an existing value is a no-op.
 
+use super::Cached as _;
 use super::codec::{DigestColumn, i64_of};
 use kernel::ids::Digest;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -36,7 +37,7 @@ pub(crate) fn put(
     media_type: &str,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO blobs (digest, media_type, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (digest) DO NOTHING",
         params![
@@ -52,7 +53,7 @@ pub(crate) fn put(
 /// Reads a stored value.
 pub(crate) fn get(connection: &Connection, digest: &Digest) -> rusqlite::Result<Option<Vec<u8>>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT bytes FROM blobs WHERE digest = ?1",
             params![digest.0.to_vec()],
             |row| row.get(0),

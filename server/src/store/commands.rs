@@ -5,6 +5,7 @@
 //! it acknowledges, so a reply is never sent for a change that did not commit
 //! and a committed change always has its receipt.
 
+use super::Cached as _;
 use super::codec::{DigestColumn, i64_of, name, parse, u64_of};
 use kernel::ids::{ClientId, IdempotencyKey, RequestId, Revision, RunId, RunnerEpochId};
 use kernel::receipt::{
@@ -12,8 +13,17 @@ use kernel::receipt::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-const SELECT_COMMAND: &str = "SELECT request_id, client_id, operation, idempotency_key, run_id, expected_revision,
-    payload_digest, outcome, revision, receipt_digest, created_at_ms, receipt_json FROM host_commands";
+/// The receipt columns `command_from_row` reads, with a `WHERE` clause (a
+/// literal, so each lookup is one constant SQL text in the statement cache).
+macro_rules! select_command {
+    ($where:literal) => {
+        concat!(
+            "SELECT request_id, client_id, operation, idempotency_key, run_id, expected_revision,
+    payload_digest, outcome, revision, receipt_digest, created_at_ms, receipt_json FROM host_commands ",
+            $where
+        )
+    };
+}
 
 fn command_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredCommand, String)> {
     Ok((
@@ -42,8 +52,8 @@ pub(crate) fn by_request_id(
     request_id: &RequestId,
 ) -> rusqlite::Result<Option<(StoredCommand, String)>> {
     connection
-        .query_row(
-            &format!("{SELECT_COMMAND} WHERE request_id = ?1"),
+        .query_row_cached(
+            select_command!("WHERE request_id = ?1"),
             params![request_id.as_str()],
             command_from_row,
         )
@@ -57,8 +67,8 @@ pub(crate) fn by_key(
     key: &IdempotencyKey,
 ) -> rusqlite::Result<Option<(StoredCommand, String)>> {
     connection
-        .query_row(
-            &format!("{SELECT_COMMAND} WHERE client_id = ?1 AND idempotency_key = ?2"),
+        .query_row_cached(
+            select_command!("WHERE client_id = ?1 AND idempotency_key = ?2"),
             params![client_id.as_str(), key.as_str()],
             command_from_row,
         )
@@ -73,7 +83,7 @@ pub(crate) fn insert(
     receipt_json: &str,
 ) -> rusqlite::Result<()> {
     let identity = &stored.identity;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO host_commands (request_id, client_id, operation, idempotency_key, run_id, expected_revision,
              payload_digest, fingerprint, outcome, revision, receipt_json, receipt_digest, created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
@@ -103,7 +113,7 @@ pub(crate) fn runner_message(
     message_id: &RunnerMessageId,
 ) -> rusqlite::Result<Option<(StoredRunnerMessage, String)>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT payload_digest, outcome, revision, reply_json, created_at_ms, reply_digest FROM worker_messages
              WHERE runner_epoch = ?1 AND message_id = ?2",
             params![runner_epoch.as_str(), message_id.as_str()],
@@ -134,7 +144,7 @@ pub(crate) fn insert_runner_message(
     stored: &StoredRunnerMessage,
     reply_json: &str,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO worker_messages (runner_epoch, message_id, payload_digest, outcome, revision, reply_json,
              reply_digest, created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -1,6 +1,7 @@
 //! Protected human decisions (`human_decisions`) beyond the pending one the
 //! run aggregate carries.
 
+use super::Cached as _;
 use super::runs::decision_from_row;
 use kernel::decision::DecisionRecord;
 use kernel::run::RunAggregate;
@@ -15,7 +16,7 @@ pub(crate) fn for_checkpoint(
         return Ok(None);
     };
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT decision_id, node_id, request_digest, state, provenance, answer_digest, deadline_at_ms,
                     default_answer_digest, continuation_run_id
              FROM human_decisions WHERE run_id = ?1 AND node_id = ?2 ORDER BY created_at_ms DESC LIMIT 1",

@@ -1,5 +1,6 @@
 //! The one `workflow_host_state` row: the server epoch and its lease.
 
+use super::Cached as _;
 use super::codec::{i64_of, u64_of};
 use kernel::epoch::HostFacts;
 use kernel::ids::{OwnerId, ServerEpoch};
@@ -8,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 /// Loads the host facts (default for a new database).
 pub(crate) fn load(connection: &Connection) -> rusqlite::Result<HostFacts> {
     let facts = connection
-        .query_row(
+        .query_row_cached(
             "SELECT epoch, owner_id, lease_expires_at_ms FROM workflow_host_state WHERE singleton = 1",
             [],
             |row| {
@@ -29,7 +30,7 @@ pub(crate) fn write(
     facts: &HostFacts,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO workflow_host_state (singleton, epoch, owner_id, lease_expires_at_ms, started_at_ms)
          VALUES (1, ?1, ?2, ?3, ?4)
          ON CONFLICT (singleton) DO UPDATE SET epoch = excluded.epoch, owner_id = excluded.owner_id,

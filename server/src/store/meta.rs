@@ -5,6 +5,7 @@
 //! never change after reservation; a restart or continuation copies them
 //! (a continuation takes its answer as the new input).
 
+use super::Cached as _;
 use super::codec::{DigestColumn, i64_of};
 use kernel::ids::{Digest, RunId, SessionId};
 use kernel::run::ExecutionMode;
@@ -31,7 +32,7 @@ pub struct RunMeta {
 /// Loads a run's metadata.
 pub(crate) fn load(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunMeta>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT r.project_id, s.project_path, r.workflow_name, r.workflow_ref, r.title, r.definition_digest,
                     r.input_digest, s.input_hash, s.source_json
              FROM runs r JOIN run_sources s ON s.run_id = r.run_id WHERE r.run_id = ?1",
@@ -61,7 +62,7 @@ pub(crate) fn ensure_project(
     now_ms: u64,
 ) -> rusqlite::Result<String> {
     let project_id = hex::encode(&crate::ids::sha256(path.as_bytes()).0[..12]);
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT (project_id) DO NOTHING",
         params![project_id, path, i64_of(now_ms)],
@@ -77,7 +78,7 @@ pub(crate) fn put_definition(
     topology_json: &str,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO workflow_definitions (definition_digest, workflow_name, topology_json, created_at_ms)
          VALUES (?1, ?2, ?3, ?4) ON CONFLICT (definition_digest) DO NOTHING",
         params![digest, workflow_name, topology_json, i64_of(now_ms)],
@@ -97,7 +98,7 @@ pub(crate) fn topology(
         return Ok(Some(found.clone()));
     }
     let text: Option<String> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",
             params![digest],
             |row| row.get(0),
@@ -126,7 +127,7 @@ pub(crate) fn insert_run(
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let now = i64_of(now_ms);
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO runs (run_id, project_id, workflow_name, workflow_ref, title, definition_digest, input_digest,
              status, paused, revision, continuation_of, continuation_checkpoint, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, 1, ?8, ?9, ?10, ?10)",
@@ -143,7 +144,7 @@ pub(crate) fn insert_run(
             now,
         ],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO run_sources (run_id, project_path, source_json, input_hash) VALUES (?1, ?2, ?3, ?4)",
         params![meta.run_id.as_str(), meta.project_path, meta.source_json, meta.input_hash],
     )?;
@@ -153,20 +154,20 @@ pub(crate) fn insert_run(
         }
         ExecutionMode::Headless => ("headless", None),
     };
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO run_bindings (run_id, execution_mode, origin_session_id) VALUES (?1, ?2, ?3)",
         params![meta.run_id.as_str(), execution_mode, session],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO run_queue (run_id, status, origin_session_id, parent_run_id, queued_at_ms, updated_at_ms)
          VALUES (?1, 'queued', ?2, ?3, ?4, ?4)",
         params![meta.run_id.as_str(), session, continuation_parent.map(|(parent, _)| parent.as_str()), now],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO leases (run_id, generation) VALUES (?1, 0)",
         params![meta.run_id.as_str()],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor) VALUES (?1, 0, 0)",
         params![meta.run_id.as_str()],
     )?;
@@ -193,7 +194,7 @@ pub(crate) fn next_message_order(
     connection: &Connection,
     session: &SessionId,
 ) -> rusqlite::Result<u64> {
-    let max: Option<i64> = connection.query_row(
+    let max: Option<i64> = connection.query_row_cached(
         "SELECT MAX(session_order) FROM workflow_messages WHERE session_id = ?1",
         params![session.as_str()],
         |row| row.get(0),

@@ -3,8 +3,8 @@
 //! Invariants:
 //! - Only the writer thread opens the database for writing. Every write is a
 //!   job: the handler's closure runs inside one `BEGIN IMMEDIATE` transaction
-//!   (its own savepoint when jobs share a commit) and its reply is sent only
-//!   after `COMMIT` returned.
+//!   (its own savepoint when a job precedes it in the commit) and its reply is
+//!   sent only after `COMMIT` returned.
 //! - Jobs that arrive together share one commit (group commit); a job whose
 //!   closure fails or discards rolls back only its savepoint.
 //! - No process, network or hashing work happens inside a job: the caller
@@ -24,7 +24,8 @@ pub mod runs;
 pub mod schema;
 pub mod viewer;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, OpenFlags, Params, Row};
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -36,6 +37,43 @@ pub const INCOMPATIBLE_STATE: &str = "Pi Workflows durable state is incompatible
 
 /// How many jobs may share one commit.
 const MAX_JOBS_PER_COMMIT: usize = 256;
+
+/// How many compiled statements the writer connection keeps: more than the
+/// server has distinct SQL texts, so none is ever compiled twice.
+const STATEMENT_CACHE_CAPACITY: usize = 256;
+
+/// Statements through the connection's prepared-statement cache: each SQL
+/// text is compiled once per connection, not on every call. Same results and
+/// errors as `Connection::execute` / `Connection::query_row`.
+pub(crate) trait Cached {
+    /// `Connection::execute` with a cached statement.
+    fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    /// `Connection::query_row` with a cached statement.
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
+/// Runs one transaction-control statement (`BEGIN IMMEDIATE`, `SAVEPOINT`,
+/// `COMMIT`, ...) through the statement cache.
+fn control(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
+    connection.execute_cached(sql, []).map(|_| ())
+}
 
 /// Why the store could not be opened or used.
 #[derive(Debug)]
@@ -211,7 +249,20 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     connection.pragma_update(None, "journal_mode", "WAL")?;
     connection.pragma_update(None, "synchronous", "FULL")?;
     connection.pragma_update(None, "foreign_keys", "ON")?;
+    // Statement journals (one per job savepoint) and temporary sort trees
+    // stay in memory: a job's savepoint journal above 64 KiB otherwise spills
+    // to a new temporary file (open, write) inside the transaction. They are
+    // never needed after a crash (the WAL is), so durability is unchanged.
+    connection.pragma_update(None, "temp_store", "MEMORY")?;
     connection.busy_timeout(std::time::Duration::from_secs(5))?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    // Query-planner stability: a statement's plan never depends on the
+    // values bound to it. Without this, SQLite (built with STAT4, as the
+    // bundled one is) marks `col = ?N` parameters as plan-relevant, and every
+    // rebinding of a cached statement expires it, so `prepare_cached`
+    // recompiles it on each use anyway. Results are unaffected; plans are the
+    // ones a fresh `prepare` (no values known yet) makes.
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     if !exists {
         create_schema(&connection)?;
     }
@@ -313,26 +364,103 @@ fn run_batch(
     faults: &crate::fault::Faults,
     changes: &mut Vec<Published>,
 ) -> rusqlite::Result<()> {
-    connection.execute_batch("BEGIN IMMEDIATE")?;
-    for job in batch.iter_mut() {
+    control(connection, "BEGIN IMMEDIATE")?;
+    for (index, job) in batch.iter_mut().enumerate() {
         let run = std::mem::replace(&mut job.run, Box::new(|_| false));
-        connection.execute_batch("SAVEPOINT job")?;
+        // The first job needs no savepoint: nothing precedes it in the
+        // transaction, so rolling the transaction back and beginning a new
+        // one undoes exactly its changes (and spares every single-job batch
+        // its savepoint journal).
+        let savepoint = index > 0;
+        if savepoint {
+            control(connection, "SAVEPOINT job")?;
+        }
         // Every run the job changed gets its presentation revision and patch
         // inside the job's savepoint.
         let mut published = Vec::new();
         let kept = run(connection) && viewer::flush(connection).map(|p| published = p).is_ok();
         viewer::discard();
         if kept {
-            connection.execute_batch("RELEASE job")?;
+            if savepoint {
+                control(connection, "RELEASE job")?;
+            }
             changes.extend(published);
+        } else if savepoint {
+            control(connection, "ROLLBACK TO job")?;
+            control(connection, "RELEASE job")?;
         } else {
-            connection.execute_batch("ROLLBACK TO job; RELEASE job")?;
+            control(connection, "ROLLBACK")?;
+            control(connection, "BEGIN IMMEDIATE")?;
         }
     }
     faults.hit(crate::fault::FaultPoint::BeforeCommit);
-    if let Err(error) = connection.execute_batch("COMMIT") {
-        let _ = connection.execute_batch("ROLLBACK");
+    if let Err(error) = control(connection, "COMMIT") {
+        let _ = control(connection, "ROLLBACK");
         return Err(error);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(
+        path: &'static str,
+        keep: bool,
+        ran: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    ) -> Job {
+        Job {
+            run: Box::new(move |connection| {
+                connection
+                    .execute_cached(
+                        "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?1, 0)",
+                        [path],
+                    )
+                    .expect("insert");
+                keep
+            }),
+            reply: Box::new(move |committed| ran.lock().expect("lock").push(committed.is_ok())),
+        }
+    }
+
+    /// A discarded job leaves nothing behind and the kept ones around it all
+    /// commit, whether it is the batch's first job (no savepoint: the
+    /// transaction is rolled back and begun again) or a later one.
+    #[test]
+    fn discarded_jobs_roll_back_only_their_own_changes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let connection = open_connection(&dir.path().join("state.sqlite")).expect("open");
+        let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut batch = vec![
+            job("/a", false, replies.clone()),
+            job("/b", true, replies.clone()),
+            job("/c", false, replies.clone()),
+            job("/d", true, replies.clone()),
+        ];
+        let mut changes = Vec::new();
+        run_batch(&connection, &mut batch, &Default::default(), &mut changes).expect("batch");
+        let mut kept = Vec::new();
+        {
+            let mut statement = connection
+                .prepare("SELECT canonical_path FROM projects ORDER BY canonical_path")
+                .expect("prepare");
+            let rows = statement
+                .query_map([], |row| row.get::<_, String>(0))
+                .expect("query");
+            for row in rows {
+                kept.push(row.expect("row"));
+            }
+        }
+        assert_eq!(kept, ["/b", "/d"]);
+        assert!(connection.is_autocommit(), "the batch's transaction ended");
+        // A batch whose only job is discarded commits nothing.
+        let mut batch = vec![job("/e", false, replies.clone())];
+        run_batch(&connection, &mut batch, &Default::default(), &mut changes).expect("batch");
+        let count: i64 = connection
+            .query_row("SELECT COUNT(*) FROM projects", [], |row| row.get(0))
+            .expect("count");
+        assert_eq!(count, 2);
+        assert!(connection.is_autocommit());
+    }
 }

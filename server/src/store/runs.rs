@@ -9,6 +9,7 @@
 //!   aggregate, plus one event row per `Output::Event`, inside the caller's
 //!   transaction.
 
+use super::Cached as _;
 use super::codec::{DigestColumn, from_json, i64_of, json, name, parse, parse_opt, u64_of};
 use kernel::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use kernel::claim::{Claim, LeaseFacts};
@@ -43,7 +44,7 @@ pub(crate) fn load(
 
 fn load_run(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunRecord>> {
     let row = connection
-        .query_row(
+        .query_row_cached(
             "SELECT r.status, q.status, r.paused, r.park_reason, r.revision, b.execution_mode, b.origin_session_id,
                     r.continuation_of, r.continuation_checkpoint, r.continued_by, r.restart_json,
                     r.error_class, r.error_reason, r.error_node, r.waiting_on,
@@ -129,7 +130,7 @@ fn load_run(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<
 
 fn load_lease(connection: &Connection, run_id: &RunId) -> rusqlite::Result<LeaseFacts> {
     let lease = connection
-        .query_row(
+        .query_row_cached(
             "SELECT generation, owner_kind, owner_id, token_hash, acquired_at_ms, heartbeat_at_ms, expires_at_ms
              FROM leases WHERE run_id = ?1",
             params![run_id.as_str()],
@@ -157,7 +158,7 @@ fn load_lease(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Lease
 
 fn load_runner(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunnerRecord>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT runner_epoch, generation, status, outcome, launched_at_ms, ready_at_ms, ready_revision, finished_at_ms
              FROM run_workers WHERE run_id = ?1 ORDER BY launched_at_ms DESC, rowid DESC LIMIT 1",
             params![run_id.as_str()],
@@ -224,7 +225,7 @@ fn load_latest_attempt(
     run_id: &RunId,
 ) -> rusqlite::Result<Option<AttemptRecord>> {
     let attempt = connection
-        .query_row(
+        .query_row_cached(
             "SELECT attempt_id, node_id, visit, generation, status, outcome, started_at_ms, deadline_at_ms,
                     finished_at_ms, crash_retries
              FROM node_attempts WHERE run_id = ?1 AND carried = 0 ORDER BY seq DESC LIMIT 1",
@@ -284,7 +285,7 @@ fn load_interaction(
     run_id: &RunId,
 ) -> rusqlite::Result<Option<InteractionRecord>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT interaction_id, attempt_id, node_id, target_session_id, kind, contract_hash, status,
                     accepted_submission_id, unproductive_turn_ends, revision, created_at_ms
              FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'",
@@ -314,7 +315,7 @@ fn load_decision(
     run_id: &RunId,
 ) -> rusqlite::Result<Option<DecisionRecord>> {
     connection
-        .query_row(
+        .query_row_cached(
             "SELECT decision_id, node_id, request_digest, state, provenance, answer_digest, deadline_at_ms,
                     default_answer_digest, continuation_run_id
              FROM human_decisions WHERE run_id = ?1 AND state = 'pending'",
@@ -467,7 +468,7 @@ fn write_run(
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let error = run.error.as_ref();
-    connection.execute(
+    connection.execute_cached(
         "UPDATE runs SET status = ?2, paused = ?3, park_reason = ?4, revision = ?5, waiting_on = ?6,
                 error_class = ?7, error_reason = ?8, error_node = ?9, continued_by = ?10, restart_json = ?11,
                 updated_at_ms = ?12, finished_at_ms = ?13
@@ -488,7 +489,7 @@ fn write_run(
             run.finished_at_ms.map(i64_of),
         ],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "UPDATE run_queue SET status = ?2, updated_at_ms = ?3 WHERE run_id = ?1",
         params![run.run_id.as_str(), name(&run.queue), i64_of(now_ms)],
     )?;
@@ -509,7 +510,7 @@ fn write_lease(
     lease: &LeaseFacts,
 ) -> rusqlite::Result<()> {
     let claim = lease.claim.as_ref();
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO leases (run_id, generation, owner_kind, owner_id, token_hash, acquired_at_ms, heartbeat_at_ms, expires_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
          ON CONFLICT (run_id) DO UPDATE SET generation = excluded.generation, owner_kind = excluded.owner_kind,
@@ -540,7 +541,7 @@ pub(crate) fn write_runner(
         RunnerStatus::Ready => ("ready", None),
         RunnerStatus::Exited(outcome) => ("exited", Some(name(&outcome))),
     };
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO run_workers (runner_epoch, run_id, generation, server_epoch, status, outcome, launched_at_ms,
                                   ready_at_ms, ready_revision, finished_at_ms)
          VALUES (?1, ?2, ?3, (SELECT epoch FROM workflow_host_state WHERE singleton = 1), ?4, ?5, ?6, ?7, ?8, ?9)
@@ -572,7 +573,7 @@ fn write_attempts(
     // Carried steps of a new continuation: copy the parent's attempt rows.
     if let (None, Some(parent)) = (before, after.run.lineage.continuation_of.as_ref()) {
         for step in after.steps.iter().filter(|step| step.carried) {
-            connection.execute(
+            connection.execute_cached(
                 "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
                      started_at_ms, deadline_at_ms, finished_at_ms, crash_retries, status_detail, output_digest,
                      error_message, action_json)
@@ -588,7 +589,7 @@ fn write_attempts(
     // so the next attempt never meets the one-unfinished-attempt index.
     let known = before.map_or(0, |b| b.steps.len());
     for step in after.steps.iter().skip(known).filter(|step| !step.carried) {
-        connection.execute(
+        connection.execute_cached(
             "UPDATE node_attempts SET status = 'finished', outcome = ?3, finished_at_ms = COALESCE(finished_at_ms, ?4)
              WHERE run_id = ?1 AND attempt_id = ?2 AND status != 'finished'",
             params![run_id.as_str(), step.attempt_id.as_str(), name(&step.outcome), i64_of(now_ms)],
@@ -601,7 +602,7 @@ fn write_attempts(
         return Ok(());
     }
     let (status, outcome) = attempt_status_columns(attempt.status);
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
              started_at_ms, deadline_at_ms, finished_at_ms, crash_retries)
          VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM node_attempts WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7, 0,
@@ -632,7 +633,7 @@ pub(crate) fn write_effect(
     effect: &EffectRecord,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO effects (effect_id, run_id, effect_type, node_path, visit, request_fingerprint, state,
                               attempt_number, node_attempt_id, result_digest, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
@@ -653,7 +654,7 @@ pub(crate) fn write_effect(
             i64_of(now_ms),
         ],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO effect_attempts (effect_id, attempt_number, state, node_attempt_id, started_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (effect_id, attempt_number) DO UPDATE SET state = excluded.state,
@@ -675,7 +676,7 @@ fn write_interaction(
     record: &InteractionRecord,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO interactive_requests (interaction_id, run_id, attempt_id, node_id, target_session_id, kind,
              contract_hash, status, accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
@@ -721,7 +722,7 @@ pub(crate) fn write_decision(
         DecisionStatus::Cancelled => ("cancelled", None, None),
         DecisionStatus::Expired => ("expired", None, None),
     };
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO human_decisions (decision_id, run_id, node_id, request_digest, state, provenance, answer_digest,
              deadline_at_ms, default_answer_digest, continuation_run_id, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
@@ -761,7 +762,7 @@ pub(crate) fn write_message(
         MessageKind::Terminal => ("terminal", None, None),
         MessageKind::FollowUp { follow_up_id } => ("followUp", Some(follow_up_id.clone()), None),
     };
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, source_id, step_reason, session_order,
              state, entry_id, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
@@ -786,7 +787,7 @@ pub(crate) fn write_message(
 
 /// Writes one turn row.
 pub(crate) fn write_turn(connection: &Connection, turn: &TurnRecord) -> rusqlite::Result<()> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms, ended_at_ms,
              response_entry_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)

@@ -11,6 +11,7 @@
 //! - 256 revisions are retained; a reader older than that gets a snapshot.
 //! - A change that shows nothing new (a lease renewal) makes no revision.
 
+use super::Cached as _;
 use super::codec::i64_of;
 use crate::view::{self, Projection};
 use kernel::ids::RunId;
@@ -64,7 +65,7 @@ struct Stored {
 
 fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
     let row = connection
-        .query_row(
+        .query_row_cached(
             "SELECT presentation_revision, header_json, nodes_json, steps_total, steps_tail_json, updates_json,
                updates_total
              FROM viewer_runs WHERE run_id = ?1",
@@ -85,21 +86,18 @@ fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
     let Some((revision, header, nodes, steps_total, tail, updates, updates_total)) = row else {
         return Ok(Stored::default());
     };
-    let parse =
-        |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    // Parsed straight into their shapes (text of another shape reads as
+    // empty, as before), without copying them out of a `Value`.
+    fn parse<T: serde::de::DeserializeOwned>(text: Option<String>) -> Option<T> {
+        text.and_then(|text| serde_json::from_str::<T>(&text).ok())
+    }
     Ok(Stored {
         revision: revision.max(0) as u64,
-        header: parse(header)
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default(),
-        nodes: parse(nodes)
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default(),
+        header: parse::<Map<String, Value>>(header).unwrap_or_default(),
+        nodes: parse::<Vec<Value>>(nodes).unwrap_or_default(),
         steps_total: steps_total.max(0) as usize,
-        steps_tail: parse(tail),
-        updates: parse(updates)
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default(),
+        steps_tail: parse::<Value>(tail),
+        updates: parse::<Vec<Value>>(updates).unwrap_or_default(),
         updates_total: updates_total.max(0) as usize,
     })
 }
@@ -178,9 +176,13 @@ fn store(
     projection: &Projection,
     ops: &[Value],
 ) -> rusqlite::Result<()> {
-    let text = |value: &Value| serde_json::to_string(value).unwrap_or_default();
+    // The documents serialise as they are (a `Map` or `Vec<Value>` writes the
+    // same JSON as the `Value` wrapping it), without copying them first.
+    fn text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+        serde_json::to_string(value).unwrap_or_default()
+    }
     let tail = projection.steps.last().map(text);
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor, header_json, nodes_json, steps_total,
              steps_tail_json, updates_json, updates_total)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
@@ -193,23 +195,23 @@ fn store(
             run_id.as_str(),
             i64_of(revision),
             i64_of(revision.saturating_sub(RETAINED_REVISIONS)),
-            text(&Value::Object(projection.header.clone())),
-            text(&json!(projection.nodes)),
+            text(&projection.header),
+            text(&projection.nodes),
             projection.steps.len() as i64,
             tail,
-            text(&json!(projection.updates)),
+            text(&projection.updates),
             projection.updates_total as i64,
         ],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "UPDATE viewer_list SET revision = revision + 1 WHERE singleton = 1",
         [],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO viewer_deltas (run_id, presentation_revision, delta_index, patch_json) VALUES (?1, ?2, 0, ?3)",
-        params![run_id.as_str(), i64_of(revision), text(&json!(ops))],
+        params![run_id.as_str(), i64_of(revision), text(ops)],
     )?;
-    connection.execute(
+    connection.execute_cached(
         "DELETE FROM viewer_deltas WHERE run_id = ?1 AND presentation_revision <= ?2",
         params![
             run_id.as_str(),
@@ -227,7 +229,7 @@ pub fn patches_since(
     from: u64,
 ) -> rusqlite::Result<Option<(u64, Vec<Value>)>> {
     let (current, floor): (i64, i64) = match connection
-        .query_row(
+        .query_row_cached(
             "SELECT presentation_revision, retained_floor FROM viewer_runs WHERE run_id = ?1",
             params![run_id.as_str()],
             |row| Ok((row.get(0)?, row.get(1)?)),
