@@ -164,6 +164,8 @@ CREATE TABLE run_workers (
   CHECK ((status = 'exited') = (outcome IS NOT NULL))
 ) STRICT;
 CREATE UNIQUE INDEX run_workers_one_active ON run_workers(run_id) WHERE status IN ('launching', 'ready');
+-- A run's latest runner epoch (every run load).
+CREATE INDEX run_workers_by_run ON run_workers(run_id, launched_at_ms);
 
 -- Child process groups registered by runners (process.register).
 CREATE TABLE runner_processes (
@@ -288,6 +290,8 @@ CREATE TABLE human_decisions (
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL
 ) STRICT;
+-- A run's pending decision (every run load).
+CREATE INDEX human_decisions_by_run ON human_decisions(run_id, state);
 
 CREATE TABLE workflow_messages (
   message_id TEXT PRIMARY KEY,
@@ -308,6 +312,8 @@ CREATE TABLE workflow_messages (
 -- One pending step message per interactive request.
 CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages(source_id)
   WHERE kind = 'step' AND state = 'pending';
+-- A run's pending messages (every run load).
+CREATE INDEX workflow_messages_by_run ON workflow_messages(run_id, state, session_order);
 
 CREATE TABLE workflow_turns (
   turn_id TEXT PRIMARY KEY,
@@ -319,6 +325,8 @@ CREATE TABLE workflow_turns (
   ended_at_ms INTEGER,
   response_entry_id TEXT
 ) STRICT;
+-- A run's open turns (every run load).
+CREATE INDEX workflow_turns_by_run ON workflow_turns(run_id, state, started_at_ms);
 
 -- The latest value per (type, key) of published workflow updates.
 CREATE TABLE workflow_updates (
