@@ -21,9 +21,11 @@
 //!     orphaned runner epochs and parking their runs for re-admission).
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use common::{PRODUCTION, Stats, ms, raw_commits, stats};
 use rusqlite::Connection;
 use serde_json::json;
 use server::client::{Client, RequestSpec};
@@ -40,34 +42,10 @@ const COLD_STARTS: usize = 5;
 const SEEDED_RUNS: usize = 10_000;
 const SEEDED_RUNNING: usize = 100;
 
-/// Production timing (the test harness shortens these for recovery tests).
-const PRODUCTION: [(&str, &str); 3] = [
-    ("PI_WORKFLOWS_CLAIM_TTL_MS", "30000"),
-    ("PI_WORKFLOWS_SERVER_LEASE_MS", "15000"),
-    ("PI_WORKFLOWS_STOP_GRACE_MS", "1000"),
-];
-
 fn bench_dir() -> tempfile::TempDir {
     match std::env::var_os("PIW_BENCH_DIR") {
         Some(dir) => tempfile::tempdir_in(dir).expect("PIW_BENCH_DIR is writable"),
         None => tempfile::tempdir().expect("a temp dir"),
-    }
-}
-
-struct Stats {
-    p50: Duration,
-    p99: Duration,
-    mean: Duration,
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    let total: Duration = samples.iter().sum();
-    Stats {
-        p50: at(0.50),
-        p99: at(0.99),
-        mean: total / samples.len() as u32,
     }
 }
 
@@ -79,37 +57,6 @@ fn mark(name: &str) {
         // `Instant` is CLOCK_MONOTONIC on Linux; its Debug form shows the timespec.
         eprintln!("bench mark {name} {:?}", Instant::now());
     }
-}
-
-fn ms(duration: Duration) -> String {
-    format!("{:.3} ms", duration.as_secs_f64() * 1000.0)
-}
-
-/// The baseline: one raw single-row commit, WAL + synchronous=FULL.
-fn raw_commits(dir: &Path) -> Stats {
-    let path = dir.join("raw.sqlite");
-    let connection = Connection::open(&path).unwrap();
-    connection
-        .pragma_update(None, "journal_mode", "WAL")
-        .unwrap();
-    connection
-        .pragma_update(None, "synchronous", "FULL")
-        .unwrap();
-    connection
-        .execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB NOT NULL) STRICT")
-        .unwrap();
-    let payload = vec![7u8; 200];
-    let mut samples = Vec::with_capacity(RAW_COMMITS);
-    for _ in 0..RAW_COMMITS {
-        let started = Instant::now();
-        connection.execute_batch("BEGIN IMMEDIATE").unwrap();
-        connection
-            .execute("INSERT INTO t (v) VALUES (?1)", [&payload])
-            .unwrap();
-        connection.execute_batch("COMMIT").unwrap();
-        samples.push(started.elapsed());
-    }
-    stats(samples)
 }
 
 fn checkpoint_script(dir: &Path) -> PathBuf {
@@ -445,7 +392,7 @@ async fn recovery() -> (Duration, Duration) {
 async fn main() {
     let dir = bench_dir();
     // Same disk as the servers' state: the servers' temp dirs live beside it.
-    let raw = raw_commits(dir.path());
+    let raw = raw_commits(dir.path(), RAW_COMMITS);
     let raw_rate = 1.0 / raw.mean.as_secs_f64();
 
     let server = TestServer::start_with(&PRODUCTION);

@@ -18,9 +18,11 @@
 //!     view with serde_json.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use common::{PRODUCTION, Stats, ms, raw_commits, stats};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use server::client::{Client, RequestSpec};
@@ -36,30 +38,6 @@ const SAMPLES: usize = 200;
 const VIEW_NODES: usize = 1000;
 const RAW_COMMITS: usize = 1000;
 
-const PRODUCTION: [(&str, &str); 3] = [
-    ("PI_WORKFLOWS_CLAIM_TTL_MS", "30000"),
-    ("PI_WORKFLOWS_SERVER_LEASE_MS", "15000"),
-    ("PI_WORKFLOWS_STOP_GRACE_MS", "1000"),
-];
-
-struct Stats {
-    p50: Duration,
-    p99: Duration,
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    Stats {
-        p50: at(0.50),
-        p99: at(0.99),
-    }
-}
-
-fn ms(duration: Duration) -> String {
-    format!("{:.3} ms", duration.as_secs_f64() * 1000.0)
-}
-
 fn ratio(a: Duration, b: Duration) -> String {
     format!("{:.1}×", a.as_secs_f64() / b.as_secs_f64())
 }
@@ -71,36 +49,6 @@ fn server_with(extra: &[(&str, &str)]) -> TestServer {
     }
     server.spawn().expect("the server starts");
     server
-}
-
-/// The baseline: one raw single-row commit, WAL + synchronous=FULL, in the
-/// directory the server's state lives in.
-fn raw_commits(dir: &Path) -> Stats {
-    let path = dir.join("raw-baseline.sqlite");
-    let connection = Connection::open(&path).unwrap();
-    connection
-        .pragma_update(None, "journal_mode", "WAL")
-        .unwrap();
-    connection
-        .pragma_update(None, "synchronous", "FULL")
-        .unwrap();
-    connection
-        .execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB NOT NULL) STRICT")
-        .unwrap();
-    let payload = vec![7u8; 200];
-    let samples = (0..RAW_COMMITS)
-        .map(|_| {
-            let started = Instant::now();
-            connection.execute_batch("BEGIN IMMEDIATE").unwrap();
-            connection
-                .execute("INSERT INTO t (v) VALUES (?1)", [&payload])
-                .unwrap();
-            connection.execute_batch("COMMIT").unwrap();
-            started.elapsed()
-        })
-        .collect();
-    let _ = std::fs::remove_file(&path);
-    stats(samples)
 }
 
 /// serde_json parse time of `bytes` (median of `SAMPLES`).
@@ -354,7 +302,7 @@ async fn thousand_node_view() -> (Stats, Duration, usize) {
 async fn main() {
     // The servers' state lives in the system temp dir too (same disk).
     let scratch = tempfile::tempdir().unwrap();
-    let raw = raw_commits(scratch.path());
+    let raw = raw_commits(scratch.path(), RAW_COMMITS);
     println!(
         "baseline  raw SQLite commit (WAL, FULL)   p50 {}  p99 {}",
         ms(raw.p50),
