@@ -101,6 +101,15 @@ impl Client {
         if server_hello.get("type").and_then(Value::as_str) != Some("hello") {
             return Err(ClientError::Protocol("no server hello".into()));
         }
+        let server_version = server_hello
+            .get("packageVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        if server_version != PACKAGE_VERSION {
+            return Err(ClientError::VersionMismatch(format!(
+                "the pi-workflows server is version {server_version} but this command line is {PACKAGE_VERSION}; install matching pi-workflows packages (or stop the other server with its own `pi-workflows server stop`)"
+            )));
+        }
         client.server_epoch = server_hello
             .get("serverEpoch")
             .and_then(Value::as_u64)

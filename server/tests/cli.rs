@@ -298,3 +298,36 @@ fn the_cli_reaches_state_only_through_the_server_socket() {
         }
     }
 }
+
+#[test]
+fn a_server_of_another_version_is_one_line_that_says_to_install_matching_packages() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestServer::new(&[]);
+    let socket = server.socket();
+    let host = socket.parent().unwrap();
+    std::fs::create_dir_all(host).unwrap();
+    std::fs::set_permissions(host, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A real socket that answers like a server of another package version.
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let other = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .write_all(b"{\"packageVersion\":\"0.0.1-other\",\"protocolVersion\":1,\"role\":\"server\",\"schema\":\"pi-workflows.client.v1\",\"serverEpoch\":1,\"type\":\"hello\"}\n")
+            .unwrap();
+        let mut hello = String::new();
+        BufReader::new(stream).read_line(&mut hello).unwrap();
+        hello
+    });
+    let runs = run(&server, &["runs"]);
+    assert_eq!(runs.status.code(), Some(5), "{}", stderr(&runs));
+    let line = error_line(&runs);
+    assert!(line.contains("0.0.1-other"), "{line}");
+    assert!(
+        line.contains("install matching pi-workflows packages"),
+        "{line}"
+    );
+    // The CLI greeted the socket it found and started no server of its own.
+    assert!(other.join().unwrap().contains("\"role\":\"client\""));
+    assert!(!stderr(&runs).contains("starting the server"));
+}
