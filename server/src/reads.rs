@@ -21,7 +21,8 @@ pub const LIST_PAGE: usize = 100;
 pub const PAGE_BYTES: usize = 512 * 1024;
 /// Bytes per content chunk at most.
 pub const CHUNK_BYTES: usize = 512 * 1024;
-/// How long a terminal run stays in its origin-session view.
+/// How long a terminal run stays in its origin-session view after the first
+/// turn of its terminal message ended (or after it finished, without one).
 pub const TERMINAL_RETENTION_MS: u64 = 60_000;
 /// Byte budget of the origin-session message window.
 pub const SESSION_WINDOW_BYTES: usize = 256 * 1024;
