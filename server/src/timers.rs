@@ -325,7 +325,11 @@ pub async fn run_renewal(app: Arc<App>) {
             return;
         }
         if !renew_epoch(&app).await {
-            // Another server took over: this process must not write again.
+            // The lease ran out or another server took over: this process
+            // must not write again.
+            eprintln!(
+                "pi-workflows: this server lost its epoch lease (it was not renewed in time or another server took over); stopping"
+            );
             app.request_stop();
             return;
         }

@@ -51,7 +51,9 @@ impl TestServer {
                 env!("CARGO_BIN_EXE_pi-workflows-scripted-runner").into(),
             ),
             ("PI_WORKFLOWS_CLAIM_TTL_MS".into(), CLAIM_TTL_MS.to_string()),
-            ("PI_WORKFLOWS_SERVER_LEASE_MS".into(), "1000".into()),
+            // Long enough that a server delayed by a loaded machine keeps its
+            // lease (renewed every fifth); short enough for restart tests.
+            ("PI_WORKFLOWS_SERVER_LEASE_MS".into(), "3000".into()),
             ("PI_WORKFLOWS_STOP_GRACE_MS".into(), "1000".into()),
             ("PI_WORKFLOWS_READY_TIMEOUT_MS".into(), "5000".into()),
             ("PI_WORKFLOWS_IDLE_EXIT_MS".into(), "600000".into()),
