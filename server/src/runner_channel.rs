@@ -200,6 +200,17 @@ pub struct Refusal {
     pub claim_lost: bool,
 }
 
+impl Refusal {
+    /// A message whose payload the server cannot act on (`schemaInvalid`).
+    fn invalid(message: &'static str) -> Self {
+        Self {
+            code: "schemaInvalid",
+            message,
+            claim_lost: false,
+        }
+    }
+}
+
 impl From<Rejection> for Refusal {
     fn from(rejection: Rejection) -> Self {
         let (code, message) = rejection_error(&rejection);
@@ -646,11 +657,7 @@ fn apply(
         }
         "node.update" => {
             let Some(data) = blobs.update.as_ref() else {
-                return Ok(Err(Refusal {
-                    code: "schemaInvalid",
-                    message: "update data is missing",
-                    claim_lost: false,
-                }));
+                return Ok(Err(Refusal::invalid("update data is missing")));
             };
             let answer = crate::updates::runner_update(
                 connection, runner, value, data, before, now_ms, ttl_ms,
@@ -659,11 +666,7 @@ fn apply(
         }
         "interaction.requested" => {
             let Some(request) = blobs.request.as_ref() else {
-                return Ok(Err(Refusal {
-                    code: "schemaInvalid",
-                    message: "the request is incomplete",
-                    claim_lost: false,
-                }));
+                return Ok(Err(Refusal::invalid("the request is incomplete")));
             };
             let answer = crate::interactions::requested(
                 connection, runner, value, request, before, now_ms, ttl_ms,
