@@ -3,10 +3,12 @@
 # SDK (install, build, typecheck, unit tests, and integration tests against
 # the server binary, built just before them), codegen freshness, the Rust
 # workspace (unit, property and integration tests), the TypeScript end-to-end
-# tests (the real server binary with node runners), and both protocol
-# conformance runners with the comparison of their verdicts.
+# tests (the real server binary with node runners), the real-Pi tests (Pi in
+# rpc mode and in its TUI through tmux, against a mock model), and both
+# protocol conformance runners with the comparison of their verdicts.
 # Works on a clean clone: it installs the npm dependencies from the lock file
-# itself. Exits non-zero on the first failure.
+# itself, and Pi with the Node 22 it needs (scripts/install-pi.sh). Exits
+# non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +45,12 @@ cargo test --workspace --exclude model --locked
 
 step "sdk-ts: end-to-end tests (real server binary, node runners)"
 PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:e2e
+
+step "real Pi: install Pi and Node 22 into .e2e/pi (scripts/install-pi.sh)"
+scripts/install-pi.sh
+
+step "sdk-ts: real-Pi tests (rpc mode and the TUI through tmux, against the mock model)"
+npm --prefix sdk-ts run test:pi
 
 step "Model checks: build (release)"
 cargo build --release -p model --locked
