@@ -132,11 +132,18 @@ pub(crate) const EXIT_CRASH: i32 = 3;
 /// The channel closed while the runner needed it.
 pub(crate) const EXIT_CHANNEL_CLOSED: i32 = 4;
 
-/// Logs one line to stderr.
+/// Logs one line to stderr. A stderr nobody reads any more (the server
+/// that copied it into the runner log died) is ignored, not a panic.
 macro_rules! log {
-    ($($arg:tt)*) => {
-        eprintln!("scripted-runner[{}]: {}", std::process::id(), format_args!($($arg)*))
-    };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "scripted-runner[{}]: {}",
+            std::process::id(),
+            format_args!($($arg)*)
+        );
+    }};
 }
 pub(crate) use log;
 
