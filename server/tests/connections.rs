@@ -538,3 +538,40 @@ fn a_connection_over_the_cap_is_refused_with_a_frame_that_says_why() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_at_most_64_subscriptions() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    for i in 0..64 {
+        let response = client
+            .subscribe(json!({ "kind": "runList" }), None)
+            .await
+            .unwrap();
+        assert_eq!(response.outcome, "accepted", "subscription {i}");
+    }
+    let over = client
+        .subscribe(json!({ "kind": "runList" }), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (over.outcome.as_str(), over.error_code.as_deref()),
+        ("rejected", Some("rateLimited")),
+        "{:?}",
+        over.frame
+    );
+    assert!(
+        over.error_message
+            .as_deref()
+            .is_some_and(|message| message.contains("unsubscribe one first")),
+        "{:?}",
+        over.frame
+    );
+    // Another connection is not limited by this one.
+    let mut other = server.client().await;
+    let response = other
+        .subscribe(json!({ "kind": "runList" }), None)
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted");
+}
