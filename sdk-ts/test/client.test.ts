@@ -293,6 +293,29 @@ describe("WorkflowClient: framing and hello", () => {
     }
   });
 
+  it("a server at its connection cap refuses with one frame instead of the hello, and the client reports its reason", async () => {
+    const fake = await Fake.start({
+      hello: false,
+      onConnect: (peer) => {
+        peer.event("connection", 0, {
+          kind: "availability",
+          state: "unavailable",
+          reason: "unavailable: the server has too many connections (256); close another client or retry later",
+        });
+        peer.socket.end();
+      },
+    });
+    const client = fake.client();
+    try {
+      const error = await rejectsWith(client.serverStatus(), "unavailable");
+      assert.match(error.message, /too many connections/);
+      assert.equal(fake.requests.length, 0, "no request is sent on a refused connection");
+    } finally {
+      client.close();
+      await fake.close();
+    }
+  });
+
   it("an invalid frame from the server fails the request with its framing code and is not retried", async () => {
     const fake = await Fake.start({
       onRequest: (_request, peer) => {
@@ -329,6 +352,28 @@ describe("WorkflowClient: framing and hello", () => {
 });
 
 describe("WorkflowClient: request identity and retries", () => {
+  it("a request that meets the server's idle close is retried on a new connection", async () => {
+    const fake = await Fake.start({
+      onRequest: (request, peer, self) => {
+        if (self.requests.length === 1) {
+          peer.event("connection", 0, { kind: "availability", state: "unavailable", reason: "timedOut: the connection was idle for 300000 ms; connect again when you need the server" });
+          peer.socket.end();
+          return;
+        }
+        peer.respond(request, "accepted", statusReceipt());
+      },
+    });
+    const client = fake.client();
+    try {
+      await client.serverStatus();
+      assert.equal(fake.requests.length, 2);
+      assert.equal(fake.peers.length, 2, "the retry used a new connection");
+    } finally {
+      client.close();
+      await fake.close();
+    }
+  });
+
   it("request ids are new per attempt, each command has its own key, and the client id is stable", async () => {
     const fake = await Fake.start(answering({ "server.status": statusReceipt() }));
     const client = fake.client();

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::fault::Faults;
 use crate::home;
 use crate::ids;
+use crate::runner_logs::RunnerLogs;
 use crate::scheduler::Scheduler;
 use crate::store::{Commit, Store, StoreError};
 use crate::supervisor::Supervisor;
@@ -46,6 +47,8 @@ pub struct App {
     pub scheduler: Scheduler,
     pub timers: Timers,
     pub hub: Hub,
+    /// Runner stderr logs in `host/logs/` (bounded and pruned).
+    pub runner_logs: RunnerLogs,
     /// Connected clients (keeps the server alive).
     pub clients: AtomicUsize,
     /// Commands between receipt lookup and response (stop waits for them).
@@ -120,6 +123,7 @@ impl App {
             scheduler: Scheduler::new(),
             timers: Timers::new(),
             hub: Hub::new(),
+            runner_logs: RunnerLogs::new(config.log_dir()),
             config,
             store,
             epoch,

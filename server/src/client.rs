@@ -8,11 +8,16 @@
 //! - A retry after a dropped connection reuses the client id, idempotency key,
 //!   operation and payload with a new request id, so it adopts the stored
 //!   receipt instead of executing twice.
+//! - A client connected with [`Client::connect_within`] waits at most its
+//!   limit for the hello and for each response (`ClientError::TimedOut`
+//!   names what it waited for); waiting for subscription events is never
+//!   bounded.
 
 use crate::app::PACKAGE_VERSION;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::path::Path;
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -26,8 +31,25 @@ pub enum ClientError {
     Unavailable,
     /// The server runs another package version.
     VersionMismatch(String),
+    /// The server refused the connection (its reason, e.g. too many connections).
+    Refused(String),
+    /// The server did not answer within the client's limit.
+    TimedOut { waited_for: Waited, limit: Duration },
     /// The connection broke or the server sent something unexpected.
     Protocol(String),
+}
+
+/// What a timed-out client waited for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// The server's hello after connecting.
+    Hello,
+    /// The response to a request of this operation; `state_changing` when
+    /// it carried an idempotency key (it may still be applied).
+    Response {
+        operation: String,
+        state_changing: bool,
+    },
 }
 
 impl std::fmt::Display for ClientError {
@@ -37,11 +59,48 @@ impl std::fmt::Display for ClientError {
                 "the pi-workflows server is not running; start it with `pi-workflows server start`",
             ),
             Self::VersionMismatch(message) => write!(f, "{message}"),
+            Self::Refused(reason) => write!(
+                f,
+                "the pi-workflows server refused the connection: {reason}"
+            ),
+            Self::TimedOut { waited_for, limit } => {
+                let within = seconds(*limit);
+                match waited_for {
+                    Waited::Hello => write!(
+                        f,
+                        "the pi-workflows server accepted the connection but did not answer the hello within {within}; it may be overloaded or hung: retry later or restart it (PI_WORKFLOWS_CLI_TIMEOUT_MS sets this wait)"
+                    ),
+                    Waited::Response {
+                        operation,
+                        state_changing: false,
+                    } => write!(
+                        f,
+                        "the pi-workflows server did not answer `{operation}` within {within}; retry later (PI_WORKFLOWS_CLI_TIMEOUT_MS sets this wait)"
+                    ),
+                    Waited::Response {
+                        operation,
+                        state_changing: true,
+                    } => write!(
+                        f,
+                        "the pi-workflows server did not answer `{operation}` within {within}; it may still apply it, so check `pi-workflows runs` before you retry (PI_WORKFLOWS_CLI_TIMEOUT_MS sets this wait)"
+                    ),
+                }
+            }
             Self::Protocol(message) => write!(
                 f,
                 "lost the connection to the pi-workflows server ({message}); retry the command"
             ),
         }
+    }
+}
+
+/// `1 s`, `1.5 s`.
+fn seconds(limit: Duration) -> String {
+    let millis = limit.as_millis();
+    if millis.is_multiple_of(1000) {
+        format!("{} s", millis / 1000)
+    } else {
+        format!("{} s", limit.as_secs_f64())
     }
 }
 
@@ -58,6 +117,8 @@ pub struct Client {
     connection_nonce: String,
     /// Events that arrived while a request waited for its response.
     pending_events: VecDeque<Value>,
+    /// How long the hello and each response may take (`None`: unbounded).
+    answer_limit: Option<Duration>,
 }
 
 /// A settled request.
@@ -73,11 +134,17 @@ pub struct Response {
 }
 
 impl Client {
-    /// Connects to the socket at `path` and exchanges hellos.
+    /// Connects to the socket at `path` and exchanges hellos, waiting as
+    /// long as the server takes.
     pub async fn connect(path: &Path, client_id: &str) -> Result<Self, ClientError> {
-        let stream = UnixStream::connect(path)
-            .await
-            .map_err(|_| ClientError::Unavailable)?;
+        let stream = UnixStream::connect(path).await.map_err(|error| {
+            if error.kind() == std::io::ErrorKind::WouldBlock {
+                // The listen queue is full: a server runs but does not accept.
+                ClientError::Refused("its queue of new connections is full; retry later".into())
+            } else {
+                ClientError::Unavailable
+            }
+        })?;
         let (read, write) = stream.into_split();
         let mut client = Self {
             frames: FramedRead::new(read, protocol::FrameCodec::new()),
@@ -87,6 +154,7 @@ impl Client {
             next_request: 0,
             connection_nonce: crate::ids::random_hex::<6>(),
             pending_events: VecDeque::new(),
+            answer_limit: None,
         };
         let hello = json!({
             "schema": "pi-workflows.client.v1",
@@ -96,8 +164,16 @@ impl Client {
             "protocolVersion": 1,
             "packageVersion": PACKAGE_VERSION,
         });
-        client.send(&hello).await?;
-        let server_hello = client.receive().await?;
+        // A server that refuses the connection writes its reason and closes
+        // without reading: the reason is read even when the hello could
+        // not be written.
+        let sent = client.send(&hello).await;
+        let server_hello = client.receive().await;
+        if let Some(reason) = server_hello.as_ref().ok().and_then(closing_reason) {
+            return Err(ClientError::Refused(reason));
+        }
+        sent?;
+        let server_hello = server_hello?;
         if server_hello.get("type").and_then(Value::as_str) != Some("hello") {
             return Err(ClientError::Protocol("no server hello".into()));
         }
@@ -115,6 +191,25 @@ impl Client {
             .and_then(Value::as_u64)
             .unwrap_or(0);
         Ok(client)
+    }
+
+    /// Connects like [`Client::connect`], but waits at most `limit` for the
+    /// hello and, afterwards, for each response.
+    pub async fn connect_within(
+        path: &Path,
+        client_id: &str,
+        limit: Duration,
+    ) -> Result<Self, ClientError> {
+        match tokio::time::timeout(limit, Self::connect(path, client_id)).await {
+            Ok(connected) => connected.map(|mut client| {
+                client.answer_limit = Some(limit);
+                client
+            }),
+            Err(_) => Err(ClientError::TimedOut {
+                waited_for: Waited::Hello,
+                limit,
+            }),
+        }
     }
 
     /// Sends one frame (validated first).
@@ -180,8 +275,25 @@ impl Client {
         )
     }
 
-    /// Sends a request and waits for its response.
+    /// Sends a request and waits for its response (at most the client's
+    /// answer limit, when it has one).
     pub async fn request(&mut self, request: &RequestSpec) -> Result<Response, ClientError> {
+        let Some(limit) = self.answer_limit else {
+            return self.round_trip(request).await;
+        };
+        match tokio::time::timeout(limit, self.round_trip(request)).await {
+            Ok(answered) => answered,
+            Err(_) => Err(ClientError::TimedOut {
+                waited_for: Waited::Response {
+                    operation: request.operation.clone(),
+                    state_changing: request.idempotency_key.is_some(),
+                },
+                limit,
+            }),
+        }
+    }
+
+    async fn round_trip(&mut self, request: &RequestSpec) -> Result<Response, ClientError> {
         let request_id = self.request_id();
         let mut frame = json!({
             "schema": "pi-workflows.client.v1",
@@ -203,6 +315,11 @@ impl Client {
         self.send(&frame).await?;
         loop {
             let value = self.receive().await?;
+            if let Some(reason) = closing_reason(&value) {
+                return Err(ClientError::Protocol(format!(
+                    "the server closed the connection: {reason}"
+                )));
+            }
             if value.get("type").and_then(Value::as_str) == Some("event") {
                 self.pending_events.push_back(value);
                 continue;
@@ -266,6 +383,25 @@ impl Client {
             }
         }
     }
+}
+
+/// The reason of the server's error frame before it closes a connection
+/// (an `availability: unavailable` event of subscription `connection`).
+fn closing_reason(frame: &Value) -> Option<String> {
+    (frame.get("type").and_then(Value::as_str) == Some("event")
+        && frame.get("subscriptionId").and_then(Value::as_str) == Some("connection")
+        && frame.pointer("/event/state").and_then(Value::as_str) == Some("unavailable"))
+    .then(|| {
+        let reason = frame
+            .pointer("/event/reason")
+            .and_then(Value::as_str)
+            .unwrap_or("no reason given");
+        // `<code>: <message>`: the message is the part a person reads.
+        reason
+            .split_once(": ")
+            .map_or(reason, |(_, message)| message)
+            .to_owned()
+    })
 }
 
 /// Why generated content could not be read.

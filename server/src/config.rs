@@ -27,6 +27,31 @@ pub struct Config {
     pub runner_command: Vec<String>,
     /// The user's home directory (`HOME`), for `~/.pi/agent/workflows/` discovery.
     pub user_home: Option<PathBuf>,
+    /// Limits of the client socket's connections.
+    pub connections: ConnectionLimits,
+    /// `PI_WORKFLOWS_CLI_TIMEOUT_MS` (default 60000): how long the CLI waits
+    /// for each answer of the server (the hello, every response).
+    pub cli_timeout_ms: u64,
+}
+
+/// How the server bounds what one client can hold (docs/PROTOCOL.md,
+/// "Connection limits").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `PI_WORKFLOWS_MAX_CONNECTIONS` (default 256): connections served at
+    /// once; one more gets a refusal frame and is closed.
+    pub max_connections: usize,
+    /// `PI_WORKFLOWS_FRAME_TIMEOUT_MS` (default 30000): a started frame, and
+    /// a new connection's hello, must be complete within this.
+    pub frame_timeout_ms: u64,
+    /// `PI_WORKFLOWS_CONNECTION_IDLE_MS` (default 300000): a connection with
+    /// no subscription and no request in flight is closed after this long
+    /// without a byte read or written.
+    pub idle_ms: u64,
+    /// `PI_WORKFLOWS_STALLED_CLIENT_MS` (default 30000): a connection whose
+    /// requests are at their bound (or that is closing) is closed when none
+    /// of its replies could be written for this long.
+    pub stalled_client_ms: u64,
 }
 
 /// A configuration error: one line naming the variable and the fix.
@@ -84,6 +109,18 @@ impl Config {
             user_home: lookup("HOME")
                 .filter(|home| !home.is_empty())
                 .map(PathBuf::from),
+            connections: ConnectionLimits {
+                max_connections: usize::try_from(positive(
+                    &lookup,
+                    "PI_WORKFLOWS_MAX_CONNECTIONS",
+                    256,
+                )?)
+                .map_err(|_| ConfigError("PI_WORKFLOWS_MAX_CONNECTIONS is too large".into()))?,
+                frame_timeout_ms: positive(&lookup, "PI_WORKFLOWS_FRAME_TIMEOUT_MS", 30_000)?,
+                idle_ms: positive(&lookup, "PI_WORKFLOWS_CONNECTION_IDLE_MS", 300_000)?,
+                stalled_client_ms: positive(&lookup, "PI_WORKFLOWS_STALLED_CLIENT_MS", 30_000)?,
+            },
+            cli_timeout_ms: positive(&lookup, "PI_WORKFLOWS_CLI_TIMEOUT_MS", 60_000)?,
         })
     }
 
@@ -175,6 +212,16 @@ mod tests {
         assert_eq!(config.max_workers, 4);
         assert_eq!(config.claim_ttl_ms, 30_000);
         assert_eq!(
+            config.connections,
+            ConnectionLimits {
+                max_connections: 256,
+                frame_timeout_ms: 30_000,
+                idle_ms: 300_000,
+                stalled_client_ms: 30_000,
+            }
+        );
+        assert_eq!(config.cli_timeout_ms, 60_000);
+        assert_eq!(
             config.socket_path(),
             PathBuf::from("/home/u/.pi/agent/workflows/host/server.sock")
         );
@@ -197,6 +244,33 @@ mod tests {
                 .max_workers,
             12
         );
+    }
+
+    #[test]
+    fn connection_limits_and_the_cli_timeout_must_be_positive_integers() {
+        for name in [
+            "PI_WORKFLOWS_MAX_CONNECTIONS",
+            "PI_WORKFLOWS_FRAME_TIMEOUT_MS",
+            "PI_WORKFLOWS_CONNECTION_IDLE_MS",
+            "PI_WORKFLOWS_STALLED_CLIENT_MS",
+            "PI_WORKFLOWS_CLI_TIMEOUT_MS",
+        ] {
+            let error = config(&[("HOME", "/h"), (name, "0")]).unwrap_err();
+            assert!(
+                error
+                    .0
+                    .starts_with(&format!("{name} must be a positive integer")),
+                "{error}"
+            );
+        }
+        let config = config(&[
+            ("HOME", "/h"),
+            ("PI_WORKFLOWS_MAX_CONNECTIONS", "3"),
+            ("PI_WORKFLOWS_CLI_TIMEOUT_MS", "1500"),
+        ])
+        .unwrap();
+        assert_eq!(config.connections.max_connections, 3);
+        assert_eq!(config.cli_timeout_ms, 1500);
     }
 
     #[test]

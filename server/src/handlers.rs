@@ -18,7 +18,7 @@ use crate::socket::Outbox;
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::{Commit, commands, runs};
-use crate::views::{Subscriptions, Target};
+use crate::views::{MAX_SUBSCRIPTIONS, NotStarted, Subscriptions, Target};
 use kernel::ids::{
     ClientId, Digest, IdempotencyKey, MessageId, RequestId, Revision, RunId, SessionId,
 };
@@ -1070,7 +1070,7 @@ async fn subscribe(
     }
     let from = request.payload.get("fromRevision").and_then(Value::as_u64);
     let request_id = request.request_id.clone();
-    subscriptions.start(app, outbox, target, from, move |subscription_id| {
+    let started = subscriptions.start(app, outbox, target, from, move |subscription_id| {
         response(
             &request_id,
             "subscribe",
@@ -1080,7 +1080,24 @@ async fn subscribe(
             None,
         )
     });
-    None
+    match started {
+        Ok(_) => None,
+        Err(NotStarted::Full) => Some(response(
+            &request.request_id,
+            "subscribe",
+            "rejected",
+            None,
+            None,
+            Some((
+                "rateLimited",
+                format!(
+                    "this connection already holds {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first"
+                ),
+            )),
+        )),
+        // The connection is gone: nobody reads an answer.
+        Err(NotStarted::Closed) => None,
+    }
 }
 
 async fn session_view(app: &Arc<App>, request: &Request) -> Value {

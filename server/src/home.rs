@@ -1,5 +1,6 @@
 //! The state directory: `PI_WORKFLOWS_HOME` with `state.sqlite` and the
-//! user-only `host/` directory (socket, lock, runner logs).
+//! user-only `host/` directory (socket, lock, `server.log`, runner logs in
+//! `logs/`, see `runner_logs`).
 //!
 //! Invariants:
 //! - `host/` and `host/logs/` are mode 0700; the socket is 0600; logs are 0600.
@@ -59,7 +60,7 @@ pub fn lock(config: &Config) -> Result<ServerLock, LockError> {
     }
 }
 
-/// Opens a user-only append log file.
+/// Opens a user-only append log file (`host/server.log`).
 pub fn open_log(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .create(true)

@@ -30,6 +30,7 @@ pub mod reads;
 pub mod recovery;
 pub mod resolver;
 pub mod runner_channel;
+pub mod runner_logs;
 pub mod scheduler;
 pub mod serve;
 pub mod socket;

@@ -78,7 +78,9 @@ pub async fn resolve(
             "no runner program is configured; set PI_WORKFLOWS_RUNNER",
         )
     })?;
-    let log = crate::home::open_log(&app.config.log_dir().join(format!("{run_id}.log")))
+    let (stderr, log) = app
+        .runner_logs
+        .open(&run_id)
         .map_err(|_| ResolveError::new("unavailable", "cannot open the resolver log"))?;
     let directory = std::path::PathBuf::from(project_path);
     let mut child = Command::new(program)
@@ -87,9 +89,10 @@ pub async fn resolve(
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
+        .stderr(stderr)
         .spawn()
         .map_err(|_| ResolveError::new("unavailable", "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows"))?;
+    log.start();
     let identity = child.id().and_then(process::identity);
     let mut stdin = child.stdin.take();
     if let Some(stdin) = stdin.as_mut() {

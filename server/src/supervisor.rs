@@ -301,12 +301,10 @@ async fn spawn(app: &Arc<App>, runner: &Arc<Runner>) -> Result<Child, ()> {
         .ok()
         .flatten()
         .ok_or(())?;
-    let log = crate::home::open_log(
-        &app.config
-            .log_dir()
-            .join(format!("{}.log", runner.runner_epoch)),
-    )
-    .map_err(|_| ())?;
+    let (stderr, log) = app
+        .runner_logs
+        .open(runner.runner_epoch.as_str())
+        .map_err(|_| ())?;
     let (program, args) = app.config.runner_command.split_first().ok_or(())?;
     let mut command = Command::new(program);
     command
@@ -315,9 +313,12 @@ async fn spawn(app: &Arc<App>, runner: &Arc<Runner>) -> Result<Child, ()> {
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
+        .stderr(stderr)
         .kill_on_drop(false);
     let mut child = command.spawn().map_err(|_| ())?;
+    // The copy ends when the child (and all that inherited its stderr) closed it.
+    drop(command);
+    log.start();
     let pid = child.id().ok_or(())?;
     let identity = process::identity(pid).unwrap_or(ProcessIdentity { pid, start_time: 0 });
     *runner.identity.lock().expect("identity lock") = Some(identity.clone());

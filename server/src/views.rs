@@ -12,7 +12,9 @@
 //!   event is prepared only after the previous one reached the socket, and
 //!   every change in between is coalesced into it. The server's memory per
 //!   subscriber is bounded by one event.
-//! - `unsubscribe` and connection close stop the subscription's task.
+//! - `unsubscribe` and connection close stop the subscription's task; a
+//!   connection has at most [`MAX_SUBSCRIPTIONS`], and none starts after
+//!   its connection closed.
 
 use crate::app::App;
 use crate::socket::{Outbox, frame};
@@ -88,10 +90,29 @@ pub enum Target {
     Session(SessionId),
 }
 
+/// How many subscriptions one connection may hold.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
 /// The subscriptions of one connection.
 #[derive(Clone, Debug, Default)]
 pub struct Subscriptions {
-    tasks: Arc<Mutex<HashMap<String, JoinHandle<()>>>>,
+    inner: Arc<Mutex<Active>>,
+}
+
+/// The live subscription tasks of a connection, and whether it closed.
+#[derive(Debug, Default)]
+struct Active {
+    tasks: HashMap<String, JoinHandle<()>>,
+    closed: bool,
+}
+
+/// Why a subscription did not start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotStarted {
+    /// The connection already holds [`MAX_SUBSCRIPTIONS`].
+    Full,
+    /// The connection closed.
+    Closed,
 }
 
 impl Subscriptions {
@@ -109,7 +130,14 @@ impl Subscriptions {
         target: Target,
         from_revision: Option<u64>,
         accepted: impl FnOnce(&str) -> Value,
-    ) -> String {
+    ) -> Result<String, NotStarted> {
+        let mut active = self.inner.lock().expect("subscriptions lock");
+        if active.closed {
+            return Err(NotStarted::Closed);
+        }
+        if active.tasks.len() >= MAX_SUBSCRIPTIONS {
+            return Err(NotStarted::Full);
+        }
         let id = format!("sub-{}", crate::ids::random_hex::<6>());
         let response = frame(&accepted(&id));
         let (app, outbox_for_task, task_id) = (app.clone(), outbox.clone(), id.clone());
@@ -118,16 +146,19 @@ impl Subscriptions {
                 follow(app, outbox_for_task, task_id, target, from_revision).await;
             }
         });
-        self.tasks
-            .lock()
-            .expect("subscriptions lock")
-            .insert(id.clone(), task);
-        id
+        active.tasks.insert(id.clone(), task);
+        Ok(id)
     }
 
     /// Stops one subscription; `false` when it does not exist.
     pub fn stop(&self, id: &str) -> bool {
-        match self.tasks.lock().expect("subscriptions lock").remove(id) {
+        match self
+            .inner
+            .lock()
+            .expect("subscriptions lock")
+            .tasks
+            .remove(id)
+        {
             Some(task) => {
                 task.abort();
                 true
@@ -138,7 +169,7 @@ impl Subscriptions {
 
     /// How many subscriptions are active.
     pub fn len(&self) -> usize {
-        self.tasks.lock().expect("subscriptions lock").len()
+        self.inner.lock().expect("subscriptions lock").tasks.len()
     }
 
     /// Whether there are none.
@@ -146,9 +177,11 @@ impl Subscriptions {
         self.len() == 0
     }
 
-    /// Stops every subscription (connection closed).
+    /// Stops every subscription; none starts afterwards (connection closed).
     pub fn close_all(&self) {
-        for (_, task) in self.tasks.lock().expect("subscriptions lock").drain() {
+        let mut active = self.inner.lock().expect("subscriptions lock");
+        active.closed = true;
+        for (_, task) in active.tasks.drain() {
             task.abort();
         }
     }

@@ -13,7 +13,10 @@
  * - A write that waits for `drain` stops waiting when the connection closes,
  *   errors, or the caller's AbortSignal fires.
  * - `closed` settles exactly once, with the error pending requests should
- *   see; whether they may retry is `retryable`.
+ *   see; whether they may retry is `retryable`. A connection error frame
+ *   the server sent before closing is that error (not retryable, except the
+ *   idle close `timedOut`); one sent instead of the hello (a server at its
+ *   connection cap) fails the connect with its code and reason.
  */
 import { Socket, createConnection } from "node:net";
 
@@ -164,8 +167,9 @@ export class Connection {
           }
           // The first frame must be the server's hello.
           if (message.type !== "hello" || message.role !== "server") {
+            const refusal = asConnectionError(message);
             const mismatch = asVersionMismatch(message, options.packageVersion);
-            fail(new ConnectFailure(false, mismatch ?? new WorkflowClientError("schemaInvalid", "the pi-workflows server did not send its hello first; install matching pi-workflows packages")));
+            fail(new ConnectFailure(false, refusal ?? mismatch ?? new WorkflowClientError("schemaInvalid", "the pi-workflows server did not send its hello first; install matching pi-workflows packages")));
             return;
           }
           if (message.packageVersion !== options.packageVersion) {
@@ -212,12 +216,9 @@ export class Connection {
       this.finish({ error: versionMismatch(undefined, this.clientVersion, message.error.message), retryable: false });
       return;
     }
-    if (message.type === "event" && message.subscriptionId === "connection" && message.event.kind === "availability" && message.event.state === "unavailable") {
-      // The server's bounded error frame before it closes this connection: "<code>: <message>".
-      const reason = message.event.reason ?? "";
-      const split = reason.indexOf(": ");
-      const code = split > 0 ? reason.slice(0, split) : "";
-      this.serverError = new WorkflowClientError(isErrorCode(code) ? code : "unavailable", split > 0 ? reason.slice(split + 2) : reason || "the server reported a connection error");
+    const closing = asConnectionError(message);
+    if (closing !== null) {
+      this.serverError = closing;
       return;
     }
     this.onMessage(this, message);
@@ -226,8 +227,11 @@ export class Connection {
   /** Ends the connection once; pending waits see `end`. */
   private finish(reported: ConnectionEnd): void {
     if (this.end !== null) return;
-    // A protocol rejection the server announced wins over a plain close.
-    const end = this.serverError !== null && reported.retryable ? { error: this.serverError, retryable: false } : reported;
+    // A protocol rejection the server announced wins over a plain close. An
+    // idle close (`timedOut`) is not a rejection: a request written as it
+    // closed was never read, so it is retried on a new connection.
+    const end =
+      this.serverError !== null && reported.retryable ? { error: this.serverError, retryable: this.serverError.code === "timedOut" } : reported;
     this.end = end;
     this.socket.destroy();
     this.resolveClosed(end);
@@ -313,6 +317,20 @@ export class Connection {
       );
     });
   }
+}
+
+/**
+ * The server's bounded error frame before it closes a connection (an
+ * `availability: unavailable` event of subscription `connection`, reason
+ * "<code>: <message>"), e.g. the refusal a server at its connection cap
+ * sends instead of its hello.
+ */
+function asConnectionError(message: ClientMessage): WorkflowClientError | null {
+  if (message.type !== "event" || message.subscriptionId !== "connection" || message.event.kind !== "availability" || message.event.state !== "unavailable") return null;
+  const reason = message.event.reason ?? "";
+  const split = reason.indexOf(": ");
+  const code = split > 0 ? reason.slice(0, split) : "";
+  return new WorkflowClientError(isErrorCode(code) ? code : "unavailable", split > 0 ? reason.slice(split + 2) : reason || "the server reported a connection error");
 }
 
 function asVersionMismatch(message: ClientMessage, clientVersion: string): WorkflowClientError | null {

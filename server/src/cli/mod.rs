@@ -36,6 +36,8 @@ pub enum Exit {
     NotFound = 4,
     /// The server is unavailable or speaks another package version.
     Unavailable = 5,
+    /// The server did not answer within `PI_WORKFLOWS_CLI_TIMEOUT_MS`.
+    TimedOut = 6,
 }
 
 impl From<Exit> for ExitCode {
@@ -62,7 +64,14 @@ impl Failure {
 
 impl From<ClientError> for Failure {
     fn from(error: ClientError) -> Self {
-        Self::new(Exit::Unavailable, error.to_string())
+        let exit = match &error {
+            ClientError::TimedOut { .. } => Exit::TimedOut,
+            ClientError::Unavailable
+            | ClientError::VersionMismatch(_)
+            | ClientError::Refused(_)
+            | ClientError::Protocol(_) => Exit::Unavailable,
+        };
+        Self::new(exit, error.to_string())
     }
 }
 
@@ -222,10 +231,21 @@ fn fail(failure: Failure) -> ExitCode {
     failure.exit.into()
 }
 
+/// Connects to the server with the CLI's answer limit
+/// (`PI_WORKFLOWS_CLI_TIMEOUT_MS` for the hello and each response).
+async fn connect_bounded(config: &Config, client_id: &str) -> Result<Client, ClientError> {
+    Client::connect_within(
+        &config.socket_path(),
+        client_id,
+        std::time::Duration::from_millis(config.cli_timeout_ms),
+    )
+    .await
+}
+
 /// Connects to the server, starting it in the background when none runs.
 async fn connect(config: &Config) -> Result<Client, Failure> {
     let client_id = crate::client::cli_client_id();
-    match Client::connect(&config.socket_path(), &client_id).await {
+    match connect_bounded(config, &client_id).await {
         Err(ClientError::Unavailable) => {}
         other => return other.map_err(Failure::from),
     }
@@ -235,7 +255,7 @@ async fn connect(config: &Config) -> Result<Client, Failure> {
         .await
         .map_err(|_| Failure::new(Exit::Unavailable, "could not start the server; retry"))?
         .map_err(|message| Failure::new(Exit::Unavailable, message))?;
-    Ok(Client::connect(&config.socket_path(), &client_id).await?)
+    Ok(connect_bounded(config, &client_id).await?)
 }
 
 /// Turns a refused response into a failure with its next action.

@@ -1,7 +1,7 @@
 //! `pi-workflows server run | start | stop | status`.
 
-use super::Exit;
-use crate::client::{Client, ClientError, RequestSpec};
+use super::{Exit, Failure, connect_bounded};
+use crate::client::{ClientError, RequestSpec};
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::serve::{self, Readiness};
@@ -66,15 +66,23 @@ fn fail(exit: Exit, message: &str) -> ExitCode {
     exit.into()
 }
 
+/// The one error line and exit code of a client error.
+fn client_failure(error: ClientError) -> ExitCode {
+    let failure = Failure::from(error);
+    fail(failure.exit, &failure.message)
+}
+
 /// Starts the server in the background (unless one runs) and waits for its
 /// ready line.
 fn start(config: &Config, runtime: &tokio::runtime::Runtime) -> ExitCode {
-    if runtime
-        .block_on(Client::connect(&config.socket_path(), "cli"))
-        .is_ok()
-    {
-        println!("pi-workflows server is already running");
-        return ExitCode::SUCCESS;
+    match runtime.block_on(connect_bounded(config, "cli")) {
+        Ok(_) => {
+            println!("pi-workflows server is already running");
+            return ExitCode::SUCCESS;
+        }
+        Err(ClientError::Unavailable) => {}
+        // Something answers at the socket: starting another server cannot help.
+        Err(error) => return client_failure(error),
     }
     match spawn_server(config) {
         Ok(epoch) => {
@@ -127,19 +135,20 @@ pub fn spawn_server(config: &Config) -> Result<u64, String> {
 }
 
 async fn stop(config: &Config) -> ExitCode {
-    let mut client = match Client::connect(&config.socket_path(), "cli").await {
+    let mut client = match connect_bounded(config, "cli").await {
         Ok(client) => client,
         Err(ClientError::Unavailable) => {
             println!("pi-workflows server is not running");
             return ExitCode::SUCCESS;
         }
-        Err(error) => return fail(Exit::Unavailable, &error.to_string()),
+        Err(error) => return client_failure(error),
     };
     match client
         .request(&RequestSpec::read("server.stop", None, json!({})))
         .await
     {
         Ok(response) if response.outcome == "accepted" => {}
+        Err(error @ ClientError::TimedOut { .. }) => return client_failure(error),
         Ok(_) | Err(_) => {
             return fail(
                 Exit::Refused,
@@ -150,9 +159,7 @@ async fn stop(config: &Config) -> ExitCode {
     // The server closes the socket when it has stored every receipt and parked its runs.
     let deadline = Instant::now() + Duration::from_millis(config.stop_grace_ms + 30_000);
     while Instant::now() < deadline {
-        if Client::connect(&config.socket_path(), "cli").await.is_err()
-            && crate::home::lock(config).is_ok()
-        {
+        if connect_bounded(config, "cli").await.is_err() && crate::home::lock(config).is_ok() {
             println!("pi-workflows server stopped");
             return ExitCode::SUCCESS;
         }
@@ -165,7 +172,7 @@ async fn stop(config: &Config) -> ExitCode {
 }
 
 async fn status(config: &Config, json_output: bool) -> ExitCode {
-    let mut client = match Client::connect(&config.socket_path(), "cli").await {
+    let mut client = match connect_bounded(config, "cli").await {
         Ok(client) => client,
         Err(ClientError::Unavailable) => {
             if json_output {
@@ -180,14 +187,14 @@ async fn status(config: &Config, json_output: bool) -> ExitCode {
             }
             return Exit::NotRunning.into();
         }
-        Err(error) => return fail(Exit::Unavailable, &error.to_string()),
+        Err(error) => return client_failure(error),
     };
     let response = match client
         .request(&RequestSpec::read("server.status", None, json!({})))
         .await
     {
         Ok(response) => response,
-        Err(error) => return fail(Exit::Unavailable, &error.to_string()),
+        Err(error) => return client_failure(error),
     };
     let Some(receipt) = response.receipt else {
         return fail(

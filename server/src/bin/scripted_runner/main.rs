@@ -88,6 +88,7 @@
 //! | `{"update": {"type", "key", "data"}, "idempotencyKey"?: K, "then": B}` | `node.update {update, idempotencyKey}` (default key: `u-` + 16 hex of the digest of attempt id and update), its reply, then B |
 //! | `{"effect": {"type", "request", "applyLog"?, "result"?, "receipt"?, "applyMs"?}, "crashWhileApplying"?: bool, "then": B}` | see below |
 //! | `{"spawnChild": {"sleepSeconds": 1000, "newGroup": false}, "then": B}` | start `sleep N` (in its own process group when `newGroup`), `runner.progress {operation: process.register, pid, startIdentity}`, then B; the child is never reaped |
+//! | `{"stderrBytes": N, "then": B}` | write N bytes of numbered 100-byte lines (`stderr line 00000000 xxx…`) to stderr, then B |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
 //! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}` (interactive runs only); an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node |
 //!
@@ -131,11 +132,18 @@ pub(crate) const EXIT_CRASH: i32 = 3;
 /// The channel closed while the runner needed it.
 pub(crate) const EXIT_CHANNEL_CLOSED: i32 = 4;
 
-/// Logs one line to stderr.
+/// Logs one line to stderr. A stderr nobody reads any more (the server
+/// that copied it into the runner log died) is ignored, not a panic.
 macro_rules! log {
-    ($($arg:tt)*) => {
-        eprintln!("scripted-runner[{}]: {}", std::process::id(), format_args!($($arg)*))
-    };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "scripted-runner[{}]: {}",
+            std::process::id(),
+            format_args!($($arg)*)
+        );
+    }};
 }
 pub(crate) use log;
 

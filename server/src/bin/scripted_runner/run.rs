@@ -417,6 +417,10 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
             );
             perform(channel, then, attempt)
         }
+        Action::Stderr { bytes, then } => {
+            write_stderr(*bytes);
+            perform(channel, then, attempt)
+        }
         Action::Duplicate(then) => {
             channel.duplicate_next = true;
             perform(channel, then, attempt)
@@ -476,4 +480,26 @@ fn default_update_key(attempt_id: &str, update: &NodeUpdate) -> String {
     let digest = sha256_digest(&bytes);
     let hex = digest.trim_start_matches("sha256:");
     format!("u-{}", &hex[..16])
+}
+
+/// Writes `bytes` bytes of numbered 100-byte lines (`stderr line 00000042 xxx…`)
+/// to stderr; the last line may be shorter. A closed stderr ends the writing.
+fn write_stderr(bytes: u64) {
+    use std::io::Write as _;
+    log!("writing {bytes} bytes to stderr");
+    let mut stderr = std::io::stderr().lock();
+    let mut written = 0u64;
+    let mut line_number = 0u64;
+    while written < bytes {
+        let mut line = format!("stderr line {line_number:08} ").into_bytes();
+        line.resize(99, b'x');
+        line.push(b'\n');
+        let take = usize::try_from((bytes - written).min(100)).unwrap_or(100);
+        if stderr.write_all(&line[..take]).is_err() {
+            return;
+        }
+        written += take as u64;
+        line_number += 1;
+    }
+    let _ = stderr.flush();
 }

@@ -113,6 +113,8 @@ pub(crate) enum Action {
     },
     /// Send the next message of `then` twice with one message id.
     Duplicate(Box<Behaviour>),
+    /// Write this many bytes of numbered lines to stderr, then `then`.
+    Stderr { bytes: u64, then: Box<Behaviour> },
     /// `interaction.requested`; the attempt then waits in the origin
     /// session and the runner follows the reply's `next` (an exit).
     Interact(InteractSpec),
@@ -214,6 +216,8 @@ struct RawBehaviour {
     #[serde(default)]
     interact: Option<InteractSpec>,
     #[serde(default)]
+    stderr_bytes: Option<u64>,
+    #[serde(default)]
     then: Option<Box<Behaviour>>,
     #[serde(default)]
     timeout_ms: Option<u64>,
@@ -241,6 +245,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("spawnChild", raw.spawn_child.is_some()),
             ("duplicate", raw.duplicate.is_some()),
             ("interact", raw.interact.is_some()),
+            ("stderrBytes", raw.stderr_bytes.is_some()),
         ];
         let actions: Vec<&str> = named
             .iter()
@@ -305,6 +310,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::SpawnChild { spawn, then }
         } else if let Some(interact) = raw.interact {
             Action::Interact(interact)
+        } else if let Some(bytes) = raw.stderr_bytes {
+            Action::Stderr { bytes, then }
         } else if raw.duplicate == Some(true) {
             Action::Duplicate(then)
         } else {
@@ -340,6 +347,7 @@ impl Behaviour {
             | Action::Update { then, .. }
             | Action::Effect { then, .. }
             | Action::SpawnChild { then, .. }
+            | Action::Stderr { then, .. }
             | Action::Duplicate(then) => Some(then),
             Action::Finish(_)
             | Action::Fail { .. }
