@@ -3,9 +3,10 @@
 //!
 //! Invariants:
 //! - Startup order: configuration, private directories, the global lock, the
-//!   database (refused before any mutation when incompatible), the server
-//!   epoch, recovery, and only then the socket and the ready line. No command
-//!   is accepted before the epoch is taken and the socket is bound.
+//!   database (refused before any mutation when it is incompatible, damaged,
+//!   empty or not a database), the server epoch, recovery, and only then the
+//!   socket and the ready line. No command is accepted before the epoch is
+//!   taken and the socket is bound.
 //! - The epoch is taken at once: holding the global lock proves that every
 //!   earlier server process exited (`kernel::epoch::ServerLockHeld`), so a
 //!   crashed server's live lease never delays the next one.
@@ -64,8 +65,9 @@ pub struct App {
 pub enum StartError {
     /// Another live server holds the lock.
     AlreadyRunning,
-    /// The state database is incompatible (the standard instruction).
-    Incompatible,
+    /// The state database was refused (incompatible, damaged, empty, not a
+    /// database) or cannot be written (a full disk): the store's one line.
+    State(StoreError),
     /// Anything else, with a one-line safe description.
     Other(String),
 }
@@ -76,7 +78,14 @@ impl std::fmt::Display for StartError {
             Self::AlreadyRunning => {
                 f.write_str("a pi-workflows server is already running for this state directory; use `pi-workflows server status` or `pi-workflows server stop`")
             }
-            Self::Incompatible => f.write_str(crate::store::INCOMPATIBLE_STATE),
+            Self::State(error @ (StoreError::Sqlite(_) | StoreError::Closed)) => {
+                write!(f, "cannot open the state database: {error}")
+            }
+            Self::State(error @ StoreError::DiskFull { .. }) => write!(
+                f,
+                "{error}, then start Pi Workflows again (state.sqlite is intact and was not changed)"
+            ),
+            Self::State(error) => write!(f, "{error}"),
             Self::Other(message) => f.write_str(message),
         }
     }
@@ -101,10 +110,7 @@ impl App {
             ),
         })?;
         let store =
-            Store::open(&config.database_path(), faults.clone()).map_err(|error| match error {
-                StoreError::Incompatible => StartError::Incompatible,
-                other => StartError::Other(format!("cannot open the state database: {other}")),
-            })?;
+            Store::open(&config.database_path(), faults.clone()).map_err(StartError::State)?;
         let server_owner = OwnerId::new(format!("server-{}", ids::random_hex::<8>()));
         let epoch = take_epoch(&store, &server_owner, config.server_lease_ms, &lock).await?;
         let control = ClaimRequest {
@@ -262,5 +268,10 @@ async fn take_epoch(
             Ok(Commit::Keep(next.epoch))
         })
         .await
-        .map_err(|error| StartError::Other(format!("cannot take the server epoch: {error}")))
+        .map_err(|error| match error {
+            StoreError::Sqlite(_) | StoreError::Closed => {
+                StartError::Other(format!("cannot take the server epoch: {error}"))
+            }
+            other => StartError::State(other),
+        })
 }
