@@ -14,6 +14,20 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "test tools (strace for the checkpoint-kill test, unshare for the full-disk tests)"
+# server/tests/storage_faults.rs kills the server inside a checkpoint write
+# with `strace -e inject` and mounts a small tmpfs inside `unshare -rm`; both
+# tests fail (never skip) without these tools, so install them when missing.
+missing=()
+command -v strace >/dev/null || missing+=(strace)
+command -v unshare >/dev/null || missing+=(util-linux)
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q "${missing[@]}"
+fi
+
 step "cargo fmt --check"
 cargo fmt --all --check
 

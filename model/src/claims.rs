@@ -5,9 +5,19 @@
 //!
 //! Every transition is the kernel's: [`claim::acquire`],
 //! [`claim::check_and_renew`], [`claim::renew_by_timer`], [`claim::release`],
-//! [`epoch::take`], [`epoch::renew`], [`epoch::check`]. The model adds the
-//! environment (who acts, message delay, clock, crashes) and oracles that
-//! judge each committed write from the pre-state facts.
+//! [`epoch::take`], [`epoch::renew`]. The model adds the environment (who
+//! acts, message delay, clock, crashes, the global server lock) and oracles
+//! that judge each committed write from the pre-state facts.
+//!
+//! A server process acts (admits, recovers, renews claims, processes runner
+//! writes) for as long as it runs, as the server does: its writes do not
+//! check the epoch. What keeps an older epoch from writing is the global
+//! server lock: a process takes the epoch only while it holds the lock,
+//! which the operating system releases when the process exits or crashes,
+//! so no other server process runs. That is also why taking the epoch never
+//! waits for a crashed server's lease, and why a server whose lease lapsed
+//! (its renewals could not be stored, e.g. on a full disk) keeps running and
+//! renews later.
 
 use crate::harness::Summarize;
 use core::fmt;
@@ -32,8 +42,9 @@ pub enum ClaimRules {
     RenewAfterExpiry,
     /// Acquire ignores a live claim.
     AcquireWhileHeld,
-    /// The server processes runner writes without checking its epoch.
-    NoEpochCheck,
+    /// A starting server takes the epoch without holding the global lock
+    /// (while another server process still runs).
+    TakeWithoutLock,
 }
 
 /// The bounded configuration.
@@ -119,7 +130,7 @@ pub struct Oracle {
     pub expired_renewal: bool,
     /// Two granted claims were live at once.
     pub two_live: bool,
-    /// A write committed through a server whose epoch was not current and live.
+    /// A write committed through a server whose epoch was not current.
     pub stale_epoch_write: bool,
     // Reachability witnesses.
     pub committed: u8,
@@ -127,6 +138,11 @@ pub struct Oracle {
     pub recovered_write: bool,
     pub new_epoch_write: bool,
     pub timer_renewed: bool,
+    /// A server took the epoch at once after a crash, while the crashed
+    /// server's lease was still live.
+    pub takeover_before_expiry: bool,
+    /// A server renewed its lease after it had lapsed.
+    pub renewed_after_lapse: bool,
 }
 
 /// The model state: committed facts, process memory and oracle verdicts.
@@ -171,20 +187,22 @@ pub enum ClaimsAction {
     SendWrite {
         runner: usize,
     },
-    /// Server `s` processes runner `r`'s delayed write: `epoch::check` then `claim::check_and_renew`.
+    /// Server `s` processes runner `r`'s delayed write: `claim::check_and_renew`.
     DeliverWrite {
         server: usize,
         runner: usize,
     },
-    /// Server process `s` starts: `epoch::take`.
+    /// Server process `s` starts: takes the global lock, then `epoch::take`.
     TakeEpoch {
         server: usize,
     },
-    /// Server `s`'s lease timer: `epoch::renew`.
+    /// Server `s`'s lease timer: `epoch::renew` (a renewal that could not be
+    /// stored is the clock advancing without this step).
     RenewEpoch {
         server: usize,
     },
-    /// Server process `s` crashes: its memory is lost, committed facts stay.
+    /// Server process `s` crashes: its memory and its lock are gone,
+    /// committed facts stay.
     CrashServer {
         server: usize,
     },
@@ -194,10 +212,9 @@ impl fmt::Display for ClaimsAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Tick => write!(f, "clock advances one tick"),
-            Self::Acquire { server, runner } => write!(
-                f,
-                "server s{server}: claim::acquire(Host owner r{runner}) after epoch::check"
-            ),
+            Self::Acquire { server, runner } => {
+                write!(f, "server s{server}: claim::acquire(Host owner r{runner})")
+            }
             Self::Recover { server } => write!(
                 f,
                 "server s{server}: recovery claim::acquire(Control) + claim::release"
@@ -211,13 +228,16 @@ impl fmt::Display for ClaimsAction {
             }
             Self::DeliverWrite { server, runner } => write!(
                 f,
-                "server s{server} processes r{runner}'s write: epoch::check + claim::check_and_renew"
+                "server s{server} processes r{runner}'s write: claim::check_and_renew"
             ),
-            Self::TakeEpoch { server } => write!(f, "server s{server} starts: epoch::take"),
-            Self::RenewEpoch { server } => write!(f, "server s{server}: epoch::renew"),
-            Self::CrashServer { server } => {
-                write!(f, "server s{server} crashes (memory lost, facts kept)")
+            Self::TakeEpoch { server } => {
+                write!(f, "server s{server} starts: global lock + epoch::take")
             }
+            Self::RenewEpoch { server } => write!(f, "server s{server}: epoch::renew"),
+            Self::CrashServer { server } => write!(
+                f,
+                "server s{server} crashes (memory and lock lost, facts kept)"
+            ),
         }
     }
 }
@@ -313,23 +333,6 @@ impl ClaimsModel {
         }
     }
 
-    fn epoch_check(
-        &self,
-        host: &HostFacts,
-        server: usize,
-        epoch: Option<ServerEpoch>,
-        now: u64,
-    ) -> bool {
-        let Some(epoch) = epoch else {
-            return false;
-        };
-        if self.rules == ClaimRules::NoEpochCheck {
-            // Planted bug: any running server process acts.
-            return true;
-        }
-        epoch::check(host, epoch, &server_owner(server), now).is_ok()
-    }
-
     /// The oracle's view of a granted claim's renewal.
     fn note_renewal(state: &mut ClaimsState, before: &LeaseFacts, after: &LeaseFacts) {
         let (Some(old), Some(new)) = (before.claim.as_ref(), after.claim.as_ref()) else {
@@ -405,7 +408,15 @@ impl Model for ClaimsModel {
         for server in 0..self.servers {
             match state.servers[server] {
                 None => {
-                    if state.host.epoch.0 < self.max_epoch {
+                    // Each start is a new process: server `s` is the one that
+                    // takes epoch `s + 1` (a restarted server does not reuse
+                    // an old process's owner id, and the symmetric orders of
+                    // the same starts are explored once). The global lock is
+                    // free when no server process runs.
+                    let next_process = state.host.epoch.0 == server as u64;
+                    let lock_free = state.servers.iter().all(Option::is_none);
+                    let may_start = lock_free || self.rules == ClaimRules::TakeWithoutLock;
+                    if state.host.epoch.0 < self.max_epoch && next_process && may_start {
                         out.push(ClaimsAction::TakeEpoch { server });
                     }
                 }
@@ -446,26 +457,34 @@ impl Model for ClaimsModel {
                 Self::prune(&mut next);
             }
             ClaimsAction::TakeEpoch { server } => {
-                let host = epoch::take(&state.host, server_owner(server), now, SERVER_TTL).ok()?;
+                let host = epoch::take(
+                    &state.host,
+                    server_owner(server),
+                    now,
+                    SERVER_TTL,
+                    epoch::ServerLockHeld,
+                );
+                if state.host.owner_id.is_some() && now < state.host.lease_expires_at_ms {
+                    next.oracle.takeover_before_expiry = true;
+                }
                 next.servers[server] = Some(host.epoch);
                 next.host = host;
             }
             ClaimsAction::RenewEpoch { server } => {
                 let epoch = state.servers[server]?;
                 match epoch::renew(&state.host, epoch, &server_owner(server), now, SERVER_TTL) {
-                    Ok(host) => next.host = host,
-                    // A fenced or lapsed server must stop.
-                    Err(EpochRejection::Stale { .. } | EpochRejection::LeaseExpired) => {
-                        next.servers[server] = None;
+                    Ok(host) => {
+                        if now >= state.host.lease_expires_at_ms {
+                            next.oracle.renewed_after_lapse = true;
+                        }
+                        next.host = host;
                     }
-                    Err(EpochRejection::Held { .. }) => return None,
+                    // Another server took the epoch: this one stops.
+                    Err(EpochRejection::Stale { .. }) => next.servers[server] = None,
                 }
             }
             ClaimsAction::CrashServer { server } => next.servers[server] = None,
-            ClaimsAction::Acquire { server, runner } => {
-                if !self.epoch_check(&state.host, server, state.servers[server], now) {
-                    return None;
-                }
+            ClaimsAction::Acquire { server: _, runner } => {
                 let generation = state.lease.generation.next();
                 let lease = self
                     .acquire(&state.lease, host_request(runner, generation), now)
@@ -474,10 +493,7 @@ impl Model for ClaimsModel {
                 next.runners[runner].held = lease.claim.as_ref().map(Authority::of);
                 next.lease = lease;
             }
-            ClaimsAction::Recover { server } => {
-                if !self.epoch_check(&state.host, server, state.servers[server], now) {
-                    return None;
-                }
+            ClaimsAction::Recover { server: _ } => {
                 let lease = self.acquire(&state.lease, control_request(), now).ok()?;
                 Self::note_grant(&mut next, &lease);
                 let authority = Authority::of(lease.claim.as_ref()?);
@@ -493,14 +509,11 @@ impl Model for ClaimsModel {
                 next.lease = released;
                 Self::prune(&mut next);
             }
-            ClaimsAction::TimerRenew { server, runner } => {
-                if !self.epoch_check(&state.host, server, state.servers[server], now) {
-                    return None;
-                }
+            ClaimsAction::TimerRenew { server: _, runner } => {
                 let authority = state.runners[runner].held.clone()?;
                 let result = match self.rules {
                     ClaimRules::Kernel
-                    | ClaimRules::NoEpochCheck
+                    | ClaimRules::TakeWithoutLock
                     | ClaimRules::AcquireWhileHeld => {
                         claim::renew_by_timer(&state.lease, &authority, now, CLAIM_TTL)
                     }
@@ -520,9 +533,6 @@ impl Model for ClaimsModel {
                 next.runners[runner].in_flight = state.runners[runner].held.clone();
             }
             ClaimsAction::DeliverWrite { server, runner } => {
-                if !self.epoch_check(&state.host, server, state.servers[server], now) {
-                    return None;
-                }
                 let authority = next.runners[runner].in_flight.take()?;
                 next.deliveries += 1;
                 match self.check_and_renew(&state.lease, &authority, now) {
@@ -533,7 +543,6 @@ impl Model for ClaimsModel {
                         let epoch_ok = state.servers[server].is_some_and(|epoch| {
                             epoch == state.host.epoch
                                 && state.host.owner_id.as_ref() == Some(&server_owner(server))
-                                && now < state.host.lease_expires_at_ms
                         });
                         if !epoch_ok {
                             next.oracle.stale_epoch_write = true;
@@ -572,7 +581,7 @@ impl Model for ClaimsModel {
                 !s.oracle.two_live
             }),
             Property::always(
-                "only the current live server epoch commits writes",
+                "at most one server epoch accepts commands: only the current epoch commits writes",
                 |_, s: &ClaimsState| !s.oracle.stale_epoch_write,
             ),
             Property::sometimes("a write commits", |_, s: &ClaimsState| {
@@ -593,6 +602,14 @@ impl Model for ClaimsModel {
             Property::sometimes(
                 "the server's timer renews a live claim",
                 |_, s: &ClaimsState| s.oracle.timer_renewed,
+            ),
+            Property::sometimes(
+                "a server started after a crash takes the epoch while the crashed server's lease is live",
+                |_, s: &ClaimsState| s.oracle.takeover_before_expiry,
+            ),
+            Property::sometimes(
+                "a server renews its lease after it lapsed and stays the server",
+                |_, s: &ClaimsState| s.oracle.renewed_after_lapse,
             ),
         ]
     }

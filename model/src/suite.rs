@@ -178,7 +178,7 @@ pub fn models() -> Vec<ModelEntry> {
     vec![
         ModelEntry {
             name: "claims",
-            ci_unique_states: 1_281_538,
+            ci_unique_states: 1_542_788,
             run: claims,
             properties: || names(&ClaimsModel::ci(ClaimRules::Kernel)),
         },
@@ -289,11 +289,11 @@ pub fn mutations() -> Vec<Mutation> {
             ClaimsModel::ci(ClaimRules::AcquireWhileHeld)
         ),
         mutation!(
-            "no-epoch-check",
+            "take-without-lock",
             "claims",
-            "the server processes writes without epoch::check",
-            "only the current live server epoch commits writes",
-            ClaimsModel::ci(ClaimRules::NoEpochCheck)
+            "a starting server takes the epoch without holding the global server lock",
+            "at most one server epoch accepts commands: only the current epoch commits writes",
+            ClaimsModel::ci(ClaimRules::TakeWithoutLock)
         ),
         mutation!(
             "runner-loss-retries-applying",

@@ -99,8 +99,8 @@ fn acquire_while_held_is_caught() {
 }
 
 #[test]
-fn no_epoch_check_is_caught() {
-    is_caught("no-epoch-check");
+fn taking_the_epoch_without_the_lock_is_caught() {
+    is_caught("take-without-lock");
 }
 
 #[test]

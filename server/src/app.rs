@@ -3,9 +3,13 @@
 //!
 //! Invariants:
 //! - Startup order: configuration, private directories, the global lock, the
-//!   database (refused before any mutation when incompatible), the server
-//!   epoch, recovery, and only then the socket and the ready line. No command
-//!   is accepted before the epoch is taken and the socket is bound.
+//!   database (refused before any mutation when it is incompatible, damaged,
+//!   empty or not a database), the server epoch, recovery, and only then the
+//!   socket and the ready line. No command is accepted before the epoch is
+//!   taken and the socket is bound.
+//! - The epoch is taken at once: holding the global lock proves that every
+//!   earlier server process exited (`kernel::epoch::ServerLockHeld`), so a
+//!   crashed server's live lease never delays the next one.
 //! - Outputs returned by the kernel are performed only after their
 //!   transaction committed, in the order the kernel returned them.
 //! - `stop` refuses new commands, waits for in-flight commands to store their
@@ -64,10 +68,9 @@ pub struct App {
 pub enum StartError {
     /// Another live server holds the lock.
     AlreadyRunning,
-    /// The state database is incompatible (the standard instruction).
-    Incompatible,
-    /// Another server still holds the epoch lease.
-    EpochHeld { expires_at_ms: u64 },
+    /// The state database was refused (incompatible, damaged, empty, not a
+    /// database) or cannot be written (a full disk): the store's one line.
+    State(StoreError),
     /// Anything else, with a one-line safe description.
     Other(String),
 }
@@ -78,11 +81,14 @@ impl std::fmt::Display for StartError {
             Self::AlreadyRunning => {
                 f.write_str("a pi-workflows server is already running for this state directory; use `pi-workflows server status` or `pi-workflows server stop`")
             }
-            Self::Incompatible => f.write_str(crate::store::INCOMPATIBLE_STATE),
-            Self::EpochHeld { expires_at_ms } => {
-                let wait_ms = expires_at_ms.saturating_sub(crate::clock::now_ms());
-                write!(f, "the previous server's lease is still live; retry in {} s", wait_ms.div_ceil(1000).max(1))
+            Self::State(error @ (StoreError::Sqlite(_) | StoreError::Closed)) => {
+                write!(f, "cannot open the state database: {error}")
             }
+            Self::State(error @ StoreError::DiskFull { .. }) => write!(
+                f,
+                "{error}, then start Pi Workflows again (state.sqlite is intact and was not changed)"
+            ),
+            Self::State(error) => write!(f, "{error}"),
             Self::Other(message) => f.write_str(message),
         }
     }
@@ -107,12 +113,9 @@ impl App {
             ),
         })?;
         let store =
-            Store::open(&config.database_path(), faults.clone()).map_err(|error| match error {
-                StoreError::Incompatible => StartError::Incompatible,
-                other => StartError::Other(format!("cannot open the state database: {other}")),
-            })?;
+            Store::open(&config.database_path(), faults.clone()).map_err(StartError::State)?;
         let server_owner = OwnerId::new(format!("server-{}", ids::random_hex::<8>()));
-        let epoch = take_epoch(&store, &server_owner, config.server_lease_ms).await?;
+        let epoch = take_epoch(&store, &server_owner, config.server_lease_ms, &lock).await?;
         let control = ClaimRequest {
             owner_kind: OwnerKind::Control,
             owner_id: OwnerId::new(format!("control-{}", epoch.0)),
@@ -245,31 +248,34 @@ impl Drop for InFlight {
     }
 }
 
+/// Takes the next server epoch; `_lock` is the held global lock that proves
+/// every earlier server process exited.
 async fn take_epoch(
     store: &Store,
     owner: &OwnerId,
     lease_ms: u64,
+    _lock: &home::ServerLock,
 ) -> Result<ServerEpoch, StartError> {
     let owner = owner.clone();
     store
         .write(move |connection| {
             let now_ms = crate::clock::now_ms();
             let facts = crate::store::host::load(connection)?;
-            match kernel::epoch::take(&facts, owner, now_ms, lease_ms) {
-                Ok(next) => {
-                    crate::store::host::write(connection, &next, now_ms)?;
-                    Ok(Commit::Keep(Ok(next.epoch)))
-                }
-                Err(kernel::epoch::EpochRejection::Held { expires_at_ms }) => {
-                    Ok(Commit::Discard(Err(StartError::EpochHeld {
-                        expires_at_ms,
-                    })))
-                }
-                Err(_) => Ok(Commit::Discard(Err(StartError::Other(
-                    "cannot take the server epoch".into(),
-                )))),
-            }
+            let next = kernel::epoch::take(
+                &facts,
+                owner,
+                now_ms,
+                lease_ms,
+                kernel::epoch::ServerLockHeld,
+            );
+            crate::store::host::write(connection, &next, now_ms)?;
+            Ok(Commit::Keep(next.epoch))
         })
         .await
-        .map_err(|error| StartError::Other(format!("cannot take the server epoch: {error}")))?
+        .map_err(|error| match error {
+            StoreError::Sqlite(_) | StoreError::Closed => {
+                StartError::Other(format!("cannot take the server epoch: {error}"))
+            }
+            other => StartError::State(other),
+        })
 }

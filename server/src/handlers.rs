@@ -429,16 +429,13 @@ where
             app.perform(outputs);
             value
         }
-        Err(_) => response(
+        Err(error) => response(
             &request.request_id,
             &request.operation,
             "unavailable",
             None,
             None,
-            Some((
-                "internal",
-                "the state database failed; retry the same request".into(),
-            )),
+            Some(error.refusal()),
         ),
     }
 }

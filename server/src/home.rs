@@ -5,7 +5,11 @@
 //! Invariants:
 //! - `host/` and `host/logs/` are mode 0700; the socket is 0600; logs are 0600.
 //! - One global lock file guards the server: only the process holding its
-//!   exclusive lock may bind the socket or take the server epoch.
+//!   exclusive lock may open the database for writing, bind the socket or
+//!   take the server epoch. The operating system releases the lock when its
+//!   holder exits, however it exits, so holding it proves that every earlier
+//!   server process is gone (`kernel::epoch::ServerLockHeld`). The lock file
+//!   is never removed.
 
 use crate::config::Config;
 use std::fs::{self, File, OpenOptions};

@@ -25,6 +25,7 @@ pub mod home;
 pub mod ids;
 pub mod interactions;
 pub mod live;
+pub mod log;
 pub mod process;
 pub mod reads;
 pub mod recovery;

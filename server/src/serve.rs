@@ -2,7 +2,8 @@
 //!
 //! Invariants:
 //! - The ready line is printed only after the epoch is taken, recovery ran
-//!   and the socket accepts connections.
+//!   and the socket accepts connections. Nothing waits for a crashed
+//!   server's lease: the global lock already proves it is gone.
 //! - The server stays alive while it has a client, a runner, a scheduled wake
 //!   that can still change something, or admissible work, and exits after
 //!   `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
@@ -34,7 +35,7 @@ pub enum Readiness {
 
 /// Runs the server until it stops. Returns the one-line error on failure.
 pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result<(), StartError> {
-    let (app, lock) = open_when_lease_allows(config, faults).await?;
+    let (app, lock) = App::open(config, faults).await?;
     recovery::startup(&app).await;
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
@@ -49,23 +50,6 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     shutdown(&app).await;
     drop(lock);
     Ok(())
-}
-
-/// Opens the state, waiting (bounded) for a crashed server's epoch lease to expire.
-async fn open_when_lease_allows(
-    config: Config,
-    faults: Faults,
-) -> Result<(Arc<App>, crate::home::ServerLock), StartError> {
-    let give_up = Instant::now() + Duration::from_millis(config.server_lease_ms * 2 + 1000);
-    loop {
-        match App::open(config.clone(), faults.clone()).await {
-            Err(StartError::EpochHeld { expires_at_ms }) if Instant::now() < give_up => {
-                let wait = expires_at_ms.saturating_sub(crate::clock::now_ms()) + 50;
-                tokio::time::sleep(Duration::from_millis(wait.min(2_000))).await;
-            }
-            other => return other,
-        }
-    }
 }
 
 fn report_ready(app: &App, readiness: Readiness) {

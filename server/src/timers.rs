@@ -6,8 +6,12 @@
 //!   (a SIGSTOPped runner's claim is allowed to expire, so recovery can fence
 //!   it). Correctness never depends on the timer: every protected write
 //!   checks and renews its own claim.
-//! - A server whose epoch lease cannot be renewed stops at once: it is no
-//!   longer the server.
+//! - A server whose epoch another server took (a `Stale` renewal, possible
+//!   only if the global lock was bypassed) stops at once: it is no longer
+//!   the server. A renewal that could not be stored (a full disk) is not a
+//!   lost epoch: the server holds the global lock, so no other server can
+//!   take the epoch; it goes on serving and renews at the next tick (see
+//!   docs/ARCHITECTURE.md, "Server epoch and the global lock").
 //! - Wakes are hints: each one re-reads committed facts and lets the kernel
 //!   decide, so a late or duplicate wake changes nothing.
 
@@ -324,21 +328,34 @@ pub async fn run_renewal(app: Arc<App>) {
         if app.is_stopping() {
             return;
         }
-        if !renew_epoch(&app).await {
-            // The lease ran out or another server took over: this process
-            // must not write again.
-            eprintln!(
-                "pi-workflows: this server lost its epoch lease (it was not renewed in time or another server took over); stopping"
-            );
-            app.request_stop();
-            return;
+        match renew_epoch(&app).await {
+            Renewal::Renewed | Renewal::NotStored => {}
+            Renewal::TakenOver => {
+                // Another server took the epoch: this process must not write again.
+                crate::log::line(
+                    "another server took this server's epoch (was the server lock file removed?); stopping",
+                );
+                app.request_stop();
+                return;
+            }
         }
         renew_claims(&app).await;
         schedule_expired(&app).await;
     }
 }
 
-async fn renew_epoch(app: &Arc<App>) -> bool {
+/// What became of one lease renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    Renewed,
+    /// The kernel refused it: another server holds the epoch.
+    TakenOver,
+    /// The write failed (the store logged why, e.g. a full disk); retried at
+    /// the next tick.
+    NotStored,
+}
+
+async fn renew_epoch(app: &Arc<App>) -> Renewal {
     let epoch = app.epoch;
     let owner = app.server_owner.clone();
     let lease_ms = app.config.server_lease_ms;
@@ -349,13 +366,15 @@ async fn renew_epoch(app: &Arc<App>) -> bool {
             match kernel::epoch::renew(&facts, epoch, &owner, now_ms, lease_ms) {
                 Ok(next) => {
                     crate::store::host::write(connection, &next, now_ms)?;
-                    Ok(Commit::Keep(true))
+                    Ok(Commit::Keep(Renewal::Renewed))
                 }
-                Err(_) => Ok(Commit::Discard(false)),
+                Err(kernel::epoch::EpochRejection::Stale { .. }) => {
+                    Ok(Commit::Discard(Renewal::TakenOver))
+                }
             }
         })
         .await
-        .unwrap_or(false)
+        .unwrap_or(Renewal::NotStored)
 }
 
 async fn renew_claims(app: &Arc<App>) {

@@ -1,16 +1,32 @@
-//! The SQLite store: one database file, one writer thread, group commit.
+//! The SQLite store: one database file, one writer thread, group commit,
+//! and the WAL's checkpoints.
 //!
 //! Invariants:
-//! - Only the writer thread opens the database for writing. Every write is a
-//!   job: the handler's closure runs inside one `BEGIN IMMEDIATE` transaction
-//!   (its own savepoint when a job precedes it in the commit) and its reply is
-//!   sent only after `COMMIT` returned.
+//! - Only the writer thread opens the database for writing (`open` verifies
+//!   an existing file first and refuses it before any mutation). Every write
+//!   is a job: the handler's closure runs inside one `BEGIN IMMEDIATE`
+//!   transaction (its own savepoint when a kept job precedes it in the
+//!   commit) and its reply is sent only after `COMMIT` returned.
 //! - Jobs that arrive together share one commit (group commit); a job whose
-//!   closure fails or discards rolls back only its savepoint.
+//!   closure discards rolls back only its own changes.
+//! - Any SQL error inside a job (its closure, its presentation flush, its
+//!   savepoint) fails that job: its reply is an error, never its value, and
+//!   the writer logs one bounded line without values. When SQLite rolls the
+//!   whole transaction back on its own (a full disk, an I/O error), every
+//!   job kept in it fails too; a failed `COMMIT` fails every kept job.
+//! - A full disk is `StoreError::DiskFull`, never a generic failure. The
+//!   writer logs one line when a write first fails for it and one when a
+//!   write commits with `disk::ROOM_AGAIN_BYTES` free again (writes that fit
+//!   in the WAL's existing space may commit in between), and meanwhile
+//!   commits each job alone, so a read (which writes nothing) still
+//!   succeeds beside writes that cannot.
+//! - The WAL is checkpointed by the writer between jobs: truncated once the
+//!   writer has been idle for `IDLE_CHECKPOINT_AFTER` and the WAL holds at
+//!   least `CHECKPOINT_MIN_WAL_BYTES`, and checkpointed (without waiting for
+//!   readers) at most every `PASSIVE_CHECKPOINT_EVERY` while busy. A
+//!   checkpoint never waits for a reader and a failed one is retried later.
 //! - No process, network or hashing work happens inside a job: the caller
 //!   computes digests before it submits the closure.
-//! - An installed database with another DDL digest is refused before any
-//!   mutation, and no file is created or changed.
 
 pub mod attempts;
 pub mod blobs;
@@ -18,18 +34,20 @@ mod codec;
 pub(crate) use codec::name as codec_name;
 pub mod commands;
 pub mod decisions;
+mod disk;
 pub mod host;
 pub mod meta;
+mod open;
 pub mod runs;
 pub mod schema;
 pub mod viewer;
 
-use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags, Params, Row};
+use rusqlite::{Connection, Params, Row};
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// The exact instruction shown for an incompatible database.
@@ -38,9 +56,21 @@ pub const INCOMPATIBLE_STATE: &str = "Pi Workflows durable state is incompatible
 /// How many jobs may share one commit.
 const MAX_JOBS_PER_COMMIT: usize = 256;
 
-/// How many compiled statements the writer connection keeps: more than the
-/// server has distinct SQL texts, so none is ever compiled twice.
-const STATEMENT_CACHE_CAPACITY: usize = 256;
+/// How long the writer waits without a job before it truncates the WAL.
+const IDLE_CHECKPOINT_AFTER: Duration = Duration::from_millis(200);
+
+/// How often a busy writer checkpoints (passively) at most.
+const PASSIVE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// A smaller WAL is left alone (an idle server's lease renewals add a few
+/// pages at a time; truncating after each one would only add fsyncs).
+const CHECKPOINT_MIN_WAL_BYTES: u64 = 64 * 1024;
+
+/// After a checkpoint failed or was blocked, the next try waits this long.
+const CHECKPOINT_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The same failure is logged at most once in this period.
+const REPEATED_LOG_AFTER: Duration = Duration::from_secs(60);
 
 /// Statements through the connection's prepared-statement cache: each SQL
 /// text is compiled once per connection, not on every call. Same results and
@@ -75,21 +105,82 @@ fn control(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
     connection.execute_cached(sql, []).map(|_| ())
 }
 
-/// Why the store could not be opened or used.
+/// Why the store could not be opened or used. Every refusal at open leaves
+/// the files as they were.
 #[derive(Debug)]
 pub enum StoreError {
-    /// The installed database is not this schema; nothing was changed.
+    /// The installed database is another schema (name, version or DDL
+    /// digest): the back-up-and-move instruction.
     Incompatible,
+    /// The database is ours but damaged.
+    Damaged(Damage),
+    /// `state.sqlite` is an empty file.
+    Empty,
+    /// `state.sqlite` is not a usable SQLite file.
+    Unusable(Unusable),
+    /// The disk holding the database is full; about `needed_bytes` must be
+    /// freed (an estimate, see `disk`).
+    DiskFull { needed_bytes: u64 },
     /// SQLite failed.
     Sqlite(rusqlite::Error),
     /// The writer thread is gone (server shutting down).
     Closed,
 }
 
+/// What is wrong with a damaged database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Damage {
+    /// SQLite's quick check fails (or SQLite reports corruption).
+    IntegrityCheck,
+    /// Without a WAL, the file is shorter than its own page count.
+    Truncated,
+    /// The schema differs from the DDL its digest names (the phrase says how).
+    SchemaChanged(String),
+}
+
+/// Why `state.sqlite` cannot be used at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unusable {
+    /// It is a directory or another non-file.
+    NotAFile,
+    /// It is a file, but not an SQLite database.
+    NotADatabase,
+    /// It cannot be read (permissions, an I/O error).
+    Unreadable,
+}
+
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Incompatible => f.write_str(INCOMPATIBLE_STATE),
+            Self::Damaged(damage) => {
+                let detail = match damage {
+                    Damage::IntegrityCheck => "fails SQLite's integrity check",
+                    Damage::Truncated => "is shorter than its own pages (it was truncated)",
+                    Damage::SchemaChanged(how) => how.as_str(),
+                };
+                write!(
+                    f,
+                    "Pi Workflows durable state is damaged: state.sqlite {detail}. It was not changed; keep it with its -wal and -shm files and restore a backup (starting with a new database would discard every run)"
+                )
+            }
+            Self::Empty => f.write_str(
+                "state.sqlite in PI_WORKFLOWS_HOME is an empty file, not a Pi Workflows database, and was not changed; restore it from a backup, or delete it so that Pi Workflows creates a new database",
+            ),
+            Self::Unusable(Unusable::NotAFile) => f.write_str(
+                "state.sqlite in PI_WORKFLOWS_HOME is not a file and was not changed; move it away so that Pi Workflows can create its database there",
+            ),
+            Self::Unusable(Unusable::NotADatabase) => f.write_str(
+                "state.sqlite in PI_WORKFLOWS_HOME is not an SQLite database and was not changed; restore it from a backup, or move it away so that Pi Workflows creates a new database",
+            ),
+            Self::Unusable(Unusable::Unreadable) => f.write_str(
+                "state.sqlite in PI_WORKFLOWS_HOME cannot be read and was not changed; check its permissions and the disk, then start Pi Workflows again",
+            ),
+            Self::DiskFull { needed_bytes } => write!(
+                f,
+                "the disk holding PI_WORKFLOWS_HOME is full: free at least {} MiB there",
+                disk::mebibytes(*needed_bytes)
+            ),
             Self::Sqlite(error) => {
                 write!(f, "state database error: {}", safe_sqlite_message(error))
             }
@@ -106,19 +197,54 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+impl StoreError {
+    /// The error code and one-line message a client gets for a command this
+    /// error failed: nothing of the command was stored.
+    pub fn refusal(&self) -> (&'static str, String) {
+        match self {
+            Self::DiskFull { needed_bytes } => (
+                "unavailable",
+                format!(
+                    "the disk holding PI_WORKFLOWS_HOME is full, so nothing was stored; free at least {} MiB there",
+                    disk::mebibytes(*needed_bytes)
+                ),
+            ),
+            _ => (
+                "internal",
+                "the state database failed; retry the same request".into(),
+            ),
+        }
+    }
+}
+
 /// SQLite messages can quote values; report only the error class.
 fn safe_sqlite_message(error: &rusqlite::Error) -> String {
     match error {
         rusqlite::Error::SqliteFailure(code, _) => format!("{:?}", code.code),
-        other => {
-            let text = other.to_string();
-            text.split(':')
-                .next()
-                .unwrap_or("unknown")
-                .chars()
-                .take(80)
-                .collect()
+        other => error_class(other),
+    }
+}
+
+/// The variant of a non-SQLite error (its text before the first colon).
+fn error_class(error: &rusqlite::Error) -> String {
+    let text = error.to_string();
+    text.split(':')
+        .next()
+        .unwrap_or("unknown")
+        .chars()
+        .take(80)
+        .collect()
+}
+
+/// A log phrase for a failed statement: SQLite's code and message (which
+/// name schema objects and constraints, never bound values), bounded.
+fn log_phrase(error: &rusqlite::Error) -> String {
+    match error {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            let message: String = message.as_deref().unwrap_or("").chars().take(100).collect();
+            format!("{code}: {message}")
         }
+        other => error_class(other),
     }
 }
 
@@ -139,12 +265,16 @@ pub enum Commit<R> {
     Discard(R),
 }
 
-type WriteFn = Box<dyn FnOnce(&Connection) -> bool + Send>;
+/// A job's closure: `Ok(true)` keeps its changes, `Ok(false)` discards them,
+/// `Err` fails the job.
+type WriteFn = Box<dyn FnOnce(&Connection) -> rusqlite::Result<bool> + Send>;
 type ReplyFn = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 struct Job {
     run: WriteFn,
     reply: ReplyFn,
+    /// A read (`Store::read`): said so in the log.
+    read_only: bool,
 }
 
 /// A committed presentation change: the run and its new presentation revision.
@@ -167,13 +297,13 @@ impl std::fmt::Debug for Job {
 impl Store {
     /// Opens (or creates) the database at `path` and starts the writer thread.
     pub fn open(path: &Path, faults: crate::fault::Faults) -> Result<Self, StoreError> {
-        let connection = open_connection(path)?;
+        let connection = open::open(path)?;
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (published, _) = tokio::sync::broadcast::channel(4096);
-        let sender = published.clone();
+        let writer = Writer::new(connection, path.to_path_buf(), faults, published.clone());
         thread::Builder::new()
             .name("state-writer".into())
-            .spawn(move || writer_loop(connection, receiver, faults, sender))
+            .spawn(move || writer.run(&receiver))
             .map_err(|_| StoreError::Closed)?;
         Ok(Self {
             jobs,
@@ -193,38 +323,14 @@ impl Store {
     }
 
     /// Runs `write` in the writer thread inside a transaction and returns its
-    /// value after the commit.
+    /// value after the commit. Any SQL error of the job (or of the commit) is
+    /// the result instead.
     pub async fn write<R, F>(&self, write: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
     {
-        let (sender, receiver) = oneshot::channel::<Result<R, StoreError>>();
-        type Slot<R> = std::sync::Arc<std::sync::Mutex<Option<rusqlite::Result<R>>>>;
-        let slot: Slot<R> = Default::default();
-        let slot_for_run = slot.clone();
-        let run: WriteFn = Box::new(move |connection| {
-            let (keep, value) = match write(connection) {
-                Ok(Commit::Keep(value)) => (true, Ok(value)),
-                Ok(Commit::Discard(value)) => (false, Ok(value)),
-                Err(error) => (false, Err(error)),
-            };
-            *slot_for_run.lock().expect("slot lock") = Some(value);
-            keep
-        });
-        let reply: ReplyFn = Box::new(move |committed| {
-            let value = slot.lock().expect("slot lock").take();
-            let result = committed.and_then(|()| match value {
-                Some(Ok(value)) => Ok(value),
-                Some(Err(error)) => Err(StoreError::Sqlite(error)),
-                None => Err(StoreError::Closed),
-            });
-            let _ = sender.send(result);
-        });
-        self.jobs
-            .send(Job { run, reply })
-            .map_err(|_| StoreError::Closed)?;
-        receiver.await.map_err(|_| StoreError::Closed)?
+        self.submit(false, write).await
     }
 
     /// Runs a read inside the writer thread (a consistent snapshot of committed state).
@@ -233,120 +339,261 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
     {
-        self.write(move |connection| read(connection).map(Commit::Discard))
-            .await
+        self.submit(true, move |connection| {
+            read(connection).map(Commit::Discard)
+        })
+        .await
+    }
+
+    async fn submit<R, F>(&self, read_only: bool, write: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
+    {
+        let (sender, receiver) = oneshot::channel::<Result<R, StoreError>>();
+        type Slot<R> = std::sync::Arc<std::sync::Mutex<Option<R>>>;
+        let slot: Slot<R> = Default::default();
+        let slot_for_run = slot.clone();
+        let run: WriteFn = Box::new(move |connection| {
+            let (keep, value) = match write(connection)? {
+                Commit::Keep(value) => (true, value),
+                Commit::Discard(value) => (false, value),
+            };
+            *slot_for_run.lock().expect("slot lock") = Some(value);
+            Ok(keep)
+        });
+        let reply: ReplyFn = Box::new(move |outcome| {
+            let value = slot.lock().expect("slot lock").take();
+            let result = outcome.and_then(|()| value.ok_or(StoreError::Closed));
+            let _ = sender.send(result);
+        });
+        self.jobs
+            .send(Job {
+                run,
+                reply,
+                read_only,
+            })
+            .map_err(|_| StoreError::Closed)?;
+        receiver.await.map_err(|_| StoreError::Closed)?
     }
 }
 
-/// Opens the database: verifies an existing file read-only first so that an
-/// incompatible database is never touched, then opens it for writing.
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let exists = path.metadata().map(|meta| meta.len() > 0).unwrap_or(false);
-    if exists {
-        verify_existing(path)?;
-    }
-    let connection = Connection::open(path)?;
-    connection.pragma_update(None, "journal_mode", "WAL")?;
-    connection.pragma_update(None, "synchronous", "FULL")?;
-    connection.pragma_update(None, "foreign_keys", "ON")?;
-    // Statement journals (one per job savepoint) and temporary sort trees
-    // stay in memory: a job's savepoint journal above 64 KiB otherwise spills
-    // to a new temporary file (open, write) inside the transaction. They are
-    // never needed after a crash (the WAL is), so durability is unchanged.
-    connection.pragma_update(None, "temp_store", "MEMORY")?;
-    connection.busy_timeout(std::time::Duration::from_secs(5))?;
-    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-    // Query-planner stability: a statement's plan never depends on the
-    // values bound to it. Without this, SQLite (built with STAT4, as the
-    // bundled one is) marks `col = ?N` parameters as plan-relevant, and every
-    // rebinding of a cached statement expires it, so `prepare_cached`
-    // recompiles it on each use anyway. Results are unaffected; plans are the
-    // ones a fresh `prepare` (no values known yet) makes.
-    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-    if !exists {
-        create_schema(&connection)?;
-    }
-    Ok(connection)
-}
-
-/// Reads the stored DDL digest without writing anything (no WAL or SHM file
-/// is created: the file is opened immutable).
-fn verify_existing(path: &Path) -> Result<(), StoreError> {
-    let uri = format!("file:{}?mode=ro&immutable=1", uri_path(path));
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let connection =
-        Connection::open_with_flags(uri, flags).map_err(|_| StoreError::Incompatible)?;
-    let stored: Result<(String, i64, String), _> = connection.query_row(
-        "SELECT schema_name, schema_version, ddl_digest FROM schema_meta WHERE singleton = 1",
-        [],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-    );
-    match stored {
-        Ok((name, 1, digest)) if name == "pi-workflows-state" && digest == ddl_digest() => Ok(()),
-        _ => Err(StoreError::Incompatible),
-    }
-}
-
-fn uri_path(path: &Path) -> String {
-    let text = path.to_string_lossy();
-    text.replace('%', "%25")
-        .replace('?', "%3f")
-        .replace('#', "%23")
-}
-
-fn create_schema(connection: &Connection) -> Result<(), StoreError> {
-    let now_ms = crate::clock::now_ms();
-    connection.execute_batch("BEGIN IMMEDIATE")?;
-    let created = connection.execute_batch(schema::DDL).and_then(|()| {
-        connection.execute(
-            "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', 1, ?1, ?2)",
-            rusqlite::params![ddl_digest(), now_ms as i64],
-        )
-    });
-    match created {
-        Ok(_) => connection.execute_batch("COMMIT")?,
-        Err(error) => {
-            let _ = connection.execute_batch("ROLLBACK");
-            return Err(error.into());
-        }
-    }
-    // Move the schema into the main file so a later read-only check sees it.
-    connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-    Ok(())
-}
-
-fn writer_loop(
+/// The writer thread's state.
+struct Writer {
     connection: Connection,
-    receiver: mpsc::Receiver<Job>,
+    path: PathBuf,
+    wal_path: PathBuf,
     faults: crate::fault::Faults,
     published: tokio::sync::broadcast::Sender<Published>,
-) {
-    while let Ok(first) = receiver.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_JOBS_PER_COMMIT {
-            match receiver.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+    /// Whether the last write failed because the disk is full.
+    disk_full: bool,
+    checkpoints: Checkpoints,
+    /// The last failure logged, and when (repeats within
+    /// `REPEATED_LOG_AFTER` are not logged again).
+    last_logged: Option<(String, Instant)>,
+}
+
+/// The WAL checkpoint schedule.
+struct Checkpoints {
+    /// A commit happened since the last complete checkpoint.
+    written: bool,
+    last_passive: Instant,
+    /// No checkpoint before this instant (one failed or was blocked).
+    not_before: Option<Instant>,
+}
+
+impl Writer {
+    fn new(
+        connection: Connection,
+        path: PathBuf,
+        faults: crate::fault::Faults,
+        published: tokio::sync::broadcast::Sender<Published>,
+    ) -> Self {
+        let mut wal_path = path.clone().into_os_string();
+        wal_path.push("-wal");
+        Self {
+            connection,
+            path,
+            wal_path: PathBuf::from(wal_path),
+            faults,
+            published,
+            disk_full: false,
+            checkpoints: Checkpoints {
+                written: true,
+                last_passive: Instant::now(),
+                not_before: None,
+            },
+            last_logged: None,
+        }
+    }
+
+    fn run(mut self, receiver: &mpsc::Receiver<Job>) {
+        loop {
+            let next = if self.wants_idle_checkpoint() {
+                receiver.recv_timeout(IDLE_CHECKPOINT_AFTER)
+            } else {
+                receiver
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            };
+            let first = match next {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.checkpoint(Checkpoint::Truncate);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let limit = if self.disk_full {
+                1
+            } else {
+                MAX_JOBS_PER_COMMIT
+            };
+            let mut batch = vec![first];
+            while batch.len() < limit {
+                match receiver.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.run_jobs(batch);
+            if self.checkpoints.written
+                && self.checkpoints.last_passive.elapsed() >= PASSIVE_CHECKPOINT_EVERY
+            {
+                self.checkpoints.last_passive = Instant::now();
+                self.checkpoint(Checkpoint::Passive);
             }
         }
+    }
+
+    /// Runs one batch, replies to every job, and publishes its changes.
+    fn run_jobs(&mut self, mut batch: Vec<Job>) {
         let mut changes = Vec::new();
-        let committed = run_batch(&connection, &mut batch, &faults, &mut changes);
-        faults.hit(crate::fault::FaultPoint::AfterCommit);
-        if committed.is_ok() {
-            for change in changes {
-                let _ = published.send(change);
+        let outcome = run_batch(&self.connection, &mut batch, &self.faults, &mut changes);
+        self.faults.hit(crate::fault::FaultPoint::AfterCommit);
+        for change in changes {
+            let _ = self.published.send(change);
+        }
+        if outcome.committed_kept {
+            self.checkpoints.written = true;
+            // A small write can commit into WAL space SQLite already has
+            // while the disk is still full: the episode ends only when the
+            // disk has room again.
+            if self.disk_full
+                && disk::free_bytes(&self.path).is_none_or(|free| free >= disk::ROOM_AGAIN_BYTES)
+            {
+                self.disk_full = false;
+                crate::log::line(
+                    "disk space is available again: writes to the state database resume",
+                );
             }
         }
-        for job in batch {
-            let result = match &committed {
-                Ok(()) => Ok(()),
-                Err(error) => Err(StoreError::Sqlite(clone_error(error))),
+        let first_full = outcome
+            .failures
+            .iter()
+            .flatten()
+            .find(|error| disk::is_full(error, &self.path));
+        let needed_bytes = first_full.map(|_| disk::needed_bytes(&self.connection, &self.path));
+        if let Some(needed_bytes) = needed_bytes
+            && !self.disk_full
+        {
+            self.disk_full = true;
+            crate::log::line(&format!(
+                "disk full: writes to state.sqlite in PI_WORKFLOWS_HOME fail (about {} MiB more are needed); reads go on, and writes resume by themselves once space is free",
+                disk::mebibytes(needed_bytes)
+            ));
+        }
+        for (job, failure) in batch.into_iter().zip(outcome.failures) {
+            let result = match failure {
+                None => Ok(()),
+                Some(error) if disk::is_full(&error, &self.path) => Err(StoreError::DiskFull {
+                    needed_bytes: needed_bytes.unwrap_or(0),
+                }),
+                Some(error) => {
+                    let kind = if job.read_only { "read" } else { "write" };
+                    self.log_once(&format!(
+                        "a state {kind} failed ({}); its command was not stored",
+                        log_phrase(&error)
+                    ));
+                    Err(StoreError::Sqlite(error))
+                }
             };
             (job.reply)(result);
         }
     }
+
+    fn log_once(&mut self, text: &str) {
+        if let Some((last, at)) = &self.last_logged
+            && last == text
+            && at.elapsed() < REPEATED_LOG_AFTER
+        {
+            return;
+        }
+        crate::log::line(text);
+        self.last_logged = Some((text.to_owned(), Instant::now()));
+    }
+
+    fn wal_bytes(&self) -> u64 {
+        std::fs::metadata(&self.wal_path).map_or(0, |meta| meta.len())
+    }
+
+    fn wants_idle_checkpoint(&self) -> bool {
+        self.checkpoints.written
+            && self
+                .checkpoints
+                .not_before
+                .is_none_or(|at| Instant::now() >= at)
+    }
+
+    /// Checkpoints the WAL if it holds at least `CHECKPOINT_MIN_WAL_BYTES`,
+    /// without waiting for a reader.
+    fn checkpoint(&mut self, mode: Checkpoint) {
+        if self.wal_bytes() < CHECKPOINT_MIN_WAL_BYTES {
+            if mode == Checkpoint::Truncate {
+                self.checkpoints.written = false;
+            }
+            return;
+        }
+        let sql = match mode {
+            Checkpoint::Truncate => "PRAGMA wal_checkpoint(TRUNCATE)",
+            Checkpoint::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
+        };
+        let _ = self.connection.busy_timeout(Duration::ZERO);
+        let done = self
+            .connection
+            .query_row(sql, [], |row| row.get::<_, i64>(0));
+        let _ = self.connection.busy_timeout(Duration::from_secs(5));
+        match done {
+            // Complete: every frame is in the main file (and, for TRUNCATE,
+            // the WAL is empty).
+            Ok(0) => {
+                self.checkpoints.not_before = None;
+                if mode == Checkpoint::Truncate {
+                    self.checkpoints.written = false;
+                }
+            }
+            // A reader or writer kept it from completing: try again later.
+            Ok(_) => self.checkpoints.not_before = Some(Instant::now() + CHECKPOINT_RETRY_AFTER),
+            Err(error) => {
+                self.checkpoints.not_before = Some(Instant::now() + CHECKPOINT_RETRY_AFTER);
+                if !disk::is_full(&error, &self.path) {
+                    self.log_once(&format!(
+                        "a WAL checkpoint failed ({}); it is retried later",
+                        log_phrase(&error)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Which checkpoint the writer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checkpoint {
+    /// Copies every frame it can without waiting (while busy).
+    Passive,
+    /// Copies every frame and empties the WAL file (when idle).
+    Truncate,
 }
 
 fn clone_error(error: &rusqlite::Error) -> rusqlite::Error {
@@ -358,70 +605,189 @@ fn clone_error(error: &rusqlite::Error) -> rusqlite::Error {
     }
 }
 
+/// What happened to a batch.
+#[derive(Debug)]
+struct BatchOutcome {
+    /// One entry per job: `None` when the job committed (or discarded, as it
+    /// asked), the error that failed it otherwise.
+    failures: Vec<Option<rusqlite::Error>>,
+    /// Whether a kept job committed.
+    committed_kept: bool,
+}
+
+/// Runs `batch` in one transaction (see the module invariants). The
+/// presentation changes of committed jobs are appended to `changes`.
 fn run_batch(
     connection: &Connection,
     batch: &mut [Job],
     faults: &crate::fault::Faults,
     changes: &mut Vec<Published>,
-) -> rusqlite::Result<()> {
-    control(connection, "BEGIN IMMEDIATE")?;
-    for (index, job) in batch.iter_mut().enumerate() {
-        let run = std::mem::replace(&mut job.run, Box::new(|_| false));
-        // The first job needs no savepoint: nothing precedes it in the
-        // transaction, so rolling the transaction back and beginning a new
-        // one undoes exactly its changes (and spares every single-job batch
-        // its savepoint journal).
-        let savepoint = index > 0;
-        if savepoint {
-            control(connection, "SAVEPOINT job")?;
+) -> BatchOutcome {
+    let mut failures: Vec<Option<rusqlite::Error>> = batch.iter().map(|_| None).collect();
+    // The kept jobs of the open transaction and their presentation changes.
+    let mut kept: Vec<usize> = Vec::new();
+    let mut pending: Vec<Published> = Vec::new();
+    if let Err(error) = control(connection, "BEGIN IMMEDIATE") {
+        for failure in &mut failures {
+            *failure = Some(clone_error(&error));
         }
-        // Every run the job changed gets its presentation revision and patch
-        // inside the job's savepoint.
-        let mut published = Vec::new();
-        let kept = run(connection) && viewer::flush(connection).map(|p| published = p).is_ok();
-        viewer::discard();
-        if kept {
+        return BatchOutcome {
+            failures,
+            committed_kept: false,
+        };
+    }
+    for index in 0..batch.len() {
+        if connection.is_autocommit() {
+            // The transaction could not be begun again: this job cannot run.
+            failures[index] = Some(aborted("the write transaction could not be begun"));
+            continue;
+        }
+        let run = std::mem::replace(&mut batch[index].run, Box::new(|_| Ok(false)));
+        // A job after a kept one gets a savepoint; the others need none: when
+        // nothing kept precedes them, rolling the transaction back and
+        // beginning a new one undoes exactly their changes (and spares every
+        // single-job batch its savepoint journal).
+        let savepoint = !kept.is_empty();
+        let decided = (|| {
             if savepoint {
-                control(connection, "RELEASE job")?;
+                control(connection, "SAVEPOINT job")?;
             }
-            changes.extend(published);
-        } else if savepoint {
-            control(connection, "ROLLBACK TO job")?;
-            control(connection, "RELEASE job")?;
-        } else {
-            control(connection, "ROLLBACK")?;
-            control(connection, "BEGIN IMMEDIATE")?;
+            if !run(connection)? {
+                return Ok(None);
+            }
+            // Every run the job changed gets its presentation revision and
+            // patch inside the job's savepoint.
+            viewer::flush(connection).map(Some)
+        })();
+        viewer::discard();
+        let ended = match decided {
+            Ok(Some(published)) => {
+                let released = if savepoint {
+                    control(connection, "RELEASE job")
+                } else {
+                    Ok(())
+                };
+                released.map(|()| {
+                    kept.push(index);
+                    pending.extend(published);
+                })
+            }
+            Ok(None) => undo(connection, savepoint),
+            Err(error) => {
+                let undone = undo(connection, savepoint);
+                failures[index] = Some(error);
+                undone
+            }
+        };
+        // The cause, when the transaction is gone: the job's own error if it
+        // had one (a full disk), else what ended it.
+        let cause = |ended: rusqlite::Error| failures[index].as_ref().map_or(ended, clone_error);
+        let lost = match ended {
+            Err(error) => Some(cause(error)),
+            // SQLite rolled the whole transaction back on its own (its
+            // error may even have been swallowed by the closure).
+            Ok(()) if connection.is_autocommit() => {
+                Some(cause(aborted("SQLite rolled the write transaction back")))
+            }
+            Ok(()) => None,
+        };
+        if let Some(error) = lost {
+            // The kept jobs' changes are gone with the transaction.
+            for job in kept.drain(..) {
+                failures[job] = Some(clone_error(&error));
+            }
+            if failures[index].is_none() {
+                failures[index] = Some(error);
+            }
+            pending.clear();
+            if !connection.is_autocommit() {
+                let _ = control(connection, "ROLLBACK");
+            }
+            let _ = control(connection, "BEGIN IMMEDIATE");
         }
     }
     faults.hit(crate::fault::FaultPoint::BeforeCommit);
-    if let Err(error) = control(connection, "COMMIT") {
-        let _ = control(connection, "ROLLBACK");
-        return Err(error);
+    if connection.is_autocommit() {
+        return BatchOutcome {
+            failures,
+            committed_kept: false,
+        };
     }
-    Ok(())
+    if let Err(error) = control(connection, "COMMIT") {
+        if !connection.is_autocommit() {
+            let _ = control(connection, "ROLLBACK");
+        }
+        for job in kept {
+            failures[job] = Some(clone_error(&error));
+        }
+        return BatchOutcome {
+            failures,
+            committed_kept: false,
+        };
+    }
+    changes.extend(pending);
+    BatchOutcome {
+        failures,
+        committed_kept: !kept.is_empty(),
+    }
+}
+
+/// An `SQLITE_ABORT` error saying why a job could not run or keep its changes.
+fn aborted(why: &str) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+        Some(why.into()),
+    )
+}
+
+/// Rolls back the current job: to its savepoint, or (nothing kept before
+/// it) the whole transaction, which begins again.
+fn undo(connection: &Connection, savepoint: bool) -> rusqlite::Result<()> {
+    if savepoint {
+        control(connection, "ROLLBACK TO job")?;
+        control(connection, "RELEASE job")
+    } else {
+        if !connection.is_autocommit() {
+            control(connection, "ROLLBACK")?;
+        }
+        control(connection, "BEGIN IMMEDIATE")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn job(
-        path: &'static str,
-        keep: bool,
-        ran: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
-    ) -> Job {
+    type Replies = std::sync::Arc<std::sync::Mutex<Vec<bool>>>;
+
+    fn job(path: &'static str, keep: bool, replies: Replies) -> Job {
         Job {
             run: Box::new(move |connection| {
-                connection
-                    .execute_cached(
-                        "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?1, 0)",
-                        [path],
-                    )
-                    .expect("insert");
-                keep
+                connection.execute_cached(
+                    "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?1, 0)",
+                    [path],
+                )?;
+                Ok(keep)
             }),
-            reply: Box::new(move |committed| ran.lock().expect("lock").push(committed.is_ok())),
+            reply: Box::new(move |committed| replies.lock().expect("lock").push(committed.is_ok())),
+            read_only: false,
         }
+    }
+
+    fn paths(connection: &Connection) -> Vec<String> {
+        let mut statement = connection
+            .prepare("SELECT canonical_path FROM projects ORDER BY canonical_path")
+            .expect("prepare");
+        let rows = statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .expect("query");
+        rows.map(|row| row.expect("row")).collect()
+    }
+
+    fn database() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let connection = open::open(&dir.path().join("state.sqlite")).expect("open");
+        (dir, connection)
     }
 
     /// A discarded job leaves nothing behind and the kept ones around it all
@@ -429,9 +795,8 @@ mod tests {
     /// transaction is rolled back and begun again) or a later one.
     #[test]
     fn discarded_jobs_roll_back_only_their_own_changes() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let connection = open_connection(&dir.path().join("state.sqlite")).expect("open");
-        let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (_dir, connection) = database();
+        let replies = Replies::default();
         let mut batch = vec![
             job("/a", false, replies.clone()),
             job("/b", true, replies.clone()),
@@ -439,28 +804,51 @@ mod tests {
             job("/d", true, replies.clone()),
         ];
         let mut changes = Vec::new();
-        run_batch(&connection, &mut batch, &Default::default(), &mut changes).expect("batch");
-        let mut kept = Vec::new();
-        {
-            let mut statement = connection
-                .prepare("SELECT canonical_path FROM projects ORDER BY canonical_path")
-                .expect("prepare");
-            let rows = statement
-                .query_map([], |row| row.get::<_, String>(0))
-                .expect("query");
-            for row in rows {
-                kept.push(row.expect("row"));
-            }
-        }
-        assert_eq!(kept, ["/b", "/d"]);
+        let outcome = run_batch(&connection, &mut batch, &Default::default(), &mut changes);
+        assert!(outcome.failures.iter().all(Option::is_none));
+        assert!(outcome.committed_kept);
+        assert_eq!(paths(&connection), ["/b", "/d"]);
         assert!(connection.is_autocommit(), "the batch's transaction ended");
         // A batch whose only job is discarded commits nothing.
         let mut batch = vec![job("/e", false, replies.clone())];
-        run_batch(&connection, &mut batch, &Default::default(), &mut changes).expect("batch");
-        let count: i64 = connection
-            .query_row("SELECT COUNT(*) FROM projects", [], |row| row.get(0))
-            .expect("count");
-        assert_eq!(count, 2);
+        let outcome = run_batch(&connection, &mut batch, &Default::default(), &mut changes);
+        assert!(!outcome.committed_kept);
+        assert_eq!(paths(&connection).len(), 2);
         assert!(connection.is_autocommit());
+    }
+
+    /// A job whose statement fails is failed (never acknowledged) and leaves
+    /// nothing; the jobs around it commit.
+    #[test]
+    fn a_job_whose_sql_fails_is_failed_and_the_others_commit() {
+        let (_dir, connection) = database();
+        let replies = Replies::default();
+        let failing = Job {
+            run: Box::new(|connection| {
+                connection.execute_cached(
+                    "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES ('/x', '/x', 0)",
+                    [],
+                )?;
+                connection.execute_cached("INSERT INTO no_such_table VALUES (1)", [])?;
+                Ok(true)
+            }),
+            reply: Box::new(|_| {}),
+            read_only: false,
+        };
+        let mut batch = vec![
+            job("/a", true, replies.clone()),
+            failing,
+            job("/b", true, replies.clone()),
+        ];
+        let outcome = run_batch(
+            &connection,
+            &mut batch,
+            &Default::default(),
+            &mut Vec::new(),
+        );
+        assert!(outcome.failures[0].is_none());
+        assert!(outcome.failures[1].is_some(), "the failing job is failed");
+        assert!(outcome.failures[2].is_none());
+        assert_eq!(paths(&connection), ["/a", "/b"]);
     }
 }

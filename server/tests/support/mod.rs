@@ -115,8 +115,28 @@ impl TestServer {
     /// Spawns `server run --ready-line` and waits for the ready line.
     /// Returns the server's one-line error if it refused to start.
     pub fn spawn(&mut self) -> Result<u64, String> {
-        let mut child = self
-            .command()
+        self.spawn_under(&[])
+    }
+
+    /// `spawn` with the server started by `wrapper` (a program and its
+    /// arguments, e.g. `strace … --`), which then runs
+    /// `pi-workflows server run --ready-line` with this server's
+    /// environment. The wrapper is the tracked child process.
+    pub fn spawn_under(&mut self, wrapper: &[&str]) -> Result<u64, String> {
+        let mut command = self.command();
+        if let Some((program, arguments)) = wrapper.split_first() {
+            let binary = env!("CARGO_BIN_EXE_pi-workflows");
+            let mut wrapped = Command::new(program);
+            wrapped.env_clear();
+            for (key, value) in command.get_envs() {
+                if let Some(value) = value {
+                    wrapped.env(key, value);
+                }
+            }
+            wrapped.args(arguments).arg(binary);
+            command = wrapped;
+        }
+        let mut child = command
             .args(["server", "run", "--ready-line"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
