@@ -80,9 +80,82 @@ pub fn frame_of(value: &Value) -> Option<Vec<u8>> {
     (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
 }
 
+/// A runner message that the kernel decides inside one write transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    RunnerReady,
+    NodeStarted,
+    NodeUpdate,
+    NodeFinished,
+    NodeFailed,
+    RunParked,
+    RunFinished,
+    InteractionRequested,
+    NotificationRequested,
+    EffectReserve,
+    EffectSettle,
+}
+
+impl Kind {
+    /// The message's `type` on the wire.
+    const fn wire(self) -> &'static str {
+        match self {
+            Self::RunnerReady => "runner.ready",
+            Self::NodeStarted => "node.started",
+            Self::NodeUpdate => "node.update",
+            Self::NodeFinished => "node.finished",
+            Self::NodeFailed => "node.failed",
+            Self::RunParked => "run.parked",
+            Self::RunFinished => "run.finished",
+            Self::InteractionRequested => "interaction.requested",
+            Self::NotificationRequested => "notification.requested",
+            Self::EffectReserve => "effect.reserve",
+            Self::EffectSettle => "effect.settle",
+        }
+    }
+}
+
+/// What the server does with one runner message, chosen by an exhaustive
+/// match over the generated message enum (a new message kind in the schema
+/// does not compile until it has a route here).
+enum Route {
+    /// Decided by the kernel in one transaction.
+    Decide(Kind),
+    /// `runner.progress`: the process registry.
+    Progress,
+    /// `runner.exiting`: acknowledged; the exit itself is decided when the
+    /// process ends.
+    Exiting,
+    /// Not accepted on a run-mode channel of this server.
+    NotOnThisChannel,
+}
+
+fn route(message: &RunnerMessage) -> Route {
+    match message {
+        RunnerMessage::RunnerReady { .. } => Route::Decide(Kind::RunnerReady),
+        RunnerMessage::NodeStarted { .. } => Route::Decide(Kind::NodeStarted),
+        RunnerMessage::NodeUpdate { .. } => Route::Decide(Kind::NodeUpdate),
+        RunnerMessage::NodeFinished { .. } => Route::Decide(Kind::NodeFinished),
+        RunnerMessage::NodeFailed { .. } => Route::Decide(Kind::NodeFailed),
+        RunnerMessage::RunParked { .. } => Route::Decide(Kind::RunParked),
+        RunnerMessage::RunFinished { .. } => Route::Decide(Kind::RunFinished),
+        RunnerMessage::InteractionRequested { .. } => Route::Decide(Kind::InteractionRequested),
+        RunnerMessage::NotificationRequested { .. } => Route::Decide(Kind::NotificationRequested),
+        RunnerMessage::EffectReserve { .. } => Route::Decide(Kind::EffectReserve),
+        RunnerMessage::EffectSettle { .. } => Route::Decide(Kind::EffectSettle),
+        RunnerMessage::RunnerProgress { .. } => Route::Progress,
+        RunnerMessage::RunnerExiting { .. } => Route::Exiting,
+        RunnerMessage::ContentRead { .. }
+        | RunnerMessage::PresentationRequested { .. }
+        | RunnerMessage::InteractionAccepted { .. }
+        | RunnerMessage::InteractionRejected { .. }
+        | RunnerMessage::ResolveResult { .. }
+        | RunnerMessage::ResolveFailed { .. } => Route::NotOnThisChannel,
+    }
+}
+
 /// The common envelope fields of a runner message.
 struct Envelope {
-    kind: String,
     run_id: String,
     generation: u64,
     runner_epoch: String,
@@ -100,7 +173,6 @@ fn envelope(message: &RunnerMessage) -> Envelope {
             .to_owned()
     };
     Envelope {
-        kind: text("type"),
         run_id: text("runId"),
         generation: value.get("generation").and_then(Value::as_u64).unwrap_or(0),
         runner_epoch: text("runnerEpoch"),
@@ -267,26 +339,21 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
         fence(app, runner);
         return;
     }
-    let handled = match envelope.kind.as_str() {
-        "runner.exiting" => Handled::only(reply(
+    let handled = match route(&message) {
+        Route::Exiting => Handled::only(reply(
             runner,
             &envelope.message_id,
             "accepted",
             None,
             Value::Null,
         )),
-        "runner.progress" => progress(app, runner, &envelope).await,
-        "content.read"
-        | "presentation.requested"
-        | "interaction.accepted"
-        | "interaction.rejected"
-        | "resolve.result"
-        | "resolve.failed" => Handled::only(with_error(
+        Route::Progress => progress(app, runner, &envelope).await,
+        Route::NotOnThisChannel => Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
             "illegalTransition",
             "this message kind is not accepted on a run-mode channel of this server",
         )),
-        _ => decide(app, runner, envelope).await,
+        Route::Decide(kind) => decide(app, runner, kind, envelope).await,
     };
     app.perform(handled.outputs);
     if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
@@ -312,7 +379,7 @@ fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
 }
 
 /// A state-changing message decided by the kernel in one transaction.
-async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Handled {
+async fn decide(app: &Arc<App>, runner: &Arc<Runner>, kind: Kind, envelope: Envelope) -> Handled {
     let payload_digest =
         crate::ids::sha256(&protocol::canonicalize(&envelope.value).unwrap_or_default());
     let blobs = Blobs {
@@ -322,22 +389,26 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
             .value
             .pointer("/update/data")
             .map(crate::updates::EncodedUpdate::of),
-        request: (envelope.kind == "interaction.requested")
+        request: (kind == Kind::InteractionRequested)
             .then(|| crate::interactions::EncodedRequest::of(&envelope.value)),
-        notification: (envelope.kind == "notification.requested").then(|| {
-            let text = envelope
-                .value
-                .pointer("/content/text")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let content = Blob {
-                digest: crate::ids::sha256(text.as_bytes()),
-                bytes: text.as_bytes().to_vec(),
-            };
-            (content, kernel::ids::MessageId::new(crate::ids::uuid()))
-        }),
+        notification: (kind == Kind::NotificationRequested)
+            .then(|| {
+                // Only inline text is a notification's content; a reference
+                // is refused by `notify`.
+                let text = envelope
+                    .value
+                    .pointer("/content")
+                    .filter(|content| content.get("kind").and_then(Value::as_str) == Some("inline"))
+                    .and_then(|content| content.get("text"))
+                    .and_then(Value::as_str)?;
+                let content = Blob {
+                    digest: crate::ids::sha256(text.as_bytes()),
+                    bytes: text.as_bytes().to_vec(),
+                };
+                Some((content, kernel::ids::MessageId::new(crate::ids::uuid())))
+            })
+            .flatten(),
     };
-    let kind = envelope.kind.clone();
     let message_id = envelope.message_id.clone();
     let app_for_job = app.clone();
     let runner_for_job = runner.clone();
@@ -348,6 +419,7 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
                 connection,
                 &app_for_job,
                 &runner_for_job,
+                kind,
                 &envelope,
                 payload_digest,
                 &blobs,
@@ -358,7 +430,8 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
         Ok(handled) => handled,
         Err(error) => {
             eprintln!(
-                "pi-workflows: a {kind} message of run generation {} could not be stored: {error}",
+                "pi-workflows: a {} message of run generation {} could not be stored: {error}",
+                kind.wire(),
                 runner.generation
             );
             Handled::only(with_error(
@@ -374,6 +447,7 @@ fn decide_in(
     connection: &Connection,
     app: &Arc<App>,
     runner: &Arc<Runner>,
+    kind: Kind,
     envelope: &Envelope,
     payload_digest: Digest,
     blobs: &Blobs,
@@ -425,7 +499,7 @@ fn decide_in(
             claim_lost: true,
         }));
     }
-    let decided = apply(connection, app, runner, envelope, &before, blobs, now_ms)?;
+    let decided = apply(connection, app, runner, kind, envelope, &before, blobs, now_ms)?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,
         Err(refusal) => {
@@ -523,10 +597,12 @@ fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Ex
 }
 
 /// Calls the kernel for one message kind.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn apply(
     connection: &Connection,
     app: &Arc<App>,
     runner: &Arc<Runner>,
+    kind: Kind,
     envelope: &Envelope,
     before: &RunAggregate,
     blobs: &Blobs,
@@ -541,9 +617,9 @@ fn apply(
         .get("attemptId")
         .and_then(Value::as_str)
         .map(AttemptId::from);
-    Ok(match envelope.kind.as_str() {
-        "runner.ready" => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
-        "node.started" => {
+    Ok(match kind {
+        Kind::RunnerReady => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
+        Kind::NodeStarted => {
             let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
             let deadline = value.get("deadlineAtMs").and_then(Value::as_u64);
             let detail = value
@@ -581,9 +657,10 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        "node.finished" | "node.failed" => finish(
+        Kind::NodeFinished | Kind::NodeFailed => finish(
             connection,
             runner,
+            kind,
             envelope,
             before,
             attempt_id,
@@ -591,7 +668,7 @@ fn apply(
             now_ms,
             ttl_ms,
         )?,
-        "run.parked" => {
+        Kind::RunParked => {
             let reason = match value.get("reason").and_then(Value::as_str) {
                 Some("workflowSourceChanged") => ParkReason::WorkflowSourceChanged,
                 _ => ParkReason::Drained,
@@ -614,7 +691,7 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        "run.finished" => {
+        Kind::RunFinished => {
             let class = value
                 .get("failureClass")
                 .and_then(|class| serde_json::from_value::<FailureClass>(class.clone()).ok())
@@ -647,15 +724,21 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        "effect.reserve" | "effect.settle" => {
-            let kind = envelope.kind.as_str();
+        Kind::EffectReserve | Kind::EffectSettle => {
             let result = blobs.result.as_ref();
             let answer = crate::effects::runner_effect(
-                connection, runner, kind, value, before, result, now_ms, ttl_ms,
+                connection,
+                runner,
+                kind.wire(),
+                value,
+                before,
+                result,
+                now_ms,
+                ttl_ms,
             )?;
             answered(runner, message_id, before, answer, None)
         }
-        "node.update" => {
+        Kind::NodeUpdate => {
             let Some(data) = blobs.update.as_ref() else {
                 return Ok(Err(Refusal::invalid("update data is missing")));
             };
@@ -664,7 +747,7 @@ fn apply(
             )?;
             answered(runner, message_id, before, answer, None)
         }
-        "interaction.requested" => {
+        Kind::InteractionRequested => {
             let Some(request) = blobs.request.as_ref() else {
                 return Ok(Err(Refusal::invalid("the request is incomplete")));
             };
@@ -676,11 +759,23 @@ fn apply(
             };
             answered(runner, message_id, before, answer, Some(&exit))
         }
-        _ => Err(Refusal {
-            code: "illegalTransition",
-            message: "unexpected message kind",
-            claim_lost: false,
-        }),
+        Kind::NotificationRequested => {
+            let Some(notification) = blobs.notification.clone() else {
+                return Ok(Err(Refusal::invalid(
+                    "a notification's content must be inline text",
+                )));
+            };
+            notify(
+                connection,
+                runner,
+                envelope,
+                before,
+                attempt_id,
+                notification,
+                now_ms,
+                ttl_ms,
+            )?
+        }
     })
 }
 
@@ -783,6 +878,7 @@ fn command_name(command: &LaunchCommand) -> &'static str {
 fn finish(
     connection: &Connection,
     runner: &Arc<Runner>,
+    kind: Kind,
     envelope: &Envelope,
     before: &RunAggregate,
     attempt_id: Option<AttemptId>,
@@ -810,7 +906,7 @@ fn finish(
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
-    let (outcome, error) = if envelope.kind == "node.finished" {
+    let (outcome, error) = if kind == Kind::NodeFinished {
         (NodeOutcome::Ok, None)
     } else {
         let outcome = match value.get("outcome").and_then(Value::as_str) {
@@ -925,7 +1021,16 @@ fn notify(
         .mode
         .origin_session()
         .map(|session| session.as_str().to_owned());
-    let output = json!({ "notificationId": message_id.as_str(), "targetSessionId": session });
+    // An interactive run's receipt names its notification message; a headless
+    // run has no session to notify, so its output keeps the text instead.
+    let output = match &session {
+        Some(session) => json!({ "notificationId": message_id.as_str(), "targetSessionId": session }),
+        None => json!({
+            "notificationId": null,
+            "targetSessionId": null,
+            "text": String::from_utf8_lossy(&content.bytes),
+        }),
+    };
     let record = attempts::ResultRecord {
         attempt_id: &attempt_id,
         node_id: &attempt.node_id,

@@ -173,7 +173,7 @@ export class Executor {
     else this.host.stopSignal.addEventListener("abort", onStop, { once: true });
     const startedAt = Date.now();
     let deadlineTimer: NodeJS.Timeout | undefined;
-    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply };
+    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply } | { settled: Reply };
     try {
       if (!node) throw new NodeFailure("failed", "nodeFailed", `node ${target.nodeId} is not in the compiled workflow`);
       const ctx = this.context(node, target, controller.signal, node.transition === "entry" ? node.mountPath.slice(0, -1) : node.mountPath);
@@ -190,7 +190,7 @@ export class Executor {
         deadlineTimer = setTimeout(() => controller.abort(timeoutReason(timeoutMs)), timeoutMs);
       }
       const done = await this.dispatch(node, target, ctx);
-      outcome = "exit" in done ? done : { ok: true, output: done.output, ...(done.action ? { action: done.action } : {}) };
+      outcome = "exit" in done || "settled" in done ? done : { ok: true, output: done.output, ...(done.action ? { action: done.action } : {}) };
     } catch (error) {
       outcome = { ok: false, failure: this.failureOf(error, controller.signal) };
     } finally {
@@ -213,7 +213,11 @@ export class Executor {
     };
     let reply: Reply;
     let result: NodeResult;
-    if (outcome.ok) {
+    if ("settled" in outcome) {
+      // The server already recorded this attempt's result: its receipt.
+      reply = outcome.settled;
+      result = { ...base, outcome: "ok", output: reply.result };
+    } else if (outcome.ok) {
       reply = await channel.request("node.finished", {
         attemptId: target.attemptId,
         output: outcome.output as never,
@@ -273,7 +277,7 @@ export class Executor {
     node: CompiledNode,
     target: AttemptTarget,
     ctx: NodeContext,
-  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: Reply }> {
+  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: Reply } | { settled: Reply }> {
     const signal = ctx.signal;
     if (node.transition === "entry") return { output: await raceAbort(this.entry(node, target, ctx), signal) };
     if (node.transition === "exit") return { output: await raceAbort(this.exit(node, target), signal) };
@@ -301,7 +305,7 @@ export class Executor {
       case "shell":
         return raceAbort(this.shellAction(node, target, real.options as ShellOptions, ctx), signal, SHELL_CLEANUP_MS);
       case "notify":
-        return { output: await raceAbort(this.notify(node, target, real.options as NotifyOptions, ctx), signal) };
+        return { settled: await raceAbort(this.notify(node, target, real.options as NotifyOptions, ctx), signal) };
       case "agent":
         return raceAbort(this.agent(node, target, real.options as AgentOptions, ctx), signal);
     }
@@ -480,7 +484,13 @@ export class Executor {
     return { output: stored.output === undefined ? null : stored.output, action };
   }
 
-  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<unknown> {
+  /**
+   * Sends `notification.requested`. The server records the node's result (its
+   * receipt is the reply's `result`) in the same transaction as the
+   * notification message, so the accepted reply ends the attempt and carries
+   * the next instruction; no `node.finished` follows.
+   */
+  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<Reply> {
     const raw = typeof options.message === "function" ? await options.message(ctx) : options.message;
     if (typeof raw !== "string" || raw.trim() === "") throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message must be a non-empty string`);
     const text = raw.trim();
@@ -493,7 +503,7 @@ export class Executor {
     if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
       throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `the server refused the notification: ${reply.error?.message ?? reply.outcome}`);
     }
-    return reply.result;
+    return reply;
   }
 
   private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: Reply }> {

@@ -159,8 +159,9 @@ enum End {
         outcome: NodeFailureOutcome,
         error: Value,
     },
-    /// The attempt was handed to the origin session (`interaction.requested`
-    /// was accepted); the runner follows the reply's `next`.
+    /// The server settled the attempt itself (`interaction.requested` handed
+    /// it to the origin session, or `notification.requested` recorded its
+    /// result); the runner follows the reply's `next`.
     Handed(Next),
 }
 
@@ -435,6 +436,23 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                 return End::Failed {
                     outcome: NodeFailureOutcome::Failed,
                     error: reply_error(&reply, "the interactive request was refused"),
+                };
+            }
+            End::Handed(Channel::next_after(reply))
+        }
+        Action::Notify(spec) => {
+            let reply = channel.request(
+                "notification.requested",
+                json!({
+                    "attemptId": attempt.attempt_id,
+                    "kind": spec.kind,
+                    "content": {"kind": "inline", "text": spec.text},
+                }),
+            );
+            if reply.outcome == ReplyOutcome::Rejected || reply.next.is_none() {
+                return End::Failed {
+                    outcome: NodeFailureOutcome::Failed,
+                    error: reply_error(&reply, "the notification was refused"),
                 };
             }
             End::Handed(Channel::next_after(reply))

@@ -116,6 +116,24 @@ pub(crate) enum Action {
     /// `interaction.requested`; the attempt then waits in the origin
     /// session and the runner follows the reply's `next` (an exit).
     Interact(InteractSpec),
+    /// `notification.requested`; the server records the node's result and
+    /// the runner follows the reply's `next`.
+    Notify(NotifySpec),
+}
+
+/// A notification of a notify node.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct NotifySpec {
+    /// The notification text (sent inline).
+    pub(crate) text: String,
+    /// `progress` or `final` (default `progress`).
+    #[serde(default = "default_notification_kind")]
+    pub(crate) kind: String,
+}
+
+fn default_notification_kind() -> String {
+    "progress".to_owned()
 }
 
 /// An interactive request of the attempt.
@@ -214,6 +232,8 @@ struct RawBehaviour {
     #[serde(default)]
     interact: Option<InteractSpec>,
     #[serde(default)]
+    notify: Option<NotifySpec>,
+    #[serde(default)]
     then: Option<Box<Behaviour>>,
     #[serde(default)]
     timeout_ms: Option<u64>,
@@ -241,6 +261,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("spawnChild", raw.spawn_child.is_some()),
             ("duplicate", raw.duplicate.is_some()),
             ("interact", raw.interact.is_some()),
+            ("notify", raw.notify.is_some()),
         ];
         let actions: Vec<&str> = named
             .iter()
@@ -266,7 +287,10 @@ impl TryFrom<RawBehaviour> for Behaviour {
             raw.crash_while_applying.is_some(),
             "effect",
         )?;
-        let terminal = matches!(*action, "finish" | "fail" | "stall" | "exit" | "interact");
+        let terminal = matches!(
+            *action,
+            "finish" | "fail" | "stall" | "exit" | "interact" | "notify"
+        );
         if terminal && raw.then.is_some() {
             return Err(format!("`{action}` ends the attempt and takes no `then`"));
         }
@@ -305,6 +329,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::SpawnChild { spawn, then }
         } else if let Some(interact) = raw.interact {
             Action::Interact(interact)
+        } else if let Some(notify) = raw.notify {
+            Action::Notify(notify)
         } else if raw.duplicate == Some(true) {
             Action::Duplicate(then)
         } else {
@@ -345,7 +371,8 @@ impl Behaviour {
             | Action::Fail { .. }
             | Action::Stall
             | Action::Exit(_)
-            | Action::Interact(_) => None,
+            | Action::Interact(_)
+            | Action::Notify(_) => None,
         }
     }
 }
@@ -489,6 +516,20 @@ mod tests {
         );
         assert!(behaviour(r#"{"interact":{"prompt":"p"},"then":{"finish":1}}"#).is_err());
         assert!(behaviour(r#"{"interact":{"prompt":"p","extra":1}}"#).is_err());
+    }
+
+    #[test]
+    fn notify_parses_with_a_default_kind_and_takes_no_then() {
+        let notify = behaviour(r#"{"notify":{"text":"Done"}}"#).unwrap();
+        assert_eq!(
+            notify.action,
+            Action::Notify(NotifySpec {
+                text: "Done".into(),
+                kind: "progress".into(),
+            })
+        );
+        assert!(behaviour(r#"{"notify":{"text":"t"},"then":{"finish":1}}"#).is_err());
+        assert!(behaviour(r#"{"notify":{"text":"t","extra":1}}"#).is_err());
     }
 
     #[test]
