@@ -237,8 +237,11 @@ fn exit_reason(reason: ExitReason) -> &'static str {
     }
 }
 
-/// The wire error code and static message of a kernel rejection.
+/// The wire error code and static message of a kernel rejection (one arm per
+/// rejection, so a new one needs its own words).
 pub fn rejection_error(rejection: &Rejection) -> (&'static str, &'static str) {
+    use kernel::run::RestartRefusal;
+    const STATE: &str = "the run cannot do that in its current state";
     match rejection {
         Rejection::ClaimLost { .. } | Rejection::ClaimHeld { .. } | Rejection::StaleRunner => (
             "claimLost",
@@ -249,10 +252,51 @@ pub fn rejection_error(rejection: &Rejection) -> (&'static str, &'static str) {
         Rejection::StaleAttempt | Rejection::ResultMismatch => {
             ("illegalTransition", "not the active attempt")
         }
-        _ => (
+        Rejection::AlreadyPaused => ("illegalTransition", "the run is already paused"),
+        Rejection::NotResumable => (
             "illegalTransition",
-            "the run cannot do that in its current state",
+            "the run is neither paused nor parked for review, so there is nothing to resume",
         ),
+        Rejection::EffectAmbiguous => (
+            "illegalTransition",
+            "an external effect of the run may have applied without a receipt; this server version cannot confirm or retry it, so cancel the run",
+        ),
+        Rejection::SessionBusy { .. } => (
+            "illegalTransition",
+            "the origin session already has an unfinished interactive run; finish or cancel it first",
+        ),
+        Rejection::RestartRefused { reason } => (
+            "illegalTransition",
+            match reason {
+                RestartRefusal::NotTerminal => {
+                    "only a failed or timed-out run can be restarted; wait until it ends"
+                }
+                RestartRefusal::Cancelled => {
+                    "a cancelled run cannot be restarted; start a new run instead"
+                }
+                RestartRefusal::Completed => {
+                    "a completed run cannot be restarted; start a new run instead"
+                }
+                RestartRefusal::LimitReached => {
+                    "the run's restart chain already has three restarts after its original run; start a new run instead"
+                }
+                RestartRefusal::RepeatedFailure => {
+                    "the run's restart chain already restarted after this same failure; fix the cause, then start a new run"
+                }
+            },
+        ),
+        Rejection::AlreadyContinued { .. } => (
+            "illegalTransition",
+            "the checkpoint was already answered with another answer",
+        ),
+        Rejection::IllegalTransition { .. }
+        | Rejection::UnfinishedAttempt
+        | Rejection::RouteRecordMissing
+        | Rejection::UnknownNode { .. }
+        | Rejection::DeadlineNotReached { .. }
+        | Rejection::DeadlineAlreadyRecorded
+        | Rejection::RunnerAlreadyExited
+        | Rejection::RunnerLive { .. } => ("illegalTransition", STATE),
     }
 }
 
@@ -499,7 +543,9 @@ fn decide_in(
             claim_lost: true,
         }));
     }
-    let decided = apply(connection, app, runner, kind, envelope, &before, blobs, now_ms)?;
+    let decided = apply(
+        connection, app, runner, kind, envelope, &before, blobs, now_ms,
+    )?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,
         Err(refusal) => {
@@ -1024,7 +1070,9 @@ fn notify(
     // An interactive run's receipt names its notification message; a headless
     // run has no session to notify, so its output keeps the text instead.
     let output = match &session {
-        Some(session) => json!({ "notificationId": message_id.as_str(), "targetSessionId": session }),
+        Some(session) => {
+            json!({ "notificationId": message_id.as_str(), "targetSessionId": session })
+        }
         None => json!({
             "notificationId": null,
             "targetSessionId": null,

@@ -276,7 +276,7 @@ fn display_value(
     };
     let outside = OutsideFacts {
         submission_validating: validating,
-        restart_eligible: restart_eligible(agg),
+        restart_eligible: restart_eligible(connection, agg)?,
     };
     let display = display::display(&DisplayFacts::from_run(agg, outside));
     let mut value = json!({
@@ -315,14 +315,17 @@ fn lineage_value(agg: &RunAggregate) -> Option<Value> {
     (!value.is_empty()).then_some(Value::Object(value))
 }
 
-/// Whether the restart chain allows another restart (the kernel checks the
-/// fingerprint when the command comes).
-fn restart_eligible(agg: &RunAggregate) -> bool {
-    agg.run
-        .lineage
-        .restart
-        .as_ref()
-        .is_none_or(|restart| restart.number < kernel::run::MAX_RESTARTS)
+/// Whether `run.restart` would be accepted: the kernel's one restart rule
+/// over the run's terminal fingerprint and its whole chain.
+fn restart_eligible(connection: &Connection, agg: &RunAggregate) -> rusqlite::Result<bool> {
+    if kernel::run::restart_state_allows(&agg.run).is_err() {
+        return Ok(false);
+    }
+    Ok(
+        runs::restart_facts(connection, &agg.run)?.is_some_and(|(fingerprint, chain)| {
+            kernel::run::restart_allowed(&agg.run, &fingerprint, &chain).is_ok()
+        }),
+    )
 }
 
 /// What a run error means, in words (the stored message adds the detail).

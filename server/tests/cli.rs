@@ -331,3 +331,83 @@ fn a_server_of_another_version_is_one_line_that_says_to_install_matching_package
     assert!(other.join().unwrap().contains("\"role\":\"client\""));
     assert!(!stderr(&runs).contains("starting the server"));
 }
+
+/// `view --once --json` of a run once it is terminal.
+fn terminal_view(server: &TestServer, run_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let view = json_lines(&run(server, &["view", run_id, "--once", "--json"])).remove(0);
+        if matches!(
+            view["display"]["status"].as_str(),
+            Some("completed" | "failed" | "timed_out" | "cancelled")
+        ) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "never ended: {view}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn controls(view: &Value) -> Vec<String> {
+    view["display"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|control| control.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The restart rules count the whole chain: a failed run restarts once, and
+/// restarting it again (a sibling with the same failure fingerprint) is
+/// refused with its own message, as is restarting the restart that failed
+/// the same way. `restart` is offered exactly when the command would be
+/// accepted, and no refused restart creates a run.
+#[test]
+fn restarting_the_same_failed_run_again_is_refused_and_only_an_allowed_restart_is_offered() {
+    let server = TestServer::start();
+    let looping = script("loop.json");
+    let started = run(&server, &["start", looping.to_str().unwrap(), "--json"]);
+    assert_eq!(started.status.code(), Some(0), "{}", stderr(&started));
+    let original = json_lines(&started)[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let view = terminal_view(&server, &original);
+    assert_eq!(view["display"]["status"], "failed");
+    assert_eq!(controls(&view), ["restart"]);
+
+    let first = run(&server, &["restart", &original, "--json"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let restarted = json_lines(&first)[0]["newRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let view = terminal_view(&server, &restarted);
+    assert_eq!(view["display"]["status"], "failed");
+    assert_eq!(
+        controls(&view),
+        Vec::<String>::new(),
+        "the restart failed with the fingerprint its parent already restarted once: {view}"
+    );
+    let original_view = terminal_view(&server, &original);
+    assert_eq!(
+        controls(&original_view),
+        Vec::<String>::new(),
+        "the original was restarted already: {original_view}"
+    );
+
+    for again in [&original, &original, &restarted] {
+        let refused = run(&server, &["restart", again]);
+        assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+        let line = error_line(&refused);
+        assert!(
+            line.contains("already restarted after this same failure"),
+            "{line}"
+        );
+    }
+    let runs: i64 = server
+        .db()
+        .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(runs, 2, "one original and one restart");
+}

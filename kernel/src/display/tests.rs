@@ -1018,6 +1018,7 @@ fn accepted_by_lifecycle(agg: &RunAggregate, now_ms: u64) -> [(Control, bool); 4
         run::RestartSource {
             run: &agg.run,
             terminal_fingerprint: Digest::repeat(0x55),
+            chain: &[],
         },
         run::NewRun {
             run_id: RunId::from("run-r"),

@@ -19,7 +19,10 @@ use kernel::ids::*;
 use kernel::interaction::InteractionRecord;
 use kernel::message::{MessageKind, MessageRecord, TurnRecord};
 use kernel::output::{Output, RunEvent};
-use kernel::run::{ContinuationOf, ExecutionMode, Lineage, RunAggregate, RunError, RunRecord};
+use kernel::run::{
+    ContinuationOf, ExecutionMode, Lineage, RestartLineage, RunAggregate, RunError, RunRecord,
+    TerminalOutcome,
+};
 use kernel::runner::{RunnerRecord, RunnerStatus};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -40,6 +43,55 @@ pub(crate) fn load(
     aggregate.messages = load_messages(connection, run_id)?;
     aggregate.turns = load_turns(connection, run_id)?;
     Ok(Some(aggregate))
+}
+
+/// What the restart rule reads about a terminal run: the fingerprint of its
+/// outcome ([`TerminalOutcome`], built from its stored reference, input,
+/// status, error and final output) and every restart recorded in its chain
+/// (siblings included). `None` when the run's metadata is missing.
+pub(crate) fn restart_facts(
+    connection: &Connection,
+    run: &RunRecord,
+) -> rusqlite::Result<Option<(Digest, Vec<RestartLineage>)>> {
+    let Some(meta) = super::meta::load(connection, &run.run_id)? else {
+        return Ok(None);
+    };
+    let output_digest = super::attempts::final_output(connection, &run.run_id)?
+        .map(|output| super::blobs::Blob::json(&output).digest);
+    let outcome = TerminalOutcome {
+        workflow_ref: &meta.workflow_ref,
+        definition_digest: &meta.definition_digest,
+        input_digest: meta.input_digest,
+        status: run.status,
+        error: run.error.as_ref(),
+        output_digest,
+    };
+    Ok(Some((
+        outcome.fingerprint(),
+        restart_chain(connection, run.restart_root())?,
+    )))
+}
+
+/// Every restart recorded in the chain rooted at `root`.
+fn restart_chain(connection: &Connection, root: &RunId) -> rusqlite::Result<Vec<RestartLineage>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT restart_json FROM runs WHERE restart_root_run_id = ?1 AND restart_json IS NOT NULL",
+    )?;
+    let rows = statement.query_map(params![root.as_str()], |row| row.get::<_, String>(0))?;
+    rows.map(|text| from_json(&text?)).collect()
+}
+
+/// Marks every run of the chain rooted at `root` (the root included) for a
+/// new presentation revision: a restart changes whether the chain's other
+/// runs may restart.
+pub(crate) fn mark_restart_chain(connection: &Connection, root: &RunId) -> rusqlite::Result<()> {
+    let mut statement = connection
+        .prepare_cached("SELECT run_id FROM runs WHERE run_id = ?1 OR restart_root_run_id = ?1")?;
+    let rows = statement.query_map(params![root.as_str()], |row| row.get::<_, String>(0))?;
+    for run_id in rows {
+        super::viewer::mark(&RunId::new(run_id?));
+    }
+    Ok(())
 }
 
 fn load_run(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunRecord>> {
@@ -471,7 +523,7 @@ fn write_run(
     connection.execute_cached(
         "UPDATE runs SET status = ?2, paused = ?3, park_reason = ?4, revision = ?5, waiting_on = ?6,
                 error_class = ?7, error_reason = ?8, error_node = ?9, continued_by = ?10, restart_json = ?11,
-                updated_at_ms = ?12, finished_at_ms = ?13
+                restart_root_run_id = ?14, updated_at_ms = ?12, finished_at_ms = ?13
          WHERE run_id = ?1",
         params![
             run.run_id.as_str(),
@@ -487,6 +539,10 @@ fn write_run(
             run.lineage.restart.as_ref().map(json),
             i64_of(run.updated_at_ms),
             run.finished_at_ms.map(i64_of),
+            run.lineage
+                .restart
+                .as_ref()
+                .map(|restart| restart.root_run_id.as_str()),
         ],
     )?;
     connection.execute_cached(

@@ -63,6 +63,8 @@ CREATE TABLE runs (
   continuation_checkpoint TEXT,
   continued_by TEXT,
   restart_json TEXT,
+  -- The original run of this run's restart chain (restart_json's rootRunId).
+  restart_root_run_id TEXT,
   update_tokens INTEGER NOT NULL DEFAULT 100,
   update_refilled_at_ms INTEGER NOT NULL DEFAULT 0,
   created_at_ms INTEGER NOT NULL,
@@ -71,6 +73,8 @@ CREATE TABLE runs (
 ) STRICT;
 CREATE INDEX runs_by_status ON runs(status, updated_at_ms);
 CREATE INDEX runs_by_created ON runs(created_at_ms DESC, run_id DESC);
+-- The restarts of one chain (the restart rule counts them all).
+CREATE INDEX runs_by_restart_root ON runs(restart_root_run_id) WHERE restart_root_run_id IS NOT NULL;
 
 CREATE TABLE run_sources (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
