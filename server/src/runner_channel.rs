@@ -349,6 +349,20 @@ struct Blobs {
     notification: Option<(Blob, kernel::ids::MessageId)>,
 }
 
+impl Blobs {
+    /// The content of the messages this runner message creates: an initial
+    /// step's prompt, a notification's text (the store derives the others).
+    fn message_contents(&self) -> Vec<(kernel::ids::MessageId, Blob)> {
+        let step = self
+            .request
+            .as_ref()
+            .map(|request| (request.message_id.clone(), request.prompt.clone()));
+        step.into_iter()
+            .chain(self.notification.clone().map(|(blob, id)| (id, blob)))
+            .collect()
+    }
+}
+
 /// What a message job produced: the reply, the outputs to perform, and
 /// whether the runner lost its claim.
 struct Handled {
@@ -584,11 +598,12 @@ fn decide_in(
     let mut outputs = Vec::new();
     let mut revision = before.run.revision;
     if let Some(transition) = transition {
-        runs::write(
+        runs::write_with_contents(
             connection,
             Some(&before),
             &transition.facts,
             &transition.outputs,
+            &blobs.message_contents(),
             now_ms,
         )?;
         revision = transition.facts.run.revision;
@@ -1121,13 +1136,7 @@ fn notify(
     };
     let run_id = runner.run_id.clone();
     let extra: Extra = Box::new(move |connection: &Connection| {
-        crate::store::blobs::put(connection, &content, "text/plain", now_ms)?;
-        attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
-        connection.execute_cached(
-            "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
-            rusqlite::params![message_id.as_str(), content.digest.0.to_vec()],
-        )?;
-        Ok(())
+        attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)
     });
     let revision = transition.facts.run.revision.0;
     let answer = with_next(

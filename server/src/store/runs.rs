@@ -10,6 +10,7 @@
 //!   transaction.
 
 use super::Cached as _;
+use super::blobs::Blob;
 use super::codec::{DigestColumn, from_json, i64_of, json, name, parse, parse_opt, u64_of};
 use kernel::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use kernel::claim::{Claim, LeaseFacts};
@@ -17,7 +18,7 @@ use kernel::decision::{DecisionRecord, DecisionStatus, Provenance};
 use kernel::effect::{EffectKey, EffectRecord};
 use kernel::ids::*;
 use kernel::interaction::InteractionRecord;
-use kernel::message::{MessageKind, MessageRecord, TurnRecord};
+use kernel::message::{MessageKind, MessageRecord, StepReason, TurnRecord};
 use kernel::output::{Output, RunEvent};
 use kernel::run::{
     ContinuationOf, ExecutionMode, Lineage, RestartLineage, RunAggregate, RunError, RunRecord,
@@ -471,12 +472,27 @@ fn load_turns(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<T
 
 /// Writes every record that differs between `before` (as loaded; `None` for
 /// a new run whose `runs` row the caller inserted) and `after`, and one event
-/// row per event output.
+/// row per event output. A new workflow message needs no content from the
+/// caller when [`message_content`] derives it (resumed and reminder steps,
+/// decisions, terminal messages).
 pub(crate) fn write(
     connection: &Connection,
     before: Option<&RunAggregate>,
     after: &RunAggregate,
     outputs: &[Output],
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    write_with_contents(connection, before, after, outputs, &[], now_ms)
+}
+
+/// [`write`], with the content of new messages that only the caller knows
+/// (the prompt of an initial step, the text of a notification), by message id.
+pub(crate) fn write_with_contents(
+    connection: &Connection,
+    before: Option<&RunAggregate>,
+    after: &RunAggregate,
+    outputs: &[Output],
+    contents: &[(MessageId, Blob)],
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let run = &after.run;
@@ -502,7 +518,17 @@ pub(crate) fn write(
     }
     for message in &after.messages {
         if before.is_none_or(|b| !b.messages.contains(message)) {
-            write_message(connection, message, now_ms)?;
+            let known = before.is_some_and(|b| {
+                b.messages
+                    .iter()
+                    .any(|old| old.message_id == message.message_id)
+            });
+            if known {
+                update_message(connection, message, now_ms)?;
+            } else {
+                let content = message_content(connection, message, after, contents, now_ms)?;
+                insert_message(connection, message, &content, now_ms)?;
+            }
         }
     }
     for turn in &after.turns {
@@ -802,10 +828,116 @@ pub(crate) fn write_decision(
     Ok(())
 }
 
-/// Writes one workflow message row.
-pub(crate) fn write_message(
+/// A message kind whose content only its creator knows, written without it.
+#[derive(Debug)]
+struct MissingContent(&'static str);
+
+impl std::fmt::Display for MissingContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a new {} message needs its content", self.0)
+    }
+}
+
+impl std::error::Error for MissingContent {}
+
+fn missing(kind: &'static str) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(MissingContent(kind)))
+}
+
+/// The content digest of a new message, stored (in `blobs`) before the row
+/// that names it. A step presents its interaction's prompt: an initial step
+/// brings it (and records it as the interaction's prompt), a resumed step
+/// presents the same prompt again, a reminder puts a reminder line before
+/// it. A notification and a follow-up bring their own text. A decision and
+/// a terminal message state, in one line, what they are about. A kind
+/// without its content is an error: no message is ever stored without one.
+fn message_content(
     connection: &Connection,
     message: &MessageRecord,
+    after: &RunAggregate,
+    contents: &[(MessageId, Blob)],
+    now_ms: u64,
+) -> rusqlite::Result<Digest> {
+    let given = contents
+        .iter()
+        .find(|(id, _)| *id == message.message_id)
+        .map(|(_, blob)| blob);
+    let put = |blob: &Blob| -> rusqlite::Result<Digest> {
+        super::blobs::put(connection, blob, super::blobs::TEXT, now_ms)?;
+        Ok(blob.digest)
+    };
+    match &message.kind {
+        MessageKind::Step {
+            interaction_id,
+            reason,
+        } => {
+            if let Some(blob) = given {
+                let digest = put(blob)?;
+                connection.execute_cached(
+                    "UPDATE interactive_requests SET prompt_digest = ?2
+                     WHERE interaction_id = ?1 AND prompt_digest IS NULL",
+                    params![interaction_id.as_str(), digest.0.to_vec()],
+                )?;
+                return Ok(digest);
+            }
+            let prompt: Option<DigestColumn> = connection
+                .query_row_cached(
+                    "SELECT prompt_digest FROM interactive_requests WHERE interaction_id = ?1",
+                    params![interaction_id.as_str()],
+                    |row| row.get(0),
+                )
+                .optional()?
+                .flatten();
+            let Some(DigestColumn(prompt)) = prompt else {
+                return Err(missing("step"));
+            };
+            match reason {
+                StepReason::Initial | StepReason::Resumed => Ok(prompt),
+                StepReason::Reminder => {
+                    let node = after
+                        .interaction
+                        .as_ref()
+                        .filter(|interaction| interaction.interaction_id == *interaction_id)
+                        .map_or("", |interaction| interaction.node_id.as_str());
+                    let prompt = super::blobs::get(connection, &prompt)?.unwrap_or_default();
+                    let text = format!(
+                        "Reminder: workflow step {node} is still awaiting your output. Submit it with the workflow tool as the step below asks.\n\n{}",
+                        String::from_utf8_lossy(&prompt)
+                    );
+                    put(&Blob::text(&text))
+                }
+            }
+        }
+        MessageKind::Notification => given.map(put).unwrap_or(Err(missing("notification"))),
+        MessageKind::FollowUp { .. } => given.map(put).unwrap_or(Err(missing("follow-up"))),
+        MessageKind::Decision { .. } => {
+            let node = after
+                .decision
+                .as_ref()
+                .map_or("its checkpoint", |decision| decision.node_id.as_str());
+            let text = format!(
+                "Workflow run {} waits for a human decision at {node}.",
+                message.run_id.as_str()
+            );
+            put(given.unwrap_or(&Blob::text(&text)))
+        }
+        MessageKind::Terminal => {
+            let text = format!(
+                "Workflow run {} ended: {}.",
+                message.run_id.as_str(),
+                name(&after.run.status)
+            );
+            put(given.unwrap_or(&Blob::text(&text)))
+        }
+    }
+}
+
+/// Inserts a new workflow message row with its content (see
+/// [`message_content`]).
+fn insert_message(
+    connection: &Connection,
+    message: &MessageRecord,
+    content: &Digest,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let (kind, source, reason) = match &message.kind {
@@ -820,10 +952,8 @@ pub(crate) fn write_message(
     };
     connection.execute_cached(
         "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, source_id, step_reason, session_order,
-             state, entry_id, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-         ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, entry_id = excluded.entry_id,
-           version = workflow_messages.version + 1, updated_at_ms = excluded.updated_at_ms",
+             state, entry_id, content_digest, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             message.message_id.as_str(),
             message.session_id.as_str(),
@@ -834,7 +964,27 @@ pub(crate) fn write_message(
             i64_of(message.order),
             name(&message.state),
             message.entry_id.as_ref().map(EntryId::as_str),
+            content.0.to_vec(),
             i64_of(message.created_at_ms),
+            i64_of(now_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Updates what can change on a stored message: its state and Pi entry.
+fn update_message(
+    connection: &Connection,
+    message: &MessageRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "UPDATE workflow_messages SET state = ?2, entry_id = ?3, version = version + 1, updated_at_ms = ?4
+         WHERE message_id = ?1",
+        params![
+            message.message_id.as_str(),
+            name(&message.state),
+            message.entry_id.as_ref().map(EntryId::as_str),
             i64_of(now_ms),
         ],
     )?;

@@ -304,7 +304,8 @@ CREATE TABLE workflow_messages (
   kind TEXT NOT NULL CHECK (kind IN ('step', 'decision', 'notification', 'terminal', 'followUp')),
   source_id TEXT,
   step_reason TEXT CHECK (step_reason IS NULL OR step_reason IN ('initial', 'reminder', 'resumed')),
-  content_digest BLOB REFERENCES blobs(digest),
+  -- A message is written with its content, in the same transaction.
+  content_digest BLOB NOT NULL REFERENCES blobs(digest),
   session_order INTEGER NOT NULL,
   state TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'cancelled')),
   entry_id TEXT,
