@@ -291,7 +291,11 @@ fn display_value(
         value["waitingOn"] = json!(node.as_str());
     }
     if let Some(reason) = display.reason.as_ref() {
-        value["reason"] = json!(reason_text(reason, error_message));
+        value["reason"] = json!(reason_text(
+            reason,
+            error_message,
+            agg.run.status.is_terminal()
+        ));
     }
     Ok(value)
 }
@@ -349,14 +353,19 @@ fn error_description(error: &kernel::run::RunError) -> String {
     }
 }
 
-fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
+fn reason_text(reason: &DisplayReason, error_message: Option<&str>, terminal: bool) -> String {
     match reason {
         DisplayReason::Error { error } => match error_message.filter(|message| !message.is_empty()) {
             Some(message) => format!("{}: {message}", error_description(error)),
             None => error_description(error),
         },
+        // This server version cannot confirm or retry an effect yet
+        // (`effect.recover` answers `unavailable`): say what can be done now.
+        DisplayReason::EffectAmbiguous if terminal => {
+            "An external effect may have applied without a receipt; check the external system (this server version cannot confirm or retry the effect).".into()
+        }
         DisplayReason::EffectAmbiguous => {
-            "An external effect may have applied without a receipt. Check the external system, then confirm or retry it.".into()
+            "An external effect may have applied without a receipt, so the run cannot continue; check the external system, then cancel the run (this server version cannot confirm or retry the effect).".into()
         }
         DisplayReason::ParkedForReview { park_reason } => match park_reason {
             ParkReason::RunnerNoProgress => {
