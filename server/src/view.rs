@@ -367,16 +367,35 @@ fn reason_text(reason: &DisplayReason, error_message: Option<&str>, terminal: bo
         DisplayReason::EffectAmbiguous => {
             "An external effect may have applied without a receipt, so the run cannot continue; check the external system, then cancel the run (this server version cannot confirm or retry the effect).".into()
         }
-        DisplayReason::ParkedForReview { park_reason } => match park_reason {
-            ParkReason::RunnerNoProgress => {
-                "The runner exited before the run made progress. Fix the cause, then resume or cancel the run.".into()
-            }
-            ParkReason::WorkflowSourceChanged => {
-                "The workflow source changed since the run started. Restore it and resume, or cancel the run.".into()
-            }
-            ParkReason::WorkerTimedOut => "The runner did not start in time. Resume to try again, or cancel the run.".into(),
-            other => format!("Parked: {}.", codec_name(other)),
-        },
+        // The display status stays `queued` (the closed set); the reason
+        // says first that the run waits for the user, then why.
+        DisplayReason::ParkedForReview { park_reason } => {
+            let (why, next) = match park_reason {
+                ParkReason::RunnerNoProgress => (
+                    "the runner exited before the run made progress",
+                    "Fix the cause, then resume or cancel the run.",
+                ),
+                ParkReason::WorkflowSourceChanged => (
+                    "the workflow source changed since the run started",
+                    "Restore the source and resume, or cancel the run.",
+                ),
+                ParkReason::WorkerTimedOut => (
+                    "the runner did not start in time",
+                    "Resume to try again, or cancel the run.",
+                ),
+                // Parks that resume on their own are never parked for review.
+                ParkReason::Drained
+                | ParkReason::Recovered
+                | ParkReason::WorkerCrashed
+                | ParkReason::ResumeReady
+                | ParkReason::Paused
+                | ParkReason::EffectAmbiguous => (
+                    "it is parked",
+                    "Resume or cancel the run.",
+                ),
+            };
+            format!("Needs an explicit resume or cancel: {why}, so the run will not start again on its own. {next}")
+        }
     }
 }
 

@@ -6,7 +6,7 @@ mod support;
 
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
-use serde_json::json;
+use serde_json::{Value, json};
 use server::client::{Client, RequestSpec};
 use server::process::ProcessIdentity;
 use std::sync::Arc;
@@ -480,4 +480,114 @@ async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
         assert!(depth <= MAX, "{depth} runner epochs overlapped");
     }
     assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// A run parked for review (`runnerNoProgress`, `workflowSourceChanged`)
+/// keeps the closed display status `queued`, but its view, its run-list row
+/// and the CLI's `runs` table say that it will not start on its own, that it
+/// needs an explicit resume or cancel, and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_for_review_says_it_needs_an_explicit_resume_or_cancel_and_why() {
+    const NEEDS: &str = "Needs an explicit resume or cancel";
+    let server = TestServer::start();
+    let quitter = write_script(
+        server.scratch(),
+        "quitter.json",
+        &json!({"workflowName": "quitter", "topology": linear_topology(&["a"]), "startup": {"exitAfterReady": 0}}),
+    );
+    let source = json!({
+        "workflowName": "editable",
+        "topology": linear_topology(&["a"]),
+        "nodes": {"a": [{"stall": true}]}
+    });
+    let editable = write_script(server.scratch(), "editable.json", &source);
+    let mut client = server.client().await;
+    let no_progress = started(&mut client, &quitter).await;
+    let changed = started(&mut client, &editable).await;
+    wait_view(&mut client, &changed, Duration::from_secs(10), |view| {
+        status(view) == "running"
+    })
+    .await;
+    let pause = client
+        .request(&RequestSpec::command(
+            "run.pause",
+            Some(&changed),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(pause.outcome, "accepted", "{:?}", pause.frame);
+    write_script(
+        server.scratch(),
+        "editable.json",
+        &json!({"topology": linear_topology(&["b"])}),
+    );
+    let resume = client
+        .request(&RequestSpec::command(
+            "run.resume",
+            Some(&changed),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resume.outcome, "accepted", "{:?}", resume.frame);
+
+    let parked =
+        |view: &Value| view["status"]["queue"] == "parked" && view["display"]["reason"].is_string();
+    let mut rows = Vec::new();
+    for (run_id, why) in [
+        (
+            &no_progress,
+            "the runner exited before the run made progress",
+        ),
+        (
+            &changed,
+            "the workflow source changed since the run started",
+        ),
+    ] {
+        let view = wait_view(&mut client, run_id, Duration::from_secs(10), parked).await;
+        assert_eq!(
+            status(&view),
+            "queued",
+            "the closed status set is kept: {view}"
+        );
+        let reason = view["display"]["reason"].as_str().unwrap();
+        assert!(reason.starts_with(NEEDS), "{reason}");
+        assert!(
+            reason.contains("will not start again on its own"),
+            "{reason}"
+        );
+        assert!(reason.contains(why), "{reason}");
+        let controls = &view["display"]["controls"];
+        assert!(
+            controls.as_array().unwrap().contains(&json!("resume"))
+                && controls.as_array().unwrap().contains(&json!("cancel")),
+            "{view}"
+        );
+        rows.push((run_id.clone(), reason.to_owned()));
+    }
+    let list = client
+        .request(&RequestSpec::read("runs.list", None, json!({})))
+        .await
+        .unwrap()
+        .receipt
+        .unwrap();
+    for (run_id, reason) in &rows {
+        let row = list["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["runId"] == run_id.as_str())
+            .unwrap();
+        assert_eq!(row["display"]["reason"], reason.as_str(), "{row}");
+    }
+    let table = server.command().arg("runs").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    for (run_id, _) in &rows {
+        let line = table
+            .lines()
+            .find(|line| line.starts_with(run_id.as_str()))
+            .unwrap_or_else(|| panic!("{run_id} in {table}"));
+        assert!(line.contains(&format!("queued · {NEEDS}")), "{line}");
+    }
 }
