@@ -321,7 +321,11 @@ fn lookup(
     identity: &Identity,
 ) -> rusqlite::Result<Option<Value>> {
     let incoming = &identity.incoming;
-    let by_request = commands::by_request_id(connection, &incoming.request_id)?;
+    let by_request = commands::by_request_id(
+        connection,
+        &incoming.identity.client_id,
+        &incoming.request_id,
+    )?;
     let by_key = commands::by_key(
         connection,
         &incoming.identity.client_id,

@@ -129,9 +129,10 @@ CREATE TABLE events (
 ) STRICT;
 CREATE INDEX events_by_run ON events(run_id, seq);
 
--- Durable command receipts. The fingerprint excludes the transport request id.
+-- Durable command receipts. The fingerprint excludes the transport request id;
+-- request ids are scoped by client (two clients may both use `r1`).
 CREATE TABLE host_commands (
-  request_id TEXT PRIMARY KEY,
+  request_id TEXT NOT NULL,
   client_id TEXT NOT NULL,
   operation TEXT NOT NULL,
   idempotency_key TEXT NOT NULL,
@@ -143,7 +144,8 @@ CREATE TABLE host_commands (
   revision INTEGER,
   receipt_json TEXT NOT NULL,
   receipt_digest BLOB NOT NULL CHECK (length(receipt_digest) = 32),
-  created_at_ms INTEGER NOT NULL
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (client_id, request_id)
 ) STRICT;
 CREATE UNIQUE INDEX host_commands_by_key ON host_commands(client_id, idempotency_key);
 
