@@ -347,6 +347,7 @@ const fn parked_for_review(facts: &DisplayFacts) -> bool {
                 ParkReason::RunnerNoProgress
                     | ParkReason::WorkflowSourceChanged
                     | ParkReason::WorkerTimedOut
+                    | ParkReason::ProtocolRejected
             )
         )
 }

@@ -104,6 +104,9 @@ pub enum ParkReason {
     EffectAmbiguous,
     /// The runner missed its startup handshake deadline.
     WorkerTimedOut,
+    /// A runner message failed a protocol check (schema, revision, attempt
+    /// or idempotency); the check is the `ProtocolRejected` event's.
+    ProtocolRejected,
 }
 
 impl ParkReason {

@@ -101,16 +101,31 @@ pub(crate) fn requested(
                 None,
             )),
             Err(InteractionRejection::Run { rejection }) => Err(rejection.into()),
-            Err(InteractionRejection::Headless) => Err(Refusal {
-                code: "illegalTransition",
-                message: "a headless run has no origin session; agent steps run in the runner's own Pi process",
-                claim_lost: false,
-            }),
-            Err(_) => Err(Refusal {
-                code: "conflict",
-                message: "the attempt already has another request",
-                claim_lost: false,
-            }),
+            Err(InteractionRejection::Headless) => Err(Refusal::new(
+                "illegalTransition",
+                "a headless run has no origin session; agent steps run in the runner's own Pi process",
+            )),
+            Err(InteractionRejection::NotActiveAttempt { .. }) => Err(Refusal::wrong_attempt(
+                "illegalTransition",
+                "not the active attempt",
+            )),
+            Err(InteractionRejection::RequestConflict { .. }) => Err(Refusal::new(
+                "conflict",
+                "the attempt already has another request",
+            )),
+            // The rest concern submissions from the origin session, not a
+            // runner's request.
+            Err(
+                InteractionRejection::UnknownInteraction { .. }
+                | InteractionRejection::NotSubmittedOutput
+                | InteractionRejection::SubmissionConflict { .. }
+                | InteractionRejection::NotPending { .. }
+                | InteractionRejection::ValidationInProgress { .. }
+                | InteractionRejection::StaleVerdict { .. },
+            ) => Err(Refusal::new(
+                "illegalTransition",
+                "the request cannot do that in its current state",
+            )),
         },
     )
 }

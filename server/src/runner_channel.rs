@@ -26,7 +26,7 @@ use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessage
 use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
-use kernel::runner::ExitKind;
+use kernel::runner::{ExitKind, ProtocolCheck};
 use nix::sys::signal::Signal;
 use protocol::generated::types::RunnerMessage;
 use rusqlite::Connection;
@@ -308,32 +308,55 @@ fn is_claim_loss(rejection: &Rejection) -> bool {
 }
 
 /// Why a runner message was refused: a closed wire code, a static message,
-/// and whether the runner lost its claim (then it must exit).
+/// whether the runner lost its claim (then it must exit), and the protocol
+/// check it failed, if any (then the run is parked `protocolRejected`).
 #[derive(Debug)]
 pub struct Refusal {
     pub code: &'static str,
     pub message: &'static str,
     pub claim_lost: bool,
+    pub protocol: Option<ProtocolCheck>,
 }
 
 impl Refusal {
-    /// A message whose payload the server cannot act on (`schemaInvalid`).
-    fn invalid(message: &'static str) -> Self {
+    /// A refusal the runner handles (its node fails or it tries otherwise).
+    pub(crate) const fn new(code: &'static str, message: &'static str) -> Self {
         Self {
-            code: "schemaInvalid",
+            code,
             message,
             claim_lost: false,
+            protocol: None,
         }
+    }
+
+    /// A message that names an attempt the server did not dispatch to this
+    /// runner (the protocol's attempt check).
+    pub(crate) const fn wrong_attempt(code: &'static str, message: &'static str) -> Self {
+        Self {
+            protocol: Some(ProtocolCheck::Attempt),
+            ..Self::new(code, message)
+        }
+    }
+
+    /// A message whose payload the server cannot act on (`schemaInvalid`).
+    fn invalid(message: &'static str) -> Self {
+        Self::new("schemaInvalid", message)
     }
 }
 
 impl From<Rejection> for Refusal {
     fn from(rejection: Rejection) -> Self {
         let (code, message) = rejection_error(&rejection);
+        let protocol = matches!(
+            rejection,
+            Rejection::StaleAttempt | Rejection::ResultMismatch
+        )
+        .then_some(ProtocolCheck::Attempt);
         Self {
             code,
             message,
             claim_lost: is_claim_loss(&rejection),
+            protocol,
         }
     }
 }
@@ -517,22 +540,18 @@ fn decide_in(
     };
     let stored =
         commands::runner_message(connection, &incoming.runner_epoch, &incoming.message_id)?;
-    match receipt::decide_runner_message(stored.as_ref().map(|(row, _)| row), &incoming) {
-        RunnerMessageDecision::Adopt(_) => {
-            let reply_json = stored.map(|(_, json)| json).unwrap_or_default();
-            let reply = serde_json::from_str(&reply_json).unwrap_or(Value::Null);
-            return Ok(Commit::Discard(Handled::only(reply)));
-        }
-        RunnerMessageDecision::Conflict => {
-            let answer = with_error(
-                reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-                "conflict",
-                "the message id was already used for another message",
-            );
-            return Ok(Commit::Discard(Handled::only(answer)));
-        }
-        RunnerMessageDecision::Execute => {}
-    }
+    // An exact retry gets its stored reply whatever happened since; a
+    // conflict is decided below, once the claim is checked.
+    let conflict =
+        match receipt::decide_runner_message(stored.as_ref().map(|(row, _)| row), &incoming) {
+            RunnerMessageDecision::Adopt(_) => {
+                let reply_json = stored.map(|(_, json)| json).unwrap_or_default();
+                let reply = serde_json::from_str(&reply_json).unwrap_or(Value::Null);
+                return Ok(Commit::Discard(Handled::only(reply)));
+            }
+            RunnerMessageDecision::Conflict => true,
+            RunnerMessageDecision::Execute => false,
+        };
     let Some(before) = runs::load(connection, &runner.run_id)? else {
         return Ok(Commit::Discard(Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
@@ -557,6 +576,48 @@ fn decide_in(
             claim_lost: true,
         }));
     }
+    // The protocol's idempotency and revision checks, before the payload.
+    let rejected = |code: &'static str, message: &'static str| {
+        with_error(
+            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+            code,
+            message,
+        )
+    };
+    if conflict {
+        let answer = rejected(
+            "conflict",
+            "the message id was already used for another message; the run is parked (protocolRejected)",
+        );
+        return protocol_rejection(
+            connection,
+            app,
+            runner,
+            &before,
+            ProtocolCheck::Idempotency,
+            answer,
+            now_ms,
+        );
+    }
+    let expected = envelope
+        .value
+        .get("expectedRevision")
+        .and_then(Value::as_u64);
+    if expected.is_some_and(|expected| expected != before.run.revision.0) {
+        let answer = rejected(
+            "staleRevision",
+            "the message's expectedRevision is not the run's revision; the run is parked (protocolRejected)",
+        );
+        return protocol_rejection(
+            connection,
+            app,
+            runner,
+            &before,
+            ProtocolCheck::Revision,
+            answer,
+            now_ms,
+        );
+    }
     let decided = apply(
         connection, app, runner, kind, envelope, &before, blobs, now_ms,
     )?;
@@ -573,6 +634,9 @@ fn decide_in(
                 refusal.code,
                 refusal.message,
             );
+            if let Some(check) = refusal.protocol.filter(|_| !refusal.claim_lost) {
+                return protocol_rejection(connection, app, runner, &before, check, answer, now_ms);
+            }
             if refusal.claim_lost {
                 return Ok(Commit::Discard(Handled {
                     reply: answer,
@@ -625,6 +689,106 @@ fn decide_in(
         outputs,
         claim_lost: false,
     }))
+}
+
+/// A message that failed a protocol `check`: the kernel parks the run
+/// `protocolRejected` (`runner::protocol_rejected`) and stops the runner; the
+/// message changes nothing else and gets `answer`. Without the live claim the
+/// runner gets `claimLost` instead (claim loss is its own failure class).
+fn protocol_rejection(
+    connection: &Connection,
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    before: &RunAggregate,
+    check: ProtocolCheck,
+    answer: Value,
+    now_ms: u64,
+) -> rusqlite::Result<Commit<Handled>> {
+    let decided = kernel::runner::protocol_rejected(
+        before,
+        &runner.authority,
+        &runner.runner_epoch,
+        check,
+        now_ms,
+        app.config.claim_ttl_ms,
+    );
+    match decided {
+        Ok(transition) => {
+            runs::write(
+                connection,
+                Some(before),
+                &transition.facts,
+                &transition.outputs,
+                now_ms,
+            )?;
+            Ok(Commit::Keep(Handled {
+                reply: answer,
+                outputs: transition.outputs,
+                claim_lost: false,
+            }))
+        }
+        Err(rejection) => {
+            let refusal = Refusal::from(rejection);
+            let in_reply_to = answer
+                .get("inReplyTo")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let answer = with_error(
+                reply(runner, in_reply_to, "claimLost", None, Value::Null),
+                refusal.code,
+                refusal.message,
+            );
+            Ok(Commit::Discard(Handled {
+                reply: answer,
+                outputs: Vec::new(),
+                claim_lost: true,
+            }))
+        }
+    }
+}
+
+/// A frame from `runner` that is not a runner message (it failed framing or
+/// the schema): the protocol's schema check. The run is parked
+/// `protocolRejected` and the runner stopped; a runner that no longer holds
+/// the live claim is only stopped. The frame has no trustworthy message id,
+/// so nothing is answered.
+pub async fn reject_frame(app: &Arc<App>, runner: &Arc<Runner>) {
+    let app_for_job = app.clone();
+    let runner_for_job = runner.clone();
+    let parked = app
+        .store
+        .write(move |connection| {
+            let Some(before) = runs::load(connection, &runner_for_job.run_id)? else {
+                return Ok(Commit::Discard(None));
+            };
+            let now_ms = crate::clock::now_ms();
+            let decided = kernel::runner::protocol_rejected(
+                &before,
+                &runner_for_job.authority,
+                &runner_for_job.runner_epoch,
+                ProtocolCheck::Schema,
+                now_ms,
+                app_for_job.config.claim_ttl_ms,
+            );
+            match decided {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep(Some(transition.outputs)))
+                }
+                Err(_) => Ok(Commit::Discard(None)),
+            }
+        })
+        .await;
+    match parked {
+        Ok(Some(outputs)) => app.perform(outputs),
+        Ok(None) | Err(_) => fence(app, runner),
+    }
 }
 
 fn store_reply(

@@ -19,6 +19,7 @@ use crate::store::{Commit, meta, runs};
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};
+use kernel::runner::ProtocolCheck;
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
@@ -291,11 +292,17 @@ fn display_value(
         value["waitingOn"] = json!(node.as_str());
     }
     if let Some(reason) = display.reason.as_ref() {
-        value["reason"] = json!(reason_text(
-            reason,
+        let detail = ReasonDetail {
             error_message,
-            agg.run.status.is_terminal()
-        ));
+            terminal: agg.run.status.is_terminal(),
+            protocol_check: match agg.run.park_reason {
+                Some(ParkReason::ProtocolRejected) => {
+                    runs::latest_protocol_check(connection, &agg.run.run_id)?
+                }
+                _ => None,
+            },
+        };
+        value["reason"] = json!(reason_text(reason, &detail));
     }
     Ok(value)
 }
@@ -353,9 +360,19 @@ fn error_description(error: &kernel::run::RunError) -> String {
     }
 }
 
-fn reason_text(reason: &DisplayReason, error_message: Option<&str>, terminal: bool) -> String {
+/// The stored facts a reason's words come from (beside the kernel's reason).
+struct ReasonDetail<'a> {
+    /// The message text of a failed run's error.
+    error_message: Option<&'a str>,
+    terminal: bool,
+    /// The check a `protocolRejected` run's runner message failed.
+    protocol_check: Option<ProtocolCheck>,
+}
+
+fn reason_text(reason: &DisplayReason, detail: &ReasonDetail<'_>) -> String {
+    let terminal = detail.terminal;
     match reason {
-        DisplayReason::Error { error } => match error_message.filter(|message| !message.is_empty()) {
+        DisplayReason::Error { error } => match detail.error_message.filter(|message| !message.is_empty()) {
             Some(message) => format!("{}: {message}", error_description(error)),
             None => error_description(error),
         },
@@ -383,6 +400,16 @@ fn reason_text(reason: &DisplayReason, error_message: Option<&str>, terminal: bo
                     "the runner did not start in time",
                     "Resume to try again, or cancel the run.",
                 ),
+                ParkReason::ProtocolRejected => {
+                    let why = match detail.protocol_check {
+                        Some(ProtocolCheck::Schema) => "a runner message failed the protocol's schema check (protocolRejected)",
+                        Some(ProtocolCheck::Revision) => "a runner message failed the protocol's revision check (protocolRejected)",
+                        Some(ProtocolCheck::Attempt) => "a runner message failed the protocol's attempt check (protocolRejected)",
+                        Some(ProtocolCheck::Idempotency) => "a runner message failed the protocol's idempotency check (protocolRejected)",
+                        None => "a runner message failed a protocol check (protocolRejected)",
+                    };
+                    (why, "Fix or update the runner, then resume or cancel the run.")
+                }
                 // Parks that resume on their own are never parked for review.
                 ParkReason::Drained
                 | ParkReason::Recovered

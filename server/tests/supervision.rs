@@ -591,3 +591,111 @@ async fn a_run_parked_for_review_says_it_needs_an_explicit_resume_or_cancel_and_
         assert!(line.contains(&format!("queued · {NEEDS}")), "{line}");
     }
 }
+
+/// A runner message that fails a protocol check — a frame that is not a
+/// runner message (schema), a wrong `expectedRevision` (revision), a result
+/// for an attempt the server never dispatched (attempt), a message id reused
+/// with another payload (idempotency) — is `protocolRejected`: the message
+/// changes nothing, the runner is stopped, and the run is parked for an
+/// explicit resume or cancel with a reason that names the failed check. It
+/// is not reported as a crash, as no progress, or as a node failure, and it
+/// is not admitted again on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_message_that_fails_a_protocol_check_parks_the_run_as_protocol_rejected() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let db = server.db();
+    for check in ["schema", "revision", "attempt", "idempotency"] {
+        let script = write_script(
+            server.scratch(),
+            &format!("{check}.json"),
+            &json!({
+                "workflowName": format!("violates-{check}"),
+                "topology": linear_topology(&["a", "b"]),
+                "nodes": {"a": [{"protocolViolation": check}]}
+            }),
+        );
+        let run_id = started(&mut client, &script).await;
+        let view = wait_view(&mut client, &run_id, Duration::from_secs(10), |view| {
+            view["status"]["queue"] == "parked" || status(view) == "completed"
+        })
+        .await;
+        let park_reason: Option<String> = db
+            .query_row(
+                "SELECT park_reason FROM runs WHERE run_id = ?1",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            park_reason.as_deref(),
+            Some("protocolRejected"),
+            "{check}: {view}"
+        );
+        assert_eq!(status(&view), "queued", "{check}: {view}");
+        let reason = view["display"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("Needs an explicit resume or cancel")
+                && reason.contains(&format!("failed the protocol's {check} check"))
+                && reason.contains("protocolRejected"),
+            "{check}: {reason}"
+        );
+        assert!(
+            view["display"]["controls"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("resume")),
+            "{check}: {view}"
+        );
+        let event: String = db
+            .query_row(
+                "SELECT payload FROM events WHERE run_id = ?1 AND kind = 'protocolRejected'",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap_or_else(|_| panic!("{check}: a protocolRejected event"));
+        assert_eq!(
+            serde_json::from_str::<Value>(&event).unwrap()["check"],
+            check,
+            "{check}"
+        );
+        wait_quiescent(&db).await;
+        let outcome: String = db
+            .query_row(
+                "SELECT outcome FROM run_workers WHERE run_id = ?1",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_ne!(outcome, "crashed", "{check}: not reported as a crash");
+        assert_eq!(
+            count(
+                &db,
+                "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind IN ('failed', 'nodeFinished', 'nodeFailed')",
+                [&run_id]
+            ),
+            0,
+            "{check}: the rejected message changed nothing"
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1 AND update_key = 'k' AND json_extract(data_json, '$.n') = 2",
+                [&run_id]
+            ),
+            0,
+            "{check}: the conflicting payload was not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(CLAIM_TTL_MS + 500)).await;
+        assert_eq!(
+            count(
+                &db,
+                "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+                [&run_id]
+            ),
+            1,
+            "{check}: not admitted again without a resume"
+        );
+    }
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}

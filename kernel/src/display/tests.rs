@@ -412,6 +412,7 @@ fn reasons_name_the_action_that_is_required() {
         ParkReason::RunnerNoProgress,
         ParkReason::WorkflowSourceChanged,
         ParkReason::WorkerTimedOut,
+        ParkReason::ProtocolRejected,
     ] {
         assert_eq!(
             display(&parked_facts(park_reason)).reason,
@@ -472,7 +473,7 @@ fn durable_states() -> alloc::vec::Vec<(RunStatus, QueueStatus, Option<ParkReaso
     states
 }
 
-const ALL_PARK_REASONS: [ParkReason; 9] = [
+const ALL_PARK_REASONS: [ParkReason; 10] = [
     ParkReason::Drained,
     ParkReason::Recovered,
     ParkReason::WorkerCrashed,
@@ -482,6 +483,7 @@ const ALL_PARK_REASONS: [ParkReason; 9] = [
     ParkReason::WorkflowSourceChanged,
     ParkReason::EffectAmbiguous,
     ParkReason::WorkerTimedOut,
+    ParkReason::ProtocolRejected,
 ];
 
 const RUNNERS: [RunnerActivity; 3] = [
@@ -659,7 +661,7 @@ fn exhaustive_table_follows_the_precedence() {
             }
         }
     }
-    assert_eq!(checked, 17 * 3 * 5 * 32);
+    assert_eq!(checked, 18 * 3 * 5 * 32);
 }
 
 // ---- facts read from real aggregates -----------------------------------------

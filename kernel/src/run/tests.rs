@@ -307,6 +307,7 @@ fn parked_runs_are_admissible_only_for_automatic_reasons() {
         ParkReason::RunnerNoProgress,
         ParkReason::WorkflowSourceChanged,
         ParkReason::WorkerTimedOut,
+        ParkReason::ProtocolRejected,
     ] {
         let parked = park(&live(), &host_authority(1), reason, 30).unwrap().facts;
         let parked = stopped_runner_exited(&parked, StopReason::Parked, 35);

@@ -139,6 +139,13 @@ export interface ExecutorHost {
 
 export class Executor {
   private readonly mountEntries: ReadonlySet<string>;
+  /**
+   * The attempt whose node code is running. A message for any other attempt
+   * fails the server's attempt check and parks the run `protocolRejected`,
+   * so an update published after its node settled (an un-awaited
+   * `publishUpdate`) is refused here instead.
+   */
+  private running: string | undefined;
 
   constructor(private readonly host: ExecutorHost) {
     this.mountEntries = new Set(host.compiled.mounts.map((mount) => mount.entry));
@@ -172,6 +179,7 @@ export class Executor {
     if (this.host.stopSignal.aborted) onStop();
     else this.host.stopSignal.addEventListener("abort", onStop, { once: true });
     const startedAt = Date.now();
+    this.running = target.attemptId;
     let deadlineTimer: NodeJS.Timeout | undefined;
     let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply } | { settled: Reply };
     try {
@@ -194,6 +202,7 @@ export class Executor {
     } catch (error) {
       outcome = { ok: false, failure: this.failureOf(error, controller.signal) };
     } finally {
+      this.running = undefined;
       if (deadlineTimer) clearTimeout(deadlineTimer);
       this.host.stopSignal.removeEventListener("abort", onStop);
     }
@@ -347,6 +356,9 @@ export class Executor {
         throw new Error("publishUpdate(): data must be a JSON object");
       }
       normalizeOutput(update.data, "update data");
+      if (this.running !== target.attemptId) {
+        throw new Error(`publishUpdate(): node ${target.nodeId} already finished; publish (and await) updates while the node runs`);
+      }
       counter += 1;
       const reply = await this.host.channel.request("node.update", {
         attemptId: target.attemptId,

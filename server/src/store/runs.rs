@@ -82,6 +82,27 @@ fn restart_chain(connection: &Connection, root: &RunId) -> rusqlite::Result<Vec<
     rows.map(|text| from_json(&text?)).collect()
 }
 
+/// The check of the run's latest `protocolRejected` event, if it has one.
+pub(crate) fn latest_protocol_check(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<kernel::runner::ProtocolCheck>> {
+    let payload: Option<String> = connection
+        .query_row_cached(
+            "SELECT payload FROM events WHERE run_id = ?1 AND kind = 'protocolRejected' ORDER BY seq DESC LIMIT 1",
+            params![run_id.as_str()],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match payload {
+        Some(text) => match from_json::<RunEvent>(&text)? {
+            RunEvent::ProtocolRejected { check } => Ok(Some(check)),
+            _ => Ok(None),
+        },
+        None => Ok(None),
+    }
+}
+
 /// Marks every run of the chain rooted at `root` (the root included) for a
 /// new presentation revision: a restart changes whether the chain's other
 /// runs may restart.

@@ -119,6 +119,22 @@ pub(crate) enum Action {
     /// `notification.requested`; the server records the node's result and
     /// the runner follows the reply's `next`.
     Notify(NotifySpec),
+    /// A message that fails one protocol check, then block until killed.
+    ProtocolViolation(ProtocolViolation),
+}
+
+/// Which protocol check the runner's message fails.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum ProtocolViolation {
+    /// A frame that is canonical JSON but not a runner message.
+    Schema,
+    /// `node.finished` with an `expectedRevision` the run is not at.
+    Revision,
+    /// `node.finished` for an attempt the server did not dispatch.
+    Attempt,
+    /// A `node.update`, then another payload under its message id.
+    Idempotency,
 }
 
 /// A notification of a notify node.
@@ -234,6 +250,8 @@ struct RawBehaviour {
     #[serde(default)]
     notify: Option<NotifySpec>,
     #[serde(default)]
+    protocol_violation: Option<ProtocolViolation>,
+    #[serde(default)]
     then: Option<Box<Behaviour>>,
     #[serde(default)]
     timeout_ms: Option<u64>,
@@ -262,6 +280,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("duplicate", raw.duplicate.is_some()),
             ("interact", raw.interact.is_some()),
             ("notify", raw.notify.is_some()),
+            ("protocolViolation", raw.protocol_violation.is_some()),
         ];
         let actions: Vec<&str> = named
             .iter()
@@ -289,7 +308,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
         )?;
         let terminal = matches!(
             *action,
-            "finish" | "fail" | "stall" | "exit" | "interact" | "notify"
+            "finish" | "fail" | "stall" | "exit" | "interact" | "notify" | "protocolViolation"
         );
         if terminal && raw.then.is_some() {
             return Err(format!("`{action}` ends the attempt and takes no `then`"));
@@ -331,6 +350,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::Interact(interact)
         } else if let Some(notify) = raw.notify {
             Action::Notify(notify)
+        } else if let Some(violation) = raw.protocol_violation {
+            Action::ProtocolViolation(violation)
         } else if raw.duplicate == Some(true) {
             Action::Duplicate(then)
         } else {
@@ -372,7 +393,8 @@ impl Behaviour {
             | Action::Stall
             | Action::Exit(_)
             | Action::Interact(_)
-            | Action::Notify(_) => None,
+            | Action::Notify(_)
+            | Action::ProtocolViolation(_) => None,
         }
     }
 }
@@ -530,6 +552,21 @@ mod tests {
         );
         assert!(behaviour(r#"{"notify":{"text":"t"},"then":{"finish":1}}"#).is_err());
         assert!(behaviour(r#"{"notify":{"text":"t","extra":1}}"#).is_err());
+    }
+
+    #[test]
+    fn protocol_violations_parse_by_check_and_take_no_then() {
+        for (text, check) in [
+            ("schema", ProtocolViolation::Schema),
+            ("revision", ProtocolViolation::Revision),
+            ("attempt", ProtocolViolation::Attempt),
+            ("idempotency", ProtocolViolation::Idempotency),
+        ] {
+            let parsed = behaviour(&format!(r#"{{"protocolViolation":"{text}"}}"#)).unwrap();
+            assert_eq!(parsed.action, Action::ProtocolViolation(check));
+        }
+        assert!(behaviour(r#"{"protocolViolation":"other"}"#).is_err());
+        assert!(behaviour(r#"{"protocolViolation":"schema","then":{"finish":1}}"#).is_err());
     }
 
     #[test]
