@@ -699,3 +699,81 @@ async fn a_runner_message_that_fails_a_protocol_check_parks_the_run_as_protocol_
     }
     assert_eq!(consistency_violations(&db), Vec::<String>::new());
 }
+
+/// A busy runner that writes nothing for three claim lifetimes (a node that
+/// sleeps 3 × the TTL) keeps its claim: the server's timer renews the claim
+/// of a live runner that is not stopped, so the run is never recovered or
+/// handed to a new generation. It stays at generation 1 with one runner and
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_silent_runner_keeps_its_claim_for_three_ttls_and_completes() {
+    let server = TestServer::start();
+    let silent_ms = 3 * CLAIM_TTL_MS + 500;
+    let script = write_script(
+        server.scratch(),
+        "silent.json",
+        &json!({
+            "workflowName": "silent",
+            "topology": linear_topology(&["a", "b"]),
+            "nodes": {"a": [{"sleepMs": silent_ms, "then": {"finish": {"a": 1}}}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    let lease = || -> (i64, Option<i64>) {
+        db.query_row(
+            "SELECT generation, expires_at_ms FROM leases WHERE run_id = ?1",
+            [&run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap()
+    };
+    let started_at: i64 = wait_for(Duration::from_secs(10), "node a to start", || {
+        db.query_row(
+            "SELECT started_at_ms FROM node_attempts WHERE run_id = ?1 AND node_id = 'a'",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .ok()
+    })
+    .await;
+    // Sampled while the runner is silent: the claim never lapses, and it is
+    // renewed past the lifetime it had when the node started.
+    let mut latest_expiry = 0;
+    let deadline = Instant::now() + Duration::from_millis(3 * CLAIM_TTL_MS);
+    while Instant::now() < deadline {
+        let (generation, expires_at) = lease();
+        assert_eq!(generation, 1, "the run was handed to a new generation");
+        let expires_at = expires_at.expect("the silent runner holds its claim");
+        latest_expiry = latest_expiry.max(expires_at);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        latest_expiry > started_at + 2 * CLAIM_TTL_MS as i64,
+        "the claim was renewed while the runner wrote nothing ({latest_expiry} vs node start {started_at})"
+    );
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    assert_eq!(lease().0, 1, "still generation 1");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+            [&run_id]
+        ),
+        1,
+        "one runner"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind IN ('controlClaimed', 'parked')",
+            [&run_id]
+        ),
+        0,
+        "never recovered or parked"
+    );
+    wait_quiescent(&db).await;
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
