@@ -30,6 +30,11 @@
 //!   the lifecycle rules in [`crate::run`] accept them on state alone (claims
 //!   aside); answer controls only while the request is answerable (not
 //!   paused, not ambiguous, not terminal).
+//! - Only controls whose operation the server serves are advertised
+//!   ([`Control::is_served`]): [`rule_controls`] is the whole rule, and
+//!   [`controls`] drops the controls of operations that still answer
+//!   `unavailable`, so a renderer never offers a command the server refuses
+//!   for being missing.
 //! - The presented node changes nothing durable: an exact model turn shows the
 //!   waiting node as the current one for presentation only.
 
@@ -84,6 +89,20 @@ pub enum Control {
     Cancel,
     RecoverEffect,
     Restart,
+}
+
+impl Control {
+    /// Whether this server version serves the control's operation. The
+    /// others answer `unavailable` until their issue implements them, so they
+    /// are never advertised: `submit` and `update` (`interaction.submit`,
+    /// `interaction.update`), `humanAnswer` (`decision.answer`) and
+    /// `recoverEffect` (`effect.recover`).
+    pub const fn is_served(self) -> bool {
+        match self {
+            Self::Answer | Self::Pause | Self::Resume | Self::Cancel | Self::Restart => true,
+            Self::Submit | Self::Update | Self::HumanAnswer | Self::RecoverEffect => false,
+        }
+    }
 }
 
 /// The kind of the run's pending request, which decides its response controls.
@@ -328,6 +347,7 @@ const fn parked_for_review(facts: &DisplayFacts) -> bool {
                 ParkReason::RunnerNoProgress
                     | ParkReason::WorkflowSourceChanged
                     | ParkReason::WorkerTimedOut
+                    | ParkReason::ProtocolRejected
             )
         )
 }
@@ -345,8 +365,17 @@ const fn parked_until_resume(facts: &DisplayFacts) -> bool {
     }
 }
 
-/// The allowed controls in [`Control`] order.
+/// The allowed controls the server serves ([`Control::is_served`]), in
+/// [`Control`] order: what the view advertises.
 pub fn controls(facts: &DisplayFacts) -> Vec<Control> {
+    let mut controls = rule_controls(facts);
+    controls.retain(|control| control.is_served());
+    controls
+}
+
+/// Every control the rule allows, in [`Control`] order, whether or not its
+/// operation is served yet.
+pub fn rule_controls(facts: &DisplayFacts) -> Vec<Control> {
     let terminal = facts.status.is_terminal();
     let mut controls = Vec::new();
     if !terminal && !facts.effect_ambiguous && !facts.paused {

@@ -162,6 +162,11 @@ pub enum RunEvent {
         runner_epoch: RunnerEpochId,
         outcome: crate::runner::RunnerOutcome,
     },
+    /// A runner message failed this protocol check (`protocolRejected`); the
+    /// run was parked for an explicit resume or cancel.
+    ProtocolRejected {
+        check: crate::runner::ProtocolCheck,
+    },
     /// A workflow update became the current value of its `(type, key)`
     /// (`update_published`; the shell stores the data bytes beside it).
     UpdatePublished {

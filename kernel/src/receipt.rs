@@ -5,9 +5,10 @@
 //! - A client command's durable fingerprint is its whole [`CommandIdentity`]:
 //!   client, operation, idempotency key, run id, expected revision and
 //!   payload digest. The transport request id is never part of it.
-//! - One request id names at most one fingerprint, and one (client,
-//!   idempotency key) names at most one fingerprint. Reusing either with
-//!   another fingerprint is a conflict, and a conflict changes nothing.
+//! - Request ids are scoped by client: one (client, request id) names at
+//!   most one fingerprint, and one (client, idempotency key) names at most
+//!   one fingerprint. Reusing either with another fingerprint is a conflict,
+//!   and a conflict changes nothing. Two clients may use the same request id.
 //! - A command whose identity matches a stored receipt adopts that receipt,
 //!   whatever its request id: two commands that share a key and a
 //!   fingerprint always get the same receipt. The request id decides
@@ -185,7 +186,8 @@ impl CommandOutcome {
 /// One `host_commands` row.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct StoredCommand {
-    /// The transport attempt that executed the command (the primary key).
+    /// The transport attempt that executed the command (the primary key,
+    /// with the identity's client id).
     pub request_id: RequestId,
     pub identity: CommandIdentity,
     /// Always durable.
@@ -212,7 +214,7 @@ impl StoredCommand {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ConflictReason {
-    /// The request id already names a command with another fingerprint.
+    /// The client's request id already names a command with another fingerprint.
     RequestIdReused,
     /// The client's idempotency key already names a command with another fingerprint.
     IdempotencyKeyReused,
@@ -231,22 +233,21 @@ pub enum ReceiptDecision {
 }
 
 /// Decides an incoming command against the receipts the shell found under its
-/// request id (`by_request_id`) and under its client and idempotency key
-/// (`by_key`).
+/// client and request id (`by_request_id`) and under its client and
+/// idempotency key (`by_key`).
 ///
 /// # Panics
-/// If `by_request_id` or `by_key` was loaded under another request id or
-/// another client and key (a broken shell invariant).
+/// If `by_request_id` or `by_key` was loaded under another client, request
+/// id or key (a broken shell invariant).
 pub fn decide(
     by_request_id: Option<&StoredCommand>,
     by_key: Option<&StoredCommand>,
     incoming: &Incoming,
 ) -> ReceiptDecision {
     if let Some(stored) = by_request_id {
-        assert_eq!(
-            stored.request_id, incoming.request_id,
-            "loaded by request id"
-        );
+        let same_request = stored.request_id == incoming.request_id
+            && stored.identity.client_id == incoming.identity.client_id;
+        assert!(same_request, "loaded by client and request id");
         if stored.identity != incoming.identity {
             return ReceiptDecision::Conflict(ConflictReason::RequestIdReused);
         }

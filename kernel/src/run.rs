@@ -104,6 +104,9 @@ pub enum ParkReason {
     EffectAmbiguous,
     /// The runner missed its startup handshake deadline.
     WorkerTimedOut,
+    /// A runner message failed a protocol check (schema, revision, attempt
+    /// or idempotency); the check is the `ProtocolRejected` event's.
+    ProtocolRejected,
 }
 
 impl ParkReason {
@@ -182,15 +185,17 @@ pub struct ContinuationOf {
     pub checkpoint: NodeId,
 }
 
-/// A restart's lineage.
+/// A restart's lineage: the chain it belongs to (named by its root, the
+/// original run) and the restarted run with its terminal fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RestartLineage {
     pub root_run_id: RunId,
     pub parent_run_id: RunId,
-    /// 1 for the first restart of the root.
+    /// 1 for the first restart in the chain; restarts of siblings count too.
     pub number: u32,
-    /// Terminal fingerprints of every run in the chain before this one.
-    pub chain_fingerprints: Vec<Digest>,
+    /// The [`TerminalOutcome::fingerprint`] of the restarted (parent) run.
+    pub parent_fingerprint: Digest,
 }
 
 /// How a run relates to others.
@@ -224,6 +229,15 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// The original run of this run's restart chain: its restart root, or the
+    /// run itself when it is not a restart.
+    pub fn restart_root(&self) -> &RunId {
+        self.lineage
+            .restart
+            .as_ref()
+            .map_or(&self.run_id, |restart| &restart.root_run_id)
+    }
+
     /// Whether (status, queue) is a row of the state table.
     pub const fn pair_is_legal(status: RunStatus, queue: QueueStatus) -> bool {
         use QueueStatus as Q;
@@ -1208,17 +1222,117 @@ pub fn finish(
     Ok(tx.commit())
 }
 
-/// Facts about the run being restarted, computed by the shell.
+/// A terminal run's outcome as the repeated-failure rule compares it: the
+/// workflow identity and revision, the exact input, the terminal state, the
+/// canonical result or error, and the terminal reason. It holds no
+/// timestamps and no run ids, so two runs that ended the same way have the
+/// same fingerprint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TerminalOutcome<'a> {
+    /// The workflow reference the run was started with.
+    pub workflow_ref: &'a str,
+    /// The compiled definition's digest (the workflow's revision).
+    pub definition_digest: &'a str,
+    /// Digest of the run's exact (normalized) input.
+    pub input_digest: Digest,
+    pub status: RunStatus,
+    /// The terminal error (class, reason and node), if the run failed or
+    /// timed out.
+    pub error: Option<&'a RunError>,
+    /// Digest of the canonical final output, if the run recorded one.
+    pub output_digest: Option<Digest>,
+}
+
+impl TerminalOutcome<'_> {
+    /// SHA-256 over the outcome's fields, each length-prefixed in a fixed
+    /// order (enums by their serde names), so equal outcomes and only equal
+    /// outcomes share a fingerprint (up to a hash collision).
+    pub fn fingerprint(&self) -> Digest {
+        use sha2::Digest as _;
+        fn name<T: Serialize>(value: &T) -> alloc::string::String {
+            serde_json::to_string(value).unwrap_or_default()
+        }
+        let mut hasher = sha2::Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_be_bytes());
+            hasher.update(bytes);
+        };
+        field(b"pi-workflows.terminal-outcome.v1");
+        field(self.workflow_ref.as_bytes());
+        field(self.definition_digest.as_bytes());
+        field(&self.input_digest.0);
+        field(name(&self.status).as_bytes());
+        match self.error {
+            Some(error) => {
+                field(name(&error.class).as_bytes());
+                field(name(&error.reason).as_bytes());
+                field(error.node_id.as_ref().map_or("", NodeId::as_str).as_bytes());
+            }
+            None => field(b"no error"),
+        }
+        match &self.output_digest {
+            Some(digest) => field(&digest.0),
+            None => field(b"no output"),
+        }
+        Digest(hasher.finalize().into())
+    }
+}
+
+/// The restart rule, the one both the `run.restart` command and the view's
+/// `restart` control use. `chain` is every restart recorded in `run`'s chain
+/// (the runs whose restart lineage names [`RunRecord::restart_root`],
+/// siblings included; entries of other chains are ignored). A run may be
+/// restarted when it failed or timed out (not completed, not explicitly
+/// cancelled), its chain has fewer than [`MAX_RESTARTS`] restarts after the
+/// original run, and no run of the chain with the same terminal
+/// `fingerprint` was restarted before.
+pub fn restart_allowed(
+    run: &RunRecord,
+    fingerprint: &Digest,
+    chain: &[RestartLineage],
+) -> Result<(), RestartRefusal> {
+    restart_state_allows(run)?;
+    let root = run.restart_root();
+    let mut restarts = chain.iter().filter(|restart| restart.root_run_id == *root);
+    if restarts
+        .clone()
+        .any(|restart| restart.parent_fingerprint == *fingerprint)
+    {
+        return Err(RestartRefusal::RepeatedFailure);
+    }
+    if restarts.nth(MAX_RESTARTS as usize - 1).is_some() {
+        return Err(RestartRefusal::LimitReached);
+    }
+    Ok(())
+}
+
+/// The part of [`restart_allowed`] that reads only the run's own status: a
+/// run that failed or timed out may restart (a reader can skip loading the
+/// chain otherwise).
+pub const fn restart_state_allows(run: &RunRecord) -> Result<(), RestartRefusal> {
+    match run.status {
+        RunStatus::Cancelled => Err(RestartRefusal::Cancelled),
+        RunStatus::Completed => Err(RestartRefusal::Completed),
+        RunStatus::Failed | RunStatus::TimedOut => Ok(()),
+        RunStatus::Queued | RunStatus::Running | RunStatus::Waiting => {
+            Err(RestartRefusal::NotTerminal)
+        }
+    }
+}
+
+/// Facts about the run being restarted, loaded by the shell.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RestartSource<'a> {
     pub run: &'a RunRecord,
-    /// Fingerprint of the source run's terminal outcome (workflow identity and
-    /// revision, exact input, state, result or error, reason).
+    /// [`TerminalOutcome::fingerprint`] of the source run.
     pub terminal_fingerprint: Digest,
+    /// Every restart recorded in the source's chain (see [`restart_allowed`]).
+    pub chain: &'a [RestartLineage],
 }
 
 /// Restart: a new immutable run from the exact stored reference and input of
-/// a terminal run. The source run does not change.
+/// a terminal run, when [`restart_allowed`] allows it. The source run does
+/// not change; the new run is the next restart of the source's chain.
 pub fn restart(
     source: RestartSource<'_>,
     new_run: NewRun,
@@ -1226,42 +1340,22 @@ pub fn restart(
     now_ms: u64,
 ) -> Result<Transition<RunAggregate>, Rejection> {
     let old = source.run;
-    let refusal = match old.status {
-        RunStatus::Cancelled => Some(RestartRefusal::Cancelled),
-        RunStatus::Completed => Some(RestartRefusal::Completed),
-        status if !status.is_terminal() => Some(RestartRefusal::NotTerminal),
-        _ => None,
-    };
-    if let Some(reason) = refusal {
-        return Err(Rejection::RestartRefused { reason });
-    }
-    let (root_run_id, number, mut chain) = match &old.lineage.restart {
-        Some(previous) => (
-            previous.root_run_id.clone(),
-            previous.number + 1,
-            previous.chain_fingerprints.clone(),
-        ),
-        None => (old.run_id.clone(), 1, Vec::new()),
-    };
-    if number > MAX_RESTARTS {
-        return Err(Rejection::RestartRefused {
-            reason: RestartRefusal::LimitReached,
-        });
-    }
-    if chain.contains(&source.terminal_fingerprint) {
-        return Err(Rejection::RestartRefused {
-            reason: RestartRefusal::RepeatedFailure,
-        });
-    }
-    chain.push(source.terminal_fingerprint);
+    restart_allowed(old, &source.terminal_fingerprint, source.chain)
+        .map_err(|reason| Rejection::RestartRefused { reason })?;
+    let root_run_id = old.restart_root().clone();
+    let earlier = source
+        .chain
+        .iter()
+        .filter(|restart| restart.root_run_id == root_run_id)
+        .count();
     let lineage = Lineage {
         continuation_of: None,
         continued_by: None,
         restart: Some(RestartLineage {
             root_run_id,
             parent_run_id: old.run_id.clone(),
-            number,
-            chain_fingerprints: chain,
+            number: u32::try_from(earlier).unwrap_or(u32::MAX).saturating_add(1),
+            parent_fingerprint: source.terminal_fingerprint,
         }),
     };
     let new_run_id = new_run.run_id.clone();

@@ -30,6 +30,21 @@ use serde::{Deserialize, Serialize};
 /// before the next crash fails the run (`workerCrashed`).
 pub const MAX_CRASH_RETRIES: u32 = 3;
 
+/// The protocol check a runner message failed (failure class
+/// `protocolRejected`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProtocolCheck {
+    /// The frame is not a runner message the schema allows.
+    Schema,
+    /// Its `expectedRevision` is not the run's revision.
+    Revision,
+    /// It names an attempt that is not the run's active attempt.
+    Attempt,
+    /// Its message id was already used for another payload.
+    Idempotency,
+}
+
 /// The terminal outcome of one runner epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -162,6 +177,29 @@ pub fn decide_exit(
         ExitDecision::Park(reason) => park_after_exit_in(&mut tx, &authority, reason)?,
         ExitDecision::FailCrashed => fail_crashed_in(&mut tx, &authority)?,
     }
+    Ok(tx.commit())
+}
+
+/// A message of the runner that holds the run's live claim failed a protocol
+/// check. The message changes nothing; in one transition the run is parked
+/// `protocolRejected` for an explicit resume or cancel (an effect that was
+/// applying becomes ambiguous and the park is `effectAmbiguous`), the
+/// `ProtocolRejected` event records the check, the claim is released and the
+/// runner is stopped. It is never reported as a crash, as no progress or as
+/// a node failure. A runner without the live claim is refused with
+/// `ClaimLost`: claim loss is its own class.
+pub fn protocol_rejected(
+    agg: &RunAggregate,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    check: ProtocolCheck,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Transition<RunAggregate>, Rejection> {
+    let mut tx = Tx::begin(agg, now_ms);
+    run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
+    run::park_in(&mut tx, authority, ParkReason::ProtocolRejected)?;
+    tx.event(RunEvent::ProtocolRejected { check });
     Ok(tx.commit())
 }
 

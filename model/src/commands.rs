@@ -4,7 +4,7 @@
 //! and a buggy client reuses a key with another payload.
 //!
 //! The server side is the shell's job done literally: look the receipt up by
-//! request id and by (client, key), call [`receipt::decide`], execute the run
+//! (client, request id) and by (client, key), call [`receipt::decide`], execute the run
 //! transition ([`run::pause`], [`run::resume`]) on `Execute`, and store what
 //! [`receipt::record`] returns, all in one transaction.
 
@@ -231,9 +231,10 @@ fn same_key(a: &CommandIdentity, b: &CommandIdentity) -> bool {
 
 impl CommandsModel {
     fn decide(&self, receipts: &[StoredCommand], incoming: &Incoming) -> ReceiptDecision {
-        let by_request_id = receipts
-            .iter()
-            .find(|r| r.request_id == incoming.request_id);
+        let by_request_id = receipts.iter().find(|r| {
+            r.request_id == incoming.request_id
+                && r.identity.client_id == incoming.identity.client_id
+        });
         let by_key = receipts
             .iter()
             .find(|r| same_key(&r.identity, &incoming.identity));

@@ -659,9 +659,19 @@ impl Model for LifecycleModel {
                 next.host[i] = None;
             }
             A::Restart(i) => {
+                // The chain as the shell loads it: every recorded restart
+                // whose lineage names this run's chain root.
+                let root = state.runs[i].run.restart_root();
+                let chain: Vec<_> = state
+                    .runs
+                    .iter()
+                    .filter_map(|agg| agg.run.lineage.restart.clone())
+                    .filter(|restart| restart.root_run_id == *root)
+                    .collect();
                 let source = RestartSource {
                     run: &state.runs[i].run,
                     terminal_fingerprint: Digest::repeat(0x70 + i as u8),
+                    chain: &chain,
                 };
                 let new_run = NewRun {
                     run_id: RunId::from("run-2"),

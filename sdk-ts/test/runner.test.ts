@@ -266,6 +266,23 @@ describe("node execution (in process)", () => {
     assert.match(finished.output.rejected, /update progress\/second was rejected: rateLimited: updates are limited/);
   });
 
+  it("an update published after its node settled is refused in the runner, never sent for a finished attempt", async () => {
+    const root = project("late-update", {
+      "late.workflow.ts": `import { action, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "late", startAt: "a", nodes: { a: action({ run: async ({ publishUpdate }) => { (globalThis as Record<string, unknown>).latePublish = publishUpdate; return { done: true }; } }) } });\n`,
+    });
+    const file = join(root, ".pi", "workflows", "late.workflow.ts");
+    const compiled = await loadAndCompile(file, root);
+    const { channel, sent } = stubChannel((type) => (type === "effect.reserve" ? { result: { effectId: "e", state: "applying", attemptNumber: 1 } } : undefined));
+    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, outputs: {}, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
+    await executor.run({ nodeId: "a", attemptId: "att", visit: 1 });
+    assert.equal((sent.at(-1) as { type: string }).type, "node.finished");
+    const sentBefore = sent.length;
+    // The node kept its publisher and calls it after it returned (an un-awaited update).
+    const latePublish = (globalThis as Record<string, unknown>).latePublish as (update: unknown) => Promise<unknown>;
+    await assert.rejects(latePublish({ type: "progress", key: "late", data: { n: 1 } }), /publishUpdate\(\): node a already finished/);
+    assert.equal(sent.length, sentBefore, "nothing was sent for the finished attempt");
+  });
+
   it("agent steps send the prompt with its step contract; a headless run fails with a clear error", async () => {
     const root = project("agent", {
       "ask.workflow.ts": `import { agent, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "ask", startAt: "plan", nodes: { plan: agent({ prompt: ({ input }) => "Plan " + input.task, expectedOutput: "{ \\"steps\\": string[] }" }) } });\n`,

@@ -66,11 +66,10 @@ fn reserve(
         .unwrap_or_default()
         .to_owned();
     let Some(fingerprint) = parse_digest(value.get("requestDigest").and_then(Value::as_str)) else {
-        return Ok(Err(Refusal {
-            code: "schemaInvalid",
-            message: "requestDigest is not a sha256 digest",
-            claim_lost: false,
-        }));
+        return Ok(Err(Refusal::new(
+            "schemaInvalid",
+            "requestDigest is not a sha256 digest",
+        )));
     };
     let existing = match before
         .attempt
@@ -195,26 +194,31 @@ fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<V
 fn refusal(rejection: EffectRejection) -> Refusal {
     match rejection {
         EffectRejection::Run { run } => run.into(),
-        EffectRejection::FingerprintConflict { .. } => Refusal {
-            code: "conflict",
-            message: "the effect key was reserved with another request",
-            claim_lost: false,
-        },
-        EffectRejection::Ambiguous { .. } => Refusal {
-            code: "illegalTransition",
-            message: "the effect may have applied; it needs an explicit effect.recover",
-            claim_lost: false,
-        },
-        EffectRejection::Cancelled { .. } => Refusal {
-            code: "cancelled",
-            message: "the effect was cancelled with its run",
-            claim_lost: false,
-        },
-        _ => Refusal {
-            code: "illegalTransition",
-            message: "the effect cannot do that in its current state",
-            claim_lost: false,
-        },
+        EffectRejection::NotActiveAttempt => {
+            Refusal::wrong_attempt("illegalTransition", "not the active attempt")
+        }
+        EffectRejection::FingerprintConflict { .. } => Refusal::new(
+            "conflict",
+            "the effect key was reserved with another request",
+        ),
+        EffectRejection::Ambiguous { .. } => Refusal::new(
+            "illegalTransition",
+            "the effect may have applied; it needs an explicit effect.recover",
+        ),
+        EffectRejection::Cancelled { .. } => {
+            Refusal::new("cancelled", "the effect was cancelled with its run")
+        }
+        EffectRejection::NotFound { .. } => {
+            Refusal::new("notFound", "the run has no effect with this id")
+        }
+        EffectRejection::AlreadyApplying { .. }
+        | EffectRejection::NotApplying { .. }
+        | EffectRejection::SettleConflict { .. }
+        | EffectRejection::NotAmbiguous { .. }
+        | EffectRejection::RetryAfterTerminal { .. } => Refusal::new(
+            "illegalTransition",
+            "the effect cannot do that in its current state",
+        ),
     }
 }
 

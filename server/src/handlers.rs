@@ -321,7 +321,11 @@ fn lookup(
     identity: &Identity,
 ) -> rusqlite::Result<Option<Value>> {
     let incoming = &identity.incoming;
-    let by_request = commands::by_request_id(connection, &incoming.request_id)?;
+    let by_request = commands::by_request_id(
+        connection,
+        &incoming.identity.client_id,
+        &incoming.request_id,
+    )?;
     let by_key = commands::by_key(
         connection,
         &incoming.identity.client_id,
@@ -581,11 +585,6 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
             Some(("schemaInvalid", "this operation needs a runId".into())),
         );
     };
-    let restart_fingerprint = if request.operation == "run.restart" {
-        terminal_fingerprint(app, &run_id).await
-    } else {
-        None
-    };
     let job_app = app.clone();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
@@ -629,7 +628,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
                 };
                 run::resume(&before, ids, now_ms).map(Some)
             }
-            "run.restart" => return restart(connection, &before, restart_fingerprint, now_ms),
+            "run.restart" => return restart(connection, &before, now_ms),
             "checkpoint.answer" => {
                 return answer_checkpoint(connection, &before, answer_blob, now_ms);
             }
@@ -667,52 +666,21 @@ fn control_receipt(agg: &RunAggregate) -> Value {
     })
 }
 
-/// The fingerprint of a terminal run's outcome (workflow identity, exact
-/// input, state, error class and reason, final output), read and hashed
-/// outside the write transaction; a terminal run never changes.
-async fn terminal_fingerprint(app: &Arc<App>, run_id: &RunId) -> Option<Digest> {
-    let run_id = run_id.clone();
-    let facts = app
-        .store
-        .read(move |connection| {
-            let Some(meta) = meta::load(connection, &run_id)? else {
-                return Ok(None);
-            };
-            let Some(agg) = runs::load(connection, &run_id)? else {
-                return Ok(None);
-            };
-            let output = crate::store::attempts::final_output(connection, &run_id)?;
-            Ok(Some(json!({
-                "workflow": meta.workflow_ref,
-                "definitionDigest": meta.definition_digest,
-                "input": crate::ids::digest_text(&meta.input_digest),
-                "status": crate::store::codec_name(&agg.run.status),
-                "error": agg.run.error.as_ref().map(|error| json!({
-                    "class": crate::store::codec_name(&error.class),
-                    "reason": crate::store::codec_name(&error.reason),
-                })),
-                "output": output,
-            })))
-        })
-        .await
-        .ok()
-        .flatten()?;
-    Some(Blob::json(&facts).digest)
-}
-
+/// `run.restart`: the kernel's restart rule over the run's terminal
+/// fingerprint and its whole chain, read in this transaction.
 fn restart(
     connection: &Connection,
     before: &RunAggregate,
-    fingerprint: Option<Digest>,
     now_ms: u64,
 ) -> rusqlite::Result<Executed> {
-    let (Some(fingerprint), Some(meta)) =
-        (fingerprint, meta::load(connection, &before.run.run_id)?)
-    else {
+    let (Some((fingerprint, chain)), Some(meta)) = (
+        runs::restart_facts(connection, &before.run)?,
+        meta::load(connection, &before.run.run_id)?,
+    ) else {
         return Ok(Executed::refused(
-            CommandOutcome::Rejected,
-            "illegalTransition",
-            "the run cannot be restarted",
+            CommandOutcome::NotFound,
+            "notFound",
+            "no run with this id; check `pi-workflows runs`",
         ));
     };
     let new_run_id = RunId::new(crate::ids::run_id(&meta.workflow_name, now_ms));
@@ -723,6 +691,7 @@ fn restart(
     let source = run::RestartSource {
         run: &before.run,
         terminal_fingerprint: fingerprint,
+        chain: &chain,
     };
     let new_run = NewRun {
         run_id: new_run_id.clone(),
@@ -744,6 +713,8 @@ fn restart(
         &transition.outputs,
         now_ms,
     )?;
+    // Whether the chain's other runs may restart changed with this one.
+    runs::mark_restart_chain(connection, before.run.restart_root())?;
     let receipt = json!({
         "runId": before.run.run_id.as_str(),
         "revision": before.run.revision.0,

@@ -6,8 +6,7 @@
 //! transaction; the runner then exits and the origin session does the work.
 
 use crate::runner_channel::{Answer, Refusal};
-use crate::store::Cached as _;
-use crate::store::blobs::{self, Blob};
+use crate::store::blobs::Blob;
 use crate::store::meta;
 use crate::supervisor::Runner;
 use kernel::ids::{AttemptId, InteractionId, MessageId};
@@ -15,14 +14,16 @@ use kernel::interaction::{
     self, InteractionKind, InteractionRejection, RequestProposal, Requested,
 };
 use kernel::run::RunAggregate;
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use serde_json::{Value, json};
 
-/// The prompt and contract of a request, encoded before the transaction.
+/// The prompt and contract of a request, encoded before the transaction,
+/// and the id its initial step message gets.
 #[derive(Debug, Clone)]
 pub struct EncodedRequest {
     pub prompt: Blob,
     pub contract_hash: kernel::ids::Digest,
+    pub message_id: MessageId,
 }
 
 impl EncodedRequest {
@@ -34,11 +35,9 @@ impl EncodedRequest {
             .unwrap_or_default();
         let contract = value.get("contract").cloned().unwrap_or(Value::Null);
         Self {
-            prompt: Blob {
-                digest: crate::ids::sha256(prompt_text.as_bytes()),
-                bytes: prompt_text.as_bytes().to_vec(),
-            },
+            prompt: Blob::text(prompt_text),
             contract_hash: Blob::json(&contract).digest,
+            message_id: MessageId::new(crate::ids::uuid()),
         }
     }
 }
@@ -61,7 +60,7 @@ pub(crate) fn requested(
         Some(session) => meta::next_message_order(connection, session)?,
         None => 1,
     };
-    let message_id = MessageId::new(crate::ids::uuid());
+    let message_id = encoded.message_id.clone();
     let proposal = RequestProposal {
         interaction_id: InteractionId::new(format!("int-{}", crate::ids::random_hex::<8>())),
         attempt_id: AttemptId::new(
@@ -86,24 +85,15 @@ pub(crate) fn requested(
             ttl_ms,
         ) {
             Ok(Requested::Created(transition)) => {
-                blobs::put(connection, &encoded.prompt, "text/plain", now_ms)?;
                 let interaction_id = transition
                     .facts
                     .interaction
                     .as_ref()
                     .map(|record| record.interaction_id.0.clone());
                 let result = json!({ "interactionId": interaction_id });
-                let prompt = encoded.prompt.digest.0.to_vec();
-                // The message row exists only after the aggregate is written.
-                let content: crate::runner_channel::Extra =
-                    Box::new(move |connection: &Connection| {
-                        connection.execute_cached(
-                    "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
-                    params![message_id.as_str(), prompt],
-                )?;
-                        Ok(())
-                    });
-                Ok((Some(transition), result, Some(content)))
+                // The initial step message is written with the prompt as its
+                // content (`EncodedRequest::message_id`).
+                Ok((Some(transition), result, None))
             }
             Ok(Requested::Adopted(record)) => Ok((
                 None,
@@ -111,16 +101,31 @@ pub(crate) fn requested(
                 None,
             )),
             Err(InteractionRejection::Run { rejection }) => Err(rejection.into()),
-            Err(InteractionRejection::Headless) => Err(Refusal {
-                code: "illegalTransition",
-                message: "a headless run has no origin session; agent steps run in the runner's own Pi process",
-                claim_lost: false,
-            }),
-            Err(_) => Err(Refusal {
-                code: "conflict",
-                message: "the attempt already has another request",
-                claim_lost: false,
-            }),
+            Err(InteractionRejection::Headless) => Err(Refusal::new(
+                "illegalTransition",
+                "a headless run has no origin session; agent steps run in the runner's own Pi process",
+            )),
+            Err(InteractionRejection::NotActiveAttempt { .. }) => Err(Refusal::wrong_attempt(
+                "illegalTransition",
+                "not the active attempt",
+            )),
+            Err(InteractionRejection::RequestConflict { .. }) => Err(Refusal::new(
+                "conflict",
+                "the attempt already has another request",
+            )),
+            // The rest concern submissions from the origin session, not a
+            // runner's request.
+            Err(
+                InteractionRejection::UnknownInteraction { .. }
+                | InteractionRejection::NotSubmittedOutput
+                | InteractionRejection::SubmissionConflict { .. }
+                | InteractionRejection::NotPending { .. }
+                | InteractionRejection::ValidationInProgress { .. }
+                | InteractionRejection::StaleVerdict { .. },
+            ) => Err(Refusal::new(
+                "illegalTransition",
+                "the request cannot do that in its current state",
+            )),
         },
     )
 }

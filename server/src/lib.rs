@@ -8,9 +8,6 @@
 //! - This is the only process that opens the live SQLite database.
 //! - No token, token hash, prompt, output, session id or path appears in
 //!   status output, logs or errors shown to clients.
-// The server is being assembled module by module; this allowance goes away
-// when `server run` wires every module.
-#![allow(dead_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod app;

@@ -26,7 +26,7 @@ use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessage
 use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
-use kernel::runner::ExitKind;
+use kernel::runner::{ExitKind, ProtocolCheck};
 use nix::sys::signal::Signal;
 use protocol::generated::types::RunnerMessage;
 use rusqlite::Connection;
@@ -80,9 +80,82 @@ pub fn frame_of(value: &Value) -> Option<Vec<u8>> {
     (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
 }
 
+/// A runner message that the kernel decides inside one write transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    RunnerReady,
+    NodeStarted,
+    NodeUpdate,
+    NodeFinished,
+    NodeFailed,
+    RunParked,
+    RunFinished,
+    InteractionRequested,
+    NotificationRequested,
+    EffectReserve,
+    EffectSettle,
+}
+
+impl Kind {
+    /// The message's `type` on the wire.
+    const fn wire(self) -> &'static str {
+        match self {
+            Self::RunnerReady => "runner.ready",
+            Self::NodeStarted => "node.started",
+            Self::NodeUpdate => "node.update",
+            Self::NodeFinished => "node.finished",
+            Self::NodeFailed => "node.failed",
+            Self::RunParked => "run.parked",
+            Self::RunFinished => "run.finished",
+            Self::InteractionRequested => "interaction.requested",
+            Self::NotificationRequested => "notification.requested",
+            Self::EffectReserve => "effect.reserve",
+            Self::EffectSettle => "effect.settle",
+        }
+    }
+}
+
+/// What the server does with one runner message, chosen by an exhaustive
+/// match over the generated message enum (a new message kind in the schema
+/// does not compile until it has a route here).
+enum Route {
+    /// Decided by the kernel in one transaction.
+    Decide(Kind),
+    /// `runner.progress`: the process registry.
+    Progress,
+    /// `runner.exiting`: acknowledged; the exit itself is decided when the
+    /// process ends.
+    Exiting,
+    /// Not accepted on a run-mode channel of this server.
+    NotOnThisChannel,
+}
+
+fn route(message: &RunnerMessage) -> Route {
+    match message {
+        RunnerMessage::RunnerReady { .. } => Route::Decide(Kind::RunnerReady),
+        RunnerMessage::NodeStarted { .. } => Route::Decide(Kind::NodeStarted),
+        RunnerMessage::NodeUpdate { .. } => Route::Decide(Kind::NodeUpdate),
+        RunnerMessage::NodeFinished { .. } => Route::Decide(Kind::NodeFinished),
+        RunnerMessage::NodeFailed { .. } => Route::Decide(Kind::NodeFailed),
+        RunnerMessage::RunParked { .. } => Route::Decide(Kind::RunParked),
+        RunnerMessage::RunFinished { .. } => Route::Decide(Kind::RunFinished),
+        RunnerMessage::InteractionRequested { .. } => Route::Decide(Kind::InteractionRequested),
+        RunnerMessage::NotificationRequested { .. } => Route::Decide(Kind::NotificationRequested),
+        RunnerMessage::EffectReserve { .. } => Route::Decide(Kind::EffectReserve),
+        RunnerMessage::EffectSettle { .. } => Route::Decide(Kind::EffectSettle),
+        RunnerMessage::RunnerProgress { .. } => Route::Progress,
+        RunnerMessage::RunnerExiting { .. } => Route::Exiting,
+        RunnerMessage::ContentRead { .. }
+        | RunnerMessage::PresentationRequested { .. }
+        | RunnerMessage::InteractionAccepted { .. }
+        | RunnerMessage::InteractionRejected { .. }
+        | RunnerMessage::ResolveResult { .. }
+        | RunnerMessage::ResolveFailed { .. } => Route::NotOnThisChannel,
+    }
+}
+
 /// The common envelope fields of a runner message.
 struct Envelope {
-    kind: String,
     run_id: String,
     generation: u64,
     runner_epoch: String,
@@ -100,7 +173,6 @@ fn envelope(message: &RunnerMessage) -> Envelope {
             .to_owned()
     };
     Envelope {
-        kind: text("type"),
         run_id: text("runId"),
         generation: value.get("generation").and_then(Value::as_u64).unwrap_or(0),
         runner_epoch: text("runnerEpoch"),
@@ -165,8 +237,11 @@ fn exit_reason(reason: ExitReason) -> &'static str {
     }
 }
 
-/// The wire error code and static message of a kernel rejection.
+/// The wire error code and static message of a kernel rejection (one arm per
+/// rejection, so a new one needs its own words).
 pub fn rejection_error(rejection: &Rejection) -> (&'static str, &'static str) {
+    use kernel::run::RestartRefusal;
+    const STATE: &str = "the run cannot do that in its current state";
     match rejection {
         Rejection::ClaimLost { .. } | Rejection::ClaimHeld { .. } | Rejection::StaleRunner => (
             "claimLost",
@@ -177,10 +252,51 @@ pub fn rejection_error(rejection: &Rejection) -> (&'static str, &'static str) {
         Rejection::StaleAttempt | Rejection::ResultMismatch => {
             ("illegalTransition", "not the active attempt")
         }
-        _ => (
+        Rejection::AlreadyPaused => ("illegalTransition", "the run is already paused"),
+        Rejection::NotResumable => (
             "illegalTransition",
-            "the run cannot do that in its current state",
+            "the run is neither paused nor parked for review, so there is nothing to resume",
         ),
+        Rejection::EffectAmbiguous => (
+            "illegalTransition",
+            "an external effect of the run may have applied without a receipt; this server version cannot confirm or retry it, so cancel the run",
+        ),
+        Rejection::SessionBusy { .. } => (
+            "illegalTransition",
+            "the origin session already has an unfinished interactive run; finish or cancel it first",
+        ),
+        Rejection::RestartRefused { reason } => (
+            "illegalTransition",
+            match reason {
+                RestartRefusal::NotTerminal => {
+                    "only a failed or timed-out run can be restarted; wait until it ends"
+                }
+                RestartRefusal::Cancelled => {
+                    "a cancelled run cannot be restarted; start a new run instead"
+                }
+                RestartRefusal::Completed => {
+                    "a completed run cannot be restarted; start a new run instead"
+                }
+                RestartRefusal::LimitReached => {
+                    "the run's restart chain already has three restarts after its original run; start a new run instead"
+                }
+                RestartRefusal::RepeatedFailure => {
+                    "the run's restart chain already restarted after this same failure; fix the cause, then start a new run"
+                }
+            },
+        ),
+        Rejection::AlreadyContinued { .. } => (
+            "illegalTransition",
+            "the checkpoint was already answered with another answer",
+        ),
+        Rejection::IllegalTransition { .. }
+        | Rejection::UnfinishedAttempt
+        | Rejection::RouteRecordMissing
+        | Rejection::UnknownNode { .. }
+        | Rejection::DeadlineNotReached { .. }
+        | Rejection::DeadlineAlreadyRecorded
+        | Rejection::RunnerAlreadyExited
+        | Rejection::RunnerLive { .. } => ("illegalTransition", STATE),
     }
 }
 
@@ -192,32 +308,55 @@ fn is_claim_loss(rejection: &Rejection) -> bool {
 }
 
 /// Why a runner message was refused: a closed wire code, a static message,
-/// and whether the runner lost its claim (then it must exit).
+/// whether the runner lost its claim (then it must exit), and the protocol
+/// check it failed, if any (then the run is parked `protocolRejected`).
 #[derive(Debug)]
 pub struct Refusal {
     pub code: &'static str,
     pub message: &'static str,
     pub claim_lost: bool,
+    pub protocol: Option<ProtocolCheck>,
 }
 
 impl Refusal {
-    /// A message whose payload the server cannot act on (`schemaInvalid`).
-    fn invalid(message: &'static str) -> Self {
+    /// A refusal the runner handles (its node fails or it tries otherwise).
+    pub(crate) const fn new(code: &'static str, message: &'static str) -> Self {
         Self {
-            code: "schemaInvalid",
+            code,
             message,
             claim_lost: false,
+            protocol: None,
         }
+    }
+
+    /// A message that names an attempt the server did not dispatch to this
+    /// runner (the protocol's attempt check).
+    pub(crate) const fn wrong_attempt(code: &'static str, message: &'static str) -> Self {
+        Self {
+            protocol: Some(ProtocolCheck::Attempt),
+            ..Self::new(code, message)
+        }
+    }
+
+    /// A message whose payload the server cannot act on (`schemaInvalid`).
+    fn invalid(message: &'static str) -> Self {
+        Self::new("schemaInvalid", message)
     }
 }
 
 impl From<Rejection> for Refusal {
     fn from(rejection: Rejection) -> Self {
         let (code, message) = rejection_error(&rejection);
+        let protocol = matches!(
+            rejection,
+            Rejection::StaleAttempt | Rejection::ResultMismatch
+        )
+        .then_some(ProtocolCheck::Attempt);
         Self {
             code,
             message,
             claim_lost: is_claim_loss(&rejection),
+            protocol,
         }
     }
 }
@@ -231,6 +370,20 @@ struct Blobs {
     request: Option<crate::interactions::EncodedRequest>,
     /// A notification: its text and the message id it will get.
     notification: Option<(Blob, kernel::ids::MessageId)>,
+}
+
+impl Blobs {
+    /// The content of the messages this runner message creates: an initial
+    /// step's prompt, a notification's text (the store derives the others).
+    fn message_contents(&self) -> Vec<(kernel::ids::MessageId, Blob)> {
+        let step = self
+            .request
+            .as_ref()
+            .map(|request| (request.message_id.clone(), request.prompt.clone()));
+        step.into_iter()
+            .chain(self.notification.clone().map(|(blob, id)| (id, blob)))
+            .collect()
+    }
 }
 
 /// What a message job produced: the reply, the outputs to perform, and
@@ -267,26 +420,21 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
         fence(app, runner);
         return;
     }
-    let handled = match envelope.kind.as_str() {
-        "runner.exiting" => Handled::only(reply(
+    let handled = match route(&message) {
+        Route::Exiting => Handled::only(reply(
             runner,
             &envelope.message_id,
             "accepted",
             None,
             Value::Null,
         )),
-        "runner.progress" => progress(app, runner, &envelope).await,
-        "content.read"
-        | "presentation.requested"
-        | "interaction.accepted"
-        | "interaction.rejected"
-        | "resolve.result"
-        | "resolve.failed" => Handled::only(with_error(
+        Route::Progress => progress(app, runner, &envelope).await,
+        Route::NotOnThisChannel => Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
             "illegalTransition",
             "this message kind is not accepted on a run-mode channel of this server",
         )),
-        _ => decide(app, runner, envelope).await,
+        Route::Decide(kind) => decide(app, runner, kind, envelope).await,
     };
     app.perform(handled.outputs);
     if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
@@ -312,7 +460,7 @@ fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
 }
 
 /// A state-changing message decided by the kernel in one transaction.
-async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Handled {
+async fn decide(app: &Arc<App>, runner: &Arc<Runner>, kind: Kind, envelope: Envelope) -> Handled {
     let payload_digest =
         crate::ids::sha256(&protocol::canonicalize(&envelope.value).unwrap_or_default());
     let blobs = Blobs {
@@ -322,22 +470,26 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
             .value
             .pointer("/update/data")
             .map(crate::updates::EncodedUpdate::of),
-        request: (envelope.kind == "interaction.requested")
+        request: (kind == Kind::InteractionRequested)
             .then(|| crate::interactions::EncodedRequest::of(&envelope.value)),
-        notification: (envelope.kind == "notification.requested").then(|| {
-            let text = envelope
-                .value
-                .pointer("/content/text")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let content = Blob {
-                digest: crate::ids::sha256(text.as_bytes()),
-                bytes: text.as_bytes().to_vec(),
-            };
-            (content, kernel::ids::MessageId::new(crate::ids::uuid()))
-        }),
+        notification: (kind == Kind::NotificationRequested)
+            .then(|| {
+                // Only inline text is a notification's content; a reference
+                // is refused by `notify`.
+                let text = envelope
+                    .value
+                    .pointer("/content")
+                    .filter(|content| content.get("kind").and_then(Value::as_str) == Some("inline"))
+                    .and_then(|content| content.get("text"))
+                    .and_then(Value::as_str)?;
+                let content = Blob {
+                    digest: crate::ids::sha256(text.as_bytes()),
+                    bytes: text.as_bytes().to_vec(),
+                };
+                Some((content, kernel::ids::MessageId::new(crate::ids::uuid())))
+            })
+            .flatten(),
     };
-    let kind = envelope.kind.clone();
     let message_id = envelope.message_id.clone();
     let app_for_job = app.clone();
     let runner_for_job = runner.clone();
@@ -348,6 +500,7 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
                 connection,
                 &app_for_job,
                 &runner_for_job,
+                kind,
                 &envelope,
                 payload_digest,
                 &blobs,
@@ -358,7 +511,8 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, envelope: Envelope) -> Han
         Ok(handled) => handled,
         Err(error) => {
             eprintln!(
-                "pi-workflows: a {kind} message of run generation {} could not be stored: {error}",
+                "pi-workflows: a {} message of run generation {} could not be stored: {error}",
+                kind.wire(),
                 runner.generation
             );
             Handled::only(with_error(
@@ -374,6 +528,7 @@ fn decide_in(
     connection: &Connection,
     app: &Arc<App>,
     runner: &Arc<Runner>,
+    kind: Kind,
     envelope: &Envelope,
     payload_digest: Digest,
     blobs: &Blobs,
@@ -385,22 +540,18 @@ fn decide_in(
     };
     let stored =
         commands::runner_message(connection, &incoming.runner_epoch, &incoming.message_id)?;
-    match receipt::decide_runner_message(stored.as_ref().map(|(row, _)| row), &incoming) {
-        RunnerMessageDecision::Adopt(_) => {
-            let reply_json = stored.map(|(_, json)| json).unwrap_or_default();
-            let reply = serde_json::from_str(&reply_json).unwrap_or(Value::Null);
-            return Ok(Commit::Discard(Handled::only(reply)));
-        }
-        RunnerMessageDecision::Conflict => {
-            let answer = with_error(
-                reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-                "conflict",
-                "the message id was already used for another message",
-            );
-            return Ok(Commit::Discard(Handled::only(answer)));
-        }
-        RunnerMessageDecision::Execute => {}
-    }
+    // An exact retry gets its stored reply whatever happened since; a
+    // conflict is decided below, once the claim is checked.
+    let conflict =
+        match receipt::decide_runner_message(stored.as_ref().map(|(row, _)| row), &incoming) {
+            RunnerMessageDecision::Adopt(_) => {
+                let reply_json = stored.map(|(_, json)| json).unwrap_or_default();
+                let reply = serde_json::from_str(&reply_json).unwrap_or(Value::Null);
+                return Ok(Commit::Discard(Handled::only(reply)));
+            }
+            RunnerMessageDecision::Conflict => true,
+            RunnerMessageDecision::Execute => false,
+        };
     let Some(before) = runs::load(connection, &runner.run_id)? else {
         return Ok(Commit::Discard(Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
@@ -425,7 +576,51 @@ fn decide_in(
             claim_lost: true,
         }));
     }
-    let decided = apply(connection, app, runner, envelope, &before, blobs, now_ms)?;
+    // The protocol's idempotency and revision checks, before the payload.
+    let rejected = |code: &'static str, message: &'static str| {
+        with_error(
+            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+            code,
+            message,
+        )
+    };
+    if conflict {
+        let answer = rejected(
+            "conflict",
+            "the message id was already used for another message; the run is parked (protocolRejected)",
+        );
+        return protocol_rejection(
+            connection,
+            app,
+            runner,
+            &before,
+            ProtocolCheck::Idempotency,
+            answer,
+            now_ms,
+        );
+    }
+    let expected = envelope
+        .value
+        .get("expectedRevision")
+        .and_then(Value::as_u64);
+    if expected.is_some_and(|expected| expected != before.run.revision.0) {
+        let answer = rejected(
+            "staleRevision",
+            "the message's expectedRevision is not the run's revision; the run is parked (protocolRejected)",
+        );
+        return protocol_rejection(
+            connection,
+            app,
+            runner,
+            &before,
+            ProtocolCheck::Revision,
+            answer,
+            now_ms,
+        );
+    }
+    let decided = apply(
+        connection, app, runner, kind, envelope, &before, blobs, now_ms,
+    )?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,
         Err(refusal) => {
@@ -439,6 +634,9 @@ fn decide_in(
                 refusal.code,
                 refusal.message,
             );
+            if let Some(check) = refusal.protocol.filter(|_| !refusal.claim_lost) {
+                return protocol_rejection(connection, app, runner, &before, check, answer, now_ms);
+            }
             if refusal.claim_lost {
                 return Ok(Commit::Discard(Handled {
                     reply: answer,
@@ -464,11 +662,12 @@ fn decide_in(
     let mut outputs = Vec::new();
     let mut revision = before.run.revision;
     if let Some(transition) = transition {
-        runs::write(
+        runs::write_with_contents(
             connection,
             Some(&before),
             &transition.facts,
             &transition.outputs,
+            &blobs.message_contents(),
             now_ms,
         )?;
         revision = transition.facts.run.revision;
@@ -490,6 +689,106 @@ fn decide_in(
         outputs,
         claim_lost: false,
     }))
+}
+
+/// A message that failed a protocol `check`: the kernel parks the run
+/// `protocolRejected` (`runner::protocol_rejected`) and stops the runner; the
+/// message changes nothing else and gets `answer`. Without the live claim the
+/// runner gets `claimLost` instead (claim loss is its own failure class).
+fn protocol_rejection(
+    connection: &Connection,
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    before: &RunAggregate,
+    check: ProtocolCheck,
+    answer: Value,
+    now_ms: u64,
+) -> rusqlite::Result<Commit<Handled>> {
+    let decided = kernel::runner::protocol_rejected(
+        before,
+        &runner.authority,
+        &runner.runner_epoch,
+        check,
+        now_ms,
+        app.config.claim_ttl_ms,
+    );
+    match decided {
+        Ok(transition) => {
+            runs::write(
+                connection,
+                Some(before),
+                &transition.facts,
+                &transition.outputs,
+                now_ms,
+            )?;
+            Ok(Commit::Keep(Handled {
+                reply: answer,
+                outputs: transition.outputs,
+                claim_lost: false,
+            }))
+        }
+        Err(rejection) => {
+            let refusal = Refusal::from(rejection);
+            let in_reply_to = answer
+                .get("inReplyTo")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let answer = with_error(
+                reply(runner, in_reply_to, "claimLost", None, Value::Null),
+                refusal.code,
+                refusal.message,
+            );
+            Ok(Commit::Discard(Handled {
+                reply: answer,
+                outputs: Vec::new(),
+                claim_lost: true,
+            }))
+        }
+    }
+}
+
+/// A frame from `runner` that is not a runner message (it failed framing or
+/// the schema): the protocol's schema check. The run is parked
+/// `protocolRejected` and the runner stopped; a runner that no longer holds
+/// the live claim is only stopped. The frame has no trustworthy message id,
+/// so nothing is answered.
+pub async fn reject_frame(app: &Arc<App>, runner: &Arc<Runner>) {
+    let app_for_job = app.clone();
+    let runner_for_job = runner.clone();
+    let parked = app
+        .store
+        .write(move |connection| {
+            let Some(before) = runs::load(connection, &runner_for_job.run_id)? else {
+                return Ok(Commit::Discard(None));
+            };
+            let now_ms = crate::clock::now_ms();
+            let decided = kernel::runner::protocol_rejected(
+                &before,
+                &runner_for_job.authority,
+                &runner_for_job.runner_epoch,
+                ProtocolCheck::Schema,
+                now_ms,
+                app_for_job.config.claim_ttl_ms,
+            );
+            match decided {
+                Ok(transition) => {
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &transition.facts,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep(Some(transition.outputs)))
+                }
+                Err(_) => Ok(Commit::Discard(None)),
+            }
+        })
+        .await;
+    match parked {
+        Ok(Some(outputs)) => app.perform(outputs),
+        Ok(None) | Err(_) => fence(app, runner),
+    }
 }
 
 fn store_reply(
@@ -523,10 +822,12 @@ fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Ex
 }
 
 /// Calls the kernel for one message kind.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn apply(
     connection: &Connection,
     app: &Arc<App>,
     runner: &Arc<Runner>,
+    kind: Kind,
     envelope: &Envelope,
     before: &RunAggregate,
     blobs: &Blobs,
@@ -541,9 +842,9 @@ fn apply(
         .get("attemptId")
         .and_then(Value::as_str)
         .map(AttemptId::from);
-    Ok(match envelope.kind.as_str() {
-        "runner.ready" => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
-        "node.started" => {
+    Ok(match kind {
+        Kind::RunnerReady => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
+        Kind::NodeStarted => {
             let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
             let deadline = value.get("deadlineAtMs").and_then(Value::as_u64);
             let detail = value
@@ -581,9 +882,10 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        "node.finished" | "node.failed" => finish(
+        Kind::NodeFinished | Kind::NodeFailed => finish(
             connection,
             runner,
+            kind,
             envelope,
             before,
             attempt_id,
@@ -591,7 +893,7 @@ fn apply(
             now_ms,
             ttl_ms,
         )?,
-        "run.parked" => {
+        Kind::RunParked => {
             let reason = match value.get("reason").and_then(Value::as_str) {
                 Some("workflowSourceChanged") => ParkReason::WorkflowSourceChanged,
                 _ => ParkReason::Drained,
@@ -614,7 +916,7 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        "run.finished" => {
+        Kind::RunFinished => {
             let class = value
                 .get("failureClass")
                 .and_then(|class| serde_json::from_value::<FailureClass>(class.clone()).ok())
@@ -647,15 +949,21 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        "effect.reserve" | "effect.settle" => {
-            let kind = envelope.kind.as_str();
+        Kind::EffectReserve | Kind::EffectSettle => {
             let result = blobs.result.as_ref();
             let answer = crate::effects::runner_effect(
-                connection, runner, kind, value, before, result, now_ms, ttl_ms,
+                connection,
+                runner,
+                kind.wire(),
+                value,
+                before,
+                result,
+                now_ms,
+                ttl_ms,
             )?;
             answered(runner, message_id, before, answer, None)
         }
-        "node.update" => {
+        Kind::NodeUpdate => {
             let Some(data) = blobs.update.as_ref() else {
                 return Ok(Err(Refusal::invalid("update data is missing")));
             };
@@ -664,7 +972,7 @@ fn apply(
             )?;
             answered(runner, message_id, before, answer, None)
         }
-        "interaction.requested" => {
+        Kind::InteractionRequested => {
             let Some(request) = blobs.request.as_ref() else {
                 return Ok(Err(Refusal::invalid("the request is incomplete")));
             };
@@ -676,11 +984,23 @@ fn apply(
             };
             answered(runner, message_id, before, answer, Some(&exit))
         }
-        _ => Err(Refusal {
-            code: "illegalTransition",
-            message: "unexpected message kind",
-            claim_lost: false,
-        }),
+        Kind::NotificationRequested => {
+            let Some(notification) = blobs.notification.clone() else {
+                return Ok(Err(Refusal::invalid(
+                    "a notification's content must be inline text",
+                )));
+            };
+            notify(
+                connection,
+                runner,
+                envelope,
+                before,
+                attempt_id,
+                notification,
+                now_ms,
+                ttl_ms,
+            )?
+        }
     })
 }
 
@@ -783,6 +1103,7 @@ fn command_name(command: &LaunchCommand) -> &'static str {
 fn finish(
     connection: &Connection,
     runner: &Arc<Runner>,
+    kind: Kind,
     envelope: &Envelope,
     before: &RunAggregate,
     attempt_id: Option<AttemptId>,
@@ -810,7 +1131,7 @@ fn finish(
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
-    let (outcome, error) = if envelope.kind == "node.finished" {
+    let (outcome, error) = if kind == Kind::NodeFinished {
         (NodeOutcome::Ok, None)
     } else {
         let outcome = match value.get("outcome").and_then(Value::as_str) {
@@ -925,7 +1246,18 @@ fn notify(
         .mode
         .origin_session()
         .map(|session| session.as_str().to_owned());
-    let output = json!({ "notificationId": message_id.as_str(), "targetSessionId": session });
+    // An interactive run's receipt names its notification message; a headless
+    // run has no session to notify, so its output keeps the text instead.
+    let output = match &session {
+        Some(session) => {
+            json!({ "notificationId": message_id.as_str(), "targetSessionId": session })
+        }
+        None => json!({
+            "notificationId": null,
+            "targetSessionId": null,
+            "text": String::from_utf8_lossy(&content.bytes),
+        }),
+    };
     let record = attempts::ResultRecord {
         attempt_id: &attempt_id,
         node_id: &attempt.node_id,
@@ -968,13 +1300,7 @@ fn notify(
     };
     let run_id = runner.run_id.clone();
     let extra: Extra = Box::new(move |connection: &Connection| {
-        crate::store::blobs::put(connection, &content, "text/plain", now_ms)?;
-        attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
-        connection.execute_cached(
-            "UPDATE workflow_messages SET content_digest = ?2 WHERE message_id = ?1",
-            rusqlite::params![message_id.as_str(), content.digest.0.to_vec()],
-        )?;
-        Ok(())
+        attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)
     });
     let revision = transition.facts.run.revision.0;
     let answer = with_next(

@@ -386,18 +386,21 @@ async fn run_child(app: &Arc<App>, runner: &Arc<Runner>, mut child: Child) -> Ex
     if let Some(stdout) = child.stdout.take() {
         let mut frames = FramedRead::new(stdout, protocol::FrameCodec::new());
         while let Some(frame) = frames.next().await {
-            let Ok(frame) = frame else {
-                // A broken frame ends the channel: the runner is stopped.
-                protocol_violation(app, runner);
+            // A frame that is not a runner message fails the protocol's
+            // schema check: the run is parked `protocolRejected`, the runner
+            // stopped, and the channel ends.
+            let decoded = frame
+                .ok()
+                .and_then(|frame| protocol::decode_runner_frame(&frame).ok());
+            let Some(message) = decoded else {
+                if runner.is_fenced() {
+                    protocol_violation(app, runner);
+                } else {
+                    runner_channel::reject_frame(app, runner).await;
+                }
                 break;
             };
-            match protocol::decode_runner_frame(&frame) {
-                Ok(message) => runner_channel::handle(app, runner, message).await,
-                Err(_) => {
-                    protocol_violation(app, runner);
-                    break;
-                }
-            }
+            runner_channel::handle(app, runner, message).await;
         }
     }
     let status = child.wait().await.ok();

@@ -169,6 +169,15 @@ fn receipt_value(receipt: &UpdateReceipt) -> Value {
 fn refusal(rejection: UpdateRejection) -> Refusal {
     let (code, message) = match rejection {
         UpdateRejection::Run(run) => return run.into(),
+        // A runner's update must name the attempt it was dispatched.
+        UpdateRejection::NoUnfinishedAttempt
+        | UpdateRejection::AttemptMismatch
+        | UpdateRejection::AttemptNotActive => {
+            return Refusal::wrong_attempt(
+                "illegalTransition",
+                "the update does not name the run's active attempt",
+            );
+        }
         UpdateRejection::RateLimited { .. } => (
             "rateLimited",
             "updates are limited to 20 per second with a burst of 100",
@@ -189,14 +198,13 @@ fn refusal(rejection: UpdateRejection) -> Refusal {
         UpdateRejection::DataTooLarge { .. } => {
             ("schemaInvalid", "update data is limited to 64 KiB")
         }
-        _ => (
+        UpdateRejection::AttemptNotWaiting
+        | UpdateRejection::RequestMismatch
+        | UpdateRejection::NotAgentStep
+        | UpdateRejection::WrongSession => (
             "illegalTransition",
             "the update does not name the run's active attempt",
         ),
     };
-    Refusal {
-        code,
-        message,
-        claim_lost: false,
-    }
+    Refusal::new(code, message)
 }

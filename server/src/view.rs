@@ -19,6 +19,7 @@ use crate::store::{Commit, meta, runs};
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};
+use kernel::runner::ProtocolCheck;
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
@@ -276,7 +277,7 @@ fn display_value(
     };
     let outside = OutsideFacts {
         submission_validating: validating,
-        restart_eligible: restart_eligible(agg),
+        restart_eligible: restart_eligible(connection, agg)?,
     };
     let display = display::display(&DisplayFacts::from_run(agg, outside));
     let mut value = json!({
@@ -291,7 +292,17 @@ fn display_value(
         value["waitingOn"] = json!(node.as_str());
     }
     if let Some(reason) = display.reason.as_ref() {
-        value["reason"] = json!(reason_text(reason, error_message));
+        let detail = ReasonDetail {
+            error_message,
+            terminal: agg.run.status.is_terminal(),
+            protocol_check: match agg.run.park_reason {
+                Some(ParkReason::ProtocolRejected) => {
+                    runs::latest_protocol_check(connection, &agg.run.run_id)?
+                }
+                _ => None,
+            },
+        };
+        value["reason"] = json!(reason_text(reason, &detail));
     }
     Ok(value)
 }
@@ -315,14 +326,17 @@ fn lineage_value(agg: &RunAggregate) -> Option<Value> {
     (!value.is_empty()).then_some(Value::Object(value))
 }
 
-/// Whether the restart chain allows another restart (the kernel checks the
-/// fingerprint when the command comes).
-fn restart_eligible(agg: &RunAggregate) -> bool {
-    agg.run
-        .lineage
-        .restart
-        .as_ref()
-        .is_none_or(|restart| restart.number < kernel::run::MAX_RESTARTS)
+/// Whether `run.restart` would be accepted: the kernel's one restart rule
+/// over the run's terminal fingerprint and its whole chain.
+fn restart_eligible(connection: &Connection, agg: &RunAggregate) -> rusqlite::Result<bool> {
+    if kernel::run::restart_state_allows(&agg.run).is_err() {
+        return Ok(false);
+    }
+    Ok(
+        runs::restart_facts(connection, &agg.run)?.is_some_and(|(fingerprint, chain)| {
+            kernel::run::restart_allowed(&agg.run, &fingerprint, &chain).is_ok()
+        }),
+    )
 }
 
 /// What a run error means, in words (the stored message adds the detail).
@@ -346,25 +360,69 @@ fn error_description(error: &kernel::run::RunError) -> String {
     }
 }
 
-fn reason_text(reason: &DisplayReason, error_message: Option<&str>) -> String {
+/// The stored facts a reason's words come from (beside the kernel's reason).
+struct ReasonDetail<'a> {
+    /// The message text of a failed run's error.
+    error_message: Option<&'a str>,
+    terminal: bool,
+    /// The check a `protocolRejected` run's runner message failed.
+    protocol_check: Option<ProtocolCheck>,
+}
+
+fn reason_text(reason: &DisplayReason, detail: &ReasonDetail<'_>) -> String {
+    let terminal = detail.terminal;
     match reason {
-        DisplayReason::Error { error } => match error_message.filter(|message| !message.is_empty()) {
+        DisplayReason::Error { error } => match detail.error_message.filter(|message| !message.is_empty()) {
             Some(message) => format!("{}: {message}", error_description(error)),
             None => error_description(error),
         },
-        DisplayReason::EffectAmbiguous => {
-            "An external effect may have applied without a receipt. Check the external system, then confirm or retry it.".into()
+        // This server version cannot confirm or retry an effect yet
+        // (`effect.recover` answers `unavailable`): say what can be done now.
+        DisplayReason::EffectAmbiguous if terminal => {
+            "An external effect may have applied without a receipt; check the external system (this server version cannot confirm or retry the effect).".into()
         }
-        DisplayReason::ParkedForReview { park_reason } => match park_reason {
-            ParkReason::RunnerNoProgress => {
-                "The runner exited before the run made progress. Fix the cause, then resume or cancel the run.".into()
-            }
-            ParkReason::WorkflowSourceChanged => {
-                "The workflow source changed since the run started. Restore it and resume, or cancel the run.".into()
-            }
-            ParkReason::WorkerTimedOut => "The runner did not start in time. Resume to try again, or cancel the run.".into(),
-            other => format!("Parked: {}.", codec_name(other)),
-        },
+        DisplayReason::EffectAmbiguous => {
+            "An external effect may have applied without a receipt, so the run cannot continue; check the external system, then cancel the run (this server version cannot confirm or retry the effect).".into()
+        }
+        // The display status stays `queued` (the closed set); the reason
+        // says first that the run waits for the user, then why.
+        DisplayReason::ParkedForReview { park_reason } => {
+            let (why, next) = match park_reason {
+                ParkReason::RunnerNoProgress => (
+                    "the runner exited before the run made progress",
+                    "Fix the cause, then resume or cancel the run.",
+                ),
+                ParkReason::WorkflowSourceChanged => (
+                    "the workflow source changed since the run started",
+                    "Restore the source and resume, or cancel the run.",
+                ),
+                ParkReason::WorkerTimedOut => (
+                    "the runner did not start in time",
+                    "Resume to try again, or cancel the run.",
+                ),
+                ParkReason::ProtocolRejected => {
+                    let why = match detail.protocol_check {
+                        Some(ProtocolCheck::Schema) => "a runner message failed the protocol's schema check (protocolRejected)",
+                        Some(ProtocolCheck::Revision) => "a runner message failed the protocol's revision check (protocolRejected)",
+                        Some(ProtocolCheck::Attempt) => "a runner message failed the protocol's attempt check (protocolRejected)",
+                        Some(ProtocolCheck::Idempotency) => "a runner message failed the protocol's idempotency check (protocolRejected)",
+                        None => "a runner message failed a protocol check (protocolRejected)",
+                    };
+                    (why, "Fix or update the runner, then resume or cancel the run.")
+                }
+                // Parks that resume on their own are never parked for review.
+                ParkReason::Drained
+                | ParkReason::Recovered
+                | ParkReason::WorkerCrashed
+                | ParkReason::ResumeReady
+                | ParkReason::Paused
+                | ParkReason::EffectAmbiguous => (
+                    "it is parked",
+                    "Resume or cancel the run.",
+                ),
+            };
+            format!("Needs an explicit resume or cancel: {why}, so the run will not start again on its own. {next}")
+        }
     }
 }
 

@@ -331,3 +331,216 @@ fn a_server_of_another_version_is_one_line_that_says_to_install_matching_package
     assert!(other.join().unwrap().contains("\"role\":\"client\""));
     assert!(!stderr(&runs).contains("starting the server"));
 }
+
+/// `view --once --json` of a run once it is terminal.
+fn terminal_view(server: &TestServer, run_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let view = json_lines(&run(server, &["view", run_id, "--once", "--json"])).remove(0);
+        if matches!(
+            view["display"]["status"].as_str(),
+            Some("completed" | "failed" | "timed_out" | "cancelled")
+        ) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "never ended: {view}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn controls(view: &Value) -> Vec<String> {
+    view["display"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|control| control.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The restart rules count the whole chain: a failed run restarts once, and
+/// restarting it again (a sibling with the same failure fingerprint) is
+/// refused with its own message, as is restarting the restart that failed
+/// the same way. `restart` is offered exactly when the command would be
+/// accepted, and no refused restart creates a run.
+#[test]
+fn restarting_the_same_failed_run_again_is_refused_and_only_an_allowed_restart_is_offered() {
+    let server = TestServer::start();
+    let looping = script("loop.json");
+    let started = run(&server, &["start", looping.to_str().unwrap(), "--json"]);
+    assert_eq!(started.status.code(), Some(0), "{}", stderr(&started));
+    let original = json_lines(&started)[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let view = terminal_view(&server, &original);
+    assert_eq!(view["display"]["status"], "failed");
+    assert_eq!(controls(&view), ["restart"]);
+
+    let first = run(&server, &["restart", &original, "--json"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let restarted = json_lines(&first)[0]["newRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let view = terminal_view(&server, &restarted);
+    assert_eq!(view["display"]["status"], "failed");
+    assert_eq!(
+        controls(&view),
+        Vec::<String>::new(),
+        "the restart failed with the fingerprint its parent already restarted once: {view}"
+    );
+    let original_view = terminal_view(&server, &original);
+    assert_eq!(
+        controls(&original_view),
+        Vec::<String>::new(),
+        "the original was restarted already: {original_view}"
+    );
+
+    for again in [&original, &original, &restarted] {
+        let refused = run(&server, &["restart", again]);
+        assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+        let line = error_line(&refused);
+        assert!(
+            line.contains("already restarted after this same failure"),
+            "{line}"
+        );
+    }
+    let runs: i64 = server
+        .db()
+        .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(runs, 2, "one original and one restart");
+}
+
+/// Whether the server has started resolving a workflow (its resolver child
+/// writes a `resolve-*.log` as soon as it is spawned): the `run.start`
+/// request reached the server.
+fn resolving(server: &TestServer) -> bool {
+    std::fs::read_dir(server.home.join("host").join("logs")).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|entry| entry.file_name().to_string_lossy().starts_with("resolve-"))
+    })
+}
+
+fn run_count(server: &TestServer) -> i64 {
+    server
+        .db()
+        .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
+        .unwrap()
+}
+
+/// `start --idempotency-key K` is safe to retry: a CLI killed after it sent
+/// the request leaves one run, and running the same command again prints
+/// that run instead of starting a second; another command under the same
+/// key is refused with one line; scripts with different keys never collide.
+#[test]
+fn a_start_killed_after_sending_and_retried_with_its_idempotency_key_makes_one_run() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let slow = support::write_script(
+        dir.path(),
+        "slow-resolve.json",
+        &serde_json::json!({
+            "workflowName": "slow-resolve",
+            "resolveDelayMs": 1500,
+            "topology": support::linear_topology(&["a"]),
+            "nodes": {"a": [{"sleepMs": 60000}]},
+        }),
+    );
+    let slow = slow.to_str().unwrap();
+    let args = [
+        "start",
+        slow,
+        "--idempotency-key",
+        "nightly-2026-12-01",
+        "--json",
+    ];
+
+    let mut killed = server
+        .command()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !resolving(&server) {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    killed.kill().unwrap();
+    let status = killed.wait().unwrap();
+    assert!(!status.success(), "the CLI was killed before its answer");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while run_count(&server) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the started run was never stored"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let retried = run(&server, &args);
+    assert_eq!(retried.status.code(), Some(0), "{}", stderr(&retried));
+    let run_id = json_lines(&retried)[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let again = run(&server, &args);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(json_lines(&again)[0]["runId"], run_id.as_str());
+    assert_eq!(run_count(&server), 1, "one key, one run");
+
+    // Another command under the same key is refused, and changes nothing.
+    let other = run(
+        &server,
+        &[
+            "start",
+            slow,
+            "other",
+            "task",
+            "--idempotency-key",
+            "nightly-2026-12-01",
+            "--json",
+        ],
+    );
+    assert_eq!(other.status.code(), Some(1), "{}", stdout(&other));
+    let line = error_line(&other);
+    assert!(
+        line.contains("--idempotency-key nightly-2026-12-01 was already used for another command"),
+        "{line}"
+    );
+    assert_eq!(run_count(&server), 1);
+
+    // Two scripts with their own keys start their own runs.
+    let mut ids = Vec::new();
+    for key in ["script-a-1", "script-b-1"] {
+        let started = run(
+            &server,
+            &["start", slow, "--idempotency-key", key, "--json"],
+        );
+        assert_eq!(started.status.code(), Some(0), "{}", stderr(&started));
+        ids.push(
+            json_lines(&started)[0]["runId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert_ne!(ids[0], ids[1]);
+    assert!(!ids.contains(&run_id));
+    assert_eq!(run_count(&server), 3);
+
+    // The controls take a key too: a retried cancel repeats its answer.
+    let cancel = ["cancel", &ids[0], "--idempotency-key", "cancel-a", "--json"];
+    let first = run(&server, &cancel);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let retry = run(&server, &cancel);
+    assert_eq!(retry.status.code(), Some(0), "{}", stderr(&retry));
+    assert_eq!(json_lines(&retry), json_lines(&first));
+}

@@ -277,6 +277,58 @@ async fn a_reconnected_client_gets_fresh_request_ids_for_new_commands() {
     );
 }
 
+/// Request ids are scoped by client: two clients that both number their
+/// requests `r1`, `r2`, … (as PROTOCOL.md's example does) each get their own
+/// commands executed; within one client, a request id reused for another
+/// command still conflicts, and an exact resend still adopts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_that_number_their_requests_alike_do_not_conflict() {
+    let server = TestServer::start();
+    let script = slow_script(&server);
+    let start = |input: u32| {
+        RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": script.to_string_lossy(), "input": {"n": input}, "executionMode": "headless", "projectPath": "/tmp" }),
+        )
+    };
+    let mut alice = Client::connect(&server.socket(), "alice").await.unwrap();
+    let mut bob = Client::connect(&server.socket(), "bob").await.unwrap();
+    let mut sent = Vec::new();
+    for (request_id, input) in [("r1", 1), ("r2", 2)] {
+        for client in [&mut alice, &mut bob] {
+            let spec = start(input);
+            let response = request_as(client, &spec, request_id).await;
+            assert_eq!(
+                response.outcome,
+                "accepted",
+                "{} {request_id}: {:?}",
+                client.client_id(),
+                response.frame
+            );
+            sent.push((spec, response.receipt.unwrap()["runId"].clone()));
+        }
+    }
+    let mut runs: Vec<String> = sent.iter().map(|(_, run)| run.to_string()).collect();
+    runs.sort();
+    runs.dedup();
+    assert_eq!(runs.len(), 4, "four commands, four runs");
+    assert_eq!(count(&server.db(), "SELECT COUNT(*) FROM runs", []), 4);
+
+    // Within one client a request id still names one command.
+    let (bob_first, bob_run) = &sent[1];
+    let resent = request_as(&mut bob, bob_first, "r1").await;
+    assert_eq!(resent.outcome, "adopted", "{:?}", resent.frame);
+    assert_eq!(resent.receipt.unwrap()["runId"], *bob_run);
+    let reused = request_as(&mut bob, &start(1), "r1").await;
+    assert_eq!(
+        reused.outcome, "conflict",
+        "another command under a used request id: {:?}",
+        reused.frame
+    );
+    assert_eq!(count(&server.db(), "SELECT COUNT(*) FROM runs", []), 4);
+}
+
 // ---- frames ----------------------------------------------------------------
 
 /// A raw connection that said hello.

@@ -256,4 +256,104 @@ async fn a_server_started_after_a_crash_is_ready_at_once_with_a_higher_epoch() {
         .and_then(|epoch| epoch.parse().ok())
         .unwrap_or_else(|| panic!("unexpected output: {printed}"));
     assert!(third > second, "epoch {third} after {second}");
+/// A workflow with a notify node between two compute nodes.
+fn notify_script(server: &TestServer) -> std::path::PathBuf {
+    let mut topology = support::linear_topology(&["a", "tell", "b"]);
+    topology["nodes"][1]["nodeType"] = json!("notify");
+    write_script(
+        server.scratch(),
+        "notify.json",
+        &json!({
+            "workflowName": "notify",
+            "topology": topology,
+            "nodes": {"tell": [{"notify": {"text": "The build is green.", "kind": "final"}}]}
+        }),
+    )
+}
+
+/// A notify node finishes with its receipt as output: in a headless run the
+/// run completes and no message is made; in an interactive run one passive
+/// `notification` message with the notification text lands in the origin
+/// session in the same transaction as the node result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_message() {
+    const SESSION: &str = "session-notify";
+    let server = TestServer::start();
+    let script = notify_script(&server);
+    let mut client = server.client().await;
+
+    let headless = started(&mut client, &script).await;
+    let view = wait_settled(&mut client, &headless).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    let steps: Vec<(String, String)> = view["steps"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            (
+                step["nodeId"].as_str().unwrap_or_default().to_owned(),
+                step["outcome"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [("a", "ok"), ("tell", "ok"), ("b", "ok")].map(|(n, o)| (n.to_owned(), o.to_owned())),
+        "{view}"
+    );
+
+    let response = client
+        .request(&RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": script.to_string_lossy(), "input": {}, "projectPath": "/tmp",
+                    "executionMode": "interactive", "originSessionId": SESSION }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    let interactive = response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let view = wait_settled(&mut client, &interactive).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    let db = server.db();
+    let text: String = db
+        .query_row(
+            "SELECT CAST(b.bytes AS TEXT) FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+             WHERE m.run_id = ?1 AND m.kind = 'notification' AND m.state = 'pending' AND m.session_id = ?2",
+            rusqlite::params![interactive, SESSION],
+            |row| row.get(0),
+        )
+        .expect("one pending notification message with its content");
+    assert_eq!(text, "The build is green.");
+    assert_eq!(
+        support::count(
+            &db,
+            "SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1",
+            [&headless]
+        ),
+        0,
+        "a headless run has no session to notify"
+    );
+    let session = client
+        .request(&RequestSpec::read(
+            "sessionView.get",
+            None,
+            json!({ "sessionId": SESSION }),
+        ))
+        .await
+        .unwrap()
+        .receipt
+        .unwrap();
+    assert_eq!(session["messageCount"], 1, "{session}");
+    assert_eq!(session["messages"][0]["kind"], "notification", "{session}");
+    assert_eq!(
+        session["messages"][0]["content"]["bytes"],
+        "The build is green.".len(),
+        "{session}"
+    );
+    support::wait_quiescent(&db).await;
+    assert_eq!(support::consistency_violations(&db), Vec::<String>::new());
 }

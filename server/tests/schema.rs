@@ -35,8 +35,8 @@ fn ok(db: &Connection, sql: &str) {
 
 /// One unfinished attempt per run; one queued-or-running reservation per
 /// Pi session; one continuation per parent; one live runner epoch per run;
-/// one pending step message per interactive request; one deterministic
-/// effect key.
+/// one pending step message per interactive request (and none without its
+/// content); one deterministic effect key.
 #[test]
 fn the_partial_unique_indexes_allow_one_live_row_and_any_settled_ones() {
     let (_server, db) = created_state();
@@ -87,8 +87,8 @@ fn the_partial_unique_indexes_allow_one_live_row_and_any_settled_ones() {
     // One pending step message per interactive request.
     let message = |id: &str, order: i64, kind: &str, state: &str| {
         format!(
-            "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, source_id, step_reason, session_order, state, created_at_ms, updated_at_ms)
-             VALUES ('{id}', 's1', 'r1', '{kind}', 'int-1', {reason}, {order}, '{state}', 0, 0)",
+            "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, source_id, step_reason, session_order, state, content_digest, created_at_ms, updated_at_ms)
+             VALUES ('{id}', 's1', 'r1', '{kind}', 'int-1', {reason}, {order}, '{state}', zeroblob(32), 0, 0)",
             reason = if kind == "step" { "'initial'" } else { "NULL" }
         )
     };
@@ -97,6 +97,16 @@ fn the_partial_unique_indexes_allow_one_live_row_and_any_settled_ones() {
     ok(&db, &message("m3", 3, "step", "pending"));
     assert!(refused(&db, &message("m4", 4, "step", "pending")));
     ok(&db, &message("m4", 4, "decision", "pending"));
+    // A message is never stored without its content.
+    let without_content = db.execute_batch(
+        "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, session_order, state, created_at_ms, updated_at_ms)
+         VALUES ('m5', 's1', 'r1', 'notification', 5, 'pending', 0, 0)",
+    );
+    assert!(
+        matches!(&without_content, Err(rusqlite::Error::SqliteFailure(error, _))
+            if error.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_NOTNULL),
+        "{without_content:?}"
+    );
 
     // One deterministic effect key.
     let effect = |id: &str, visit: i64| {

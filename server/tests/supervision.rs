@@ -6,7 +6,7 @@ mod support;
 
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
-use serde_json::json;
+use serde_json::{Value, json};
 use server::client::{Client, RequestSpec};
 use server::process::ProcessIdentity;
 use std::sync::Arc;
@@ -479,5 +479,301 @@ async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
         depth += step;
         assert!(depth <= MAX, "{depth} runner epochs overlapped");
     }
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// A run parked for review (`runnerNoProgress`, `workflowSourceChanged`)
+/// keeps the closed display status `queued`, but its view, its run-list row
+/// and the CLI's `runs` table say that it will not start on its own, that it
+/// needs an explicit resume or cancel, and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_for_review_says_it_needs_an_explicit_resume_or_cancel_and_why() {
+    const NEEDS: &str = "Needs an explicit resume or cancel";
+    let server = TestServer::start();
+    let quitter = write_script(
+        server.scratch(),
+        "quitter.json",
+        &json!({"workflowName": "quitter", "topology": linear_topology(&["a"]), "startup": {"exitAfterReady": 0}}),
+    );
+    let source = json!({
+        "workflowName": "editable",
+        "topology": linear_topology(&["a"]),
+        "nodes": {"a": [{"stall": true}]}
+    });
+    let editable = write_script(server.scratch(), "editable.json", &source);
+    let mut client = server.client().await;
+    let no_progress = started(&mut client, &quitter).await;
+    let changed = started(&mut client, &editable).await;
+    wait_view(&mut client, &changed, Duration::from_secs(10), |view| {
+        status(view) == "running"
+    })
+    .await;
+    let pause = client
+        .request(&RequestSpec::command(
+            "run.pause",
+            Some(&changed),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(pause.outcome, "accepted", "{:?}", pause.frame);
+    write_script(
+        server.scratch(),
+        "editable.json",
+        &json!({"topology": linear_topology(&["b"])}),
+    );
+    let resume = client
+        .request(&RequestSpec::command(
+            "run.resume",
+            Some(&changed),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resume.outcome, "accepted", "{:?}", resume.frame);
+
+    let parked =
+        |view: &Value| view["status"]["queue"] == "parked" && view["display"]["reason"].is_string();
+    let mut rows = Vec::new();
+    for (run_id, why) in [
+        (
+            &no_progress,
+            "the runner exited before the run made progress",
+        ),
+        (
+            &changed,
+            "the workflow source changed since the run started",
+        ),
+    ] {
+        let view = wait_view(&mut client, run_id, Duration::from_secs(10), parked).await;
+        assert_eq!(
+            status(&view),
+            "queued",
+            "the closed status set is kept: {view}"
+        );
+        let reason = view["display"]["reason"].as_str().unwrap();
+        assert!(reason.starts_with(NEEDS), "{reason}");
+        assert!(
+            reason.contains("will not start again on its own"),
+            "{reason}"
+        );
+        assert!(reason.contains(why), "{reason}");
+        let controls = &view["display"]["controls"];
+        assert!(
+            controls.as_array().unwrap().contains(&json!("resume"))
+                && controls.as_array().unwrap().contains(&json!("cancel")),
+            "{view}"
+        );
+        rows.push((run_id.clone(), reason.to_owned()));
+    }
+    let list = client
+        .request(&RequestSpec::read("runs.list", None, json!({})))
+        .await
+        .unwrap()
+        .receipt
+        .unwrap();
+    for (run_id, reason) in &rows {
+        let row = list["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["runId"] == run_id.as_str())
+            .unwrap();
+        assert_eq!(row["display"]["reason"], reason.as_str(), "{row}");
+    }
+    let table = server.command().arg("runs").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    for (run_id, _) in &rows {
+        let line = table
+            .lines()
+            .find(|line| line.starts_with(run_id.as_str()))
+            .unwrap_or_else(|| panic!("{run_id} in {table}"));
+        assert!(line.contains(&format!("queued · {NEEDS}")), "{line}");
+    }
+}
+
+/// A runner message that fails a protocol check — a frame that is not a
+/// runner message (schema), a wrong `expectedRevision` (revision), a result
+/// for an attempt the server never dispatched (attempt), a message id reused
+/// with another payload (idempotency) — is `protocolRejected`: the message
+/// changes nothing, the runner is stopped, and the run is parked for an
+/// explicit resume or cancel with a reason that names the failed check. It
+/// is not reported as a crash, as no progress, or as a node failure, and it
+/// is not admitted again on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_message_that_fails_a_protocol_check_parks_the_run_as_protocol_rejected() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let db = server.db();
+    for check in ["schema", "revision", "attempt", "idempotency"] {
+        let script = write_script(
+            server.scratch(),
+            &format!("{check}.json"),
+            &json!({
+                "workflowName": format!("violates-{check}"),
+                "topology": linear_topology(&["a", "b"]),
+                "nodes": {"a": [{"protocolViolation": check}]}
+            }),
+        );
+        let run_id = started(&mut client, &script).await;
+        let view = wait_view(&mut client, &run_id, Duration::from_secs(10), |view| {
+            view["status"]["queue"] == "parked" || status(view) == "completed"
+        })
+        .await;
+        let park_reason: Option<String> = db
+            .query_row(
+                "SELECT park_reason FROM runs WHERE run_id = ?1",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            park_reason.as_deref(),
+            Some("protocolRejected"),
+            "{check}: {view}"
+        );
+        assert_eq!(status(&view), "queued", "{check}: {view}");
+        let reason = view["display"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("Needs an explicit resume or cancel")
+                && reason.contains(&format!("failed the protocol's {check} check"))
+                && reason.contains("protocolRejected"),
+            "{check}: {reason}"
+        );
+        assert!(
+            view["display"]["controls"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("resume")),
+            "{check}: {view}"
+        );
+        let event: String = db
+            .query_row(
+                "SELECT payload FROM events WHERE run_id = ?1 AND kind = 'protocolRejected'",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap_or_else(|_| panic!("{check}: a protocolRejected event"));
+        assert_eq!(
+            serde_json::from_str::<Value>(&event).unwrap()["check"],
+            check,
+            "{check}"
+        );
+        wait_quiescent(&db).await;
+        let outcome: String = db
+            .query_row(
+                "SELECT outcome FROM run_workers WHERE run_id = ?1",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_ne!(outcome, "crashed", "{check}: not reported as a crash");
+        assert_eq!(
+            count(
+                &db,
+                "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind IN ('failed', 'nodeFinished', 'nodeFailed')",
+                [&run_id]
+            ),
+            0,
+            "{check}: the rejected message changed nothing"
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1 AND update_key = 'k' AND json_extract(data_json, '$.n') = 2",
+                [&run_id]
+            ),
+            0,
+            "{check}: the conflicting payload was not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(CLAIM_TTL_MS + 500)).await;
+        assert_eq!(
+            count(
+                &db,
+                "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+                [&run_id]
+            ),
+            1,
+            "{check}: not admitted again without a resume"
+        );
+    }
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// A busy runner that writes nothing for three claim lifetimes (a node that
+/// sleeps 3 × the TTL) keeps its claim: the server's timer renews the claim
+/// of a live runner that is not stopped, so the run is never recovered or
+/// handed to a new generation. It stays at generation 1 with one runner and
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_silent_runner_keeps_its_claim_for_three_ttls_and_completes() {
+    let server = TestServer::start();
+    let silent_ms = 3 * CLAIM_TTL_MS + 500;
+    let script = write_script(
+        server.scratch(),
+        "silent.json",
+        &json!({
+            "workflowName": "silent",
+            "topology": linear_topology(&["a", "b"]),
+            "nodes": {"a": [{"sleepMs": silent_ms, "then": {"finish": {"a": 1}}}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    let lease = || -> (i64, Option<i64>) {
+        db.query_row(
+            "SELECT generation, expires_at_ms FROM leases WHERE run_id = ?1",
+            [&run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap()
+    };
+    let started_at: i64 = wait_for(Duration::from_secs(10), "node a to start", || {
+        db.query_row(
+            "SELECT started_at_ms FROM node_attempts WHERE run_id = ?1 AND node_id = 'a'",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .ok()
+    })
+    .await;
+    // Sampled while the runner is silent: the claim never lapses, and it is
+    // renewed past the lifetime it had when the node started.
+    let mut latest_expiry = 0;
+    let deadline = Instant::now() + Duration::from_millis(3 * CLAIM_TTL_MS);
+    while Instant::now() < deadline {
+        let (generation, expires_at) = lease();
+        assert_eq!(generation, 1, "the run was handed to a new generation");
+        let expires_at = expires_at.expect("the silent runner holds its claim");
+        latest_expiry = latest_expiry.max(expires_at);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        latest_expiry > started_at + 2 * CLAIM_TTL_MS as i64,
+        "the claim was renewed while the runner wrote nothing ({latest_expiry} vs node start {started_at})"
+    );
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    assert_eq!(lease().0, 1, "still generation 1");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+            [&run_id]
+        ),
+        1,
+        "one runner"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind IN ('controlClaimed', 'parked')",
+            [&run_id]
+        ),
+        0,
+        "never recovered or parked"
+    );
+    wait_quiescent(&db).await;
     assert_eq!(consistency_violations(&db), Vec::<String>::new());
 }

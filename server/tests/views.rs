@@ -850,3 +850,97 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
     assert_eq!(cleared.outcome, "accepted", "{}", cleared.frame);
     assert_eq!(session_run(&mut client, SESSION).await, None);
 }
+
+/// The `sessionView.get` receipt of `session`.
+async fn session_view(client: &mut Client, session: &str) -> Value {
+    let spec = RequestSpec::read("sessionView.get", None, json!({ "sessionId": session }));
+    let response = client.request(&spec).await.unwrap();
+    assert_eq!(response.outcome, "accepted", "{}", response.frame);
+    response.receipt.unwrap()
+}
+
+/// The origin-session view lists every message the server creates, each with
+/// its content: after a waiting interactive run is paused and resumed, its
+/// one pending message is the `resumed` step, whose content is the step's
+/// prompt again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_step_message_is_in_the_origin_session_view_with_its_content() {
+    const SESSION: &str = "session-resumed";
+    const PROMPT: &str = "Write the release summary.";
+    let server = TestServer::start();
+    let script = write_script(
+        server.scratch(),
+        "ask.json",
+        &json!({
+            "workflowName": "ask",
+            "topology": support::linear_topology(&["ask"]),
+            "nodes": {"ask": [{"interact": {"prompt": PROMPT}}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let started = client
+        .request(&RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": script.to_string_lossy(), "input": {}, "projectPath": "/tmp",
+                    "executionMode": "interactive", "originSessionId": SESSION }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(started.outcome, "accepted", "{:?}", started.frame);
+    let run_id = started.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(status(&wait_settled(&mut client, &run_id).await), "waiting");
+    let reasons = |view: &Value| -> Vec<String> {
+        view["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|message| {
+                format!(
+                    "{}/{}",
+                    message["kind"].as_str().unwrap(),
+                    message["stepReason"].as_str().unwrap_or("-")
+                )
+            })
+            .collect()
+    };
+    let waiting = session_view(&mut client, SESSION).await;
+    assert_eq!(waiting["messageCount"], 1, "{waiting}");
+    assert_eq!(reasons(&waiting), ["step/initial"], "{waiting}");
+
+    for operation in ["run.pause", "run.resume"] {
+        let response = client
+            .request(&RequestSpec::command(operation, Some(&run_id), json!({})))
+            .await
+            .unwrap();
+        assert_eq!(
+            response.outcome, "accepted",
+            "{operation}: {:?}",
+            response.frame
+        );
+    }
+    let resumed = session_view(&mut client, SESSION).await;
+    assert_eq!(resumed["messageCount"], 1, "{resumed}");
+    assert_eq!(reasons(&resumed), ["step/resumed"], "{resumed}");
+    let message = &resumed["messages"][0];
+    assert_eq!(message["runId"], run_id.as_str());
+    assert_eq!(message["state"], "pending");
+    assert_eq!(message["content"]["mediaType"], "text/plain");
+    assert_eq!(message["content"]["bytes"], PROMPT.len(), "{message}");
+    assert_eq!(
+        message["content"]["digest"], waiting["messages"][0]["content"]["digest"],
+        "a resumed step presents the same prompt"
+    );
+    // Every stored message has its content.
+    assert_eq!(
+        support::count(
+            &server.db(),
+            "SELECT COUNT(*) FROM workflow_messages WHERE content_digest IS NULL",
+            []
+        ),
+        0
+    );
+}

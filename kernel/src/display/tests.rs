@@ -378,7 +378,14 @@ fn table_of_situations() {
         let shown = display(&row.facts);
         assert_eq!(shown.status, row.status, "{}", row.name);
         assert_eq!(shown.activity, row.activity, "{}", row.name);
-        assert_eq!(shown.controls, row.controls, "{}", row.name);
+        assert_eq!(rule_controls(&row.facts), row.controls, "{}", row.name);
+        let served: alloc::vec::Vec<Control> = row
+            .controls
+            .iter()
+            .copied()
+            .filter(|control| control.is_served())
+            .collect();
+        assert_eq!(shown.controls, served, "{}", row.name);
         assert_eq!(shown.current_node, row.current_node, "{}", row.name);
         assert_eq!(shown.waiting_on, row.waiting_on, "{}", row.name);
     }
@@ -405,6 +412,7 @@ fn reasons_name_the_action_that_is_required() {
         ParkReason::RunnerNoProgress,
         ParkReason::WorkflowSourceChanged,
         ParkReason::WorkerTimedOut,
+        ParkReason::ProtocolRejected,
     ] {
         assert_eq!(
             display(&parked_facts(park_reason)).reason,
@@ -425,8 +433,13 @@ fn display_serializes_to_the_wire_names() {
     let json = serde_json::to_value(&shown).unwrap();
     assert_eq!(json["status"], "running");
     assert_eq!(json["activity"], "modelTurn");
+    assert_eq!(json["controls"], serde_json::json!(["pause", "cancel"]));
     assert_eq!(
-        json["controls"],
+        serde_json::to_value(rule_controls(&DisplayFacts {
+            model_turn_active: true,
+            ..waiting_facts(PendingRequest::HumanDecision)
+        }))
+        .unwrap(),
         serde_json::json!(["humanAnswer", "pause", "cancel"])
     );
     assert_eq!(json["currentNode"], "gate");
@@ -460,7 +473,7 @@ fn durable_states() -> alloc::vec::Vec<(RunStatus, QueueStatus, Option<ParkReaso
     states
 }
 
-const ALL_PARK_REASONS: [ParkReason; 9] = [
+const ALL_PARK_REASONS: [ParkReason; 10] = [
     ParkReason::Drained,
     ParkReason::Recovered,
     ParkReason::WorkerCrashed,
@@ -470,6 +483,7 @@ const ALL_PARK_REASONS: [ParkReason; 9] = [
     ParkReason::WorkflowSourceChanged,
     ParkReason::EffectAmbiguous,
     ParkReason::WorkerTimedOut,
+    ParkReason::ProtocolRejected,
 ];
 
 const RUNNERS: [RunnerActivity; 3] = [
@@ -631,14 +645,23 @@ fn exhaustive_table_follows_the_precedence() {
                     let shown = display(&facts);
                     assert_eq!(shown.status, expected_status(&facts), "{facts:?}");
                     assert_eq!(shown.activity, expected_activity(&facts), "{facts:?}");
-                    check_controls(&facts, &shown.controls);
+                    let rule = rule_controls(&facts);
+                    check_controls(&facts, &rule);
+                    assert!(
+                        shown.controls.iter().all(|control| control.is_served())
+                            && rule
+                                .iter()
+                                .filter(|control| control.is_served())
+                                .eq(shown.controls.iter()),
+                        "the view advertises exactly the served controls of the rule: {facts:?}"
+                    );
                     check_nodes(&facts, &shown);
                     checked += 1;
                 }
             }
         }
     }
-    assert_eq!(checked, 17 * 3 * 5 * 32);
+    assert_eq!(checked, 18 * 3 * 5 * 32);
 }
 
 // ---- facts read from real aggregates -----------------------------------------
@@ -715,6 +738,11 @@ fn waiting_on_checkpoint() -> RunAggregate {
     tx.commit().facts
 }
 
+/// The whole control rule for a real aggregate (served or not).
+fn rule_of(agg: &RunAggregate) -> alloc::vec::Vec<Control> {
+    rule_controls(&DisplayFacts::from_run(agg, OutsideFacts::default()))
+}
+
 fn shown(agg: &RunAggregate) -> RunDisplay {
     display(&DisplayFacts::from_run(agg, OutsideFacts::default()))
 }
@@ -746,10 +774,8 @@ fn from_run_reads_interactive_requests_and_exact_turns() {
     let display = shown(&agent);
     assert_eq!(display.status, S::Waiting);
     assert_eq!(display.waiting_on, node("work"));
-    assert_eq!(
-        display.controls,
-        [C::Submit, C::Update, C::Pause, C::Cancel]
-    );
+    assert_eq!(display.controls, [C::Pause, C::Cancel]);
+    assert_eq!(rule_of(&agent), [C::Submit, C::Update, C::Pause, C::Cancel]);
 
     let mut turning = agent.clone();
     turning.turns.push(open_turn());
@@ -809,10 +835,8 @@ fn from_run_reads_checkpoints_and_protected_decisions() {
         default_answer_digest: None,
         continuation_run_id: None,
     });
-    assert_eq!(
-        shown(&decision).controls,
-        [C::HumanAnswer, C::Pause, C::Cancel]
-    );
+    assert_eq!(shown(&decision).controls, [C::Pause, C::Cancel]);
+    assert_eq!(rule_of(&decision), [C::HumanAnswer, C::Pause, C::Cancel]);
     decision.decision.as_mut().unwrap().status = DecisionStatus::Cancelled;
     assert_eq!(shown(&decision).controls, [C::Answer, C::Pause, C::Cancel]);
 }
@@ -865,7 +889,7 @@ fn from_run_shows_ambiguity_and_terminal_results() {
         .facts;
     let display = shown(&parked);
     assert_eq!(display.status, S::Ambiguous);
-    assert_eq!(display.controls, [C::Pause, C::Cancel, C::RecoverEffect]);
+    assert_eq!(display.controls, [C::Pause, C::Cancel]);
 
     let cancelled = run::cancel(
         &live,
@@ -878,7 +902,7 @@ fn from_run_shows_ambiguity_and_terminal_results() {
     .facts;
     let display = shown(&cancelled);
     assert_eq!(display.status, S::Cancelled);
-    assert_eq!(display.controls, [C::RecoverEffect]);
+    assert_eq!(display.controls, []);
 
     let error = RunError {
         class: FailureClass::NodeFailed,
@@ -1018,6 +1042,7 @@ fn accepted_by_lifecycle(agg: &RunAggregate, now_ms: u64) -> [(Control, bool); 4
         run::RestartSource {
             run: &agg.run,
             terminal_fingerprint: Digest::repeat(0x55),
+            chain: &[],
         },
         run::NewRun {
             run_id: RunId::from("run-r"),

@@ -334,7 +334,7 @@ fn a_restart_also_starts_at_start_at() {
         root_run_id: RunId::from("run-1"),
         parent_run_id: RunId::from("run-1"),
         number: 1,
-        chain_fingerprints: vec![Digest::repeat(1)],
+        parent_fingerprint: Digest::repeat(1),
     });
     let (_, dispatch) = start(&queued, &topology, None);
     assert!(matches!(dispatch, Dispatch::RunNode { node_id, .. } if node_id == id("a")));

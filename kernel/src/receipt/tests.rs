@@ -188,6 +188,32 @@ fn idempotency_keys_belong_to_one_client() {
 }
 
 #[test]
+fn request_ids_belong_to_one_client() {
+    // The shell looks request ids up per client, so another client's `r-1`
+    // finds nothing and executes.
+    let other_client = CommandIdentity {
+        client_id: ClientId::from("c-2"),
+        idempotency_key: IdempotencyKey::from("k-2"),
+        ..identity()
+    };
+    assert_eq!(
+        decide(None, None, &incoming("r-1", other_client)),
+        ReceiptDecision::Execute
+    );
+}
+
+#[test]
+#[should_panic(expected = "loaded by client and request id")]
+fn a_row_loaded_under_another_clients_request_id_is_a_broken_invariant() {
+    let receipt = stored("r-1", CommandOutcome::Accepted);
+    let other_client = CommandIdentity {
+        client_id: ClientId::from("c-2"),
+        ..identity()
+    };
+    let _ = decide(Some(&receipt), None, &incoming("r-1", other_client));
+}
+
+#[test]
 #[should_panic(expected = "loaded by client and idempotency key")]
 fn a_row_loaded_under_another_key_is_a_broken_invariant() {
     let receipt = stored("r-1", CommandOutcome::Accepted);
@@ -349,10 +375,11 @@ prop_compose! {
     }
 }
 
-/// The `host_commands` table: primary key request id, unique (client, key).
+/// The `host_commands` table: primary key (client, request id), unique
+/// (client, key).
 #[derive(Default)]
 struct Table {
-    by_request: BTreeMap<RequestId, StoredCommand>,
+    by_request: BTreeMap<(ClientId, RequestId), StoredCommand>,
     by_key: BTreeMap<(ClientId, IdempotencyKey), StoredCommand>,
 }
 
@@ -361,9 +388,16 @@ impl Table {
         (identity.client_id.clone(), identity.idempotency_key.clone())
     }
 
+    fn request_of(client_id: &ClientId, request_id: &RequestId) -> (ClientId, RequestId) {
+        (client_id.clone(), request_id.clone())
+    }
+
     fn decide(&self, incoming: &Incoming) -> ReceiptDecision {
         decide(
-            self.by_request.get(&incoming.request_id),
+            self.by_request.get(&Self::request_of(
+                &incoming.identity.client_id,
+                &incoming.request_id,
+            )),
             self.by_key.get(&Self::key_of(&incoming.identity)),
             incoming,
         )
@@ -372,7 +406,10 @@ impl Table {
     fn insert(&mut self, row: StoredCommand) {
         assert!(
             self.by_request
-                .insert(row.request_id.clone(), row.clone())
+                .insert(
+                    Self::request_of(&row.identity.client_id, &row.request_id),
+                    row.clone()
+                )
                 .is_none()
         );
         assert!(
@@ -420,7 +457,7 @@ proptest! {
             match decision {
                 ReceiptDecision::Execute => {
                     prop_assert!(under_key.is_none());
-                    prop_assert!(!table.by_request.contains_key(&incoming.request_id));
+                    prop_assert!(!table.by_request.contains_key(&Table::request_of(&incoming.identity.client_id, &incoming.request_id)));
                     if let Some(row) = record(&incoming, outcome, None, Digest::repeat(now_ms as u8), now_ms) {
                         table.insert(row);
                     }

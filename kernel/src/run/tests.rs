@@ -307,6 +307,7 @@ fn parked_runs_are_admissible_only_for_automatic_reasons() {
         ParkReason::RunnerNoProgress,
         ParkReason::WorkflowSourceChanged,
         ParkReason::WorkerTimedOut,
+        ParkReason::ProtocolRejected,
     ] {
         let parked = park(&live(), &host_authority(1), reason, 30).unwrap().facts;
         let parked = stopped_runner_exited(&parked, StopReason::Parked, 35);
@@ -1027,12 +1028,22 @@ fn failed_run(n: u32, lineage: Option<RestartLineage>) -> RunAggregate {
     .facts
 }
 
+fn restart_lineage(parent: &str, number: u32, fingerprint: u8) -> RestartLineage {
+    RestartLineage {
+        root_run_id: RunId::from("run-0"),
+        parent_run_id: RunId::from(parent),
+        number,
+        parent_fingerprint: Digest::repeat(fingerprint),
+    }
+}
+
 #[test]
 fn restart_reserves_a_new_run_with_lineage_and_leaves_the_old_one_unchanged() {
     let old = failed_run(1, None);
     let source = RestartSource {
         run: &old.run,
         terminal_fingerprint: Digest::repeat(1),
+        chain: &[],
     };
     let new_run = NewRun {
         run_id: RunId::from("run-2"),
@@ -1041,12 +1052,13 @@ fn restart_reserves_a_new_run_with_lineage_and_leaves_the_old_one_unchanged() {
     let transition = restart(source, new_run, &[], 40).unwrap();
     let lineage = transition.facts.run.lineage.restart.clone().unwrap();
     assert_eq!(
-        (
-            lineage.number,
-            lineage.root_run_id,
-            lineage.parent_run_id.clone()
-        ),
-        (1, RunId::from("run-1"), RunId::from("run-1"))
+        lineage,
+        RestartLineage {
+            root_run_id: RunId::from("run-1"),
+            parent_run_id: RunId::from("run-1"),
+            number: 1,
+            parent_fingerprint: Digest::repeat(1),
+        }
     );
     assert_eq!(
         transition.facts.launch_command(),
@@ -1065,7 +1077,7 @@ fn restart_reserves_a_new_run_with_lineage_and_leaves_the_old_one_unchanged() {
 }
 
 #[test]
-fn restart_refuses_cancelled_completed_live_repeated_and_fourth_restarts() {
+fn restart_refuses_cancelled_completed_and_live_runs() {
     let new_run = || NewRun {
         run_id: RunId::from("run-9"),
         mode: ExecutionMode::Headless,
@@ -1082,61 +1094,174 @@ fn restart_refuses_cancelled_completed_live_repeated_and_fourth_restarts() {
         (&completed, RestartRefusal::Completed),
         (&running, RestartRefusal::NotTerminal),
     ] {
+        assert_eq!(
+            restart_allowed(&agg.run, &Digest::repeat(1), &[]),
+            Err(reason)
+        );
         let source = RestartSource {
             run: &agg.run,
             terminal_fingerprint: Digest::repeat(1),
+            chain: &[],
         };
         assert_eq!(
             restart(source, new_run(), &[], 40),
             Err(Rejection::RestartRefused { reason })
         );
     }
-    let chain = |number, fingerprints: Vec<Digest>| RestartLineage {
-        root_run_id: RunId::from("run-0"),
-        parent_run_id: RunId::from("run-0"),
-        number,
-        chain_fingerprints: fingerprints,
+}
+
+/// The chain counts from its root, siblings included: restarting the same
+/// failed run twice is a repeated failure (its fingerprint was restarted
+/// already), and a fourth restart anywhere in the chain is over the limit,
+/// whichever run it starts from.
+#[test]
+fn restart_counts_the_whole_chain_from_its_root_siblings_included() {
+    let new_run = || NewRun {
+        run_id: RunId::from("run-9"),
+        mode: ExecutionMode::Headless,
     };
-    let third = failed_run(
-        3,
-        Some(chain(
-            3,
-            vec![Digest::repeat(1), Digest::repeat(2), Digest::repeat(3)],
-        )),
-    );
+    let refused = |reason| Err(Rejection::RestartRefused { reason });
+    let root = failed_run(0, None);
+    // The root was restarted once (fingerprint 0): restarting it again is
+    // refused however it is reached.
+    let once = [restart_lineage("run-0", 1, 0)];
     let source = RestartSource {
-        run: &third.run,
-        terminal_fingerprint: Digest::repeat(4),
+        run: &root.run,
+        terminal_fingerprint: Digest::repeat(0),
+        chain: &once,
     };
     assert_eq!(
         restart(source, new_run(), &[], 40),
-        Err(Rejection::RestartRefused {
-            reason: RestartRefusal::LimitReached
-        })
+        refused(RestartRefusal::RepeatedFailure)
     );
-    let second = failed_run(2, Some(chain(1, vec![Digest::repeat(1)])));
+    // Its restart failed the same way: refused too.
+    let first = failed_run(1, Some(restart_lineage("run-0", 1, 0)));
     let source = RestartSource {
-        run: &second.run,
+        run: &first.run,
+        terminal_fingerprint: Digest::repeat(0),
+        chain: &once,
+    };
+    assert_eq!(
+        restart(source, new_run(), &[], 40),
+        refused(RestartRefusal::RepeatedFailure)
+    );
+    // A new failure restarts, as the chain's second restart.
+    let source = RestartSource {
+        run: &first.run,
         terminal_fingerprint: Digest::repeat(1),
+        chain: &once,
     };
+    let second = restart(source, new_run(), &[], 40).unwrap().facts;
     assert_eq!(
-        restart(source, new_run(), &[], 40),
-        Err(Rejection::RestartRefused {
-            reason: RestartRefusal::RepeatedFailure
+        second.run.lineage.restart,
+        Some(RestartLineage {
+            root_run_id: RunId::from("run-0"),
+            parent_run_id: RunId::from("run-1"),
+            number: 2,
+            parent_fingerprint: Digest::repeat(1),
         })
     );
-    let source = RestartSource {
-        run: &second.run,
-        terminal_fingerprint: Digest::repeat(2),
-    };
-    let next = restart(source, new_run(), &[], 40).unwrap().facts;
-    let lineage = next.run.lineage.restart.unwrap();
-    assert_eq!(lineage.number, 2);
-    assert_eq!(lineage.root_run_id, RunId::from("run-0"));
+    // Three restarts in the chain (two of them siblings of each other): no
+    // fourth, from any run of the chain, even with a new fingerprint.
+    let three = [
+        restart_lineage("run-0", 1, 0),
+        restart_lineage("run-1", 2, 1),
+        restart_lineage("run-1", 3, 2),
+    ];
+    for source_run in [
+        &root,
+        &first,
+        &failed_run(3, Some(restart_lineage("run-1", 3, 2))),
+    ] {
+        assert_eq!(
+            restart_allowed(&source_run.run, &Digest::repeat(9), &three),
+            Err(RestartRefusal::LimitReached)
+        );
+    }
+    // Restarts of another chain do not count.
+    let other = [RestartLineage {
+        root_run_id: RunId::from("run-x"),
+        ..restart_lineage("run-x", 1, 9)
+    }];
     assert_eq!(
-        lineage.chain_fingerprints,
-        vec![Digest::repeat(1), Digest::repeat(2)]
+        restart_allowed(&root.run, &Digest::repeat(9), &other),
+        Ok(())
     );
+}
+
+/// The fingerprint covers the workflow identity and revision, the exact
+/// input, the terminal state, the result or error and the reason, and
+/// nothing else: equal outcomes share it, and changing any one part changes
+/// it.
+#[test]
+fn the_terminal_fingerprint_changes_with_every_part_of_the_outcome_and_only_with_it() {
+    let error = RunError {
+        class: FailureClass::NodeFailed,
+        reason: ReasonKind::MaxSteps,
+        node_id: None,
+    };
+    let base = TerminalOutcome {
+        workflow_ref: "loop",
+        definition_digest: "sha256:aa",
+        input_digest: Digest::repeat(1),
+        status: RunStatus::Failed,
+        error: Some(&error),
+        output_digest: None,
+    };
+    assert_eq!(base.fingerprint(), base.clone().fingerprint());
+    let other_class = RunError {
+        class: FailureClass::WorkerCrashed,
+        ..error.clone()
+    };
+    let other_reason = RunError {
+        reason: ReasonKind::NodeFailed,
+        ..error.clone()
+    };
+    let other_node = RunError {
+        node_id: Some(NodeId::from("a")),
+        ..error.clone()
+    };
+    let variants = [
+        TerminalOutcome {
+            workflow_ref: "loop2",
+            ..base
+        },
+        TerminalOutcome {
+            definition_digest: "sha256:ab",
+            ..base
+        },
+        TerminalOutcome {
+            input_digest: Digest::repeat(2),
+            ..base
+        },
+        TerminalOutcome {
+            status: RunStatus::TimedOut,
+            ..base
+        },
+        TerminalOutcome {
+            error: Some(&other_class),
+            ..base
+        },
+        TerminalOutcome {
+            error: Some(&other_reason),
+            ..base
+        },
+        TerminalOutcome {
+            error: Some(&other_node),
+            ..base
+        },
+        TerminalOutcome {
+            error: None,
+            ..base
+        },
+        TerminalOutcome {
+            output_digest: Some(Digest::repeat(3)),
+            ..base
+        },
+    ];
+    for (index, variant) in variants.iter().enumerate() {
+        assert_ne!(variant.fingerprint(), base.fingerprint(), "variant {index}");
+    }
 }
 
 // ---- continuation ----------------------------------------------------------

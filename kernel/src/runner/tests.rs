@@ -454,6 +454,107 @@ fn an_exit_after_the_claim_expired_decides_under_a_control_claim() {
     );
 }
 
+/// A message that fails a protocol check parks the run `protocolRejected`
+/// with the check recorded, releases the claim, abandons the attempt and
+/// stops the runner; the runner's later exit only records its outcome, and
+/// the run waits for an explicit resume.
+#[test]
+fn a_protocol_rejection_parks_for_review_and_records_the_check() {
+    for check in [
+        ProtocolCheck::Schema,
+        ProtocolCheck::Revision,
+        ProtocolCheck::Attempt,
+        ProtocolCheck::Idempotency,
+    ] {
+        let agg = live();
+        let transition = protocol_rejected(
+            &agg,
+            &host_authority(1),
+            &runner_epoch(1),
+            check,
+            20,
+            TTL_MS,
+        )
+        .unwrap();
+        let parked = &transition.facts;
+        assert_eq!(pair(parked), (RunStatus::Running, QueueStatus::Parked));
+        assert_eq!(parked.run.park_reason, Some(ParkReason::ProtocolRejected));
+        assert!(parked.run.lease.claim.is_none(), "{check:?}");
+        assert_eq!(
+            parked.attempt.as_ref().map(|attempt| attempt.status),
+            Some(AttemptStatus::Abandoned)
+        );
+        assert_eq!(parked.steps, agg.steps, "the message changed no step");
+        assert!(parked.run.error.is_none(), "not a failure of another class");
+        assert!(transition.outputs.iter().any(|o| matches!(
+            o,
+            Output::Event { event: RunEvent::ProtocolRejected { check: recorded }, .. } if *recorded == check
+        )));
+        assert!(
+            transition
+                .outputs
+                .iter()
+                .any(|o| matches!(o, Output::StopRunner { .. }))
+        );
+        assert_eq!(parked.run.revision, agg.run.revision.next());
+        let exited = decide(
+            parked,
+            exit(
+                1,
+                ExitKind::Stopped {
+                    reason: StopReason::Parked,
+                },
+            ),
+            30,
+        )
+        .unwrap()
+        .facts;
+        assert_eq!(exited.run.park_reason, Some(ParkReason::ProtocolRejected));
+        assert_eq!(runner_outcome(&exited), Some(RunnerOutcome::Exited));
+        assert!(!exited.run.is_admissible(), "waits for an explicit resume");
+    }
+}
+
+/// Only the runner that holds the live claim of the current epoch can be
+/// rejected for its protocol: another one has lost its claim (its own class).
+#[test]
+fn a_protocol_rejection_needs_the_live_claim_of_the_current_runner() {
+    let agg = live();
+    assert!(matches!(
+        protocol_rejected(
+            &agg,
+            &host_authority(2),
+            &runner_epoch(1),
+            ProtocolCheck::Schema,
+            20,
+            TTL_MS
+        ),
+        Err(Rejection::ClaimLost { .. })
+    ));
+    assert_eq!(
+        protocol_rejected(
+            &agg,
+            &host_authority(1),
+            &runner_epoch(2),
+            ProtocolCheck::Schema,
+            20,
+            TTL_MS
+        ),
+        Err(Rejection::StaleRunner)
+    );
+    assert!(matches!(
+        protocol_rejected(
+            &agg,
+            &host_authority(1),
+            &runner_epoch(1),
+            ProtocolCheck::Schema,
+            10 + TTL_MS + 1,
+            TTL_MS
+        ),
+        Err(Rejection::ClaimLost { .. })
+    ));
+}
+
 #[test]
 fn a_second_exit_of_one_epoch_is_refused() {
     let parked = decide(&live(), exit(1, ExitKind::Abnormal), 30)

@@ -139,6 +139,13 @@ export interface ExecutorHost {
 
 export class Executor {
   private readonly mountEntries: ReadonlySet<string>;
+  /**
+   * The attempt whose node code is running. A message for any other attempt
+   * fails the server's attempt check and parks the run `protocolRejected`,
+   * so an update published after its node settled (an un-awaited
+   * `publishUpdate`) is refused here instead.
+   */
+  private running: string | undefined;
 
   constructor(private readonly host: ExecutorHost) {
     this.mountEntries = new Set(host.compiled.mounts.map((mount) => mount.entry));
@@ -172,8 +179,9 @@ export class Executor {
     if (this.host.stopSignal.aborted) onStop();
     else this.host.stopSignal.addEventListener("abort", onStop, { once: true });
     const startedAt = Date.now();
+    this.running = target.attemptId;
     let deadlineTimer: NodeJS.Timeout | undefined;
-    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply };
+    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply } | { settled: Reply };
     try {
       if (!node) throw new NodeFailure("failed", "nodeFailed", `node ${target.nodeId} is not in the compiled workflow`);
       const ctx = this.context(node, target, controller.signal, node.transition === "entry" ? node.mountPath.slice(0, -1) : node.mountPath);
@@ -190,10 +198,11 @@ export class Executor {
         deadlineTimer = setTimeout(() => controller.abort(timeoutReason(timeoutMs)), timeoutMs);
       }
       const done = await this.dispatch(node, target, ctx);
-      outcome = "exit" in done ? done : { ok: true, output: done.output, ...(done.action ? { action: done.action } : {}) };
+      outcome = "exit" in done || "settled" in done ? done : { ok: true, output: done.output, ...(done.action ? { action: done.action } : {}) };
     } catch (error) {
       outcome = { ok: false, failure: this.failureOf(error, controller.signal) };
     } finally {
+      this.running = undefined;
       if (deadlineTimer) clearTimeout(deadlineTimer);
       this.host.stopSignal.removeEventListener("abort", onStop);
     }
@@ -213,7 +222,11 @@ export class Executor {
     };
     let reply: Reply;
     let result: NodeResult;
-    if (outcome.ok) {
+    if ("settled" in outcome) {
+      // The server already recorded this attempt's result: its receipt.
+      reply = outcome.settled;
+      result = { ...base, outcome: "ok", output: reply.result };
+    } else if (outcome.ok) {
       reply = await channel.request("node.finished", {
         attemptId: target.attemptId,
         output: outcome.output as never,
@@ -273,7 +286,7 @@ export class Executor {
     node: CompiledNode,
     target: AttemptTarget,
     ctx: NodeContext,
-  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: Reply }> {
+  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: Reply } | { settled: Reply }> {
     const signal = ctx.signal;
     if (node.transition === "entry") return { output: await raceAbort(this.entry(node, target, ctx), signal) };
     if (node.transition === "exit") return { output: await raceAbort(this.exit(node, target), signal) };
@@ -301,7 +314,7 @@ export class Executor {
       case "shell":
         return raceAbort(this.shellAction(node, target, real.options as ShellOptions, ctx), signal, SHELL_CLEANUP_MS);
       case "notify":
-        return { output: await raceAbort(this.notify(node, target, real.options as NotifyOptions, ctx), signal) };
+        return { settled: await raceAbort(this.notify(node, target, real.options as NotifyOptions, ctx), signal) };
       case "agent":
         return raceAbort(this.agent(node, target, real.options as AgentOptions, ctx), signal);
     }
@@ -343,6 +356,9 @@ export class Executor {
         throw new Error("publishUpdate(): data must be a JSON object");
       }
       normalizeOutput(update.data, "update data");
+      if (this.running !== target.attemptId) {
+        throw new Error(`publishUpdate(): node ${target.nodeId} already finished; publish (and await) updates while the node runs`);
+      }
       counter += 1;
       const reply = await this.host.channel.request("node.update", {
         attemptId: target.attemptId,
@@ -480,7 +496,13 @@ export class Executor {
     return { output: stored.output === undefined ? null : stored.output, action };
   }
 
-  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<unknown> {
+  /**
+   * Sends `notification.requested`. The server records the node's result (its
+   * receipt is the reply's `result`) in the same transaction as the
+   * notification message, so the accepted reply ends the attempt and carries
+   * the next instruction; no `node.finished` follows.
+   */
+  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<Reply> {
     const raw = typeof options.message === "function" ? await options.message(ctx) : options.message;
     if (typeof raw !== "string" || raw.trim() === "") throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message must be a non-empty string`);
     const text = raw.trim();
@@ -493,7 +515,7 @@ export class Executor {
     if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
       throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `the server refused the notification: ${reply.error?.message ?? reply.outcome}`);
     }
-    return reply.result;
+    return reply;
   }
 
   private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: Reply }> {

@@ -112,6 +112,10 @@ enum Command {
         /// Print JSON (schema in docs/CLI.md).
         #[arg(long)]
         json: bool,
+        /// Makes a retry safe: the same command with the same key adopts
+        /// the run the first attempt started (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// List runs, newest first.
     Runs {
@@ -154,6 +158,10 @@ enum Command {
         /// Print JSON (schema in docs/CLI.md).
         #[arg(long)]
         json: bool,
+        /// Makes a retry safe: the same answer with the same key adopts the
+        /// first attempt's receipt (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Manage the user-level server.
     #[command(subcommand)]
@@ -166,6 +174,10 @@ struct ControlArgs {
     /// Print JSON (schema in docs/CLI.md).
     #[arg(long)]
     json: bool,
+    /// Makes a retry safe: the same command with the same key adopts the
+    /// first attempt's receipt (docs/CLI.md).
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
 }
 
 /// Runs the CLI and returns the process exit code.
@@ -189,6 +201,7 @@ pub fn main() -> ExitCode {
             input_json,
             watch,
             json,
+            idempotency_key,
         } => runtime.block_on(runs::start(
             &config,
             runs::StartArgs {
@@ -197,6 +210,7 @@ pub fn main() -> ExitCode {
                 input_json,
                 watch,
                 json,
+                idempotency_key,
             },
         )),
         Command::Runs {
@@ -218,7 +232,14 @@ pub fn main() -> ExitCode {
             run_id,
             answer,
             json,
-        } => runtime.block_on(runs::answer(&config, &run_id, &answer, json)),
+            idempotency_key,
+        } => runtime.block_on(runs::answer(
+            &config,
+            &run_id,
+            &answer,
+            json,
+            idempotency_key,
+        )),
     };
     match outcome {
         Ok(exit) => exit.into(),
@@ -244,7 +265,13 @@ async fn connect_bounded(config: &Config, client_id: &str) -> Result<Client, Cli
 
 /// Connects to the server, starting it in the background when none runs.
 async fn connect(config: &Config) -> Result<Client, Failure> {
-    let client_id = crate::client::cli_client_id();
+    connect_as(config, &crate::client::cli_client_id()).await
+}
+
+/// [`connect`] as `client_id` (a stable one when the command carries an
+/// idempotency key, see `runs::Retry`).
+async fn connect_as(config: &Config, client_id: &str) -> Result<Client, Failure> {
+    let client_id = client_id.to_owned();
     match connect_bounded(config, &client_id).await {
         Err(ClientError::Unavailable) => {}
         other => return other.map_err(Failure::from),

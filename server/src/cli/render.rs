@@ -76,10 +76,16 @@ pub(super) fn run_table(rows: &[Value], now_ms: u64) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
+            let mut status = status_word(&row["display"]);
+            // The reason says what the run needs (a `queued` run parked for
+            // review will not start on its own).
+            if let Some(reason) = row["display"]["reason"].as_str() {
+                let _ = write!(status, " · {}", cut(reason, 48));
+            }
             vec![
                 text(&row["runId"]).to_owned(),
                 cut(text(&row["workflowName"]), 32),
-                status_word(&row["display"]),
+                status,
                 age(row["updatedAtMs"].as_u64().unwrap_or(now_ms), now_ms),
                 cut(text(&row["title"]), 48),
             ]

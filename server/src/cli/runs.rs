@@ -1,6 +1,6 @@
 //! `list`, `start`, `runs`, `pause | resume | cancel | restart`, `answer`.
 
-use super::{Exit, Failure, Outcome, connect, refused, render};
+use super::{Exit, Failure, Outcome, connect, connect_as, refused, render};
 use crate::client::RequestSpec;
 use crate::config::Config;
 use serde_json::{Value, json};
@@ -36,6 +36,74 @@ pub(super) async fn list(config: &Config, json_output: bool) -> Outcome {
     Ok(Exit::Ok)
 }
 
+/// How a state-changing command names itself to the server.
+///
+/// Without `--idempotency-key`, a CLI process is a client of its own (a
+/// fresh client id and key), so no other process ever adopts what it sent.
+/// With a key, the client id is derived from the key (`cli-key-` and 16 hex
+/// digits of its SHA-256), so the same command run again — from any process,
+/// after a kill or a timeout — is the same durable command (client id +
+/// idempotency key) and adopts the receipt the first attempt stored, while
+/// two different keys are two different clients and never collide.
+struct Retry {
+    key: Option<String>,
+}
+
+impl Retry {
+    fn new(key: Option<String>) -> Result<Self, Failure> {
+        let valid = |key: &str| {
+            let mut chars = key.chars();
+            key.len() <= 128
+                && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+                && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+        };
+        match key {
+            Some(key) if !valid(&key) => Err(Failure::new(
+                Exit::Usage,
+                "--idempotency-key takes 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit; pick another key",
+            )),
+            key => Ok(Self { key }),
+        }
+    }
+
+    async fn connect(&self, config: &Config) -> Result<crate::client::Client, Failure> {
+        match &self.key {
+            Some(key) => {
+                let digest = crate::ids::sha256(key.as_bytes());
+                let hex: String = digest.0[..8].iter().map(|b| format!("{b:02x}")).collect();
+                connect_as(config, &format!("cli-key-{hex}")).await
+            }
+            None => connect(config).await,
+        }
+    }
+
+    fn spec(&self, operation: &str, run_id: Option<&str>, payload: Value) -> RequestSpec {
+        let mut spec = RequestSpec::command(operation, run_id, payload);
+        if let Some(key) = &self.key {
+            spec.idempotency_key = Some(key.clone());
+        }
+        spec
+    }
+
+    /// The receipt of an accepted (or, for a retry, adopted) response, or the
+    /// failure to report; a key used for another command says so.
+    fn accepted(
+        &self,
+        response: &crate::client::Response,
+        run_id: Option<&str>,
+    ) -> Result<Value, Failure> {
+        match (&self.key, response.outcome.as_str()) {
+            (Some(key), "conflict") => Err(Failure::new(
+                Exit::Refused,
+                format!(
+                    "--idempotency-key {key} was already used for another command; use a new key for a new command"
+                ),
+            )),
+            _ => accepted(response, run_id),
+        }
+    }
+}
+
 /// The arguments of `start`.
 pub(super) struct StartArgs {
     pub workflow: String,
@@ -43,6 +111,7 @@ pub(super) struct StartArgs {
     pub input_json: Option<String>,
     pub watch: bool,
     pub json: bool,
+    pub idempotency_key: Option<String>,
 }
 
 /// `pi-workflows start`: a headless run of a named or path workflow.
@@ -58,7 +127,8 @@ pub(super) async fn start(config: &Config, args: StartArgs) -> Outcome {
         None => json!({ "task": args.task.join(" ") }),
     };
     let workflow = workflow_reference(&args.workflow)?;
-    let mut client = connect(config).await?;
+    let retry = Retry::new(args.idempotency_key)?;
+    let mut client = retry.connect(config).await?;
     let payload = json!({
         "workflow": workflow,
         "input": input,
@@ -69,9 +139,9 @@ pub(super) async fn start(config: &Config, args: StartArgs) -> Outcome {
         eprintln!("pi-workflows: resolving {}…", args.workflow);
     }
     let response = client
-        .request(&RequestSpec::command("run.start", None, payload))
+        .request(&retry.spec("run.start", None, payload))
         .await?;
-    let receipt = accepted(&response, None)?;
+    let receipt = retry.accepted(&response, None)?;
     let run_id = receipt["runId"].as_str().unwrap_or_default().to_owned();
     if args.json {
         println!(
@@ -147,15 +217,12 @@ pub(super) async fn runs(
 
 /// `pause | resume | cancel | restart <runId>`.
 pub(super) async fn control(config: &Config, operation: &str, args: super::ControlArgs) -> Outcome {
-    let mut client = connect(config).await?;
+    let retry = Retry::new(args.idempotency_key)?;
+    let mut client = retry.connect(config).await?;
     let response = client
-        .request(&RequestSpec::command(
-            operation,
-            Some(&args.run_id),
-            json!({}),
-        ))
+        .request(&retry.spec(operation, Some(&args.run_id), json!({})))
         .await?;
-    let receipt = accepted(&response, Some(&args.run_id))?;
+    let receipt = retry.accepted(&response, Some(&args.run_id))?;
     if args.json {
         println!("{receipt}");
         return Ok(Exit::Ok);
@@ -187,22 +254,24 @@ pub(super) async fn answer(
     run_id: &str,
     answer: &str,
     json_output: bool,
+    idempotency_key: Option<String>,
 ) -> Outcome {
+    let retry = Retry::new(idempotency_key)?;
     let answer: Value = serde_json::from_str(answer).map_err(|_| {
         Failure::new(
             Exit::Usage,
             "the answer is not valid JSON; quote it, e.g. pi-workflows answer RUN '{\"approved\": true}'",
         )
     })?;
-    let mut client = connect(config).await?;
+    let mut client = retry.connect(config).await?;
     let response = client
-        .request(&RequestSpec::command(
+        .request(&retry.spec(
             "checkpoint.answer",
             Some(run_id),
             json!({ "answer": answer }),
         ))
         .await?;
-    let receipt = accepted(&response, Some(run_id))?;
+    let receipt = retry.accepted(&response, Some(run_id))?;
     if json_output {
         println!("{receipt}");
     } else {
@@ -214,9 +283,10 @@ pub(super) async fn answer(
     Ok(Exit::Ok)
 }
 
-/// The receipt of an accepted response, or the failure to report.
+/// The receipt of an accepted response (or of an `adopted` one: a retry of a
+/// command that was already executed), or the failure to report.
 fn accepted(response: &crate::client::Response, run_id: Option<&str>) -> Result<Value, Failure> {
-    if response.outcome != "accepted" {
+    if !matches!(response.outcome.as_str(), "accepted" | "adopted") {
         return Err(refused(response, run_id));
     }
     Ok(response.receipt.clone().unwrap_or(json!({})))

@@ -7,7 +7,7 @@
 
 use super::Cached as _;
 use super::blobs::{self, Blob};
-use super::codec::{DigestColumn, i64_of, u64_of};
+use super::codec::{DigestColumn, u64_of};
 use kernel::ids::{AttemptId, Digest, NodeId, RunId};
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -240,9 +240,4 @@ pub(crate) fn final_output(
         Some(digest) => Ok(Some(blobs::get_json(connection, &digest)?)),
         None => Ok(None),
     }
-}
-
-/// Milliseconds since the Unix epoch as a stored integer (re-export for callers).
-pub(crate) fn stored_ms(ms: u64) -> i64 {
-    i64_of(ms)
 }

@@ -30,6 +30,19 @@ impl Blob {
     }
 }
 
+impl Blob {
+    /// UTF-8 `text` with its digest.
+    pub fn text(text: &str) -> Self {
+        Self {
+            digest: crate::ids::sha256(text.as_bytes()),
+            bytes: text.as_bytes().to_vec(),
+        }
+    }
+}
+
+/// The media type of message texts.
+pub const TEXT: &str = "text/plain";
+
 /// Stores `blob` (no-op when it exists).
 pub(crate) fn put(
     connection: &Connection,

@@ -46,15 +46,17 @@ fn command_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredCommand,
     ))
 }
 
-/// The receipt stored under a request id, with its receipt JSON.
+/// The receipt stored under a client's request id, with its receipt JSON
+/// (request ids are scoped by client).
 pub(crate) fn by_request_id(
     connection: &Connection,
+    client_id: &ClientId,
     request_id: &RequestId,
 ) -> rusqlite::Result<Option<(StoredCommand, String)>> {
     connection
         .query_row_cached(
-            select_command!("WHERE request_id = ?1"),
-            params![request_id.as_str()],
+            select_command!("WHERE client_id = ?1 AND request_id = ?2"),
+            params![client_id.as_str(), request_id.as_str()],
             command_from_row,
         )
         .optional()

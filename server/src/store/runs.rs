@@ -10,6 +10,7 @@
 //!   transaction.
 
 use super::Cached as _;
+use super::blobs::Blob;
 use super::codec::{DigestColumn, from_json, i64_of, json, name, parse, parse_opt, u64_of};
 use kernel::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
 use kernel::claim::{Claim, LeaseFacts};
@@ -17,9 +18,12 @@ use kernel::decision::{DecisionRecord, DecisionStatus, Provenance};
 use kernel::effect::{EffectKey, EffectRecord};
 use kernel::ids::*;
 use kernel::interaction::InteractionRecord;
-use kernel::message::{MessageKind, MessageRecord, TurnRecord};
+use kernel::message::{MessageKind, MessageRecord, StepReason, TurnRecord};
 use kernel::output::{Output, RunEvent};
-use kernel::run::{ContinuationOf, ExecutionMode, Lineage, RunAggregate, RunError, RunRecord};
+use kernel::run::{
+    ContinuationOf, ExecutionMode, Lineage, RestartLineage, RunAggregate, RunError, RunRecord,
+    TerminalOutcome,
+};
 use kernel::runner::{RunnerRecord, RunnerStatus};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -40,6 +44,76 @@ pub(crate) fn load(
     aggregate.messages = load_messages(connection, run_id)?;
     aggregate.turns = load_turns(connection, run_id)?;
     Ok(Some(aggregate))
+}
+
+/// What the restart rule reads about a terminal run: the fingerprint of its
+/// outcome ([`TerminalOutcome`], built from its stored reference, input,
+/// status, error and final output) and every restart recorded in its chain
+/// (siblings included). `None` when the run's metadata is missing.
+pub(crate) fn restart_facts(
+    connection: &Connection,
+    run: &RunRecord,
+) -> rusqlite::Result<Option<(Digest, Vec<RestartLineage>)>> {
+    let Some(meta) = super::meta::load(connection, &run.run_id)? else {
+        return Ok(None);
+    };
+    let output_digest = super::attempts::final_output(connection, &run.run_id)?
+        .map(|output| super::blobs::Blob::json(&output).digest);
+    let outcome = TerminalOutcome {
+        workflow_ref: &meta.workflow_ref,
+        definition_digest: &meta.definition_digest,
+        input_digest: meta.input_digest,
+        status: run.status,
+        error: run.error.as_ref(),
+        output_digest,
+    };
+    Ok(Some((
+        outcome.fingerprint(),
+        restart_chain(connection, run.restart_root())?,
+    )))
+}
+
+/// Every restart recorded in the chain rooted at `root`.
+fn restart_chain(connection: &Connection, root: &RunId) -> rusqlite::Result<Vec<RestartLineage>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT restart_json FROM runs WHERE restart_root_run_id = ?1 AND restart_json IS NOT NULL",
+    )?;
+    let rows = statement.query_map(params![root.as_str()], |row| row.get::<_, String>(0))?;
+    rows.map(|text| from_json(&text?)).collect()
+}
+
+/// The check of the run's latest `protocolRejected` event, if it has one.
+pub(crate) fn latest_protocol_check(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<kernel::runner::ProtocolCheck>> {
+    let payload: Option<String> = connection
+        .query_row_cached(
+            "SELECT payload FROM events WHERE run_id = ?1 AND kind = 'protocolRejected' ORDER BY seq DESC LIMIT 1",
+            params![run_id.as_str()],
+            |row| row.get(0),
+        )
+        .optional()?;
+    match payload {
+        Some(text) => match from_json::<RunEvent>(&text)? {
+            RunEvent::ProtocolRejected { check } => Ok(Some(check)),
+            _ => Ok(None),
+        },
+        None => Ok(None),
+    }
+}
+
+/// Marks every run of the chain rooted at `root` (the root included) for a
+/// new presentation revision: a restart changes whether the chain's other
+/// runs may restart.
+pub(crate) fn mark_restart_chain(connection: &Connection, root: &RunId) -> rusqlite::Result<()> {
+    let mut statement = connection
+        .prepare_cached("SELECT run_id FROM runs WHERE run_id = ?1 OR restart_root_run_id = ?1")?;
+    let rows = statement.query_map(params![root.as_str()], |row| row.get::<_, String>(0))?;
+    for run_id in rows {
+        super::viewer::mark(&RunId::new(run_id?));
+    }
+    Ok(())
 }
 
 fn load_run(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<RunRecord>> {
@@ -419,12 +493,27 @@ fn load_turns(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<T
 
 /// Writes every record that differs between `before` (as loaded; `None` for
 /// a new run whose `runs` row the caller inserted) and `after`, and one event
-/// row per event output.
+/// row per event output. A new workflow message needs no content from the
+/// caller when [`message_content`] derives it (resumed and reminder steps,
+/// decisions, terminal messages).
 pub(crate) fn write(
     connection: &Connection,
     before: Option<&RunAggregate>,
     after: &RunAggregate,
     outputs: &[Output],
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    write_with_contents(connection, before, after, outputs, &[], now_ms)
+}
+
+/// [`write`], with the content of new messages that only the caller knows
+/// (the prompt of an initial step, the text of a notification), by message id.
+pub(crate) fn write_with_contents(
+    connection: &Connection,
+    before: Option<&RunAggregate>,
+    after: &RunAggregate,
+    outputs: &[Output],
+    contents: &[(MessageId, Blob)],
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let run = &after.run;
@@ -450,7 +539,17 @@ pub(crate) fn write(
     }
     for message in &after.messages {
         if before.is_none_or(|b| !b.messages.contains(message)) {
-            write_message(connection, message, now_ms)?;
+            let known = before.is_some_and(|b| {
+                b.messages
+                    .iter()
+                    .any(|old| old.message_id == message.message_id)
+            });
+            if known {
+                update_message(connection, message, now_ms)?;
+            } else {
+                let content = message_content(connection, message, after, contents, now_ms)?;
+                insert_message(connection, message, &content, now_ms)?;
+            }
         }
     }
     for turn in &after.turns {
@@ -471,7 +570,7 @@ fn write_run(
     connection.execute_cached(
         "UPDATE runs SET status = ?2, paused = ?3, park_reason = ?4, revision = ?5, waiting_on = ?6,
                 error_class = ?7, error_reason = ?8, error_node = ?9, continued_by = ?10, restart_json = ?11,
-                updated_at_ms = ?12, finished_at_ms = ?13
+                restart_root_run_id = ?14, updated_at_ms = ?12, finished_at_ms = ?13
          WHERE run_id = ?1",
         params![
             run.run_id.as_str(),
@@ -487,6 +586,10 @@ fn write_run(
             run.lineage.restart.as_ref().map(json),
             i64_of(run.updated_at_ms),
             run.finished_at_ms.map(i64_of),
+            run.lineage
+                .restart
+                .as_ref()
+                .map(|restart| restart.root_run_id.as_str()),
         ],
     )?;
     connection.execute_cached(
@@ -746,10 +849,116 @@ pub(crate) fn write_decision(
     Ok(())
 }
 
-/// Writes one workflow message row.
-pub(crate) fn write_message(
+/// A message kind whose content only its creator knows, written without it.
+#[derive(Debug)]
+struct MissingContent(&'static str);
+
+impl std::fmt::Display for MissingContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a new {} message needs its content", self.0)
+    }
+}
+
+impl std::error::Error for MissingContent {}
+
+fn missing(kind: &'static str) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(MissingContent(kind)))
+}
+
+/// The content digest of a new message, stored (in `blobs`) before the row
+/// that names it. A step presents its interaction's prompt: an initial step
+/// brings it (and records it as the interaction's prompt), a resumed step
+/// presents the same prompt again, a reminder puts a reminder line before
+/// it. A notification and a follow-up bring their own text. A decision and
+/// a terminal message state, in one line, what they are about. A kind
+/// without its content is an error: no message is ever stored without one.
+fn message_content(
     connection: &Connection,
     message: &MessageRecord,
+    after: &RunAggregate,
+    contents: &[(MessageId, Blob)],
+    now_ms: u64,
+) -> rusqlite::Result<Digest> {
+    let given = contents
+        .iter()
+        .find(|(id, _)| *id == message.message_id)
+        .map(|(_, blob)| blob);
+    let put = |blob: &Blob| -> rusqlite::Result<Digest> {
+        super::blobs::put(connection, blob, super::blobs::TEXT, now_ms)?;
+        Ok(blob.digest)
+    };
+    match &message.kind {
+        MessageKind::Step {
+            interaction_id,
+            reason,
+        } => {
+            if let Some(blob) = given {
+                let digest = put(blob)?;
+                connection.execute_cached(
+                    "UPDATE interactive_requests SET prompt_digest = ?2
+                     WHERE interaction_id = ?1 AND prompt_digest IS NULL",
+                    params![interaction_id.as_str(), digest.0.to_vec()],
+                )?;
+                return Ok(digest);
+            }
+            let prompt: Option<DigestColumn> = connection
+                .query_row_cached(
+                    "SELECT prompt_digest FROM interactive_requests WHERE interaction_id = ?1",
+                    params![interaction_id.as_str()],
+                    |row| row.get(0),
+                )
+                .optional()?
+                .flatten();
+            let Some(DigestColumn(prompt)) = prompt else {
+                return Err(missing("step"));
+            };
+            match reason {
+                StepReason::Initial | StepReason::Resumed => Ok(prompt),
+                StepReason::Reminder => {
+                    let node = after
+                        .interaction
+                        .as_ref()
+                        .filter(|interaction| interaction.interaction_id == *interaction_id)
+                        .map_or("", |interaction| interaction.node_id.as_str());
+                    let prompt = super::blobs::get(connection, &prompt)?.unwrap_or_default();
+                    let text = format!(
+                        "Reminder: workflow step {node} is still awaiting your output. Submit it with the workflow tool as the step below asks.\n\n{}",
+                        String::from_utf8_lossy(&prompt)
+                    );
+                    put(&Blob::text(&text))
+                }
+            }
+        }
+        MessageKind::Notification => given.map(put).unwrap_or(Err(missing("notification"))),
+        MessageKind::FollowUp { .. } => given.map(put).unwrap_or(Err(missing("follow-up"))),
+        MessageKind::Decision { .. } => {
+            let node = after
+                .decision
+                .as_ref()
+                .map_or("its checkpoint", |decision| decision.node_id.as_str());
+            let text = format!(
+                "Workflow run {} waits for a human decision at {node}.",
+                message.run_id.as_str()
+            );
+            put(given.unwrap_or(&Blob::text(&text)))
+        }
+        MessageKind::Terminal => {
+            let text = format!(
+                "Workflow run {} ended: {}.",
+                message.run_id.as_str(),
+                name(&after.run.status)
+            );
+            put(given.unwrap_or(&Blob::text(&text)))
+        }
+    }
+}
+
+/// Inserts a new workflow message row with its content (see
+/// [`message_content`]).
+fn insert_message(
+    connection: &Connection,
+    message: &MessageRecord,
+    content: &Digest,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let (kind, source, reason) = match &message.kind {
@@ -764,10 +973,8 @@ pub(crate) fn write_message(
     };
     connection.execute_cached(
         "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, source_id, step_reason, session_order,
-             state, entry_id, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-         ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, entry_id = excluded.entry_id,
-           version = workflow_messages.version + 1, updated_at_ms = excluded.updated_at_ms",
+             state, entry_id, content_digest, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             message.message_id.as_str(),
             message.session_id.as_str(),
@@ -778,7 +985,27 @@ pub(crate) fn write_message(
             i64_of(message.order),
             name(&message.state),
             message.entry_id.as_ref().map(EntryId::as_str),
+            content.0.to_vec(),
             i64_of(message.created_at_ms),
+            i64_of(now_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Updates what can change on a stored message: its state and Pi entry.
+fn update_message(
+    connection: &Connection,
+    message: &MessageRecord,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "UPDATE workflow_messages SET state = ?2, entry_id = ?3, version = version + 1, updated_at_ms = ?4
+         WHERE message_id = ?1",
+        params![
+            message.message_id.as_str(),
+            name(&message.state),
+            message.entry_id.as_ref().map(EntryId::as_str),
             i64_of(now_ms),
         ],
     )?;

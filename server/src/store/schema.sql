@@ -63,6 +63,8 @@ CREATE TABLE runs (
   continuation_checkpoint TEXT,
   continued_by TEXT,
   restart_json TEXT,
+  -- The original run of this run's restart chain (restart_json's rootRunId).
+  restart_root_run_id TEXT,
   update_tokens INTEGER NOT NULL DEFAULT 100,
   update_refilled_at_ms INTEGER NOT NULL DEFAULT 0,
   created_at_ms INTEGER NOT NULL,
@@ -71,6 +73,8 @@ CREATE TABLE runs (
 ) STRICT;
 CREATE INDEX runs_by_status ON runs(status, updated_at_ms);
 CREATE INDEX runs_by_created ON runs(created_at_ms DESC, run_id DESC);
+-- The restarts of one chain (the restart rule counts them all).
+CREATE INDEX runs_by_restart_root ON runs(restart_root_run_id) WHERE restart_root_run_id IS NOT NULL;
 
 CREATE TABLE run_sources (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -125,9 +129,10 @@ CREATE TABLE events (
 ) STRICT;
 CREATE INDEX events_by_run ON events(run_id, seq);
 
--- Durable command receipts. The fingerprint excludes the transport request id.
+-- Durable command receipts. The fingerprint excludes the transport request id;
+-- request ids are scoped by client (two clients may both use `r1`).
 CREATE TABLE host_commands (
-  request_id TEXT PRIMARY KEY,
+  request_id TEXT NOT NULL,
   client_id TEXT NOT NULL,
   operation TEXT NOT NULL,
   idempotency_key TEXT NOT NULL,
@@ -139,7 +144,8 @@ CREATE TABLE host_commands (
   revision INTEGER,
   receipt_json TEXT NOT NULL,
   receipt_digest BLOB NOT NULL CHECK (length(receipt_digest) = 32),
-  created_at_ms INTEGER NOT NULL
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (client_id, request_id)
 ) STRICT;
 CREATE UNIQUE INDEX host_commands_by_key ON host_commands(client_id, idempotency_key);
 
@@ -300,7 +306,8 @@ CREATE TABLE workflow_messages (
   kind TEXT NOT NULL CHECK (kind IN ('step', 'decision', 'notification', 'terminal', 'followUp')),
   source_id TEXT,
   step_reason TEXT CHECK (step_reason IS NULL OR step_reason IN ('initial', 'reminder', 'resumed')),
-  content_digest BLOB REFERENCES blobs(digest),
+  -- A message is written with its content, in the same transaction.
+  content_digest BLOB NOT NULL REFERENCES blobs(digest),
   session_order INTEGER NOT NULL,
   state TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'cancelled')),
   entry_id TEXT,

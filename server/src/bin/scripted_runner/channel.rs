@@ -253,7 +253,7 @@ impl Channel {
     }
 
     /// The next message id: `<runnerEpoch>-m<counter>`.
-    fn fresh_id(&mut self) -> String {
+    pub(crate) fn fresh_id(&mut self) -> String {
         self.counter += 1;
         format!("{}-m{}", self.runner_epoch, self.counter)
     }
@@ -313,6 +313,33 @@ impl Channel {
             }
         }
         Sent { id, copies }
+    }
+
+    /// Writes `kind` under the message id `id` (a protocol violation when the
+    /// id was used for another payload) and waits for its reply.
+    pub(crate) fn request_with_id(&mut self, kind: &str, fields: Value, id: String) -> Reply {
+        let message = self.build_with_id(kind, fields, id.clone());
+        log!("-> {} {id} (chosen id)", runner_kind(&message));
+        if let Err(e) = Self::write(&message) {
+            log!("writing stdout: {e}");
+            std::process::exit(EXIT_CHANNEL_CLOSED);
+        }
+        self.await_reply(&id)
+    }
+
+    /// Writes `bytes` and a newline as one frame, unchecked (a protocol
+    /// violation).
+    pub(crate) fn send_raw(&mut self, bytes: &[u8]) {
+        log!("-> a raw frame of {} bytes", bytes.len());
+        let mut out = io::stdout().lock();
+        let written = out
+            .write_all(bytes)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush());
+        if let Err(e) = written {
+            log!("writing stdout: {e}");
+            std::process::exit(EXIT_CHANNEL_CLOSED);
+        }
     }
 
     /// Writes a message and waits for its reply (one per copy; the first is

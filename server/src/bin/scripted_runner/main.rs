@@ -91,6 +91,8 @@
 //! | `{"stderrBytes": N, "then": B}` | write N bytes of numbered 100-byte lines (`stderr line 00000000 xxx…`) to stderr, then B |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
 //! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}` (interactive runs only); an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node |
+//! | `{"protocolViolation": "schema"\|"revision"\|"attempt"\|"idempotency"}` | one message that fails that protocol check — a canonical frame that is not a runner message; `node.finished` with `expectedRevision` 2^53−1; `node.finished` for attempt `an-attempt-never-dispatched`; a `node.update` and then another payload under its message id — then block until killed |
+//! | `{"notify": {"text": "<text>", "kind"?: "progress"\|"final"}}` | `notification.requested {attemptId, kind, content: {kind: inline, text}}`; the server records the node's result, so an accepted reply's `next` is followed (no `node.finished`); a refused one fails the node |
 //!
 //! An effect: `effect.reserve {effectType, requestDigest: sha256 of the
 //! request's canonical JSON}`. A `rejected` reply fails the node with the

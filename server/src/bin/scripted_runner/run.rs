@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::channel::{Channel, Next, Reply};
-use crate::script::{Action, Behaviour, Script, Startup, default_output};
+use crate::script::{Action, Behaviour, ProtocolViolation, Script, Startup, default_output};
 use crate::{EXIT_CRASH, EXIT_PROTOCOL, log, sha256_digest};
 
 /// The engine's default node deadline (kernel `DEFAULT_NODE_TIMEOUT_MS`).
@@ -159,8 +159,9 @@ enum End {
         outcome: NodeFailureOutcome,
         error: Value,
     },
-    /// The attempt was handed to the origin session (`interaction.requested`
-    /// was accepted); the runner follows the reply's `next`.
+    /// The server settled the attempt itself (`interaction.requested` handed
+    /// it to the origin session, or `notification.requested` recorded its
+    /// result); the runner follows the reply's `next`.
     Handed(Next),
 }
 
@@ -442,6 +443,54 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                 };
             }
             End::Handed(Channel::next_after(reply))
+        }
+        Action::Notify(spec) => {
+            let reply = channel.request(
+                "notification.requested",
+                json!({
+                    "attemptId": attempt.attempt_id,
+                    "kind": spec.kind,
+                    "content": {"kind": "inline", "text": spec.text},
+                }),
+            );
+            if reply.outcome == ReplyOutcome::Rejected || reply.next.is_none() {
+                return End::Failed {
+                    outcome: NodeFailureOutcome::Failed,
+                    error: reply_error(&reply, "the notification was refused"),
+                };
+            }
+            End::Handed(Channel::next_after(reply))
+        }
+        Action::ProtocolViolation(violation) => {
+            let finished = json!({"attemptId": attempt.attempt_id, "output": {"violating": true}});
+            match violation {
+                ProtocolViolation::Schema => {
+                    channel.send_raw(br#"{"note":"not a runner message","type":"node.finished"}"#)
+                }
+                ProtocolViolation::Revision => {
+                    let mut fields = finished;
+                    fields["expectedRevision"] = json!(9_007_199_254_740_991_u64);
+                    channel.request("node.finished", fields);
+                }
+                ProtocolViolation::Attempt => {
+                    let mut fields = finished;
+                    fields["attemptId"] = json!("an-attempt-never-dispatched");
+                    channel.request("node.finished", fields);
+                }
+                ProtocolViolation::Idempotency => {
+                    let update = |n: u64| {
+                        json!({"attemptId": attempt.attempt_id, "idempotencyKey": format!("u-{n}"),
+                               "update": {"type": "progress", "key": "k", "data": {"n": n}}})
+                    };
+                    let id = channel.fresh_id();
+                    channel.request_with_id("node.update", update(1), id.clone());
+                    channel.request_with_id("node.update", update(2), id);
+                }
+            }
+            log!("sent a message that fails the {violation:?} check; waiting to be stopped");
+            loop {
+                thread::park();
+            }
         }
     }
 }

@@ -118,6 +118,40 @@ pub(crate) enum Action {
     /// `interaction.requested`; the attempt then waits in the origin
     /// session and the runner follows the reply's `next` (an exit).
     Interact(InteractSpec),
+    /// `notification.requested`; the server records the node's result and
+    /// the runner follows the reply's `next`.
+    Notify(NotifySpec),
+    /// A message that fails one protocol check, then block until killed.
+    ProtocolViolation(ProtocolViolation),
+}
+
+/// Which protocol check the runner's message fails.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum ProtocolViolation {
+    /// A frame that is canonical JSON but not a runner message.
+    Schema,
+    /// `node.finished` with an `expectedRevision` the run is not at.
+    Revision,
+    /// `node.finished` for an attempt the server did not dispatch.
+    Attempt,
+    /// A `node.update`, then another payload under its message id.
+    Idempotency,
+}
+
+/// A notification of a notify node.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct NotifySpec {
+    /// The notification text (sent inline).
+    pub(crate) text: String,
+    /// `progress` or `final` (default `progress`).
+    #[serde(default = "default_notification_kind")]
+    pub(crate) kind: String,
+}
+
+fn default_notification_kind() -> String {
+    "progress".to_owned()
 }
 
 /// An interactive request of the attempt.
@@ -217,6 +251,9 @@ struct RawBehaviour {
     interact: Option<InteractSpec>,
     #[serde(default)]
     stderr_bytes: Option<u64>,
+    notify: Option<NotifySpec>,
+    #[serde(default)]
+    protocol_violation: Option<ProtocolViolation>,
     #[serde(default)]
     then: Option<Box<Behaviour>>,
     #[serde(default)]
@@ -246,6 +283,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("duplicate", raw.duplicate.is_some()),
             ("interact", raw.interact.is_some()),
             ("stderrBytes", raw.stderr_bytes.is_some()),
+            ("notify", raw.notify.is_some()),
+            ("protocolViolation", raw.protocol_violation.is_some()),
         ];
         let actions: Vec<&str> = named
             .iter()
@@ -271,7 +310,10 @@ impl TryFrom<RawBehaviour> for Behaviour {
             raw.crash_while_applying.is_some(),
             "effect",
         )?;
-        let terminal = matches!(*action, "finish" | "fail" | "stall" | "exit" | "interact");
+        let terminal = matches!(
+            *action,
+            "finish" | "fail" | "stall" | "exit" | "interact" | "notify" | "protocolViolation"
+        );
         if terminal && raw.then.is_some() {
             return Err(format!("`{action}` ends the attempt and takes no `then`"));
         }
@@ -312,6 +354,10 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::Interact(interact)
         } else if let Some(bytes) = raw.stderr_bytes {
             Action::Stderr { bytes, then }
+        } else if let Some(notify) = raw.notify {
+            Action::Notify(notify)
+        } else if let Some(violation) = raw.protocol_violation {
+            Action::ProtocolViolation(violation)
         } else if raw.duplicate == Some(true) {
             Action::Duplicate(then)
         } else {
@@ -353,7 +399,9 @@ impl Behaviour {
             | Action::Fail { .. }
             | Action::Stall
             | Action::Exit(_)
-            | Action::Interact(_) => None,
+            | Action::Interact(_)
+            | Action::Notify(_)
+            | Action::ProtocolViolation(_) => None,
         }
     }
 }
@@ -497,6 +545,35 @@ mod tests {
         );
         assert!(behaviour(r#"{"interact":{"prompt":"p"},"then":{"finish":1}}"#).is_err());
         assert!(behaviour(r#"{"interact":{"prompt":"p","extra":1}}"#).is_err());
+    }
+
+    #[test]
+    fn notify_parses_with_a_default_kind_and_takes_no_then() {
+        let notify = behaviour(r#"{"notify":{"text":"Done"}}"#).unwrap();
+        assert_eq!(
+            notify.action,
+            Action::Notify(NotifySpec {
+                text: "Done".into(),
+                kind: "progress".into(),
+            })
+        );
+        assert!(behaviour(r#"{"notify":{"text":"t"},"then":{"finish":1}}"#).is_err());
+        assert!(behaviour(r#"{"notify":{"text":"t","extra":1}}"#).is_err());
+    }
+
+    #[test]
+    fn protocol_violations_parse_by_check_and_take_no_then() {
+        for (text, check) in [
+            ("schema", ProtocolViolation::Schema),
+            ("revision", ProtocolViolation::Revision),
+            ("attempt", ProtocolViolation::Attempt),
+            ("idempotency", ProtocolViolation::Idempotency),
+        ] {
+            let parsed = behaviour(&format!(r#"{{"protocolViolation":"{text}"}}"#)).unwrap();
+            assert_eq!(parsed.action, Action::ProtocolViolation(check));
+        }
+        assert!(behaviour(r#"{"protocolViolation":"other"}"#).is_err());
+        assert!(behaviour(r#"{"protocolViolation":"schema","then":{"finish":1}}"#).is_err());
     }
 
     #[test]

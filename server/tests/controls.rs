@@ -1,0 +1,353 @@
+//! Every control a run view advertises is one the server accepts. The test
+//! drives fresh runs into every display state the server can reach (queued,
+//! running, waiting on a checkpoint, waiting on an interaction, paused,
+//! ambiguous, parked without progress, parked for a changed source,
+//! completed, failed, timed out, cancelled), and for each control of each
+//! state sends its command to another fresh run in the same state: the
+//! command is accepted (never `unavailable`, never a refusal that says the
+//! state forbids it).
+
+mod support;
+
+use serde_json::{Value, json};
+use server::client::{Client, RequestSpec, Response};
+use std::path::PathBuf;
+use std::time::Duration;
+use support::*;
+
+/// A display state a run can be brought to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Queued,
+    Running,
+    WaitingOnCheckpoint,
+    WaitingOnInteraction,
+    Paused,
+    Ambiguous,
+    ParkedNoProgress,
+    ParkedSourceChanged,
+    Completed,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+const STATES: [State; 12] = [
+    State::Queued,
+    State::Running,
+    State::WaitingOnCheckpoint,
+    State::WaitingOnInteraction,
+    State::Paused,
+    State::Ambiguous,
+    State::ParkedNoProgress,
+    State::ParkedSourceChanged,
+    State::Completed,
+    State::Failed,
+    State::TimedOut,
+    State::Cancelled,
+];
+
+impl State {
+    /// The display status a run in this state shows.
+    fn display_status(self) -> &'static str {
+        match self {
+            Self::Queued | Self::ParkedNoProgress | Self::ParkedSourceChanged => "queued",
+            Self::Running => "running",
+            Self::WaitingOnCheckpoint | Self::WaitingOnInteraction => "waiting",
+            Self::Paused => "paused",
+            Self::Ambiguous => "ambiguous",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Two servers: `main` has room for every runner; `full` has one worker slot,
+/// taken by a run that never ends, so every other run there stays queued.
+struct World {
+    main: TestServer,
+    full: TestServer,
+    sessions: u32,
+    sources: u32,
+}
+
+fn one_node(dir: &std::path::Path, name: &str, node: &str, extra: Value) -> PathBuf {
+    let mut script = json!({
+        "workflowName": name,
+        "topology": {"startAt": "a", "nodes": [{"id": "a", "nodeType": node, "timeout": {"kind": "none"}, "mountPath": []}],
+                     "edges": [], "mounts": []},
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        script[key] = value.clone();
+    }
+    write_script(dir, &format!("{name}.json"), &script)
+}
+
+fn stall_script(dir: &std::path::Path) -> PathBuf {
+    one_node(
+        dir,
+        "stall",
+        "compute",
+        json!({"nodes": {"a": [{"stall": true}]}}),
+    )
+}
+
+async fn start(client: &mut Client, script: &std::path::Path, session: Option<&str>) -> String {
+    let mut payload = json!({ "workflow": script.to_string_lossy(), "input": {}, "projectPath": "/tmp",
+                              "executionMode": "headless" });
+    if let Some(session) = session {
+        payload["executionMode"] = json!("interactive");
+        payload["originSessionId"] = json!(session);
+    }
+    let response = client
+        .request(&RequestSpec::command("run.start", None, payload))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn command(client: &mut Client, operation: &str, run_id: &str, payload: Value) -> Response {
+    client
+        .request(&RequestSpec::command(operation, Some(run_id), payload))
+        .await
+        .unwrap()
+}
+
+async fn wait_status(client: &mut Client, run_id: &str, wanted: &str) -> Value {
+    wait_view(client, run_id, Duration::from_secs(20), |view| {
+        status(view) == wanted
+    })
+    .await
+}
+
+impl World {
+    async fn new() -> Self {
+        let main = TestServer::start_with(&[("PI_WORKFLOWS_MAX_WORKERS", "64")]);
+        let full = TestServer::start_with(&[("PI_WORKFLOWS_MAX_WORKERS", "1")]);
+        let mut client = full.client().await;
+        let blocker = start(&mut client, &stall_script(full.scratch()), None).await;
+        wait_status(&mut client, &blocker, "running").await;
+        Self {
+            main,
+            full,
+            sessions: 0,
+            sources: 0,
+        }
+    }
+
+    /// A fresh run in `state`: its server, id and current view.
+    async fn reach(&mut self, state: State) -> (&TestServer, String, Value) {
+        let dir = self.main.scratch().to_path_buf();
+        let server = if state == State::Queued {
+            &self.full
+        } else {
+            &self.main
+        };
+        let mut client = server.client().await;
+        let run_id = match state {
+            State::Queued => start(&mut client, &stall_script(&dir), None).await,
+            State::Running | State::Paused | State::Cancelled => {
+                let run_id = start(&mut client, &stall_script(&dir), None).await;
+                wait_status(&mut client, &run_id, "running").await;
+                match state {
+                    State::Paused => {
+                        let paused = command(&mut client, "run.pause", &run_id, json!({})).await;
+                        assert_eq!(paused.outcome, "accepted", "{:?}", paused.frame);
+                    }
+                    State::Cancelled => {
+                        let cancelled =
+                            command(&mut client, "run.cancel", &run_id, json!({})).await;
+                        assert_eq!(cancelled.outcome, "accepted", "{:?}", cancelled.frame);
+                    }
+                    _ => {}
+                }
+                run_id
+            }
+            State::WaitingOnCheckpoint => {
+                start(&mut client, &script("checkpoint.json"), None).await
+            }
+            State::WaitingOnInteraction => {
+                self.sessions += 1;
+                let session = format!("session-controls-{}", self.sessions);
+                let ask = one_node(
+                    &dir,
+                    "ask",
+                    "agent",
+                    json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
+                );
+                start(&mut client, &ask, Some(&session)).await
+            }
+            State::Ambiguous => {
+                let effect = one_node(
+                    &dir,
+                    "effect",
+                    "action",
+                    json!({"nodes": {"a": [{"effect": {"type": "mail.send", "request": {"to": "x"}},
+                                            "crashWhileApplying": true}]}}),
+                );
+                start(&mut client, &effect, None).await
+            }
+            State::ParkedNoProgress => {
+                let crash = one_node(
+                    &dir,
+                    "crash",
+                    "compute",
+                    json!({"startup": {"exitAfterReady": 3}}),
+                );
+                start(&mut client, &crash, None).await
+            }
+            State::ParkedSourceChanged => {
+                // Its own copy of the script: changing it changes only this run.
+                self.sources += 1;
+                let source = one_node(
+                    &dir,
+                    &format!("source-{}", self.sources),
+                    "compute",
+                    json!({"nodes": {"a": [{"stall": true}]}}),
+                );
+                let run_id = start(&mut client, &source, None).await;
+                wait_status(&mut client, &run_id, "running").await;
+                let paused = command(&mut client, "run.pause", &run_id, json!({})).await;
+                assert_eq!(paused.outcome, "accepted", "{:?}", paused.frame);
+                std::fs::write(&source, b"{\"topology\": {}}").unwrap();
+                let resumed = command(&mut client, "run.resume", &run_id, json!({})).await;
+                assert_eq!(resumed.outcome, "accepted", "{:?}", resumed.frame);
+                run_id
+            }
+            State::Completed => start(&mut client, &script("linear.json"), None).await,
+            State::Failed => start(&mut client, &script("loop.json"), None).await,
+            State::TimedOut => {
+                let slow = one_node(
+                    &dir,
+                    "slow",
+                    "compute",
+                    json!({"nodes": {"a": [{"fail": "too slow", "outcome": "timed_out"}]}}),
+                );
+                start(&mut client, &slow, None).await
+            }
+        };
+        let view = wait_view(&mut client, &run_id, Duration::from_secs(20), |view| {
+            status(view) == state.display_status()
+                && match state {
+                    // A run parked for review says why (a resumed run waiting
+                    // for its next runner is `queued` too, without a reason).
+                    State::ParkedNoProgress | State::ParkedSourceChanged => {
+                        view["status"]["queue"] == "parked" && view["display"]["reason"].is_string()
+                    }
+                    _ => true,
+                }
+        })
+        .await;
+        (server, run_id, view)
+    }
+}
+
+/// The command a control stands for, with a payload the schema accepts
+/// (ids read from the state file where the view does not carry them).
+fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'static str, Value) {
+    let db = server.db();
+    let interaction = || -> (String, String) {
+        db.query_row(
+            "SELECT interaction_id, attempt_id FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'",
+            [run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("the run's pending interaction")
+    };
+    match control {
+        "pause" => ("run.pause", json!({})),
+        "resume" => ("run.resume", json!({})),
+        "cancel" => ("run.cancel", json!({})),
+        "restart" => ("run.restart", json!({})),
+        "answer" => ("checkpoint.answer", json!({"answer": {"approved": true}})),
+        "submit" => {
+            let (interaction_id, attempt_id) = interaction();
+            (
+                "interaction.submit",
+                json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": "sub-1", "output": {"done": true}}),
+            )
+        }
+        "update" => {
+            let (interaction_id, attempt_id) = interaction();
+            (
+                "interaction.update",
+                json!({"interactionId": interaction_id, "attemptId": attempt_id, "toolCallId": "call-1",
+                       "update": {"type": "progress", "key": "k", "data": {"n": 1}}}),
+            )
+        }
+        "recoverEffect" => {
+            let effect_id: String = db
+                .query_row(
+                    "SELECT effect_id FROM effects WHERE run_id = ?1 AND state = 'ambiguous'",
+                    [run_id],
+                    |row| row.get(0),
+                )
+                .expect("the run's ambiguous effect");
+            (
+                "effect.recover",
+                json!({"effectId": effect_id, "action": "confirm"}),
+            )
+        }
+        "humanAnswer" => {
+            let (decision_id, request_digest): (String, Vec<u8>) = db
+                .query_row(
+                    "SELECT decision_id, request_digest FROM human_decisions WHERE run_id = ?1 AND state = 'pending'",
+                    [run_id],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .expect("the run's pending decision");
+            (
+                "decision.answer",
+                json!({"decisionId": decision_id, "requestDigest": format!("sha256:{}", hex::encode(request_digest)),
+                       "choice": "approve", "input": null}),
+            )
+        }
+        other => panic!("unknown control {other}"),
+    }
+}
+
+fn controls_of(view: &Value) -> Vec<String> {
+    view["display"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|control| control.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_advertised_control_of_every_display_state_is_accepted() {
+    let mut world = World::new().await;
+    let mut refused = Vec::new();
+    let mut checked = 0;
+    for state in STATES {
+        let (_, _, view) = world.reach(state).await;
+        let controls = controls_of(&view);
+        eprintln!("{state:?}: {controls:?}");
+        for control in controls {
+            let (server, run_id, fresh) = world.reach(state).await;
+            assert!(
+                controls_of(&fresh).contains(&control),
+                "{state:?}: a second run in the same state offers {control}: {fresh}"
+            );
+            let (operation, payload) = control_command(server, &run_id, &control);
+            let mut client = server.client().await;
+            let response = command(&mut client, operation, &run_id, payload).await;
+            checked += 1;
+            if response.outcome != "accepted" {
+                refused.push(format!(
+                    "{state:?} offers {control}, but {operation} was answered {} {}",
+                    response.outcome, response.frame["error"]
+                ));
+            }
+        }
+    }
+    assert_eq!(refused, Vec::<String>::new(), "{checked} controls checked");
+    assert!(checked >= 15, "every state offers its controls ({checked})");
+}
