@@ -256,6 +256,8 @@ async fn a_server_started_after_a_crash_is_ready_at_once_with_a_higher_epoch() {
         .and_then(|epoch| epoch.parse().ok())
         .unwrap_or_else(|| panic!("unexpected output: {printed}"));
     assert!(third > second, "epoch {third} after {second}");
+}
+
 /// A workflow with a notify node between two compute nodes.
 fn notify_script(server: &TestServer) -> std::path::PathBuf {
     let mut topology = support::linear_topology(&["a", "tell", "b"]);
