@@ -75,6 +75,24 @@ pub(crate) struct Channel {
     pub(crate) keep_writing_after_claim_lost: bool,
     /// The attempt being run, for the fenced writes after a lost claim.
     pub(crate) attempt_id: Option<String>,
+    /// The run state of the command this runner received.
+    pub(crate) state: Option<Value>,
+}
+
+/// One chunk of referenced content (`content.chunk`).
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) reference: Value,
+    pub(crate) offset: u64,
+    pub(crate) data: String,
+    pub(crate) last: bool,
+}
+
+/// The answer to a `content.read`: a chunk, or a reply that refuses it.
+#[derive(Debug)]
+pub(crate) enum ReadAnswer {
+    Chunk(Chunk),
+    Refused(Reply),
 }
 
 impl std::fmt::Debug for Incoming {
@@ -118,6 +136,7 @@ pub(crate) fn open() -> Result<(WorkerLaunch, Channel), String> {
         duplicate_next: false,
         keep_writing_after_claim_lost: false,
         attempt_id: None,
+        state: None,
     };
     Ok((launch, channel))
 }
@@ -173,8 +192,8 @@ fn read_frames(
 /// A server frame as the runner sees it.
 enum Frame {
     Reply { to: String, reply: Reply },
-    Command(Next),
-    Other(String),
+    Command(Next, Value),
+    Chunk { to: String, chunk: Chunk },
 }
 
 fn classify(message: ServerMessage) -> Frame {
@@ -195,19 +214,42 @@ fn classify(message: ServerMessage) -> Frame {
                 error,
             },
         },
-        ServerMessage::Command { command, node, .. } => {
+        ServerMessage::Command {
+            command,
+            node,
+            state,
+            ..
+        } => {
             log!(
                 "<- command {command} node {} visit {}",
                 node.node_id.as_str(),
                 node.visit
             );
-            Frame::Command(Next::Run {
-                node_id: node.node_id.to_string(),
-                attempt_id: node.attempt_id.to_string(),
-                visit: node.visit.get(),
-            })
+            Frame::Command(
+                Next::Run {
+                    node_id: node.node_id.to_string(),
+                    attempt_id: node.attempt_id.to_string(),
+                    visit: node.visit.get(),
+                },
+                json!(state),
+            )
         }
-        other => Frame::Other(protocol::server_kind(&other)),
+        ServerMessage::ContentChunk {
+            in_reply_to,
+            reference,
+            offset,
+            data,
+            final_,
+            ..
+        } => Frame::Chunk {
+            to: in_reply_to.to_string(),
+            chunk: Chunk {
+                reference: json!(reference),
+                offset: offset.get(),
+                data: data.to_string(),
+                last: final_,
+            },
+        },
     }
 }
 
@@ -288,6 +330,21 @@ impl Channel {
         out.flush()
     }
 
+    /// An `effect.settle` result `{"pad": "x…"}` sized so that the settle
+    /// message of `effect_id`, as `send` would write it next, is exactly
+    /// `frame_bytes` bytes (its `\n` included).
+    pub(crate) fn padded_settle_result(&self, effect_id: &str, frame_bytes: usize) -> Value {
+        let id = format!("{}-m{}", self.runner_epoch, self.counter + 1);
+        let frame = |pad: &str| {
+            let fields = json!({"effectId": effect_id, "state": "applied", "result": {"pad": pad}});
+            encode_runner(&self.build_with_id("effect.settle", fields, id.clone()))
+                .map_or(0, |bytes| bytes.len())
+        };
+        let empty = frame("");
+        let pad = "x".repeat(frame_bytes.saturating_sub(empty));
+        json!({"pad": pad})
+    }
+
     /// Writes a message (twice when a `duplicate` is pending) without
     /// waiting for a reply.
     pub(crate) fn send(&mut self, kind: &str, fields: Value) -> Sent {
@@ -354,8 +411,37 @@ impl Channel {
                         return reply;
                     }
                 }
-                Frame::Command(_) => log!("unexpected command ignored"),
-                Frame::Other(kind) => log!("<- {kind} ignored"),
+                Frame::Command(..) => log!("unexpected command ignored"),
+                Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
+            }
+        }
+    }
+
+    /// Sends `content.read` and waits for its chunk (or the reply that
+    /// refuses it).
+    pub(crate) fn read(&mut self, fields: Value) -> ReadAnswer {
+        let sent = self.send("content.read", fields);
+        loop {
+            match classify(self.receive()) {
+                Frame::Chunk { to, chunk } if to == sent.id => {
+                    log!("<- content.chunk at {} (final {})", chunk.offset, chunk.last);
+                    return ReadAnswer::Chunk(chunk);
+                }
+                Frame::Reply { to, reply } if to == sent.id => {
+                    log!("<- reply to {to}: {}", describe(&reply));
+                    if reply.outcome == ReplyOutcome::ClaimLost {
+                        self.claim_lost();
+                    }
+                    return ReadAnswer::Refused(reply);
+                }
+                Frame::Reply { to, reply } => {
+                    log!("<- reply to {to}: {}", describe(&reply));
+                    if reply.outcome == ReplyOutcome::ClaimLost {
+                        self.claim_lost();
+                    }
+                }
+                Frame::Command(..) => log!("unexpected command ignored"),
+                Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
             }
         }
     }
@@ -365,8 +451,11 @@ impl Channel {
     pub(crate) fn await_dispatch(&mut self, ready: &str) -> Next {
         loop {
             match classify(self.receive()) {
-                Frame::Command(next) => return next,
-                Frame::Other(kind) => log!("<- {kind} ignored"),
+                Frame::Command(next, state) => {
+                    self.state = Some(state);
+                    return next;
+                }
+                Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
                 Frame::Reply { to, reply } => {
                     log!("<- reply to {to}: {}", describe(&reply));
                     if reply.outcome == ReplyOutcome::ClaimLost {
@@ -446,8 +535,8 @@ impl Channel {
                             return;
                         }
                     }
-                    Frame::Command(_) => log!("unexpected command ignored"),
-                    Frame::Other(kind) => log!("<- {kind} ignored"),
+                    Frame::Command(..) => log!("unexpected command ignored"),
+                    Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
                 },
                 Ok(Incoming::Closed(why)) => {
                     log!("channel closed ({why}); exiting");
