@@ -285,9 +285,6 @@ impl From<ClientError> for ContentError {
     }
 }
 
-/// The chunk size content is read in (the protocol's maximum).
-pub const CONTENT_CHUNK_BYTES: usize = 512 * 1024;
-
 impl Client {
     /// Reads the content behind a digest-bound `reference` of `run_id` in
     /// chunks and returns it only when the assembled bytes match the
@@ -297,16 +294,10 @@ impl Client {
         run_id: &str,
         reference: &Value,
     ) -> Result<Vec<u8>, ContentError> {
-        use base64::Engine as _;
-        let expected_bytes = reference.get("bytes").and_then(Value::as_u64);
-        let expected_digest = reference
-            .get("digest")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let mut bytes = Vec::new();
-        loop {
-            let payload = json!({ "reference": reference, "offset": bytes.len(), "length": CONTENT_CHUNK_BYTES });
+        let mut assembler = crate::content::Assembler::new(reference, None, u64::MAX)
+            .map_err(|_| ContentError::DigestMismatch)?;
+        while let Some(part) = assembler.next_request() {
+            let payload = json!({ "reference": reference, "offset": part.offset, "length": part.length });
             let response = self
                 .request(&RequestSpec::read("view.content", Some(run_id), payload))
                 .await?;
@@ -317,26 +308,17 @@ impl Client {
                         .unwrap_or_else(|| response.outcome.clone()),
                 ));
             };
-            let data = chunk
-                .get("data")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let decoded = base64::engine::general_purpose::STANDARD
-                .decode(data)
+            assembler
+                .accept(crate::content::Part {
+                    reference: &chunk["reference"],
+                    offset: chunk["offset"].as_u64().unwrap_or(u64::MAX),
+                    data: chunk["data"].as_str().unwrap_or_default(),
+                    last: chunk["final"].as_bool().unwrap_or(false),
+                    digest: Some(chunk["digest"].as_str().unwrap_or_default()),
+                })
                 .map_err(|_| ContentError::DigestMismatch)?;
-            bytes.extend_from_slice(&decoded);
-            if chunk.get("final").and_then(Value::as_bool) == Some(true) {
-                break;
-            }
-            if decoded.is_empty() || Some(bytes.len() as u64) > expected_bytes {
-                return Err(ContentError::DigestMismatch);
-            }
         }
-        let digest = crate::ids::digest_text(&crate::ids::sha256(&bytes));
-        if Some(bytes.len() as u64) != expected_bytes || digest != expected_digest {
-            return Err(ContentError::DigestMismatch);
-        }
-        Ok(bytes)
+        assembler.finish().map_err(|_| ContentError::DigestMismatch)
     }
 }
 

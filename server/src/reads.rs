@@ -259,21 +259,37 @@ pub fn content_chunk(
     let Some(bytes) = bytes else {
         return Ok(Err("no such content for this run and media type"));
     };
-    if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
-        return Ok(Err("the reference length does not match the content"));
-    }
-    if offset > bytes.len() {
-        return Ok(Err("the offset is past the end of the content"));
-    }
-    let end = (offset + length.min(CHUNK_BYTES)).min(bytes.len());
-    let data = base64::engine::general_purpose::STANDARD.encode(&bytes[offset..end]);
+    let (data, last) = match part_of(&bytes, reference, offset, length) {
+        Ok(part) => part,
+        Err(message) => return Ok(Err(message)),
+    };
     Ok(Ok(json!({
         "reference": reference,
         "digest": crate::ids::digest_text(&digest),
         "offset": offset,
         "data": data,
-        "final": end == bytes.len(),
+        "final": last,
     })))
+}
+
+/// One part of stored content: base64 of at most `length` (and at most
+/// 512 KiB) bytes from `offset`, and whether it reaches the end. The
+/// reference must name the stored length; the offset must be inside it.
+pub fn part_of(
+    bytes: &[u8],
+    reference: &Value,
+    offset: usize,
+    length: usize,
+) -> Result<(String, bool), &'static str> {
+    if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
+        return Err("the reference length does not match the content");
+    }
+    if offset > bytes.len() {
+        return Err("the offset is past the end of the content");
+    }
+    let end = offset.saturating_add(length.min(CHUNK_BYTES)).min(bytes.len());
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes[offset..end]);
+    Ok((data, end == bytes.len()))
 }
 
 /// The origin-session view from one consistent read: the active run view

@@ -10,6 +10,9 @@
 //!   payload) gets the same reply and changes nothing; another payload under
 //!   the same message id is rejected.
 //! - Routing comes from the kernel: the runner only proposes results.
+//! - Every answer is measured before it is stored and sent: a value that
+//!   would not fit one frame travels as a content reference
+//!   (`crate::transfer`), and the runner always gets an answer.
 
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
@@ -263,10 +266,11 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             "claimLost",
             "another generation owns the run or the claim expired",
         );
-        send(runner, &answer);
+        send(runner, &envelope.message_id, &answer);
         fence(app, runner);
         return;
     }
+    let message_id = envelope.message_id.clone();
     let handled = match envelope.kind.as_str() {
         "runner.exiting" => Handled::only(reply(
             runner,
@@ -276,8 +280,10 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             Value::Null,
         )),
         "runner.progress" => progress(app, runner, &envelope).await,
-        "content.read"
-        | "presentation.requested"
+        "content.read" => Handled::only(
+            crate::transfer::read(app, runner, &envelope.message_id, &envelope.value).await,
+        ),
+        "presentation.requested"
         | "interaction.accepted"
         | "interaction.rejected"
         | "resolve.result"
@@ -292,14 +298,32 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
     if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
         runner.mark_ready();
     }
-    send(runner, &handled.reply);
+    send(runner, &message_id, &handled.reply);
     if handled.claim_lost {
         fence(app, runner);
     }
 }
 
-fn send(runner: &Runner, value: &Value) {
+/// Sends the answer to message `in_reply_to`. Content it references may be
+/// read by this runner from now on. An answer that still does not fit a
+/// frame (never expected: `transfer::fit` moved its unbounded value) is
+/// replaced by a bounded refusal, so the runner always hears back.
+fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
     if let Some(frame) = frame_of(value) {
+        runner.issue(crate::transfer::references(value));
+        runner.send(frame);
+        return;
+    }
+    eprintln!(
+        "pi-workflows: an answer to run generation {} did not fit one frame; the runner gets a refusal",
+        runner.generation
+    );
+    let refusal = with_error(
+        reply(runner, in_reply_to, "rejected", None, Value::Null),
+        "frameTooLarge",
+        "the server's answer did not fit one frame",
+    );
+    if let Some(frame) = frame_of(&refusal) {
         runner.send(frame);
     }
 }
@@ -477,6 +501,7 @@ fn decide_in(
     if let Some(extra) = extra {
         extra(connection)?;
     }
+    let answer = crate::transfer::fit(connection, answer, now_ms)?;
     store_reply(
         connection,
         &incoming,
@@ -754,7 +779,7 @@ fn ready(
                 "runnerEpoch": runner.runner_epoch.as_str(),
                 "command": command_name(&runner.command),
                 "node": { "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit },
-                "state": state,
+                "state": { "kind": "inline", "value": state },
             });
             if let LaunchCommand::Continue { parent_run_id, .. } = &runner.command {
                 command["parentRunId"] = json!(parent_run_id.as_str());

@@ -55,6 +55,17 @@ async fn wait_run_status(server: &TestServer, run_id: &str, status: &str, timeou
     }
 }
 
+/// Every runner log of this server, whole.
+fn all_runner_logs(server: &TestServer) -> String {
+    let mut text = String::new();
+    if let Ok(entries) = std::fs::read_dir(server.home.join("host").join("logs")) {
+        for entry in entries.flatten() {
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    text
+}
+
 /// The tail of every runner log of this server.
 fn runner_logs(server: &TestServer) -> String {
     let mut text = String::new();
@@ -166,6 +177,10 @@ async fn a_run_with_5_mib_of_outputs_survives_pause_and_resume_and_completes() {
     );
     assert_eq!(state["steps"], 10);
     assert!(state.get("outputs").is_none(), "outputs derive from results");
+    assert!(
+        all_runner_logs(&server).contains("read the referenced run state"),
+        "the resume command carried its state as a content reference"
+    );
     wait_quiescent(&db).await;
     assert_eq!(
         support::consistency_violations(&db),
@@ -207,7 +222,12 @@ async fn an_adopted_effect_result_over_one_frame_reaches_the_rerun() {
     );
     assert_eq!(generations, 2, "one runner crashed, the second finished");
     assert!(
-        runner_logs(&server).contains("already applied"),
+        all_runner_logs(&server).contains("read the referenced reply result"),
+        "the reply carried the result as a content reference:\n{}",
+        runner_logs(&server)
+    );
+    assert!(
+        all_runner_logs(&server).contains("already applied"),
         "the rerun read the stored result:\n{}",
         runner_logs(&server)
     );

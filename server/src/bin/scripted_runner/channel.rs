@@ -11,7 +11,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use protocol::generated::types::{ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId};
+use protocol::generated::types::{
+    CommandState, ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId,
+};
+use server::content::{self, Assembler, ContentFailure, Part};
 use protocol::{
     FrameDecoder, RunnerMessage, ServerMessage, WorkerLaunch, decode_launch, decode_server_frame,
     encode_runner, frame_content, runner_kind,
@@ -25,6 +28,8 @@ const FENCED_WRITES: u32 = 20;
 const FENCED_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a fenced write waits for its reply before the next one.
 const FENCED_REPLY_WAIT: Duration = Duration::from_millis(500);
+/// The largest referenced value this runner reads.
+const MAX_CONTENT_BYTES: u64 = 256 << 20;
 
 /// A frame from the server, or the end of the stream.
 enum Incoming {
@@ -36,7 +41,10 @@ enum Incoming {
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) outcome: ReplyOutcome,
+    /// The result (read from `resultContent` when the server referenced it).
     pub(crate) result: Value,
+    /// The reference of a result that did not fit a frame.
+    result_content: Option<Value>,
     pub(crate) next: Option<ReplyNext>,
     pub(crate) error: Option<SafeError>,
 }
@@ -192,7 +200,7 @@ fn read_frames(
 /// A server frame as the runner sees it.
 enum Frame {
     Reply { to: String, reply: Reply },
-    Command(Next, Value),
+    Command(Next, CommandState),
     Chunk { to: String, chunk: Chunk },
 }
 
@@ -202,6 +210,7 @@ fn classify(message: ServerMessage) -> Frame {
             in_reply_to,
             outcome,
             result,
+            result_content,
             next,
             error,
             ..
@@ -210,6 +219,7 @@ fn classify(message: ServerMessage) -> Frame {
             reply: Reply {
                 outcome,
                 result,
+                result_content: result_content.map(|reference| json!(reference)),
                 next,
                 error,
             },
@@ -231,7 +241,7 @@ fn classify(message: ServerMessage) -> Frame {
                     attempt_id: node.attempt_id.to_string(),
                     visit: node.visit.get(),
                 },
-                json!(state),
+                state,
             )
         }
         ServerMessage::ContentChunk {
@@ -408,13 +418,48 @@ impl Channel {
                         self.claim_lost();
                     }
                     if to == id {
-                        return reply;
+                        return self.materialized(reply);
                     }
                 }
                 Frame::Command(..) => log!("unexpected command ignored"),
                 Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
             }
         }
+    }
+
+    /// A reply whose result was referenced, with the result read.
+    fn materialized(&mut self, mut reply: Reply) -> Reply {
+        if let Some(reference) = reply.result_content.take() {
+            reply.result = self.read_json(&reference).unwrap_or_else(|failure| self.content_failed(failure));
+            log!("read the referenced reply result");
+        }
+        reply
+    }
+
+    /// Reads referenced JSON content in verified parts of at most 512 KiB.
+    pub(crate) fn read_json(&mut self, reference: &Value) -> Result<Value, ContentFailure> {
+        let mut assembler = Assembler::new(reference, Some(content::JSON), MAX_CONTENT_BYTES)?;
+        while let Some(request) = assembler.next_request() {
+            let fields = json!({"reference": reference, "offset": request.offset, "length": request.length});
+            match self.read(fields) {
+                ReadAnswer::Chunk(chunk) => assembler.accept(Part {
+                    reference: &chunk.reference,
+                    offset: chunk.offset,
+                    data: &chunk.data,
+                    last: chunk.last,
+                    digest: None,
+                })?,
+                ReadAnswer::Refused(_) => return Err(ContentFailure::Unavailable),
+            }
+        }
+        content::json(&assembler.finish()?)
+    }
+
+    /// Referenced content could not be read: one log line, then exit 2.
+    fn content_failed(&mut self, failure: ContentFailure) -> ! {
+        log!("referenced content: {failure}; exiting");
+        self.send("runner.exiting", json!({"reason": "fatal"}));
+        std::process::exit(EXIT_PROTOCOL);
     }
 
     /// Sends `content.read` and waits for its chunk (or the reply that
@@ -452,6 +497,16 @@ impl Channel {
         loop {
             match classify(self.receive()) {
                 Frame::Command(next, state) => {
+                    let state = match state {
+                        CommandState::Inline { value } => json!(value),
+                        CommandState::Reference { reference } => {
+                            let state = self
+                                .read_json(&json!(reference))
+                                .unwrap_or_else(|failure| self.content_failed(failure));
+                            log!("read the referenced run state");
+                            state
+                        }
+                    };
                     self.state = Some(state);
                     return next;
                 }
