@@ -380,15 +380,28 @@ describe("WorkflowClient against the real server", () => {
     subscription.close();
     assert.equal(final.updates.total, 170);
     // The inline view is bounded; every update is reachable through pages.
-    const view = await client.runView(runId, { signal: AbortSignal.timeout(30_000) });
+    // (Read once the runner's exit is recorded, so the revision holds still.)
+    const view = await until("the runner exit to be recorded", async () => {
+      const current = await client.runView(runId, { signal: AbortSignal.timeout(30_000) });
+      return current.display.activity === "none" ? current : undefined;
+    });
     assert.equal(view.updates.total, 170);
     assert.ok(view.updates.items.length < 170 && view.updates.nextCursor === String(view.updates.items.length));
     const paged = [...view.updates.items];
-    for await (const page of client.pages(runId, { collection: "updates", revision: view.revision, limit: 1000, maxBytes: 16 * 1024 * 1024, cursor: view.updates.nextCursor })) {
+    for await (const page of client.pages(runId, { collection: "updates", revision: view.revision, limit: 1000, maxBytes: 1024 * 1024, cursor: view.updates.nextCursor })) {
       assert.equal(page.revision, view.revision);
       paged.push(...(page.items as unknown as typeof paged));
     }
     assert.deepEqual(keysOf(paged), expected);
+    // The complete view: every update and step inline, at one revision.
+    const complete = await client.completeRunView(runId, { signal: AbortSignal.timeout(60_000) });
+    assert.equal(complete.revision, view.revision);
+    assert.equal(complete.updates.nextCursor, undefined);
+    assert.equal(complete.updates.total, 170);
+    assert.deepEqual(keysOf(complete.updates.items), expected);
+    assert.deepEqual(complete.updates.items, paged, "the same updates, newest first");
+    assert.equal(complete.steps.items.length, 17);
+    assert.deepEqual({ ...complete, updates: null }, { ...view, updates: null }, "the rest is the bounded view");
   });
 
   it("a client of another package version gets one clear package-version error", async () => {

@@ -247,13 +247,22 @@ mod tests {
         let reference = reference_of(&content, JSON);
         let bytes = read_all(&reference, &content).unwrap();
         assert_eq!(bytes, content);
-        assert_eq!(json(&bytes).unwrap()["pad"].as_str().unwrap().len(), 1_300_000);
+        assert_eq!(
+            json(&bytes).unwrap()["pad"].as_str().unwrap().len(),
+            1_300_000
+        );
         let assembler = Assembler::new(&reference, Some(JSON), 64 << 20).unwrap();
         assert_eq!(
             assembler.next_request(),
-            Some(PartRequest { offset: 0, length: PART_BYTES })
+            Some(PartRequest {
+                offset: 0,
+                length: PART_BYTES
+            })
         );
-        assert!(content.len() as u64 > 2 * PART_BYTES, "three parts at least");
+        assert!(
+            content.len() as u64 > 2 * PART_BYTES,
+            "three parts at least"
+        );
     }
 
     #[test]
@@ -261,12 +270,18 @@ mod tests {
         let content = big_json();
         let mut reference = reference_of(&content, JSON);
         reference["digest"] = json!(crate::ids::digest_text(&crate::ids::sha256(b"other")));
-        assert_eq!(read_all(&reference, &content), Err(ContentFailure::DigestMismatch));
+        assert_eq!(
+            read_all(&reference, &content),
+            Err(ContentFailure::DigestMismatch)
+        );
         // Same length, one byte changed.
         let reference = reference_of(&content, JSON);
         let mut tampered = content.clone();
         tampered[700_000] = b'q';
-        assert_eq!(read_all(&reference, &tampered), Err(ContentFailure::DigestMismatch));
+        assert_eq!(
+            read_all(&reference, &tampered),
+            Err(ContentFailure::DigestMismatch)
+        );
     }
 
     #[test]
@@ -283,18 +298,39 @@ mod tests {
         let reference = reference_of(small, JSON);
         let mut assembler = Assembler::new(&reference, Some(JSON), 1 << 20).unwrap();
         let data = encode(small);
-        let part = |last| Part { reference: &reference, offset: 0, data: &data, last, digest: None };
-        assert_eq!(assembler.accept(part(false)), Err(ContentFailure::WrongLength));
+        let part = |last| Part {
+            reference: &reference,
+            offset: 0,
+            data: &data,
+            last,
+            digest: None,
+        };
+        assert_eq!(
+            assembler.accept(part(false)),
+            Err(ContentFailure::WrongLength)
+        );
         let mut assembler = Assembler::new(&reference, Some(JSON), 1 << 20).unwrap();
         let half = encode(&small[..3]);
         assert_eq!(
-            assembler.accept(Part { reference: &reference, offset: 0, data: &half, last: true, digest: None }),
+            assembler.accept(Part {
+                reference: &reference,
+                offset: 0,
+                data: &half,
+                last: true,
+                digest: None
+            }),
             Err(ContentFailure::WrongLength)
         );
         // An empty part before the end makes no progress.
         let mut assembler = Assembler::new(&reference, Some(JSON), 1 << 20).unwrap();
         assert_eq!(
-            assembler.accept(Part { reference: &reference, offset: 0, data: "", last: false, digest: None }),
+            assembler.accept(Part {
+                reference: &reference,
+                offset: 0,
+                data: "",
+                last: false,
+                digest: None
+            }),
             Err(ContentFailure::WrongLength)
         );
     }
@@ -306,23 +342,47 @@ mod tests {
         let data = encode(&content[..1024]);
         let mut assembler = Assembler::new(&reference, Some(JSON), 64 << 20).unwrap();
         assert_eq!(
-            assembler.accept(Part { reference: &reference, offset: 1, data: &data, last: false, digest: None }),
+            assembler.accept(Part {
+                reference: &reference,
+                offset: 1,
+                data: &data,
+                last: false,
+                digest: None
+            }),
             Err(ContentFailure::WrongPart)
         );
         let other = reference_of(b"{}", JSON);
         assert_eq!(
-            assembler.accept(Part { reference: &other, offset: 0, data: &data, last: false, digest: None }),
+            assembler.accept(Part {
+                reference: &other,
+                offset: 0,
+                data: &data,
+                last: false,
+                digest: None
+            }),
             Err(ContentFailure::WrongPart)
         );
         let too_long = encode(&content[..(PART_BYTES as usize + 1)]);
         assert_eq!(
-            assembler.accept(Part { reference: &reference, offset: 0, data: &too_long, last: false, digest: None }),
+            assembler.accept(Part {
+                reference: &reference,
+                offset: 0,
+                data: &too_long,
+                last: false,
+                digest: None
+            }),
             Err(ContentFailure::BadPart)
         );
         for bad in ["not base64!", "eyJhIjoxfQ", "eyJhIjoxfR=="] {
             let mut assembler = Assembler::new(&reference, Some(JSON), 64 << 20).unwrap();
             assert_eq!(
-                assembler.accept(Part { reference: &reference, offset: 0, data: bad, last: false, digest: None }),
+                assembler.accept(Part {
+                    reference: &reference,
+                    offset: 0,
+                    data: bad,
+                    last: false,
+                    digest: None
+                }),
                 Err(ContentFailure::BadPart),
                 "{bad}"
             );
@@ -337,7 +397,13 @@ mod tests {
         let data = encode(small);
         let wrong = crate::ids::digest_text(&crate::ids::sha256(b"x"));
         assembler
-            .accept(Part { reference: &reference, offset: 0, data: &data, last: true, digest: Some(&wrong) })
+            .accept(Part {
+                reference: &reference,
+                offset: 0,
+                data: &data,
+                last: true,
+                digest: Some(&wrong),
+            })
             .unwrap();
         assert_eq!(assembler.finish(), Err(ContentFailure::DigestMismatch));
     }

@@ -58,10 +58,7 @@ pub struct Runner {
 impl Runner {
     /// Remembers content references sent to this runner.
     pub fn issue(&self, references: impl IntoIterator<Item = String>) {
-        self.issued
-            .lock()
-            .expect("issued lock")
-            .extend(references);
+        self.issued.lock().expect("issued lock").extend(references);
     }
 
     /// Whether `reference` (canonical text) was sent to this runner.

@@ -34,7 +34,11 @@ fn reference_to(blob: &Blob) -> Value {
 /// `message` as it can be sent: unchanged when it fits a frame, otherwise
 /// with its unbounded value stored and referenced (inside the caller's
 /// transaction).
-pub(crate) fn fit(connection: &Connection, mut message: Value, now_ms: u64) -> rusqlite::Result<Value> {
+pub(crate) fn fit(
+    connection: &Connection,
+    mut message: Value,
+    now_ms: u64,
+) -> rusqlite::Result<Value> {
     if frame_of(&message).is_some() {
         return Ok(message);
     }
@@ -49,7 +53,10 @@ pub(crate) fn fit(connection: &Connection, mut message: Value, now_ms: u64) -> r
             message["state"] = json!({ "kind": "reference", "reference": reference_to(&blob) });
         }
         Some("reply") => {
-            let result = message.get_mut("result").map(Value::take).unwrap_or(Value::Null);
+            let result = message
+                .get_mut("result")
+                .map(Value::take)
+                .unwrap_or(Value::Null);
             let blob = Blob::json(&result);
             blobs::put(connection, &blob, blobs::JSON, now_ms)?;
             message["resultContent"] = reference_to(&blob);
@@ -108,14 +115,20 @@ pub fn part(
     let Some(bytes) = stored else {
         return Err(ReadRefusal::Missing);
     };
-    let offset = usize::try_from(offset).map_err(|_| ReadRefusal::Range("the offset is past the end of the content"))?;
+    let offset = usize::try_from(offset)
+        .map_err(|_| ReadRefusal::Range("the offset is past the end of the content"))?;
     let length = usize::try_from(length).unwrap_or(usize::MAX);
     crate::reads::part_of(bytes, reference, offset, length).map_err(ReadRefusal::Range)
 }
 
 /// Answers one `content.read` of `runner`: a `content.chunk`, or a
 /// `rejected` reply with `contentUnavailable`.
-pub(crate) async fn read(app: &Arc<crate::app::App>, runner: &Arc<Runner>, message_id: &str, value: &Value) -> Value {
+pub(crate) async fn read(
+    app: &Arc<crate::app::App>,
+    runner: &Arc<Runner>,
+    message_id: &str,
+    value: &Value,
+) -> Value {
     let reference = value.get("reference").cloned().unwrap_or(Value::Null);
     let offset = value.get("offset").and_then(Value::as_u64).unwrap_or(0);
     let length = value.get("length").and_then(Value::as_u64).unwrap_or(0);
@@ -183,11 +196,26 @@ mod tests {
         let reference = reference(&bytes);
         let (data, last) = part(true, Some(&bytes), &reference, 0, 1 << 20).unwrap();
         use base64::Engine as _;
-        let first = base64::engine::general_purpose::STANDARD.decode(data).unwrap();
-        assert_eq!(first.len(), 512 * 1024, "a part is at most 512 KiB whatever is asked");
+        let first = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
+        assert_eq!(
+            first.len(),
+            512 * 1024,
+            "a part is at most 512 KiB whatever is asked"
+        );
         assert!(!last);
-        let (data, last) = part(true, Some(&bytes), &reference, first.len() as u64, 512 * 1024).unwrap();
-        let rest = base64::engine::general_purpose::STANDARD.decode(data).unwrap();
+        let (data, last) = part(
+            true,
+            Some(&bytes),
+            &reference,
+            first.len() as u64,
+            512 * 1024,
+        )
+        .unwrap();
+        let rest = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
         assert_eq!(first.len() + rest.len(), bytes.len());
         assert!(last);
     }
@@ -196,7 +224,10 @@ mod tests {
     fn content_not_issued_missing_or_read_out_of_range_is_refused() {
         let bytes = b"{\"a\":1}".to_vec();
         let good = reference(&bytes);
-        assert_eq!(part(false, Some(&bytes), &good, 0, 10), Err(ReadRefusal::NotIssued));
+        assert_eq!(
+            part(false, Some(&bytes), &good, 0, 10),
+            Err(ReadRefusal::NotIssued)
+        );
         assert_eq!(part(true, None, &good, 0, 10), Err(ReadRefusal::Missing));
         assert!(matches!(
             part(true, Some(&bytes), &good, bytes.len() as u64 + 1, 10),
@@ -214,6 +245,58 @@ mod tests {
         ));
     }
 
+    fn store() -> Connection {
+        let connection = Connection::open_in_memory().unwrap();
+        connection.execute_batch(crate::store::schema::DDL).unwrap();
+        connection
+    }
+
+    /// The stored bytes behind a reference, checked against it.
+    fn referenced(connection: &Connection, reference: &Value) -> Value {
+        let digest = crate::effects::parse_digest(reference["digest"].as_str()).unwrap();
+        let bytes = blobs::get(connection, &digest).unwrap().unwrap();
+        assert_eq!(reference["bytes"], bytes.len());
+        assert_eq!(reference["mediaType"], "application/json");
+        crate::content::json(&bytes).unwrap()
+    }
+
+    #[test]
+    fn a_message_that_fits_is_unchanged_and_an_oversized_one_moves_its_value_to_the_store() {
+        let connection = store();
+        let small =
+            json!({ "type": "command", "state": { "kind": "inline", "value": { "steps": 1 } } });
+        assert_eq!(fit(&connection, small.clone(), 1).unwrap(), small);
+        assert_eq!(
+            connection
+                .query_row("SELECT COUNT(*) FROM blobs", [], |row| row.get::<_, i64>(0))
+                .unwrap(),
+            0
+        );
+
+        let state = json!({ "input": {}, "results": { "a": { "output": "s".repeat(1_200_000) } }, "resultOrder": ["a"], "steps": 1 });
+        let command = json!({ "type": "command", "command": "resume", "state": { "kind": "inline", "value": state } });
+        let fitted = fit(&connection, command, 1).unwrap();
+        assert_eq!(fitted["state"]["kind"], "reference");
+        assert!(
+            fitted.get("command").is_some(),
+            "the rest of the command stays"
+        );
+        assert!(frame_of(&fitted).is_some());
+        assert_eq!(
+            referenced(&connection, &fitted["state"]["reference"]),
+            state
+        );
+
+        let result = json!({ "effectId": "e", "result": "r".repeat(1_100_000) });
+        let reply =
+            json!({ "type": "reply", "inReplyTo": "m1", "outcome": "adopted", "result": result });
+        let fitted = fit(&connection, reply, 1).unwrap();
+        assert_eq!(fitted["result"], Value::Null);
+        assert_eq!(fitted["outcome"], "adopted");
+        assert!(frame_of(&fitted).is_some());
+        assert_eq!(referenced(&connection, &fitted["resultContent"]), result);
+    }
+
     #[test]
     fn only_an_oversized_field_moves_and_the_references_are_listed() {
         let small = json!({ "type": "reply", "result": { "a": 1 } });
@@ -221,6 +304,9 @@ mod tests {
         let command = json!({ "type": "command", "state": { "kind": "reference", "reference": reference(b"x") } });
         assert_eq!(references(&command).len(), 1);
         let reply = json!({ "type": "reply", "result": null, "resultContent": reference(b"y") });
-        assert_eq!(references(&reply), vec![String::from_utf8(protocol::canonicalize(&reference(b"y")).unwrap()).unwrap()]);
+        assert_eq!(
+            references(&reply),
+            vec![String::from_utf8(protocol::canonicalize(&reference(b"y")).unwrap()).unwrap()]
+        );
     }
 }

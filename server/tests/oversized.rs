@@ -167,25 +167,26 @@ async fn a_run_with_5_mib_of_outputs_survives_pause_and_resume_and_completes() {
         assert_eq!(state["results"][&node]["outcome"], "ok", "{node}");
         let marker = format!("\"{index:02}-xxxx");
         let copies = String::from_utf8_lossy(&recorded).matches(&marker).count();
-        assert_eq!(copies, 1, "the output of {node} is sent once, not {copies} times");
+        assert_eq!(
+            copies, 1,
+            "the output of {node} is sent once, not {copies} times"
+        );
     }
     assert_eq!(
         state["resultOrder"],
-        json!([
-            "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10"
-        ])
+        json!(["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10"])
     );
     assert_eq!(state["steps"], 10);
-    assert!(state.get("outputs").is_none(), "outputs derive from results");
+    assert!(
+        state.get("outputs").is_none(),
+        "outputs derive from results"
+    );
     assert!(
         all_runner_logs(&server).contains("read the referenced run state"),
         "the resume command carried its state as a content reference"
     );
     wait_quiescent(&db).await;
-    assert_eq!(
-        support::consistency_violations(&db),
-        Vec::<String>::new()
-    );
+    assert_eq!(support::consistency_violations(&db), Vec::<String>::new());
 }
 
 /// An effect whose settled result fills a frame: after a crash before the
@@ -315,11 +316,18 @@ fn spawn_cli(server: &TestServer, name: &str, args: &[&str]) -> CliRun {
 }
 
 /// Waits for a CLI process with a deadline; kills it when it is late.
-fn wait_cli(mut run: CliRun, timeout: Duration, what: &str) -> (std::process::ExitStatus, String, String) {
+fn wait_cli(
+    mut run: CliRun,
+    timeout: Duration,
+    what: &str,
+) -> (std::process::ExitStatus, String, String) {
     let deadline = Instant::now() + timeout;
     let read = |path: &Path| {
         let mut text = String::new();
-        std::fs::File::open(path).unwrap().read_to_string(&mut text).unwrap();
+        std::fs::File::open(path)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
         text
     };
     loop {
@@ -352,7 +360,11 @@ fn update_keys(items: &[Value]) -> Vec<String> {
         .map(|item| {
             let key = item["key"].as_str().unwrap().to_owned();
             assert_eq!(item["data"]["key"], key.as_str(), "{key}");
-            assert_eq!(item["data"]["pad"].as_str().map(str::len), Some(60_000), "{key}");
+            assert_eq!(
+                item["data"]["pad"].as_str().map(str::len),
+                Some(60_000),
+                "{key}"
+            );
             key
         })
         .collect();
@@ -394,7 +406,10 @@ async fn a_run_with_10_mib_of_updates_is_viewed_once_followed_live_and_paged() {
     assert_eq!(document["display"]["status"], "completed", "{err}");
     assert_eq!(document["updates"]["total"], 170);
     assert!(document["updates"].get("nextCursor").is_none());
-    assert_eq!(update_keys(document["updates"]["items"].as_array().unwrap()), expected_keys());
+    assert_eq!(
+        update_keys(document["updates"]["items"].as_array().unwrap()),
+        expected_keys()
+    );
     assert_eq!(document["steps"]["total"], 17);
     assert_eq!(document["steps"]["items"].as_array().unwrap().len(), 17);
     protocol::decode_run_view(&protocol::canonicalize(&document).unwrap())
@@ -418,13 +433,17 @@ async fn a_run_with_10_mib_of_updates_is_viewed_once_followed_live_and_paged() {
     assert!(view.frame.to_string().len() < FRAME);
     let view = view.receipt.unwrap();
     let inline = view["updates"]["items"].as_array().unwrap();
-    assert!(!inline.is_empty() && inline.len() < 170, "{} inline", inline.len());
+    assert!(
+        !inline.is_empty() && inline.len() < 170,
+        "{} inline",
+        inline.len()
+    );
     assert_eq!(view["updates"]["nextCursor"], inline.len().to_string());
     let mut items: Vec<Value> = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
     loop {
-        let mut payload = json!({ "collection": "updates", "limit": 1000, "maxBytes": 16 * 1024 * 1024, "revision": view["revision"] });
+        let mut payload = json!({ "collection": "updates", "limit": 1000, "maxBytes": FRAME, "revision": view["revision"] });
         if let Some(cursor) = &cursor {
             payload["cursor"] = json!(cursor);
         }
@@ -445,7 +464,54 @@ async fn a_run_with_10_mib_of_updates_is_viewed_once_followed_live_and_paged() {
             None => break,
         }
     }
-    assert!(pages > 1, "a page is bounded by bytes, whatever maxBytes asks");
+    assert!(
+        pages > 1,
+        "a page is bounded by bytes, whatever maxBytes asks"
+    );
     assert_eq!(update_keys(&items), expected_keys());
-    assert_eq!(items[..inline.len()], inline[..], "the pages start with the inline ones");
+    assert_eq!(
+        items[..inline.len()],
+        inline[..],
+        "the pages start with the inline ones"
+    );
+}
+
+/// A switch with 5,000 cases from a node with a long id: its resolve
+/// frame is small (about 60 KB), but a run view lists one edge per case
+/// with the source id repeated, about 1.4 MB: more than a frame. The start
+/// is refused with a clear reason instead of creating a run that can never
+/// be viewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_whose_graph_cannot_be_shown_in_a_view_is_refused_when_it_starts() {
+    let server = TestServer::start();
+    let from = format!("s{}", "w".repeat(250));
+    let cases: serde_json::Map<String, Value> = (0..5000)
+        .map(|case| (format!("c{case}"), json!("t")))
+        .collect();
+    let node = |id: &str| json!({ "id": id, "nodeType": "compute", "timeout": { "kind": "default" }, "mountPath": [] });
+    let script = write_script(
+        server.scratch(),
+        "wide.json",
+        &json!({
+            "workflowName": "wide",
+            "topology": {
+                "startAt": from,
+                "nodes": [node(&from), node("t")],
+                "edges": [{ "kind": "switch", "from": from, "on": "$.route", "cases": cases }],
+                "mounts": [],
+            },
+        }),
+    );
+    let mut client = server.client().await;
+    let response = support::start_run(&mut client, &script).await;
+    assert_eq!(response.outcome, "rejected", "{}", response.frame);
+    assert_eq!(response.error_code.as_deref(), Some("validationFailed"));
+    assert!(
+        response
+            .error_message
+            .as_deref()
+            .is_some_and(|message| message.contains("too large to show")),
+        "{:?}",
+        response.error_message
+    );
 }

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use protocol::generated::types::{
     CommandState, ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId,
 };
-use server::content::{self, Assembler, ContentFailure, Part};
 use protocol::{
     FrameDecoder, RunnerMessage, ServerMessage, WorkerLaunch, decode_launch, decode_server_frame,
     encode_runner, frame_content, runner_kind,
 };
 use serde_json::{Map, Value, json};
+use server::content::{self, Assembler, ContentFailure, Part};
 
 use crate::{EXIT_CHANNEL_CLOSED, EXIT_CRASH, EXIT_PROTOCOL, log};
 
@@ -430,7 +430,9 @@ impl Channel {
     /// A reply whose result was referenced, with the result read.
     fn materialized(&mut self, mut reply: Reply) -> Reply {
         if let Some(reference) = reply.result_content.take() {
-            reply.result = self.read_json(&reference).unwrap_or_else(|failure| self.content_failed(failure));
+            reply.result = self
+                .read_json(&reference)
+                .unwrap_or_else(|failure| self.content_failed(failure));
             log!("read the referenced reply result");
         }
         reply
@@ -440,7 +442,8 @@ impl Channel {
     pub(crate) fn read_json(&mut self, reference: &Value) -> Result<Value, ContentFailure> {
         let mut assembler = Assembler::new(reference, Some(content::JSON), MAX_CONTENT_BYTES)?;
         while let Some(request) = assembler.next_request() {
-            let fields = json!({"reference": reference, "offset": request.offset, "length": request.length});
+            let fields =
+                json!({"reference": reference, "offset": request.offset, "length": request.length});
             match self.read(fields) {
                 ReadAnswer::Chunk(chunk) => assembler.accept(Part {
                     reference: &chunk.reference,
@@ -469,7 +472,11 @@ impl Channel {
         loop {
             match classify(self.receive()) {
                 Frame::Chunk { to, chunk } if to == sent.id => {
-                    log!("<- content.chunk at {} (final {})", chunk.offset, chunk.last);
+                    log!(
+                        "<- content.chunk at {} (final {})",
+                        chunk.offset,
+                        chunk.last
+                    );
                     return ReadAnswer::Chunk(chunk);
                 }
                 Frame::Reply { to, reply } if to == sent.id => {

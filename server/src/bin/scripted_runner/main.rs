@@ -12,6 +12,11 @@
 //! `runnerEpoch` come from the launch; `expectedRevision` is omitted. What
 //! the runner does is logged briefly to stderr.
 //!
+//! A command whose `state` is `{kind: reference}` and a reply that carries
+//! `resultContent` are read with `content.read` in verified parts of at most
+//! 512 KiB (`server::content::Assembler`); content that cannot be read is
+//! one log line, `runner.exiting {reason: fatal}` and exit 2.
+//!
 //! The runner waits for the reply of `node.update`, `effect.reserve`,
 //! `effect.settle`, `runner.progress`, `node.finished` and `node.failed`
 //! (one per copy of a duplicated message). It does not wait after
