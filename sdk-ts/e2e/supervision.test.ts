@@ -149,6 +149,61 @@ export default defineWorkflow({ name: "stuck", startAt: "wait", nodes: {
     assert.deepEqual(lines(join(dir, "pausable.log")), ["first", "hold", "hold", "last"]);
   });
 
+  it("a run with 5 MiB of outputs survives pause and resume and completes; the resumed nodes see the same outputs", async () => {
+    const dir = server.root;
+    const pid = JSON.stringify(join(dir, "big.pid"));
+    const release = JSON.stringify(join(dir, "big.release"));
+    const big = Array.from({ length: 10 }, (_, i) => `n${i + 1}`);
+    const nodes = big.map((id, i) => `    ${id}: compute({ run: () => ({ node: ${i + 1}, pad: "${String(i + 1).padStart(2, "0")}-" + "x".repeat(512_000) }) }),`).join("\n");
+    const edges = [...big, "hold", "last"].slice(1).map((to, i) => `{ from: ${JSON.stringify([...big, "hold"][i])}, to: ${JSON.stringify(to)} }`).join(", ");
+    writeWorkflow(
+      "big",
+      `import { existsSync, writeFileSync } from "node:fs";
+import { compute, defineWorkflow } from ${SDK};
+export default defineWorkflow({
+  name: "big",
+  startAt: "n1",
+  nodes: {
+${nodes}
+    hold: compute({
+      timeoutMs: 60_000,
+      run: ({ signal }) => new Promise((resolve, reject) => {
+        writeFileSync(${pid}, String(process.pid));
+        const timer = setInterval(() => { if (existsSync(${release})) { clearInterval(timer); resolve({ held: true }); } }, 20);
+        signal.addEventListener("abort", () => { clearInterval(timer); reject(signal.reason); });
+      }),
+    }),
+    last: compute({ run: ({ outputs, results }) => ({
+      outputs: Object.keys(outputs).sort(),
+      intact: Object.entries(outputs).filter(([id]) => id.startsWith("n")).every(([id, o]) => {
+        const i = Number(id.slice(1));
+        return o.node === i && o.pad === String(i).padStart(2, "0") + "-" + "x".repeat(512_000) && JSON.stringify(results[id].output) === JSON.stringify(o);
+      }),
+      bytes: Object.values(outputs).reduce((sum, o) => sum + JSON.stringify(o).length, 0),
+    }) }),
+  },
+  edges: [${edges}],
+});
+`,
+    );
+    const runId = await client.start(project, "big");
+    const runnerPid = Number(await waitForFile(join(dir, "big.pid"), 60_000));
+    assert.equal((await client.command("run.pause", {}, runId)).outcome, "accepted");
+    await client.waitFor(runId, (v) => v.display.status === "paused" && v.status.queue === "parked", 20_000, "paused");
+    await waitGone([runnerPid]);
+    writeFileSync(join(dir, "big.release"), "go");
+    assert.equal((await client.command("run.resume", {}, runId)).outcome, "accepted");
+    const done = await client.settled(runId, 60_000);
+    assert.equal(done.status.run, "completed", JSON.stringify(done.display));
+    const commands = server.journal(runId).filter((record) => record.event === "command");
+    assert.deepEqual(commands.map((record) => [record.command, (record.node as { nodeId: string }).nodeId]), [["start", "n1"], ["resume", "hold"]]);
+    const last = server.journal(runId).find((record) => record.event === "node" && record.nodeId === "last");
+    const output = last?.output as { outputs: string[]; intact: boolean; bytes: number };
+    assert.deepEqual(output.outputs, [...big, "hold"].sort());
+    assert.equal(output.intact, true, "every resumed output is the one its node returned, and results[id].output is the same value");
+    assert.ok(output.bytes > 5 * 512_000, `${output.bytes} bytes of outputs`);
+  });
+
   it("cancel ends the run cancelled and stops its runner", async () => {
     const dir = server.root;
     writeWorkflow("cancellable", holdingWorkflow("cancellable", dir));

@@ -32,6 +32,7 @@ const exports = {
   validateRunnerMessage: `${BASE}runner.v1.schema.json#/$defs/RunnerMessage`,
   validateServerMessage: `${BASE}runner.v1.schema.json#/$defs/ServerMessage`,
   validateWorkerLaunch: `${BASE}runner.v1.schema.json#/$defs/WorkerLaunch`,
+  validateRunState: `${BASE}runner.v1.schema.json#/$defs/RunState`,
   validateRunView: `${BASE}run-view.v1.schema.json`,
 };
 let code = standaloneCode(ajv, exports);

@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { WorkflowClient, WorkflowClientError, type Accepted } from "../src/client/index.js";
+import { LiveRunView, WorkflowClient, WorkflowClientError, type Accepted } from "../src/client/index.js";
 import type { ClientMessage, Request, Response, RunView } from "../src/generated/types.js";
 import { FrameDecoder, decodeClientFrame } from "../src/protocol/index.js";
 
@@ -321,6 +321,87 @@ describe("WorkflowClient against the real server", () => {
       "contentUnavailable",
       "unavailable",
     );
+  });
+
+  it("a run with 10 MiB of updates: the view stays bounded, a live view follows it and the complete view holds every update", async () => {
+    // 17 nodes × 10 updates of 60 KB (each inside the 64 KiB limit), paced
+    // under the update rate limit (a burst of 100, then 20 per second).
+    const ids = Array.from({ length: 17 }, (_, i) => `u${i + 1}`);
+    const nodes: Record<string, unknown[]> = {};
+    ids.forEach((id, n) => {
+      let behaviour: Record<string, unknown> = { finish: { node: id } };
+      for (let u = 9; u >= 0; u--) {
+        const key = `k${String(n * 10 + u).padStart(3, "0")}`;
+        behaviour = { update: { type: "log", key, data: { key, pad: "y".repeat(60_000) } }, then: { sleepMs: 60, then: behaviour } };
+      }
+      nodes[id] = [behaviour];
+    });
+    const script = join(dir, "updates.json");
+    writeFileSync(
+      script,
+      JSON.stringify({
+        workflowName: "updates",
+        topology: {
+          startAt: "u1",
+          nodes: ids.map((id) => ({ id, nodeType: "compute", timeout: { kind: "default" }, mountPath: [] })),
+          edges: ids.slice(1).map((to, i) => ({ kind: "plain", from: ids[i], to })),
+          mounts: [],
+        },
+        nodes,
+      }),
+    );
+    const expected = Array.from({ length: 170 }, (_, i) => `k${String(i).padStart(3, "0")}`);
+    const keysOf = (items: { key: string; data: unknown }[]): string[] =>
+      items
+        .map((item) => {
+          const data = item.data as { key: string; pad: string };
+          assert.equal(data.key, item.key);
+          assert.equal(data.pad.length, 60_000);
+          return item.key;
+        })
+        .sort();
+    const started = await start(script);
+    const runId = started.receipt.runId;
+    // A live view from the start follows the run to its end.
+    const live = new LiveRunView();
+    const subscription = await client.subscribe({ kind: "run", runId });
+    const followed = (async () => {
+      for await (const frame of subscription) {
+        if (frame.event.kind === "availability") {
+          assert.notEqual(frame.subscriptionId, "connection", `the server ended the connection: ${frame.event.reason ?? ""}`);
+          continue;
+        }
+        const view = live.apply(frame.event);
+        if (view.display.status === "completed") return view;
+      }
+      assert.fail("the subscription ended before the run completed");
+    })();
+    const final = await Promise.race([followed, sleep(120_000).then(() => assert.fail("the live view did not see the run complete"))]);
+    subscription.close();
+    assert.equal(final.updates.total, 170);
+    // The inline view is bounded; every update is reachable through pages.
+    // (Read once the runner's exit is recorded, so the revision holds still.)
+    const view = await until("the runner exit to be recorded", async () => {
+      const current = await client.runView(runId, { signal: AbortSignal.timeout(30_000) });
+      return current.display.activity === "none" ? current : undefined;
+    });
+    assert.equal(view.updates.total, 170);
+    assert.ok(view.updates.items.length < 170 && view.updates.nextCursor === String(view.updates.items.length));
+    const paged = [...view.updates.items];
+    for await (const page of client.pages(runId, { collection: "updates", revision: view.revision, limit: 1000, maxBytes: 1024 * 1024, cursor: view.updates.nextCursor })) {
+      assert.equal(page.revision, view.revision);
+      paged.push(...(page.items as unknown as typeof paged));
+    }
+    assert.deepEqual(keysOf(paged), expected);
+    // The complete view: every update and step inline, at one revision.
+    const complete = await client.completeRunView(runId, { signal: AbortSignal.timeout(60_000) });
+    assert.equal(complete.revision, view.revision);
+    assert.equal(complete.updates.nextCursor, undefined);
+    assert.equal(complete.updates.total, 170);
+    assert.deepEqual(keysOf(complete.updates.items), expected);
+    assert.deepEqual(complete.updates.items, paged, "the same updates, newest first");
+    assert.equal(complete.steps.items.length, 17);
+    assert.deepEqual({ ...complete, updates: null }, { ...view, updates: null }, "the rest is the bounded view");
   });
 
   it("a client of another package version gets one clear package-version error", async () => {

@@ -165,7 +165,7 @@ async function executorFor(file: string, answer: Parameters<typeof stubChannel>[
   const path = join(EXAMPLES_DIR, file);
   const compiled = await loadAndCompile(path, EXAMPLES_DIR);
   const { channel, sent } = stubChannel(answer);
-  const state = new RunState({ input: input as never, outputs: {}, results: {}, resultOrder: [], steps: 0 });
+  const state = new RunState({ input: input as never, results: {}, resultOrder: [], steps: 0 });
   const executor = new Executor({ channel, compiled, state, runId: "run-1", projectPath: dir, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
   return { executor, sent, state, compiled };
 }
@@ -191,7 +191,7 @@ describe("node execution (in process)", () => {
   });
 
   it("re-entering a mount starts a fresh invocation with empty local state", () => {
-    const state = new RunState({ input: null, outputs: {}, results: {}, resultOrder: [], steps: 0 });
+    const state = new RunState({ input: null, results: {}, resultOrder: [], steps: 0 });
     const result = (nodeId: string, output: unknown) => ({ attemptId: nodeId, nodeId, nodeType: "compute", outcome: "ok" as const, startedAt: "", finishedAt: "", durationMs: 0, output });
     state.record("m", result("m", { schema: "pi-workflows.include-entry.v1", invocation: 1, input: { n: 1 } }));
     state.record("m/x", result("m/x", { first: true }));
@@ -209,7 +209,7 @@ describe("node execution (in process)", () => {
     });
     const compiled = await loadAndCompile(join(root, ".pi", "workflows", "slow.workflow.ts"), root);
     const { channel, sent } = stubChannel(() => undefined);
-    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, outputs: {}, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
+    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
     const before = Date.now();
     await executor.run({ nodeId: "a", attemptId: "a1", visit: 1 });
     const started = sent[0] as { type: string; deadlineAtMs: number };
@@ -230,7 +230,7 @@ describe("node execution (in process)", () => {
       const stub = stubChannel((type) =>
         type === "effect.reserve" ? { result: { effectId: "effect-1", state, attemptNumber: 1, ...(result !== undefined ? { result } : {}) } as never } : undefined,
       );
-      return { ...stub, executor: new Executor({ channel: stub.channel, compiled, state: new RunState({ input: null, outputs: {}, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined }) };
+      return { ...stub, executor: new Executor({ channel: stub.channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined }) };
     };
     const fresh = make("applying");
     await fresh.executor.run({ nodeId: "a", attemptId: "a1", visit: 1 });
@@ -258,7 +258,7 @@ describe("node execution (in process)", () => {
       updates += 1;
       return updates === 1 ? { result: { updateId: "upd_1", seq: 4 } } : { outcome: "rejected", error: { code: "rateLimited", message: "updates are limited to 20 per second with a burst of 100" } };
     });
-    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, outputs: {}, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
+    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
     await executor.run({ nodeId: "a", attemptId: "att", visit: 1 });
     assert.deepEqual(sent[2], { type: "node.update", attemptId: "att", update: { type: "progress", key: "overall", data: { status: "running" } }, idempotencyKey: "att:u1" });
     const finished = sent.at(-1) as { output: { first: unknown; rejected: string } };
@@ -290,7 +290,7 @@ describe("node execution (in process)", () => {
     const compiled = await loadAndCompile(join(root, ".pi", "workflows", "ask.workflow.ts"), root);
     const interactive = stubChannel((type) => (type === "interaction.requested" ? { result: { interactionId: "int-1" }, next: { kind: "exit", reason: "waiting" } } : undefined));
     const run = (channel: RunnerChannel) =>
-      new Executor({ channel, compiled, state: new RunState({ input: { task: "X" }, outputs: {}, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined }).run({ nodeId: "plan", attemptId: "att-1", visit: 1 });
+      new Executor({ channel, compiled, state: new RunState({ input: { task: "X" }, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined }).run({ nodeId: "plan", attemptId: "att-1", visit: 1 });
     const after = await run(interactive.channel);
     assert.equal(after.kind, "exit");
     const request = interactive.sent[1] as { type: string; kind: string; prompt: { kind: string; text: string }; contract: Record<string, unknown> };

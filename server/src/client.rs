@@ -421,9 +421,6 @@ impl From<ClientError> for ContentError {
     }
 }
 
-/// The chunk size content is read in (the protocol's maximum).
-pub const CONTENT_CHUNK_BYTES: usize = 512 * 1024;
-
 impl Client {
     /// Reads the content behind a digest-bound `reference` of `run_id` in
     /// chunks and returns it only when the assembled bytes match the
@@ -433,16 +430,11 @@ impl Client {
         run_id: &str,
         reference: &Value,
     ) -> Result<Vec<u8>, ContentError> {
-        use base64::Engine as _;
-        let expected_bytes = reference.get("bytes").and_then(Value::as_u64);
-        let expected_digest = reference
-            .get("digest")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let mut bytes = Vec::new();
-        loop {
-            let payload = json!({ "reference": reference, "offset": bytes.len(), "length": CONTENT_CHUNK_BYTES });
+        let mut assembler = crate::content::Assembler::new(reference, None, u64::MAX)
+            .map_err(|_| ContentError::DigestMismatch)?;
+        while let Some(part) = assembler.next_request() {
+            let payload =
+                json!({ "reference": reference, "offset": part.offset, "length": part.length });
             let response = self
                 .request(&RequestSpec::read("view.content", Some(run_id), payload))
                 .await?;
@@ -453,26 +445,91 @@ impl Client {
                         .unwrap_or_else(|| response.outcome.clone()),
                 ));
             };
-            let data = chunk
-                .get("data")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let decoded = base64::engine::general_purpose::STANDARD
-                .decode(data)
+            assembler
+                .accept(crate::content::Part {
+                    reference: &chunk["reference"],
+                    offset: chunk["offset"].as_u64().unwrap_or(u64::MAX),
+                    data: chunk["data"].as_str().unwrap_or_default(),
+                    last: chunk["final"].as_bool().unwrap_or(false),
+                    digest: Some(chunk["digest"].as_str().unwrap_or_default()),
+                })
                 .map_err(|_| ContentError::DigestMismatch)?;
-            bytes.extend_from_slice(&decoded);
-            if chunk.get("final").and_then(Value::as_bool) == Some(true) {
-                break;
-            }
-            if decoded.is_empty() || Some(bytes.len() as u64) > expected_bytes {
-                return Err(ContentError::DigestMismatch);
-            }
         }
-        let digest = crate::ids::digest_text(&crate::ids::sha256(&bytes));
-        if Some(bytes.len() as u64) != expected_bytes || digest != expected_digest {
-            return Err(ContentError::DigestMismatch);
+        assembler.finish().map_err(|_| ContentError::DigestMismatch)
+    }
+}
+
+/// How often a complete view is read again when the run moved on between
+/// its pages.
+pub const COMPLETE_VIEW_ATTEMPTS: usize = 8;
+
+/// A complete view, or why there is none.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CompleteView {
+    /// The view at one revision with every step and update inline.
+    View(Value),
+    /// The server refused `run.view` or a page (its response).
+    Refused(Response),
+    /// The run changed between pages on every attempt.
+    Moving,
+}
+
+impl Client {
+    /// The complete run view at one revision: `run.view`, then every
+    /// `view.page` of its steps and updates at that revision, so that
+    /// `steps.items` and `updates.items` hold all `total` items and carry no
+    /// `nextCursor`. Read again (at most [`COMPLETE_VIEW_ATTEMPTS`] times)
+    /// when the run moved on between pages.
+    pub async fn complete_view(&mut self, run_id: &str) -> Result<CompleteView, ClientError> {
+        'attempt: for _ in 0..COMPLETE_VIEW_ATTEMPTS {
+            let response = self
+                .request(&RequestSpec::read("run.view", Some(run_id), json!({})))
+                .await?;
+            let Some(mut view) = response
+                .receipt
+                .clone()
+                .filter(|_| response.outcome == "accepted")
+            else {
+                return Ok(CompleteView::Refused(response));
+            };
+            let revision = view["revision"].clone();
+            for collection in ["steps", "updates"] {
+                let mut cursor = view[collection]["nextCursor"].as_str().map(str::to_owned);
+                while let Some(at) = cursor {
+                    let payload = json!({ "collection": collection, "cursor": at, "limit": 1000,
+                        "maxBytes": crate::reads::PAGE_BYTES, "revision": revision });
+                    let response = self
+                        .request(&RequestSpec::read("view.page", Some(run_id), payload))
+                        .await?;
+                    let Some(page) = response
+                        .receipt
+                        .clone()
+                        .filter(|_| response.outcome == "accepted")
+                    else {
+                        return Ok(CompleteView::Refused(response));
+                    };
+                    if page["revision"] != revision {
+                        continue 'attempt;
+                    }
+                    let items = page["items"].as_array().cloned().unwrap_or_default();
+                    if let Some(inline) = view[collection]["items"].as_array_mut() {
+                        inline.extend(items);
+                    }
+                    cursor = page["nextCursor"].as_str().map(str::to_owned);
+                }
+                let page = &mut view[collection];
+                if page["items"].as_array().map(Vec::len)
+                    != page["total"].as_u64().map(|n| n as usize)
+                {
+                    continue 'attempt;
+                }
+                if let Some(page) = page.as_object_mut() {
+                    page.remove("nextCursor");
+                }
+            }
+            return Ok(CompleteView::View(view));
         }
-        Ok(bytes)
+        Ok(CompleteView::Moving)
     }
 }
 

@@ -4,8 +4,9 @@
 //! Invariants:
 //! - The run list reads status facts only (the stored header of each run's
 //!   last presentation revision); it never loads run histories.
-//! - Pages have an item limit and an encoded byte budget and echo the cursor
-//!   and revision they were read at.
+//! - Pages have an item limit and an encoded byte budget (at most
+//!   `PAGE_BYTES` whatever the client asks, at least one item) and echo the
+//!   cursor and revision they were read at, so a page always fits a frame.
 //! - Content is served only under its exact run id, digest and media type; a
 //!   reference from another run or another media type is unavailable.
 
@@ -17,7 +18,7 @@ use serde_json::{Value, json};
 
 /// Rows per run-list page unless the client asks for fewer.
 pub const LIST_PAGE: usize = 100;
-/// Byte budget of one page unless the client asks for less.
+/// Byte budget of one page: what a client asks for, at most this.
 pub const PAGE_BYTES: usize = 512 * 1024;
 /// Bytes per content chunk at most.
 pub const CHUNK_BYTES: usize = 512 * 1024;
@@ -50,7 +51,7 @@ pub fn run_list(
          WHERE (?2 = '' OR r.created_at_ms < ?1 OR (r.created_at_ms = ?1 AND r.run_id < ?2))
          ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT ?3",
     )?;
-    let budget = max_bytes.unwrap_or(PAGE_BYTES);
+    let budget = max_bytes.unwrap_or(PAGE_BYTES).min(PAGE_BYTES);
     let mut rows = Vec::new();
     let mut used = 0;
     let mut next = None;
@@ -62,7 +63,7 @@ pub fn run_list(
         .collect::<rusqlite::Result<_>>()?;
     for (index, (run_id, _, presentation, header)) in fetched.iter().enumerate() {
         let row = list_row(run_id, *presentation, header.as_deref());
-        let size = serde_json::to_string(&row).map_or(0, |text| text.len());
+        let size = crate::view::encoded_len(&row);
         if index == limit || (!rows.is_empty() && used + size > budget) {
             next = Some(String::new());
             break;
@@ -139,18 +140,15 @@ pub fn view_page(
         "messages" => run_messages(connection, run_id, offset, limit + 1)?,
         _ => Vec::new(),
     };
-    let mut page = Vec::new();
-    let mut used = 0;
-    let mut more = false;
-    for (index, item) in items.into_iter().enumerate() {
-        let size = serde_json::to_string(&item).map_or(0, |text| text.len());
-        if index == limit || (!page.is_empty() && used + size > max_bytes) {
-            more = true;
-            break;
-        }
-        used += size;
-        page.push(item);
-    }
+    let fetched = items.len();
+    let shown = crate::view::page_prefix(
+        items.iter().map(crate::view::encoded_len),
+        limit,
+        max_bytes.min(PAGE_BYTES),
+    );
+    let more = shown < fetched;
+    let mut page = items;
+    page.truncate(shown);
     let mut value = json!({ "collection": collection, "revision": revision, "items": page });
     if let Some(cursor) = cursor {
         value["cursor"] = json!(cursor);
@@ -259,21 +257,39 @@ pub fn content_chunk(
     let Some(bytes) = bytes else {
         return Ok(Err("no such content for this run and media type"));
     };
-    if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
-        return Ok(Err("the reference length does not match the content"));
-    }
-    if offset > bytes.len() {
-        return Ok(Err("the offset is past the end of the content"));
-    }
-    let end = (offset + length.min(CHUNK_BYTES)).min(bytes.len());
-    let data = base64::engine::general_purpose::STANDARD.encode(&bytes[offset..end]);
+    let (data, last) = match part_of(&bytes, reference, offset, length) {
+        Ok(part) => part,
+        Err(message) => return Ok(Err(message)),
+    };
     Ok(Ok(json!({
         "reference": reference,
         "digest": crate::ids::digest_text(&digest),
         "offset": offset,
         "data": data,
-        "final": end == bytes.len(),
+        "final": last,
     })))
+}
+
+/// One part of stored content: base64 of at most `length` (and at most
+/// 512 KiB) bytes from `offset`, and whether it reaches the end. The
+/// reference must name the stored length; the offset must be inside it.
+pub fn part_of(
+    bytes: &[u8],
+    reference: &Value,
+    offset: usize,
+    length: usize,
+) -> Result<(String, bool), &'static str> {
+    if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
+        return Err("the reference length does not match the content");
+    }
+    if offset > bytes.len() {
+        return Err("the offset is past the end of the content");
+    }
+    let end = offset
+        .saturating_add(length.min(CHUNK_BYTES))
+        .min(bytes.len());
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes[offset..end]);
+    Ok((data, end == bytes.len()))
 }
 
 /// The origin-session view from one consistent read: the active run view

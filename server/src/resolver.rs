@@ -145,6 +145,13 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
                     "the workflow graph is invalid (check startAt, edges and reachability)",
                 )
             })?;
+            if crate::view::graph_projection_bytes(&topology) > crate::view::GRAPH_PROJECTION_BYTES
+            {
+                return Err(ResolveError::new(
+                    "validationFailed",
+                    "the workflow graph is too large to show: its nodes and edges take more than 256 KiB in a run view; use fewer nodes or switch cases",
+                ));
+            }
             let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
             Ok(Resolved {
                 workflow_name: text("workflowName").unwrap_or_default(),

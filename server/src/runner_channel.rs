@@ -10,6 +10,9 @@
 //!   payload) gets the same reply and changes nothing; another payload under
 //!   the same message id is rejected.
 //! - Routing comes from the kernel: the runner only proposes results.
+//! - Every answer is measured before it is stored and sent: a value that
+//!   would not fit one frame travels as a content reference
+//!   (`crate::transfer`), and the runner always gets an answer.
 
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
@@ -126,6 +129,8 @@ enum Route {
     /// `runner.exiting`: acknowledged; the exit itself is decided when the
     /// process ends.
     Exiting,
+    /// `content.read`: a chunk of content sent to this runner epoch.
+    ContentRead,
     /// Not accepted on a run-mode channel of this server.
     NotOnThisChannel,
 }
@@ -145,8 +150,8 @@ fn route(message: &RunnerMessage) -> Route {
         RunnerMessage::EffectSettle { .. } => Route::Decide(Kind::EffectSettle),
         RunnerMessage::RunnerProgress { .. } => Route::Progress,
         RunnerMessage::RunnerExiting { .. } => Route::Exiting,
-        RunnerMessage::ContentRead { .. }
-        | RunnerMessage::PresentationRequested { .. }
+        RunnerMessage::ContentRead { .. } => Route::ContentRead,
+        RunnerMessage::PresentationRequested { .. }
         | RunnerMessage::InteractionAccepted { .. }
         | RunnerMessage::InteractionRejected { .. }
         | RunnerMessage::ResolveResult { .. }
@@ -416,10 +421,11 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             "claimLost",
             "another generation owns the run or the claim expired",
         );
-        send(runner, &answer);
+        send(runner, &envelope.message_id, &answer);
         fence(app, runner);
         return;
     }
+    let message_id = envelope.message_id.clone();
     let handled = match route(&message) {
         Route::Exiting => Handled::only(reply(
             runner,
@@ -429,6 +435,9 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             Value::Null,
         )),
         Route::Progress => progress(app, runner, &envelope).await,
+        Route::ContentRead => Handled::only(
+            crate::transfer::read(app, runner, &envelope.message_id, &envelope.value).await,
+        ),
         Route::NotOnThisChannel => Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
             "illegalTransition",
@@ -440,14 +449,32 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
     if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
         runner.mark_ready();
     }
-    send(runner, &handled.reply);
+    send(runner, &message_id, &handled.reply);
     if handled.claim_lost {
         fence(app, runner);
     }
 }
 
-fn send(runner: &Runner, value: &Value) {
+/// Sends the answer to message `in_reply_to`. Content it references may be
+/// read by this runner from now on. An answer that still does not fit a
+/// frame (never expected: `transfer::fit` moved its unbounded value) is
+/// replaced by a bounded refusal, so the runner always hears back.
+fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
     if let Some(frame) = frame_of(value) {
+        runner.issue(crate::transfer::references(value));
+        runner.send(frame);
+        return;
+    }
+    eprintln!(
+        "pi-workflows: an answer to run generation {} did not fit one frame; the runner gets a refusal",
+        runner.generation
+    );
+    let refusal = with_error(
+        reply(runner, in_reply_to, "rejected", None, Value::Null),
+        "frameTooLarge",
+        "the server's answer did not fit one frame",
+    );
+    if let Some(frame) = frame_of(&refusal) {
         runner.send(frame);
     }
 }
@@ -676,6 +703,7 @@ fn decide_in(
     if let Some(extra) = extra {
         extra(connection)?;
     }
+    let answer = crate::transfer::fit(connection, answer, now_ms)?;
     store_reply(
         connection,
         &incoming,
@@ -1074,7 +1102,7 @@ fn ready(
                 "runnerEpoch": runner.runner_epoch.as_str(),
                 "command": command_name(&runner.command),
                 "node": { "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit },
-                "state": state,
+                "state": { "kind": "inline", "value": state },
             });
             if let LaunchCommand::Continue { parent_run_id, .. } = &runner.command {
                 command["parentRunId"] = json!(parent_run_id.as_str());

@@ -196,9 +196,34 @@ impl Outbox {
     }
 }
 
-/// Encodes a client-channel message as a frame.
+/// Encodes a client-channel message as a frame. Every page and view is
+/// bounded to fit one; should a message still not fit, its receiver is told
+/// so: a response becomes a `frameTooLarge` response to the same request
+/// id, an event an `unavailable` availability event of the same
+/// subscription. Nothing is dropped silently.
 pub fn frame(value: &Value) -> Vec<u8> {
-    crate::runner_channel::frame_of(value)
+    if let Some(frame) = crate::runner_channel::frame_of(value) {
+        return frame;
+    }
+    let substitute = match value.get("type").and_then(Value::as_str) {
+        Some("response") => json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "response",
+            "requestId": value["requestId"],
+            "operation": value["operation"],
+            "outcome": "unavailable",
+            "error": { "code": "frameTooLarge", "message": "the response did not fit one 1 MiB frame; report this server bug" },
+        }),
+        Some("event") => json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "event",
+            "subscriptionId": value["subscriptionId"],
+            "revision": value["revision"],
+            "event": { "kind": "availability", "state": "unavailable", "reason": "frameTooLarge: the event did not fit one 1 MiB frame; report this server bug" },
+        }),
+        _ => return error_frame("internal", "the reply did not fit a frame"),
+    };
+    crate::runner_channel::frame_of(&substitute)
         .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
 }
 
@@ -627,5 +652,36 @@ async fn request_slot(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_over_one_frame_becomes_a_bounded_answer_to_the_same_requester() {
+        let big = "x".repeat(protocol::MAX_FRAME_BYTES);
+        let response = json!({
+            "schema": "pi-workflows.client.v1", "type": "response", "requestId": "c1-r7",
+            "operation": "run.view", "outcome": "accepted", "receipt": { "pad": big },
+        });
+        let decoded = protocol::decode_client_frame(&frame(&response)).expect("a valid frame");
+        let value = serde_json::to_value(&decoded.message).unwrap();
+        assert_eq!(value["type"], "response");
+        assert_eq!(value["requestId"], "c1-r7", "the requester gets its answer");
+        assert_eq!(value["operation"], "run.view");
+        assert_eq!(value["outcome"], "unavailable");
+        assert_eq!(value["error"]["code"], "frameTooLarge");
+
+        let event = json!({
+            "schema": "pi-workflows.client.v1", "type": "event", "subscriptionId": "sub-1",
+            "revision": 4, "event": { "kind": "page", "page": { "pad": big } },
+        });
+        let decoded = protocol::decode_client_frame(&frame(&event)).expect("a valid frame");
+        let value = serde_json::to_value(&decoded.message).unwrap();
+        assert_eq!(value["subscriptionId"], "sub-1");
+        assert_eq!(value["event"]["kind"], "availability");
+        assert_eq!(value["event"]["state"], "unavailable");
     }
 }

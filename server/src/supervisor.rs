@@ -22,7 +22,7 @@ use kernel::ids::{Generation, RunId, RunnerEpochId};
 use kernel::output::{LaunchCommand, StopReason};
 use kernel::runner::{ExitKind, RunnerExit};
 use nix::sys::signal::Signal;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,9 +50,22 @@ pub struct Runner {
     ready: AtomicBool,
     /// Told that its claim is lost; it must exit.
     fenced: AtomicBool,
+    /// The content references sent to this runner (canonical text): the
+    /// only content its `content.read` may ask for.
+    issued: Mutex<HashSet<String>>,
 }
 
 impl Runner {
+    /// Remembers content references sent to this runner.
+    pub fn issue(&self, references: impl IntoIterator<Item = String>) {
+        self.issued.lock().expect("issued lock").extend(references);
+    }
+
+    /// Whether `reference` (canonical text) was sent to this runner.
+    pub fn was_issued(&self, reference: &str) -> bool {
+        self.issued.lock().expect("issued lock").contains(reference)
+    }
+
     /// Sends one frame to the runner's stdin.
     pub fn send(&self, frame: Vec<u8>) {
         let _ = self.outbox.send(frame);
@@ -210,6 +223,7 @@ impl Supervisor {
             startup_missed: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
+            issued: Mutex::new(HashSet::new()),
         });
         inner.runners.insert(runner_epoch, runner.clone());
         drop(inner);

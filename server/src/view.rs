@@ -11,6 +11,14 @@
 //! - Generated content (the complete definition and graph history, long
 //!   reasons) is stored under the exact run id, digest and media type in
 //!   `run_view_content` before a reference to it is returned.
+//! - Nothing that grows is inline without bounds, so a snapshot (and with
+//!   it every patch and page) fits one 1 MiB frame, even inside an
+//!   origin-session view beside its 256 KiB message window: the step and
+//!   update pages have an item limit and an encoded byte budget, a step
+//!   shows its newest attempts only, the graph projection of a definition
+//!   is bounded when it is resolved ([`graph_projection_bytes`]), reasons
+//!   over 16 KiB are references, failure messages and titles are cut. The
+//!   rest is reached through `view.page` and the referenced graph history.
 
 use crate::app::App;
 use crate::store::Cached as _;
@@ -31,8 +39,44 @@ use std::sync::Arc;
 pub const INLINE_REASON_CHARS: usize = 16 * 1024;
 /// At most this many steps are inline in a view; the rest are paged.
 pub const STEP_PAGE_LIMIT: usize = 256;
+/// The encoded bytes the inline steps may take (at least one step is shown).
+pub const STEP_PAGE_BYTES: usize = 128 * 1024;
+/// A step document lists at most this many attempts: the newest (their
+/// `attemptNumber` says which); the graph history has all of them.
+pub const STEP_ATTEMPTS_SHOWN: usize = 16;
 /// At most this many current updates are inline in a view (newest first).
 pub const UPDATE_PAGE_LIMIT: usize = 64;
+/// The encoded bytes the inline updates may take (at least one update, at
+/// most 64 KiB of data, is shown).
+pub const UPDATE_PAGE_BYTES: usize = 128 * 1024;
+/// The encoded bytes a definition's `nodes` and `edges` may take in a view.
+/// A larger graph is refused when the workflow is resolved.
+pub const GRAPH_PROJECTION_BYTES: usize = 256 * 1024;
+
+/// The canonical (wire) length of a value.
+pub fn encoded_len(value: &Value) -> usize {
+    protocol::canonicalize(value).map_or(usize::MAX, |bytes| bytes.len())
+}
+
+/// How many leading items of a page fit: at most `limit` items whose
+/// `sizes` add up to at most `max_bytes`, but always the first one (an
+/// item on its own is bounded by the rules that made it).
+pub fn page_prefix(
+    sizes: impl IntoIterator<Item = usize>,
+    limit: usize,
+    max_bytes: usize,
+) -> usize {
+    let mut used = 0usize;
+    let mut count = 0usize;
+    for size in sizes {
+        if count == limit || (count > 0 && used.saturating_add(size) > max_bytes) {
+            break;
+        }
+        used = used.saturating_add(size);
+        count += 1;
+    }
+    count
+}
 
 /// The small documents a run view is made of. Patches replace or append
 /// inside these; they are never computed by diffing whole views.
@@ -45,8 +89,10 @@ pub struct Projection {
     /// The definition's graph; a snapshot lists its edges (they never change,
     /// so patches never carry them and a flush does not build them).
     pub topology: Option<Arc<Topology>>,
-    /// Every graph step (node visit with its attempts), in order.
+    /// Every graph step (node visit with its newest attempts), in order.
     pub steps: Vec<Value>,
+    /// The encoded length of each of `steps`.
+    pub step_sizes: Vec<usize>,
     /// The newest current updates.
     pub updates: Vec<Value>,
     pub updates_total: usize,
@@ -110,8 +156,9 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         definition_content(connection, run_id, &meta.definition_digest)?,
     );
     let node_values = nodes(topology.as_deref(), &agg, &steps);
-    let step_values: Vec<Value> = steps.into_iter().map(|step| step.value).collect();
-    let history = graph_history(run_id, &step_values);
+    let complete: Vec<Value> = steps.into_iter().map(|step| step.value).collect();
+    let (history, complete_sizes) = graph_history(run_id, &complete);
+    let (step_values, step_sizes) = shown_steps(complete, complete_sizes);
     header.insert(
         "graphHistory".into(),
         store_content(
@@ -128,9 +175,48 @@ pub fn projection(connection: &Connection, run_id: &RunId) -> rusqlite::Result<O
         nodes: node_values,
         topology,
         steps: step_values,
+        step_sizes,
         updates,
         updates_total,
     }))
+}
+
+/// A step document as the view shows it: its newest
+/// [`STEP_ATTEMPTS_SHOWN`] attempts (unchanged when it has no more).
+fn shown_step(mut step: Value) -> Value {
+    if let Some(attempts) = step.get_mut("attempts").and_then(Value::as_array_mut)
+        && attempts.len() > STEP_ATTEMPTS_SHOWN
+    {
+        attempts.drain(..attempts.len() - STEP_ATTEMPTS_SHOWN);
+    }
+    step
+}
+
+/// [`shown_step`] for tests of other modules.
+#[cfg(test)]
+pub(crate) fn steps_shown_for_test(step: Value) -> Value {
+    shown_step(step)
+}
+
+/// The shown step documents and their encoded lengths (a step that shows
+/// all its attempts keeps the length the graph history measured).
+fn shown_steps(complete: Vec<Value>, sizes: Vec<usize>) -> (Vec<Value>, Vec<usize>) {
+    complete
+        .into_iter()
+        .zip(sizes)
+        .map(|(step, size)| {
+            let cut = step["attempts"]
+                .as_array()
+                .is_some_and(|a| a.len() > STEP_ATTEMPTS_SHOWN);
+            if cut {
+                let shown = shown_step(step);
+                let size = encoded_len(&shown);
+                (shown, size)
+            } else {
+                (step, size)
+            }
+        })
+        .unzip()
 }
 
 /// How many step documents the graph-history memo keeps (all runs together)
@@ -146,7 +232,8 @@ thread_local! {
 }
 
 /// The canonical bytes of a run's graph history (the JSON array of its step
-/// documents), exactly `protocol::canonicalize(&json!(steps))`.
+/// documents), exactly `protocol::canonicalize(&json!(steps))`, and the
+/// canonical length of each step document.
 ///
 /// Canonical JSON writes an array as `[`, its canonical elements joined by
 /// `,`, and `]`, so each step document is canonicalised once and remembered:
@@ -154,7 +241,7 @@ thread_local! {
 /// a flush canonicalises one or two steps instead of the whole history. The
 /// memo maps a document to its own bytes, so it is never stale; it only
 /// bounds its memory.
-fn graph_history(run_id: &RunId, steps: &[Value]) -> Vec<u8> {
+fn graph_history(run_id: &RunId, steps: &[Value]) -> (Vec<u8>, Vec<usize>) {
     HISTORY_MEMO.with(|memo| {
         let mut memo = memo.borrow_mut();
         let (remembered, runs) = &mut *memo;
@@ -170,7 +257,11 @@ fn graph_history(run_id: &RunId, steps: &[Value]) -> Vec<u8> {
                     // Not encodable (never for step documents): whatever the
                     // whole array gives, unmemoised.
                     Err(_) => {
-                        return protocol::canonicalize(&json!(steps)).unwrap_or_default();
+                        let sizes = steps.iter().map(encoded_len).collect();
+                        return (
+                            protocol::canonicalize(&json!(steps)).unwrap_or_default(),
+                            sizes,
+                        );
                     }
                 },
             };
@@ -191,8 +282,9 @@ fn graph_history(run_id: &RunId, steps: &[Value]) -> Vec<u8> {
             *remembered = 0;
         }
         *remembered += parts.len();
+        let sizes = parts.iter().map(|(_, part)| part.len()).collect();
         runs.insert(run_id.clone(), parts);
-        bytes
+        (bytes, sizes)
     })
 }
 
@@ -241,17 +333,31 @@ fn document(run_id: &RunId, revision: u64, projection: &Projection) -> Value {
         "edges".into(),
         Value::Array(edges(projection.topology.as_deref())),
     );
-    let inline: Vec<&Value> = projection.steps.iter().take(STEP_PAGE_LIMIT).collect();
-    let mut steps = json!({ "items": inline, "total": projection.steps.len() });
-    if projection.steps.len() > STEP_PAGE_LIMIT {
-        steps["nextCursor"] = json!(STEP_PAGE_LIMIT.to_string());
-    }
-    view.insert("steps".into(), steps);
+    view.insert("steps".into(), projection.step_page());
     view.insert("updates".into(), projection.update_page());
     Value::Object(view)
 }
 
 impl Projection {
+    /// How many leading steps are inline (the rest are paged).
+    pub fn inline_steps(&self) -> usize {
+        page_prefix(
+            self.step_sizes.iter().copied(),
+            STEP_PAGE_LIMIT,
+            STEP_PAGE_BYTES,
+        )
+    }
+
+    /// The inline step page, exactly as a snapshot carries it.
+    pub fn step_page(&self) -> Value {
+        let shown = self.inline_steps();
+        let mut page = json!({ "items": self.steps[..shown], "total": self.steps.len() });
+        if self.steps.len() > shown {
+            page["nextCursor"] = json!(shown.to_string());
+        }
+        page
+    }
+
     /// The inline update page, exactly as a snapshot and a patch carry it.
     pub fn update_page(&self) -> Value {
         let mut page = json!({ "items": self.updates, "total": self.updates_total });
@@ -548,11 +654,12 @@ struct Step {
     value: Value,
 }
 
-/// Every graph step of a run, in order (a read; writes nothing).
+/// Every graph step of a run as the view shows it, in order (a read;
+/// writes nothing).
 pub fn steps(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<Value>> {
     Ok(step_records(connection, run_id)?
         .into_iter()
-        .map(|step| step.value)
+        .map(|step| shown_step(step.value))
         .collect())
 }
 
@@ -679,6 +786,20 @@ fn edges(topology: Option<&Topology>) -> Vec<Value> {
     edges
 }
 
+/// The encoded bytes of the `nodes` and `edges` a view of `topology` shows,
+/// at their largest (every node at its longest state and visit count).
+pub fn graph_projection_bytes(topology: &Topology) -> usize {
+    let nodes: usize = topology
+        .nodes
+        .iter()
+        .map(|node| {
+            encoded_len(&json!({ "id": node.id.as_str(), "nodeType": codec_name(&node.node_type), "visits": u32::MAX, "state": "completed" }))
+        })
+        .sum();
+    let edges: usize = edges(Some(topology)).iter().map(encoded_len).sum();
+    nodes + edges
+}
+
 /// The newest current updates (inline) and the total number of current pairs.
 fn updates(connection: &Connection, run_id: &RunId) -> rusqlite::Result<(Vec<Value>, usize)> {
     let total: i64 = connection.query_row_cached(
@@ -686,7 +807,13 @@ fn updates(connection: &Connection, run_id: &RunId) -> rusqlite::Result<(Vec<Val
         params![run_id.as_str()],
         |row| row.get(0),
     )?;
-    let items = update_page(connection, run_id, 0, UPDATE_PAGE_LIMIT)?;
+    let mut items = update_page(connection, run_id, 0, UPDATE_PAGE_LIMIT)?;
+    let shown = page_prefix(
+        items.iter().map(encoded_len),
+        UPDATE_PAGE_LIMIT,
+        UPDATE_PAGE_BYTES,
+    );
+    items.truncate(shown);
     Ok((items, total.max(0) as usize))
 }
 
@@ -745,7 +872,10 @@ mod tests {
         let mut steps: Vec<Value> = Vec::new();
         let check = |run: &RunId, steps: &[Value]| {
             let expected = protocol::canonicalize(&json!(steps)).unwrap_or_default();
-            assert_eq!(graph_history(run, steps), expected, "{steps:?}");
+            let (bytes, sizes) = graph_history(run, steps);
+            assert_eq!(bytes, expected, "{steps:?}");
+            let each: Vec<usize> = steps.iter().map(encoded_len).collect();
+            assert_eq!(sizes, each);
         };
         check(&run, &steps);
         for seq in 1..=6u64 {

@@ -259,7 +259,7 @@ impl Runner {
             "type": "command",
             "command": command,
             "node": {"nodeId": node, "attemptId": attempt, "visit": visit},
-            "state": {"input": {}, "outputs": {}, "results": {}, "resultOrder": [], "steps": 0},
+            "state": {"kind": "inline", "value": {"input": {}, "results": {}, "resultOrder": [], "steps": 0}},
         }));
     }
 

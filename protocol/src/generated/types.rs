@@ -953,6 +953,21 @@ impl ::std::convert::TryFrom<::std::string::String> for CommandOutcome {
         value.parse()
     }
 }
+///The run state of a command: inline when the command fits one frame, otherwise a digest-bound reference to the canonical JSON of the RunState (application/json), read with content.read.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum CommandState {
+    /**InlineState
+
+The run state inline.*/
+    #[serde(rename = "inline")]
+    Inline { value: RunState },
+    /**ReferencedState
+
+The run state as referenced content.*/
+    #[serde(rename = "reference")]
+    Reference { reference: ContentReference },
+}
 ///Text inline (at most 16 KiB) or as a digest-bound content reference.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind", deny_unknown_fields)]
@@ -4691,13 +4706,12 @@ pub struct RunStartReceipt {
     #[serde(rename = "runId")]
     pub run_id: RunId,
 }
-///The narrow execution state a runner needs (WorkflowRunState). Values above the frame limit are content references.
+///The narrow execution state a runner needs (WorkflowRunState). Each output travels once, inside its result: a runner derives outputs[id] = results[id].output (null when absent) for every result whose outcome is ok.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunState {
     ///Any JSON value.
     pub input: ::serde_json::Value,
-    pub outputs: JsonObject,
     ///The node ids of `results`, ordered by the step that recorded each one's latest result (oldest first).
     #[serde(rename = "resultOrder")]
     pub result_order: ::std::vec::Vec<NodeId>,
@@ -5632,11 +5646,11 @@ The one explicit command after runner.ready. continue names the waiting checkpoi
         #[serde(rename = "runnerEpoch")]
         runner_epoch: RunnerEpoch,
         schema: WorkerSchemaId,
-        state: RunState,
+        state: CommandState,
     },
     /**Reply
 
-The reply to one runner message. result is null when the message has none.*/
+The reply to one runner message. result is null when the message has none. A result that would not fit one frame is null and travels as resultContent: a digest-bound reference to its canonical JSON (application/json), read with content.read.*/
     #[serde(rename = "reply")]
     Reply {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -5649,6 +5663,11 @@ The reply to one runner message. result is null when the message has none.*/
         outcome: ReplyOutcome,
         ///Any JSON value.
         result: ::serde_json::Value,
+        #[serde(
+            rename = "resultContent",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        result_content: ::std::option::Option<ContentReference>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         revision: ::std::option::Option<super::constrained::Revision>,
         #[serde(rename = "runId")]

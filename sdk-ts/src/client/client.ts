@@ -152,6 +152,12 @@ export interface PagesSpec {
   cursor?: string;
 }
 
+/** How often `completeRunView` reads the view again when the run moved on between pages. */
+export const COMPLETE_VIEW_ATTEMPTS = 8;
+
+/** The byte budget `completeRunView` asks pages for (the server's own page budget). */
+export const MAX_PAGE_BYTES = 512 * 1024;
+
 /**
  * Operations that store a durable receipt (the kernel's `CommandOperation`
  * list): they get an idempotency key by default.
@@ -313,6 +319,37 @@ export class WorkflowClient implements SubscriptionHost {
   async serverStop(options: RequestOptions = {}): Promise<ServerStopReceipt> {
     const settled = await this.request("server.stop", { payload: {}, idempotent: false, signal: options.signal });
     return accepted(settled).receipt;
+  }
+
+  /**
+   * The complete run view at one revision: `run.view`, then every
+   * `view.page` of its steps and updates at that revision, so that
+   * `steps.items` and `updates.items` hold all `total` items and carry no
+   * `nextCursor` (the server's view bounds both pages by items and bytes).
+   * Read again when the run moved on between pages, at most
+   * `COMPLETE_VIEW_ATTEMPTS` times, then one `unavailable` error.
+   */
+  async completeRunView(runId: string, options: RequestOptions = {}): Promise<RunView> {
+    for (let attempt = 0; attempt < COMPLETE_VIEW_ATTEMPTS; attempt++) {
+      const view = await this.runView(runId, options);
+      if ((await this.fillPage(view, "steps", options)) && (await this.fillPage(view, "updates", options))) return view;
+    }
+    throw new WorkflowClientError("unavailable", `run ${runId} kept changing while its view was read; read it again`, { operation: "run.view" });
+  }
+
+  /** Appends every further page of `collection` to the view's inline page; false when the run moved on. */
+  private async fillPage(view: RunView, collection: "steps" | "updates", options: RequestOptions): Promise<boolean> {
+    const page = view[collection];
+    if (page.nextCursor !== undefined) {
+      const spec: PagesSpec = { collection, revision: view.revision, limit: 1000, maxBytes: MAX_PAGE_BYTES, cursor: page.nextCursor };
+      for await (const next of this.pages(view.runId, spec, options)) {
+        if (next.revision !== view.revision) return false;
+        (page.items as unknown[]).push(...next.items);
+      }
+    }
+    if (page.items.length !== page.total) return false;
+    delete page.nextCursor;
+    return true;
   }
 
   /** `view.page`: one page of a run-view collection at a revision. */

@@ -3,6 +3,8 @@
  * the pi-workflows server (client.v1 over the user-only Unix socket).
  */
 export {
+  COMPLETE_VIEW_ATTEMPTS,
+  MAX_PAGE_BYTES,
   STATE_CHANGING_OPERATIONS,
   WorkflowClient,
   accepted,

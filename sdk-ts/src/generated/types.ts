@@ -224,6 +224,21 @@ export type CommandOutcome = "accepted" | "adopted" | "rejected" | "conflict" | 
 /** Every value of CommandOutcome, in schema order. */
 export const CommandOutcomeValues: readonly CommandOutcome[] = ["accepted", "adopted", "rejected", "conflict", "notFound", "claimLost", "unavailable"];
 
+/** The run state inline. */
+export interface InlineState {
+  "kind": "inline";
+  "value": RunState;
+}
+
+/** The run state as referenced content. */
+export interface ReferencedState {
+  "kind": "reference";
+  "reference": ContentReference;
+}
+
+/** The run state of a command: inline when the command fits one frame, otherwise a digest-bound reference to the canonical JSON of the RunState (application/json), read with content.read. */
+export type CommandState = InlineState | ReferencedState;
+
 /** Inline text. */
 export interface InlineContent {
   "kind": "inline";
@@ -810,11 +825,10 @@ export interface RunStartReceipt {
   "runId": RunId;
 }
 
-/** The narrow execution state a runner needs (WorkflowRunState). Values above the frame limit are content references. */
+/** The narrow execution state a runner needs (WorkflowRunState). Each output travels once, inside its result: a runner derives outputs[id] = results[id].output (null when absent) for every result whose outcome is ok. */
 export interface RunState {
   /** Any JSON value. */
   "input": JsonValue;
-  "outputs": JsonObject;
   /** The node ids of `results`, ordered by the step that recorded each one's latest result (oldest first). */
   "resultOrder": NodeId[];
   "results": JsonObject;
@@ -1175,11 +1189,11 @@ export interface RunnerCommand {
   "runId": RunId;
   "runnerEpoch": RunnerEpoch;
   "schema": WorkerSchemaId;
-  "state": RunState;
+  "state": CommandState;
   "type": "command";
 }
 
-/** The reply to one runner message. result is null when the message has none. */
+/** The reply to one runner message. result is null when the message has none. A result that would not fit one frame is null and travels as resultContent: a digest-bound reference to its canonical JSON (application/json), read with content.read. */
 export interface Reply {
   "error"?: SafeError;
   "generation": Generation;
@@ -1188,6 +1202,7 @@ export interface Reply {
   "outcome": ReplyOutcome;
   /** Any JSON value. */
   "result": JsonValue;
+  "resultContent"?: ContentReference;
   "revision"?: Revision;
   "runId": RunId;
   "runnerEpoch": RunnerEpoch;

@@ -5,12 +5,15 @@
 export * from "../generated/types.js";
 export * as validators from "../generated/validators.js";
 export { MAX_DEPTH, canonicalString, canonicalize, checkDepth, isCanonical, parseCanonical } from "./canonical.js";
+export { MAX_CONTENT_CHUNK, PartAssembler, digestOf } from "./content.js";
+export type { ContentFail, ContentPart, PartRequest } from "./content.js";
 export { SafeError } from "./errors.js";
 export { FrameDecoder, MAX_FRAME_BYTES, frameContent, readFrames } from "./framing.js";
 export {
   clientKind,
   decodeClientFrame,
   decodeLaunch,
+  decodeRunState,
   decodeRunView,
   decodeRunnerFrame,
   decodeServerFrame,

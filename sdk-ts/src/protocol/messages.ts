@@ -11,6 +11,7 @@ import type {
   RequestPayloadByOperation,
   ResponseReceiptByOperation,
   RunnerMessage,
+  RunState,
   RunView,
   ServerMessage,
   WorkerLaunch,
@@ -29,6 +30,7 @@ const validators = {
   server: generated.validateServerMessage as unknown as Validator,
   launch: generated.validateWorkerLaunch as unknown as Validator,
   runView: generated.validateRunView as unknown as Validator,
+  runState: generated.validateRunState as unknown as Validator,
 };
 
 const encoder = new TextEncoder();
@@ -95,6 +97,14 @@ export function decodeRunView(bytes: Uint8Array): RunView {
     throw TOO_LARGE();
   }
   return validated<RunView>(validators.runView, parseCanonical(bytes));
+}
+
+/**
+ * Decodes the content behind a referenced command state: canonical JSON of
+ * a `RunState` (no size limit: it was assembled from verified parts).
+ */
+export function decodeRunState(bytes: Uint8Array): RunState {
+  return validated<RunState>(validators.runState, parseCanonical(bytes));
 }
 
 function frame(message: unknown, validate: Validator): Uint8Array {

@@ -7,17 +7,34 @@
  * from the launch and a message id `<runnerEpoch>-m<counter>`; each frame is
  * validated against the schema before it is written (`encodeRunner`).
  * A `claimLost` reply to any message calls `onClaimLost` (the runner stops).
+ *
+ * Values over one frame: a command's state (`{kind: reference}`) and a
+ * reply's `resultContent` are digest-bound references, read here with
+ * `content.read` in verified parts of at most 512 KiB (`PartAssembler`).
+ * `request()` returns a reply with its referenced result read;
+ * `runState()` reads a command's state. Missing content, a bad range, a
+ * wrong length or digest, another media type, JSON that is not canonical or
+ * not a run state, or a value over 256 MiB is one `ContentReadError`
+ * (a closed code and a bounded message), never a crash.
  */
 import type { Readable, Writable } from "node:stream";
 import type {
+  CommandState,
+  ContentChunkMessage,
+  ContentReference,
+  ErrorCode,
+  JsonValue,
   Reply,
   RunnerCommand,
   RunnerMessage,
+  RunState,
   ServerMessage,
   WorkerLaunch,
 } from "../generated/types.js";
+import { parseCanonical } from "../protocol/canonical.js";
+import { PartAssembler, type PartRequest } from "../protocol/content.js";
 import { FrameDecoder, frameContent } from "../protocol/framing.js";
-import { decodeLaunch, decodeServerFrame, encodeRunner } from "../protocol/messages.js";
+import { decodeLaunch, decodeRunState, decodeServerFrame, encodeRunner } from "../protocol/messages.js";
 
 /** The fields of a runner message without the common envelope. */
 type Fields<T extends RunnerMessage["type"]> = Omit<
@@ -32,6 +49,23 @@ export type Dispatch = { kind: "command"; command: RunnerCommand } | { kind: "re
 export class ChannelClosedError extends Error {
   override readonly name = "ChannelClosedError";
 }
+
+/** The largest referenced value this runner reads: 256 MiB. */
+export const MAX_REFERENCED_BYTES = 256 * 1024 * 1024;
+
+/** Referenced content could not be read: a closed code and a bounded message (no content in it). */
+export class ContentReadError extends Error {
+  override readonly name = "ContentReadError";
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+  ) {
+    super(message.slice(0, 512));
+  }
+}
+
+/** The answer to one `content.read`: its part, or the reply that refuses it. */
+type PartAnswer = ContentChunkMessage | Reply;
 
 interface Pending {
   resolve: (reply: Reply) => void;
@@ -77,6 +111,7 @@ export function readLaunch(input: Readable): Promise<{ launch: WorkerLaunch; dec
 export class RunnerChannel {
   private counter = 0;
   private readonly pending = new Map<string, Pending>();
+  private readonly pendingReads = new Map<string, { resolve: (answer: PartAnswer) => void; reject: (error: Error) => void }>();
   private dispatchWaiter: { readyId: string; resolve: (d: Dispatch) => void; reject: (e: Error) => void } | undefined;
   private queuedCommand: RunnerCommand | undefined;
   private closedError: Error | undefined;
@@ -129,6 +164,8 @@ export class RunnerChannel {
     this.closedError = error;
     for (const pending of this.pending.values()) pending.reject(error);
     this.pending.clear();
+    for (const pending of this.pendingReads.values()) pending.reject(error);
+    this.pendingReads.clear();
     this.dispatchWaiter?.reject(error);
     this.dispatchWaiter = undefined;
     this.onClosed?.(error);
@@ -146,12 +183,24 @@ export class RunnerChannel {
       return;
     }
     if (message.type === "content.chunk") {
-      this.log(`content.chunk for ${message.inReplyTo} ignored (content references are not read by this runner)`);
+      const read = this.pendingReads.get(message.inReplyTo);
+      if (read) {
+        this.pendingReads.delete(message.inReplyTo);
+        read.resolve(message);
+      } else {
+        this.log(`content.chunk for ${message.inReplyTo} ignored (no read asked for it)`);
+      }
       return;
     }
     if (message.outcome === "claimLost") {
       this.log(`claimLost in reply to ${message.inReplyTo}`);
       this.onClaimLost?.();
+    }
+    const read = this.pendingReads.get(message.inReplyTo);
+    if (read) {
+      this.pendingReads.delete(message.inReplyTo);
+      read.resolve(message);
+      return;
     }
     if (this.dispatchWaiter && message.inReplyTo === this.dispatchWaiter.readyId) {
       const waiter = this.dispatchWaiter;
@@ -202,7 +251,11 @@ export class RunnerChannel {
     return messageId;
   }
 
-  /** Writes a message and waits for its reply. */
+  /**
+   * Writes a message and waits for its reply. A result the server sent as
+   * `resultContent` is read and verified first (`ContentReadError` when it
+   * cannot be), so the reply's `result` is always the value itself.
+   */
   async request<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<Reply> {
     if (this.closedError) throw this.closedError;
     // Register before writing: the reply may arrive before `send` resolves.
@@ -210,7 +263,58 @@ export class RunnerChannel {
     const reply = new Promise<Reply>((resolve, reject) => this.pending.set(nextId, { resolve, reject }));
     const sent = await this.send(type, fields);
     if (sent !== nextId) throw new Error("message ids went out of order");
-    return reply;
+    const answer = await reply;
+    if (answer.resultContent === undefined) return answer;
+    const { resultContent, ...rest } = answer;
+    const bytes = await this.readContent(resultContent);
+    let result: JsonValue;
+    try {
+      result = parseCanonical(bytes);
+    } catch {
+      throw new ContentReadError("schemaInvalid", "the referenced reply result is not canonical JSON");
+    }
+    return { ...rest, result };
+  }
+
+  /** The run state of a command: inline, or read and verified from its reference. */
+  async runState(state: CommandState): Promise<RunState> {
+    if (state.kind === "inline") return state.value;
+    const bytes = await this.readContent(state.reference);
+    try {
+      return decodeRunState(bytes);
+    } catch {
+      throw new ContentReadError("schemaInvalid", "the referenced run state is not a canonical RunState");
+    }
+  }
+
+  /** Reads referenced JSON content with `content.read` in verified parts of at most 512 KiB. */
+  async readContent(reference: ContentReference): Promise<Uint8Array> {
+    if (reference.mediaType !== "application/json") {
+      throw new ContentReadError("schemaInvalid", "the referenced content is not application/json");
+    }
+    if (reference.bytes > MAX_REFERENCED_BYTES) {
+      throw new ContentReadError("frameTooLarge", "the referenced content is larger than this runner reads (256 MiB)");
+    }
+    const assembler = new PartAssembler(reference, (code, what) => new ContentReadError(code, `referenced content failed verification: ${what}`));
+    for (let next = assembler.nextRequest(); next !== null; next = assembler.nextRequest()) {
+      const answer = await this.readPart(next);
+      if (answer.type === "reply") {
+        const code = answer.error?.code ?? "contentUnavailable";
+        throw new ContentReadError(code, `the server refused a content part: ${answer.error?.message ?? answer.outcome}`);
+      }
+      assembler.accept(answer);
+    }
+    return assembler.finish();
+  }
+
+  /** Sends one `content.read` and waits for its part (or the refusing reply). */
+  private async readPart(part: PartRequest): Promise<PartAnswer> {
+    if (this.closedError) throw this.closedError;
+    const nextId = `${this.launch.runnerEpoch}-m${this.counter + 1}`;
+    const answer = new Promise<PartAnswer>((resolve, reject) => this.pendingReads.set(nextId, { resolve, reject }));
+    const sent = await this.send("content.read", { reference: part.reference, offset: part.offset, length: part.length });
+    if (sent !== nextId) throw new Error("message ids went out of order");
+    return answer;
   }
 
   /** Sends `runner.ready` and waits for the one command (or a reply whose `next` says what to do). */

@@ -8,8 +8,10 @@
  * - run mode: verify the saved root and mounted hashes before loading any
  *   module (a mismatch parks the run `workflowSourceChanged`, exit 0); load;
  *   re-check the complete source map and the definition digest; send
- *   `runner.ready`; run the attempts the server names, one at a time, until
- *   a reply says `exit`.
+ *   `runner.ready`; read the command's run state (inline, or a verified
+ *   content reference: an unreadable one is one log line, `runner.exiting
+ *   fatal` and exit 2); run the attempts the server names, one at a time,
+ *   until a reply says `exit`.
  *
  * SIGTERM (the server stopping the run), a `claimLost` reply or a closed
  * channel abort the running callback, stop every shell process group and end
@@ -30,9 +32,10 @@ import type {
   SourceIdentity,
   WorkerLaunch,
   WorkflowSource,
+  RunState as WireRunState,
 } from "../generated/types.js";
 import { canonicalString } from "../protocol/canonical.js";
-import { RunnerChannel, readLaunch } from "./channel.js";
+import { ContentReadError, RunnerChannel, readLaunch } from "./channel.js";
 import { BUILTIN_WORKFLOWS, WorkflowNotFoundError, resolveWorkflowRef } from "./discovery.js";
 import { Executor, RESOLVE_BOUND_MS, safeMessage, withBound } from "./execute.js";
 import { WorkflowLoadError, fileCompileHost, hashFile, loadWorkflowFile } from "./loader.js";
@@ -233,8 +236,18 @@ export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stop
     return EXIT_PROTOCOL;
   }
   const command = dispatch.command;
-  record({ event: "command", command: command.command, node: command.node, state: command.state });
-  const state = new RunState(command.state);
+  let wireState: WireRunState;
+  try {
+    wireState = await channel.runState(command.state);
+  } catch (error) {
+    if (!(error instanceof ContentReadError)) throw error;
+    log(`the run state of the ${command.command} command could not be read: ${error.code}: ${error.message}`);
+    record({ event: "stateUnreadable", code: error.code });
+    await channel.send("runner.exiting", { reason: "fatal" });
+    return EXIT_PROTOCOL;
+  }
+  const state = new RunState(wireState);
+  record({ event: "command", command: command.command, node: command.node, state: { ...wireState, outputs: state.outputs } });
   const executor = new Executor({
     channel,
     compiled,

@@ -8,6 +8,10 @@
  * mount's latest entry). A nested mount appears to its parent as
  * `outputs[mount] = {exit, output}` of its latest exit.
  *
+ * Outputs: the wire state carries each output once, in its result; the
+ * outputs are derived here (the latest `ok` result's output, null when it
+ * has none), exactly what the server's `outputs` used to say.
+ *
  * Ordering: `command.state.resultOrder` orders the latest results that
  * predate this runner process by the step that recorded them; results of
  * this process follow in the order they were recorded.
@@ -31,8 +35,14 @@ export class RunState {
 
   constructor(state: WireRunState) {
     this.input = state.input;
-    this.outputs = { ...(state.outputs as Record<string, unknown>) };
     this.results = { ...(state.results as unknown as Record<string, NodeResult>) };
+    // Each output travels once, inside its result: the latest `ok` result
+    // of a node holds its output (absent means null). A copy, so that
+    // `outputs` and `results` stay independent values as before.
+    this.outputs = {};
+    for (const [id, result] of Object.entries(this.results)) {
+      if (result.outcome === "ok") this.outputs[id] = result.output === undefined ? null : structuredClone(result.output);
+    }
     this.steps = state.steps;
     for (const id of state.resultOrder) {
       if (id in this.results) this.order.set(id, ++this.counter);

@@ -1,5 +1,8 @@
 //! `pi-workflows view <runId> [--once | --watch] [--json]`.
 //!
+//! `--once` shows the complete view at one revision: the bounded view plus
+//! every page of its steps and updates (`Client::complete_view`).
+//!
 //! Following subscribes to the run and applies the server's snapshots and
 //! patches to one [`LiveView`]; a patch that does not fit the view's
 //! revision makes it resubscribe from that revision. When the run settled
@@ -8,7 +11,7 @@
 
 use super::render;
 use super::{Exit, Failure, Outcome, connect, refused};
-use crate::client::{Client, RequestSpec};
+use crate::client::{Client, CompleteView, RequestSpec};
 use crate::config::Config;
 use crate::live::LiveView;
 use serde_json::{Value, json};
@@ -23,13 +26,18 @@ pub(super) async fn view(
 ) -> Outcome {
     let mut client = connect(config).await?;
     if !follow {
-        let response = client
-            .request(&RequestSpec::read("run.view", Some(run_id), json!({})))
-            .await?;
-        if response.outcome != "accepted" {
-            return Err(refused(&response, Some(run_id)));
-        }
-        let view = response.receipt.unwrap_or(Value::Null);
+        let view = match client.complete_view(run_id).await? {
+            CompleteView::View(view) => view,
+            CompleteView::Refused(response) => return Err(refused(&response, Some(run_id))),
+            CompleteView::Moving => {
+                return Err(Failure::new(
+                    Exit::Unavailable,
+                    format!(
+                        "run {run_id} kept changing while its view was read; run the command again"
+                    ),
+                ));
+            }
+        };
         if json_output {
             println!("{view}");
         } else {

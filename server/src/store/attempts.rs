@@ -154,9 +154,10 @@ pub(crate) fn last_step_record(
     Ok(Some(record.to_value()))
 }
 
-/// The narrow run state a runner needs: the input, the latest `ok` output
-/// and the latest result record per node, the order of those latest
-/// results, and the number of steps.
+/// The narrow run state a runner needs: the input, the latest result record
+/// per node, the order of those latest results, and the number of steps.
+/// Each output is in its result record only (once): the runner derives the
+/// latest `ok` outputs from the records whose outcome is `ok`.
 pub(crate) fn run_state(
     connection: &Connection,
     run_id: &RunId,
@@ -181,7 +182,6 @@ pub(crate) fn run_state(
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut outputs = Map::new();
     let mut results = Map::new();
     let mut result_order: Vec<String> = Vec::new();
     let steps = rows.len();
@@ -204,18 +204,12 @@ pub(crate) fn run_state(
             error: error.as_deref(),
         }
         .to_value();
-        if outcome == "ok" {
-            outputs.insert(node_id.clone(), output.unwrap_or(Value::Null));
-        } else {
-            outputs.remove(&node_id);
-        }
         result_order.retain(|id| *id != node_id);
         result_order.push(node_id.clone());
         results.insert(node_id, record);
     }
     Ok(json!({
         "input": input,
-        "outputs": outputs,
         "results": results,
         "resultOrder": result_order,
         "steps": steps,

@@ -8,7 +8,10 @@
 //! - A patch is computed by comparing the run's small documents (header,
 //!   node entries, step entries, the update page) with the ones stored at the
 //!   previous revision — never by diffing whole views.
-//! - 256 revisions are retained; a reader older than that gets a snapshot.
+//! - 256 revisions are retained; a reader older than that, or so far behind
+//!   that the patches since its revision exceed `PATCH_BYTES`, gets a
+//!   snapshot. Every page in the documents is bounded by items and bytes
+//!   (`view`), so no patch or snapshot outgrows a frame.
 //! - A change that shows nothing new (a lease renewal) makes no revision.
 
 use super::Cached as _;
@@ -146,26 +149,51 @@ fn diff_header(before: &Map<String, Value>, after: &Map<String, Value>, ops: &mu
     }
 }
 
-/// Steps only grow; the last one changes while its attempts run. The inline
-/// page holds the first 256; later steps are reached through pages.
+/// Steps only grow, and only the last one changes while its attempts run.
+/// The inline page holds the leading steps that fit its item limit and byte
+/// budget; later steps are reached through pages.
+///
+/// The previous step list is the current one cut to the previous total with
+/// the stored tail as its last entry (every earlier step is final), so the
+/// previous inline count is recomputed exactly: the inline page grows by
+/// appends, changes its last entry in place, or loses its last entry when
+/// that step grew past the budget.
 fn diff_steps(before: &Stored, after: &Projection, ops: &mut Vec<Value>) {
     let total = after.steps.len();
-    let inline_limit = view::STEP_PAGE_LIMIT;
-    if before.steps_total > 0 && before.steps_total <= total && before.steps_total <= inline_limit {
-        let index = before.steps_total - 1;
-        let current = &after.steps[index];
-        if before.steps_tail.as_ref() != Some(current) {
-            ops.push(json!({ "op": "replace", "path": format!("/steps/items/{index}"), "value": current }));
+    let known = before.steps_total;
+    let tail_size = before.steps_tail.as_ref().map(view::encoded_len);
+    if known > total || (known > 0 && tail_size.is_none()) {
+        // Not a prefix of this run's steps (never expected): the whole page.
+        ops.push(json!({ "op": "replace", "path": "/steps", "value": after.step_page() }));
+        return;
+    }
+    let before_sizes = after.step_sizes[..known.saturating_sub(1)]
+        .iter()
+        .copied()
+        .chain(tail_size);
+    let shown_before =
+        view::page_prefix(before_sizes, view::STEP_PAGE_LIMIT, view::STEP_PAGE_BYTES);
+    let shown_after = after.inline_steps();
+    if known > 0 && known - 1 < shown_before.min(shown_after) {
+        let index = known - 1;
+        if before.steps_tail.as_ref() != Some(&after.steps[index]) {
+            ops.push(json!({ "op": "replace", "path": format!("/steps/items/{index}"), "value": after.steps[index] }));
         }
     }
-    for index in before.steps_total..total.min(inline_limit) {
+    for index in (shown_after..shown_before).rev() {
+        ops.push(json!({ "op": "remove", "path": format!("/steps/items/{index}") }));
+    }
+    for index in shown_before..shown_after {
         ops.push(json!({ "op": "append", "path": "/steps/items", "value": after.steps[index] }));
     }
-    if total != before.steps_total {
+    if total != known {
         ops.push(json!({ "op": "replace", "path": "/steps/total", "value": total }));
-        if total > inline_limit && before.steps_total <= inline_limit {
-            ops.push(json!({ "op": "add", "path": "/steps/nextCursor", "value": inline_limit.to_string() }));
-        }
+    }
+    match (known > shown_before, total > shown_after) {
+        (false, true) => ops.push(json!({ "op": "add", "path": "/steps/nextCursor", "value": shown_after.to_string() })),
+        (true, true) if shown_before != shown_after => ops.push(json!({ "op": "replace", "path": "/steps/nextCursor", "value": shown_after.to_string() })),
+        (true, false) => ops.push(json!({ "op": "remove", "path": "/steps/nextCursor" })),
+        _ => {}
     }
 }
 
@@ -221,8 +249,13 @@ fn store(
     Ok(())
 }
 
+/// The patches after `from` take at most this many bytes together; a reader
+/// further behind gets a snapshot (bounded by the view's own limits).
+pub const PATCH_BYTES: usize = 384 * 1024;
+
 /// The patches after `from` up to the current revision, or `None` when
-/// `from` is older than the retained floor (the reader needs a snapshot).
+/// `from` is older than the retained floor or the patches together exceed
+/// [`PATCH_BYTES`] (the reader needs a snapshot).
 pub fn patches_since(
     connection: &Connection,
     run_id: &RunId,
@@ -248,12 +281,123 @@ pub fn patches_since(
          ORDER BY presentation_revision, delta_index",
     )?;
     let mut ops = Vec::new();
+    let mut bytes = 0usize;
     for patch in statement.query_map(params![run_id.as_str(), i64_of(from)], |row| {
         row.get::<_, String>(0)
     })? {
-        if let Ok(Value::Array(items)) = serde_json::from_str(&patch?) {
+        let patch = patch?;
+        bytes += patch.len();
+        if bytes > PATCH_BYTES {
+            return Ok(None);
+        }
+        if let Ok(Value::Array(items)) = serde_json::from_str(&patch) {
             ops.extend(items);
         }
     }
     Ok(Some((current, ops)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step document of about `bytes` bytes with `attempts` attempts.
+    fn step(seq: usize, attempts: usize, bytes: usize) -> Value {
+        let attempts: Vec<Value> = (1..=attempts)
+            .map(|number| json!({ "attemptId": format!("a{seq}-{number}"), "attemptNumber": number, "startedAtMs": 1 }))
+            .collect();
+        json!({ "seq": seq, "nodeId": format!("n{seq}-{}", "p".repeat(bytes)), "visit": 1, "startedAtMs": 1, "attempts": attempts })
+    }
+
+    fn projection(steps: &[Value]) -> Projection {
+        Projection {
+            header: Map::new(),
+            nodes: Vec::new(),
+            topology: None,
+            steps: steps.to_vec(),
+            step_sizes: steps.iter().map(view::encoded_len).collect(),
+            updates: Vec::new(),
+            updates_total: 0,
+        }
+    }
+
+    fn stored_of(projection: &Projection) -> Stored {
+        Stored {
+            steps_total: projection.steps.len(),
+            steps_tail: projection.steps.last().cloned(),
+            ..Stored::default()
+        }
+    }
+
+    /// Every change a run makes to its steps (append, grow the last one past
+    /// the byte budget, append after the page is full, shrink nothing else):
+    /// the previous page plus the patch is exactly the new snapshot page, and
+    /// no page is over its budget unless it holds a single step.
+    #[test]
+    fn step_patches_rebuild_the_snapshot_page_as_steps_cross_the_byte_budget() {
+        let big = view::STEP_PAGE_BYTES / 5;
+        let mut steps: Vec<Value> = Vec::new();
+        let mut changes: Vec<Vec<Value>> = Vec::new();
+        for seq in 1..=4 {
+            steps.push(step(seq, 1, big));
+            changes.push(steps.clone());
+        }
+        // The last inline step grows (more attempts, a longer document)
+        // until it no longer fits: it leaves the inline page.
+        for attempts in [2, 3] {
+            let last = steps.len() - 1;
+            steps[last] = step(4, attempts, big + attempts * big / 2);
+            changes.push(steps.clone());
+        }
+        for seq in 5..=8 {
+            steps.push(step(seq, 1, 100));
+            changes.push(steps.clone());
+        }
+        // Many small steps: the item limit takes over.
+        for seq in 9..=300 {
+            steps.push(step(seq, 1, 10));
+        }
+        changes.push(steps.clone());
+        let mut previous = projection(&[]);
+        let mut page = json!({ "steps": previous.step_page() });
+        let mut saw_removal = false;
+        for after in changes {
+            let next = projection(&after);
+            let mut ops = Vec::new();
+            diff_steps(&stored_of(&previous), &next, &mut ops);
+            saw_removal |= ops.iter().any(|op| op["op"] == "remove");
+            crate::live::apply_patch(&mut page, &ops).unwrap();
+            assert_eq!(
+                page["steps"],
+                next.step_page(),
+                "after {} steps: {ops:?}",
+                after.len()
+            );
+            let inline = next.inline_steps();
+            let bytes: usize = next.step_sizes[..inline].iter().sum();
+            assert!(inline <= view::STEP_PAGE_LIMIT);
+            assert!(
+                inline == 1 || bytes <= view::STEP_PAGE_BYTES,
+                "{bytes} bytes inline"
+            );
+            previous = next;
+        }
+        assert!(
+            saw_removal,
+            "a step that grew past the budget left the page"
+        );
+    }
+
+    #[test]
+    fn a_step_shows_its_newest_attempts_only() {
+        let many = step(1, view::STEP_ATTEMPTS_SHOWN + 5, 1);
+        let shown = crate::view::steps_shown_for_test(many);
+        let attempts = shown["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), view::STEP_ATTEMPTS_SHOWN);
+        assert_eq!(attempts[0]["attemptNumber"], 6);
+        assert_eq!(
+            attempts.last().unwrap()["attemptNumber"],
+            view::STEP_ATTEMPTS_SHOWN + 5
+        );
+    }
 }

@@ -11,12 +11,15 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use protocol::generated::types::{ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId};
+use protocol::generated::types::{
+    CommandState, ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId,
+};
 use protocol::{
     FrameDecoder, RunnerMessage, ServerMessage, WorkerLaunch, decode_launch, decode_server_frame,
     encode_runner, frame_content, runner_kind,
 };
 use serde_json::{Map, Value, json};
+use server::content::{self, Assembler, ContentFailure, Part};
 
 use crate::{EXIT_CHANNEL_CLOSED, EXIT_CRASH, EXIT_PROTOCOL, log};
 
@@ -25,6 +28,8 @@ const FENCED_WRITES: u32 = 20;
 const FENCED_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a fenced write waits for its reply before the next one.
 const FENCED_REPLY_WAIT: Duration = Duration::from_millis(500);
+/// The largest referenced value this runner reads.
+const MAX_CONTENT_BYTES: u64 = 256 << 20;
 
 /// A frame from the server, or the end of the stream.
 enum Incoming {
@@ -36,7 +41,10 @@ enum Incoming {
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) outcome: ReplyOutcome,
+    /// The result (read from `resultContent` when the server referenced it).
     pub(crate) result: Value,
+    /// The reference of a result that did not fit a frame.
+    result_content: Option<Value>,
     pub(crate) next: Option<ReplyNext>,
     pub(crate) error: Option<SafeError>,
 }
@@ -75,6 +83,24 @@ pub(crate) struct Channel {
     pub(crate) keep_writing_after_claim_lost: bool,
     /// The attempt being run, for the fenced writes after a lost claim.
     pub(crate) attempt_id: Option<String>,
+    /// The run state of the command this runner received.
+    pub(crate) state: Option<Value>,
+}
+
+/// One chunk of referenced content (`content.chunk`).
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) reference: Value,
+    pub(crate) offset: u64,
+    pub(crate) data: String,
+    pub(crate) last: bool,
+}
+
+/// The answer to a `content.read`: a chunk, or a reply that refuses it.
+#[derive(Debug)]
+pub(crate) enum ReadAnswer {
+    Chunk(Chunk),
+    Refused(Reply),
 }
 
 impl std::fmt::Debug for Incoming {
@@ -118,6 +144,7 @@ pub(crate) fn open() -> Result<(WorkerLaunch, Channel), String> {
         duplicate_next: false,
         keep_writing_after_claim_lost: false,
         attempt_id: None,
+        state: None,
     };
     Ok((launch, channel))
 }
@@ -173,8 +200,8 @@ fn read_frames(
 /// A server frame as the runner sees it.
 enum Frame {
     Reply { to: String, reply: Reply },
-    Command(Next),
-    Other(String),
+    Command(Next, CommandState),
+    Chunk { to: String, chunk: Chunk },
 }
 
 fn classify(message: ServerMessage) -> Frame {
@@ -183,6 +210,7 @@ fn classify(message: ServerMessage) -> Frame {
             in_reply_to,
             outcome,
             result,
+            result_content,
             next,
             error,
             ..
@@ -191,23 +219,47 @@ fn classify(message: ServerMessage) -> Frame {
             reply: Reply {
                 outcome,
                 result,
+                result_content: result_content.map(|reference| json!(reference)),
                 next,
                 error,
             },
         },
-        ServerMessage::Command { command, node, .. } => {
+        ServerMessage::Command {
+            command,
+            node,
+            state,
+            ..
+        } => {
             log!(
                 "<- command {command} node {} visit {}",
                 node.node_id.as_str(),
                 node.visit
             );
-            Frame::Command(Next::Run {
-                node_id: node.node_id.to_string(),
-                attempt_id: node.attempt_id.to_string(),
-                visit: node.visit.get(),
-            })
+            Frame::Command(
+                Next::Run {
+                    node_id: node.node_id.to_string(),
+                    attempt_id: node.attempt_id.to_string(),
+                    visit: node.visit.get(),
+                },
+                state,
+            )
         }
-        other => Frame::Other(protocol::server_kind(&other)),
+        ServerMessage::ContentChunk {
+            in_reply_to,
+            reference,
+            offset,
+            data,
+            final_,
+            ..
+        } => Frame::Chunk {
+            to: in_reply_to.to_string(),
+            chunk: Chunk {
+                reference: json!(reference),
+                offset: offset.get(),
+                data: data.to_string(),
+                last: final_,
+            },
+        },
     }
 }
 
@@ -286,6 +338,21 @@ impl Channel {
         let mut out = io::stdout().lock();
         out.write_all(&bytes)?;
         out.flush()
+    }
+
+    /// An `effect.settle` result `{"pad": "x…"}` sized so that the settle
+    /// message of `effect_id`, as `send` would write it next, is exactly
+    /// `frame_bytes` bytes (its `\n` included).
+    pub(crate) fn padded_settle_result(&self, effect_id: &str, frame_bytes: usize) -> Value {
+        let id = format!("{}-m{}", self.runner_epoch, self.counter + 1);
+        let frame = |pad: &str| {
+            let fields = json!({"effectId": effect_id, "state": "applied", "result": {"pad": pad}});
+            encode_runner(&self.build_with_id("effect.settle", fields, id.clone()))
+                .map_or(0, |bytes| bytes.len())
+        };
+        let empty = frame("");
+        let pad = "x".repeat(frame_bytes.saturating_sub(empty));
+        json!({"pad": pad})
     }
 
     /// Writes a message (twice when a `duplicate` is pending) without
@@ -378,11 +445,82 @@ impl Channel {
                         self.claim_lost();
                     }
                     if to == id {
-                        return reply;
+                        return self.materialized(reply);
                     }
                 }
-                Frame::Command(_) => log!("unexpected command ignored"),
-                Frame::Other(kind) => log!("<- {kind} ignored"),
+                Frame::Command(..) => log!("unexpected command ignored"),
+                Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
+            }
+        }
+    }
+
+    /// A reply whose result was referenced, with the result read.
+    fn materialized(&mut self, mut reply: Reply) -> Reply {
+        if let Some(reference) = reply.result_content.take() {
+            reply.result = self
+                .read_json(&reference)
+                .unwrap_or_else(|failure| self.content_failed(failure));
+            log!("read the referenced reply result");
+        }
+        reply
+    }
+
+    /// Reads referenced JSON content in verified parts of at most 512 KiB.
+    pub(crate) fn read_json(&mut self, reference: &Value) -> Result<Value, ContentFailure> {
+        let mut assembler = Assembler::new(reference, Some(content::JSON), MAX_CONTENT_BYTES)?;
+        while let Some(request) = assembler.next_request() {
+            let fields =
+                json!({"reference": reference, "offset": request.offset, "length": request.length});
+            match self.read(fields) {
+                ReadAnswer::Chunk(chunk) => assembler.accept(Part {
+                    reference: &chunk.reference,
+                    offset: chunk.offset,
+                    data: &chunk.data,
+                    last: chunk.last,
+                    digest: None,
+                })?,
+                ReadAnswer::Refused(_) => return Err(ContentFailure::Unavailable),
+            }
+        }
+        content::json(&assembler.finish()?)
+    }
+
+    /// Referenced content could not be read: one log line, then exit 2.
+    fn content_failed(&mut self, failure: ContentFailure) -> ! {
+        log!("referenced content: {failure}; exiting");
+        self.send("runner.exiting", json!({"reason": "fatal"}));
+        std::process::exit(EXIT_PROTOCOL);
+    }
+
+    /// Sends `content.read` and waits for its chunk (or the reply that
+    /// refuses it).
+    pub(crate) fn read(&mut self, fields: Value) -> ReadAnswer {
+        let sent = self.send("content.read", fields);
+        loop {
+            match classify(self.receive()) {
+                Frame::Chunk { to, chunk } if to == sent.id => {
+                    log!(
+                        "<- content.chunk at {} (final {})",
+                        chunk.offset,
+                        chunk.last
+                    );
+                    return ReadAnswer::Chunk(chunk);
+                }
+                Frame::Reply { to, reply } if to == sent.id => {
+                    log!("<- reply to {to}: {}", describe(&reply));
+                    if reply.outcome == ReplyOutcome::ClaimLost {
+                        self.claim_lost();
+                    }
+                    return ReadAnswer::Refused(reply);
+                }
+                Frame::Reply { to, reply } => {
+                    log!("<- reply to {to}: {}", describe(&reply));
+                    if reply.outcome == ReplyOutcome::ClaimLost {
+                        self.claim_lost();
+                    }
+                }
+                Frame::Command(..) => log!("unexpected command ignored"),
+                Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
             }
         }
     }
@@ -392,8 +530,21 @@ impl Channel {
     pub(crate) fn await_dispatch(&mut self, ready: &str) -> Next {
         loop {
             match classify(self.receive()) {
-                Frame::Command(next) => return next,
-                Frame::Other(kind) => log!("<- {kind} ignored"),
+                Frame::Command(next, state) => {
+                    let state = match state {
+                        CommandState::Inline { value } => json!(value),
+                        CommandState::Reference { reference } => {
+                            let state = self
+                                .read_json(&json!(reference))
+                                .unwrap_or_else(|failure| self.content_failed(failure));
+                            log!("read the referenced run state");
+                            state
+                        }
+                    };
+                    self.state = Some(state);
+                    return next;
+                }
+                Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
                 Frame::Reply { to, reply } => {
                     log!("<- reply to {to}: {}", describe(&reply));
                     if reply.outcome == ReplyOutcome::ClaimLost {
@@ -473,8 +624,8 @@ impl Channel {
                             return;
                         }
                     }
-                    Frame::Command(_) => log!("unexpected command ignored"),
-                    Frame::Other(kind) => log!("<- {kind} ignored"),
+                    Frame::Command(..) => log!("unexpected command ignored"),
+                    Frame::Chunk { to, .. } => log!("<- content.chunk for {to} ignored"),
                 },
                 Ok(Incoming::Closed(why)) => {
                     log!("channel closed ({why}); exiting");

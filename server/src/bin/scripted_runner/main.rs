@@ -12,6 +12,11 @@
 //! `runnerEpoch` come from the launch; `expectedRevision` is omitted. What
 //! the runner does is logged briefly to stderr.
 //!
+//! A command whose `state` is `{kind: reference}` and a reply that carries
+//! `resultContent` are read with `content.read` in verified parts of at most
+//! 512 KiB (`server::content::Assembler`); content that cannot be read is
+//! one log line, `runner.exiting {reason: fatal}` and exit 2.
+//!
 //! The runner waits for the reply of `node.update`, `effect.reserve`,
 //! `effect.settle`, `runner.progress`, `node.finished` and `node.failed`
 //! (one per copy of a duplicated message). It does not wait after
@@ -63,7 +68,8 @@
 //! makes a runner that got a `claimLost` reply send `node.update` messages
 //! (fresh ids, update type `fenced`) every 100 ms, 20 times, logging each
 //! reply (or its absence after 500 ms), then exit 3. SIGSTOP/SIGCONT just
-//! pause that loop.
+//! pause that loop. `recordState: "<file>"` writes the run state of the
+//! command the runner received (canonical JSON) to that file.
 //!
 //! `nodes[nodeId]` is a list of behaviours indexed by the dispatch's
 //! `visit` (visit 1 is index 0; beyond the end the last one repeats). A node
@@ -83,6 +89,7 @@
 //! | `{"fail": "<message>", "outcome": "failed"\|"timed_out"\|"cancelled"}` | `node.failed {outcome, error: {code, message}}`; code `nodeFailed`, `timedOut` or `cancelled`; outcome defaults to `failed` |
 //! | `{"sleepMs": N, "then": B}` | sleep, then B |
 //! | `{"stall": true}` | block until killed |
+//! | `{"awaitFile": "<path>", "then": B}` | wait until the file exists, then B |
 //! | `{"exit": N}` | exit with N at once (a crash mid-node) |
 //! | `{"crashOnce": "<marker>", "then": B}` | no marker file: create it, exit 3; otherwise B |
 //! | `{"update": {"type", "key", "data"}, "idempotencyKey"?: K, "then": B}` | `node.update {update, idempotencyKey}` (default key: `u-` + 16 hex of the digest of attempt id and update), its reply, then B |
@@ -90,6 +97,7 @@
 //! | `{"spawnChild": {"sleepSeconds": 1000, "newGroup": false}, "then": B}` | start `sleep N` (in its own process group when `newGroup`), `runner.progress {operation: process.register, pid, startIdentity}`, then B; the child is never reaped |
 //! | `{"stderrBytes": N, "then": B}` | write N bytes of numbered 100-byte lines (`stderr line 00000000 xxx…`) to stderr, then B |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
+//! | `{"contentRead": {"reference", "offset"?: 0, "length"?: 524288, "record": "<file>"}, "then": B}` | `content.read`; its chunk or refusing reply is appended to `record` as one JSON line (`{type: "content.chunk", offset, reference, bytes, final}` or `{type: "reply", outcome, error}`), then B |
 //! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}` (interactive runs only); an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node |
 //! | `{"protocolViolation": "schema"\|"revision"\|"attempt"\|"idempotency"}` | one message that fails that protocol check — a canonical frame that is not a runner message; `node.finished` with `expectedRevision` 2^53−1; `node.finished` for attempt `an-attempt-never-dispatched`; a `node.update` and then another payload under its message id — then block until killed |
 //! | `{"notify": {"text": "<text>", "kind"?: "progress"\|"final"}}` | `notification.requested {attemptId, kind, content: {kind: inline, text}}`; the server records the node's result, so an accepted reply's `next` is followed (no `node.finished`); a refused one fails the node |
@@ -102,7 +110,9 @@
 //! applications) and waiting `applyMs` (default 0: how long the application
 //! takes), then exit 3 when `crashWhileApplying`, else `effect.settle
 //! {effectId, state: applied, result}` (`result` defaults to
-//! `{"applied":true}`); any other state fails the node (`conflict`). With
+//! `{"applied":true}`; `"padSettleFrameTo": N` settles `{"pad": "x…"}`
+//! instead, sized so the `effect.settle` frame is exactly N bytes); any
+//! other state fails the node (`conflict`). With
 //! `"receipt": true` the attempt's final message carries `action: {effectId,
 //! state, result}`.
 //!

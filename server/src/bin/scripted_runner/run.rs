@@ -21,7 +21,9 @@ use protocol::generated::types::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::channel::{Channel, Next, Reply};
+use base64::Engine as _;
+
+use crate::channel::{Channel, Next, ReadAnswer, Reply};
 use crate::script::{Action, Behaviour, ProtocolViolation, Script, Startup, default_output};
 use crate::{EXIT_CRASH, EXIT_PROTOCOL, log, sha256_digest};
 
@@ -57,6 +59,15 @@ pub(crate) fn run(launch: &WorkerLaunch, mut channel: Channel) -> ! {
         std::process::exit(code);
     }
     let mut next = channel.await_dispatch(&ready.id);
+    if let (Some(path), Some(state)) = (&script.startup.record_state, &channel.state) {
+        let path = base.join(path);
+        let bytes = canonicalize(state).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, &bytes) {
+            log!("cannot write {}: {e}", path.display());
+            std::process::exit(EXIT_PROTOCOL);
+        }
+        log!("recorded the run state ({} bytes)", bytes.len());
+    }
     loop {
         next = match next {
             Next::Exit(reason) => {
@@ -268,6 +279,14 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                 thread::park();
             }
         }
+        Action::AwaitFile { path, then } => {
+            let path = attempt.base.join(path);
+            log!("waiting for {}", path.display());
+            while !path.exists() {
+                thread::sleep(Duration::from_millis(20));
+            }
+            perform(channel, then, attempt)
+        }
         Action::Exit(code) => {
             log!("exiting with {code} mid-node");
             std::process::exit(*code);
@@ -350,10 +369,13 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                         log!("crashWhileApplying: crashing before effect.settle");
                         std::process::exit(EXIT_CRASH);
                     }
-                    let result = effect
-                        .result
-                        .clone()
-                        .unwrap_or_else(|| json!({"applied": true}));
+                    let result = match effect.pad_settle_frame_to {
+                        Some(bytes) => channel.padded_settle_result(&id, bytes),
+                        None => effect
+                            .result
+                            .clone()
+                            .unwrap_or_else(|| json!({"applied": true})),
+                    };
                     let settled = channel.request(
                         "effect.settle",
                         json!({"effectId": id, "state": "applied", "result": result}),
@@ -491,6 +513,31 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
             loop {
                 thread::park();
             }
+        }
+        Action::ContentRead { read, then } => {
+            let answer = channel.read(json!({
+                "reference": read.reference,
+                "offset": read.offset,
+                "length": read.length,
+            }));
+            let line = match answer {
+                ReadAnswer::Chunk(chunk) => json!({
+                    "type": "content.chunk",
+                    "offset": chunk.offset,
+                    "reference": chunk.reference,
+                    "bytes": base64::engine::general_purpose::STANDARD
+                        .decode(&chunk.data)
+                        .map_or(0, |bytes| bytes.len()),
+                    "final": chunk.last,
+                }),
+                ReadAnswer::Refused(reply) => json!({
+                    "type": "reply",
+                    "outcome": reply.outcome,
+                    "error": reply.error,
+                }),
+            };
+            append_line(&attempt.base.join(&read.record), &line.to_string());
+            perform(channel, then, attempt)
         }
     }
 }

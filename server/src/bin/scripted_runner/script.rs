@@ -60,6 +60,9 @@ pub(crate) struct Startup {
     /// After a `claimLost` reply, keep writing `node.update` messages.
     #[serde(default)]
     pub(crate) keep_writing_after_claim_lost: bool,
+    /// Write the run state of the command (canonical JSON) to this file.
+    #[serde(default)]
+    pub(crate) record_state: Option<PathBuf>,
 }
 
 /// One behaviour of a node visit: an action plus an optional dynamic
@@ -87,6 +90,8 @@ pub(crate) enum Action {
     Sleep { ms: u64, then: Box<Behaviour> },
     /// Block until killed.
     Stall,
+    /// Wait until this file exists, then `then`.
+    AwaitFile { path: PathBuf, then: Box<Behaviour> },
     /// Exit with this code at once.
     Exit(i32),
     /// Exit 3 the first time (creating the marker), `then` afterwards.
@@ -123,6 +128,11 @@ pub(crate) enum Action {
     Notify(NotifySpec),
     /// A message that fails one protocol check, then block until killed.
     ProtocolViolation(ProtocolViolation),
+    /// `content.read`, its answer appended to a record file, then `then`.
+    ContentRead {
+        read: ContentReadSpec,
+        then: Box<Behaviour>,
+    },
 }
 
 /// Which protocol check the runner's message fails.
@@ -152,6 +162,25 @@ pub(crate) struct NotifySpec {
 
 fn default_notification_kind() -> String {
     "progress".to_owned()
+}
+
+/// One `content.read` and where its answer is recorded.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ContentReadSpec {
+    /// The reference to read.
+    pub(crate) reference: Value,
+    #[serde(default)]
+    pub(crate) offset: u64,
+    #[serde(default = "default_read_length")]
+    pub(crate) length: u64,
+    /// Each answer is appended here as one JSON line: `{type, outcome?,
+    /// error?, offset?, bytes?, final?}`.
+    pub(crate) record: PathBuf,
+}
+
+const fn default_read_length() -> u64 {
+    512 * 1024
 }
 
 /// An interactive request of the attempt.
@@ -200,6 +229,10 @@ pub(crate) struct EffectSpec {
     /// `effect.settle` (or the `crashWhileApplying` exit).
     #[serde(default)]
     pub(crate) apply_ms: u64,
+    /// Settle with `result: {"pad": "x…"}` sized so that the encoded
+    /// `effect.settle` frame is exactly this many bytes (instead of `result`).
+    #[serde(default)]
+    pub(crate) pad_settle_frame_to: Option<usize>,
 }
 
 /// A child process to start and register.
@@ -232,6 +265,8 @@ struct RawBehaviour {
     #[serde(default)]
     stall: Option<bool>,
     #[serde(default)]
+    await_file: Option<PathBuf>,
+    #[serde(default)]
     exit: Option<i32>,
     #[serde(default)]
     crash_once: Option<PathBuf>,
@@ -254,6 +289,7 @@ struct RawBehaviour {
     notify: Option<NotifySpec>,
     #[serde(default)]
     protocol_violation: Option<ProtocolViolation>,
+    content_read: Option<ContentReadSpec>,
     #[serde(default)]
     then: Option<Box<Behaviour>>,
     #[serde(default)]
@@ -275,6 +311,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("fail", raw.fail.is_some()),
             ("sleepMs", raw.sleep_ms.is_some()),
             ("stall", raw.stall.is_some()),
+            ("awaitFile", raw.await_file.is_some()),
             ("exit", raw.exit.is_some()),
             ("crashOnce", raw.crash_once.is_some()),
             ("update", raw.update.is_some()),
@@ -285,6 +322,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("stderrBytes", raw.stderr_bytes.is_some()),
             ("notify", raw.notify.is_some()),
             ("protocolViolation", raw.protocol_violation.is_some()),
+            ("contentRead", raw.content_read.is_some()),
         ];
         let actions: Vec<&str> = named
             .iter()
@@ -332,6 +370,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
                 return Err("`stall` must be true".to_string());
             }
             Action::Stall
+        } else if let Some(path) = raw.await_file {
+            Action::AwaitFile { path, then }
         } else if let Some(code) = raw.exit {
             Action::Exit(code)
         } else if let Some(marker) = raw.crash_once {
@@ -358,6 +398,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::Notify(notify)
         } else if let Some(violation) = raw.protocol_violation {
             Action::ProtocolViolation(violation)
+        } else if let Some(read) = raw.content_read {
+            Action::ContentRead { read, then }
         } else if raw.duplicate == Some(true) {
             Action::Duplicate(then)
         } else {
@@ -389,11 +431,13 @@ impl Behaviour {
     fn then(&self) -> Option<&Self> {
         match &self.action {
             Action::Sleep { then, .. }
+            | Action::AwaitFile { then, .. }
             | Action::CrashOnce { then, .. }
             | Action::Update { then, .. }
             | Action::Effect { then, .. }
             | Action::SpawnChild { then, .. }
             | Action::Stderr { then, .. }
+            | Action::ContentRead { then, .. }
             | Action::Duplicate(then) => Some(then),
             Action::Finish(_)
             | Action::Fail { .. }
