@@ -325,6 +325,43 @@ describe("shell actions", () => {
     assert.equal(outcome.result.exitCode, 0);
   });
 
+  /** Resolves `work`, or rejects after `ms` naming what hung (a hang is the defect, not slowness). */
+  const within = <T,>(work: Promise<T>, ms: number, what: string): Promise<T> =>
+    Promise.race([work, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} did not end within ${ms} ms`)), ms).unref())]);
+
+  it("sees the exit of a command that ends while its process group is still being registered", async () => {
+    for (const command of [{ command: "true" }, { command: "/bin/echo", args: ["42"] }, { command: "sh", args: ["-c", "echo hi"] }]) {
+      const events: string[] = [];
+      const outcome = await within(
+        runShell(exec(command), {
+          signal: never,
+          // A registration round trip slower than the command itself.
+          onSpawn: async (pid) => {
+            events.push(`spawn ${pid}`);
+            await new Promise((resolve) => setTimeout(resolve, 300));
+            events.push("registered");
+          },
+          onClose: async (pid) => {
+            events.push(`close ${pid}`);
+          },
+        }),
+        20_000,
+        command.command,
+      );
+      assert.equal(outcome.failure, undefined, command.command);
+      assert.equal(outcome.result.exitCode, 0);
+      assert.equal(outcome.result.stdout, command.command === "true" ? "" : command.command === "sh" ? "hi\n" : "42\n");
+      const pid = events[0]?.split(" ")[1];
+      assert.deepEqual(events, [`spawn ${pid}`, "registered", `close ${pid}`], "the group is unregistered only after its registration settled");
+    }
+  });
+
+  it("a command killed by a signal reports the signal and no exit code", async () => {
+    const outcome = await within(runShell(exec({ command: "sh", args: ["-c", "kill -TERM $$"] }), { signal: never }), 20_000, "kill -TERM");
+    assert.deepEqual([outcome.result.exitCode, outcome.result.signal], [null, "SIGTERM"]);
+    assert.equal(outcome.failure?.message, 'Shell action failed (sh "-c" "kill -TERM $$"): signal SIGTERM');
+  });
+
   it("caps each stream at maxOutputChars with the truncation marker", async () => {
     const outcome = await runShell(exec({ command: process.execPath, args: ["-e", "process.stdout.write('y'.repeat(5000))"], maxOutputChars: 10 }), { signal: never });
     assert.equal(outcome.result.stdout, `yyyyyyyyyy${TRUNCATION_MARKER}`);

@@ -436,6 +436,7 @@ export class Executor {
     const channel = this.host.channel;
     const updates = options.updates;
     const effect = await this.managedEffect(target, "shell", request, async () => {
+      let registered: { pid: number; startIdentity: string } | undefined;
       const outcome = await runShell(execution, {
         signal: ctx.signal,
         ...(updates
@@ -448,15 +449,19 @@ export class Executor {
               },
             }
           : {}),
+        // The identity is read at spawn (the child cannot have been reaped yet) and the
+        // same identity is unregistered: a registration never outlives its group.
         onSpawn: async (pid) => {
           const startIdentity = processStartIdentity(pid);
           if (startIdentity === null) return;
           const reply = await channel.request("runner.progress", { operation: "process.register", pid, startIdentity });
-          if (reply.outcome !== "accepted") this.host.log(`process.register ${pid}: ${reply.outcome} ${reply.error?.message ?? ""}`);
+          if (reply.outcome === "accepted") registered = { pid, startIdentity };
+          else if (processStartIdentity(pid) === startIdentity) this.host.log(`process.register ${pid}: ${reply.outcome} ${reply.error?.message ?? ""}`);
+          // Otherwise the command ended before the server looked: there is nothing to register.
         },
-        onClose: async (pid) => {
-          const startIdentity = processStartIdentity(pid) ?? `${pid}:0`;
-          await channel.send("runner.progress", { operation: "process.unregister", pid, startIdentity });
+        onClose: async () => {
+          if (registered === undefined) return;
+          await channel.send("runner.progress", { operation: "process.unregister", ...registered });
         },
       });
       const { stdout: _stdout, stderr: _stderr, ...receiptFields } = outcome.result;
