@@ -80,10 +80,10 @@ export class TestServer {
     return server;
   }
 
-  /** Runs the CLI with this server's environment; resolves its stdout. */
-  cli(args: string[]): Promise<string> {
+  /** Runs the CLI with this server's environment (in `cwd`, default this process's); resolves its stdout and stderr. */
+  cli(args: string[], cwd?: string): Promise<string> {
     return new Promise((resolvePromise, reject) => {
-      execFile(serverBinary(), args, { env: this.env, timeout: 60_000 }, (error, stdout, stderr) => {
+      execFile(serverBinary(), args, { env: this.env, timeout: 60_000, ...(cwd ? { cwd } : {}) }, (error, stdout, stderr) => {
         if (error) reject(new Error(`pi-workflows ${args.join(" ")}: ${error.message}\n${stdout}${stderr}`));
         else resolvePromise(stdout + stderr);
       });

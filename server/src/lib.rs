@@ -18,6 +18,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod discovery;
 pub mod effects;
 pub mod fault;
 pub mod handlers;
