@@ -46,6 +46,15 @@ export default defineWorkflow({
 });
 `;
 
+/** `raw`: the same command without `parse`, so the node's output is the whole ShellResult. */
+const RAW_WORKFLOW = `import { defineWorkflow, shell } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "raw",
+  startAt: "run",
+  nodes: { run: shell({ exec: ({ input }) => ({ command: input.command, args: input.args ?? [] }) }) },
+});
+`;
+
 /** `registered`: a shell node long enough to register its process group, then a node that waits for a file. */
 function registeredWorkflow(release: string): string {
   return `import { existsSync } from "node:fs";
@@ -72,6 +81,7 @@ before(async () => {
   server = await TestServer.start({ env: { PI_WORKFLOWS_MAX_WORKERS: "4" } });
   project = server.project();
   writeFileSync(join(project, ".pi", "workflows", "cmd.workflow.ts"), CMD_WORKFLOW);
+  writeFileSync(join(project, ".pi", "workflows", "raw.workflow.ts"), RAW_WORKFLOW);
   client = await server.connect();
 });
 
@@ -177,6 +187,21 @@ describe("shell commands", () => {
       exitCode: 0,
       signal: null,
     });
+  });
+
+  it("without parse, the output is the ShellResult: one capped stream fits the frame; two capped streams fail the node naming the 1 MiB limit", async () => {
+    const one = await client.start(project, "raw", { command: "sh", args: ["-c", "head -c 3000000 /dev/zero | tr '\\0' o"] });
+    const oneView = await client.settled(one, 60_000);
+    assert.equal(oneView.status.run, "completed", JSON.stringify(oneView.failure ?? null));
+    const result = output(one) as { stdout: string; stderr: string; exitCode: number };
+    assert.deepEqual([result.stdout.length, result.stdout.endsWith(MARKER), result.stderr, result.exitCode], [DEFAULT_CAP + MARKER.length, true, "", 0]);
+    const two = await client.start(project, "raw", { command: "sh", args: ["-c", "head -c 3000000 /dev/zero | tr '\\0' o; head -c 3000000 /dev/zero | tr '\\0' e >&2"] });
+    const twoView = await client.settled(two, 60_000);
+    assert.equal(twoView.status.run, "failed");
+    assert.match(
+      twoView.failure?.message ?? "",
+      /^its output is 1\.91 MiB encoded \(the effect\.settle frame would be 2,000,\d{3} bytes\); a frame must fit the protocol's 1 MiB limit \(1,048,576 bytes\)$/,
+    );
   });
 
   it("maxOutputChars caps a stream at exactly that many characters", async () => {

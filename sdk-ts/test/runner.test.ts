@@ -88,9 +88,11 @@ describe("resolve mode", () => {
       "graph.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "graph", startAt: "a", nodes: { a: compute({ run: () => 1 }), b: compute({ run: () => 2 }) } });\n`,
       "strict.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "strict", input: (v) => { if (typeof v !== "number") throw new Error("a number please"); return v; }, startAt: "a", nodes: { a: compute({ run: () => 1 }) } });\n`,
       "plain.workflow.ts": "export default { name: 'not a definition' };\n",
+      "deep.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "deep", input: () => { let v = {}; for (let i = 1; i < 70; i++) v = { a: v }; return v; }, startAt: "a", nodes: { a: compute({ run: () => 1 }) } });\n`,
     });
     const cases: [string, string, RegExp][] = [
-      ["missing", "sourceNotFound", /no workflow named "missing" \(available: graph, plain, strict, syntax\)/],
+      ["missing", "sourceNotFound", /no workflow named "missing" \(available: deep, graph, plain, strict, syntax\)/],
+      ["deep", "invalidInput", /^invalid input: the normalized input nests 70 levels; it may nest at most 62, so that the run state a runner receives \(command\.state\.input\) fits the protocol's 64-level frame limit$/],
       ["syntax", "compileFailed", /cannot load/],
       ["graph", "invalidDefinition", /node b is not reachable/],
       ["plain", "invalidDefinition", /must default-export defineWorkflow/],
@@ -366,6 +368,11 @@ describe("shell actions", () => {
     const outcome = await runShell(exec({ command: process.execPath, args: ["-e", "process.stdout.write('y'.repeat(5000))"], maxOutputChars: 10 }), { signal: never });
     assert.equal(outcome.result.stdout, `yyyyyyyyyy${TRUNCATION_MARKER}`);
     assert.equal(TRUNCATION_MARKER, "\n…[output truncated]");
+  });
+
+  it("never cuts a surrogate pair in half at the cap (canonical JSON could not carry the half)", async () => {
+    const outcome = await runShell(exec({ command: process.execPath, args: ["-e", "process.stdout.write('😀'.repeat(50))"], maxOutputChars: 3 }), { signal: never });
+    assert.equal(outcome.result.stdout, `😀${TRUNCATION_MARKER}`);
   });
 
   it("fails on a non-zero exit with the command and stderr; allowNonZeroExit accepts it", async () => {

@@ -110,7 +110,10 @@ class Capture {
     if (chunk.length <= room) {
       this.text += chunk;
     } else {
-      this.text += chunk.slice(0, Math.max(0, room));
+      let kept = chunk.slice(0, Math.max(0, room));
+      // Never keep half of a surrogate pair: canonical JSON cannot carry a lone surrogate.
+      if (/[\uD800-\uDBFF]$/.test(kept)) kept = kept.slice(0, -1);
+      this.text += kept;
       this.truncated = true;
     }
   }
