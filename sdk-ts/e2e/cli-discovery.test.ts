@@ -54,7 +54,7 @@ describe("discovery through the CLI", () => {
       const started = JSON.parse((await server.cli(["start", name, "--json"], project)).trim()) as { runId: string };
       const view = await client.settled(started.runId);
       assert.equal(view.status.run, "completed", `${name}: ${JSON.stringify(view.failure ?? null)}`);
-      const output = server.journal(started.runId).find((record) => record.event === "node" && record.nodeId === "hello")?.output;
+      const output = (await server.journalAfterExit(started.runId)).find((record) => record.event === "node" && record.nodeId === "hello")?.output;
       assert.deepEqual(output, { ran: name });
     }
   });

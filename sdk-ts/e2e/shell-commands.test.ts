@@ -98,8 +98,8 @@ interface Cmd {
 }
 
 /** The output the runner proposed (and the server accepted) for the `run` node. */
-function output(runId: string): unknown {
-  const record = server.journal(runId).find((entry) => entry.event === "node" && entry.nodeId === "run");
+async function output(runId: string): Promise<unknown> {
+  const record = (await server.journalAfterExit(runId)).find((entry) => entry.event === "node" && entry.nodeId === "run");
   assert.ok(record, `no journal record of node run in ${runId}`);
   return record.output;
 }
@@ -130,7 +130,10 @@ describe("shell commands", () => {
       Array.from({ length: 4 }, async () => {
         for (let i = next++; i < 100; i = next++) {
           const { cmd, stdout } = commands[i % commands.length]!;
-          runs[i] = { runId: await client.start(project, "cmd", cmd), stdout };
+          const runId = await client.start(project, "cmd", cmd).catch((error: unknown) => {
+            throw new Error(`run ${i} of 100: ${String(error)}\n${server.serverLog().split("\n--- ")[0]?.slice(-2000)}`);
+          });
+          runs[i] = { runId, stdout };
         }
       }),
     );
@@ -160,20 +163,20 @@ describe("shell commands", () => {
     for (const { runId, stdout } of runs) {
       const view = views.get(runId)!;
       assert.equal(view.status.run, "completed", `${runId}: ${JSON.stringify(view.display)} ${JSON.stringify(view.failure ?? null)}`);
-      assert.deepEqual(output(runId), { stdout, stderr: "", exitCode: 0, signal: null });
+      assert.deepEqual(await output(runId), { stdout, stderr: "", exitCode: 0, signal: null });
     }
   });
 
   it("a command that prints nothing and exits 0 completes with empty streams; one that prints nothing and exits 3 fails naming exit 3", async () => {
     const quiet = await runCmd({ command: "sh", args: ["-c", "exit 0"] });
     assert.equal(quiet.view.status.run, "completed");
-    assert.deepEqual(output(quiet.runId), { stdout: "", stderr: "", exitCode: 0, signal: null });
+    assert.deepEqual(await output(quiet.runId), { stdout: "", stderr: "", exitCode: 0, signal: null });
     const failing = await runCmd({ command: "sh", args: ["-c", "exit 3"] });
     assert.equal(failing.view.status.run, "failed");
     assert.equal(failing.view.failure?.message, 'Shell action failed (sh "-c" "exit 3"): exit 3');
     const allowed = await runCmd({ command: "sh", args: ["-c", "exit 3"], allowNonZeroExit: true });
     assert.equal(allowed.view.status.run, "completed");
-    assert.deepEqual(output(allowed.runId), { stdout: "", stderr: "", exitCode: 3, signal: null });
+    assert.deepEqual(await output(allowed.runId), { stdout: "", stderr: "", exitCode: 3, signal: null });
   });
 
   it("stdout and stderr past the default cap are each kept to 1,000,000 characters plus the truncation marker; the command still completes", async () => {
@@ -181,7 +184,7 @@ describe("shell commands", () => {
     const { runId, view } = await runCmd({ command: "sh", args: ["-c", script] });
     assert.equal(view.status.run, "completed", JSON.stringify(view.failure ?? null));
     const tail = (char: string): string => `${char.repeat(24 - MARKER.length)}${MARKER}`;
-    assert.deepEqual(output(runId), {
+    assert.deepEqual(await output(runId), {
       stdout: { chars: DEFAULT_CAP + MARKER.length, head: "oooooooo", tail: tail("o") },
       stderr: { chars: DEFAULT_CAP + MARKER.length, head: "eeeeeeee", tail: tail("e") },
       exitCode: 0,
@@ -193,7 +196,7 @@ describe("shell commands", () => {
     const one = await client.start(project, "raw", { command: "sh", args: ["-c", "head -c 3000000 /dev/zero | tr '\\0' o"] });
     const oneView = await client.settled(one, 60_000);
     assert.equal(oneView.status.run, "completed", JSON.stringify(oneView.failure ?? null));
-    const result = output(one) as { stdout: string; stderr: string; exitCode: number };
+    const result = (await output(one)) as { stdout: string; stderr: string; exitCode: number };
     assert.deepEqual([result.stdout.length, result.stdout.endsWith(MARKER), result.stderr, result.exitCode], [DEFAULT_CAP + MARKER.length, true, "", 0]);
     const two = await client.start(project, "raw", { command: "sh", args: ["-c", "head -c 3000000 /dev/zero | tr '\\0' o; head -c 3000000 /dev/zero | tr '\\0' e >&2"] });
     const twoView = await client.settled(two, 60_000);
@@ -207,7 +210,7 @@ describe("shell commands", () => {
   it("maxOutputChars caps a stream at exactly that many characters", async () => {
     const { runId, view } = await runCmd({ command: "sh", args: ["-c", "yes | head -c 100000"], maxOutputChars: 6 });
     assert.equal(view.status.run, "completed");
-    assert.deepEqual(output(runId), { stdout: `y\ny\ny\n${MARKER}`, stderr: "", exitCode: 0, signal: null });
+    assert.deepEqual(await output(runId), { stdout: `y\ny\ny\n${MARKER}`, stderr: "", exitCode: 0, signal: null });
   });
 
   it("a command killed by a signal fails naming the signal; with allowNonZeroExit it completes with signal SIGTERM and no exit code", async () => {
@@ -216,7 +219,7 @@ describe("shell commands", () => {
     assert.equal(killed.view.failure?.message, 'Shell action failed (sh "-c" "kill -TERM $$"): signal SIGTERM');
     const allowed = await runCmd({ command: "sh", args: ["-c", "echo bye; kill -TERM $$"], allowNonZeroExit: true });
     assert.equal(allowed.view.status.run, "completed");
-    assert.deepEqual(output(allowed.runId), { stdout: "bye\n", stderr: "", exitCode: null, signal: "SIGTERM" });
+    assert.deepEqual(await output(allowed.runId), { stdout: "bye\n", stderr: "", exitCode: null, signal: "SIGTERM" });
   });
 
   it("a missing executable fails its node with the spawn error", async () => {
