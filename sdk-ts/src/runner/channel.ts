@@ -75,7 +75,7 @@ function sizeText(bytes: number): string {
 }
 
 /**
- * Why `value` (described by `what`, e.g. "node x output") cannot travel in
+ * Why `value` (described by `what`, e.g. "its output") cannot travel in
  * the refused frame, in terms of the value: its depth and the most this
  * message allows, or its encoded size and the frame's.
  */
