@@ -61,7 +61,8 @@ export class TestServer {
       HOME: this.userHome,
       PI_WORKFLOWS_HOME: this.home,
       PI_WORKFLOWS_CLAIM_TTL_MS: "3000",
-      PI_WORKFLOWS_SERVER_LEASE_MS: "2000",
+      // 3 s like the Rust harness: the 100-run shell test loads a shared machine hard.
+      PI_WORKFLOWS_SERVER_LEASE_MS: "3000",
       PI_WORKFLOWS_STOP_GRACE_MS: "1000",
       PI_WORKFLOWS_IDLE_EXIT_MS: "600000",
       PI_WORKFLOWS_RUNNER: options.runner ?? `${process.execPath} ${RUNNER_BIN}`,
@@ -80,10 +81,10 @@ export class TestServer {
     return server;
   }
 
-  /** Runs the CLI with this server's environment; resolves its stdout. */
-  cli(args: string[]): Promise<string> {
+  /** Runs the CLI with this server's environment (in `cwd`, default this process's); resolves its stdout and stderr. */
+  cli(args: string[], cwd?: string): Promise<string> {
     return new Promise((resolvePromise, reject) => {
-      execFile(serverBinary(), args, { env: this.env, timeout: 60_000 }, (error, stdout, stderr) => {
+      execFile(serverBinary(), args, { env: this.env, timeout: 60_000, ...(cwd ? { cwd } : {}) }, (error, stdout, stderr) => {
         if (error) reject(new Error(`pi-workflows ${args.join(" ")}: ${error.message}\n${stdout}${stderr}`));
         else resolvePromise(stdout + stderr);
       });
@@ -125,6 +126,22 @@ export class TestServer {
       .filter((line) => line !== "")
       .map((line) => JSON.parse(line) as Record<string, unknown>)
       .filter((record) => runId === undefined || record.runId === runId);
+  }
+
+  /**
+   * The journal records of `runId` once its runner journaled its exit: the
+   * runner journals a node after the server's reply, which can land just
+   * after a client saw the run settle.
+   */
+  async journalAfterExit(runId: string, timeoutMs = 20_000): Promise<Record<string, unknown>[]> {
+    const deadline = Date.now() + timeoutMs;
+    let records = this.journal(runId);
+    while (!records.some((record) => record.event === "exit")) {
+      if (Date.now() > deadline) throw new Error(`the runner of ${runId} journaled no exit within ${timeoutMs} ms: ${JSON.stringify(records)}`);
+      await new Promise((r) => setTimeout(r, 50));
+      records = this.journal(runId);
+    }
+    return records;
   }
 
   /** Stops the server and removes its directory. */

@@ -88,9 +88,11 @@ describe("resolve mode", () => {
       "graph.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "graph", startAt: "a", nodes: { a: compute({ run: () => 1 }), b: compute({ run: () => 2 }) } });\n`,
       "strict.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "strict", input: (v) => { if (typeof v !== "number") throw new Error("a number please"); return v; }, startAt: "a", nodes: { a: compute({ run: () => 1 }) } });\n`,
       "plain.workflow.ts": "export default { name: 'not a definition' };\n",
+      "deep.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "deep", input: () => { let v = {}; for (let i = 1; i < 70; i++) v = { a: v }; return v; }, startAt: "a", nodes: { a: compute({ run: () => 1 }) } });\n`,
     });
     const cases: [string, string, RegExp][] = [
-      ["missing", "sourceNotFound", /no workflow named "missing" \(available: graph, plain, strict, syntax\)/],
+      ["missing", "sourceNotFound", /no workflow named "missing" \(available: deep, graph, plain, strict, syntax\)/],
+      ["deep", "invalidInput", /^invalid input: the normalized input nests 70 levels; it may nest at most 62, so that the run state a runner receives \(command\.state\.input\) fits the protocol's 64-level frame limit$/],
       ["syntax", "compileFailed", /cannot load/],
       ["graph", "invalidDefinition", /node b is not reachable/],
       ["plain", "invalidDefinition", /must default-export defineWorkflow/],
@@ -273,7 +275,7 @@ describe("node execution (in process)", () => {
     const file = join(root, ".pi", "workflows", "late.workflow.ts");
     const compiled = await loadAndCompile(file, root);
     const { channel, sent } = stubChannel((type) => (type === "effect.reserve" ? { result: { effectId: "e", state: "applying", attemptNumber: 1 } } : undefined));
-    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, outputs: {}, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
+    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
     await executor.run({ nodeId: "a", attemptId: "att", visit: 1 });
     assert.equal((sent.at(-1) as { type: string }).type, "node.finished");
     const sentBefore = sent.length;
@@ -342,10 +344,52 @@ describe("shell actions", () => {
     assert.equal(outcome.result.exitCode, 0);
   });
 
+  /** Resolves `work`, or rejects after `ms` naming what hung (a hang is the defect, not slowness). */
+  const within = <T,>(work: Promise<T>, ms: number, what: string): Promise<T> =>
+    Promise.race([work, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} did not end within ${ms} ms`)), ms).unref())]);
+
+  it("sees the exit of a command that ends while its process group is still being registered", async () => {
+    for (const command of [{ command: "true" }, { command: "/bin/echo", args: ["42"] }, { command: "sh", args: ["-c", "echo hi"] }]) {
+      const events: string[] = [];
+      const outcome = await within(
+        runShell(exec(command), {
+          signal: never,
+          // A registration round trip slower than the command itself.
+          onSpawn: async (pid) => {
+            events.push(`spawn ${pid}`);
+            await new Promise((resolve) => setTimeout(resolve, 300));
+            events.push("registered");
+          },
+          onClose: async (pid) => {
+            events.push(`close ${pid}`);
+          },
+        }),
+        20_000,
+        command.command,
+      );
+      assert.equal(outcome.failure, undefined, command.command);
+      assert.equal(outcome.result.exitCode, 0);
+      assert.equal(outcome.result.stdout, command.command === "true" ? "" : command.command === "sh" ? "hi\n" : "42\n");
+      const pid = events[0]?.split(" ")[1];
+      assert.deepEqual(events, [`spawn ${pid}`, "registered", `close ${pid}`], "the group is unregistered only after its registration settled");
+    }
+  });
+
+  it("a command killed by a signal reports the signal and no exit code", async () => {
+    const outcome = await within(runShell(exec({ command: "sh", args: ["-c", "kill -TERM $$"] }), { signal: never }), 20_000, "kill -TERM");
+    assert.deepEqual([outcome.result.exitCode, outcome.result.signal], [null, "SIGTERM"]);
+    assert.equal(outcome.failure?.message, 'Shell action failed (sh "-c" "kill -TERM $$"): signal SIGTERM');
+  });
+
   it("caps each stream at maxOutputChars with the truncation marker", async () => {
     const outcome = await runShell(exec({ command: process.execPath, args: ["-e", "process.stdout.write('y'.repeat(5000))"], maxOutputChars: 10 }), { signal: never });
     assert.equal(outcome.result.stdout, `yyyyyyyyyy${TRUNCATION_MARKER}`);
     assert.equal(TRUNCATION_MARKER, "\n…[output truncated]");
+  });
+
+  it("never cuts a surrogate pair in half at the cap (canonical JSON could not carry the half)", async () => {
+    const outcome = await runShell(exec({ command: process.execPath, args: ["-e", "process.stdout.write('😀'.repeat(50))"], maxOutputChars: 3 }), { signal: never });
+    assert.equal(outcome.result.stdout, `😀${TRUNCATION_MARKER}`);
   });
 
   it("fails on a non-zero exit with the command and stderr; allowNonZeroExit accepts it", async () => {

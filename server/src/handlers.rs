@@ -493,7 +493,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
         (resolved, input_blob, source_json)
     });
     let run_id = RunId::new(crate::ids::run_id(
-        &workflow_stem(&workflow),
+        workflow_stem(&workflow),
         crate::clock::now_ms(),
     ));
     command(app, request, move |connection, now_ms| {
@@ -551,14 +551,13 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
     .await
 }
 
-/// The name part of a workflow reference (for the run id slug).
-fn workflow_stem(workflow: &str) -> String {
+/// The name part of a workflow reference (for the run id slug): a file's
+/// workflow name, a built-in's id, or the name itself.
+fn workflow_stem(workflow: &str) -> &str {
     let file = workflow.rsplit(['/', '\\']).next().unwrap_or(workflow);
-    file.split('.')
-        .next()
+    crate::discovery::workflow_name_of(file)
         .unwrap_or(file)
         .trim_start_matches("builtin:")
-        .to_owned()
 }
 
 /// Answers from a stored receipt without executing, if one exists.
@@ -1131,7 +1130,7 @@ fn workflows_list(app: &Arc<App>, request: &Request) -> Value {
         .get("projectPath")
         .and_then(Value::as_str)
         .unwrap_or("/");
-    let found = crate::reads::discover(
+    let found = crate::discovery::discover(
         std::path::Path::new(project),
         app.config.user_home.as_deref(),
     );
@@ -1141,7 +1140,7 @@ fn workflows_list(app: &Arc<App>, request: &Request) -> Value {
         .iter()
         .skip(offset)
         .take(limit)
-        .map(|(name, source)| json!({ "name": name, "source": source }))
+        .map(|found| json!({ "name": found.name, "source": found.origin.as_str() }))
         .collect();
     let mut receipt = json!({ "workflows": page, "total": found.len() });
     if offset + limit < found.len() {

@@ -16,6 +16,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod content;
+pub mod discovery;
 pub mod effects;
 pub mod fault;
 pub mod handlers;

@@ -1,5 +1,5 @@
-//! Reads: the run list, run-view pages, referenced content, the origin-session
-//! view and workflow discovery. Reads store no receipts.
+//! Reads: the run list, run-view pages, referenced content and the
+//! origin-session view. Reads store no receipts.
 //!
 //! Invariants:
 //! - The run list reads status facts only (the stored header of each run's
@@ -412,47 +412,4 @@ pub fn clear_terminal(connection: &Connection, session: &SessionId) -> rusqlite:
         params![session.as_str(), crate::clock::now_ms() as i64],
     )?;
     Ok(())
-}
-
-/// The workflow file suffixes discovery accepts.
-pub const WORKFLOW_SUFFIXES: [&str; 4] = [
-    ".workflow.ts",
-    ".workflow.js",
-    ".workflow.mts",
-    ".workflow.mjs",
-];
-
-/// Discovered workflows of a project: `.pi/workflows/` in the project, then
-/// `~/.pi/agent/workflows/`; the first of a name wins. Names are file stems.
-pub fn discover(
-    project_path: &std::path::Path,
-    home: Option<&std::path::Path>,
-) -> Vec<(String, &'static str)> {
-    let mut found: Vec<(String, &'static str)> = Vec::new();
-    let mut directories = vec![(project_path.join(".pi").join("workflows"), "project")];
-    if let Some(home) = home {
-        directories.push((home.join(".pi").join("agent").join("workflows"), "global"));
-    }
-    for (directory, source) in directories {
-        let Ok(entries) = std::fs::read_dir(&directory) else {
-            continue;
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
-            .filter_map(|entry| {
-                let file = entry.file_name().to_string_lossy().into_owned();
-                WORKFLOW_SUFFIXES
-                    .iter()
-                    .find_map(|suffix| file.strip_suffix(suffix).map(str::to_owned))
-            })
-            .collect();
-        names.sort();
-        for name in names {
-            if !found.iter().any(|(existing, _)| *existing == name) {
-                found.push((name, source));
-            }
-        }
-    }
-    found
 }

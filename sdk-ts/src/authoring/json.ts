@@ -1,6 +1,10 @@
 /**
- * JSON rules for outputs: the JSON round trip every output must survive, and
- * the tolerant parsing of string agent outputs (reference §1.4).
+ * JSON rules for outputs: the JSON round trip every output must survive,
+ * well-formed strings (canonical JSON, RFC 8785, cannot encode a lone UTF-16
+ * surrogate, which the round trip keeps), and the tolerant parsing of string
+ * agent outputs (reference §1.4). The wire's own limits (64 levels, 1 MiB a
+ * frame) depend on the message carrying a value; the runner checks them on
+ * the exact frame (`runner/channel.ts`).
  */
 import { isDeepStrictEqual } from "node:util";
 
@@ -22,10 +26,35 @@ export function assertJsonRoundTrip(value: unknown, what: string): void {
   }
 }
 
-/** `undefined` becomes `null`; then the round-trip rule applies. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** True when `text` holds a lone UTF-16 surrogate (a well-formed pair is one code point, not Cs). */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}
+
+/** Throws when a string or key of a JSON value holds a lone UTF-16 surrogate. */
+export function assertWellFormedStrings(value: unknown, what: string): void {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node === "string") {
+      if (hasLoneSurrogate(node)) {
+        throw new Error(`${what} holds a string with a lone UTF-16 surrogate, which canonical JSON (RFC 8785) cannot encode`);
+      }
+    } else if (Array.isArray(node)) {
+      for (const item of node) stack.push(item);
+    } else if (typeof node === "object" && node !== null) {
+      for (const [key, child] of Object.entries(node)) stack.push(key, child);
+    }
+  }
+}
+
+/** `undefined` becomes `null`; then the round-trip and well-formed-string rules apply. */
 export function normalizeOutput(value: unknown, what: string): unknown {
   const output = value === undefined ? null : value;
   assertJsonRoundTrip(output, what);
+  assertWellFormedStrings(output, what);
   return output;
 }
 

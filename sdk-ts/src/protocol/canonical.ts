@@ -74,12 +74,24 @@ export function parseCanonical(bytes: Uint8Array): JsonValue {
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
-/**
- * Rejects text whose arrays and objects nest deeper than MAX_DEPTH: a byte
- * scan that skips string contents, run before the parser.
- */
-export function checkDepth(bytes: Uint8Array): void {
+/** Arrays and objects nested in a JSON value (a scalar is 0, `{}` is 1), as `nestingDepth` counts its text. */
+export function jsonDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 0]];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [node, depth] = item;
+    if (typeof node !== "object" || node === null) continue;
+    const here = depth + 1;
+    if (here > deepest) deepest = here;
+    for (const child of Array.isArray(node) ? node : Object.values(node)) stack.push([child, here]);
+  }
+  return deepest;
+}
+
+/** The deepest nesting of arrays and objects in JSON text (a scalar is 0, `{}` is 1), counted as `checkDepth` counts it. */
+export function nestingDepth(bytes: Uint8Array): number {
   let depth = 0;
+  let deepest = 0;
   let inString = false;
   let escaped = false;
   for (let i = 0; i < bytes.length; i++) {
@@ -98,11 +110,20 @@ export function checkDepth(bytes: Uint8Array): void {
       inString = true;
     } else if (b === 0x7b || b === 0x5b) {
       depth++;
-      if (depth > MAX_DEPTH) {
-        throw TOO_DEEP();
-      }
+      if (depth > deepest) deepest = depth;
     } else if ((b === 0x7d || b === 0x5d) && depth > 0) {
       depth--;
     }
+  }
+  return deepest;
+}
+
+/**
+ * Rejects text whose arrays and objects nest deeper than MAX_DEPTH: a byte
+ * scan that skips string contents, run before the parser.
+ */
+export function checkDepth(bytes: Uint8Array): void {
+  if (nestingDepth(bytes) > MAX_DEPTH) {
+    throw TOO_DEEP();
   }
 }

@@ -17,7 +17,7 @@ import type {
   WorkerLaunch,
 } from "../generated/types.js";
 import * as generated from "../generated/validators.js";
-import { canonicalString, parseCanonical } from "./canonical.js";
+import { canonicalString, checkDepth, parseCanonical } from "./canonical.js";
 import { SCHEMA_INVALID, TOO_LARGE } from "./errors.js";
 import { MAX_FRAME_BYTES, frameContent } from "./framing.js";
 
@@ -107,18 +107,24 @@ export function decodeRunState(bytes: Uint8Array): RunState {
   return validated<RunState>(validators.runState, parseCanonical(bytes));
 }
 
+/**
+ * Encodes one frame, refusing what a decoder would refuse: canonical form
+ * (`internal` for a value JSON cannot hold), nesting, size, then the schema
+ * (the validator never sees a value nested beyond the limit).
+ */
 function frame(message: unknown, validate: Validator): Uint8Array {
-  if (!validate(message)) {
-    throw SCHEMA_INVALID();
-  }
   const bytes = encoder.encode(canonicalString(message) + "\n");
+  checkDepth(bytes);
   if (bytes.length > MAX_FRAME_BYTES) {
     throw TOO_LARGE();
+  }
+  if (!validate(message)) {
+    throw SCHEMA_INVALID();
   }
   return bytes;
 }
 
-/** Encodes a client-channel message as one frame; validates it first. Throws frameTooLarge above 1 MiB. */
+/** Encodes a client-channel message as one frame; validates it first. Throws nestingTooDeep beyond 64 levels and frameTooLarge above 1 MiB. */
 export function encodeClient(message: ClientMessage): Uint8Array {
   return frame(message, validators.client);
 }

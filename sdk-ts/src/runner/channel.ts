@@ -5,7 +5,10 @@
  *
  * Every message carries `schema`, `runId`, `generation` and `runnerEpoch`
  * from the launch and a message id `<runnerEpoch>-m<counter>`; each frame is
- * validated against the schema before it is written (`encodeRunner`).
+ * encoded and checked before it is written (`encodeRunner`: schema, canonical
+ * JSON, the 64-level nesting limit, the 1 MiB frame limit). A frame that
+ * breaks a rule is never written: `send` throws `FrameRefused`, which names
+ * the rule and what it measured, and the message id is not used up.
  * A `claimLost` reply to any message calls `onClaimLost` (the runner stops).
  *
  * Values over one frame: a command's state (`{kind: reference}`) and a
@@ -31,13 +34,14 @@ import type {
   ServerMessage,
   WorkerLaunch,
 } from "../generated/types.js";
-import { parseCanonical } from "../protocol/canonical.js";
+import { MAX_DEPTH, canonicalString, canonicalize, jsonDepth, nestingDepth, parseCanonical } from "../protocol/canonical.js";
 import { PartAssembler, type PartRequest } from "../protocol/content.js";
-import { FrameDecoder, frameContent } from "../protocol/framing.js";
+import { SafeError } from "../protocol/errors.js";
+import { FrameDecoder, MAX_FRAME_BYTES, frameContent } from "../protocol/framing.js";
 import { decodeLaunch, decodeRunState, decodeServerFrame, encodeRunner } from "../protocol/messages.js";
 
 /** The fields of a runner message without the common envelope. */
-type Fields<T extends RunnerMessage["type"]> = Omit<
+export type Fields<T extends RunnerMessage["type"]> = Omit<
   Extract<RunnerMessage, { type: T }>,
   "type" | "schema" | "runId" | "generation" | "runnerEpoch" | "messageId"
 >;
@@ -66,6 +70,87 @@ export class ContentReadError extends Error {
 
 /** The answer to one `content.read`: its part, or the reply that refuses it. */
 type PartAnswer = ContentChunkMessage | Reply;
+/** The protocol rule a refused frame breaks. */
+export type FrameRule = "nesting" | "size" | "encoding" | "schema";
+
+/** A runner message the runner did not write because its frame breaks a protocol rule. */
+export class FrameRefused extends Error {
+  override readonly name = "FrameRefused";
+  constructor(
+    readonly messageType: RunnerMessage["type"],
+    readonly rule: FrameRule,
+    /** The frame's nesting depth (`nesting`) or its size in bytes with the newline (`size`); 0 otherwise. */
+    readonly measured: number,
+  ) {
+    super(`the ${messageType} message ${RULE_TEXT[rule](measured)}`);
+  }
+}
+
+const RULE_TEXT: Record<FrameRule, (measured: number) => string> = {
+  nesting: (depth) => `nests ${depth} levels, deeper than the protocol's ${MAX_DEPTH}-level frame limit`,
+  size: (bytes) => `would be a ${grouped(bytes)}-byte frame, over the protocol's 1 MiB frame limit (${grouped(MAX_FRAME_BYTES)} bytes)`,
+  encoding: () => "cannot be written as canonical JSON (RFC 8785)",
+  schema: () => "does not match the runner.v1 schema",
+};
+
+function grouped(n: number): string {
+  return n.toLocaleString("en-US");
+}
+
+function article(word: string): string {
+  return /^[aeiou]/.test(word) ? "an" : "a";
+}
+
+/** Bytes as `1.34 MiB` or `980.2 KiB`. */
+function sizeText(bytes: number): string {
+  return bytes >= MAX_FRAME_BYTES ? `${(bytes / MAX_FRAME_BYTES).toFixed(2)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
+}
+
+/**
+ * Why `value` (described by `what`, e.g. "its output") cannot travel in
+ * the refused frame, in terms of the value: its depth and the most this
+ * message allows, or its encoded size and the frame's.
+ */
+export function refusalReason(refused: FrameRefused, what: string, value: unknown): string {
+  const type = refused.messageType;
+  switch (refused.rule) {
+    case "nesting": {
+      const depth = jsonDepth(value);
+      const allowed = MAX_DEPTH - (refused.measured - depth);
+      return `${what} nests ${depth} levels; ${article(type)} ${type} message can carry at most ${allowed}, within the protocol's ${MAX_DEPTH}-level frame limit`;
+    }
+    case "size": {
+      const bytes = canonicalize(value).length;
+      return `${what} is ${sizeText(bytes)} encoded (the ${type} frame would be ${grouped(refused.measured)} bytes); a frame must fit the protocol's 1 MiB limit (${grouped(MAX_FRAME_BYTES)} bytes)`;
+    }
+    case "encoding":
+      return `${what} cannot be written as canonical JSON (RFC 8785)`;
+    case "schema":
+      return `${what} does not fit the runner.v1 schema of ${type}`;
+  }
+}
+
+/** Encodes `message`, or throws the FrameRefused that says which rule it breaks. */
+function encodeOrRefuse(message: RunnerMessage): Uint8Array {
+  try {
+    return encodeRunner(message);
+  } catch (error) {
+    if (!(error instanceof SafeError)) throw error;
+    switch (error.code) {
+      case "schemaInvalid":
+        throw new FrameRefused(message.type, "schema", 0);
+      case "internal":
+        throw new FrameRefused(message.type, "encoding", 0);
+      case "nestingTooDeep":
+        throw new FrameRefused(message.type, "nesting", nestingDepth(canonicalize(message)));
+      case "frameTooLarge":
+        throw new FrameRefused(message.type, "size", Buffer.byteLength(canonicalString(message)) + 1);
+      default:
+        // encodeRunner refuses with the four codes above only.
+        throw error;
+    }
+  }
+}
 
 interface Pending {
   resolve: (reply: Reply) => void;
@@ -219,12 +304,19 @@ export class RunnerChannel {
     }
   }
 
-  /** Writes one message; resolves when it is handed to the OS. Returns its message id. */
-  async send<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<string> {
-    if (this.closedError) throw this.closedError;
-    this.counter += 1;
-    const messageId = `${this.launch.runnerEpoch}-m${this.counter}`;
-    const message = {
+  /** The refusal `send` would throw for this message, or null when its frame is within every rule (nothing is written). */
+  check<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): FrameRefused | null {
+    try {
+      encodeOrRefuse(this.envelope(type, fields, `${this.launch.runnerEpoch}-m${this.counter + 1}`));
+      return null;
+    } catch (error) {
+      if (error instanceof FrameRefused) return error;
+      throw error;
+    }
+  }
+
+  private envelope<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>, messageId: string): RunnerMessage {
+    return {
       ...fields,
       type,
       schema: "pi-workflows.worker-launch.v1",
@@ -233,7 +325,14 @@ export class RunnerChannel {
       runnerEpoch: this.launch.runnerEpoch,
       messageId,
     } as unknown as RunnerMessage;
-    const frame = encodeRunner(message);
+  }
+
+  /** Writes one message; resolves when it is handed to the OS. Returns its message id. Throws FrameRefused (nothing written) when its frame breaks a protocol rule. */
+  async send<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<string> {
+    if (this.closedError) throw this.closedError;
+    const messageId = `${this.launch.runnerEpoch}-m${this.counter + 1}`;
+    const frame = encodeOrRefuse(this.envelope(type, fields, messageId));
+    this.counter += 1;
     if (!this.output.write(frame)) {
       await new Promise<void>((resolve, reject) => {
         const onDrain = (): void => {
@@ -261,7 +360,13 @@ export class RunnerChannel {
     // Register before writing: the reply may arrive before `send` resolves.
     const nextId = `${this.launch.runnerEpoch}-m${this.counter + 1}`;
     const reply = new Promise<Reply>((resolve, reject) => this.pending.set(nextId, { resolve, reject }));
-    const sent = await this.send(type, fields);
+    let sent: string;
+    try {
+      sent = await this.send(type, fields);
+    } catch (error) {
+      this.pending.delete(nextId);
+      throw error;
+    }
     if (sent !== nextId) throw new Error("message ids went out of order");
     const answer = await reply;
     if (answer.resultContent === undefined) return answer;

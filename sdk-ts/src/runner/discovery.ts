@@ -1,10 +1,17 @@
 /**
- * Workflow discovery and reference resolution (reference §1.1).
+ * Workflow discovery and reference resolution (reference §1.1; the rule is
+ * docs/AUTHORING.md, "Where workflows are found", and the Rust server's
+ * `workflows.list` follows the same one: both run the shared fixtures in
+ * `protocol/fixtures/discovery/`).
  *
- * Discovery scans the top-level files of `<project>/.pi/workflows/`, then
+ * Discovery scans the top-level entries of `<project>/.pi/workflows/`, then
  * `~/.pi/agent/workflows/`, then the built-in catalog (empty in this
- * version; the hook is `BUILTIN_WORKFLOWS`). A workflow is named by its file
- * stem; the first of a name wins. A reference is `builtin:<id>`, a path (it
+ * version; the hook is `BUILTIN_WORKFLOWS`). An entry is a workflow when its
+ * name is `<name><suffix>` with a non-empty name and a workflow suffix, and
+ * it is a regular file after following symlinks. The first of a name wins:
+ * the project over the global directory, and in one directory the earlier
+ * suffix of WORKFLOW_SUFFIXES. Each directory's winners are listed in byte
+ * order of their UTF-8 names. A reference is `builtin:<id>`, a path (it
  * contains `/` or `\`, or ends in a workflow suffix; relative to the project
  * or, for includes, to the including file's directory), or a discovered name.
  */
@@ -13,7 +20,7 @@ import { homedir } from "node:os";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import type { WorkflowDefinition } from "../authoring/types.js";
 
-/** The file suffixes of workflow modules. */
+/** The file suffixes of workflow modules, in precedence order. */
 export const WORKFLOW_SUFFIXES: readonly string[] = [".workflow.ts", ".workflow.js", ".workflow.mts", ".workflow.mjs"];
 
 /** Where a discovered workflow comes from. */
@@ -42,12 +49,22 @@ export class WorkflowNotFoundError extends Error {
   override readonly name = "WorkflowNotFoundError";
 }
 
-/** The workflow name of a file: its stem without the workflow suffix, or null when it has none. */
-export function workflowNameOf(file: string): string | null {
+/** The workflow name of a file and the precedence rank of its suffix, or null. */
+function splitSuffix(file: string): { name: string; rank: number } | null {
   const base = basename(file);
-  const suffix = WORKFLOW_SUFFIXES.find((candidate) => base.endsWith(candidate));
-  if (suffix === undefined || base.length === suffix.length) return null;
-  return base.slice(0, -suffix.length);
+  const rank = WORKFLOW_SUFFIXES.findIndex((candidate) => base.endsWith(candidate) && base.length > candidate.length);
+  if (rank < 0) return null;
+  return { name: base.slice(0, -(WORKFLOW_SUFFIXES[rank] as string).length), rank };
+}
+
+/** The workflow name of a file: its stem without the workflow suffix, or null when it has none (or nothing before it). */
+export function workflowNameOf(file: string): string | null {
+  return splitSuffix(file)?.name ?? null;
+}
+
+/** Orders strings by their UTF-8 bytes (as the Rust server does), not by UTF-16 code units. */
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
 }
 
 /** True when a reference is a path rather than a name. */
@@ -60,26 +77,39 @@ export function globalWorkflowDir(home: string = process.env.HOME || homedir()):
   return join(home, ".pi", "agent", "workflows");
 }
 
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** One directory's workflows: one per name (the earliest suffix), in byte order of the names. */
 async function scan(dir: string, origin: WorkflowOrigin): Promise<DiscoveredWorkflow[]> {
-  let entries: string[];
+  let entries: Buffer[];
   try {
-    entries = await readdir(dir);
+    entries = await readdir(dir, { encoding: "buffer" });
   } catch {
     return [];
   }
-  const found: DiscoveredWorkflow[] = [];
-  for (const entry of entries.sort()) {
-    const name = workflowNameOf(entry);
-    if (name === null) continue;
+  const candidates: { name: string; rank: number; path: string }[] = [];
+  for (const raw of entries) {
+    let entry: string;
+    try {
+      entry = strictUtf8.decode(raw);
+    } catch {
+      continue; // a name that is not UTF-8 cannot be started by name
+    }
+    const split = splitSuffix(entry);
+    if (split === null) continue;
     const path = join(dir, entry);
     try {
+      // `stat` follows symlinks: a link to a file counts, a dangling link does not.
       if (!(await stat(path)).isFile()) continue;
     } catch {
       continue;
     }
-    found.push({ name, ref: path, origin });
+    candidates.push({ ...split, path });
   }
-  return found.sort((a, b) => (a.ref < b.ref ? -1 : a.ref > b.ref ? 1 : 0));
+  candidates.sort((a, b) => byteOrder(a.name, b.name) || a.rank - b.rank);
+  return candidates
+    .filter((candidate, index) => index === 0 || candidates[index - 1]?.name !== candidate.name)
+    .map((candidate) => ({ name: candidate.name, ref: candidate.path, origin }));
 }
 
 /** Every workflow visible from `projectPath`, first of each name wins (project, global, built-in). */

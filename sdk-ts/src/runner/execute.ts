@@ -7,7 +7,7 @@
 import { resolve as resolvePath } from "node:path";
 import type { CompiledNode, CompiledWorkflow } from "../authoring/compile.js";
 import { appendStepContract } from "../authoring/contract.js";
-import { normalizeOutput, parseTolerantJson } from "../authoring/json.js";
+import { hasLoneSurrogate, normalizeOutput, parseTolerantJson } from "../authoring/json.js";
 import type {
   ActionContext,
   AgentOptions,
@@ -25,10 +25,10 @@ import type {
 import type { ActionReceipt, NodeFailureOutcome, Reply, SafeError } from "../generated/types.js";
 import { canonicalString } from "../protocol/canonical.js";
 import { sha256Digest } from "../authoring/compile.js";
-import type { RunnerChannel } from "./channel.js";
+import { type Fields, FrameRefused, type RunnerChannel, refusalReason } from "./channel.js";
 import { buildDecisionRequest } from "./decision.js";
 import { processStartIdentity, resolveExecution, runShell } from "./shell.js";
-import type { RunState } from "./state.js";
+import { MAX_OUTPUT_DEPTH, type RunState, stateDepthProblem } from "./state.js";
 
 /** The engine default node deadline: 15 minutes. */
 export const DEFAULT_NODE_TIMEOUT_MS = 15 * 60 * 1000;
@@ -40,6 +40,11 @@ const SHELL_CLEANUP_MS = 3_500;
 const MAX_INLINE_TEXT = 16_384;
 /** The longest SafeError message. */
 const MAX_SAFE_MESSAGE = 512;
+
+/** Why a node output cannot be kept in the run state, or null. */
+function outputDepthProblem(output: unknown): string | null {
+  return stateDepthProblem(output, "its output", MAX_OUTPUT_DEPTH, "command.state.results.<node>.output");
+}
 
 /** The one attempt the server asked for. */
 export interface AttemptTarget {
@@ -73,9 +78,10 @@ function timeoutReason(ms: number): Error {
   return error;
 }
 
-/** A bounded, single-line-safe wire message. */
+/** A bounded wire message that canonical JSON can carry (a lone surrogate becomes U+FFFD). */
 export function safeMessage(text: string): string {
-  return text.length <= MAX_SAFE_MESSAGE ? text : `${text.slice(0, MAX_SAFE_MESSAGE - 1)}…`;
+  const bounded = text.length <= MAX_SAFE_MESSAGE ? text : `${text.slice(0, MAX_SAFE_MESSAGE - 1)}…`;
+  return bounded.replace(/\p{Cs}/gu, "\uFFFD");
 }
 
 function errorText(error: unknown): string {
@@ -135,6 +141,20 @@ export interface ExecutorHost {
   stopSignal: AbortSignal;
   /** Appends a journal record when PI_WORKFLOWS_RUNNER_JOURNAL is set. */
   journal: (record: Record<string, unknown>) => void;
+}
+
+/** What applying a managed effect produced. */
+interface Applied {
+  state: "applied" | "rejected";
+  /** The result stored with the settled effect. */
+  result: unknown;
+  /** The user value inside `result`, named, and the result to store instead when the settle frame cannot carry it. */
+  carries?: { what: string; value: unknown; instead: (reason: string) => unknown };
+}
+
+/** A stored effect result that says why its value is missing. */
+interface Unsendable {
+  unsendable?: string;
 }
 
 export class Executor {
@@ -226,22 +246,8 @@ export class Executor {
       // The server already recorded this attempt's result: its receipt.
       reply = outcome.settled;
       result = { ...base, outcome: "ok", output: reply.result };
-    } else if (outcome.ok) {
-      reply = await channel.request("node.finished", {
-        attemptId: target.attemptId,
-        output: outcome.output as never,
-        ...(outcome.action ? { action: outcome.action } : {}),
-      });
-      result = { ...base, outcome: "ok", output: outcome.output };
     } else {
-      const failure = outcome.failure;
-      reply = await channel.request("node.failed", {
-        attemptId: target.attemptId,
-        outcome: failure.outcome,
-        error: { code: failure.code, message: safeMessage(failure.message) },
-        ...(failure.action ? { action: failure.action } : {}),
-      });
-      result = { ...base, outcome: failure.outcome, error: { message: failure.message } };
+      ({ reply, result } = await this.propose(target, base, outcome));
     }
     if (reply.outcome === "accepted" || reply.outcome === "adopted") {
       this.host.state.record(target.nodeId, result);
@@ -255,6 +261,47 @@ export class Executor {
       });
     }
     return { kind: "reply", reply };
+  }
+
+  /**
+   * Proposes the attempt's result: `node.finished`, or `node.failed` when the
+   * attempt failed or its output cannot travel (deeper than the run state
+   * carries, or a frame the wire refuses).
+   */
+  private async propose(
+    target: AttemptTarget,
+    base: Omit<NodeResult, "outcome" | "output" | "error">,
+    outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure },
+  ): Promise<{ reply: Reply; result: NodeResult }> {
+    const channel = this.host.channel;
+    let failure: NodeFailure;
+    if (outcome.ok) {
+      const tooDeep = outputDepthProblem(outcome.output);
+      if (tooDeep === null) {
+        try {
+          const reply = await channel.request("node.finished", {
+            attemptId: target.attemptId,
+            output: outcome.output as never,
+            ...(outcome.action ? { action: outcome.action } : {}),
+          });
+          return { reply, result: { ...base, outcome: "ok", output: outcome.output } };
+        } catch (error) {
+          if (!(error instanceof FrameRefused)) throw error;
+          failure = new NodeFailure("failed", "nodeFailed", refusalReason(error, "its output", outcome.output), outcome.action);
+        }
+      } else {
+        failure = new NodeFailure("failed", "nodeFailed", tooDeep, outcome.action);
+      }
+    } else {
+      failure = outcome.failure;
+    }
+    const reply = await channel.request("node.failed", {
+      attemptId: target.attemptId,
+      outcome: failure.outcome,
+      error: { code: failure.code, message: safeMessage(failure.message) },
+      ...(failure.action ? { action: failure.action } : {}),
+    });
+    return { reply, result: { ...base, outcome: failure.outcome, error: { message: failure.message } } };
   }
 
   private failureOf(error: unknown, signal: AbortSignal): NodeFailure {
@@ -360,11 +407,18 @@ export class Executor {
         throw new Error(`publishUpdate(): node ${target.nodeId} already finished; publish (and await) updates while the node runs`);
       }
       counter += 1;
-      const reply = await this.host.channel.request("node.update", {
-        attemptId: target.attemptId,
-        update: { type: update.type, key: update.key, data: update.data as never },
-        idempotencyKey: `${target.attemptId}:u${counter}`,
-      });
+      let reply: Reply;
+      try {
+        reply = await this.host.channel.request("node.update", {
+          attemptId: target.attemptId,
+          update: { type: update.type, key: update.key, data: update.data as never },
+          idempotencyKey: `${target.attemptId}:u${counter}`,
+        });
+      } catch (error) {
+        if (!(error instanceof FrameRefused)) throw error;
+        if (error.rule === "schema") throw new Error(`update ${update.type}/${update.key} does not fit the runner.v1 schema of node.update (check its type, key and data)`);
+        throw new Error(refusalReason(error, `update ${update.type}/${update.key} data`, update.data));
+      }
       if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
         throw new Error(`update ${update.type}/${update.key} was rejected: ${reply.error?.code ?? reply.outcome}: ${reply.error?.message ?? ""}`);
       }
@@ -372,12 +426,17 @@ export class Executor {
     };
   }
 
-  /** Reserve, apply (unless an earlier attempt settled it), settle. */
+  /**
+   * Reserve, apply (unless an earlier attempt settled it), settle. When the
+   * settle frame cannot carry the applied result, the effect is settled with
+   * `carries.instead(reason)` (the effect did happen; its stored result says
+   * why its value is missing) and the caller fails the node with `unsendable`.
+   */
   private async managedEffect(
     target: AttemptTarget,
     effectType: "function" | "shell",
     request: unknown,
-    apply: () => Promise<{ state: "applied" | "rejected"; result: unknown }>,
+    apply: () => Promise<Applied>,
   ): Promise<{ effectId: string; state: "applied" | "rejected"; result: unknown; adopted: boolean }> {
     const channel = this.host.channel;
     const reserved = await channel.request("effect.reserve", {
@@ -397,15 +456,22 @@ export class Executor {
       throw new NodeFailure("failed", "conflict", `the effect is ${reservation.state} and cannot be applied`);
     }
     const applied = await apply();
-    const settled = await channel.request("effect.settle", {
-      effectId: reservation.effectId,
-      state: applied.state,
-      result: applied.result as never,
-    });
+    const settle = (result: unknown): Promise<Reply> =>
+      channel.request("effect.settle", { effectId: reservation.effectId, state: applied.state, result: result as never });
+    const tooDeep = applied.carries === undefined ? null : outputDepthProblem(applied.carries.value);
+    let stored = tooDeep === null || applied.carries === undefined ? applied.result : applied.carries.instead(tooDeep);
+    let settled: Reply;
+    try {
+      settled = await settle(stored);
+    } catch (error) {
+      if (!(error instanceof FrameRefused) || applied.carries === undefined) throw error;
+      stored = applied.carries.instead(refusalReason(error, applied.carries.what, applied.carries.value));
+      settled = await settle(stored);
+    }
     if (settled.outcome !== "accepted" && settled.outcome !== "adopted") {
       throw new NodeFailure("failed", settled.error?.code ?? "conflict", `the effect settlement was refused: ${settled.error?.message ?? settled.outcome}`);
     }
-    return { effectId: reservation.effectId, ...applied, adopted: false };
+    return { effectId: reservation.effectId, state: applied.state, result: stored, adopted: false };
   }
 
   private async functionAction(
@@ -415,20 +481,25 @@ export class Executor {
     ctx: NodeContext,
   ): Promise<{ output: unknown; action: ActionReceipt }> {
     const actionCtx: ActionContext = { ...ctx, publishUpdate: this.publisher(target) };
-    const effect = await this.managedEffect(target, "function", { actionType: "function", node: node.id }, async () => {
+    const effect = await this.managedEffect(target, "function", { actionType: "function", node: node.id }, async (): Promise<Applied> => {
       try {
         const output = normalizeOutput(await raceAbort(Promise.resolve().then(() => options.run(actionCtx)), ctx.signal), `the output of ${node.id}`);
-        return { state: "applied", result: { actionType: "function", output } };
+        return {
+          state: "applied",
+          result: { actionType: "function", output },
+          carries: { what: "its output", value: output, instead: (reason) => ({ actionType: "function", unsendable: reason }) },
+        };
       } catch (error) {
         if (ctx.signal.aborted) throw error;
-        return { state: "rejected", result: { actionType: "function", error: errorText(error) } };
+        return { state: "rejected", result: { actionType: "function", error: safeMessage(errorText(error)) } };
       }
     });
-    const stored = (effect.result ?? {}) as { output?: unknown; error?: string };
+    const stored = (effect.result ?? {}) as { output?: unknown; error?: string } & Unsendable;
     const action: ActionReceipt = { effectId: effect.effectId, state: effect.state, result: { actionType: "function" } };
     if (effect.state === "rejected") {
       throw new NodeFailure("failed", "nodeFailed", stored.error ?? "the action failed", action);
     }
+    if (stored.unsendable !== undefined) throw new NodeFailure("failed", "nodeFailed", stored.unsendable, action);
     return { output: stored.output === undefined ? null : stored.output, action };
   }
 
@@ -451,7 +522,8 @@ export class Executor {
     const publish = this.publisher(target);
     const channel = this.host.channel;
     const updates = options.updates;
-    const effect = await this.managedEffect(target, "shell", request, async () => {
+    const effect = await this.managedEffect(target, "shell", request, async (): Promise<Applied> => {
+      let registered: { pid: number; startIdentity: string } | undefined;
       const outcome = await runShell(execution, {
         signal: ctx.signal,
         ...(updates
@@ -464,35 +536,45 @@ export class Executor {
               },
             }
           : {}),
+        // The identity is read at spawn (the child cannot have been reaped yet) and the
+        // same identity is unregistered: a registration never outlives its group.
         onSpawn: async (pid) => {
           const startIdentity = processStartIdentity(pid);
           if (startIdentity === null) return;
           const reply = await channel.request("runner.progress", { operation: "process.register", pid, startIdentity });
-          if (reply.outcome !== "accepted") this.host.log(`process.register ${pid}: ${reply.outcome} ${reply.error?.message ?? ""}`);
+          if (reply.outcome === "accepted") registered = { pid, startIdentity };
+          else if (processStartIdentity(pid) === startIdentity) this.host.log(`process.register ${pid}: ${reply.outcome} ${reply.error?.message ?? ""}`);
+          // Otherwise the command ended before the server looked: there is nothing to register.
         },
-        onClose: async (pid) => {
-          const startIdentity = processStartIdentity(pid) ?? `${pid}:0`;
-          await channel.send("runner.progress", { operation: "process.unregister", pid, startIdentity });
+        onClose: async () => {
+          if (registered === undefined) return;
+          await channel.send("runner.progress", { operation: "process.unregister", ...registered });
         },
       });
       const { stdout: _stdout, stderr: _stderr, ...receiptFields } = outcome.result;
       const receipt = { actionType: "shell", ...receiptFields };
       if (outcome.failure) {
-        return { state: "rejected", result: { receipt, error: outcome.failure.message, cause: outcome.failure.cause } };
+        return { state: "rejected", result: { receipt, error: safeMessage(outcome.failure.message), cause: outcome.failure.cause } };
       }
+      let output: unknown;
       try {
-        const parsed = options.parse ? await options.parse(outcome.result, ctx) : outcome.result;
-        return { state: "applied", result: { receipt, output: normalizeOutput(parsed, `the output of ${node.id}`) } };
+        output = normalizeOutput(options.parse ? await options.parse(outcome.result, ctx) : outcome.result, `the output of ${node.id}`);
       } catch (error) {
-        return { state: "rejected", result: { receipt, error: errorText(error), cause: "parse" } };
+        return { state: "rejected", result: { receipt, error: safeMessage(errorText(error)), cause: "parse" } };
       }
+      return {
+        state: "applied",
+        result: { receipt, output },
+        carries: { what: "its output", value: output, instead: (reason) => ({ receipt, unsendable: reason }) },
+      };
     });
-    const stored = (effect.result ?? {}) as { receipt?: unknown; output?: unknown; error?: string; cause?: string };
+    const stored = (effect.result ?? {}) as { receipt?: unknown; output?: unknown; error?: string; cause?: string } & Unsendable;
     const action: ActionReceipt = { effectId: effect.effectId, state: effect.state, result: (stored.receipt ?? { actionType: "shell" }) as never };
     if (effect.state === "rejected") {
       if (stored.cause === "aborted" && ctx.signal.aborted) throw ctx.signal.reason;
       throw new NodeFailure("failed", "nodeFailed", stored.error ?? "the shell action failed", action);
     }
+    if (stored.unsendable !== undefined) throw new NodeFailure("failed", "nodeFailed", stored.unsendable, action);
     return { output: stored.output === undefined ? null : stored.output, action };
   }
 
@@ -507,6 +589,7 @@ export class Executor {
     if (typeof raw !== "string" || raw.trim() === "") throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message must be a non-empty string`);
     const text = raw.trim();
     if (text.length > MAX_INLINE_TEXT) throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message is longer than ${MAX_INLINE_TEXT} characters`);
+    if (hasLoneSurrogate(text)) throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message holds a lone UTF-16 surrogate, which canonical JSON (RFC 8785) cannot encode`);
     const reply = await this.host.channel.request("notification.requested", {
       attemptId: target.attemptId,
       kind: options.kind ?? "progress",
@@ -526,7 +609,10 @@ export class Executor {
     if (text.length > MAX_INLINE_TEXT) {
       throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt with its step contract is longer than ${MAX_INLINE_TEXT} characters`);
     }
-    const reply = await this.host.channel.request("interaction.requested", {
+    if (hasLoneSurrogate(text)) {
+      throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt holds a lone UTF-16 surrogate, which canonical JSON (RFC 8785) cannot encode`);
+    }
+    const reply = await this.requestInteraction(node, {
       attemptId: target.attemptId,
       kind: "agent",
       prompt: { kind: "inline", text },
@@ -539,13 +625,27 @@ export class Executor {
         attemptId: target.attemptId,
         ...(options.expectedOutput !== undefined ? { expectedOutput: options.expectedOutput } : {}),
       },
-    });
+    }, options.expectedOutput);
     if (reply.outcome === "accepted" || reply.outcome === "adopted") return { exit: reply };
     const message = reply.error?.message ?? reply.outcome;
     if (/headless/i.test(message)) {
       throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: headless agent steps are not available yet (run it interactively from Pi)`);
     }
     throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `agent ${node.id}: the server refused the agent step request: ${message}`);
+  }
+
+  /** `interaction.requested`; a frame the wire cannot carry (its expectedOutput) fails the node naming the rule. */
+  private async requestInteraction(
+    node: CompiledNode,
+    fields: Fields<"interaction.requested">,
+    expectedOutput: unknown,
+  ): Promise<Reply> {
+    try {
+      return await this.host.channel.request("interaction.requested", fields);
+    } catch (error) {
+      if (!(error instanceof FrameRefused)) throw error;
+      throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: ${refusalReason(error, "its expectedOutput", expectedOutput ?? null)}`);
+    }
   }
 }
 

@@ -35,12 +35,12 @@ import type {
   RunState as WireRunState,
 } from "../generated/types.js";
 import { canonicalString } from "../protocol/canonical.js";
-import { ContentReadError, RunnerChannel, readLaunch } from "./channel.js";
+import { ContentReadError, RunnerChannel, readLaunch, refusalReason } from "./channel.js";
 import { BUILTIN_WORKFLOWS, WorkflowNotFoundError, resolveWorkflowRef } from "./discovery.js";
 import { Executor, RESOLVE_BOUND_MS, safeMessage, withBound } from "./execute.js";
 import { WorkflowLoadError, fileCompileHost, hashFile, loadWorkflowFile } from "./loader.js";
 import { liveGroups, signalGroup } from "./shell.js";
-import { RunState } from "./state.js";
+import { MAX_INPUT_DEPTH, RunState, stateDepthProblem } from "./state.js";
 
 export const EXIT_OK = 0;
 export const EXIT_PROTOCOL = 2;
@@ -151,6 +151,8 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
       try {
         const raw = target.input === undefined ? null : target.input;
         input = normalizeOutput(compiled.definition.input ? compiled.definition.input(raw) : raw, "the normalized input");
+        const tooDeep = stateDepthProblem(input, "the normalized input", MAX_INPUT_DEPTH, "command.state.input");
+        if (tooDeep !== null) throw new Error(tooDeep);
       } catch (error) {
         failure = { code: "invalidInput", message: `invalid input: ${error instanceof Error ? error.message : String(error)}` };
       }
@@ -169,16 +171,25 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
       }
     }
     if (!failure) {
-      log(`resolved ${target.workflow} (${compiled.topology.nodes.length} nodes, ${compiled.definitionDigest})`);
-      await channel.send("resolve.result", {
+      const result = {
         workflowName: compiled.definition.name,
         workflowSource: compiled.source,
         definitionDigest: compiled.definitionDigest,
         topology: compiled.topology,
         input: input as never,
         ...(title !== undefined && title !== "" ? { title } : {}),
-      });
-      return EXIT_OK;
+      };
+      const refused = channel.check("resolve.result", result);
+      if (refused === null) {
+        log(`resolved ${target.workflow} (${compiled.topology.nodes.length} nodes, ${compiled.definitionDigest})`);
+        await channel.send("resolve.result", result);
+        return EXIT_OK;
+      }
+      // The wire cannot carry the resolved run: say whether its input or its workflow is the cause.
+      failure =
+        channel.check("resolve.result", { ...result, input: null }) === null
+          ? { code: "invalidInput", message: refusalReason(refused, "the normalized input", input) }
+          : { code: "invalidDefinition", message: `the compiled workflow cannot be sent to the server: ${refused.message}` };
     }
   } catch (error) {
     failure = classify(error);

@@ -7,6 +7,11 @@
  * so a receipt always lands. Update lines are decoded as strict UTF-8, at most
  * 64 KiB each, with the stream paused while the parser runs; a trailing
  * partial line is parsed at close.
+ *
+ * The exit and stream listeners are attached at spawn, before anything is
+ * awaited, so a command that ends at once is seen like any other; the
+ * registration hook runs beside the command, and the close hook only after
+ * the registration settled.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -85,9 +90,13 @@ export interface ShellHooks {
   /** Parses one line; a throw kills the command and fails the node. */
   onLine?: (line: string, stream: Stream) => Promise<void>;
   lineStreams?: readonly Stream[];
-  /** The process group leader started (the runner registers it with the server). */
+  /**
+   * The process group leader started (the runner registers it with the
+   * server). Called synchronously right after the spawn, with every exit
+   * listener already attached; the command runs on while it is pending.
+   */
   onSpawn?: (pid: number) => Promise<void>;
-  /** The group closed. */
+  /** The group closed; called once `onSpawn` has settled. */
   onClose?: (pid: number) => Promise<void>;
 }
 
@@ -101,7 +110,10 @@ class Capture {
     if (chunk.length <= room) {
       this.text += chunk;
     } else {
-      this.text += chunk.slice(0, Math.max(0, room));
+      let kept = chunk.slice(0, Math.max(0, room));
+      // Never keep half of a surrogate pair: canonical JSON cannot carry a lone surrogate.
+      if (/[\uD800-\uDBFF]$/.test(kept)) kept = kept.slice(0, -1);
+      this.text += kept;
       this.truncated = true;
     }
   }
@@ -129,6 +141,25 @@ export function signalGroup(pid: number, signal: NodeJS.Signals): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** Runs `work` (its synchronous part now) and waits for it; a hook's failure never fails the command. */
+async function settle(work: () => Promise<void> | undefined): Promise<void> {
+  try {
+    await work();
+  } catch {
+    // The hook reports its own failures (the runner logs a refused registration).
+  }
+}
+
+/** `work`'s value, or null when it has not settled within `ms`. */
+async function within<T>(work: Promise<T>, ms: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([work, new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ms)))]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -167,23 +198,33 @@ export async function runShell(execution: ResolvedExecution, hooks: ShellHooks):
     return { result: result(null, null), failure: { message: `Shell action failed (${describeCommand(execution.command, execution.args)}): ${message}`, cause: "spawn" } };
   }
   const pid = child.pid;
+  // Every listener is attached before the first await: a command may exit at once,
+  // and Node emits its `close` only once.
+  const closed = new Promise<{ code: number | null; signal: string | null; spawnError?: Error }>((resolve) => {
+    child.once("error", (error) => resolve({ code: null, signal: null, spawnError: error }));
+    child.once("close", (code, signal) => resolve({ code, signal }));
+  });
   let killTimer: NodeJS.Timeout | undefined;
   let stopping = false;
+  let stopRequested: () => void = () => undefined;
+  const stopped = new Promise<void>((resolve) => {
+    stopRequested = resolve;
+  });
   const stop = (why: NonNullable<ShellOutcome["failure"]>): void => {
     failure ??= why;
     if (stopping || pid === undefined) return;
     stopping = true;
     signalGroup(pid, "SIGTERM");
     killTimer = setTimeout(() => signalGroup(pid, "SIGKILL"), KILL_ESCALATION_MS);
+    stopRequested();
   };
+  // The registration runs beside the command (its synchronous part first); the
+  // group is unregistered only after it settled.
+  let registration: Promise<void> | undefined;
   if (pid !== undefined) {
     liveGroups.add(pid);
-    await hooks.onSpawn?.(pid).catch(() => undefined);
+    registration = settle(() => hooks.onSpawn?.(pid));
   }
-  const closed = new Promise<{ code: number | null; signal: string | null; spawnError?: Error }>((resolve) => {
-    child.once("error", (error) => resolve({ code: null, signal: null, spawnError: error }));
-    child.once("close", (code, signal) => resolve({ code, signal }));
-  });
   child.stdin?.on("error", () => undefined);
   child.stdin?.end(execution.stdin);
 
@@ -248,20 +289,11 @@ export async function runShell(execution: ResolvedExecution, hooks: ShellHooks):
         )
       : undefined;
   // Once stopping, wait for the close at most the escalation plus the cleanup wait.
-  const ended = await new Promise<{ code: number | null; signal: string | null; spawnError?: Error } | null>((resolve) => {
-    void closed.then(resolve);
-    const poll = setInterval(() => {
-      if (stopping) {
-        clearInterval(poll);
-        setTimeout(() => resolve(null), KILL_ESCALATION_MS + CLEANUP_WAIT_MS);
-      }
-    }, 20);
-    void closed.then(() => clearInterval(poll));
-  });
+  const ended = await Promise.race([closed, stopped.then(() => within(closed, KILL_ESCALATION_MS + CLEANUP_WAIT_MS))]);
   hooks.signal.removeEventListener("abort", onAbort);
   if (commandTimer) clearTimeout(commandTimer);
   if (ended !== null) {
-    await Promise.race([Promise.all(pumps), new Promise((resolve) => setTimeout(resolve, CLEANUP_WAIT_MS))]);
+    await within(Promise.all(pumps), CLEANUP_WAIT_MS);
   }
   if (pid !== undefined) {
     // No member of the group may outlive the action.
@@ -270,7 +302,8 @@ export async function runShell(execution: ResolvedExecution, hooks: ShellHooks):
     }
     if (killTimer) clearTimeout(killTimer);
     liveGroups.delete(pid);
-    await hooks.onClose?.(pid).catch(() => undefined);
+    await registration;
+    await settle(() => hooks.onClose?.(pid));
   } else if (killTimer) {
     clearTimeout(killTimer);
   }

@@ -18,6 +18,24 @@
  */
 import type { NodeResult, RunStateView } from "../authoring/types.js";
 import type { RunState as WireRunState } from "../generated/types.js";
+import { MAX_DEPTH, jsonDepth } from "../protocol/canonical.js";
+
+/**
+ * The deepest a node output may nest: a runner that resumes the run receives
+ * it at `command.state.results.<node>.output`, four levels down a frame of at
+ * most MAX_DEPTH (64) levels. Deeper outputs could be proposed but never
+ * resumed.
+ */
+export const MAX_OUTPUT_DEPTH = MAX_DEPTH - 4;
+/** The deepest a run's normalized input may nest: it travels at `command.state.input`, two levels down. */
+export const MAX_INPUT_DEPTH = MAX_DEPTH - 2;
+
+/** Why `value` is too deep for its place in the run state, or null. */
+export function stateDepthProblem(value: unknown, what: string, max: number, place: string): string | null {
+  const depth = jsonDepth(value);
+  if (depth <= max) return null;
+  return `${what} nests ${depth} levels; it may nest at most ${max}, so that the run state a runner receives (${place}) fits the protocol's ${MAX_DEPTH}-level frame limit`;
+}
 
 const EXIT_PREFIX = "__piw_exit_";
 
