@@ -58,9 +58,9 @@ export default defineWorkflow({
 `;
 
 const DEEP_OUTPUT = (depth: number): string =>
-  `its output nests ${depth} levels; it may nest at most 60, so that the run state a runner receives (command.state.results.<node>.output) fits the protocol's 64-level frame limit`;
+  `its output nests ${depth} levels; it may nest at most 59, so that the run state a runner receives (command.state.value.results.<node>.output) fits the protocol's 64-level frame limit`;
 
-/** `deep-resume`: `first` outputs 60 levels, `hold` waits for `release`, `last` measures `outputs.first`. */
+/** `deep-resume`: `first` outputs 59 levels, `hold` waits for `release`, `last` measures `outputs.first`. */
 function resumeWorkflow(release: string): string {
   return `import { existsSync } from "node:fs";
 import { compute, defineWorkflow } from "@pi-workflows/sdk";
@@ -69,7 +69,7 @@ export default defineWorkflow({
   name: "deep-resume",
   startAt: "first",
   nodes: {
-    first: compute({ run: () => { let v = {}; for (let i = 1; i < 60; i += 1) v = { a: v }; return v; } }),
+    first: compute({ run: () => { let v = {}; for (let i = 1; i < 59; i += 1) v = { a: v }; return v; } }),
     hold: compute({
       timeoutMs: 60_000,
       run: ({ signal }) => new Promise((resolve, reject) => {
@@ -137,13 +137,13 @@ async function completes(input: Case): Promise<void> {
 }
 
 describe("node values the wire cannot carry", () => {
-  it("a compute output nested deeper than the run state can carry fails its node naming the limit; 60 levels still complete", async () => {
+  it("a compute output nested deeper than the run state can carry fails its node naming the limit; 59 levels still complete", async () => {
     await fails({ kind: "compute", value: "nested", size: 70 }, DEEP_OUTPUT(70));
-    await fails({ kind: "compute", value: "nested", size: 61 }, DEEP_OUTPUT(61));
-    await completes({ kind: "compute", value: "nested", size: 60 });
+    await fails({ kind: "compute", value: "nested", size: 60 }, DEEP_OUTPUT(60));
+    await completes({ kind: "compute", value: "nested", size: 59 });
   });
 
-  it("an output of 60 levels survives pause and resume: the resumed runner receives it in its run state", async () => {
+  it("an output of 59 levels survives pause and resume: the resumed runner receives it in its run state", async () => {
     const release = join(server.root, "resume.release");
     writeFileSync(join(project, ".pi", "workflows", "deep-resume.workflow.ts"), resumeWorkflow(release));
     const runId = await client.start(project, "deep-resume", {});
@@ -156,7 +156,7 @@ describe("node values the wire cannot carry", () => {
     assert.equal(view.status.run, "completed", JSON.stringify(view.failure ?? null));
     const journal = await server.journalAfterExit(runId);
     const last = journal.find((record) => record.event === "node" && record.nodeId === "last");
-    assert.deepEqual(last?.output, { depth: 60 });
+    assert.deepEqual(last?.output, { depth: 59 });
     const commands = journal.filter((record) => record.event === "command").map((record) => record.command);
     assert.deepEqual(commands, ["start", "resume"]);
   });
@@ -182,7 +182,7 @@ describe("node values the wire cannot carry", () => {
       /^its output is 1\.05 MiB encoded \(the effect\.settle frame would be 1,1\d\d,\d\d\d bytes\); a frame must fit the protocol's 1 MiB limit \(1,048,576 bytes\)$/,
     );
     assert.deepEqual(effectStates(large.runId), ["applied"]);
-    await completes({ kind: "action", value: "nested", size: 60 });
+    await completes({ kind: "action", value: "nested", size: 59 });
   });
 
   it("update data the wire cannot carry fails the publishing node with the reason", async () => {

@@ -92,7 +92,7 @@ describe("resolve mode", () => {
     });
     const cases: [string, string, RegExp][] = [
       ["missing", "sourceNotFound", /no workflow named "missing" \(available: deep, graph, plain, strict, syntax\)/],
-      ["deep", "invalidInput", /^invalid input: the normalized input nests 70 levels; it may nest at most 62, so that the run state a runner receives \(command\.state\.input\) fits the protocol's 64-level frame limit$/],
+      ["deep", "invalidInput", /^invalid input: the normalized input nests 70 levels; it may nest at most 61, so that the run state a runner receives \(command\.state\.value\.input\) fits the protocol's 64-level frame limit$/],
       ["syntax", "compileFailed", /cannot load/],
       ["graph", "invalidDefinition", /node b is not reachable/],
       ["plain", "invalidDefinition", /must default-export defineWorkflow/],

@@ -43,7 +43,7 @@ const MAX_SAFE_MESSAGE = 512;
 
 /** Why a node output cannot be kept in the run state, or null. */
 function outputDepthProblem(output: unknown): string | null {
-  return stateDepthProblem(output, "its output", MAX_OUTPUT_DEPTH, "command.state.results.<node>.output");
+  return stateDepthProblem(output, "its output", MAX_OUTPUT_DEPTH, "command.state.value.results.<node>.output");
 }
 
 /** The one attempt the server asked for. */

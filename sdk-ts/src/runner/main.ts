@@ -151,7 +151,7 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
       try {
         const raw = target.input === undefined ? null : target.input;
         input = normalizeOutput(compiled.definition.input ? compiled.definition.input(raw) : raw, "the normalized input");
-        const tooDeep = stateDepthProblem(input, "the normalized input", MAX_INPUT_DEPTH, "command.state.input");
+        const tooDeep = stateDepthProblem(input, "the normalized input", MAX_INPUT_DEPTH, "command.state.value.input");
         if (tooDeep !== null) throw new Error(tooDeep);
       } catch (error) {
         failure = { code: "invalidInput", message: `invalid input: ${error instanceof Error ? error.message : String(error)}` };

@@ -22,13 +22,13 @@ import { MAX_DEPTH, jsonDepth } from "../protocol/canonical.js";
 
 /**
  * The deepest a node output may nest: a runner that resumes the run receives
- * it at `command.state.results.<node>.output`, four levels down a frame of at
- * most MAX_DEPTH (64) levels. Deeper outputs could be proposed but never
+ * it at `command.state.value.results.<node>.output`, five levels down a frame
+ * of at most MAX_DEPTH (64) levels. Deeper outputs could be proposed but never
  * resumed.
  */
-export const MAX_OUTPUT_DEPTH = MAX_DEPTH - 4;
-/** The deepest a run's normalized input may nest: it travels at `command.state.input`, two levels down. */
-export const MAX_INPUT_DEPTH = MAX_DEPTH - 2;
+export const MAX_OUTPUT_DEPTH = MAX_DEPTH - 5;
+/** The deepest a run's normalized input may nest: it travels at `command.state.value.input`, three levels down. */
+export const MAX_INPUT_DEPTH = MAX_DEPTH - 3;
 
 /** Why `value` is too deep for its place in the run state, or null. */
 export function stateDepthProblem(value: unknown, what: string, max: number, place: string): string | null {
