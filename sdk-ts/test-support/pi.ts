@@ -525,17 +525,35 @@ export class PiTui {
   }
 
   /**
-   * Quits with Ctrl+D (the editor must be empty), then kills the tmux server;
+   * Quits with Ctrl+D (the editor must be empty; sent again every 2 s until
+   * Pi exits), then kills the tmux server;
    * resolves Pi's exit status or signal, `forced` when Pi did not exit in time.
    */
-  async stop(timeoutMs = 10_000): Promise<{ status: number | null; signal: number | null; forced: boolean }> {
+  stop(timeoutMs = 10_000): Promise<{ status: number | null; signal: number | null; forced: boolean }> {
+    this.stopping ??= this.stopOnce(timeoutMs);
+    return this.stopping;
+  }
+
+  private stopping: Promise<{ status: number | null; signal: number | null; forced: boolean }> | undefined;
+
+  private async stopOnce(timeoutMs: number): Promise<{ status: number | null; signal: number | null; forced: boolean }> {
     let exit: { status: number | null; signal: number | null } = { status: null, signal: null };
     let forced = false;
-    try {
+    // A Ctrl+D that arrives while Pi is still redrawing (a loaded machine,
+    // right after an abort) can be missed: send it again every 2 s until
+    // Pi exits or the deadline passes.
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
       if (!this.tmux.paneDead()) this.tmux.sendKeys("C-d");
-      exit = await this.tmux.waitForExit(timeoutMs);
-    } catch {
-      forced = true;
+      try {
+        exit = await this.tmux.waitForExit(Math.max(0, Math.min(2_000, deadline - Date.now())));
+        break;
+      } catch {
+        if (Date.now() >= deadline) {
+          forced = true;
+          break;
+        }
+      }
     }
     this.tmux.kill();
     return { ...exit, forced };

@@ -15,7 +15,7 @@
  *   running.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 const CONFIG = [
@@ -55,6 +55,7 @@ export class Tmux {
   private constructor(
     readonly socket: string,
     private readonly config: string,
+    private readonly statusFile: string,
   ) {}
 
   /** Starts the server with one session, `main`, running `command`. */
@@ -65,8 +66,11 @@ export class Tmux {
     const socket = join(options.dir, "tmux.sock");
     const config = join(options.dir, "tmux.conf");
     writeFileSync(config, CONFIG);
-    const tmux = new Tmux(socket, config);
-    const shell = `exec ${options.command.map(quote).join(" ")}${options.stderrPath ? ` 2>${quote(options.stderrPath)}` : ""}`;
+    const tmux = new Tmux(socket, config, join(options.dir, "exit-status"));
+    // The shell records the program's exit status in a file: tmux 3.3 does
+    // not always have `pane_dead_status` once the pane is dead.
+    const statusFile = join(options.dir, "exit-status");
+    const shell = `${options.command.map(quote).join(" ")}${options.stderrPath ? ` 2>${quote(options.stderrPath)}` : ""}; echo $? >${quote(statusFile)}`;
     liveServers.add(socket);
     // The server's global environment is the one of the client that starts it: the program's.
     tmux.run(["new-session", "-d", "-s", "main", "-x", String(options.cols ?? 120), "-y", String(options.rows ?? 40), "-c", options.cwd, shell], options.env);
@@ -121,9 +125,12 @@ export class Tmux {
    * as dead a moment before the status is in), else null.
    */
   paneExit(): { status: number | null; signal: number | null } | null {
-    const [dead, status, signal] = this.run(["display-message", "-p", "-t", "main", "#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}"]).trim().split("|");
-    if (dead !== "1" || (status === "" && signal === "")) return null;
-    return { status: status === "" ? null : Number(status), signal: signal === "" ? null : Number(signal) };
+    if (!existsSync(this.statusFile)) return null;
+    const text = readFileSync(this.statusFile, "utf8").trim();
+    if (text === "") return null;
+    // The shell's `$?`: 128 + N for a program killed by signal N.
+    const code = Number(text);
+    return code > 128 ? { status: null, signal: code - 128 } : { status: code, signal: null };
   }
 
   /** Resolves how the program ended; fails after `timeoutMs`. */
