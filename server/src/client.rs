@@ -430,7 +430,7 @@ impl Client {
         run_id: &str,
         reference: &Value,
     ) -> Result<Vec<u8>, ContentError> {
-        let mut assembler = crate::content::Assembler::new(reference, None, u64::MAX)
+        let mut assembler = protocol::content::Assembler::new(reference, None, u64::MAX)
             .map_err(|_| ContentError::DigestMismatch)?;
         while let Some(part) = assembler.next_request() {
             let payload =
@@ -446,7 +446,7 @@ impl Client {
                 ));
             };
             assembler
-                .accept(crate::content::Part {
+                .accept(protocol::content::Part {
                     reference: &chunk["reference"],
                     offset: chunk["offset"].as_u64().unwrap_or(u64::MAX),
                     data: chunk["data"].as_str().unwrap_or_default(),

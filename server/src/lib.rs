@@ -15,7 +15,6 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod config;
-pub mod content;
 pub mod discovery;
 pub mod effects;
 pub mod fault;

@@ -19,7 +19,7 @@ use protocol::{
     encode_runner, frame_content, runner_kind,
 };
 use serde_json::{Map, Value, json};
-use server::content::{self, Assembler, ContentFailure, Part};
+use protocol::content::{self, Assembler, ContentFailure, Part};
 
 use crate::{EXIT_CHANNEL_CLOSED, EXIT_CRASH, EXIT_PROTOCOL, log};
 
