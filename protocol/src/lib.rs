@@ -35,13 +35,13 @@ pub use error::SafeError;
 #[cfg(feature = "tokio")]
 pub use framing::{CodecError, FrameCodec};
 pub use framing::{FrameDecoder, MAX_FRAME_BYTES, frame_content};
+pub use generated::dispatch::{
+    RequestPayload, ResponseReceipt, parse_request_payload, parse_response_receipt,
+};
 /// One marker type per client operation (`ops::RunPause`, …), each a
 /// [`ClientOperation`] naming its payload and receipt types.
 pub use generated::operations as ops;
 pub use generated::operations::ClientOperation;
-pub use generated::dispatch::{
-    RequestPayload, ResponseReceipt, parse_request_payload, parse_response_receipt,
-};
 pub use generated::types::{
     ClientMessage, ErrorCode, RunView, RunnerMessage, ServerMessage, WorkerLaunch,
 };

@@ -60,7 +60,14 @@ mod tests {
         ] {
             assert!(is_path_reference(path), "{path}");
         }
-        for name in ["review", "review.ts", "review.js", ".workflow.ts", "deploy-v2", "a.b"] {
+        for name in [
+            "review",
+            "review.ts",
+            "review.js",
+            ".workflow.ts",
+            "deploy-v2",
+            "a.b",
+        ] {
             assert!(!is_path_reference(name), "{name}");
         }
     }

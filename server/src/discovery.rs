@@ -18,10 +18,10 @@
 
 use std::path::{Path, PathBuf};
 
+use protocol::workflow_ref::split_suffix;
 /// The suffixes and the name-vs-path rule are shared with the CLI
 /// (`protocol::workflow_ref`).
 pub use protocol::workflow_ref::{WORKFLOW_SUFFIXES, workflow_name_of};
-use protocol::workflow_ref::split_suffix;
 
 /// Where a discovered workflow comes from (the `source` of `workflows.list`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
