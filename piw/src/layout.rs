@@ -375,7 +375,7 @@ pub fn layout(graph: &GraphInput, size: CardSize) -> Layout {
     for (p, plan) in plans.iter().enumerate() {
         let (from, to, ref edges) = pairs[p];
         let mut points: Vec<(i32, i32)> = Vec::new();
-        let mut push = |points: &mut Vec<(i32, i32)>, point: (i32, i32)| {
+        let push = |points: &mut Vec<(i32, i32)>, point: (i32, i32)| {
             if points.last() != Some(&point) {
                 points.push(point);
             }

@@ -13,3 +13,8 @@
 
 pub mod layout;
 pub mod source;
+pub mod app;
+pub mod eta;
+pub mod model;
+pub mod theme;
+pub mod ui;
