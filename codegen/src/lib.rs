@@ -1,9 +1,10 @@
 //! `codegen`: derives every generated file of the protocol from
 //! `protocol/*.schema.json`.
 //!
-//! - `protocol/src/generated/{types,constrained,dispatch}.rs`: Rust types
-//!   (typify 0.8 as a library, formatted by prettyplease), the constrained
-//!   types typify does not enforce, and the payload/receipt dispatch;
+//! - `protocol/src/generated/{types,constrained,dispatch,operations}.rs`:
+//!   Rust types (typify 0.8 as a library, formatted by prettyplease), the
+//!   constrained types typify does not enforce, the payload/receipt dispatch,
+//!   and one marker type per operation naming its payload and receipt types;
 //! - `sdk-ts/src/generated/types.ts`: TypeScript types (see [`ts`]);
 //! - `sdk-ts/src/generated/validators.ts`: ajv 8 standalone validators,
 //!   compiled by `node sdk-ts/scripts/compile-validators.mjs` (needs

@@ -257,7 +257,7 @@ mod tests {
         let bytes = blobs::get(connection, &digest).unwrap().unwrap();
         assert_eq!(reference["bytes"], bytes.len());
         assert_eq!(reference["mediaType"], "application/json");
-        crate::content::json(&bytes).unwrap()
+        protocol::content::json(&bytes).unwrap()
     }
 
     #[test]

@@ -6,8 +6,8 @@ mod support;
 
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use server::process::ProcessIdentity;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
