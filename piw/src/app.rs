@@ -206,9 +206,18 @@ pub struct RunState {
     pub pages: BTreeMap<String, PageState>,
     pub selected_node: Option<String>,
     pub eta: EtaTracker,
-    layout_key: Option<(Vec<String>, Vec<(String, String, Option<String>)>, Option<String>, CardSize)>,
+    layout_key: Option<LayoutKey>,
     layout: Option<Layout>,
 }
+
+/// What a layout depends on: node ids, edges (from, to, label), the
+/// included-workflow path and the card size.
+type LayoutKey = (
+    Vec<String>,
+    Vec<(String, String, Option<String>)>,
+    Option<String>,
+    CardSize,
+);
 
 impl RunState {
     fn new(run_id: &str) -> Self {
@@ -238,7 +247,10 @@ impl RunState {
             .map(|t| t.start_at.to_string())
             .or_else(|| view.nodes.first().map(|n| n.id.to_string()));
         let key = (
-            view.nodes.iter().map(|n| n.id.to_string()).collect::<Vec<_>>(),
+            view.nodes
+                .iter()
+                .map(|n| n.id.to_string())
+                .collect::<Vec<_>>(),
             view.edges
                 .iter()
                 .map(|e| {
@@ -287,7 +299,9 @@ pub enum Hit {
     Tab(Tab),
     Inspector,
     /// The timeline bar: the region maps linearly onto steps 1..=total.
-    Timeline { total: usize },
+    Timeline {
+        total: usize,
+    },
     LiveButton,
     PlayButton,
     ControlButton(Control),
@@ -519,7 +533,10 @@ impl App {
                         .any(|row| row.run_id.as_str() == cursor)
                 });
                 if !keep && self.explicit_run.is_none() {
-                    self.cursor = self.visible_rows().first().map(|row| row.run_id.to_string());
+                    self.cursor = self
+                        .visible_rows()
+                        .first()
+                        .map(|row| row.run_id.to_string());
                 }
             }
             SourceEvent::RunView(view) => self.apply_view(view),
@@ -585,8 +602,11 @@ impl App {
         run.missing = None;
         for update in &view.updates.items {
             if update.type_.as_str() == "progress" {
-                run.eta
-                    .observe(&format!("progress/{}", update.key.as_str()), &update.data, now);
+                run.eta.observe(
+                    &format!("progress/{}", update.key.as_str()),
+                    &update.data,
+                    now,
+                );
             }
         }
         let history_complete = view.steps.next_cursor.is_none()
@@ -596,7 +616,8 @@ impl App {
             wanted.push(view.definition.clone());
         }
         if !history_complete
-            && run.history.as_ref().map(|h| h.0.as_str()) != Some(view.graph_history.digest.as_str())
+            && run.history.as_ref().map(|h| h.0.as_str())
+                != Some(view.graph_history.digest.as_str())
             && run.content(view.graph_history.digest.as_str()).is_none()
         {
             wanted.push(view.graph_history.clone());
@@ -784,7 +805,11 @@ impl App {
     }
 
     fn cycle_workflow_filter(&mut self) {
-        let mut names: Vec<String> = self.rows.iter().map(|r| r.workflow_name.to_string()).collect();
+        let mut names: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| r.workflow_name.to_string())
+            .collect();
         names.sort();
         names.dedup();
         self.workflow_filter = match &self.workflow_filter {
@@ -810,7 +835,9 @@ impl App {
 
     fn select_node_step(&mut self, delta: isize) {
         let Some(run) = self.run.as_ref() else { return };
-        let Some(view) = run.view.as_ref() else { return };
+        let Some(view) = run.view.as_ref() else {
+            return;
+        };
         if view.nodes.is_empty() {
             return;
         }
@@ -892,7 +919,11 @@ impl App {
     /// Advances the clock: replay steps and notices.
     pub fn tick(&mut self, now_ms: u64) {
         self.now_ms = now_ms;
-        if self.toast.as_ref().is_some_and(|(_, until)| *until <= now_ms) {
+        if self
+            .toast
+            .as_ref()
+            .is_some_and(|(_, until)| *until <= now_ms)
+        {
             self.toast = None;
         }
         if self.replay.playing && !self.replay.live {
@@ -1021,7 +1052,10 @@ impl App {
     fn overlay_key(&mut self, key: KeyEvent) {
         match self.overlay.as_mut() {
             Some(Overlay::Help) => {
-                if matches!(key.code, KeyCode::Esc | KeyCode::Char('?' | 'q') | KeyCode::Enter) {
+                if matches!(
+                    key.code,
+                    KeyCode::Esc | KeyCode::Char('?' | 'q') | KeyCode::Enter
+                ) {
                     self.overlay = None;
                 }
             }
@@ -1080,15 +1114,15 @@ impl App {
                 self.refilter();
             }
             KeyCode::Enter | KeyCode::Right | KeyCode::Char('l') => {
-                if let Some(id) = self.cursor.clone().filter(|_| self.cursor_index().is_some()) {
+                if let Some(id) = self
+                    .cursor
+                    .clone()
+                    .filter(|_| self.cursor_index().is_some())
+                {
                     self.open_run(&id);
                 }
             }
-            KeyCode::Esc => {
-                if self.run.is_some() {
-                    self.screen = Screen::Run;
-                }
-            }
+            KeyCode::Esc if self.run.is_some() => self.screen = Screen::Run,
             _ => {}
         }
     }
@@ -1129,7 +1163,11 @@ impl App {
                 }
             }
             KeyCode::Char('[') => {
-                let shown = if self.replay.live { total } else { self.replay.shown };
+                let shown = if self.replay.live {
+                    total
+                } else {
+                    self.replay.shown
+                };
                 self.replay.playing = false;
                 self.seek(shown.saturating_sub(1).max(1));
             }
@@ -1232,9 +1270,9 @@ impl App {
                     }
                     return;
                 }
-                let double = self
-                    .last_click
-                    .is_some_and(|(c, r, at)| c == column && r == row && self.now_ms.saturating_sub(at) < 400);
+                let double = self.last_click.is_some_and(|(c, r, at)| {
+                    c == column && r == row && self.now_ms.saturating_sub(at) < 400
+                });
                 self.last_click = Some((column, row, self.now_ms));
                 match hit {
                     Some((_, Hit::RunRow(id))) => {
@@ -1294,7 +1332,11 @@ impl App {
             }
             MouseEventKind::Up(_) => self.drag = None,
             MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
-                let delta = if event.kind == MouseEventKind::ScrollDown { 1 } else { -1 };
+                let delta = if event.kind == MouseEventKind::ScrollDown {
+                    1
+                } else {
+                    -1
+                };
                 match hit.map(|(_, hit)| hit) {
                     Some(Hit::RunRow(_) | Hit::BrowserRow(_)) => self.move_cursor(delta as isize),
                     Some(Hit::Graph | Hit::Node(_)) => {

@@ -95,13 +95,20 @@ impl EtaTracker {
         };
         let track = self.tracks.entry(key.to_owned()).or_default();
         let restarted = track.terminal && !terminal;
-        let went_back = track.samples.last().is_some_and(|&(_, last)| completed < last);
+        let went_back = track
+            .samples
+            .last()
+            .is_some_and(|&(_, last)| completed < last);
         if track.epoch != epoch || restarted || went_back {
             track.samples.clear();
             track.epoch = epoch;
         }
         track.terminal = terminal;
-        if track.samples.last().is_none_or(|&(_, last)| completed > last) {
+        if track
+            .samples
+            .last()
+            .is_none_or(|&(_, last)| completed > last)
+        {
             track.samples.push((now_ms, completed));
             if track.samples.len() > WINDOW + 1 {
                 track.samples.remove(0);
@@ -228,7 +235,8 @@ mod tests {
     fn steady_progress_gives_a_confident_estimate() {
         let mut eta = EtaTracker::new();
         for i in 0..7u64 {
-            let data = json!({"status": "running", "completed": i * 10, "total": 100, "unit": "files"});
+            let data =
+                json!({"status": "running", "completed": i * 10, "total": 100, "unit": "files"});
             eta.observe("progress/files", &data, i * 1000);
         }
         let now = json!({"status": "running", "completed": 60, "total": 100, "unit": "files"});
@@ -249,8 +257,16 @@ mod tests {
     fn a_new_total_starts_a_new_epoch() {
         let mut eta = EtaTracker::new();
         eta.observe("k", &json!({"completed": 1, "total": 10, "unit": "x"}), 0);
-        eta.observe("k", &json!({"completed": 2, "total": 10, "unit": "x"}), 1000);
-        eta.observe("k", &json!({"completed": 3, "total": 20, "unit": "x"}), 2000);
+        eta.observe(
+            "k",
+            &json!({"completed": 2, "total": 10, "unit": "x"}),
+            1000,
+        );
+        eta.observe(
+            "k",
+            &json!({"completed": 3, "total": 20, "unit": "x"}),
+            2000,
+        );
         assert_eq!(
             eta.estimate("k", &json!({"completed": 3, "total": 20}), 2000),
             Eta::Unavailable("waiting for a second progress sample")
@@ -260,9 +276,16 @@ mod tests {
     #[test]
     fn waiting_terminal_and_source_estimates_win() {
         let eta = EtaTracker::new();
-        assert_eq!(eta.estimate("k", &json!({"status": "waiting"}), 0), Eta::Paused);
-        assert_eq!(eta.estimate("k", &json!({"status": "completed"}), 0), Eta::Done);
-        let finish = json!({"status": "running", "sourceEstimatedFinishAt": "1970-01-01T00:01:00Z"});
+        assert_eq!(
+            eta.estimate("k", &json!({"status": "waiting"}), 0),
+            Eta::Paused
+        );
+        assert_eq!(
+            eta.estimate("k", &json!({"status": "completed"}), 0),
+            Eta::Done
+        );
+        let finish =
+            json!({"status": "running", "sourceEstimatedFinishAt": "1970-01-01T00:01:00Z"});
         assert_eq!(
             eta.estimate("k", &finish, 15_000),
             Eta::Source {
@@ -274,7 +297,10 @@ mod tests {
     #[test]
     fn rfc3339_handles_fractions_and_offsets() {
         assert_eq!(rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1500));
-        assert_eq!(rfc3339_ms("2000-03-01T01:00:00+01:00"), Some(951_868_800_000));
+        assert_eq!(
+            rfc3339_ms("2000-03-01T01:00:00+01:00"),
+            Some(951_868_800_000)
+        );
         assert_eq!(rfc3339_ms("not a time"), None);
     }
 }

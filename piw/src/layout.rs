@@ -167,12 +167,9 @@ impl Layout {
 
     /// The centre cell of a node's card.
     pub fn centre(&self, node: usize) -> Option<(i32, i32)> {
-        self.cards.get(node).map(|card| {
-            (
-                card.x + self.size.width / 2,
-                card.y + self.size.height / 2,
-            )
-        })
+        self.cards
+            .get(node)
+            .map(|card| (card.x + self.size.width / 2, card.y + self.size.height / 2))
     }
 
     /// Every cell a route's lines cover, in order (corners once).
@@ -341,7 +338,8 @@ pub fn layout(graph: &GraphInput, size: CardSize) -> Layout {
             }
         }
     }
-    let tracks: Vec<(usize, BTreeMap<Owner, usize>)> = spans.iter().map(|s| assign_tracks(s)).collect();
+    let tracks: Vec<(usize, BTreeMap<Owner, usize>)> =
+        spans.iter().map(|s| assign_tracks(s)).collect();
 
     // Rows.
     let mut gap_top = vec![0i32; layers + 1];
@@ -365,7 +363,11 @@ pub fn layout(graph: &GraphInput, size: CardSize) -> Layout {
     let height = y;
     let track_row = |g: usize, owner: Owner| -> i32 {
         let t = tracks[g].1.get(&owner).copied().unwrap_or(0) as i32;
-        if g == 0 { gap_top[g] + t } else { gap_top[g] + 1 + t }
+        if g == 0 {
+            gap_top[g] + t
+        } else {
+            gap_top[g] + 1 + t
+        }
     };
     let below = |v: usize| layer_top[v_layer[v]] + if v < n { size.height } else { 0 };
     let above = |v: usize| layer_top[v_layer[v]] - 1;
@@ -386,7 +388,11 @@ pub fn layout(graph: &GraphInput, size: CardSize) -> Layout {
                     let (a, b) = (w[0], w[1]);
                     let (xa, xb) = (port(a), port(b));
                     // A virtual node's line continues through its layer.
-                    let start_y = if a < n { below(a) } else { layer_top[v_layer[a]] };
+                    let start_y = if a < n {
+                        below(a)
+                    } else {
+                        layer_top[v_layer[a]]
+                    };
                     push(&mut points, (xa, start_y));
                     if xa != xb {
                         let row = track_row(v_layer[b], Owner::Out(a));
@@ -396,7 +402,7 @@ pub fn layout(graph: &GraphInput, size: CardSize) -> Layout {
                     let end_y = if b < n {
                         above(b)
                     } else {
-                        layer_top[v_layer[b]] + 0
+                        layer_top[v_layer[b]]
                     };
                     push(&mut points, (xb, end_y));
                 }
@@ -543,7 +549,11 @@ fn back_edges(
 
 /// Longest-path layering of the forward edges (Kahn's order, lowest index
 /// first, so the result is deterministic).
-fn longest_path_layers(n: usize, pairs: &[(usize, usize, Vec<usize>)], back: &[bool]) -> Vec<usize> {
+fn longest_path_layers(
+    n: usize,
+    pairs: &[(usize, usize, Vec<usize>)],
+    back: &[bool],
+) -> Vec<usize> {
     let mut indegree = vec![0usize; n];
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (p, &(from, to, _)) in pairs.iter().enumerate() {
@@ -608,8 +618,8 @@ fn order_layers(
             pos[v] = i as f64;
         }
     };
-    for l in 1..layers {
-        sweep(&mut order[l], &mut pos, preds);
+    for layer in order.iter_mut().skip(1) {
+        sweep(layer, &mut pos, preds);
     }
     for round in 0..ORDER_SWEEPS {
         if round % 2 == 0 {
@@ -617,13 +627,13 @@ fn order_layers(
                 sweep(&mut order[l], &mut pos, succs);
             }
         } else {
-            for l in 1..layers {
-                sweep(&mut order[l], &mut pos, preds);
+            for layer in order.iter_mut().skip(1) {
+                sweep(layer, &mut pos, preds);
             }
         }
     }
-    for l in 1..layers {
-        sweep(&mut order[l], &mut pos, preds);
+    for layer in order.iter_mut().skip(1) {
+        sweep(layer, &mut pos, preds);
     }
     order
 }
@@ -672,7 +682,13 @@ fn positions(
             })
             .collect();
         let seps: Vec<f64> = (0..layer.len())
-            .map(|i| if i == 0 { 0.0 } else { sep(layer[i - 1], layer[i]) })
+            .map(|i| {
+                if i == 0 {
+                    0.0
+                } else {
+                    sep(layer[i - 1], layer[i])
+                }
+            })
             .collect();
         for (&v, x) in layer.iter().zip(isotonic_with_gaps(&targets, &seps)) {
             centre[v] = x;
@@ -681,8 +697,8 @@ fn positions(
     let layers = order.len();
     for round in 0..POSITION_SWEEPS {
         if round % 2 == 0 {
-            for l in 1..layers {
-                refine(&order[l], &mut centre, preds);
+            for layer in order.iter().skip(1) {
+                refine(layer, &mut centre, preds);
             }
         } else {
             for l in (0..layers.saturating_sub(1)).rev() {
@@ -757,7 +773,8 @@ fn assign_tracks(spans: &[Span]) -> (usize, BTreeMap<Owner, usize>) {
         entry.0 = entry.0.min(span.left);
         entry.1 = entry.1.max(span.right);
     }
-    let mut items: Vec<(i32, i32, Owner)> = merged.into_iter().map(|(o, (l, r))| (l, r, o)).collect();
+    let mut items: Vec<(i32, i32, Owner)> =
+        merged.into_iter().map(|(o, (l, r))| (l, r, o)).collect();
     items.sort();
     let mut ends: Vec<i32> = Vec::new();
     let mut assigned = BTreeMap::new();
@@ -785,7 +802,11 @@ mod tests {
     };
 
     fn graph(nodes: &[&str], edges: &[(&str, &str, Option<&str>)]) -> GraphInput {
-        GraphInput::from_ids(nodes.iter().copied(), edges.iter().copied(), nodes.first().copied())
+        GraphInput::from_ids(
+            nodes.iter().copied(),
+            edges.iter().copied(),
+            nodes.first().copied(),
+        )
     }
 
     /// Cards never overlap and no route cell lies on a card.
@@ -821,7 +842,10 @@ mod tests {
 
     #[test]
     fn a_chain_is_one_straight_column() {
-        let g = graph(&["a", "b", "c", "d"], &[("a", "b", None), ("b", "c", None), ("c", "d", None)]);
+        let g = graph(
+            &["a", "b", "c", "d"],
+            &[("a", "b", None), ("b", "c", None), ("c", "d", None)],
+        );
         let l = layout(&g, BOX);
         assert_clean(&l);
         assert!(l.cards.iter().all(|c| c.x == l.cards[0].x));
@@ -839,7 +863,12 @@ mod tests {
     fn a_diamond_centres_its_ends_over_the_branches() {
         let g = graph(
             &["a", "b", "c", "d"],
-            &[("a", "b", Some("left")), ("a", "c", Some("right")), ("b", "d", None), ("c", "d", None)],
+            &[
+                ("a", "b", Some("left")),
+                ("a", "c", Some("right")),
+                ("b", "d", None),
+                ("c", "d", None),
+            ],
         );
         let l = layout(&g, BOX);
         assert_clean(&l);
@@ -858,11 +887,20 @@ mod tests {
     fn a_loop_goes_through_the_gutter_right_of_every_card() {
         let g = graph(
             &["start", "work", "check", "done"],
-            &[("start", "work", None), ("work", "check", None), ("check", "work", Some("true")), ("check", "done", Some("false"))],
+            &[
+                ("start", "work", None),
+                ("work", "check", None),
+                ("check", "work", Some("true")),
+                ("check", "done", Some("false")),
+            ],
         );
         let l = layout(&g, BOX);
         assert_clean(&l);
-        let gutter: Vec<&Route> = l.routes.iter().filter(|r| r.kind == RouteKind::Gutter).collect();
+        let gutter: Vec<&Route> = l
+            .routes
+            .iter()
+            .filter(|r| r.kind == RouteKind::Gutter)
+            .collect();
         assert_eq!(gutter.len(), 1);
         let right = l.cards.iter().map(|c| c.x + 26).max().unwrap();
         let xs: Vec<i32> = gutter[0].points.iter().map(|p| p.0).collect();
@@ -878,10 +916,23 @@ mod tests {
 
     #[test]
     fn a_self_loop_and_a_loop_to_the_start_are_routed() {
-        let g = graph(&["a", "b"], &[("a", "b", None), ("b", "b", Some("retry")), ("b", "a", Some("again"))]);
+        let g = graph(
+            &["a", "b"],
+            &[
+                ("a", "b", None),
+                ("b", "b", Some("retry")),
+                ("b", "a", Some("again")),
+            ],
+        );
         let l = layout(&g, BOX);
         assert_clean(&l);
-        assert_eq!(l.routes.iter().filter(|r| r.kind == RouteKind::Gutter).count(), 2);
+        assert_eq!(
+            l.routes
+                .iter()
+                .filter(|r| r.kind == RouteKind::Gutter)
+                .count(),
+            2
+        );
         // The loop into the first layer needs rows above it.
         assert!(l.cards[0].y > 0);
     }
@@ -890,7 +941,12 @@ mod tests {
     fn a_long_edge_bends_around_the_cards_it_skips() {
         let g = graph(
             &["a", "b", "c", "d"],
-            &[("a", "b", None), ("b", "c", None), ("c", "d", None), ("a", "d", Some("skip"))],
+            &[
+                ("a", "b", None),
+                ("b", "c", None),
+                ("c", "d", None),
+                ("a", "d", Some("skip")),
+            ],
         );
         let l = layout(&g, BOX);
         assert_clean(&l);
@@ -900,7 +956,10 @@ mod tests {
 
     #[test]
     fn edges_with_the_same_ends_share_one_route_and_join_labels() {
-        let g = graph(&["a", "b"], &[("a", "b", Some("ok")), ("a", "b", Some("retry"))]);
+        let g = graph(
+            &["a", "b"],
+            &[("a", "b", Some("ok")), ("a", "b", Some("retry"))],
+        );
         let l = layout(&g, BOX);
         assert_eq!(l.routes.len(), 1);
         assert_eq!(l.routes[0].edges, vec![0, 1]);
@@ -921,17 +980,33 @@ mod tests {
         let mut edges = Vec::new();
         for i in 1..n {
             let from = i - 1 - (next() as usize % 3).min(i - 1);
-            edges.push(EdgeInput { from, to: i, label: None });
+            edges.push(EdgeInput {
+                from,
+                to: i,
+                label: None,
+            });
             if next() % 5 == 0 && i + 2 < n {
                 let to = i + 1 + next() as usize % 2;
-                edges.push(EdgeInput { from: i, to, label: Some(format!("case{i}")) });
+                edges.push(EdgeInput {
+                    from: i,
+                    to,
+                    label: Some(format!("case{i}")),
+                });
             }
             if next() % 40 == 0 && i > 5 {
                 let to = i - 1 - next() as usize % 5;
-                edges.push(EdgeInput { from: i, to, label: Some("again".into()) });
+                edges.push(EdgeInput {
+                    from: i,
+                    to,
+                    label: Some("again".into()),
+                });
             }
         }
-        GraphInput { nodes: ids, edges, start: Some(0) }
+        GraphInput {
+            nodes: ids,
+            edges,
+            start: Some(0),
+        }
     }
 
     #[test]
@@ -941,7 +1016,13 @@ mod tests {
             let l = layout(&g, BOX);
             assert_clean(&l);
             assert_eq!(l, layout(&g, BOX), "seed {seed}");
-            let compact = layout(&g, CardSize { width: 22, height: 3 });
+            let compact = layout(
+                &g,
+                CardSize {
+                    width: 22,
+                    height: 3,
+                },
+            );
             assert_clean(&compact);
         }
     }
@@ -961,7 +1042,10 @@ mod tests {
             l.height
         );
         assert_eq!(l.cards.len(), 1000);
-        assert_eq!(l.routes.iter().map(|r| r.edges.len()).sum::<usize>(), g.edges.len());
+        assert_eq!(
+            l.routes.iter().map(|r| r.edges.len()).sum::<usize>(),
+            g.edges.len()
+        );
         assert_clean(&l);
     }
 }

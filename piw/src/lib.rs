@@ -11,10 +11,14 @@
 //! screens, fed by source events and input; [`ui`] draws it; [`terminal`]
 //! runs it on a real terminal; [`relay`] is `piw serve`.
 
-pub mod layout;
-pub mod source;
 pub mod app;
+pub mod connect;
 pub mod eta;
+pub mod layout;
+pub mod live;
 pub mod model;
+pub mod relay;
+pub mod source;
+pub mod terminal;
 pub mod theme;
 pub mod ui;

@@ -235,7 +235,11 @@ impl Progress {
     /// `412/1280 tests`.
     pub fn count(&self) -> Option<String> {
         let (done, total) = (self.completed?, self.total?);
-        let unit = self.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
+        let unit = self
+            .unit
+            .as_deref()
+            .map(|u| format!(" {u}"))
+            .unwrap_or_default();
         Some(format!("{}/{}{unit}", number(done), number(total)))
     }
 }

@@ -15,13 +15,11 @@
 //!   line and never adds a database message or falls back to anything.
 
 use std::collections::VecDeque;
-use std::fmt;
 
 use protocol::generated::types::{
     ContentReference, Control, PageCollection, RunListRow, RunView, ViewPage,
 };
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 
 /// Whether the server can be reached, in the source's own words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +41,10 @@ pub enum Availability {
 pub enum SourceEvent {
     /// The complete run list at one revision (the source assembled every
     /// page), newest first as the server orders it.
-    RunList { revision: u64, rows: Vec<RunListRow> },
+    RunList {
+        revision: u64,
+        rows: Vec<RunListRow>,
+    },
     /// The complete current view of a watched run (snapshot plus patches,
     /// folded by the source); its revision is `view.revision`.
     RunView(Box<RunView>),
@@ -126,53 +127,31 @@ pub trait Source {
     fn try_next(&mut self) -> Option<SourceEvent>;
 }
 
-/// Why content failed verification.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ContentError {
-    /// The bytes are not as long as the reference says.
-    Length { expected: u64, got: u64 },
-    /// The bytes' digest is not the reference's.
-    Digest,
-}
-
-impl fmt::Display for ContentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Length { expected, got } => write!(
-                f,
-                "the content has {got} bytes but its reference says {expected}; it was not shown"
-            ),
-            Self::Digest => f.write_str(
-                "the content does not match its digest; it was not shown (read it again)",
-            ),
-        }
+/// Reads `bytes` as the content behind `reference` the way the client
+/// library does (the protocol crate's [`Assembler`](protocol::content::Assembler):
+/// length and SHA-256 digest), as one part.
+pub fn verified(reference: &ContentReference, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
+    let reference =
+        serde_json::to_value(reference).map_err(|_| "a reference of another shape".to_owned())?;
+    let failed = |failure: protocol::content::ContentFailure| {
+        format!("{}; it was not shown", failure.message())
+    };
+    let mut assembler =
+        protocol::content::Assembler::new(&reference, None, u64::MAX).map_err(failed)?;
+    if assembler.next_request().is_some() {
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        assembler
+            .accept(protocol::content::Part {
+                reference: &reference,
+                offset: 0,
+                data: &data,
+                last: true,
+                digest: None,
+            })
+            .map_err(failed)?;
     }
-}
-
-/// `sha256:<64 lowercase hex>` of `bytes`.
-pub fn digest_text(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut text = String::with_capacity(71);
-    text.push_str("sha256:");
-    for byte in digest {
-        text.push_str(&format!("{byte:02x}"));
-    }
-    text
-}
-
-/// Checks assembled content against its reference (length and digest).
-pub fn verify_content(reference: &ContentReference, bytes: &[u8]) -> Result<(), ContentError> {
-    let expected = reference.bytes.get();
-    if bytes.len() as u64 != expected {
-        return Err(ContentError::Length {
-            expected,
-            got: bytes.len() as u64,
-        });
-    }
-    if digest_text(bytes) != reference.digest.as_str() {
-        return Err(ContentError::Digest);
-    }
-    Ok(())
+    assembler.finish().map_err(failed)
 }
 
 /// A source for tests and offline documents: events are queued by the
@@ -215,12 +194,12 @@ impl FakeSource {
                 let found = self
                     .contents
                     .iter()
-                    .find(|bytes| digest_text(bytes) == reference.digest.as_str())
+                    .find(|bytes| {
+                        protocol::content::digest_text(bytes) == reference.digest.as_str()
+                    })
                     .cloned();
                 let result = match found {
-                    Some(bytes) => verify_content(reference, &bytes)
-                        .map(|()| bytes)
-                        .map_err(|error| error.to_string()),
+                    Some(bytes) => verified(reference, &bytes),
                     None => Err("the server no longer has this content; it was not shown".into()),
                 };
                 self.events.push_back(SourceEvent::Content {
@@ -279,6 +258,7 @@ impl Source for FakeSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::content::digest_text;
 
     fn reference(bytes: &[u8]) -> ContentReference {
         serde_json::from_value(serde_json::json!({
@@ -290,15 +270,9 @@ mod tests {
     #[test]
     fn content_is_verified_by_length_and_digest() {
         let good = reference(b"hello");
-        assert_eq!(verify_content(&good, b"hello"), Ok(()));
-        assert_eq!(
-            verify_content(&good, b"hell"),
-            Err(ContentError::Length {
-                expected: 5,
-                got: 4
-            })
-        );
-        assert_eq!(verify_content(&good, b"jello"), Err(ContentError::Digest));
+        assert_eq!(verified(&good, b"hello"), Ok(b"hello".to_vec()));
+        assert!(verified(&good, b"hell").is_err());
+        assert!(verified(&good, b"jello").is_err());
     }
 
     #[test]
@@ -312,8 +286,10 @@ mod tests {
             reference: lying,
         });
         match fake.try_next() {
-            Some(SourceEvent::Content { result: Err(line), .. }) => {
-                assert!(line.contains("reference says 4"), "{line}")
+            Some(SourceEvent::Content {
+                result: Err(line), ..
+            }) => {
+                assert!(line.contains("not shown"), "{line}")
             }
             other => panic!("{other:?}"),
         }

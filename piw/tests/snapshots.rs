@@ -31,7 +31,10 @@ fn runs_harness() -> Harness {
 #[test]
 fn run_list_empty() {
     let mut harness = Harness::new(None, 1_800_000_000_000);
-    harness.event(SourceEvent::RunList { revision: 0, rows: Vec::new() });
+    harness.event(SourceEvent::RunList {
+        revision: 0,
+        rows: Vec::new(),
+    });
     both("runs_empty", &mut harness);
 }
 
@@ -91,12 +94,18 @@ fn run_detail_paused() {
 
 #[test]
 fn run_detail_ambiguous() {
-    both("detail_ambiguous", &mut run_harness("ambiguous", "ambiguous"));
+    both(
+        "detail_ambiguous",
+        &mut run_harness("ambiguous", "ambiguous"),
+    );
 }
 
 #[test]
 fn run_detail_waiting_on_a_checkpoint() {
-    both("detail_checkpoint", &mut run_harness("checkpoint", "checkpoint"));
+    both(
+        "detail_checkpoint",
+        &mut run_harness("checkpoint", "checkpoint"),
+    );
 }
 
 #[test]
@@ -112,7 +121,13 @@ fn inspector_tabs() {
     let mut harness = run_harness("pipeline", "pipeline");
     let run_id = harness.app.run.as_ref().unwrap().run_id.clone();
     harness.source.pages.push((run_id, transitions_page()));
-    for (key, name) in [('1', "attempts"), ('3', "updates"), ('4', "trace"), ('5', "session"), ('6', "info")] {
+    for (key, name) in [
+        ('1', "attempts"),
+        ('3', "updates"),
+        ('4', "trace"),
+        ('5', "session"),
+        ('6', "info"),
+    ] {
         harness.key(KeyCode::Char(key));
         snapshot(&format!("tab_{name}.120x40"), &harness.render(120, 40));
     }
@@ -166,7 +181,8 @@ fn unavailable_and_version_mismatch_lines() {
     // A run on screen when the server goes away stays, labelled disconnected.
     let mut harness = run_harness("pipeline", "pipeline");
     harness.event(SourceEvent::Availability(Availability::Unavailable(
-        "piw: the pi-workflows server is not running; start it with `pi-workflows server start`".into(),
+        "piw: the pi-workflows server is not running; start it with `pi-workflows server start`"
+            .into(),
     )));
     snapshot("detail_disconnected.80x24", &harness.render(80, 24));
 }

@@ -79,7 +79,10 @@ struct Window {
 
 impl Window {
     fn to_screen(&self, (x, y): (i32, i32)) -> (i32, i32) {
-        (x - self.origin.0 + self.rect.x as i32, y - self.origin.1 + self.rect.y as i32)
+        (
+            x - self.origin.0 + self.rect.x as i32,
+            y - self.origin.1 + self.rect.y as i32,
+        )
     }
 
     fn contains_layout(&self, (x, y): (i32, i32)) -> bool {
@@ -95,15 +98,34 @@ impl Window {
 pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let theme = app.theme;
     let focused = app.focus == Focus::Graph;
-    let mut title = format!(" graph · {} · {} ", app.density.word(), if app.follow { "follow" } else { "free" });
+    let mut title = format!(
+        " graph · {} · {} ",
+        app.density.word(),
+        if app.follow { "follow" } else { "free" }
+    );
     if !app.replay.live {
-        title.push_str(&format!("· replay step {}/{} ", app.steps_shown(), app.run.as_ref().map_or(0, |r| r.model.steps.len())));
+        title.push_str(&format!(
+            "· replay step {}/{} ",
+            app.steps_shown(),
+            app.run.as_ref().map_or(0, |r| r.model.steps.len())
+        ));
     }
     let block = Block::default()
         .borders(Borders::ALL)
         .border_type(BorderType::Rounded)
-        .border_style(if focused { theme.accent() } else { theme.border() })
-        .title(Span::styled(title, if focused { theme.accent() } else { theme.text() }));
+        .border_style(if focused {
+            theme.accent()
+        } else {
+            theme.border()
+        })
+        .title(Span::styled(
+            title,
+            if focused {
+                theme.accent()
+            } else {
+                theme.text()
+            },
+        ));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     app.hits.push((inner, Hit::Graph));
@@ -117,19 +139,44 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let mut pan = app.pan;
     let Some(run) = app.run.as_mut() else { return };
     if run.view.is_none() {
-        let text = run.missing.clone().unwrap_or_else(|| "loading the run view…".into());
-        put(frame.buffer_mut(), inner, inner.x as i32 + 1, inner.y as i32, &fit(&text, inner.width as usize), theme.dim());
+        let text = run
+            .missing
+            .clone()
+            .unwrap_or_else(|| "loading the run view…".into());
+        put(
+            frame.buffer_mut(),
+            inner,
+            inner.x as i32 + 1,
+            inner.y as i32,
+            &fit(&text, inner.width as usize),
+            theme.dim(),
+        );
         return;
     }
-    let Some(layout) = run.layout(density).cloned() else { return };
+    let Some(layout) = run.layout(density).cloned() else {
+        return;
+    };
     let view = run.view.as_deref().expect("checked above");
     if view.nodes.is_empty() {
-        put(frame.buffer_mut(), inner, inner.x as i32 + 1, inner.y as i32, "the run has no graph nodes yet", theme.dim());
+        put(
+            frame.buffer_mut(),
+            inner,
+            inner.x as i32 + 1,
+            inner.y as i32,
+            "the run has no graph nodes yet",
+            theme.dim(),
+        );
         return;
     }
     // Where the window is.
     let (w, h) = (inner.width as i32, inner.height as i32);
-    let centre_on = if center_selected { inspected.clone() } else if follow { follow_node.clone() } else { None };
+    let centre_on = if center_selected {
+        inspected.clone()
+    } else if follow {
+        follow_node.clone()
+    } else {
+        None
+    };
     let centre_on = centre_on
         .and_then(|id| run.model.index.get(&id).copied())
         .and_then(|i| layout.centre(i));
@@ -138,7 +185,11 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     }
     let fit_x = layout.width <= w;
     let fit_y = layout.height <= h;
-    pan.0 = if fit_x { (layout.width - w) / 2 } else { pan.0.clamp(-w / 2, layout.width - w / 2) };
+    pan.0 = if fit_x {
+        (layout.width - w) / 2
+    } else {
+        pan.0.clamp(-w / 2, layout.width - w / 2)
+    };
     pan.1 = if fit_y {
         0
     } else if centre_on.is_some() {
@@ -147,11 +198,15 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     } else {
         pan.1.clamp(-h / 2, layout.height - h / 2)
     };
-    let window = Window { rect: inner, origin: pan };
+    let window = Window {
+        rect: inner,
+        origin: pan,
+    };
 
     let ids: Vec<&str> = view.nodes.iter().map(|n| n.id.as_str()).collect();
     let taken: BTreeSet<(String, String)> = run.model.taken_edges(view, steps_shown);
-    let is_taken = |route: &Route| taken.contains(&(ids[route.from].to_owned(), ids[route.to].to_owned()));
+    let is_taken =
+        |route: &Route| taken.contains(&(ids[route.from].to_owned(), ids[route.to].to_owned()));
 
     // Edges: a direction mask and a style per visible cell.
     let mut masks = vec![0u8; (w * h).max(0) as usize];
@@ -211,15 +266,33 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
             && window.contains_layout(end)
         {
             let (sx, sy) = window.to_screen(end);
-            let style = if is_taken(route) { theme.path() } else { theme.border() };
+            let style = if is_taken(route) {
+                theme.path()
+            } else {
+                theme.border()
+            };
             put(buf, inner, sx, sy, "▼", style);
         }
     }
     for label in &layout.labels {
         let (sx, sy) = window.to_screen((label.x, label.y));
-        let taken_here = layout.routes.iter().any(|r| r.points.last() == Some(&(label.x - 2, label.y)) && is_taken(r));
-        let style = if taken_here { theme.path() } else { theme.dim() };
-        put(buf, inner, sx, sy, &fit(&label.text, label.max_width.max(0) as usize), style);
+        let taken_here = layout
+            .routes
+            .iter()
+            .any(|r| r.points.last() == Some(&(label.x - 2, label.y)) && is_taken(r));
+        let style = if taken_here {
+            theme.path()
+        } else {
+            theme.dim()
+        };
+        put(
+            buf,
+            inner,
+            sx,
+            sy,
+            &fit(&label.text, label.max_width.max(0) as usize),
+            style,
+        );
     }
     // The switch expression beside a switch's stem (when the definition
     // is known): `on $result.outcome`.
@@ -232,7 +305,17 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
                 let x = card.x + layout.size.width / 2 + 2;
                 let y = card.y + layout.size.height;
                 let (sx, sy) = window.to_screen((x, y));
-                put(buf, inner, sx, sy, &fit(&format!("on {}", on.as_str()), (layout.size.width - 2) as usize), theme.dim().add_modifier(Modifier::ITALIC));
+                put(
+                    buf,
+                    inner,
+                    sx,
+                    sy,
+                    &fit(
+                        &format!("on {}", on.as_str()),
+                        (layout.size.width - 2) as usize,
+                    ),
+                    theme.dim().add_modifier(Modifier::ITALIC),
+                );
             }
         }
     }
@@ -242,7 +325,11 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let mut hits = Vec::new();
     for card in &layout.cards {
         let (sx, sy) = window.to_screen((card.x, card.y));
-        if sx + size.width <= inner.x as i32 || sx >= (inner.x + inner.width) as i32 || sy + size.height <= inner.y as i32 || sy >= (inner.y + inner.height) as i32 {
+        if sx + size.width <= inner.x as i32
+            || sx >= (inner.x + inner.width) as i32
+            || sy + size.height <= inner.y as i32
+            || sy >= (inner.y + inner.height) as i32
+        {
             continue;
         }
         let node = &view.nodes[card.node];
@@ -262,15 +349,25 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
             CardStatus::Display(s) => theme.status(s),
             CardStatus::Node(s) => theme.node(s),
         };
-        let border_style = if replay_focus || selected { theme.accent() } else { style };
+        let border_style = if replay_focus || selected {
+            theme.accent()
+        } else {
+            style
+        };
         let has_out = layout.routes.iter().any(|r| r.from == card.node);
         let transition = run.topology.as_ref().and_then(|t| {
-            t.nodes.iter().find(|n| n.id.as_str() == id).and_then(|n| n.include_transition)
+            t.nodes
+                .iter()
+                .find(|n| n.id.as_str() == id)
+                .and_then(|n| n.include_transition)
         });
         let visits = if live {
             node.visits.get()
         } else {
-            run.model.steps[..steps_shown.min(run.model.steps.len())].iter().filter(|s| s.node_id.as_str() == id).count() as u64
+            run.model.steps[..steps_shown.min(run.model.steps.len())]
+                .iter()
+                .filter(|s| s.node_id.as_str() == id)
+                .count() as u64
         };
         draw_card(
             buf,
@@ -290,7 +387,9 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
                 visits,
                 transition,
                 attempt: facts.attempt,
-                took: facts.started_ms.map(|start| duration(facts.finished_ms.unwrap_or(now).saturating_sub(start))),
+                took: facts
+                    .started_ms
+                    .map(|start| duration(facts.finished_ms.unwrap_or(now).saturating_sub(start))),
                 progress: facts.progress.clone(),
                 has_out,
                 size,
@@ -302,7 +401,15 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         let x1 = clip(sx + size.width, inner.x, inner.width);
         let y1 = clip(sy + size.height, inner.y, inner.height);
         if x1 > x0 && y1 > y0 {
-            hits.push((Rect { x: x0, y: y0, width: x1 - x0, height: y1 - y0 }, Hit::Node(id.to_owned())));
+            hits.push((
+                Rect {
+                    x: x0,
+                    y: y0,
+                    width: x1 - x0,
+                    height: y1 - y0,
+                },
+                Hit::Node(id.to_owned()),
+            ));
         }
     }
     app.hits.extend(hits);
@@ -342,7 +449,25 @@ pub(crate) fn display_id(id: &str) -> String {
 }
 
 fn draw_card(buf: &mut Buffer, clip: Rect, theme: &Theme, card: CardDraw<'_>) {
-    let CardDraw { x, y, density, id, status, node_type, style, border_style, selected, replay_focus, visits, attempt, took, progress, has_out, size, transition } = card;
+    let CardDraw {
+        x,
+        y,
+        density,
+        id,
+        status,
+        node_type,
+        style,
+        border_style,
+        selected,
+        replay_focus,
+        visits,
+        attempt,
+        took,
+        progress,
+        has_out,
+        size,
+        transition,
+    } = card;
     let label = display_id(id);
     let id = label.as_str();
     let (w, h) = (size.width, size.height);
@@ -353,19 +478,34 @@ fn draw_card(buf: &mut Buffer, clip: Rect, theme: &Theme, card: CardDraw<'_>) {
         put(buf, clip, x, y + row, &" ".repeat(w as usize), theme.text());
     }
     let glyph = if replay_focus { "◆" } else { status.glyph() };
-    let label_style = if replay_focus || selected { theme.accent() } else { theme.text().add_modifier(Modifier::BOLD) };
+    let label_style = if replay_focus || selected {
+        theme.accent()
+    } else {
+        theme.text().add_modifier(Modifier::BOLD)
+    };
     match density {
         Density::Box => {
             let top_title = match transition {
-                Some(protocol::generated::types::IncludeTransition::Entry) => format!(" ↘ include · {} ", type_word(node_type)),
-                Some(protocol::generated::types::IncludeTransition::Exit) => format!(" ↗ exit · {} ", type_word(node_type)),
+                Some(protocol::generated::types::IncludeTransition::Entry) => {
+                    format!(" ↘ include · {} ", type_word(node_type))
+                }
+                Some(protocol::generated::types::IncludeTransition::Exit) => {
+                    format!(" ↗ exit · {} ", type_word(node_type))
+                }
                 None => format!(" {} {} ", type_glyph(node_type), type_word(node_type)),
             };
             let rest = inner_w.saturating_sub(width(&top_title) + 1);
             put(buf, clip, x, y, b[0], border_style);
             put(buf, clip, x + 1, y, b[4], border_style);
             put(buf, clip, x + 2, y, &top_title, border_style);
-            put(buf, clip, x + 2 + width(&top_title) as i32, y, &b[4].repeat(rest), border_style);
+            put(
+                buf,
+                clip,
+                x + 2 + width(&top_title) as i32,
+                y,
+                &b[4].repeat(rest),
+                border_style,
+            );
             put(buf, clip, x + w - 1, y, b[1], border_style);
             for row in 1..h - 1 {
                 put(buf, clip, x, y + row, b[5], border_style);
@@ -376,12 +516,25 @@ fn draw_card(buf: &mut Buffer, clip: Rect, theme: &Theme, card: CardDraw<'_>) {
             put(buf, clip, x + 1, y + h - 1, &bottom, border_style);
             put(buf, clip, x + w - 1, y + h - 1, b[3], border_style);
             if has_out {
-                let tee = if status.is_running() { "┳" } else if selected { "╦" } else { "┬" };
+                let tee = if status.is_running() {
+                    "┳"
+                } else if selected {
+                    "╦"
+                } else {
+                    "┬"
+                };
                 put(buf, clip, x + w / 2, y + h - 1, tee, border_style);
             }
             // Line 1: glyph and hierarchical id.
             put(buf, clip, x + 2, y + 1, glyph, style);
-            put(buf, clip, x + 4, y + 1, &fit_left(id, inner_w - 4), label_style);
+            put(
+                buf,
+                clip,
+                x + 4,
+                y + 1,
+                &fit_left(id, inner_w - 4),
+                label_style,
+            );
             // Line 2: state, attempt, visits, time.
             let mut facts = vec![status.word().to_owned()];
             if attempt > 1 {
@@ -393,18 +546,57 @@ fn draw_card(buf: &mut Buffer, clip: Rect, theme: &Theme, card: CardDraw<'_>) {
             if let Some(took) = took {
                 facts.push(took);
             }
-            put(buf, clip, x + 2, y + 2, &fit(&facts.join(" · "), inner_w - 2), style);
+            put(
+                buf,
+                clip,
+                x + 2,
+                y + 2,
+                &fit(&facts.join(" · "), inner_w - 2),
+                style,
+            );
             // Line 3: progress.
             if let Some(progress) = progress {
-                let count = progress.count().or(progress.label.clone()).or(progress.status.clone()).unwrap_or_default();
+                let count = progress
+                    .count()
+                    .or(progress.label.clone())
+                    .or(progress.status.clone())
+                    .unwrap_or_default();
                 let bar_w = (inner_w as i32 - 3 - width(&count) as i32).clamp(0, 10) as usize;
                 if let Some(fraction) = progress.fraction().filter(|_| bar_w >= 3) {
                     let filled = (fraction * bar_w as f64).round() as usize;
-                    put(buf, clip, x + 2, y + 3, &"█".repeat(filled), theme.fg(theme.running));
-                    put(buf, clip, x + 2 + filled as i32, y + 3, &"░".repeat(bar_w - filled), theme.dim());
-                    put(buf, clip, x + 3 + bar_w as i32, y + 3, &fit(&count, inner_w - bar_w - 2), theme.text());
+                    put(
+                        buf,
+                        clip,
+                        x + 2,
+                        y + 3,
+                        &"█".repeat(filled),
+                        theme.fg(theme.running),
+                    );
+                    put(
+                        buf,
+                        clip,
+                        x + 2 + filled as i32,
+                        y + 3,
+                        &"░".repeat(bar_w - filled),
+                        theme.dim(),
+                    );
+                    put(
+                        buf,
+                        clip,
+                        x + 3 + bar_w as i32,
+                        y + 3,
+                        &fit(&count, inner_w - bar_w - 2),
+                        theme.text(),
+                    );
                 } else {
-                    put(buf, clip, x + 2, y + 3, &fit(&count, inner_w - 2), theme.text());
+                    put(
+                        buf,
+                        clip,
+                        x + 2,
+                        y + 3,
+                        &fit(&count, inner_w - 2),
+                        theme.text(),
+                    );
                 }
             }
         }
@@ -418,10 +610,20 @@ fn draw_card(buf: &mut Buffer, clip: Rect, theme: &Theme, card: CardDraw<'_>) {
             put(buf, clip, x + 1, y + 2, &b[4].repeat(inner_w), border_style);
             put(buf, clip, x + w - 1, y + 2, b[3], border_style);
             if has_out {
-                let tee = if status.is_running() { "┳" } else if selected { "╦" } else { "┬" };
+                let tee = if status.is_running() {
+                    "┳"
+                } else if selected {
+                    "╦"
+                } else {
+                    "┬"
+                };
                 put(buf, clip, x + w / 2, y + 2, tee, border_style);
             }
-            let tail = if visits > 1 { format!("×{visits}") } else { String::new() };
+            let tail = if visits > 1 {
+                format!("×{visits}")
+            } else {
+                String::new()
+            };
             let id_w = inner_w.saturating_sub(4 + width(&tail) + usize::from(!tail.is_empty()));
             put(buf, clip, x + 1, y + 1, glyph, style);
             let glyph = match transition {
@@ -432,7 +634,14 @@ fn draw_card(buf: &mut Buffer, clip: Rect, theme: &Theme, card: CardDraw<'_>) {
             put(buf, clip, x + 3, y + 1, glyph, theme.dim());
             put(buf, clip, x + 5, y + 1, &fit_left(id, id_w), label_style);
             if !tail.is_empty() {
-                put(buf, clip, x + w - 1 - width(&tail) as i32, y + 1, &tail, style);
+                put(
+                    buf,
+                    clip,
+                    x + w - 1 - width(&tail) as i32,
+                    y + 1,
+                    &tail,
+                    style,
+                );
             }
         }
     }

@@ -38,7 +38,12 @@ pub(super) fn draw_runs(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         Span::styled(" piw ", theme.accent()),
         Span::styled("runs ", theme.text().add_modifier(Modifier::BOLD)),
         Span::styled(
-            format!("· {} of {} · {}", visible.len(), app.rows.len(), filter_words(app)),
+            format!(
+                "· {} of {} · {}",
+                visible.len(),
+                app.rows.len(),
+                filter_words(app)
+            ),
             theme.text(),
         ),
     ];
@@ -58,7 +63,7 @@ pub(super) fn draw_runs(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let updated_w = 9;
     let workflow_w = 16.min(cells.saturating_sub(40)).max(8);
     let fixed = 3 + status_w + 1 + workflow_w + 1 + updated_w + 1;
-    let run_w = cells.saturating_sub(fixed + 1).min(40).max(10);
+    let run_w = cells.saturating_sub(fixed + 1).clamp(10, 40);
     let title_w = cells.saturating_sub(fixed + run_w + 2);
     let header = format!(
         "   {}{} {} {}{}",
@@ -90,7 +95,10 @@ pub(super) fn draw_runs(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         } else if app.rows.is_empty() {
             "   No runs yet. Start one with `pi-workflows start <workflow>`.".to_owned()
         } else {
-            format!("   No runs match {} (c clears the filters).", filter_words(app))
+            format!(
+                "   No runs match {} (c clears the filters).",
+                filter_words(app)
+            )
         };
         lines.push(Line::styled(fit(&text, cells), theme.dim()));
     }
@@ -158,7 +166,11 @@ pub(super) fn draw_runs(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     );
     if let Some(row) = visible.get(cursor) {
         let display = &row.display;
-        let mut text = format!(" {} {}", status_glyph(display.status), status_word(display.status));
+        let mut text = format!(
+            " {} {}",
+            status_glyph(display.status),
+            status_word(display.status)
+        );
         if let Some(node) = display.current_node.as_deref() {
             text.push_str(&format!(" at {}", node.as_str()));
         } else if let Some(node) = display.waiting_on.as_deref() {
@@ -178,7 +190,10 @@ pub(super) fn draw_runs(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
             text.push_str(&format!(" · {}", single_line(reason.as_str())));
         }
         frame.render_widget(
-            Paragraph::new(Line::styled(fit(&text, cells), theme.status(display.status))),
+            Paragraph::new(Line::styled(
+                fit(&text, cells),
+                theme.status(display.status),
+            )),
             Rect {
                 y: detail_y + 1,
                 height: 1,
@@ -212,8 +227,19 @@ pub(super) fn draw_browser(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let block = Block::default()
         .borders(Borders::ALL)
         .border_type(BorderType::Rounded)
-        .border_style(if focused { theme.accent() } else { theme.border() })
-        .title(Span::styled(" runs ", if focused { theme.accent() } else { theme.text() }));
+        .border_style(if focused {
+            theme.accent()
+        } else {
+            theme.border()
+        })
+        .title(Span::styled(
+            " runs ",
+            if focused {
+                theme.accent()
+            } else {
+                theme.text()
+            },
+        ));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let open = app.run.as_ref().map(|r| r.run_id.clone());
@@ -254,7 +280,11 @@ pub(super) fn draw_browser(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     }
     if visible.is_empty() {
         lines.push(Line::styled(
-            if app.rows_loaded { " no runs" } else { " loading…" },
+            if app.rows_loaded {
+                " no runs"
+            } else {
+                " loading…"
+            },
             theme.dim(),
         ));
     }

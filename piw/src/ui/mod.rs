@@ -62,11 +62,12 @@ fn unavailable_screen(frame: &mut Frame<'_>, app: &App, area: Rect, line: &str) 
     let lines = wrap(line, area.width.saturating_sub(4) as usize);
     let top = area.height.saturating_sub(lines.len() as u16 + 2) / 2;
     let mut text = vec![Line::styled("piw", theme.accent()), Line::raw("")];
-    text.extend(
-        lines
-            .into_iter()
-            .map(|l| Line::styled(l, theme.status(protocol::generated::types::DisplayStatus::Failed))),
-    );
+    text.extend(lines.into_iter().map(|l| {
+        Line::styled(
+            l,
+            theme.status(protocol::generated::types::DisplayStatus::Failed),
+        )
+    }));
     let rect = Rect {
         x: area.x + 2,
         y: area.y + top,
@@ -94,7 +95,9 @@ pub(crate) fn footer(frame: &mut Frame<'_>, app: &App, area: Rect, hints: &str) 
     let theme = app.theme;
     let (text, style) = if let Some((toast, _)) = &app.toast {
         (toast.clone(), theme.accent())
-    } else if let Some(line) = availability_line(app).filter(|_| app.availability != Availability::Connecting) {
+    } else if let Some(line) =
+        availability_line(app).filter(|_| app.availability != Availability::Connecting)
+    {
         line
     } else {
         (hints.to_owned(), theme.dim())
@@ -154,7 +157,9 @@ fn draw_run(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     } else {
         rows[2]
     };
-    let inspector_h = (body.height / 4).clamp(7, 16).min(body.height.saturating_sub(5));
+    let inspector_h = (body.height / 4)
+        .clamp(7, 16)
+        .min(body.height.saturating_sub(5));
     let main = Split::default()
         .direction(Direction::Vertical)
         .constraints([Constraint::Min(5), Constraint::Length(inspector_h)])
@@ -208,7 +213,10 @@ fn run_header(frame: &mut Frame<'_>, app: &App, area: Rect) {
     if let Some(title) = &view.title {
         left.push(Span::styled(format!("— {} ", title.as_str()), theme.text()));
     }
-    left.push(Span::styled(format!("· {}", view.run_id.as_str()), theme.dim()));
+    left.push(Span::styled(
+        format!("· {}", view.run_id.as_str()),
+        theme.dim(),
+    ));
     let activity = match view.display.activity {
         protocol::generated::types::Activity::None => None,
         protocol::generated::types::Activity::Starting => Some("starting"),
@@ -220,11 +228,15 @@ fn run_header(frame: &mut Frame<'_>, app: &App, area: Rect) {
     if let Some(activity) = activity {
         right.push(Span::styled(format!("{activity} · "), theme.text()));
     }
-    right.push(Span::styled(format!("rev {} ", view.revision.get()), theme.dim()));
+    right.push(Span::styled(
+        format!("rev {} ", view.revision.get()),
+        theme.dim(),
+    ));
     let (mode, style) = match (&app.availability, app.replay.live) {
-        (Availability::Unavailable(_) | Availability::VersionMismatch(_), _) => {
-            ("○ disconnected ", theme.status(protocol::generated::types::DisplayStatus::Failed))
-        }
+        (Availability::Unavailable(_) | Availability::VersionMismatch(_), _) => (
+            "○ disconnected ",
+            theme.status(protocol::generated::types::DisplayStatus::Failed),
+        ),
         (_, true) => ("● live ", theme.path()),
         (_, false) => ("◆ replay ", theme.accent()),
     };
@@ -270,7 +282,12 @@ fn controls_row(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         .reason
         .as_deref()
         .map(|r| r.as_str().to_owned())
-        .or_else(|| view.display.reason_notice.as_deref().map(|r| r.as_str().to_owned()));
+        .or_else(|| {
+            view.display
+                .reason_notice
+                .as_deref()
+                .map(|r| r.as_str().to_owned())
+        });
     if let Some(reason) = reason {
         let room = (area.x + area.width).saturating_sub(x + 3) as usize;
         spans.push(Span::styled("· ", theme.dim()));
@@ -309,8 +326,14 @@ pub const HELP: &[(&str, &str)] = &[
     (",", "theme picker (↑↓ preview, Enter keep, Esc restore)"),
     ("Enter / Esc", "open the run · back to the run list"),
     ("s / w / c", "run list: filter by status / workflow / clear"),
-    ("↑↓ PgUp PgDn", "move, page (list) · pan (graph) · scroll (inspector)"),
-    ("Tab / b", "focus browser → graph → inspector / show the browser"),
+    (
+        "↑↓ PgUp PgDn",
+        "move, page (list) · pan (graph) · scroll (inspector)",
+    ),
+    (
+        "Tab / b",
+        "focus browser → graph → inspector / show the browser",
+    ),
     ("arrows, hjkl", "pan the graph; 0 resets the pan"),
     ("f", "follow: centre the running or waiting node"),
     ("n / N", "select the next / previous node"),
@@ -321,8 +344,14 @@ pub const HELP: &[(&str, &str)] = &[
     ("{ / }", "slower / faster (1×, 2×, 5×, 10×)"),
     ("Home, g", "replay from the first step"),
     ("End, G, L", "rejoin live"),
-    ("p r x R a", "pause resume cancel restart answer (when offered)"),
-    ("mouse", "click rows, nodes, tabs, controls, timeline; drag pans"),
+    (
+        "p r x R a",
+        "pause resume cancel restart answer (when offered)",
+    ),
+    (
+        "mouse",
+        "click rows, nodes, tabs, controls, timeline; drag pans",
+    ),
 ];
 
 fn help(frame: &mut Frame<'_>, app: &App, area: Rect) {
@@ -381,7 +410,10 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
         _ => (format!("{} {workflow}?", spec.label), ""),
     };
     let mut lines = vec![
-        Line::styled(format!(" {question}"), theme.text().add_modifier(Modifier::BOLD)),
+        Line::styled(
+            format!(" {question}"),
+            theme.text().add_modifier(Modifier::BOLD),
+        ),
         Line::styled(format!(" run {run}"), theme.dim()),
     ];
     for part in wrap(consequence, inner_w.saturating_sub(2)) {
@@ -403,7 +435,10 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
             }
         }
         lines.push(Line::raw(""));
-        lines.push(Line::styled(" Enter send · Esc keep waiting", theme.accent()));
+        lines.push(Line::styled(
+            " Enter send · Esc keep waiting",
+            theme.accent(),
+        ));
     } else {
         lines.push(Line::styled(
             format!(" [y] {} · [n] keep as is", spec.label),
@@ -421,7 +456,10 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
     let title = format!("{} · confirm", spec.label);
     let rect = centred(area, inner_w as u16 + 2, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
-    frame.render_widget(Paragraph::new(lines).block(overlay_block(app, &title)), rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(overlay_block(app, &title)),
+        rect,
+    );
 }
 
 fn themes(frame: &mut Frame<'_>, app: &App, area: Rect, cursor: usize) {
@@ -431,11 +469,18 @@ fn themes(frame: &mut Frame<'_>, app: &App, area: Rect, cursor: usize) {
         .enumerate()
         .map(|(i, t)| {
             let marker = if i == cursor { "▸ " } else { "  " };
-            let style = if i == cursor { theme.selected() } else { theme.text() };
+            let style = if i == cursor {
+                theme.selected()
+            } else {
+                theme.text()
+            };
             Line::styled(format!(" {marker}{:<20}", t.name), style)
         })
         .collect();
     let rect = centred(area, 28, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
-    frame.render_widget(Paragraph::new(lines).block(overlay_block(app, "theme")), rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(overlay_block(app, "theme")),
+        rect,
+    );
 }

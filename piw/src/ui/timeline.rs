@@ -59,24 +59,61 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     }
     spans.extend(bar_spans);
     spans.push(Span::styled("│", theme.border()));
-    spans.push(Span::styled(live_label.clone(), if app.replay.live { theme.path() } else { theme.accent() }));
-    frame.render_widget(Paragraph::new(Line::from(spans)), Rect { height: 1, ..area });
-    app.hits.push((Rect { x: area.x, y: area.y, width: width(play) as u16, height: 1 }, Hit::PlayButton));
+    spans.push(Span::styled(
+        live_label.clone(),
+        if app.replay.live {
+            theme.path()
+        } else {
+            theme.accent()
+        },
+    ));
+    frame.render_widget(
+        Paragraph::new(Line::from(spans)),
+        Rect { height: 1, ..area },
+    );
+    app.hits.push((
+        Rect {
+            x: area.x,
+            y: area.y,
+            width: width(play) as u16,
+            height: 1,
+        },
+        Hit::PlayButton,
+    ));
     if bar_w > 0 && total > 0 {
         app.hits.push((
-            Rect { x: area.x + left_w as u16, y: area.y, width: bar_w as u16, height: 1 },
+            Rect {
+                x: area.x + left_w as u16,
+                y: area.y,
+                width: bar_w as u16,
+                height: 1,
+            },
             Hit::Timeline { total },
         ));
     }
     app.hits.push((
-        Rect { x: area.x + (left_w + bar_w + 1) as u16, y: area.y, width: width(&live_label) as u16, height: 1 },
+        Rect {
+            x: area.x + (left_w + bar_w + 1) as u16,
+            y: area.y,
+            width: width(&live_label) as u16,
+            height: 1,
+        },
         Hit::LiveButton,
     ));
     // Second line: where the cursor is.
-    let text = match app.run.as_ref().and_then(|run| run.model.steps.get(shown.checked_sub(1)?)) {
+    let text = match app
+        .run
+        .as_ref()
+        .and_then(|run| run.model.steps.get(shown.checked_sub(1)?))
+    {
         Some(step) => {
             let outcome = step.outcome.map_or("unfinished", outcome_word);
-            let attempt = step.attempts.iter().map(|a| a.attempt_number.get()).max().unwrap_or(1);
+            let attempt = step
+                .attempts
+                .iter()
+                .map(|a| a.attempt_number.get())
+                .max()
+                .unwrap_or(1);
             let mode = if app.replay.live { "live" } else { "replay" };
             format!(
                 " {mode} · step {shown}/{total} · {} · visit {} · try {attempt} · {} · {outcome}   [ ] step · space play · {{ }} speed",
@@ -89,6 +126,10 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     };
     frame.render_widget(
         Paragraph::new(Line::styled(fit(&text, area.width as usize), theme.dim())),
-        Rect { y: area.y + 1, height: 1, ..area },
+        Rect {
+            y: area.y + 1,
+            height: 1,
+            ..area
+        },
     );
 }

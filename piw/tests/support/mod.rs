@@ -82,7 +82,12 @@ pub struct Harness {
 impl Harness {
     pub fn new(explicit_run: Option<&str>, now_ms: u64) -> Self {
         let mut harness = Self {
-            app: App::new(Theme::default(), explicit_run.map(str::to_owned), "test", now_ms),
+            app: App::new(
+                Theme::default(),
+                explicit_run.map(str::to_owned),
+                "test",
+                now_ms,
+            ),
             source: FakeSource::new(),
         };
         harness.pump();
@@ -136,7 +141,10 @@ pub fn run_harness(fixture: &str, script: &str) -> Harness {
     let now = view.updated_at_ms.get() + 4_000;
     let mut harness = Harness::new(Some(view.run_id.as_str()), now);
     harness.source.contents.push(definition(script));
-    harness.event(SourceEvent::RunList { revision: 1, rows: run_rows() });
+    harness.event(SourceEvent::RunList {
+        revision: 1,
+        rows: run_rows(),
+    });
     harness.event(SourceEvent::RunView(Box::new(view)));
     harness
 }
@@ -145,7 +153,9 @@ pub fn run_harness(fixture: &str, script: &str) -> Harness {
 /// line per row, trailing spaces trimmed).
 pub fn render(app: &mut App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("a test terminal");
-    terminal.draw(|frame| piw::ui::draw(frame, app)).expect("drawn");
+    terminal
+        .draw(|frame| piw::ui::draw(frame, app))
+        .expect("drawn");
     let buffer = terminal.backend().buffer().clone();
     let mut out = String::new();
     for y in 0..buffer.area.height {
@@ -162,7 +172,9 @@ pub fn render(app: &mut App, width: u16, height: u16) -> String {
 /// Compares `screen` with `tests/snapshots/<name>.txt`; with
 /// `PIW_UPDATE_SNAPSHOTS=1` it writes the file instead.
 pub fn snapshot(name: &str, screen: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(format!("{name}.txt"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("{name}.txt"));
     if std::env::var_os("PIW_UPDATE_SNAPSHOTS").is_some_and(|v| v == "1") {
         std::fs::write(&path, screen).expect("snapshot written");
         return;
