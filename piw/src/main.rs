@@ -99,10 +99,6 @@ fn serve(bind: &str) -> Result<(), String> {
 }
 
 fn view(run_id: Option<String>, connect: Option<String>, theme: Theme) -> Result<(), String> {
-    use std::io::IsTerminal as _;
-    if !std::io::stdout().is_terminal() {
-        return Err("piw draws on a terminal; run it in one (use `pi-workflows view RUN_ID --json` for scripts)".into());
-    }
     let home = home()?;
     let mut options = ClientOptions::new(home);
     options.client_id = Some(pi_workflows_client::ids::client_id("piw"));
@@ -119,6 +115,10 @@ fn view(run_id: Option<String>, connect: Option<String>, theme: Theme) -> Result
     // once it runs, a lost server is a line on screen while it reconnects
     // (never starting one).
     probe(&options, connect.is_none(), unreachable.as_deref())?;
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return Err("piw draws on a terminal; run it in one (use `pi-workflows view RUN_ID --json` for scripts)".into());
+    }
     let key_prefix = pi_workflows_client::ids::client_id("piw-key");
     let app = App::new(theme, run_id, &key_prefix, piw::terminal::now_ms());
     let mut source = LiveSource::start(options, unreachable, || {});

@@ -3,6 +3,8 @@
 //! rendering and plain-text snapshots.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod live;
+
 use std::path::{Path, PathBuf};
 
 use piw::app::App;
