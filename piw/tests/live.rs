@@ -1,5 +1,6 @@
 //! piw against the real server: the TUI in a real tmux (open, navigate,
-//! pause and resume through keys, resize, clean exit), controls parity
+//! pause and resume through keys, resize, clean exit; run under strace,
+//! it never opens `state.sqlite`), controls parity
 //! with the CLI's `view --json` and the Rust client after every control,
 //! the remote path through `piw serve` with reconnect, and the one-line
 //! errors. Needs `cargo build -p server` and tmux.
@@ -128,10 +129,21 @@ fn tmux_open_navigate_pause_and_resume_through_keys() {
     let run = server.start("paused");
     wait_running_at(&server, &run, "long");
 
+    // piw runs under strace: every file it opens is recorded.
+    let trace = server.dir.path().join("piw.opens");
     let tmux = Tmux::start(
         server.dir.path(),
         &server.env(),
-        &[piw().to_str().unwrap()],
+        &[
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=open,openat,openat2",
+            "-o",
+            trace.to_str().unwrap(),
+            piw().to_str().unwrap(),
+        ],
         120,
         32,
     );
@@ -204,6 +216,19 @@ fn tmux_open_navigate_pause_and_resume_through_keys() {
         !after.contains("piw runs"),
         "the alternate screen was left: {after}"
     );
+
+    // No piw code path opened the state database (the server did).
+    let opens = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        opens.lines().count() > 5,
+        "the trace recorded piw's opens: {opens}"
+    );
+    assert!(server.home().join("state.sqlite").is_file());
+    let database: Vec<&str> = opens
+        .lines()
+        .filter(|line| line.contains("state.sqlite"))
+        .collect();
+    assert!(database.is_empty(), "piw opened the database: {database:?}");
 }
 
 #[test]
