@@ -151,10 +151,7 @@ fn tmux_open_navigate_pause_and_resume_through_keys() {
         s.contains(&run) && s.contains(&done) && s.contains("piw runs · 2 of 2")
     });
     // Newest first: the stalled run is on the cursor; go down and back.
-    assert!(
-        list.contains(&format!("▸ ◐ running     long-job")),
-        "{list}"
-    );
+    assert!(list.contains("▸ ◐ running     long-job"), "{list}");
     tmux.keys(&["Down"]);
     tmux.wait_screen("the cursor on the completed run", |s| {
         s.lines()
@@ -207,6 +204,11 @@ fn tmux_open_navigate_pause_and_resume_through_keys() {
     // (the alternate screen is gone, piw's drawing with it).
     tmux.keys(&["Escape"]);
     tmux.wait_screen("the run list", |s| s.contains("piw runs · 2 of 2"));
+    // The list is live: a new run appears without a key.
+    let third = server.start("linear");
+    tmux.wait_screen("the new run listed", |s| {
+        s.contains("piw runs · 3 of 3") && s.contains(&third)
+    });
     tmux.keys(&["q"]);
     wait_for("piw to exit", Duration::from_secs(10), || {
         tmux.exited().then_some(())
@@ -290,41 +292,49 @@ fn piw_output(server: &Server, args: &[&str], env: &[(&str, &str)]) -> (bool, St
     )
 }
 
+/// piw's arguments, extra environment, and what its one line says.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn an_unreachable_server_is_one_line_with_what_to_do() {
     let server = Server::started();
     let home = server.dir.path().join("elsewhere");
     let home = home.to_str().unwrap();
-    // No server, and no pi-workflows to start one: the install line.
-    let (ok, stderr) = piw_output(
-        &server,
-        &[],
-        &[
-            ("PI_WORKFLOWS_HOME", home),
-            ("PI_WORKFLOWS_BIN", "/nonexistent/pi-workflows"),
-        ],
-    );
-    assert!(!ok);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("check that pi-workflows is installed"),
-        "{stderr}"
-    );
-    // A relay that is not there: how to start one.
-    let (ok, stderr) = piw_output(&server, &["--connect", "ws://127.0.0.1:9/ws"], &[]);
-    assert!(!ok);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("start `piw serve`"), "{stderr}");
-    // A relay whose server is not running: the start instruction.
     let empty = Server::started();
     let relay = RelayProcess::start(&empty, "127.0.0.1:0");
     drop(empty);
-    let (ok, stderr) = piw_output(&server, &["--connect", &relay.url()], &[]);
-    assert!(!ok);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("pi-workflows server start"), "{stderr}");
-    for line in [&stderr] {
-        assert!(!line.to_lowercase().contains("sqlite") && !line.contains("database"));
+    let cases: [Case<'_>; 3] = [
+        // No server, and no pi-workflows to start one: the install line.
+        (
+            &[],
+            &[
+                ("PI_WORKFLOWS_HOME", home),
+                ("PI_WORKFLOWS_BIN", "/nonexistent/pi-workflows"),
+            ],
+            "check that pi-workflows is installed",
+        ),
+        // A relay that is not there: how to start one.
+        (
+            &["--connect", "ws://127.0.0.1:9/ws"],
+            &[],
+            "start `piw serve`",
+        ),
+        // A relay whose server is not running: the start instruction.
+        (
+            &["--connect", &relay.url()],
+            &[],
+            "start it with `pi-workflows server start`",
+        ),
+    ];
+    for (args, env, says) in cases {
+        let (ok, stderr) = piw_output(&server, args, env);
+        assert!(!ok, "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            !stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"),
+            "{stderr}"
+        );
     }
 }
 
