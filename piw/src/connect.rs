@@ -4,20 +4,18 @@
 //! Invariants:
 //! - Each dial opens one WebSocket, so one client connection is one relay
 //!   connection is one server-socket connection. The bridge between the
-//!   WebSocket and the client's NDJSON transport turns one message into
-//!   one frame (the bytes plus `\n`) and one frame into one message (the
-//!   bytes without it); nothing is re-encoded.
+//!   WebSocket and the client's NDJSON transport is the relay's own
+//!   [`pump`](crate::relay::pump): one message is one frame (the bytes plus
+//!   `\n`), one frame is one message (the bytes without it); nothing is
+//!   re-encoded.
 //! - When the WebSocket ends, the transport ends: the client sees a lost
 //!   connection, dials again with its backoff and restores the run list
 //!   and the selected run from the revision it holds.
 //! - A refused dial is one line: the relay's own reason (for example that
 //!   the server is not running) or how to reach a relay.
 
-use futures_util::{SinkExt as _, StreamExt as _};
 use pi_workflows_client::{ClientError, DialFuture, Dialer};
-use tokio::io::AsyncWriteExt as _;
-use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
-use tokio_util::codec::FramedRead;
+use tokio_tungstenite::tungstenite;
 
 /// Bytes buffered between the WebSocket and the client.
 const BRIDGE_BYTES: usize = 256 * 1024;
@@ -81,48 +79,10 @@ async fn dial(
         Err(_) => return Err(ClientError::Unavailable),
     };
     let (ours, theirs) = tokio::io::duplex(BRIDGE_BYTES);
-    tokio::spawn(bridge(socket, theirs));
+    let (read, write) = tokio::io::split(theirs);
+    tokio::spawn(crate::relay::pump(socket, read, write));
     let (read, write) = tokio::io::split(ours);
     Ok((Box::new(read), Box::new(write)))
-}
-
-/// Moves frames between the WebSocket and the client's end of the pipe
-/// until either ends.
-async fn bridge(
-    mut socket: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-    pipe: tokio::io::DuplexStream,
-) {
-    let (read, mut write) = tokio::io::split(pipe);
-    let mut frames = FramedRead::new(read, protocol::FrameCodec::new());
-    loop {
-        tokio::select! {
-            message = socket.next() => {
-                let bytes = match message {
-                    Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
-                    Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => break,
-                };
-                let mut framed = bytes;
-                framed.push(b'\n');
-                if write.write_all(&framed).await.is_err() {
-                    break;
-                }
-            }
-            frame = frames.next() => {
-                let Some(Ok(frame)) = frame else { break };
-                let content = &frame[..frame.len().saturating_sub(1)];
-                let Ok(text) = std::str::from_utf8(content) else { break };
-                if socket.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = socket.close(None).await;
-    let _ = write.shutdown().await;
 }
 
 #[cfg(test)]

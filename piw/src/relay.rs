@@ -139,17 +139,34 @@ async fn relay_one(stream: TcpStream, socket: PathBuf) {
     let config = WebSocketConfig::default()
         .max_message_size(Some(2 * MAX_FRAME_BYTES))
         .max_frame_size(Some(2 * MAX_FRAME_BYTES));
-    let Ok(mut socket_ws) =
+    let Ok(socket_ws) =
         tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await
     else {
         return;
     };
     let Ok(server) = server else { return };
-    let (read, mut write) = server.into_split();
+    let (read, write) = server.into_split();
+    pump(socket_ws, read, write).await;
+}
+
+/// Moves frames between a WebSocket and an NDJSON byte stream until either
+/// ends, then ends the other: each WebSocket message, checked with
+/// [`check_message`] (a bad one closes the WebSocket with its reason), is
+/// written as that frame plus `\n`; each frame read is sent as one text
+/// message of the same bytes without the `\n`. `piw serve` pumps between a
+/// WebSocket and the server socket, `piw --connect` between its WebSocket
+/// and the client's transport.
+pub async fn pump<S>(
+    mut socket: tokio_tungstenite::WebSocketStream<S>,
+    read: impl tokio::io::AsyncRead + Unpin,
+    mut write: impl tokio::io::AsyncWrite + Unpin,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut frames = FramedRead::new(read, protocol::FrameCodec::new());
     loop {
         tokio::select! {
-            message = socket_ws.next() => {
+            message = socket.next() => {
                 let bytes = match message {
                     Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
                     Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
@@ -158,7 +175,7 @@ async fn relay_one(stream: TcpStream, socket: PathBuf) {
                 };
                 if let Err((code, reason)) = check_message(&bytes) {
                     let frame = CloseFrame { code, reason: Utf8Bytes::from(reason) };
-                    let _ = socket_ws.close(Some(frame)).await;
+                    let _ = socket.close(Some(frame)).await;
                     break;
                 }
                 let mut framed = bytes;
@@ -171,15 +188,15 @@ async fn relay_one(stream: TcpStream, socket: PathBuf) {
                 let Some(Ok(frame)) = frame else { break };
                 let content = &frame[..frame.len().saturating_sub(1)];
                 let Ok(text) = std::str::from_utf8(content) else { break };
-                if socket_ws.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
+                if socket.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
                     break;
                 }
             }
         }
     }
-    // Either side ended: end the other (dropping the socket halves closes
-    // the server connection).
-    let _ = socket_ws.close(None).await;
+    // Either side ended: end the other (dropping the stream's halves closes
+    // a server connection).
+    let _ = socket.close(None).await;
     let _ = write.shutdown().await;
 }
 
