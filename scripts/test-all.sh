@@ -14,13 +14,15 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "test tools (strace for the checkpoint-kill test, unshare for the full-disk tests)"
+step "test tools (strace for the checkpoint-kill test and piw's open trace, unshare for the full-disk tests, tmux for piw's and Pi's TUI tests)"
 # server/tests/storage_faults.rs kills the server inside a checkpoint write
-# with `strace -e inject` and mounts a small tmpfs inside `unshare -rm`; both
-# tests fail (never skip) without these tools, so install them when missing.
+# with `strace -e inject` and mounts a small tmpfs inside `unshare -rm`;
+# piw/tests/live.rs drives piw in tmux under strace; these tests fail (never
+# skip) without the tools, so install them when missing.
 missing=()
 command -v strace >/dev/null || missing+=(strace)
 command -v unshare >/dev/null || missing+=(util-linux)
+command -v tmux >/dev/null || missing+=(tmux)
 if ((${#missing[@]})); then
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
@@ -53,9 +55,12 @@ PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" \
   PI_WORKFLOWS_SCRIPTED_RUNNER="$target_dir/debug/pi-workflows-scripted-runner" \
   npm --prefix sdk-ts test
 
-step "Rust tests"
+step "Rust tests (piw's live, relay and snapshot tests among them)"
 # The model checks run below in release mode, under their own time limit.
-cargo test --workspace --exclude model --locked
+# piw's and the client's live tests drive the server binaries built above.
+PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" \
+  PI_WORKFLOWS_SCRIPTED_RUNNER="$target_dir/debug/pi-workflows-scripted-runner" \
+  cargo test --workspace --exclude model --locked
 
 step "sdk-ts: end-to-end tests (real server binary, node runners)"
 PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:e2e

@@ -1,6 +1,7 @@
 //! The crate graph enforces the client invariants (docs/ARCHITECTURE.md):
-//! the CLI (`pi-workflows-cli`) and the client (`pi-workflows-client`)
-//! cannot open the state database because nothing they link can — neither
+//! the CLI (`pi-workflows-cli`), the client (`pi-workflows-client`) and
+//! the viewer (`piw`, with its relay `piw serve`) cannot open the state
+//! database because nothing they link can — neither
 //! the server crate, nor the kernel, nor rusqlite / libsqlite3 is among
 //! their normal dependencies, direct or transitive — and the client's list
 //! of state-changing operations is the kernel's.
@@ -78,11 +79,11 @@ fn closure(graph: &BTreeMap<String, BTreeSet<String>>, package: &str) -> BTreeSe
 }
 
 #[test]
-fn the_cli_and_the_client_cannot_open_sqlite_by_construction() {
+fn the_cli_the_client_and_piw_cannot_open_sqlite_by_construction() {
     let graph = normal_dependencies();
     // The check sees SQLite where it is: the server links it.
     assert!(closure(&graph, "server").contains("rusqlite"));
-    for package in ["pi-workflows-cli", "pi-workflows-client"] {
+    for package in ["pi-workflows-cli", "pi-workflows-client", "piw"] {
         let linked = closure(&graph, package);
         assert!(linked.contains("protocol"), "{package} speaks the protocol");
         for forbidden in ["server", "kernel", "rusqlite", "libsqlite3-sys"] {
@@ -93,6 +94,7 @@ fn the_cli_and_the_client_cannot_open_sqlite_by_construction() {
         }
     }
     assert!(closure(&graph, "pi-workflows-cli").contains("pi-workflows-client"));
+    assert!(closure(&graph, "piw").contains("pi-workflows-client"));
 }
 
 #[test]

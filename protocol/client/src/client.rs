@@ -30,7 +30,10 @@
 //!   while a request waits are kept in order for [`WorkflowClient::next_event`].
 
 use crate::commands::is_state_changing;
-use crate::connection::{Connection, PACKAGE_VERSION, RequestSpec, Response, closing_reason};
+use crate::connection::{
+    Connection, PACKAGE_VERSION, RequestSpec, Response, TransportRead, TransportWrite,
+    closing_reason,
+};
 use crate::error::ClientError;
 use crate::home::Home;
 use crate::start::{SERVER_READY_DEADLINE, StartCommand};
@@ -41,7 +44,38 @@ use protocol::generated::types::{
 use protocol::{ClientOperation, ops};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What a [`Dialer`] returns: an open transport to a server (its two
+/// halves, carrying NDJSON frames), or why there is none.
+pub type DialFuture =
+    Pin<Box<dyn Future<Output = Result<(TransportRead, TransportWrite), ClientError>> + Send>>;
+
+/// Another way to reach a server than the socket of the client's home (for
+/// example `piw --connect`'s WebSocket bridge to `piw serve`). A client
+/// with a dialer never starts a server.
+#[derive(Clone)]
+pub struct Dialer(Arc<dyn Fn() -> DialFuture + Send + Sync>);
+
+impl Dialer {
+    /// A dialer that opens a transport each time it is called.
+    pub fn new(dial: impl Fn() -> DialFuture + Send + Sync + 'static) -> Self {
+        Self(Arc::new(dial))
+    }
+
+    fn dial(&self) -> DialFuture {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dialer")
+    }
+}
 
 /// How a client connects, starts and retries.
 #[derive(Clone, Debug)]
@@ -70,6 +104,9 @@ pub struct ClientOptions {
     pub reconnect_deadline: Duration,
     /// The package version announced in the hello (default: this crate's).
     pub package_version: String,
+    /// Reach the server through this instead of the home's socket (`None`:
+    /// the socket). `start` is not used with a dialer.
+    pub dialer: Option<Dialer>,
 }
 
 impl ClientOptions {
@@ -86,6 +123,7 @@ impl ClientOptions {
             max_reconnect_delay: Duration::from_secs(1),
             reconnect_deadline: Duration::from_secs(60),
             package_version: PACKAGE_VERSION.to_owned(),
+            dialer: None,
         }
     }
 }
@@ -595,6 +633,14 @@ impl WorkflowClient {
     }
 
     async fn open(&self, may_start: bool) -> Result<Connection, ClientError> {
+        if let Some(dialer) = &self.options.dialer {
+            let dialed = async {
+                let (read, write) = dialer.dial().await?;
+                Connection::handshake(read, write, &self.client_id, &self.options.package_version)
+                    .await
+            };
+            return Connection::bounded(self.options.answer_limit, dialed).await;
+        }
         let socket = self.options.home.socket_path();
         let connect = || {
             Connection::connect_bounded(

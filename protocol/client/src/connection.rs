@@ -23,20 +23,23 @@ use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
 /// The package version this client speaks (the server must run the same).
 pub const PACKAGE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The reading half of a transport: the server's NDJSON frames.
+pub type TransportRead = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a transport: this client's NDJSON frames.
+pub type TransportWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// One connection.
-#[derive(Debug)]
 pub struct Connection {
-    frames: FramedRead<OwnedReadHalf, protocol::FrameCodec>,
-    write: OwnedWriteHalf,
+    frames: FramedRead<TransportRead, protocol::FrameCodec>,
+    write: TransportWrite,
     client_id: String,
     /// The server's epoch from its hello.
     pub server_epoch: u64,
@@ -49,6 +52,16 @@ pub struct Connection {
     pending_events: VecDeque<Value>,
     /// How long the hello and each response may take (`None`: unbounded).
     answer_limit: Option<Duration>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("client_id", &self.client_id)
+            .field("server_epoch", &self.server_epoch)
+            .field("server_version", &self.server_version)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A settled request.
@@ -139,6 +152,17 @@ impl Connection {
             }
         })?;
         let (read, write) = stream.into_split();
+        Self::handshake(Box::new(read), Box::new(write), client_id, package_version).await
+    }
+
+    /// Exchanges hellos over an already open transport (for example `piw
+    /// --connect`'s WebSocket bridge), waiting as long as the server takes.
+    pub async fn handshake(
+        read: TransportRead,
+        write: TransportWrite,
+        client_id: &str,
+        package_version: &str,
+    ) -> Result<Self, ClientError> {
         let mut connection = Self {
             frames: FramedRead::new(read, protocol::FrameCodec::new()),
             write,
@@ -205,15 +229,23 @@ impl Connection {
         package_version: &str,
         limit: Option<Duration>,
     ) -> Result<Self, ClientError> {
-        let Some(limit) = limit else {
-            return Self::connect_as_version(path, client_id, package_version).await;
-        };
-        match tokio::time::timeout(
+        Self::bounded(
             limit,
             Self::connect_as_version(path, client_id, package_version),
         )
         .await
-        {
+    }
+
+    /// Waits at most `limit` (when given) for `connecting`, and gives the
+    /// connection that limit for each response.
+    pub(crate) async fn bounded(
+        limit: Option<Duration>,
+        connecting: impl Future<Output = Result<Self, ClientError>>,
+    ) -> Result<Self, ClientError> {
+        let Some(limit) = limit else {
+            return connecting.await;
+        };
+        match tokio::time::timeout(limit, connecting).await {
             Ok(connected) => connected.map(|mut connection| {
                 connection.answer_limit = Some(limit);
                 connection

@@ -26,11 +26,13 @@ pub mod live;
 pub mod start;
 
 pub use client::{
-    Accepted, CallOptions, ClientOptions, Delivery, Settled, SubscriptionHandle, WorkflowClient,
+    Accepted, CallOptions, ClientOptions, Delivery, DialFuture, Dialer, Settled,
+    SubscriptionHandle, WorkflowClient,
 };
 pub use commands::is_state_changing;
 pub use connection::{
     COMPLETE_VIEW_ATTEMPTS, Connection, MAX_PAGE_BYTES, PACKAGE_VERSION, RequestSpec, Response,
+    TransportRead, TransportWrite,
 };
 pub use error::{ClientError, Waited};
 pub use home::Home;

@@ -171,3 +171,51 @@ async fn content_whose_bytes_do_not_match_the_digest_is_refused() {
         Err(ClientError::Content(ContentFailure::DigestMismatch))
     );
 }
+
+/// A client with a dialer reaches its server through the dialed transport
+/// (here an in-memory pipe to the fake server; the home has no socket at
+/// all), dials again for a new connection, and reports a failed dial as the
+/// dialer's error.
+#[tokio::test]
+async fn a_dialer_replaces_the_socket_of_the_home() {
+    use pi_workflows_client::{DialFuture, Dialer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let dials = Arc::new(AtomicUsize::new(0));
+    let counted = dials.clone();
+    let mut options = ClientOptions::new(Home::at(dir.path().join("no-server-here")));
+    options.dialer = Some(Dialer::new(move || -> DialFuture {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            tokio::spawn(serve(theirs, Fake::Content { tamper: false }));
+            let (read, write) = ours.into_split();
+            Ok((Box::new(read) as _, Box::new(write) as _))
+        })
+    }));
+    let mut client = WorkflowClient::new(options);
+    assert_eq!(client.connect().await.unwrap(), 7, "the fake's epoch");
+    let reference = serde_json::from_value(reference()).unwrap();
+    assert_eq!(
+        client.read_content("r-1", &reference).await.unwrap(),
+        content()
+    );
+    assert_eq!(dials.load(Ordering::SeqCst), 1, "one connection, reused");
+    client.close();
+    client.connect().await.unwrap();
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        2,
+        "a new connection dials again"
+    );
+
+    let mut options = ClientOptions::new(Home::at(dir.path().join("none")));
+    options.dialer = Some(Dialer::new(|| -> DialFuture {
+        Box::pin(async { Err(ClientError::ConnectionRefused("the relay is down".into())) })
+    }));
+    assert_eq!(
+        WorkflowClient::new(options).connect().await.unwrap_err(),
+        ClientError::ConnectionRefused("the relay is down".into())
+    );
+}

@@ -1,0 +1,495 @@
+//! The live source: piw's [`Source`] on the Rust client library
+//! (`pi-workflows-client`), the one way piw reaches a server, through the
+//! home's Unix socket or through `piw serve` (`--connect`, a
+//! [`Dialer`](pi_workflows_client::Dialer) from [`crate::connect`]).
+//!
+//! Invariants:
+//! - One worker thread owns one [`WorkflowClient`]; the screens talk to it
+//!   only through [`Command`]s and [`SourceEvent`]s, so a slow server never
+//!   blocks a redraw.
+//! - What it delivers is the server's: the run list is every row of one
+//!   `runList` subscription event (further rows read with `runs.list` from
+//!   that event's cursor); a run view is the subscription's snapshot folded
+//!   with its patches by the client's [`LiveView`] (a patch on another base
+//!   is never shown: the client re-subscribes); pages are `view.page`
+//!   answers; content is the client's verified bytes.
+//! - Desired state survives any loss: the run list and the watched run are
+//!   subscribed again (the run from the revision piw holds) when the
+//!   connection comes back, after the client's own restore or, when that
+//!   gave up, by this worker with backoff. piw never starts a server other
+//!   than through the client's on-demand start (the installed
+//!   `pi-workflows`), and never over `--connect`.
+//! - A control is sent once per confirmed action, with that action's
+//!   idempotency key; the client's retries reuse the key, so the server
+//!   adopts the stored receipt.
+//! - Every failure the user sees is one line: the client's own message (an
+//!   absent server says how to start it; another version says to install
+//!   matching packages). Nothing here names a database.
+
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use pi_workflows_client::{
+    CallOptions, ClientError, ClientOptions, Delivery, LiveView, RequestSpec, SubscriptionHandle,
+    WorkflowClient, ops,
+};
+use protocol::generated::types::{
+    ClientEvent, ContentReference, PageCollection, RunListRow, RunView, RunsListPayload,
+    SubscriptionTarget, ViewPagePayload,
+};
+use tokio::sync::mpsc;
+
+use crate::source::{Availability, Command, ControlRequest, Source, SourceEvent};
+
+/// Items asked for per page of a run-view collection.
+const PAGE_LIMIT: u64 = 200;
+/// Rows asked for per `runs.list` page.
+const RUN_PAGE_LIMIT: u64 = 1000;
+/// The longest wait between two reconnect attempts of the worker.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The live source.
+#[derive(Debug)]
+pub struct LiveSource {
+    commands: mpsc::UnboundedSender<Command>,
+    events: std_mpsc::Receiver<SourceEvent>,
+}
+
+impl LiveSource {
+    /// Starts the worker with these client options. `unreachable` is the
+    /// line shown while no server answers (the client's own line for the
+    /// home's socket; the relay's for `--connect`). `wake` is called after
+    /// every event (the terminal loop redraws).
+    pub fn start(
+        options: ClientOptions,
+        unreachable: Option<String>,
+        wake: impl Fn() + Send + 'static,
+    ) -> Self {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let (sender, events) = std_mpsc::channel();
+        std::thread::Builder::new()
+            .name("piw-source".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a current-thread runtime");
+                let worker = Worker {
+                    client: WorkflowClient::new(options),
+                    unreachable,
+                    out: Box::new(move |event| {
+                        let sent = sender.send(event).is_ok();
+                        wake();
+                        sent
+                    }),
+                    runs: None,
+                    run: None,
+                    connected: false,
+                };
+                runtime.block_on(worker.run(receiver));
+            })
+            .expect("the source thread starts");
+        Self { commands, events }
+    }
+}
+
+impl Source for LiveSource {
+    fn send(&mut self, command: Command) {
+        // The worker ends only with the process; a failed send means it
+        // already stopped and there is nothing to tell.
+        let _ = self.commands.send(command);
+    }
+
+    fn try_next(&mut self) -> Option<SourceEvent> {
+        self.events.try_recv().ok()
+    }
+}
+
+/// The watched run.
+struct Watched {
+    run_id: String,
+    handle: Option<SubscriptionHandle>,
+    live: LiveView,
+}
+
+struct Worker {
+    client: WorkflowClient,
+    unreachable: Option<String>,
+    /// Delivers one event; `false` once piw is gone.
+    out: Box<dyn Fn(SourceEvent) -> bool + Send>,
+    runs: Option<SubscriptionHandle>,
+    run: Option<Watched>,
+    connected: bool,
+}
+
+/// What the worker does next.
+enum Next {
+    Command(Option<Command>),
+    Delivery(Result<Delivery, ClientError>),
+}
+
+impl Worker {
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut watch_runs = false;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            // (Re)establish the desired subscriptions.
+            if watch_runs && (self.runs.is_none() || self.needs_run_subscription()) {
+                match self.establish().await {
+                    Ok(()) => backoff = Duration::from_millis(100),
+                    Err(error) => {
+                        if !self.tell_failure(&error) {
+                            return;
+                        }
+                        // Wait, still taking commands (a quit ends us).
+                        match tokio::time::timeout(backoff, commands.recv()).await {
+                            Ok(None) => return,
+                            Ok(Some(command)) => {
+                                if matches!(command, Command::WatchRuns) {
+                                    watch_runs = true;
+                                }
+                                self.command(command).await;
+                            }
+                            Err(_) => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                }
+            }
+            let subscribed =
+                self.runs.is_some() || self.run.as_ref().is_some_and(|w| w.handle.is_some());
+            let next = if subscribed {
+                tokio::select! {
+                    biased;
+                    command = commands.recv() => Next::Command(command),
+                    delivery = self.client.next_event() => Next::Delivery(delivery),
+                }
+            } else {
+                Next::Command(commands.recv().await)
+            };
+            match next {
+                Next::Command(None) => return,
+                Next::Command(Some(command)) => {
+                    if matches!(command, Command::WatchRuns) {
+                        watch_runs = true;
+                        continue;
+                    }
+                    self.command(command).await;
+                }
+                Next::Delivery(Ok(delivery)) => {
+                    if !self.deliver(delivery).await {
+                        return;
+                    }
+                }
+                Next::Delivery(Err(error)) => {
+                    // The client gave up restoring: start over with backoff.
+                    self.client.close();
+                    self.runs = None;
+                    if let Some(watched) = self.run.as_mut() {
+                        watched.handle = None;
+                    }
+                    if !self.tell_failure(&error) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn needs_run_subscription(&self) -> bool {
+        self.run.as_ref().is_some_and(|w| w.handle.is_none())
+    }
+
+    /// Connects and subscribes the run list and the watched run.
+    async fn establish(&mut self) -> Result<(), ClientError> {
+        self.client.connect().await?;
+        if !self.connected {
+            self.connected = true;
+            (self.out)(SourceEvent::Availability(Availability::Available));
+        }
+        if self.runs.is_none() {
+            self.runs = Some(
+                self.client
+                    .subscribe(&SubscriptionTarget::RunList, None)
+                    .await?,
+            );
+        }
+        self.subscribe_run().await
+    }
+
+    /// Subscribes the watched run (from the revision piw holds).
+    async fn subscribe_run(&mut self) -> Result<(), ClientError> {
+        let Some(watched) = self.run.as_mut().filter(|w| w.handle.is_none()) else {
+            return Ok(());
+        };
+        let target = SubscriptionTarget::Run {
+            run_id: watched
+                .run_id
+                .parse()
+                .map_err(|_| ClientError::Invalid(protocol::ErrorCode::SchemaInvalid))?,
+        };
+        match self
+            .client
+            .subscribe(&target, watched.live.revision())
+            .await
+        {
+            Ok(handle) => {
+                watched.handle = Some(handle);
+                Ok(())
+            }
+            Err(
+                error @ (ClientError::NotFound { .. }
+                | ClientError::Refused { .. }
+                | ClientError::Invalid(_)),
+            ) => {
+                let run_id = watched.run_id.clone();
+                self.run = None;
+                (self.out)(SourceEvent::RunMissing {
+                    run_id,
+                    line: error.to_string(),
+                });
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Tells piw why there is no server; `false` once piw is gone.
+    fn tell_failure(&mut self, error: &ClientError) -> bool {
+        self.connected = false;
+        let availability = match error {
+            ClientError::VersionMismatch(line) => Availability::VersionMismatch(line.clone()),
+            ClientError::Unavailable | ClientError::Lost(_) => Availability::Unavailable(
+                self.unreachable
+                    .clone()
+                    .unwrap_or_else(|| error.to_string()),
+            ),
+            other => Availability::Unavailable(other.to_string()),
+        };
+        (self.out)(SourceEvent::Availability(availability))
+    }
+
+    async fn deliver(&mut self, delivery: Delivery) -> bool {
+        match delivery {
+            Delivery::Unavailable => {
+                self.connected = false;
+                let line = self
+                    .unreachable
+                    .clone()
+                    .unwrap_or_else(|| ClientError::Unavailable.to_string());
+                (self.out)(SourceEvent::Availability(Availability::Unavailable(
+                    format!("{line} (reconnecting…)"),
+                )))
+            }
+            Delivery::Available => {
+                self.connected = true;
+                (self.out)(SourceEvent::Availability(Availability::Available))
+            }
+            Delivery::Event {
+                subscription,
+                revision,
+                event,
+            } => {
+                if Some(subscription) == self.runs {
+                    return self.run_list(revision, event).await;
+                }
+                let Some(watched) = self.run.as_mut().filter(|w| w.handle == Some(subscription))
+                else {
+                    return true;
+                };
+                if watched.live.apply_event(&event).is_err() {
+                    // Not a view event, or a patch on another base (the
+                    // client re-subscribes on gaps): nothing to show.
+                    return true;
+                }
+                match watched
+                    .live
+                    .view()
+                    .map(|view| serde_json::from_value::<RunView>(view.clone()))
+                {
+                    Some(Ok(view)) => (self.out)(SourceEvent::RunView(Box::new(view))),
+                    Some(Err(_)) | None => true,
+                }
+            }
+        }
+    }
+
+    /// One run-list event: the rows, and the rest of them when the event
+    /// was bounded.
+    async fn run_list(&mut self, revision: u64, event: ClientEvent) -> bool {
+        let ClientEvent::RunListSnapshot {
+            mut rows,
+            next_cursor,
+        } = event
+        else {
+            return true;
+        };
+        let mut cursor = next_cursor;
+        while let Some(at) = cursor.take() {
+            match self.runs_page(Some(at)).await {
+                Ok((page, next)) => {
+                    rows.extend(page);
+                    cursor = next;
+                }
+                Err(error) => {
+                    (self.out)(SourceEvent::Availability(Availability::Unavailable(
+                        error.to_string(),
+                    )));
+                    break;
+                }
+            }
+        }
+        (self.out)(SourceEvent::RunList { revision, rows })
+    }
+
+    async fn runs_page(
+        &mut self,
+        cursor: Option<protocol::generated::types::Cursor>,
+    ) -> Result<(Vec<RunListRow>, Option<protocol::generated::types::Cursor>), ClientError> {
+        let payload = RunsListPayload {
+            cursor,
+            limit: Some(
+                RUN_PAGE_LIMIT
+                    .try_into()
+                    .map_err(|_| ClientError::Invalid(protocol::ErrorCode::SchemaInvalid))?,
+            ),
+            max_bytes: None,
+        };
+        let page = self
+            .client
+            .call::<ops::RunsList>(None, &payload, CallOptions::default())
+            .await?
+            .receipt;
+        Ok((page.rows, page.next_cursor))
+    }
+
+    async fn command(&mut self, command: Command) {
+        match command {
+            Command::WatchRuns => {}
+            Command::WatchRun { run_id } => {
+                if self.run.as_ref().is_some_and(|w| w.run_id == run_id) {
+                    return;
+                }
+                self.unwatch().await;
+                self.run = Some(Watched {
+                    run_id,
+                    handle: None,
+                    live: LiveView::new(),
+                });
+                if self.connected
+                    && let Err(error) = self.subscribe_run().await
+                {
+                    self.tell_failure(&error);
+                }
+            }
+            Command::UnwatchRun { run_id } => {
+                if self.run.as_ref().is_some_and(|w| w.run_id == run_id) {
+                    self.unwatch().await;
+                }
+            }
+            Command::FetchPage {
+                run_id,
+                collection,
+                cursor,
+                revision,
+            } => self.page(run_id, collection, cursor, revision).await,
+            Command::FetchContent { run_id, reference } => self.content(run_id, reference).await,
+            Command::Control(request) => self.control(request).await,
+        }
+    }
+
+    async fn unwatch(&mut self) {
+        if let Some(Watched {
+            handle: Some(handle),
+            ..
+        }) = self.run.take()
+        {
+            // A lost connection already ended the server's subscription.
+            let _ = self.client.unsubscribe(handle).await;
+        }
+    }
+
+    async fn page(
+        &mut self,
+        run_id: String,
+        collection: PageCollection,
+        cursor: Option<String>,
+        revision: u64,
+    ) {
+        let payload = serde_json::json!({
+            "collection": collection, "revision": revision, "limit": PAGE_LIMIT,
+            "maxBytes": pi_workflows_client::MAX_PAGE_BYTES, "cursor": cursor,
+        });
+        let payload = match serde_json::from_value::<ViewPagePayload>(payload) {
+            Ok(payload) => payload,
+            Err(_) => {
+                (self.out)(SourceEvent::PageFailed {
+                    run_id,
+                    collection,
+                    line: "this page cannot be asked for (its cursor is not valid)".into(),
+                });
+                return;
+            }
+        };
+        let answer = self
+            .client
+            .call::<ops::ViewPage>(Some(&run_id), &payload, CallOptions::default())
+            .await;
+        (self.out)(match answer {
+            Ok(page) => SourceEvent::Page {
+                run_id,
+                page: page.receipt,
+            },
+            Err(error) => SourceEvent::PageFailed {
+                run_id,
+                collection,
+                line: error.to_string(),
+            },
+        });
+    }
+
+    async fn content(&mut self, run_id: String, reference: ContentReference) {
+        let result = self
+            .client
+            .read_content(&run_id, &reference)
+            .await
+            .map_err(|error| error.to_string());
+        (self.out)(SourceEvent::Content {
+            run_id,
+            reference,
+            result,
+        });
+    }
+
+    async fn control(&mut self, request: ControlRequest) {
+        let spec = RequestSpec {
+            operation: request.operation.to_owned(),
+            run_id: Some(request.run_id.clone()),
+            idempotency_key: Some(request.idempotency_key.clone()),
+            // The view's revision is its presentation revision, not the run
+            // revision the server compares `expectedRevision` with (a view
+            // moves on without the run, e.g. when a runner exits), so a
+            // control is sent without one, like the CLI's.
+            expected_revision: None,
+            payload: request.payload.clone(),
+        };
+        let (outcome, line) = match self.client.send(&spec).await {
+            Ok(response) => {
+                let line = match (response.error(), response.revision) {
+                    (Some(error), _) => error.to_string(),
+                    (None, Some(revision)) => format!("the server is at revision {revision}"),
+                    (None, None) => "the server took it".to_owned(),
+                };
+                (response.outcome, line)
+            }
+            Err(error) => ("unsent".to_owned(), error.to_string()),
+        };
+        (self.out)(SourceEvent::ControlResult {
+            idempotency_key: request.idempotency_key,
+            control: request.control,
+            outcome,
+            line,
+        });
+    }
+}

@@ -1,0 +1,106 @@
+//! Runs the app on a real terminal (crossterm): raw mode, the alternate
+//! screen and mouse capture for the app's lifetime, restored on every way
+//! out (quit, error, panic).
+//!
+//! Invariants:
+//! - The loop hands the app's commands to the source, applies the
+//!   source's events, advances the clock, and redraws only when something
+//!   changed (an event, a key, the mouse, a resize, or a clock second).
+//! - A resize at any moment is one more redraw at the new size (ratatui
+//!   resizes its buffers on draw).
+//! - The terminal is restored exactly once ([`Restore`]'s drop, and the
+//!   panic hook for a panic on this thread).
+
+use std::io::{self, Stdout};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{
+    self, DisableMouseCapture, EnableMouseCapture, Event, KeyEventKind,
+};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
+};
+
+use crate::app::App;
+use crate::source::Source;
+
+/// How long one wait for input lasts (the source is read between waits).
+const INPUT_WAIT: Duration = Duration::from_millis(25);
+/// How often the clock redraws without any event (ages, ETA, notices).
+const CLOCK: Duration = Duration::from_millis(500);
+
+/// The wall clock in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+/// Restores the terminal when dropped.
+struct Restore;
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+fn restore() {
+    let _ = disable_raw_mode();
+    let _ = execute!(io::stdout(), DisableMouseCapture, LeaveAlternateScreen);
+    let _ = execute!(io::stdout(), ratatui::crossterm::cursor::Show);
+}
+
+/// Runs `app` with `source` until the user quits.
+pub fn run(mut app: App, source: &mut dyn Source) -> io::Result<()> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore();
+        previous(info);
+    }));
+    enable_raw_mode()?;
+    let _restore = Restore;
+    execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture)?;
+    let mut terminal: Terminal<CrosstermBackend<Stdout>> =
+        Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    terminal.clear()?;
+    let mut dirty = true;
+    let mut last_clock = Instant::now();
+    loop {
+        for command in app.take_commands() {
+            source.send(command);
+        }
+        while let Some(event) = source.try_next() {
+            app.apply(event);
+            dirty = true;
+        }
+        if last_clock.elapsed() >= CLOCK || app.replay.playing {
+            last_clock = Instant::now();
+            dirty = true;
+        }
+        app.tick(now_ms());
+        if app.quit {
+            return Ok(());
+        }
+        if dirty {
+            terminal.draw(|frame| crate::ui::draw(frame, &mut app))?;
+            dirty = false;
+            // Drawing may ask for content or pages (a tab came into view).
+            continue;
+        }
+        if event::poll(INPUT_WAIT)? {
+            match event::read()? {
+                Event::Key(key) if key.kind != KeyEventKind::Release => app.key(key),
+                Event::Mouse(mouse) => app.mouse(mouse),
+                Event::Resize(_, _) => terminal.autoresize()?,
+                Event::Key(_) | Event::FocusGained | Event::FocusLost | Event::Paste(_) => {
+                    continue;
+                }
+            }
+            dirty = true;
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! piw against the real server: the TUI in a real tmux (open, navigate,
+//! pause and resume through keys, resize, clean exit; run under strace,
+//! it never opens `state.sqlite`), controls parity
+//! with the CLI's `view --json` and the Rust client after every control,
+//! the remote path through `piw serve` with reconnect, and the one-line
+//! errors. Needs `cargo build -p server` and tmux.
+
+mod support;
+
+use std::time::Duration;
+
+use pi_workflows_client::{ClientOptions, Home, WorkflowClient};
+use piw::model::control_spec;
+use protocol::generated::types::Control;
+use serde_json::Value;
+use support::live::{RelayProcess, Server, Tmux, piw, wait_for};
+
+/// What a document says piw must show: revision, status and controls.
+#[derive(Debug, PartialEq, Eq)]
+struct Shown {
+    revision: u64,
+    status: String,
+    controls: Vec<String>,
+}
+
+fn shown_by_document(view: &Value) -> Shown {
+    let controls = view["display"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|control| {
+            let control: Control = serde_json::from_value(control.clone()).unwrap();
+            let spec = control_spec(control);
+            format!("[{}] {}", spec.key, spec.label)
+        })
+        .collect();
+    Shown {
+        revision: view["revision"].as_u64().unwrap(),
+        status: view["display"]["status"].as_str().unwrap().to_owned(),
+        controls,
+    }
+}
+
+/// What piw's run screen shows: the header's `rev N` and status word, and
+/// the controls row.
+fn shown_by_piw(screen: &str) -> Option<Shown> {
+    let mut lines = screen.lines();
+    let header = lines.next()?;
+    let revision = header
+        .split("rev ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let status = header
+        .trim_start()
+        .strip_prefix("piw ")?
+        .split_whitespace()
+        .nth(1)?
+        .to_owned();
+    let controls = lines.next()?;
+    let controls = controls
+        .split("  ")
+        .map(str::trim)
+        .filter(|label| label.starts_with('['))
+        .map(str::to_owned)
+        .collect();
+    Some(Shown {
+        revision,
+        status,
+        controls,
+    })
+}
+
+/// The Rust client's `run.view` of the same run.
+fn shown_by_client(server: &Server, run_id: &str) -> Shown {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let view = runtime.block_on(async {
+        let mut client = WorkflowClient::new(ClientOptions::new(Home::at(server.home())));
+        client.run_view(run_id).await.unwrap()
+    });
+    shown_by_document(&serde_json::to_value(view).unwrap())
+}
+
+/// After a control: piw, the CLI and the client settle on the same
+/// revision, status and controls (the run is stalled, so it settles).
+fn assert_parity(server: &Server, tmux: &Tmux, run_id: &str, status: &str) -> String {
+    let mut last = None;
+    let screen = wait_for(
+        &format!("piw, the CLI and the client to agree on {status}"),
+        Duration::from_secs(30),
+        || {
+            let screen = tmux.screen();
+            let cli = shown_by_document(&server.view(run_id));
+            let client = shown_by_client(server, run_id);
+            let piw = shown_by_piw(&screen);
+            let agreed = cli.status == status && piw.as_ref() == Some(&cli) && client == cli;
+            last = Some((cli, client, piw, screen.clone()));
+            agreed.then_some(screen)
+        },
+    );
+    let (cli, ..) = last.unwrap();
+    assert!(screen.contains(run_id), "{screen}");
+    eprintln!("agreed on {cli:?}");
+    screen
+}
+
+fn wait_running_at(server: &Server, run_id: &str, node: &str) {
+    wait_for(
+        &format!("{run_id} at {node}"),
+        Duration::from_secs(30),
+        || {
+            let view = server.view(run_id);
+            (view["display"]["status"] == "running" && view["display"]["currentNode"] == node)
+                .then_some(())
+        },
+    );
+}
+
+#[test]
+fn tmux_open_navigate_pause_and_resume_through_keys() {
+    let server = Server::started();
+    let done = server.start("linear");
+    server.wait_status(&done, "completed");
+    let run = server.start("paused");
+    wait_running_at(&server, &run, "long");
+
+    // piw runs under strace: every file it opens is recorded.
+    let trace = server.dir.path().join("piw.opens");
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=open,openat,openat2",
+            "-o",
+            trace.to_str().unwrap(),
+            piw().to_str().unwrap(),
+        ],
+        120,
+        32,
+    );
+    let list = tmux.wait_screen("both runs listed", |s| {
+        s.contains(&run) && s.contains(&done) && s.contains("piw runs · 2 of 2")
+    });
+    // Newest first: the stalled run is on the cursor; go down and back.
+    assert!(list.contains("▸ ◐ running     long-job"), "{list}");
+    tmux.keys(&["Down"]);
+    tmux.wait_screen("the cursor on the completed run", |s| {
+        s.lines()
+            .any(|line| line.contains('▸') && line.contains(&done))
+    });
+    tmux.keys(&["Up", "Enter"]);
+    let screen = tmux.wait_screen("the run screen", |s| {
+        s.contains("[p] pause") && s.lines().next().is_some_and(|h| h.contains(&run))
+    });
+    assert!(screen.contains("running at long"), "{screen}");
+    assert_parity(&server, &tmux, &run, "running");
+
+    tmux.keys(&["p"]);
+    tmux.wait_screen("the pause dialog", |s| s.contains("pause · confirm"));
+    tmux.keys(&["y"]);
+    let paused = assert_parity(&server, &tmux, &run, "paused");
+    assert!(paused.contains("[r] resume"), "{paused}");
+    assert!(paused.contains("pause: accepted"), "{paused}");
+    eprintln!("--- piw, paused ---\n{paused}");
+
+    tmux.keys(&["r"]);
+    tmux.wait_screen("the resume dialog", |s| s.contains("resume · confirm"));
+    tmux.keys(&["y"]);
+    let resumed = assert_parity(&server, &tmux, &run, "running");
+    assert!(resumed.contains("resume: accepted"), "{resumed}");
+    eprintln!("--- piw, resumed ---\n{resumed}");
+
+    // A resize at any moment is a redraw at the new size.
+    tmux.resize(90, 26);
+    let small = tmux.wait_screen("the redraw at 90 columns", |s| {
+        s.lines()
+            .next()
+            .is_some_and(|h| h.contains("running") && h.contains("rev "))
+            && s.lines().count() <= 26
+            && s.contains("resume: accepted")
+    });
+    assert!(
+        small.lines().all(|line| line.chars().count() <= 90),
+        "{small}"
+    );
+    assert!(
+        small
+            .lines()
+            .nth(24)
+            .is_some_and(|line| !line.trim().is_empty()),
+        "drawn to the new last row: {small}"
+    );
+
+    // The run list comes back with Esc; q quits and restores the terminal
+    // (the alternate screen is gone, piw's drawing with it).
+    tmux.keys(&["Escape"]);
+    tmux.wait_screen("the run list", |s| s.contains("piw runs · 2 of 2"));
+    // The list is live: a new run appears without a key.
+    let third = server.start("linear");
+    tmux.wait_screen("the new run listed", |s| {
+        s.contains("piw runs · 3 of 3") && s.contains(&third)
+    });
+    tmux.keys(&["q"]);
+    wait_for("piw to exit", Duration::from_secs(10), || {
+        tmux.exited().then_some(())
+    });
+    let after = tmux.screen();
+    assert!(
+        !after.contains("piw runs"),
+        "the alternate screen was left: {after}"
+    );
+
+    // No piw code path opened the state database (the server did).
+    let opens = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        opens.lines().count() > 5,
+        "the trace recorded piw's opens: {opens}"
+    );
+    assert!(server.home().join("state.sqlite").is_file());
+    let database: Vec<&str> = opens
+        .lines()
+        .filter(|line| line.contains("state.sqlite"))
+        .collect();
+    assert!(database.is_empty(), "piw opened the database: {database:?}");
+}
+
+#[test]
+fn piw_with_a_run_id_keeps_that_run_selected_through_a_relay_restart() {
+    let server = Server::started();
+    let run = server.start("paused");
+    wait_running_at(&server, &run, "long");
+    let mut relay = RelayProcess::start(&server, "127.0.0.1:0");
+    let url = relay.url();
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), &run, "--connect", &url],
+        120,
+        32,
+    );
+    let header = |s: &str| s.lines().next().unwrap_or_default().to_owned();
+    tmux.wait_screen("the run over the relay", |s| {
+        header(s).contains(&run) && header(s).contains("● live") && s.contains("[p] pause")
+    });
+    // A newer run does not take the selection.
+    let newer = server.start("linear");
+    server.wait_status(&newer, "completed");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(header(&tmux.screen()).contains(&run));
+
+    relay.kill();
+    let lost = tmux.wait_screen("the loss on screen", |s| s.contains("no piw relay answers"));
+    assert!(header(&lost).contains(&run), "{lost}");
+    let relay = RelayProcess::start(&server, &relay.address);
+    assert_eq!(relay.url(), url);
+    // Reconnected: the same run, live again, its controls back.
+    let back = tmux.wait_screen("the run again after the reconnect", |s| {
+        header(s).contains(&run) && header(s).contains("● live") && !s.contains("no piw relay")
+    });
+    assert!(back.contains("[p] pause"), "{back}");
+    // Controls work over the relay too.
+    tmux.keys(&["p"]);
+    tmux.wait_screen("the pause dialog", |s| s.contains("pause · confirm"));
+    tmux.keys(&["y"]);
+    let paused = tmux.wait_screen("paused over the relay", |s| s.contains("[r] resume"));
+    assert_eq!(
+        shown_by_piw(&paused).unwrap(),
+        shown_by_document(&server.wait_status(&run, "paused"))
+    );
+}
+
+fn piw_output(server: &Server, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let output = std::process::Command::new(piw())
+        .envs(server.env())
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+/// piw's arguments, extra environment, and what its one line says.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+#[test]
+fn an_unreachable_server_is_one_line_with_what_to_do() {
+    let server = Server::started();
+    let home = server.dir.path().join("elsewhere");
+    let home = home.to_str().unwrap();
+    let empty = Server::started();
+    let relay = RelayProcess::start(&empty, "127.0.0.1:0");
+    drop(empty);
+    let cases: [Case<'_>; 3] = [
+        // No server, and no pi-workflows to start one: the install line.
+        (
+            &[],
+            &[
+                ("PI_WORKFLOWS_HOME", home),
+                ("PI_WORKFLOWS_BIN", "/nonexistent/pi-workflows"),
+            ],
+            "check that pi-workflows is installed",
+        ),
+        // A relay that is not there: how to start one.
+        (
+            &["--connect", "ws://127.0.0.1:9/ws"],
+            &[],
+            "start `piw serve`",
+        ),
+        // A relay whose server is not running: the start instruction.
+        (
+            &["--connect", &relay.url()],
+            &[],
+            "start it with `pi-workflows server start`",
+        ),
+    ];
+    for (args, env, says) in cases {
+        let (ok, stderr) = piw_output(&server, args, env);
+        assert!(!ok, "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            !stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn another_package_version_is_one_package_version_line() {
+    // A fake server on a real socket that says hello as another version.
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("state");
+    std::fs::create_dir_all(home.join("host")).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(home.join("host/server.sock")).unwrap();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(&stream).read_line(&mut line);
+            let hello = r#"{"packageVersion":"9.9.9","protocolVersion":1,"role":"server","schema":"pi-workflows.client.v1","serverEpoch":1,"type":"hello"}"#;
+            let _ = stream.write_all(format!("{hello}\n").as_bytes());
+        }
+    });
+    let output = std::process::Command::new(piw())
+        .env("PI_WORKFLOWS_HOME", &home)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("9.9.9") && stderr.contains("install matching pi-workflows packages"),
+        "{stderr}"
+    );
+    assert!(!stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"));
+}
