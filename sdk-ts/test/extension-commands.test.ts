@@ -198,6 +198,16 @@ describe("/workflow commands", () => {
     await session.command("list");
     assert.deepEqual(ui.notes.at(-1), { message: "the pi-workflows server is not running (fake)", level: "error" });
   });
+
+  it("status while the server cannot be reached says so, and never shows the last run as current", async () => {
+    const { server, ui, session } = harness();
+    server.run = waitingAgent(["pause", "cancel"]);
+    await session.start();
+    server.down = true;
+    server.close();
+    await session.command("status");
+    assert.deepEqual(ui.notes.at(-1), { message: "The pi-workflows server is unavailable (the pi-workflows server is not running (fake)); status shows again once it is back.", level: "warning" });
+  });
 });
 
 describe("workflow tool", () => {

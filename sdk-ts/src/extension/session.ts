@@ -284,6 +284,9 @@ export class WorkflowSession {
       case "status": {
         if (command.runId !== undefined) return info(texts.statusText(await this.options.server.runView(command.runId), undefined));
         const view = await this.freshView();
+        // A view read before the server went away is not the current state.
+        const down = this.source.unavailable;
+        if (down !== undefined) return { text: texts.unavailableText(down.message), level: "warning" };
         return info(texts.statusText(view?.run, this.coordinator.currentProblem));
       }
       case "pause":

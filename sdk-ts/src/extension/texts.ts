@@ -45,6 +45,8 @@ export const heldStartUnsupportedText = (workflow: string): string =>
 
 export const NO_RUN_TEXT = "No workflow is running.";
 
+export const unavailableText = (message: string): string => `The pi-workflows server is unavailable (${message}); status shows again once it is back.`;
+
 export const pausingText = (view: RunView): string =>
   `Pausing workflow ${view.workflowName} (run ${view.runId}): the current step finishes first. /workflow resume continues it.`;
 
