@@ -42,3 +42,4 @@ pub mod transfer;
 pub mod updates;
 pub mod view;
 pub mod views;
+pub mod wire;
