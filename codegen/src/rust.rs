@@ -140,7 +140,7 @@ fn for_typify(bundle: &Bundle, value: &Value) -> Result<Value, String> {
     })
 }
 
-/// The three Rust files: `(file name, contents without header)`.
+/// The Rust files: `(file name, contents without header)`.
 pub fn generate(bundle: &Bundle) -> Result<Vec<(&'static str, String)>, String> {
     let mut constrained = BTreeMap::new();
     for (name, schema) in &bundle.defs {
@@ -202,10 +202,12 @@ pub fn generate(bundle: &Bundle) -> Result<Vec<(&'static str, String)>, String> 
         emit_dispatch(bundle),
         emit_state_changing(bundle)?
     ))?;
+    let operations_src = format_rust(&emit_operations(bundle)?)?;
     Ok(vec![
         ("types.rs", types),
         ("constrained.rs", constrained_src),
         ("dispatch.rs", dispatch_src),
+        ("operations.rs", operations_src),
     ])
 }
 
@@ -442,6 +444,81 @@ fn emit_constrained(
 /// The Rust identifier typify gives a type or a variant named `name`.
 fn type_name(name: &str) -> String {
     name.to_upper_camel_case()
+}
+
+/// The Rust type of definition `name` (its checked wrapper when it has
+/// cross-field rules).
+fn resolve_type(bundle: &Bundle, name: &str) -> String {
+    if bundle
+        .defs
+        .get(name)
+        .is_some_and(|d| d.get("dependentRequired").is_some())
+    {
+        format!("super::constrained::{}", type_name(name))
+    } else {
+        format!("types::{}", type_name(name))
+    }
+}
+
+/// One marker type per client operation with the types of its request
+/// payload and response receipt, from the same correlations as the
+/// dispatch (`Request.payload` and `Response.receipt` by `operation`).
+fn emit_operations(bundle: &Bundle) -> Result<String, String> {
+    let find = |variant: &str, target: &str| {
+        bundle
+            .correlations
+            .iter()
+            .find(|c| c.variant == variant && c.target == target && c.selector == "operation")
+            .ok_or_else(|| format!("no {variant}.{target} correlation by operation"))
+    };
+    let payloads = find("Request", "payload")?;
+    let receipts = find("Response", "receipt")?;
+    let changing = crate::wire::state_changing(bundle)?;
+    let bounds = "::serde::Serialize + ::serde::de::DeserializeOwned + ::std::clone::Clone + ::std::fmt::Debug + ::std::marker::Send + ::std::marker::Sync + 'static";
+    let mut s = format!(
+        "//! One marker type per client `operation`, naming the types of its\n\
+         //! request `payload` and response `receipt` (read from the same schema\n\
+         //! correlations as `dispatch`): a client sends a typed payload and\n\
+         //! gets the typed receipt of the same operation back.\n\
+         use super::types;\n\n\
+         /// A client operation: its wire name and the types of its payload and receipt.\n\
+         pub trait ClientOperation {{\n\
+             /// The wire `operation`.\n\
+             const OPERATION: types::Operation;\n\
+             /// The request `payload`.\n\
+             type Payload: {bounds};\n\
+             /// The response `receipt`.\n\
+             type Receipt: {bounds};\n\
+             /// Whether it changes state and stores a durable receipt\n\
+             /// (`x-stateChanging`), so it carries an idempotency key.\n\
+             const STATE_CHANGING: bool;\n\
+         }}\n\n"
+    );
+    for (value, payload) in &payloads.pairs {
+        let receipt = receipts
+            .pairs
+            .iter()
+            .find(|(v, _)| v == value)
+            .map(|(_, ty)| ty)
+            .ok_or_else(|| format!("operation {value} has a payload but no receipt"))?;
+        let v = type_name(value);
+        let _ = writeln!(
+            s,
+            "/// `{value}`\n\
+             #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]\n\
+             pub struct {v};\n\
+             impl ClientOperation for {v} {{\n\
+                 const OPERATION: types::Operation = types::Operation::{v};\n\
+                 type Payload = {};\n\
+                 type Receipt = {};\n\
+                 const STATE_CHANGING: bool = {};\n\
+             }}\n",
+            resolve_type(bundle, payload),
+            resolve_type(bundle, receipt),
+            changing.contains(value)
+        );
+    }
+    Ok(s)
 }
 
 fn emit_dispatch(bundle: &Bundle) -> String {

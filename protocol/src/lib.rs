@@ -12,7 +12,10 @@
 //!   rejected at every level (typify's `deny_unknown_fields`, the generated
 //!   payload/receipt dispatch, and a typed round trip that must reproduce
 //!   the frame);
-//! - [`SafeError`]: a closed code and a static message, never payload text.
+//! - [`SafeError`]: a closed code and a static message, never payload text;
+//! - [`content`]: verified reads of digest-bound content references in
+//!   512 KiB parts (the server, the runners and the Rust client share it);
+//! - [`workflow_ref`]: the one rule that tells a workflow path from a name.
 //!
 //! A frame is decoded in this order, identical in the TypeScript SDK (so
 //! both report the same code for the same bytes): framing
@@ -20,10 +23,12 @@
 //! canonical form (`nonCanonical`), schema (`schemaInvalid`).
 
 pub mod canonical;
+pub mod content;
 mod error;
 pub mod framing;
 pub mod generated;
 mod message;
+pub mod workflow_ref;
 
 pub use canonical::{MAX_DEPTH, canonicalize, canonicalize_typed, is_canonical, parse_canonical};
 pub use error::SafeError;
@@ -33,6 +38,10 @@ pub use framing::{FrameDecoder, MAX_FRAME_BYTES, frame_content};
 pub use generated::dispatch::{
     RequestPayload, ResponseReceipt, parse_request_payload, parse_response_receipt,
 };
+/// One marker type per client operation (`ops::RunPause`, …), each a
+/// [`ClientOperation`] naming its payload and receipt types.
+pub use generated::operations as ops;
+pub use generated::operations::ClientOperation;
 pub use generated::types::{
     ClientMessage, ErrorCode, RunView, RunnerMessage, ServerMessage, WorkerLaunch,
 };

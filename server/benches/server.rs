@@ -26,9 +26,9 @@ mod common;
 mod support;
 
 use common::{PRODUCTION, Stats, ms, raw_commits, stats};
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::json;
-use server::client::{Client, RequestSpec};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::*;

@@ -23,9 +23,9 @@ mod common;
 mod support;
 
 use common::{PRODUCTION, Stats, ms, raw_commits, stats};
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;

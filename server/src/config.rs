@@ -29,9 +29,6 @@ pub struct Config {
     pub user_home: Option<PathBuf>,
     /// Limits of the client socket's connections.
     pub connections: ConnectionLimits,
-    /// `PI_WORKFLOWS_CLI_TIMEOUT_MS` (default 60000): how long the CLI waits
-    /// for each answer of the server (the hello, every response).
-    pub cli_timeout_ms: u64,
 }
 
 /// How the server bounds what one client can hold (docs/PROTOCOL.md,
@@ -120,7 +117,6 @@ impl Config {
                 idle_ms: positive(&lookup, "PI_WORKFLOWS_CONNECTION_IDLE_MS", 300_000)?,
                 stalled_client_ms: positive(&lookup, "PI_WORKFLOWS_STALLED_CLIENT_MS", 30_000)?,
             },
-            cli_timeout_ms: positive(&lookup, "PI_WORKFLOWS_CLI_TIMEOUT_MS", 60_000)?,
         })
     }
 
@@ -220,7 +216,6 @@ mod tests {
                 stalled_client_ms: 30_000,
             }
         );
-        assert_eq!(config.cli_timeout_ms, 60_000);
         assert_eq!(
             config.socket_path(),
             PathBuf::from("/home/u/.pi/agent/workflows/host/server.sock")
@@ -247,13 +242,12 @@ mod tests {
     }
 
     #[test]
-    fn connection_limits_and_the_cli_timeout_must_be_positive_integers() {
+    fn connection_limits_must_be_positive_integers() {
         for name in [
             "PI_WORKFLOWS_MAX_CONNECTIONS",
             "PI_WORKFLOWS_FRAME_TIMEOUT_MS",
             "PI_WORKFLOWS_CONNECTION_IDLE_MS",
             "PI_WORKFLOWS_STALLED_CLIENT_MS",
-            "PI_WORKFLOWS_CLI_TIMEOUT_MS",
         ] {
             let error = config(&[("HOME", "/h"), (name, "0")]).unwrap_err();
             assert!(
@@ -263,14 +257,8 @@ mod tests {
                 "{error}"
             );
         }
-        let config = config(&[
-            ("HOME", "/h"),
-            ("PI_WORKFLOWS_MAX_CONNECTIONS", "3"),
-            ("PI_WORKFLOWS_CLI_TIMEOUT_MS", "1500"),
-        ])
-        .unwrap();
+        let config = config(&[("HOME", "/h"), ("PI_WORKFLOWS_MAX_CONNECTIONS", "3")]).unwrap();
         assert_eq!(config.connections.max_connections, 3);
-        assert_eq!(config.cli_timeout_ms, 1500);
     }
 
     #[test]

@@ -18,13 +18,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// The workflow file suffixes, in precedence order.
-pub const WORKFLOW_SUFFIXES: [&str; 4] = [
-    ".workflow.ts",
-    ".workflow.js",
-    ".workflow.mts",
-    ".workflow.mjs",
-];
+use protocol::workflow_ref::split_suffix;
+/// The suffixes and the name-vs-path rule are shared with the CLI
+/// (`protocol::workflow_ref`).
+pub use protocol::workflow_ref::{WORKFLOW_SUFFIXES, workflow_name_of};
 
 /// Where a discovered workflow comes from (the `source` of `workflows.list`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,25 +47,6 @@ pub struct Discovered {
     pub origin: Origin,
     /// The entry's path in its directory (not resolved through symlinks).
     pub path: PathBuf,
-}
-
-/// The workflow name of a file name: its stem before a workflow suffix, or
-/// `None` when it has no suffix or nothing before it.
-pub fn workflow_name_of(file_name: &str) -> Option<&str> {
-    split_suffix(file_name).map(|(name, _)| name)
-}
-
-/// The name and the precedence rank of its suffix.
-fn split_suffix(file_name: &str) -> Option<(&str, usize)> {
-    WORKFLOW_SUFFIXES
-        .iter()
-        .enumerate()
-        .find_map(|(rank, suffix)| {
-            file_name
-                .strip_suffix(suffix)
-                .filter(|name| !name.is_empty())
-                .map(|name| (name, rank))
-        })
 }
 
 /// Every workflow visible from `project_path` (and `home`, when known), first

@@ -1,5 +1,6 @@
-//! The pi-workflows server and its command-line client: a thin I/O shell
-//! around the kernel.
+//! The pi-workflows server: a thin I/O shell around the kernel. (The command
+//! line is the `pi-workflows-cli` crate; the Rust client is
+//! `pi-workflows-client`.)
 //!
 //! Architecture invariants:
 //! - Every handler loads facts, calls the kernel, writes and commits in one
@@ -11,11 +12,8 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod app;
-pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod config;
-pub mod content;
 pub mod discovery;
 pub mod effects;
 pub mod fault;
@@ -23,7 +21,6 @@ pub mod handlers;
 pub mod home;
 pub mod ids;
 pub mod interactions;
-pub mod live;
 pub mod log;
 pub mod process;
 pub mod reads;

@@ -281,25 +281,6 @@ fn discovered_workflows_are_listed_from_the_project_directory() {
 }
 
 #[test]
-fn the_cli_reaches_state_only_through_the_server_socket() {
-    // No CLI source names the store or SQLite.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("src")
-        .join("cli");
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        for forbidden in ["rusqlite", "crate::store", "state.sqlite"] {
-            assert!(
-                !text.contains(forbidden),
-                "{} mentions {forbidden}",
-                path.display()
-            );
-        }
-    }
-}
-
-#[test]
 fn a_server_of_another_version_is_one_line_that_says_to_install_matching_packages() {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::fs::PermissionsExt;

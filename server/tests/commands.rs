@@ -5,8 +5,8 @@
 
 mod support;
 
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use std::time::Duration;
 use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

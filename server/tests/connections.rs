@@ -294,12 +294,13 @@ fn commands_accepted_before_a_stalled_connection_is_closed_still_store_their_rec
     // there is exactly one run per command.
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let mut client = server::client::Client::connect(&server.socket(), "stalled-commands")
-            .await
-            .unwrap();
+        let mut client =
+            pi_workflows_client::Connection::connect(&server.socket(), "stalled-commands")
+                .await
+                .unwrap();
         let mut adopted = 0;
         for i in 0..COMMANDS {
-            let mut spec = server::client::RequestSpec::command(
+            let mut spec = pi_workflows_client::RequestSpec::command(
                 "run.start",
                 None,
                 command(i)["payload"].clone(),

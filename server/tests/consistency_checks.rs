@@ -7,9 +7,9 @@
 
 mod support;
 
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;

@@ -9,8 +9,8 @@
 
 mod support;
 
+use pi_workflows_client::{Connection as Client, RequestSpec, Response};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec, Response};
 use std::path::PathBuf;
 use std::time::Duration;
 use support::*;

@@ -16,8 +16,8 @@
 
 mod support;
 
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

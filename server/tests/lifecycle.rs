@@ -3,8 +3,8 @@
 
 mod support;
 
+use pi_workflows_client::RequestSpec;
 use serde_json::json;
-use server::client::RequestSpec;
 use support::*;
 
 #[test]
@@ -154,7 +154,7 @@ async fn a_checkpoint_waits_and_its_answer_starts_exactly_one_continuation() {
     assert_eq!(children, 1);
 }
 
-async fn view_of(client: &mut server::client::Client, run_id: &str) -> serde_json::Value {
+async fn view_of(client: &mut pi_workflows_client::Connection, run_id: &str) -> serde_json::Value {
     support::view(client, run_id).await
 }
 
@@ -170,9 +170,10 @@ async fn duplicate_commands_adopt_and_reused_keys_with_another_payload_conflict(
     let first = client.request(&spec).await.unwrap();
     assert_eq!(first.outcome, "accepted");
     // A retry with a new request id and the same key adopts, from a new connection.
-    let mut same_client = server::client::Client::connect(&server.socket(), client.client_id())
-        .await
-        .unwrap();
+    let mut same_client =
+        pi_workflows_client::Connection::connect(&server.socket(), client.client_id())
+            .await
+            .unwrap();
     // (`Client::request` would number this connection's first request
     // `<clientId>-r1` again, the first connection's id: use a new one.)
     let retry = request_as(&mut same_client, &spec, &fresh_request_id()).await;

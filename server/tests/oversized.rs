@@ -7,8 +7,8 @@
 
 mod support;
 
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use std::io::Read as _;
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -23,7 +23,11 @@ const FRAME: usize = 1024 * 1024;
 
 /// One request, bounded in time: a server that never answers fails the
 /// test instead of hanging it.
-async fn bounded(client: &mut Client, spec: &RequestSpec, what: &str) -> server::client::Response {
+async fn bounded(
+    client: &mut Client,
+    spec: &RequestSpec,
+    what: &str,
+) -> pi_workflows_client::Response {
     match tokio::time::timeout(Duration::from_secs(60), client.request(spec)).await {
         Ok(response) => response.expect(what),
         Err(_) => panic!("{what}: no response within 60 s"),

@@ -3,8 +3,8 @@
 
 mod support;
 
+use pi_workflows_client::{Connection as Client, RequestSpec};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec};
 use std::collections::BTreeSet;
 use std::process::Output;
 use std::time::{Duration, Instant};

@@ -12,9 +12,9 @@
 
 mod support;
 
+use pi_workflows_client::RequestSpec;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
-use server::client::RequestSpec;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -224,7 +224,7 @@ async fn a_database_whose_checkpoint_was_killed_starts_with_every_run() {
     let script = fat_script(server.scratch(), 3, 150_000);
     let mut accepted = Vec::new();
     for attempt in 0..24 {
-        let Ok(mut client) = server::client::Client::connect(
+        let Ok(mut client) = pi_workflows_client::Connection::connect(
             &server.socket(),
             &format!("test-checkpoint-{attempt}"),
         )
@@ -254,7 +254,7 @@ async fn a_database_whose_checkpoint_was_killed_starts_with_every_run() {
         let deadline = Instant::now() + Duration::from_secs(30);
         while server.is_running() && Instant::now() < deadline {
             if let Ok(mut client) =
-                server::client::Client::connect(&server.socket(), "test-watch").await
+                pi_workflows_client::Connection::connect(&server.socket(), "test-watch").await
                 && let Ok(response) = client
                     .request(&RequestSpec::read("run.view", Some(&run_id), json!({})))
                     .await

@@ -5,9 +5,9 @@
 
 mod support;
 
+use pi_workflows_client::LiveView;
+use pi_workflows_client::{ClientError, Connection as Client, ContentFailure, RequestSpec};
 use serde_json::{Value, json};
-use server::client::{Client, ContentError, RequestSpec};
-use server::live::LiveView;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -489,8 +489,7 @@ async fn content_is_verified_and_scoped_to_its_run_and_media_type() {
     let read = client.read_content(&run_id, &reference).await;
     assert!(read.is_ok(), "{read:?} for {reference}");
 
-    let unavailable =
-        |result: Result<Vec<u8>, ContentError>| matches!(result, Err(ContentError::Unavailable(_)));
+    let unavailable = |result: Result<Vec<u8>, ClientError>| matches!(result, Err(error) if error.is_server_refusal());
     assert!(
         unavailable(client.read_content(&other_run, &reference).await),
         "another run's reference"
@@ -527,7 +526,7 @@ async fn content_is_verified_and_scoped_to_its_run_and_media_type() {
     assert_eq!(changed, 1);
     assert_eq!(
         client.read_content(&run_id, &reference).await,
-        Err(ContentError::DigestMismatch)
+        Err(ClientError::Content(ContentFailure::DigestMismatch))
     );
 }
 

@@ -7,4 +7,6 @@ pub mod constrained;
 #[rustfmt::skip]
 pub mod dispatch;
 #[rustfmt::skip]
+pub mod operations;
+#[rustfmt::skip]
 pub mod types;

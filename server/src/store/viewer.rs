@@ -366,7 +366,7 @@ mod tests {
             let mut ops = Vec::new();
             diff_steps(&stored_of(&previous), &next, &mut ops);
             saw_removal |= ops.iter().any(|op| op["op"] == "remove");
-            crate::live::apply_patch(&mut page, &ops).unwrap();
+            pi_workflows_client::live::apply_patch(&mut page, &ops).unwrap();
             assert_eq!(
                 page["steps"],
                 next.step_page(),

@@ -1,12 +1,13 @@
 //! Test harness for black-box server tests: a real `pi-workflows server run`
 //! process on a temporary `PI_WORKFLOWS_HOME`, the scripted runner, the Rust
-//! protocol client, and read-only access to the SQLite file for consistency
+//! client (`pi-workflows-client`, whose `Connection` the tests call
+//! `Client`), and read-only access to the SQLite file for consistency
 //! checks (the product never lets clients read it; tests may).
 #![allow(dead_code, unreachable_pub)]
 
+use pi_workflows_client::{Connection as Client, RequestSpec, Response};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
-use server::client::{Client, RequestSpec, Response};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -251,9 +252,9 @@ impl TestServer {
         }
     }
 
-    /// The socket path.
+    /// The socket path (the client's one rule for it).
     pub fn socket(&self) -> PathBuf {
-        self.home.join("host").join("server.sock")
+        pi_workflows_client::Home::at(&self.home).socket_path()
     }
 
     /// A connected client.
@@ -387,48 +388,13 @@ pub fn linear_topology(nodes: &[&str]) -> Value {
 }
 
 /// Sends `spec` with an explicit `request_id` and waits for its response.
-/// (`Client::request` numbers request ids per connection from `r1`, so a
-/// second connection of one client id would reuse the first one's ids.)
+/// (`Client::request` makes a fresh request id; a test that repeats one, or
+/// sends one from another connection, names it.)
 pub async fn request_as(client: &mut Client, spec: &RequestSpec, request_id: &str) -> Response {
-    let mut frame = json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "request",
-        "requestId": request_id,
-        "clientId": client.client_id(),
-        "operation": spec.operation,
-        "payload": spec.payload,
-    });
-    if let Some(run_id) = &spec.run_id {
-        frame["runId"] = json!(run_id);
-    }
-    if let Some(key) = &spec.idempotency_key {
-        frame["idempotencyKey"] = json!(key);
-    }
-    if let Some(revision) = spec.expected_revision {
-        frame["expectedRevision"] = json!(revision);
-    }
-    client.send(&frame).await.expect("send the request");
-    loop {
-        let value = client.receive().await.expect("a response");
-        if value.get("type").and_then(Value::as_str) == Some("response")
-            && value.get("requestId").and_then(Value::as_str) == Some(request_id)
-        {
-            let text = |pointer: &str| {
-                value
-                    .pointer(pointer)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            };
-            return Response {
-                outcome: text("/outcome").unwrap_or_default(),
-                revision: value.get("revision").and_then(Value::as_u64),
-                receipt: value.get("receipt").cloned(),
-                error_code: text("/error/code"),
-                error_message: text("/error/message"),
-                frame: value,
-            };
-        }
-    }
+    client
+        .request_with_id(spec, request_id)
+        .await
+        .expect("a response")
 }
 
 /// A request id no other request of any test uses.

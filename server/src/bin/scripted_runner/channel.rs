@@ -11,6 +11,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use protocol::content::{self, Assembler, ContentFailure, Part};
 use protocol::generated::types::{
     CommandState, ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId,
 };
@@ -19,7 +20,6 @@ use protocol::{
     encode_runner, frame_content, runner_kind,
 };
 use serde_json::{Map, Value, json};
-use server::content::{self, Assembler, ContentFailure, Part};
 
 use crate::{EXIT_CHANNEL_CLOSED, EXIT_CRASH, EXIT_PROTOCOL, log};
 

@@ -14,7 +14,7 @@
 //!
 //! A command whose `state` is `{kind: reference}` and a reply that carries
 //! `resultContent` are read with `content.read` in verified parts of at most
-//! 512 KiB (`server::content::Assembler`); content that cannot be read is
+//! 512 KiB (`protocol::content::Assembler`); content that cannot be read is
 //! one log line, `runner.exiting {reason: fatal}` and exit 2.
 //!
 //! The runner waits for the reply of `node.update`, `effect.reserve`,

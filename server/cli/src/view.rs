@@ -1,47 +1,40 @@
 //! `pi-workflows view <runId> [--once | --watch] [--json]`.
 //!
 //! `--once` shows the complete view at one revision: the bounded view plus
-//! every page of its steps and updates (`Client::complete_view`).
+//! every page of its steps and updates (`WorkflowClient::complete_view_json`).
 //!
 //! Following subscribes to the run and applies the server's snapshots and
-//! patches to one [`LiveView`]; a patch that does not fit the view's
-//! revision makes it resubscribe from that revision. When the run settled
-//! (a terminal display status with no activity left) it stops, or moves on
-//! to the run that continues it after an answered checkpoint.
+//! patches to one [`LiveView`]. The client keeps the subscription: a patch
+//! that does not fit the last revision, or a lost connection, makes it
+//! subscribe again from that revision (bounded by
+//! `PI_WORKFLOWS_CLI_TIMEOUT_MS` for a server that went away). When the run
+//! settled (a terminal display status with no activity left) it stops, or
+//! moves on to the run that continues it after an answered checkpoint.
 
 use super::render;
-use super::{Exit, Failure, Outcome, connect, refused};
-use crate::client::{Client, CompleteView, RequestSpec};
-use crate::config::Config;
-use crate::live::LiveView;
-use serde_json::{Value, json};
+use super::{Exit, Failure, Outcome, Settings, connect, refused};
+use pi_workflows_client::{Delivery, LiveView, WorkflowClient};
+use protocol::generated::types::SubscriptionTarget;
+use serde_json::Value;
 use std::io::{IsTerminal, Write};
 
 /// Shows `run_id` once, or follows it until it ends.
 pub(super) async fn view(
-    config: &Config,
+    settings: &Settings,
     run_id: &str,
     follow: bool,
     json_output: bool,
 ) -> Outcome {
-    let mut client = connect(config).await?;
+    let mut client = connect(settings).await?;
     if !follow {
-        let view = match client.complete_view(run_id).await? {
-            CompleteView::View(view) => view,
-            CompleteView::Refused(response) => return Err(refused(&response, Some(run_id))),
-            CompleteView::Moving => {
-                return Err(Failure::new(
-                    Exit::Unavailable,
-                    format!(
-                        "run {run_id} kept changing while its view was read; run the command again"
-                    ),
-                ));
-            }
-        };
+        let view = client
+            .complete_view_json(run_id)
+            .await
+            .map_err(|error| refused(error, Some(run_id)))?;
         if json_output {
             println!("{view}");
         } else {
-            print!("{}", render::view_frame(&view, crate::clock::now_ms()));
+            print!("{}", render::view_frame(&view, super::now_ms()));
         }
         return Ok(Exit::Ok);
     }
@@ -62,69 +55,61 @@ pub(super) async fn view(
 /// Follows one run until it settled (terminal, nothing winding down);
 /// returns that view.
 async fn follow_run(
-    client: &mut Client,
+    client: &mut WorkflowClient,
     run_id: &str,
     screen: &mut Screen,
 ) -> Result<Value, Failure> {
+    let target: SubscriptionTarget = serde_json::from_value(
+        serde_json::json!({ "kind": "run", "runId": run_id }),
+    )
+    .map_err(|_| {
+        Failure::new(
+            Exit::NotFound,
+            format!("no run {run_id}; list runs with `pi-workflows runs`"),
+        )
+    })?;
     let mut live = LiveView::new();
-    let mut subscription = subscribe(client, run_id, None).await?;
+    let subscription = client
+        .subscribe(&target, None)
+        .await
+        .map_err(|error| refused(error, Some(run_id)))?;
     loop {
-        let frame = client.next_event().await?;
-        let subscription_id = frame["subscriptionId"].as_str().unwrap_or_default();
-        if subscription_id == "connection" {
-            let reason = frame["event"]["reason"].as_str().unwrap_or("closed");
+        let event = match client
+            .next_event()
+            .await
+            .map_err(|error| refused(error, Some(run_id)))?
+        {
+            Delivery::Event {
+                subscription: from,
+                event,
+                ..
+            } if from == subscription => event,
+            Delivery::Event { .. } => continue,
+            Delivery::Unavailable => {
+                screen.note("lost the connection to the server; reconnecting…");
+                continue;
+            }
+            Delivery::Available => continue,
+        };
+        if live.apply_event(&event).is_err() {
+            // The client delivers patches on their base only; a view that
+            // cannot take one is a protocol failure.
             return Err(Failure::new(
                 Exit::Unavailable,
-                format!("the server ended the connection ({reason}); run the command again"),
+                "the server sent a view change that does not fit; run the command again",
             ));
-        }
-        if subscription_id != subscription {
-            continue;
-        }
-        if live.apply(&frame["event"]).is_err() {
-            // A patch for another revision: resume from what we hold.
-            unsubscribe(client, &subscription).await?;
-            subscription = subscribe(client, run_id, live.revision()).await?;
-            continue;
         }
         let view = live.view().expect("an applied event leaves a view");
         screen.draw(view);
         if render::is_settled(view) {
             let view = view.clone();
-            unsubscribe(client, &subscription).await?;
+            client
+                .unsubscribe(subscription)
+                .await
+                .map_err(|error| refused(error, Some(run_id)))?;
             return Ok(view);
         }
     }
-}
-
-async fn subscribe(
-    client: &mut Client,
-    run_id: &str,
-    from: Option<u64>,
-) -> Result<String, Failure> {
-    let response = client
-        .subscribe(json!({ "kind": "run", "runId": run_id }), from)
-        .await?;
-    if response.outcome != "accepted" {
-        return Err(refused(&response, Some(run_id)));
-    }
-    Ok(response
-        .receipt
-        .as_ref()
-        .and_then(|receipt| receipt["subscriptionId"].as_str())
-        .unwrap_or_default()
-        .to_owned())
-}
-
-async fn unsubscribe(client: &mut Client, subscription_id: &str) -> Result<(), Failure> {
-    client
-        .request(&RequestSpec::read(
-            "unsubscribe",
-            None,
-            json!({ "subscriptionId": subscription_id }),
-        ))
-        .await?;
-    Ok(())
 }
 
 /// Where frames go: redrawn in place on a terminal, one status line per
@@ -152,7 +137,7 @@ impl Screen {
             let _ = writeln!(stdout, "{view}");
         } else if self.terminal {
             // Home, clear below, frame.
-            let frame = render::view_frame(view, crate::clock::now_ms());
+            let frame = render::view_frame(view, super::now_ms());
             let _ = write!(stdout, "\x1b[H\x1b[J{frame}");
         } else {
             let line = render::status_line(view);
@@ -176,7 +161,7 @@ impl Screen {
     /// code from the terminal status.
     fn finish(&mut self, view: &Value) -> Exit {
         if !self.json && !self.terminal {
-            print!("\n{}", render::view_frame(view, crate::clock::now_ms()));
+            print!("\n{}", render::view_frame(view, super::now_ms()));
         }
         match view["display"]["status"].as_str() {
             Some("completed") => Exit::Ok,

@@ -13,9 +13,13 @@
 //!   refused before anything is read.
 //! - Every failure is one [`ContentFailure`] with a closed code and a static
 //!   message, never a panic and never text taken from the content.
+//!
+//! The server, the scripted runner and the Rust client all read content
+//! through this one assembler.
 
 use base64::Engine as _;
 use serde_json::Value;
+use sha2::Digest as _;
 
 /// The largest part one read asks for.
 pub const PART_BYTES: u64 = 512 * 1024;
@@ -189,7 +193,7 @@ impl Assembler {
         if !self.done || self.assembled.len() as u64 != self.bytes {
             return Err(ContentFailure::WrongLength);
         }
-        let actual = crate::ids::digest_text(&crate::ids::sha256(&self.assembled));
+        let actual = digest_text(&self.assembled);
         if actual != self.digest || self.named_digests.iter().any(|named| *named != actual) {
             return Err(ContentFailure::DigestMismatch);
         }
@@ -199,8 +203,22 @@ impl Assembler {
 
 /// Decodes verified bytes as canonical JSON within the nesting limit.
 pub fn json(bytes: &[u8]) -> Result<Value, ContentFailure> {
-    protocol::parse_canonical(bytes).map_err(|_| ContentFailure::NotJson)
+    crate::parse_canonical(bytes).map_err(|_| ContentFailure::NotJson)
 }
+
+/// The `sha256:<hex>` digest of `bytes`, as a `ContentReference` names it.
+pub fn digest_text(bytes: &[u8]) -> String {
+    let digest = sha2::Sha256::digest(bytes);
+    let mut text = String::with_capacity(7 + 64);
+    text.push_str("sha256:");
+    for byte in digest {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
 mod tests {
@@ -209,7 +227,7 @@ mod tests {
 
     fn reference_of(bytes: &[u8], media_type: &str) -> Value {
         json!({
-            "digest": crate::ids::digest_text(&crate::ids::sha256(bytes)),
+            "digest": digest_text(bytes),
             "mediaType": media_type,
             "bytes": bytes.len(),
         })
@@ -238,7 +256,7 @@ mod tests {
     }
 
     fn big_json() -> Vec<u8> {
-        protocol::canonicalize(&json!({ "pad": "z".repeat(1_300_000) })).unwrap()
+        crate::canonicalize(&json!({ "pad": "z".repeat(1_300_000) })).unwrap()
     }
 
     #[test]
@@ -269,7 +287,7 @@ mod tests {
     fn a_wrong_digest_is_refused() {
         let content = big_json();
         let mut reference = reference_of(&content, JSON);
-        reference["digest"] = json!(crate::ids::digest_text(&crate::ids::sha256(b"other")));
+        reference["digest"] = json!(digest_text(b"other"));
         assert_eq!(
             read_all(&reference, &content),
             Err(ContentFailure::DigestMismatch)
@@ -395,7 +413,7 @@ mod tests {
         let reference = reference_of(small, JSON);
         let mut assembler = Assembler::new(&reference, None, 1 << 20).unwrap();
         let data = encode(small);
-        let wrong = crate::ids::digest_text(&crate::ids::sha256(b"x"));
+        let wrong = digest_text(b"x");
         assembler
             .accept(Part {
                 reference: &reference,
@@ -440,6 +458,14 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_is_sha256_in_its_text_form() {
+        assert_eq!(
+            digest_text(b"abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
     fn every_failure_has_a_closed_code_and_a_bounded_message() {
         for failure in [
             ContentFailure::Unavailable,
@@ -451,7 +477,7 @@ mod tests {
             ContentFailure::DigestMismatch,
             ContentFailure::NotJson,
         ] {
-            let code: protocol::ErrorCode = failure.code().parse().unwrap();
+            let code: crate::ErrorCode = failure.code().parse().unwrap();
             assert_eq!(code.to_string(), failure.code());
             assert!(!failure.message().is_empty() && failure.message().len() <= 512);
         }

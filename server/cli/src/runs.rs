@@ -1,23 +1,30 @@
 //! `list`, `start`, `runs`, `pause | resume | cancel | restart`, `answer`.
 
-use super::{Exit, Failure, Outcome, connect, connect_as, refused, render};
-use crate::client::RequestSpec;
-use crate::config::Config;
+use super::{Exit, Failure, Outcome, Settings, connect, connect_as, refused, render};
+use pi_workflows_client::{
+    Accepted, CallOptions, ClientError, ClientOperation, WorkflowClient, ops,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 
+/// The receipt of an accepted command as JSON (the `--json` output).
+fn receipt_json<Op: ClientOperation>(accepted: &Accepted<Op>) -> Value {
+    serde_json::to_value(&accepted.receipt).unwrap_or_else(|_| json!({}))
+}
+
 /// `pi-workflows list`: the workflows discovered for this directory.
-pub(super) async fn list(config: &Config, json_output: bool) -> Outcome {
-    let mut client = connect(config).await?;
+pub(super) async fn list(settings: &Settings, json_output: bool) -> Outcome {
+    let mut client = connect(settings).await?;
     let project = project_path()?;
     let mut workflows = Vec::new();
     let mut offset = 0;
     loop {
         let payload = json!({ "projectPath": project, "offset": offset, "limit": 200 });
-        let response = client
-            .request(&RequestSpec::read("workflows.list", None, payload))
-            .await?;
-        let receipt = accepted(&response, None)?;
+        let page = client
+            .call_json::<ops::WorkflowsList>(None, payload, CallOptions::default())
+            .await
+            .map_err(|error| refused(error, None))?;
+        let receipt = receipt_json(&page);
         workflows.extend(receipt["workflows"].as_array().cloned().unwrap_or_default());
         match receipt.get("nextOffset").and_then(Value::as_u64) {
             Some(next) => offset = next,
@@ -66,40 +73,35 @@ impl Retry {
         }
     }
 
-    async fn connect(&self, config: &Config) -> Result<crate::client::Client, Failure> {
+    async fn connect(&self, settings: &Settings) -> Result<WorkflowClient, Failure> {
         match &self.key {
             Some(key) => {
-                let digest = crate::ids::sha256(key.as_bytes());
-                let hex: String = digest.0[..8].iter().map(|b| format!("{b:02x}")).collect();
-                connect_as(config, &format!("cli-key-{hex}")).await
+                // `sha256:` and the first 16 hex digits of the key's digest.
+                let digest = protocol::content::digest_text(key.as_bytes());
+                connect_as(settings, &format!("cli-key-{}", &digest[7..23])).await
             }
-            None => connect(config).await,
+            None => connect(settings).await,
         }
     }
 
-    fn spec(&self, operation: &str, run_id: Option<&str>, payload: Value) -> RequestSpec {
-        let mut spec = RequestSpec::command(operation, run_id, payload);
-        if let Some(key) = &self.key {
-            spec.idempotency_key = Some(key.clone());
+    fn options(&self) -> CallOptions {
+        CallOptions {
+            idempotency_key: self.key.clone(),
+            expected_revision: None,
         }
-        spec
     }
 
-    /// The receipt of an accepted (or, for a retry, adopted) response, or the
-    /// failure to report; a key used for another command says so.
-    fn accepted(
-        &self,
-        response: &crate::client::Response,
-        run_id: Option<&str>,
-    ) -> Result<Value, Failure> {
-        match (&self.key, response.outcome.as_str()) {
-            (Some(key), "conflict") => Err(Failure::new(
+    /// The failure of a refused command; a key used for another command
+    /// says so.
+    fn refused(&self, error: ClientError, run_id: Option<&str>) -> Failure {
+        match (&self.key, error) {
+            (Some(key), ClientError::Conflict { .. }) => Failure::new(
                 Exit::Refused,
                 format!(
                     "--idempotency-key {key} was already used for another command; use a new key for a new command"
                 ),
-            )),
-            _ => accepted(response, run_id),
+            ),
+            (_, error) => refused(error, run_id),
         }
     }
 }
@@ -115,7 +117,7 @@ pub(super) struct StartArgs {
 }
 
 /// `pi-workflows start`: a headless run of a named or path workflow.
-pub(super) async fn start(config: &Config, args: StartArgs) -> Outcome {
+pub(super) async fn start(settings: &Settings, args: StartArgs) -> Outcome {
     let input = match &args.input_json {
         Some(text) => serde_json::from_str::<Value>(text).map_err(|_| {
             Failure::new(
@@ -128,7 +130,7 @@ pub(super) async fn start(config: &Config, args: StartArgs) -> Outcome {
     };
     let workflow = workflow_reference(&args.workflow)?;
     let retry = Retry::new(args.idempotency_key)?;
-    let mut client = retry.connect(config).await?;
+    let mut client = retry.connect(settings).await?;
     let payload = json!({
         "workflow": workflow,
         "input": input,
@@ -138,15 +140,15 @@ pub(super) async fn start(config: &Config, args: StartArgs) -> Outcome {
     if !args.json {
         eprintln!("pi-workflows: resolving {}…", args.workflow);
     }
-    let response = client
-        .request(&retry.spec("run.start", None, payload))
-        .await?;
-    let receipt = retry.accepted(&response, None)?;
-    let run_id = receipt["runId"].as_str().unwrap_or_default().to_owned();
+    let started = client
+        .call_json::<ops::RunStart>(None, payload, retry.options())
+        .await
+        .map_err(|error| retry.refused(error, None))?;
+    let run_id = started.receipt.run_id.as_str().to_owned();
     if args.json {
         println!(
             "{}",
-            json!({ "runId": run_id, "revision": receipt["revision"] })
+            json!({ "runId": run_id, "revision": started.receipt.revision.get() })
         );
         return Ok(Exit::Ok);
     }
@@ -156,18 +158,17 @@ pub(super) async fn start(config: &Config, args: StartArgs) -> Outcome {
         return Ok(Exit::Ok);
     }
     drop(client);
-    super::view::view(config, &run_id, true, false).await
+    super::view::view(settings, &run_id, true, false).await
 }
 
-/// A path argument (it names an existing file or looks like one) is sent
-/// absolute; anything else is a discovered workflow name.
+/// The `workflow` of `run.start`: a path (the one rule of
+/// `protocol::workflow_ref`: a `/` or `\`, or a workflow suffix) is sent
+/// absolute and must name a file; anything else is a discovered name.
 fn workflow_reference(argument: &str) -> Result<String, Failure> {
-    let path = Path::new(argument);
-    let looks_like_path = argument.contains('/') || argument.ends_with(".ts");
-    if !looks_like_path && !path.is_file() {
+    if !protocol::workflow_ref::is_path_reference(argument) {
         return Ok(argument.to_owned());
     }
-    std::fs::canonicalize(path)
+    std::fs::canonicalize(Path::new(argument))
         .map(|path| path.to_string_lossy().into_owned())
         .map_err(|_| {
             Failure::new(
@@ -181,20 +182,21 @@ fn workflow_reference(argument: &str) -> Result<String, Failure> {
 
 /// `pi-workflows runs`: one page of runs, newest first.
 pub(super) async fn runs(
-    config: &Config,
+    settings: &Settings,
     limit: usize,
     cursor: Option<String>,
     json_output: bool,
 ) -> Outcome {
-    let mut client = connect(config).await?;
+    let mut client = connect(settings).await?;
     let mut payload = json!({ "limit": limit.clamp(1, 1000) });
     if let Some(cursor) = cursor {
         payload["cursor"] = json!(cursor);
     }
-    let response = client
-        .request(&RequestSpec::read("runs.list", None, payload))
-        .await?;
-    let receipt = accepted(&response, None)?;
+    let page = client
+        .call_json::<ops::RunsList>(None, payload, CallOptions::default())
+        .await
+        .map_err(|error| refused(error, None))?;
+    let receipt = receipt_json(&page);
     if json_output {
         let mut page = json!({ "revision": receipt["revision"], "runs": receipt["rows"] });
         if let Some(next) = receipt.get("nextCursor") {
@@ -208,21 +210,52 @@ pub(super) async fn runs(
         println!("No runs yet. Start one with `pi-workflows start <workflow> [task…]`.");
         return Ok(Exit::Ok);
     }
-    print!("{}", render::run_table(&rows, crate::clock::now_ms()));
+    print!("{}", render::run_table(&rows, super::now_ms()));
     if let Some(next) = receipt.get("nextCursor").and_then(Value::as_str) {
         println!("more: pi-workflows runs --cursor {next}");
     }
     Ok(Exit::Ok)
 }
 
+/// The run controls.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Control {
+    Pause,
+    Resume,
+    Cancel,
+    Restart,
+}
+
 /// `pause | resume | cancel | restart <runId>`.
-pub(super) async fn control(config: &Config, operation: &str, args: super::ControlArgs) -> Outcome {
+pub(super) async fn control(
+    settings: &Settings,
+    control: Control,
+    args: super::ControlArgs,
+) -> Outcome {
     let retry = Retry::new(args.idempotency_key)?;
-    let mut client = retry.connect(config).await?;
-    let response = client
-        .request(&retry.spec(operation, Some(&args.run_id), json!({})))
-        .await?;
-    let receipt = retry.accepted(&response, Some(&args.run_id))?;
+    let mut client = retry.connect(settings).await?;
+    let run_id = Some(args.run_id.as_str());
+    let empty = json!({});
+    let options = retry.options();
+    let receipt = match control {
+        Control::Pause => client
+            .call_json::<ops::RunPause>(run_id, empty, options)
+            .await
+            .map(|accepted| receipt_json(&accepted)),
+        Control::Resume => client
+            .call_json::<ops::RunResume>(run_id, empty, options)
+            .await
+            .map(|accepted| receipt_json(&accepted)),
+        Control::Cancel => client
+            .call_json::<ops::RunCancel>(run_id, empty, options)
+            .await
+            .map(|accepted| receipt_json(&accepted)),
+        Control::Restart => client
+            .call_json::<ops::RunRestart>(run_id, empty, options)
+            .await
+            .map(|accepted| receipt_json(&accepted)),
+    }
+    .map_err(|error| retry.refused(error, run_id))?;
     if args.json {
         println!("{receipt}");
         return Ok(Exit::Ok);
@@ -231,7 +264,7 @@ pub(super) async fn control(config: &Config, operation: &str, args: super::Contr
         Some(new_run_id) => println!("restarted run {} as run {new_run_id}", args.run_id),
         None => println!(
             "{} run {} (now {})",
-            past_tense(operation),
+            past_tense(control),
             args.run_id,
             receipt["status"].as_str().unwrap_or("changed")
         ),
@@ -239,18 +272,18 @@ pub(super) async fn control(config: &Config, operation: &str, args: super::Contr
     Ok(Exit::Ok)
 }
 
-fn past_tense(operation: &str) -> &'static str {
-    match operation {
-        "run.pause" => "paused",
-        "run.resume" => "resumed",
-        "run.cancel" => "cancelled",
-        _ => "changed",
+fn past_tense(control: Control) -> &'static str {
+    match control {
+        Control::Pause => "paused",
+        Control::Resume => "resumed",
+        Control::Cancel => "cancelled",
+        Control::Restart => "restarted",
     }
 }
 
 /// `answer <runId> <json>`: answers the run's waiting checkpoint.
 pub(super) async fn answer(
-    config: &Config,
+    settings: &Settings,
     run_id: &str,
     answer: &str,
     json_output: bool,
@@ -263,33 +296,24 @@ pub(super) async fn answer(
             "the answer is not valid JSON; quote it, e.g. pi-workflows answer RUN '{\"approved\": true}'",
         )
     })?;
-    let mut client = retry.connect(config).await?;
-    let response = client
-        .request(&retry.spec(
-            "checkpoint.answer",
+    let mut client = retry.connect(settings).await?;
+    let answered = client
+        .call_json::<ops::CheckpointAnswer>(
             Some(run_id),
             json!({ "answer": answer }),
-        ))
-        .await?;
-    let receipt = retry.accepted(&response, Some(run_id))?;
+            retry.options(),
+        )
+        .await
+        .map_err(|error| retry.refused(error, Some(run_id)))?;
     if json_output {
-        println!("{receipt}");
+        println!("{}", receipt_json(&answered));
     } else {
         println!(
             "answered run {run_id}; it continues as run {}",
-            receipt["continuationRunId"].as_str().unwrap_or(run_id)
+            answered.receipt.continuation_run_id.as_str()
         );
     }
     Ok(Exit::Ok)
-}
-
-/// The receipt of an accepted response (or of an `adopted` one: a retry of a
-/// command that was already executed), or the failure to report.
-fn accepted(response: &crate::client::Response, run_id: Option<&str>) -> Result<Value, Failure> {
-    if !matches!(response.outcome.as_str(), "accepted" | "adopted") {
-        return Err(refused(response, run_id));
-    }
-    Ok(response.receipt.clone().unwrap_or(json!({})))
 }
 
 fn project_path() -> Result<String, Failure> {

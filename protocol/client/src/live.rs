@@ -9,7 +9,11 @@
 //! - Operations are the server's four: `add`, `replace`, `remove` (JSON
 //!   pointer into an object or array) and `append` (push onto an array).
 //! - A refused patch leaves the view unchanged.
+//!
+//! The TypeScript `LiveRunView` is the same fold; `sdk-ts/test/parity.test.ts`
+//! follows one run with both and compares every revision.
 
+use protocol::generated::types::ClientEvent;
 use serde_json::Value;
 
 /// Why an event could not be applied.
@@ -46,6 +50,12 @@ impl LiveView {
             .as_ref()
             .and_then(|view| view.get("revision"))
             .and_then(Value::as_u64)
+    }
+
+    /// Applies one typed event (see [`LiveView::apply`]).
+    pub fn apply_event(&mut self, event: &ClientEvent) -> Result<(), LiveError> {
+        let event = serde_json::to_value(event).map_err(|_| LiveError::NotRunView)?;
+        self.apply(&event)
     }
 
     /// Applies one event payload (`runViewSnapshot` or `runViewPatch`).
