@@ -6,7 +6,6 @@
 //! two nodes or two visits never share a key.
 
 use crate::runner_channel::{Answer, Refusal};
-use crate::store::Cached as _;
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
 use crate::supervisor::Runner;
@@ -14,9 +13,9 @@ use kernel::effect::{
     self, EffectRecord, EffectRejection, ReserveRequest, Reserved, SettleOutcome, SettleReport,
     Settled,
 };
-use kernel::ids::{AttemptId, Digest, EffectId, RunId};
+use kernel::ids::{AttemptId, Digest, EffectId};
 use kernel::run::RunAggregate;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::{Value, json};
 
 /// Decides one `effect.reserve` of the runner.
@@ -43,7 +42,7 @@ pub(crate) fn reserve(
     {
         Some(attempt) => {
             let id = effect::effect_key(&before.run.run_id, attempt, &effect_type).effect_id();
-            load_effect(connection, &before.run.run_id, &id)?
+            runs::load_effect(connection, &before.run.run_id, &id)?
         }
         None => None,
     };
@@ -98,7 +97,7 @@ pub(crate) fn settle(
     {
         None
     } else {
-        load_effect(connection, &before.run.run_id, &effect_id)?
+        runs::load_effect(connection, &before.run.run_id, &effect_id)?
     };
     let report = SettleReport {
         effect_id: effect_id.clone(),
@@ -151,23 +150,6 @@ fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<V
 
 fn refusal(rejection: EffectRejection) -> Refusal {
     Refusal::of(&rejection)
-}
-
-/// Loads one effect row by id (any state).
-pub(crate) fn load_effect(
-    connection: &Connection,
-    run_id: &RunId,
-    effect_id: &EffectId,
-) -> rusqlite::Result<Option<EffectRecord>> {
-    connection
-        .query_row_cached(
-            "SELECT effect_id, effect_type, node_path, visit, request_fingerprint, state, attempt_number,
-                    node_attempt_id, result_digest
-             FROM effects WHERE run_id = ?1 AND effect_id = ?2",
-            params![run_id.as_str(), effect_id.as_str()],
-            |row| runs::effect_from_row(run_id, row),
-        )
-        .optional()
 }
 
 /// Parses `sha256:<64 hex>`.

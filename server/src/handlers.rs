@@ -155,17 +155,7 @@ async fn dispatch(
     };
     let Some(payload) = payload else {
         // `decode_client_frame` gives every request its typed payload.
-        return Some(response(
-            &request.request_id,
-            &request.operation,
-            "rejected",
-            None,
-            None,
-            Some((
-                ErrorCode::SchemaInvalid,
-                "the request has no payload".into(),
-            )),
-        ));
+        return Some(schema_invalid(&request, "the request has no payload"));
     };
     // One arm per operation of the schema: a new operation does not compile
     // until it is handled here or answered `unavailable` on purpose.
@@ -297,19 +287,24 @@ struct Identity {
     fingerprint: Digest,
 }
 
+/// A `rejected` response with `schemaInvalid` and `message`.
+fn schema_invalid(request: &Request, message: &str) -> Value {
+    response(
+        &request.request_id,
+        &request.operation,
+        "rejected",
+        None,
+        None,
+        Some((ErrorCode::SchemaInvalid, message.into())),
+    )
+}
+
 fn identity(request: &Request) -> Result<Identity, Value> {
     let operation = CommandOperation::from_wire(&request.operation);
     let (Some(operation), Some(key)) = (operation, request.idempotency_key.clone()) else {
-        return Err(response(
-            &request.request_id,
-            &request.operation,
-            "rejected",
-            None,
-            None,
-            Some((
-                ErrorCode::SchemaInvalid,
-                "state-changing requests need an idempotencyKey".into(),
-            )),
+        return Err(schema_invalid(
+            request,
+            "state-changing requests need an idempotencyKey",
         ));
     };
     let payload_bytes = protocol::canonicalize(&request.payload).unwrap_or_default();

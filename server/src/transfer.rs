@@ -264,12 +264,7 @@ mod tests {
         let small =
             json!({ "type": "command", "state": { "kind": "inline", "value": { "steps": 1 } } });
         assert_eq!(fit(&connection, small.clone(), 1).unwrap(), small);
-        assert_eq!(
-            connection
-                .query_row("SELECT COUNT(*) FROM blobs", [], |row| row.get::<_, i64>(0))
-                .unwrap(),
-            0
-        );
+        assert_eq!(crate::store::blobs::count(&connection).unwrap(), 0);
 
         let state = json!({ "input": {}, "results": { "a": { "output": "s".repeat(1_200_000) } }, "resultOrder": ["a"], "steps": 1 });
         let command = json!({ "type": "command", "command": "resume", "state": { "kind": "inline", "value": state } });

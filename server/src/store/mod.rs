@@ -31,6 +31,7 @@
 pub mod attempts;
 pub mod blobs;
 mod codec;
+pub mod counts;
 pub(crate) use codec::name as codec_name;
 pub mod commands;
 pub mod decisions;
@@ -41,6 +42,7 @@ mod open;
 pub mod processes;
 pub mod runs;
 pub mod schema;
+pub mod updates;
 pub mod viewer;
 
 use rusqlite::{Connection, Params, Row};

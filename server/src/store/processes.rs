@@ -51,10 +51,7 @@ pub fn take_registered(
     let rows: Vec<String> = statement
         .query_map(params![runner_epoch.as_str()], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
-    connection.execute_cached(
-        "DELETE FROM runner_processes WHERE runner_epoch = ?1",
-        params![runner_epoch.as_str()],
-    )?;
+    forget_registered(connection, runner_epoch)?;
     Ok(rows)
 }
 
@@ -68,6 +65,70 @@ pub fn record_exit_status(
     connection.execute_cached(
         "UPDATE run_workers SET exit_code = ?2, signal = ?3 WHERE runner_epoch = ?1",
         params![runner_epoch.as_str(), code, signal],
+    )?;
+    Ok(())
+}
+
+/// The runner records that were live (`launching` or `ready`) when an
+/// earlier server stopped: run id, runner epoch and the encoded identity of
+/// the process, when it had been recorded.
+pub fn live_runner_records(
+    connection: &Connection,
+) -> rusqlite::Result<Vec<(kernel::ids::RunId, RunnerEpochId, Option<String>)>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT run_id, runner_epoch, pid_start_identity FROM run_workers WHERE status IN ('launching', 'ready')",
+    )?;
+    statement
+        .query_map([], |row| {
+            Ok((
+                kernel::ids::RunId::new(row.get::<_, String>(0)?),
+                RunnerEpochId::new(row.get::<_, String>(1)?),
+                row.get::<_, Option<String>>(2)?,
+            ))
+        })?
+        .collect()
+}
+
+/// Every registered child of a recorded runner: its runner epoch and
+/// encoded identity.
+pub fn registered_children(
+    connection: &Connection,
+) -> rusqlite::Result<Vec<(RunnerEpochId, String)>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT p.runner_epoch, p.start_identity FROM runner_processes p JOIN run_workers w ON w.runner_epoch = p.runner_epoch",
+    )?;
+    statement
+        .query_map([], |row| {
+            Ok((
+                RunnerEpochId::new(row.get::<_, String>(0)?),
+                row.get::<_, String>(1)?,
+            ))
+        })?
+        .collect()
+}
+
+/// Forgets every child registered for `runner_epoch`.
+pub fn forget_registered(
+    connection: &Connection,
+    runner_epoch: &RunnerEpochId,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "DELETE FROM runner_processes WHERE runner_epoch = ?1",
+        params![runner_epoch.as_str()],
+    )?;
+    Ok(())
+}
+
+/// Records the process (pid and encoded identity) of `runner_epoch`.
+pub fn record_runner_process(
+    connection: &Connection,
+    runner_epoch: &RunnerEpochId,
+    pid: u32,
+    start_identity: &str,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "UPDATE run_workers SET pid = ?2, pid_start_identity = ?3 WHERE runner_epoch = ?1",
+        params![runner_epoch.as_str(), i64::from(pid), start_identity],
     )?;
     Ok(())
 }
