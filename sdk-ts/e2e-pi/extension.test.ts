@@ -18,6 +18,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, it, type TestContext } from "node:test";
 
+import { type MockRule, reply } from "../test-support/mock-model.js";
 import { type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
 
@@ -89,9 +90,9 @@ interface Setup {
 }
 
 /** A real server with the two workflows in a project, and a Pi sandbox. */
-async function setup(t: TestContext): Promise<Setup> {
+async function setup(t: TestContext, rules: MockRule[] = []): Promise<Setup> {
   // The fixture first: its teardown (stopping every Pi) runs before the server stops.
-  const fixture = await piFixture(t);
+  const fixture = await piFixture(t, { rules });
   const server = await TestServer.start();
   t.after(() => server.stop());
   const project = server.project();
@@ -211,6 +212,46 @@ describe("the extension in real Pi (rpc mode)", () => {
 
     const nothing = await workflow(pi, "pause");
     assert.deepEqual([nothing.notifyType, nothing.message], ["warning", "No workflow is running."]);
+  });
+
+  it("the model's workflow tool lists, answers the waiting checkpoint, and refuses a start the server cannot hold (nothing starts)", async (t) => {
+    const s = await setup(t, [
+      { name: "after-tool", lastRole: "tool", reply: reply.text("Done with the workflow tool.") },
+      { name: "list", when: "list the workflows", withTool: "workflow", reply: reply.toolCall("workflow", { action: "list" }) },
+      { name: "answer", when: "approve it", withTool: "workflow", reply: reply.toolCall("workflow", { action: "answer", input: { approver: "model" } }) },
+      { name: "start", when: "start slow", withTool: "workflow", reply: reply.toolCall("workflow", { action: "start", workflow: "slow" }) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const toolResult = async (prompt: string): Promise<{ text: string; isError: boolean }> => {
+      const since = pi.mark();
+      assert.equal(await pi.prompt(prompt), "started");
+      await pi.waitSettled();
+      const end = (await pi.waitFor((r) => r.type === "tool_execution_end", { since, what: "the workflow tool's end" })) as Extract<PiRecord, { type: "tool_execution_end" }>;
+      assert.equal(end.toolName, "workflow");
+      const result = end.result as { content: { type: string; text?: string }[] };
+      return { text: result.content.map((part) => part.text ?? "").join(""), isError: end.isError };
+    };
+
+    const listed = await toolResult("please list the workflows");
+    assert.equal(listed.isError, false, listed.text);
+    assert.match(listed.text, /^Workflows \(1-2 of 2\):\n {2}approve/);
+
+    const since = pi.mark();
+    await workflow(pi, "approve");
+    await statusLine(pi, /^wf approve \[waiting\] review$/, since);
+    const answered = await toolResult("please approve it");
+    assert.equal(answered.isError, false, answered.text);
+    await statusLine(pi, /^wf approve \[completed\]/, since);
+
+    const refused = await toolResult("please start slow");
+    assert.equal(refused.isError, true);
+    assert.match(refused.text, /^Workflow slow was not started: this pi-workflows server cannot hold a model-started run/);
+    const view = await s.server.connect();
+    t.after(() => view.close());
+    const runs = await view.request("runs.list", { limit: 10 });
+    const rows = (runs.receipt as { rows: { workflowName?: string }[] }).rows;
+    assert.equal(rows.filter((row) => row.workflowName === "slow").length, 0, JSON.stringify(rows));
+    assert.ok(s.fixture.mock.requests[0]?.tools.includes("workflow"), `offered tools: ${s.fixture.mock.requests[0]?.tools.join(",")}`);
   });
 
   it("`pi install <sdk-ts>` makes Pi load the extension from the package manifest without -e", async (t) => {
