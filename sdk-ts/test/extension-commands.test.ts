@@ -199,6 +199,25 @@ describe("/workflow commands", () => {
     assert.deepEqual(ui.notes.at(-1), { message: "the pi-workflows server is not running (fake)", level: "error" });
   });
 
+  it("recovery makes one connection attempt at a time (only session_start may start the server) and keeps one subscription", async () => {
+    const { server, session } = harness();
+    server.down = true;
+    await Promise.all([session.start(), session.tick(), session.tick()]);
+    // One attempt was in flight; the ticks joined it.
+    assert.deepEqual(server.log.filter((entry) => entry.startsWith("connect")), ["connect:start"]);
+    await session.tick();
+    await session.tick();
+    assert.deepEqual(server.log.filter((entry) => entry.startsWith("connect")), ["connect:start", "connect:noStart", "connect:noStart"]);
+    server.down = false;
+    await Promise.all([session.tick(), session.tick(), session.tick()]);
+    await settle();
+    await session.tick();
+    await settle();
+    assert.equal(server.log.filter((entry) => entry.startsWith("connect")).length, 4, server.log.join(" "));
+    assert.equal(server.subscriptions.length, 1, server.log.join(" "));
+    assert.ok(session.view !== undefined, "the view was read once the server was back");
+  });
+
   it("status while the server cannot be reached says so, and never shows the last run as current", async () => {
     const { server, ui, session } = harness();
     server.run = waitingAgent(["pause", "cancel"]);
