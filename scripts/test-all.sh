@@ -69,7 +69,7 @@ step "real Pi: install Pi and Node 22 into .e2e/pi (scripts/install-pi.sh)"
 scripts/install-pi.sh
 
 step "sdk-ts: real-Pi tests (rpc mode and the TUI through tmux, against the mock model)"
-npm --prefix sdk-ts run test:pi
+PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:pi
 
 step "Model checks: build (release)"
 cargo build --release -p model --locked

@@ -114,7 +114,12 @@ fn for_typify(bundle: &Bundle, value: &Value) -> Result<Value, String> {
             let mut out = Map::new();
             for (k, v) in obj {
                 match k.as_str() {
-                    "allOf" | "dependentRequired" | "not" | "$schema" | "$id" => {}
+                    "allOf"
+                    | "dependentRequired"
+                    | "not"
+                    | "$schema"
+                    | "$id"
+                    | crate::wire::STATE_CHANGING => {}
                     "$ref" => {
                         let name = bundle.ref_name(v.as_str().ok_or("$ref")?)?;
                         out.insert(k.clone(), Value::String(format!("#/$defs/{name}")));
@@ -192,7 +197,11 @@ pub fn generate(bundle: &Bundle) -> Result<Vec<(&'static str, String)>, String> 
     let types = format_rust(&space.to_stream().to_string())?;
 
     let constrained_src = format_rust(&emit_constrained(bundle, &constrained)?)?;
-    let dispatch_src = format_rust(&emit_dispatch(bundle))?;
+    let dispatch_src = format_rust(&format!(
+        "{}{}",
+        emit_dispatch(bundle),
+        emit_state_changing(bundle)?
+    ))?;
     let operations_src = format_rust(&emit_operations(bundle)?)?;
     Ok(vec![
         ("types.rs", types),
@@ -202,7 +211,27 @@ pub fn generate(bundle: &Bundle) -> Result<Vec<(&'static str, String)>, String> 
     ])
 }
 
-fn format_rust(src: &str) -> Result<String, String> {
+/// `Operation::is_state_changing`, from the `x-stateChanging` annotation.
+fn emit_state_changing(bundle: &Bundle) -> Result<String, String> {
+    let listed = crate::wire::state_changing(bundle)?;
+    let arms = listed
+        .iter()
+        .map(|v| format!("types::Operation::{}", type_name(v)))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    Ok(format!(
+        "impl types::Operation {{\n\
+             /// Whether the operation changes state and stores a durable receipt\n\
+             /// (`x-stateChanging` in `client.v1`).\n\
+             pub const fn is_state_changing(self) -> bool {{\n\
+                 matches!(self, {arms})\n\
+             }}\n\
+         }}\n"
+    ))
+}
+
+/// Formats generated Rust with prettyplease (rustfmt skips these files).
+pub fn format_rust(src: &str) -> Result<String, String> {
     let file: syn::File =
         syn::parse_str(src).map_err(|e| format!("generated Rust does not parse: {e}"))?;
     Ok(prettyplease::unparse(&file))
@@ -444,6 +473,7 @@ fn emit_operations(bundle: &Bundle) -> Result<String, String> {
     };
     let payloads = find("Request", "payload")?;
     let receipts = find("Response", "receipt")?;
+    let changing = crate::wire::state_changing(bundle)?;
     let bounds = "::serde::Serialize + ::serde::de::DeserializeOwned + ::std::clone::Clone + ::std::fmt::Debug + ::std::marker::Send + ::std::marker::Sync + 'static";
     let mut s = format!(
         "//! One marker type per client `operation`, naming the types of its\n\
@@ -459,6 +489,9 @@ fn emit_operations(bundle: &Bundle) -> Result<String, String> {
              type Payload: {bounds};\n\
              /// The response `receipt`.\n\
              type Receipt: {bounds};\n\
+             /// Whether it changes state and stores a durable receipt\n\
+             /// (`x-stateChanging`), so it carries an idempotency key.\n\
+             const STATE_CHANGING: bool;\n\
          }}\n\n"
     );
     for (value, payload) in &payloads.pairs {
@@ -478,9 +511,11 @@ fn emit_operations(bundle: &Bundle) -> Result<String, String> {
                  const OPERATION: types::Operation = types::Operation::{v};\n\
                  type Payload = {};\n\
                  type Receipt = {};\n\
+                 const STATE_CHANGING: bool = {};\n\
              }}\n",
             resolve_type(bundle, payload),
-            resolve_type(bundle, receipt)
+            resolve_type(bundle, receipt),
+            changing.contains(value)
         );
     }
     Ok(s)

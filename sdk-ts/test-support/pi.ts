@@ -105,6 +105,10 @@ export interface PiProcessOptions {
   approve?: boolean;
   /** Working directory (default: the sandbox's project dir). */
   cwd?: string;
+  /** Also load discovered and configured extensions (`pi install`ed packages): omit `--no-extensions`. */
+  discover?: boolean;
+  /** A command Pi runs under, e.g. `["strace", "-f", "-o", file]` (rpc mode only). */
+  prefix?: string[];
 }
 
 export const MOCK_PROVIDER = "mock";
@@ -181,7 +185,7 @@ export class PiSandbox {
       MOCK_PROVIDER,
       "--model",
       MOCK_MODEL_ID,
-      "--no-extensions",
+      ...(options.discover === true ? [] : ["--no-extensions"]),
       "--no-skills",
       "--no-prompt-templates",
       "--no-context-files",
@@ -196,7 +200,7 @@ export class PiSandbox {
 
   /** Starts Pi in rpc mode and waits until it answers `get_state`. */
   async spawnRpc(options: PiProcessOptions = {}, readyTimeoutMs = 30_000): Promise<PiRpc> {
-    const [node, ...args] = this.command(options, "rpc");
+    const [node, ...args] = [...(options.prefix ?? []), ...this.command(options, "rpc")];
     const child = spawn(node as string, args, {
       cwd: options.cwd ?? this.projectDir,
       env: this.env(options.env),

@@ -6,7 +6,6 @@
 //! two nodes or two visits never share a key.
 
 use crate::runner_channel::{Answer, Refusal};
-use crate::store::Cached as _;
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
 use crate::supervisor::Runner;
@@ -14,60 +13,25 @@ use kernel::effect::{
     self, EffectRecord, EffectRejection, ReserveRequest, Reserved, SettleOutcome, SettleReport,
     Settled,
 };
-use kernel::ids::{AttemptId, Digest, EffectId, RunId};
+use kernel::ids::{AttemptId, Digest, EffectId};
 use kernel::run::RunAggregate;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::{Value, json};
 
-/// Decides one effect message of the runner.
+/// Decides one `effect.reserve` of the runner.
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
-pub(crate) fn runner_effect(
+pub(crate) fn reserve(
     connection: &Connection,
     runner: &Runner,
-    kind: &str,
-    value: &Value,
-    before: &RunAggregate,
-    result_blob: Option<&Blob>,
-    now_ms: u64,
-    ttl_ms: u64,
-) -> rusqlite::Result<Answer> {
-    if kind == "effect.reserve" {
-        reserve(connection, runner, value, before, now_ms, ttl_ms)
-    } else {
-        settle(
-            connection,
-            runner,
-            value,
-            before,
-            result_blob,
-            now_ms,
-            ttl_ms,
-        )
-    }
-}
-
-fn reserve(
-    connection: &Connection,
-    runner: &Runner,
-    value: &Value,
+    attempt_id: AttemptId,
+    effect_type: String,
+    request_digest: &str,
     before: &RunAggregate,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let attempt_id = AttemptId::new(
-        value
-            .get("attemptId")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    );
-    let effect_type = value
-        .get("effectType")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let Some(fingerprint) = parse_digest(value.get("requestDigest").and_then(Value::as_str)) else {
-        return Ok(Err(Refusal::new(
-            "schemaInvalid",
+    let Some(fingerprint) = parse_digest(Some(request_digest)) else {
+        return Ok(Err(Refusal::invalid(
             "requestDigest is not a sha256 digest",
         )));
     };
@@ -78,7 +42,7 @@ fn reserve(
     {
         Some(attempt) => {
             let id = effect::effect_key(&before.run.run_id, attempt, &effect_type).effect_id();
-            load_effect(connection, &before.run.run_id, &id)?
+            runs::load_effect(connection, &before.run.run_id, &id)?
         }
         None => None,
     };
@@ -111,25 +75,18 @@ fn reserve(
     })
 }
 
-fn settle(
+/// Decides one `effect.settle` of the runner.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
+pub(crate) fn settle(
     connection: &Connection,
     runner: &Runner,
-    value: &Value,
+    effect_id: EffectId,
+    outcome: SettleOutcome,
     before: &RunAggregate,
     result_blob: Option<&Blob>,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let effect_id = EffectId::new(
-        value
-            .get("effectId")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    );
-    let outcome = match value.get("state").and_then(Value::as_str) {
-        Some("rejected") => SettleOutcome::Rejected,
-        _ => SettleOutcome::Applied,
-    };
     let result = result_blob
         .cloned()
         .unwrap_or_else(|| Blob::json(&Value::Null));
@@ -140,7 +97,7 @@ fn settle(
     {
         None
     } else {
-        load_effect(connection, &before.run.run_id, &effect_id)?
+        runs::load_effect(connection, &before.run.run_id, &effect_id)?
     };
     let report = SettleReport {
         effect_id: effect_id.clone(),
@@ -192,51 +149,7 @@ fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<V
 }
 
 fn refusal(rejection: EffectRejection) -> Refusal {
-    match rejection {
-        EffectRejection::Run { run } => run.into(),
-        EffectRejection::NotActiveAttempt => {
-            Refusal::wrong_attempt("illegalTransition", "not the active attempt")
-        }
-        EffectRejection::FingerprintConflict { .. } => Refusal::new(
-            "conflict",
-            "the effect key was reserved with another request",
-        ),
-        EffectRejection::Ambiguous { .. } => Refusal::new(
-            "illegalTransition",
-            "the effect may have applied; it needs an explicit effect.recover",
-        ),
-        EffectRejection::Cancelled { .. } => {
-            Refusal::new("cancelled", "the effect was cancelled with its run")
-        }
-        EffectRejection::NotFound { .. } => {
-            Refusal::new("notFound", "the run has no effect with this id")
-        }
-        EffectRejection::AlreadyApplying { .. }
-        | EffectRejection::NotApplying { .. }
-        | EffectRejection::SettleConflict { .. }
-        | EffectRejection::NotAmbiguous { .. }
-        | EffectRejection::RetryAfterTerminal { .. } => Refusal::new(
-            "illegalTransition",
-            "the effect cannot do that in its current state",
-        ),
-    }
-}
-
-/// Loads one effect row by id (any state).
-pub(crate) fn load_effect(
-    connection: &Connection,
-    run_id: &RunId,
-    effect_id: &EffectId,
-) -> rusqlite::Result<Option<EffectRecord>> {
-    connection
-        .query_row_cached(
-            "SELECT effect_id, effect_type, node_path, visit, request_fingerprint, state, attempt_number,
-                    node_attempt_id, result_digest
-             FROM effects WHERE run_id = ?1 AND effect_id = ?2",
-            params![run_id.as_str(), effect_id.as_str()],
-            |row| runs::effect_from_row(run_id, row),
-        )
-        .optional()
+    Refusal::of(&rejection)
 }
 
 /// Parses `sha256:<64 hex>`.

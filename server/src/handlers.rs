@@ -13,7 +13,6 @@
 
 use crate::app::App;
 use crate::resolver;
-use crate::runner_channel::rejection_error;
 use crate::socket::Outbox;
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
@@ -27,8 +26,8 @@ use kernel::receipt::{
     self, CommandIdentity, CommandOperation, CommandOutcome, Incoming, ReceiptDecision,
 };
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
-use protocol::RequestPayload;
 use protocol::generated::types::ClientMessage;
+use protocol::{ErrorCode, RequestPayload};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -40,7 +39,7 @@ pub fn response(
     outcome: &str,
     revision: Option<u64>,
     receipt: Option<Value>,
-    error: Option<(&str, String)>,
+    error: Option<(ErrorCode, String)>,
 ) -> Value {
     let mut value = json!({
         "schema": "pi-workflows.client.v1",
@@ -56,8 +55,7 @@ pub fn response(
         value["receipt"] = receipt;
     }
     if let Some((code, message)) = error {
-        value["error"] =
-            json!({ "code": code, "message": message.chars().take(512).collect::<String>() });
+        value["error"] = json!({ "code": code.to_string(), "message": message.chars().take(512).collect::<String>() });
     }
     value
 }
@@ -105,7 +103,7 @@ pub async fn handle(
                         None,
                         None,
                         Some((
-                            "unavailable",
+                            ErrorCode::Unavailable,
                             "the server is stopping; retry after it restarts".into(),
                         )),
                     );
@@ -155,17 +153,21 @@ async fn dispatch(
         idempotency_key: idempotency_key.map(|key| key.to_string()),
         payload: payload_value,
     };
-    if let Some(RequestPayload::Subscribe(_)) = payload {
-        return subscribe(app, &request, outbox, subscriptions).await;
-    }
+    let Some(payload) = payload else {
+        // `decode_client_frame` gives every request its typed payload.
+        return Some(schema_invalid(&request, "the request has no payload"));
+    };
+    // One arm per operation of the schema: a new operation does not compile
+    // until it is handled here or answered `unavailable` on purpose.
     Some(match payload {
-        Some(RequestPayload::ServerStatus(_)) => {
-            crate::status::respond(app, &request.request_id).await
+        RequestPayload::Subscribe(_) => {
+            return subscribe(app, &request, outbox, subscriptions).await;
         }
-        Some(RequestPayload::RunView(_)) => {
+        RequestPayload::ServerStatus(_) => crate::status::respond(app, &request.request_id).await,
+        RequestPayload::RunView(_) => {
             crate::status::run_view(app, &request.request_id, request.run_id.as_ref()).await
         }
-        Some(RequestPayload::ServerStop(_)) => {
+        RequestPayload::ServerStop(_) => {
             app.request_stop();
             response(
                 &request.request_id,
@@ -176,17 +178,12 @@ async fn dispatch(
                 None,
             )
         }
-        Some(RequestPayload::RunStart(_)) => run_start(app, request).await,
-        Some(RequestPayload::RunsList(_)) => runs_list(app, &request).await,
-        Some(RequestPayload::ViewPage(_)) => view_page(app, &request).await,
-        Some(RequestPayload::ViewContent(_)) => view_content(app, &request).await,
-        Some(RequestPayload::Unsubscribe(_)) => {
-            let id = request
-                .payload
-                .get("subscriptionId")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if subscriptions.stop(id) {
+        RequestPayload::RunStart(_) => run_start(app, request).await,
+        RequestPayload::RunsList(_) => runs_list(app, &request).await,
+        RequestPayload::ViewPage(_) => view_page(app, &request).await,
+        RequestPayload::ViewContent(_) => view_content(app, &request).await,
+        RequestPayload::Unsubscribe(unsubscribe) => {
+            if subscriptions.stop(unsubscribe.subscription_id.as_str()) {
                 response(
                     &request.request_id,
                     "unsubscribe",
@@ -199,24 +196,42 @@ async fn dispatch(
                 not_found(&request, "no such subscription on this connection")
             }
         }
-        Some(RequestPayload::SessionViewGet(_)) => session_view(app, &request).await,
-        Some(RequestPayload::SessionViewClearTerminal(_)) => clear_terminal(app, &request).await,
-        Some(RequestPayload::WorkflowsList(_)) => workflows_list(app, &request),
-        Some(
-            RequestPayload::RunPause(_)
-            | RequestPayload::RunResume(_)
-            | RequestPayload::RunCancel(_)
-            | RequestPayload::RunRestart(_)
-            | RequestPayload::CheckpointAnswer(_),
-        ) => run_command(app, request).await,
-        _ => response(
+        RequestPayload::SessionViewGet(_) => session_view(app, &request).await,
+        RequestPayload::SessionViewClearTerminal(_) => clear_terminal(app, &request).await,
+        RequestPayload::WorkflowsList(_) => workflows_list(app, &request),
+        RequestPayload::RunPause(_)
+        | RequestPayload::RunResume(_)
+        | RequestPayload::RunCancel(_)
+        | RequestPayload::RunRestart(_)
+        | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
+        // Operations of the schema this server version does not implement:
+        // answered `unavailable`, and never advertised as a control.
+        RequestPayload::DecisionAnswer(_)
+        | RequestPayload::InteractionUpdate(_)
+        | RequestPayload::InteractionSubmit(_)
+        | RequestPayload::EffectRecover(_)
+        | RequestPayload::SettingsUpdate(_)
+        | RequestPayload::FollowUpAdd(_)
+        | RequestPayload::FollowUpCancel(_)
+        | RequestPayload::ResourceApply(_)
+        | RequestPayload::ResourceReconcile(_)
+        | RequestPayload::ResourceDelete(_)
+        | RequestPayload::SessionEventsRecord(_)
+        | RequestPayload::WorkflowMessageReportBranch(_)
+        | RequestPayload::WorkflowTurnReport(_)
+        | RequestPayload::StateVerify(_)
+        | RequestPayload::StateBackup(_)
+        | RequestPayload::StatePrune(_)
+        | RequestPayload::ChannelStatus(_)
+        | RequestPayload::ChannelReload(_)
+        | RequestPayload::ChannelRecover(_) => response(
             &request.request_id,
             &request.operation,
             "unavailable",
             None,
             None,
             Some((
-                "unavailable",
+                ErrorCode::Unavailable,
                 "this operation is not available in this server version".into(),
             )),
         ),
@@ -229,7 +244,7 @@ struct Executed {
     outcome: CommandOutcome,
     revision: Option<Revision>,
     receipt: Option<Value>,
-    error: Option<(&'static str, String)>,
+    error: Option<(protocol::ErrorCode, String)>,
     outputs: Vec<Output>,
 }
 
@@ -244,7 +259,11 @@ impl Executed {
         }
     }
 
-    fn refused(outcome: CommandOutcome, code: &'static str, message: impl Into<String>) -> Self {
+    fn refused(
+        outcome: CommandOutcome,
+        code: protocol::ErrorCode,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             outcome,
             revision: None,
@@ -254,14 +273,10 @@ impl Executed {
         }
     }
 
-    fn rejected(rejection: &run::Rejection) -> Self {
-        let (code, message) = rejection_error(rejection);
-        let outcome = match rejection {
-            run::Rejection::ClaimLost { .. }
-            | run::Rejection::ClaimHeld { .. }
-            | run::Rejection::StaleRunner => CommandOutcome::ClaimLost,
-            _ => CommandOutcome::Rejected,
-        };
+    /// A kernel rejection: its code, message and outcome come from the
+    /// kernel (`kernel::reject`), never from a table here.
+    fn rejected<R: kernel::reject::Coded>(rejection: &R) -> Self {
+        let (code, message, outcome) = crate::wire::rejection(rejection);
         Self::refused(outcome, code, message)
     }
 }
@@ -272,19 +287,24 @@ struct Identity {
     fingerprint: Digest,
 }
 
+/// A `rejected` response with `schemaInvalid` and `message`.
+fn schema_invalid(request: &Request, message: &str) -> Value {
+    response(
+        &request.request_id,
+        &request.operation,
+        "rejected",
+        None,
+        None,
+        Some((ErrorCode::SchemaInvalid, message.into())),
+    )
+}
+
 fn identity(request: &Request) -> Result<Identity, Value> {
     let operation = CommandOperation::from_wire(&request.operation);
     let (Some(operation), Some(key)) = (operation, request.idempotency_key.clone()) else {
-        return Err(response(
-            &request.request_id,
-            &request.operation,
-            "rejected",
-            None,
-            None,
-            Some((
-                "schemaInvalid",
-                "state-changing requests need an idempotencyKey".into(),
-            )),
+        return Err(schema_invalid(
+            request,
+            "state-changing requests need an idempotencyKey",
         ));
     };
     let payload_bytes = protocol::canonicalize(&request.payload).unwrap_or_default();
@@ -310,7 +330,7 @@ fn identity(request: &Request) -> Result<Identity, Value> {
 
 /// The stored body of a receipt: what a retry's response repeats.
 fn receipt_body(executed: &Executed) -> Value {
-    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code, "message": message})) })
+    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code.to_string(), "message": message})) })
 }
 
 /// Looks up the stored receipt of a command: `Some(response)` when it is
@@ -345,7 +365,7 @@ fn lookup(
             None,
             None,
             Some((
-                "conflict",
+                ErrorCode::Conflict,
                 "this idempotency key or request id was already used for another request".into(),
             )),
         )),
@@ -373,7 +393,7 @@ fn lookup(
                 None,
             );
             if let Some((code, message)) = error {
-                value["error"] = json!({ "code": code, "message": message });
+                value["error"] = json!({ "code": code.to_string(), "message": message });
             }
             Some(value)
         }
@@ -409,7 +429,7 @@ where
                 None,
             );
             if let Some((code, message)) = &executed.error {
-                value["error"] = json!({ "code": code, "message": message });
+                value["error"] = json!({ "code": code.to_string(), "message": message });
             }
             let body_text = serde_json::to_string(&body).unwrap_or_default();
             let digest = crate::ids::sha256(body_text.as_bytes());
@@ -458,7 +478,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
             "rejected",
             None,
             None,
-            Some(("schemaInvalid", "incomplete run.start".into())),
+            Some((ErrorCode::SchemaInvalid, "incomplete run.start".into())),
         );
     };
     let origin = text("originSessionId");
@@ -475,7 +495,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
                 None,
                 None,
                 Some((
-                    "schemaInvalid",
+                    ErrorCode::SchemaInvalid,
                     "interactive runs need originSessionId; headless runs take none".into(),
                 )),
             );
@@ -581,7 +601,10 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
             "rejected",
             None,
             None,
-            Some(("schemaInvalid", "this operation needs a runId".into())),
+            Some((
+                ErrorCode::SchemaInvalid,
+                "this operation needs a runId".into(),
+            )),
         );
     };
     let job_app = app.clone();
@@ -597,7 +620,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
         let Some(before) = runs::load(connection, &run_id)? else {
             return Ok(Executed::refused(
                 CommandOutcome::NotFound,
-                "notFound",
+                ErrorCode::NotFound,
                 "no run with this id; check `pi-workflows runs`",
             ));
         };
@@ -606,7 +629,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
         {
             return Ok(Executed::refused(
                 CommandOutcome::Rejected,
-                "staleRevision",
+                ErrorCode::StaleRevision,
                 format!(
                     "the run is at revision {}; reload it and retry",
                     before.run.revision.0
@@ -648,7 +671,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
             }
             Ok(None) => Ok(Executed::refused(
                 CommandOutcome::Rejected,
-                "illegalTransition",
+                ErrorCode::IllegalTransition,
                 "unknown command",
             )),
             Err(rejection) => Ok(Executed::rejected(&rejection)),
@@ -678,7 +701,7 @@ fn restart(
     ) else {
         return Ok(Executed::refused(
             CommandOutcome::NotFound,
-            "notFound",
+            ErrorCode::NotFound,
             "no run with this id; check `pi-workflows runs`",
         ));
     };
@@ -737,7 +760,7 @@ fn answer_checkpoint(
     let (Some(answer), Some(meta)) = (answer, meta::load(connection, &parent.run.run_id)?) else {
         return Ok(Executed::refused(
             CommandOutcome::Rejected,
-            "schemaInvalid",
+            ErrorCode::SchemaInvalid,
             "checkpoint.answer needs an answer",
         ));
     };
@@ -825,19 +848,10 @@ fn answer_checkpoint(
                 outputs,
             ))
         }
-        Err(kernel::decision::DecisionRejection::Run { run }) => Ok(Executed::rejected(&run)),
-        Err(kernel::decision::DecisionRejection::IncompatibleContinuation { .. }) => {
-            Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                "conflict",
-                "the checkpoint was already answered with another answer",
-            ))
-        }
-        Err(_) => Ok(Executed::refused(
-            CommandOutcome::Rejected,
-            "illegalTransition",
-            "this checkpoint needs a verified human decision (`pi-workflows answer` is for ordinary checkpoints)",
-        )),
+        // Every refusal keeps its own code (`kernel::reject`): a protected
+        // decision is `decisionRequired`, another answer `conflict`, a run
+        // refusal the run's code.
+        Err(rejection) => Ok(Executed::rejected(&rejection)),
     }
 }
 
@@ -868,7 +882,7 @@ fn not_found(request: &Request, message: &str) -> Value {
         "notFound",
         None,
         None,
-        Some(("notFound", message.into())),
+        Some((ErrorCode::NotFound, message.into())),
     )
 }
 
@@ -880,7 +894,7 @@ fn unavailable(request: &Request) -> Value {
         None,
         None,
         Some((
-            "internal",
+            ErrorCode::Internal,
             "the state database could not be read; retry".into(),
         )),
     )
@@ -987,7 +1001,7 @@ async fn view_content(app: &Arc<App>, request: &Request) -> Value {
             "unavailable",
             None,
             None,
-            Some(("contentUnavailable", message.into())),
+            Some((ErrorCode::ContentUnavailable, message.into())),
         ),
         Err(_) => unavailable(request),
     }
@@ -1056,7 +1070,7 @@ async fn subscribe(
             None,
             None,
             Some((
-                "rateLimited",
+                ErrorCode::RateLimited,
                 format!(
                     "this connection already holds {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first"
                 ),

@@ -15,7 +15,6 @@
 use crate::app::App;
 use crate::process::ProcessIdentity;
 use crate::runner_channel::kill_exact;
-use crate::store::Cached as _;
 use crate::store::{Commit, runs};
 use kernel::ids::{RunId, RunnerEpochId};
 use kernel::output::{Output, WakeReason};
@@ -44,32 +43,20 @@ type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);
 /// Runner records that were live when an earlier server stopped, and the
 /// child groups they registered.
 fn stale_processes(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Stale>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT run_id, runner_epoch, pid_start_identity FROM run_workers WHERE status IN ('launching', 'ready')",
-    )?;
-    let mut stale: Vec<Stale> = statement
-        .query_map([], |row| {
-            let identity: Option<String> = row.get(2)?;
-            Ok((
-                RunId::new(row.get::<_, String>(0)?),
-                RunnerEpochId::new(row.get::<_, String>(1)?),
+    let mut stale: Vec<Stale> = crate::store::processes::live_runner_records(connection)?
+        .into_iter()
+        .map(|(run_id, epoch, identity)| {
+            (
+                run_id,
+                epoch,
                 identity.as_deref().and_then(ProcessIdentity::decode),
-            ))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut children = connection.prepare_cached(
-        "SELECT w.run_id, p.runner_epoch, p.start_identity FROM runner_processes p JOIN run_workers w ON w.runner_epoch = p.runner_epoch",
-    )?;
-    let registered: Vec<Stale> = children
-        .query_map([], |row| {
-            let identity: String = row.get(2)?;
-            Ok((
-                RunId::new(row.get::<_, String>(0)?),
-                RunnerEpochId::new(row.get::<_, String>(1)?),
-                ProcessIdentity::decode(&identity),
-            ))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+            )
+        })
+        .collect();
+    let registered: Vec<Stale> = crate::store::processes::registered_children(connection)?
+        .into_iter()
+        .map(|(epoch, identity)| (RunId::new(""), epoch, ProcessIdentity::decode(&identity)))
+        .collect();
     // Registered children are only killed; their runner's record decides.
     stale.extend(
         registered
@@ -86,10 +73,7 @@ async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) ->
         let _ = app
             .store
             .write(move |connection| {
-                connection.execute_cached(
-                    "DELETE FROM runner_processes WHERE runner_epoch = ?1",
-                    rusqlite::params![runner_epoch.as_str()],
-                )?;
+                crate::store::processes::forget_registered(connection, &runner_epoch)?;
                 Ok(Commit::Keep(()))
             })
             .await;

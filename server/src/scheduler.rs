@@ -83,17 +83,9 @@ async fn admit_round(app: &Arc<App>) {
 
 /// Runs that may be admissible, oldest first (the kernel decides).
 fn candidates(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Candidate>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT r.run_id, q.queued_at_ms FROM runs r JOIN run_queue q ON q.run_id = r.run_id
-         WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued') OR (r.status = 'running' AND q.status = 'parked'))
-         ORDER BY q.queued_at_ms, r.run_id LIMIT 256",
-    )?;
-    let rows: Vec<(String, i64)> = statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let rows = runs::admission_candidates(connection)?;
     let mut candidates = Vec::new();
     for (run_id, queued_at_ms) in rows {
-        let run_id = RunId::new(run_id);
         let Some(agg) = runs::load(connection, &run_id)? else {
             continue;
         };

@@ -14,7 +14,6 @@
 use crate::app::{App, StartError};
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::store::Cached as _;
 use crate::store::{Commit, runs};
 use crate::{recovery, scheduler, socket, timers};
 use kernel::output::StopReason;
@@ -117,15 +116,7 @@ async fn idle_watch(app: Arc<App>) {
 async fn has_unsettled_work(app: &Arc<App>) -> bool {
     app.store
         .read(|connection| {
-            let count: i64 = connection.query_row_cached(
-                "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
-                 WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued')
-                    OR (r.status = 'running' AND q.status IN ('starting', 'running'))
-                    OR (r.status = 'running' AND q.status = 'parked'
-                        AND (r.park_reason IS NULL OR r.park_reason IN ('drained', 'recovered', 'workerCrashed', 'resumeReady'))))",
-                [],
-                |row| row.get(0),
-            )?;
+            let count = crate::store::runs::unsettled_run_count(connection)?;
             Ok(count > 0)
         })
         .await

@@ -15,7 +15,6 @@
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
 use crate::runner_channel;
-use crate::store::Cached as _;
 use crate::store::Commit;
 use kernel::claim::Authority;
 use kernel::ids::{Generation, RunId, RunnerEpochId};
@@ -368,13 +367,15 @@ fn existing_dir(project_path: &str, fallback: &std::path::Path) -> std::path::Pa
 async fn record_process(app: &Arc<App>, runner: &Arc<Runner>, identity: &ProcessIdentity) {
     let runner_epoch = runner.runner_epoch.clone();
     let encoded = identity.encode();
-    let pid = i64::from(identity.pid);
+    let pid = identity.pid;
     let _ = app
         .store
         .write(move |connection| {
-            connection.execute_cached(
-                "UPDATE run_workers SET pid = ?2, pid_start_identity = ?3 WHERE runner_epoch = ?1",
-                rusqlite::params![runner_epoch.as_str(), pid, encoded],
+            crate::store::processes::record_runner_process(
+                connection,
+                &runner_epoch,
+                pid,
+                &encoded,
             )?;
             Ok(Commit::Keep(()))
         })

@@ -16,7 +16,6 @@
 //!   decide, so a late or duplicate wake changes nothing.
 
 use crate::app::App;
-use crate::store::Cached as _;
 use crate::store::{Commit, attempts, meta, runs};
 use kernel::attempt::NodeOutcome;
 use kernel::ids::RunId;
@@ -97,29 +96,8 @@ pub async fn has_live_wakes(app: &Arc<App>) -> bool {
     app.store
         .read(move |connection| {
             for (run_id, reason) in &scheduled {
-                let sql = match reason {
-                    WakeReason::NodeDeadline { .. } => {
-                        "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1 AND attempt_id = ?2 AND status IN ('active', 'waiting')"
-                    }
-                    WakeReason::ClaimExpiry => {
-                        "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
-                         WHERE r.run_id = ?1 AND r.status = 'running' AND q.status IN ('starting', 'running') AND ?2 = ?2"
-                    }
-                    WakeReason::DecisionDeadline => {
-                        "SELECT COUNT(*) FROM runs WHERE run_id = ?1
-                         AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled') AND ?2 = ?2"
-                    }
-                };
-                let attempt = match reason {
-                    WakeReason::NodeDeadline { attempt_id } => attempt_id.as_str().to_owned(),
-                    _ => String::new(),
-                };
-                let live: i64 = connection.query_row_cached(
-                    sql,
-                    rusqlite::params![run_id.as_str(), attempt],
-                    |row| row.get(0),
-                )?;
-                if live > 0 {
+                let live = crate::store::runs::wake_can_act(connection, run_id, reason)?;
+                if live {
                     return Ok(true);
                 }
             }
@@ -227,10 +205,7 @@ async fn expire_node(
                     };
                     attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
                     if transition.facts.run.error.is_some() {
-                        connection.execute_cached(
-                            "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
-                            rusqlite::params![run_id.as_str(), message],
-                        )?;
+                        crate::store::runs::record_error_message(connection, &run_id, message)?;
                     }
                     Ok(Commit::Keep(transition.outputs))
                 }
@@ -420,14 +395,7 @@ pub async fn schedule_expired(app: &Arc<App>) {
     let expired = app
         .store
         .read(|connection| {
-            let now_ms = crate::clock::now_ms() as i64;
-            let mut statement = connection.prepare_cached(
-                "SELECT r.run_id FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN leases l ON l.run_id = r.run_id
-                 WHERE r.status = 'running' AND q.status IN ('starting', 'running')
-                   AND (l.expires_at_ms IS NULL OR l.expires_at_ms <= ?1)",
-            )?;
-            let rows = statement.query_map([now_ms], |row| Ok(RunId::new(row.get::<_, String>(0)?)))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
+            crate::store::runs::expired_running_claims(connection, crate::clock::now_ms())
         })
         .await
         .unwrap_or_default();

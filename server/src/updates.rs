@@ -5,22 +5,23 @@
 //! the same transaction as its receipt and the run's new bucket state.
 
 use crate::runner_channel::{Answer, Refusal};
-use crate::store::Cached as _;
 use crate::supervisor::Runner;
 use kernel::ids::{AttemptId, Digest, IdempotencyKey};
 use kernel::output::Transition;
 use kernel::run::RunAggregate;
 use kernel::updates::{
-    self, JsonKind, TokenBucket, UpdateData, UpdateDecision, UpdateFacts, UpdateId, UpdateInput,
-    UpdateLookup, UpdateReceipt, UpdateRejection, UpdateSource,
+    self, JsonKind, UpdateData, UpdateDecision, UpdateId, UpdateInput, UpdateLookup, UpdateReceipt,
+    UpdateRejection, UpdateSource,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::{Value, json};
 
 /// The update data, encoded and hashed before the transaction.
 #[derive(Debug, Clone)]
 pub struct EncodedUpdate {
     pub kind: JsonKind,
+    /// How deep the data nests (the data object is level 1).
+    pub depth: u32,
     pub text: String,
     pub digest: Digest,
 }
@@ -39,117 +40,71 @@ impl EncodedUpdate {
         let bytes = protocol::canonicalize(data).unwrap_or_default();
         Self {
             kind,
+            depth: depth_of(data),
             digest: crate::ids::sha256(&bytes),
             text: String::from_utf8(bytes).unwrap_or_default(),
         }
     }
 }
 
+/// The nesting depth of a JSON value: arrays and objects count one level
+/// each (a scalar is 0).
+fn depth_of(value: &Value) -> u32 {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth_of).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(depth_of).max().unwrap_or(0),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => 0,
+    }
+}
+
 /// Decides one `node.update` of the runner.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
 pub(crate) fn runner_update(
     connection: &Connection,
     runner: &Runner,
-    value: &Value,
+    attempt_id: AttemptId,
+    key: &str,
+    update: &protocol::generated::types::NodeUpdate,
     data: &EncodedUpdate,
     before: &RunAggregate,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
     let run_id = &before.run.run_id;
-    let text = |pointer: &str| {
-        value
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let key = text("/idempotencyKey");
-    let update_type = text("/update/type");
-    let update_key = text("/update/key");
-    let stored: Option<UpdateReceipt> = connection
-        .query_row_cached(
-            "SELECT receipt_json FROM update_receipts WHERE run_id = ?1 AND idempotency_key = ?2",
-            params![run_id.as_str(), key],
-            |row| row.get::<_, String>(0),
-        )
-        .optional()?
-        .and_then(|text| serde_json::from_str(&text).ok());
-    let pair_is_current: bool = connection.query_row_cached(
-        "SELECT EXISTS (SELECT 1 FROM workflow_updates WHERE run_id = ?1 AND update_type = ?2 AND update_key = ?3)",
-        params![run_id.as_str(), update_type, update_key],
-        |row| row.get(0),
-    )?;
-    let (tokens, refilled_at_ms, current_pairs): (i64, i64, i64) = connection.query_row_cached(
-        "SELECT update_tokens, update_refilled_at_ms, (SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1)
-         FROM runs WHERE run_id = ?1",
-        params![run_id.as_str()],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-    )?;
-    let facts = UpdateFacts {
-        bucket: if refilled_at_ms == 0 {
-            TokenBucket::full(now_ms)
-        } else {
-            TokenBucket {
-                tokens: tokens.max(0) as u32,
-                refilled_at_ms: refilled_at_ms as u64,
-            }
-        },
-        current_pairs: current_pairs.max(0) as u32,
-    };
+    let update_type = update.type_.to_string();
+    let update_key = update.key.to_string();
+    let loaded =
+        crate::store::updates::load(connection, run_id, key, &update_type, &update_key, now_ms)?;
     let source = UpdateSource::Runner {
         authority: runner.authority.clone(),
         runner_epoch: runner.runner_epoch.clone(),
         ttl_ms,
     };
     let input = UpdateInput {
-        idempotency_key: IdempotencyKey::new(key.clone()),
+        idempotency_key: IdempotencyKey::new(key),
         update_id: UpdateId::new(format!("upd_{}", crate::ids::random_hex::<8>())),
-        attempt_id: AttemptId::new(text("/attemptId")),
+        attempt_id,
         update_type,
         key: update_key,
         data: UpdateData {
             kind: data.kind,
             encoded_bytes: data.text.len() as u64,
+            depth: data.depth,
             digest: data.digest,
         },
     };
     let lookup = UpdateLookup {
-        by_idempotency_key: stored.as_ref(),
-        pair_is_current,
+        by_idempotency_key: loaded.stored.as_ref(),
+        pair_is_current: loaded.pair_is_current,
     };
     Ok(
-        match updates::publish(before, &facts, lookup, &source, input, now_ms) {
+        match updates::publish(before, &loaded.facts, lookup, &source, input, now_ms) {
             Ok(UpdateDecision::Replayed(receipt)) => Ok((None, receipt_value(&receipt), None)),
             Ok(UpdateDecision::Accepted(transition)) => {
                 let updated = &transition.facts;
-                let current = &updated.current;
-                connection.execute_cached(
-                "UPDATE runs SET update_tokens = ?2, update_refilled_at_ms = ?3 WHERE run_id = ?1",
-                params![run_id.as_str(), updated.facts.bucket.tokens, updated.facts.bucket.refilled_at_ms as i64],
-            )?;
-                connection.execute_cached(
-                "INSERT INTO workflow_updates (run_id, update_type, update_key, update_id, seq, node_id, attempt_id, data_json, at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (run_id, update_type, update_key) DO UPDATE SET update_id = excluded.update_id,
-                   seq = excluded.seq, node_id = excluded.node_id, attempt_id = excluded.attempt_id,
-                   data_json = excluded.data_json, at_ms = excluded.at_ms",
-                params![
-                    run_id.as_str(),
-                    current.update_type,
-                    current.key,
-                    current.update_id.0,
-                    current.seq.0 as i64,
-                    current.node_id.as_str(),
-                    current.attempt_id.as_str(),
-                    data.text,
-                    current.at_ms as i64,
-                ],
-            )?;
-                crate::store::viewer::mark(run_id);
-                connection.execute_cached(
-                "INSERT INTO update_receipts (run_id, idempotency_key, receipt_json) VALUES (?1, ?2, ?3)",
-                params![run_id.as_str(), key, serde_json::to_string(&updated.receipt).unwrap_or_default()],
-            )?;
+                crate::store::updates::write_accepted(
+                    connection, run_id, key, updated, &data.text,
+                )?;
                 let result = receipt_value(&updated.receipt);
                 let run = Transition {
                     facts: updated.run.clone(),
@@ -167,44 +122,5 @@ fn receipt_value(receipt: &UpdateReceipt) -> Value {
 }
 
 fn refusal(rejection: UpdateRejection) -> Refusal {
-    let (code, message) = match rejection {
-        UpdateRejection::Run(run) => return run.into(),
-        // A runner's update must name the attempt it was dispatched.
-        UpdateRejection::NoUnfinishedAttempt
-        | UpdateRejection::AttemptMismatch
-        | UpdateRejection::AttemptNotActive => {
-            return Refusal::wrong_attempt(
-                "illegalTransition",
-                "the update does not name the run's active attempt",
-            );
-        }
-        UpdateRejection::RateLimited { .. } => (
-            "rateLimited",
-            "updates are limited to 20 per second with a burst of 100",
-        ),
-        UpdateRejection::TooManyPairs => (
-            "rateLimited",
-            "a run holds at most 1,024 current update keys",
-        ),
-        UpdateRejection::IdempotencyConflict => {
-            ("conflict", "the idempotency key names another update")
-        }
-        UpdateRejection::InvalidType | UpdateRejection::InvalidKey => {
-            ("schemaInvalid", "invalid update type or key")
-        }
-        UpdateRejection::DataNotObject { .. } => {
-            ("schemaInvalid", "update data must be a JSON object")
-        }
-        UpdateRejection::DataTooLarge { .. } => {
-            ("schemaInvalid", "update data is limited to 64 KiB")
-        }
-        UpdateRejection::AttemptNotWaiting
-        | UpdateRejection::RequestMismatch
-        | UpdateRejection::NotAgentStep
-        | UpdateRejection::WrongSession => (
-            "illegalTransition",
-            "the update does not name the run's active attempt",
-        ),
-    };
-    Refusal::new(code, message)
+    Refusal::of(&rejection)
 }

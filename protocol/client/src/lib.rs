@@ -17,7 +17,6 @@
 //! state database (`server/tests/crate_graph.rs` checks the crate graph).
 
 pub mod client;
-pub mod commands;
 pub mod connection;
 pub mod error;
 pub mod home;
@@ -29,7 +28,6 @@ pub use client::{
     Accepted, CallOptions, ClientOptions, Delivery, DialFuture, Dialer, Settled,
     SubscriptionHandle, WorkflowClient,
 };
-pub use commands::is_state_changing;
 pub use connection::{
     COMPLETE_VIEW_ATTEMPTS, Connection, MAX_PAGE_BYTES, PACKAGE_VERSION, RequestSpec, Response,
     TransportRead, TransportWrite,

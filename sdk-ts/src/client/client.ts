@@ -31,6 +31,7 @@ import type {
   CommandOutcome,
   ContentReference,
   InteractionSubmitPayload,
+  InteractionUpdatePayload,
   JsonValue,
   Operation,
   PageCollection,
@@ -38,15 +39,22 @@ import type {
   RequestPayloadByOperation,
   Response,
   ResponseReceiptByOperation,
+  ReportBranchPayload,
   RunStartPayload,
   RunView,
+  SessionView,
   SafeError as WireSafeError,
   ServerStatus,
   ServerStopReceipt,
   SubscriptionTarget,
+  TurnReportPayload,
   ViewPage,
   ViewPagePayload,
 } from "../generated/types.js";
+import { STATE_CHANGING_OPERATIONS } from "../generated/types.js";
+
+/** Operations that store a durable receipt (generated from client.v1's `x-stateChanging`): they get an idempotency key by default. */
+export { STATE_CHANGING_OPERATIONS };
 import { SafeError } from "../protocol/errors.js";
 import { encodeClient } from "../protocol/messages.js";
 import { Connection, ConnectFailure } from "./connection.js";
@@ -124,6 +132,8 @@ export interface Settled<Op extends Operation> {
   revision?: number;
   receipt?: ResponseReceiptByOperation[Op];
   error?: WireSafeError;
+  /** The generation of the connection that answered (see `WorkflowClient.connectionGeneration`). */
+  connectionGeneration: number;
 }
 
 /** An accepted (or adopted) command. */
@@ -134,6 +144,14 @@ export interface Accepted<Op extends Operation> {
   idempotencyKey?: string;
   revision?: number;
   receipt: ResponseReceiptByOperation[Op];
+  /** The generation of the connection that answered. */
+  connectionGeneration: number;
+}
+
+/** Options of `connect()`. */
+export interface ConnectOptions extends RequestOptions {
+  /** Start the server when it is not running (default: the client's `autoStart`). False: only connect. */
+  start?: boolean;
 }
 
 /** Subscription options. */
@@ -158,34 +176,6 @@ export const COMPLETE_VIEW_ATTEMPTS = 8;
 /** The byte budget `completeRunView` asks pages for (the server's own page budget). */
 export const MAX_PAGE_BYTES = 512 * 1024;
 
-/**
- * Operations that store a durable receipt (the kernel's `CommandOperation`
- * list): they get an idempotency key by default.
- */
-export const STATE_CHANGING_OPERATIONS: ReadonlySet<Operation> = new Set<Operation>([
-  "run.start",
-  "run.pause",
-  "run.resume",
-  "run.cancel",
-  "run.restart",
-  "checkpoint.answer",
-  "decision.answer",
-  "interaction.update",
-  "interaction.submit",
-  "effect.recover",
-  "settings.update",
-  "followUp.add",
-  "followUp.cancel",
-  "resource.apply",
-  "resource.reconcile",
-  "resource.delete",
-  "server.stop",
-  "sessionView.clearTerminal",
-  "state.backup",
-  "state.prune",
-  "channel.reload",
-  "channel.recover",
-]);
 
 interface PendingRequest {
   connection: Connection;
@@ -241,6 +231,10 @@ export class WorkflowClient implements SubscriptionHost {
   private isClosed = false;
   private reconnectTimer: NodeJS.Timeout | null = null;
   private reconnectDelayMs: number;
+  /** How many connections this client adopted; the current one's generation. */
+  private generations = 0;
+  private readonly generationOf = new WeakMap<Connection, number>();
+  private readonly connectionListeners = new Set<(generation: number) => void>();
 
   constructor(options: WorkflowClientOptions = {}) {
     const env = options.env ?? process.env;
@@ -300,6 +294,64 @@ export class WorkflowClient implements SubscriptionHost {
    */
   interactionSubmit(runId: string, payload: InteractionSubmitPayload, options: CommandOptions = {}): Promise<Accepted<"interaction.submit">> {
     return this.command("interaction.submit", runId, payload, options);
+  }
+
+  /**
+   * `interaction.update`: stores a non-completing update of a pending
+   * interaction (the key is usually derived from the Pi tool-call id).
+   */
+  interactionUpdate(runId: string, payload: InteractionUpdatePayload, options: CommandOptions = {}): Promise<Accepted<"interaction.update">> {
+    return this.command("interaction.update", runId, payload, options);
+  }
+
+  /** `workflows.list`: one page of the workflows `run.start` can start in a project. */
+  async workflowsList(payload: RequestPayloadByOperation["workflows.list"], options: RequestOptions = {}): Promise<ResponseReceiptByOperation["workflows.list"]> {
+    return (await this.read("workflows.list", undefined, payload, options)).receipt;
+  }
+
+  /**
+   * `sessionView.get`: the origin-session view from one consistent read (the
+   * active or retained run view, the message window and its count). Resolves
+   * with the generation of the connection that answered, which is what a
+   * coordinator epoch in the view belongs to.
+   */
+  async sessionView(payload: RequestPayloadByOperation["sessionView.get"], options: RequestOptions = {}): Promise<{ view: SessionView; connectionGeneration: number }> {
+    const answered = await this.read("sessionView.get", undefined, payload, options);
+    return { view: answered.receipt, connectionGeneration: answered.connectionGeneration };
+  }
+
+  /** `sessionView.clearTerminal`: hides the retained terminal run of a session (changes no workflow state). */
+  sessionViewClearTerminal(sessionId: string, options: CommandOptions = {}): Promise<Accepted<"sessionView.clearTerminal">> {
+    return this.command("sessionView.clearTerminal", undefined, { sessionId }, options);
+  }
+
+  /** `workflowMessage.reportBranch`, settled whatever the outcome (a fenced epoch is an answer, not an exception). */
+  reportBranch(payload: ReportBranchPayload, options: RequestOptions = {}): Promise<Settled<"workflowMessage.reportBranch">> {
+    return this.request("workflowMessage.reportBranch", { payload, idempotent: false, ...signalOf(options) });
+  }
+
+  /** `workflowTurn.report`, settled whatever the outcome. */
+  reportTurn(payload: TurnReportPayload, options: RequestOptions = {}): Promise<Settled<"workflowTurn.report">> {
+    return this.request("workflowTurn.report", { payload, idempotent: false, ...signalOf(options) });
+  }
+
+  /**
+   * The generation of the open connection: 1 for the first connection this
+   * client adopted, one more for each later one; `undefined` while no
+   * connection is open. A value that changed means a new server connection
+   * (for example after a reconnect), so anything granted per connection (a
+   * coordinator epoch) must be asked for again.
+   */
+  get connectionGeneration(): number | undefined {
+    const connection = this.connection;
+    if (connection === null || connection.isClosed) return undefined;
+    return this.generationOf.get(connection);
+  }
+
+  /** Calls `listener` with the generation of every connection adopted from now on. Returns the function that removes it. */
+  onConnection(listener: (generation: number) => void): () => void {
+    this.connectionListeners.add(listener);
+    return () => this.connectionListeners.delete(listener);
   }
 
   /** `server.status`: counts and the epoch (no ids, paths or payloads). */
@@ -467,7 +519,7 @@ export class WorkflowClient implements SubscriptionHost {
         const bytes = encodeRequest(message);
         const exchanged = await this.exchange(connection, requestId, bytes, spec.signal);
         if (exchanged.kind === "response") {
-          return settledOf(operation, exchanged.response, idempotencyKey);
+          return settledOf(operation, exchanged.response, idempotencyKey, this.generationOf.get(connection) ?? 0);
         }
         if (!retryable || attempt >= this.maxAttempts) {
           throw idempotencyKey === undefined ? CONNECTION_LOST({ operation }) : CONNECTION_LOST({ operation, idempotencyKey });
@@ -479,13 +531,17 @@ export class WorkflowClient implements SubscriptionHost {
     }
   }
 
-  /** Connects now (starting the server if needed); resolves with the server's epoch and version. */
-  async connect(options: RequestOptions = {}): Promise<{ serverEpoch: number | undefined; serverVersion: string }> {
+  /**
+   * Connects now (starting the server if needed, unless `start: false`);
+   * resolves with the server's epoch and version and the connection's
+   * generation.
+   */
+  async connect(options: ConnectOptions = {}): Promise<{ serverEpoch: number | undefined; serverVersion: string; connectionGeneration: number }> {
     this.foreground++;
     this.updateRef();
     try {
-      const connection = await this.connected(options.signal);
-      return { serverEpoch: connection.serverEpoch, serverVersion: connection.serverVersion };
+      const connection = await this.connected(options.signal, options.start ?? true);
+      return { serverEpoch: connection.serverEpoch, serverVersion: connection.serverVersion, connectionGeneration: this.generationOf.get(connection) ?? 0 };
     } finally {
       this.foreground--;
       this.updateRef();
@@ -716,6 +772,8 @@ export class WorkflowClient implements SubscriptionHost {
   /** Makes `connection` the current one and restores subscriptions on it. */
   private adopt(connection: Connection): void {
     this.connection = connection;
+    this.generations++;
+    this.generationOf.set(connection, this.generations);
     this.reconnectDelayMs = this.retryIntervalMs;
     if (this.reconnectTimer !== null) {
       clearTimeout(this.reconnectTimer);
@@ -726,6 +784,14 @@ export class WorkflowClient implements SubscriptionHost {
     for (const subscription of this.subscriptions) {
       if (subscription.id === undefined && !this.binding.has(subscription) && !subscription.closed) {
         this.rebind(subscription, connection);
+      }
+    }
+    const generation = this.generations;
+    for (const listener of [...this.connectionListeners]) {
+      try {
+        listener(generation);
+      } catch {
+        // A listener's failure is its own; the connection is adopted either way.
       }
     }
   }
@@ -883,7 +949,13 @@ export function sharedWorkflowClient(options?: WorkflowClientOptions): WorkflowC
 /** Throws unless the command was accepted or adopted with a receipt. */
 export function accepted<Op extends Operation>(settled: Settled<Op>): Accepted<Op> {
   if ((settled.outcome === "accepted" || settled.outcome === "adopted") && settled.receipt !== undefined) {
-    const result: Accepted<Op> = { operation: settled.operation, outcome: settled.outcome, requestId: settled.requestId, receipt: settled.receipt };
+    const result: Accepted<Op> = {
+      operation: settled.operation,
+      outcome: settled.outcome,
+      requestId: settled.requestId,
+      receipt: settled.receipt,
+      connectionGeneration: settled.connectionGeneration,
+    };
     if (settled.idempotencyKey !== undefined) result.idempotencyKey = settled.idempotencyKey;
     if (settled.revision !== undefined) result.revision = settled.revision;
     return result;
@@ -894,13 +966,17 @@ export function accepted<Op extends Operation>(settled: Settled<Op>): Accepted<O
   throw WorkflowClientError.fromResponse(settled.operation, settled.outcome, settled.error);
 }
 
-function settledOf<Op extends Operation>(operation: Op, response: Response, idempotencyKey: string | undefined): Settled<Op> {
-  const settled: Settled<Op> = { operation, outcome: response.outcome, requestId: response.requestId };
+function settledOf<Op extends Operation>(operation: Op, response: Response, idempotencyKey: string | undefined, connectionGeneration: number): Settled<Op> {
+  const settled: Settled<Op> = { operation, outcome: response.outcome, requestId: response.requestId, connectionGeneration };
   if (idempotencyKey !== undefined) settled.idempotencyKey = idempotencyKey;
   if (response.revision !== undefined) settled.revision = response.revision;
   if (response.receipt !== undefined) settled.receipt = response.receipt as unknown as ResponseReceiptByOperation[Op];
   if (response.error !== undefined) settled.error = { code: response.error.code, message: response.error.message };
   return settled;
+}
+
+function signalOf(options: RequestOptions): { signal?: AbortSignal } {
+  return options.signal === undefined ? {} : { signal: options.signal };
 }
 
 function keyFor(operation: Operation, idempotent: boolean | string | undefined): string | undefined {

@@ -15,6 +15,7 @@ export {
 export type {
   Accepted,
   CommandOptions,
+  ConnectOptions,
   PagesSpec,
   RequestOptions,
   RequestSpec,

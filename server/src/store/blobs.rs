@@ -88,3 +88,8 @@ pub(crate) fn get_json(
 pub(crate) fn digest_of(column: Option<DigestColumn>) -> Option<Digest> {
     column.map(|c| c.0)
 }
+
+/// How many blobs are stored.
+pub fn count(connection: &Connection) -> rusqlite::Result<i64> {
+    connection.query_row("SELECT COUNT(*) FROM blobs", [], |row| row.get(0))
+}

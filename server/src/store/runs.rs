@@ -1066,3 +1066,113 @@ fn event_kind(event: &RunEvent) -> String {
         _ => "event".to_owned(),
     }
 }
+
+/// Stores the message text of a run's terminal error beside its class.
+pub fn record_error_message(
+    connection: &Connection,
+    run_id: &RunId,
+    message: &str,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
+        rusqlite::params![run_id.as_str(), message],
+    )?;
+    Ok(())
+}
+
+/// Loads one effect row by id (any state).
+pub fn load_effect(
+    connection: &Connection,
+    run_id: &RunId,
+    effect_id: &EffectId,
+) -> rusqlite::Result<Option<EffectRecord>> {
+    connection
+        .query_row_cached(
+            "SELECT effect_id, effect_type, node_path, visit, request_fingerprint, state, attempt_number,
+                    node_attempt_id, result_digest
+             FROM effects WHERE run_id = ?1 AND effect_id = ?2",
+            rusqlite::params![run_id.as_str(), effect_id.as_str()],
+            |row| effect_from_row(run_id, row),
+        )
+        .optional()
+}
+
+/// Runs that may be admissible (unpaused, queued or parked running), oldest
+/// first, at most 256: the run id and when it was queued. The kernel
+/// decides which are admitted.
+pub fn admission_candidates(connection: &Connection) -> rusqlite::Result<Vec<(RunId, i64)>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT r.run_id, q.queued_at_ms FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+         WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued') OR (r.status = 'running' AND q.status = 'parked'))
+         ORDER BY q.queued_at_ms, r.run_id LIMIT 256",
+    )?;
+    statement
+        .query_map([], |row| {
+            Ok((RunId::new(row.get::<_, String>(0)?), row.get(1)?))
+        })?
+        .collect()
+}
+
+/// How many runs will need the server soon: waiting for admission, or
+/// running rows whose claims still have to expire and be recovered.
+pub fn unsettled_run_count(connection: &Connection) -> rusqlite::Result<i64> {
+    connection.query_row_cached(
+        "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+         WHERE r.paused = 0 AND ((r.status = 'queued' AND q.status = 'queued')
+            OR (r.status = 'running' AND q.status IN ('starting', 'running'))
+            OR (r.status = 'running' AND q.status = 'parked'
+                AND (r.park_reason IS NULL OR r.park_reason IN ('drained', 'recovered', 'workerCrashed', 'resumeReady'))))",
+        [],
+        |row| row.get(0),
+    )
+}
+
+/// Whether a scheduled wake of `run_id` can still find something to do:
+/// its attempt is active or waiting (a node deadline), its run is running
+/// with a starting or running queue row (a claim expiry), or its run has
+/// not ended (a decision deadline).
+pub fn wake_can_act(
+    connection: &Connection,
+    run_id: &RunId,
+    reason: &kernel::output::WakeReason,
+) -> rusqlite::Result<bool> {
+    use kernel::output::WakeReason;
+    let (sql, attempt) = match reason {
+        WakeReason::NodeDeadline { attempt_id } => (
+            "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1 AND attempt_id = ?2 AND status IN ('active', 'waiting')",
+            attempt_id.as_str().to_owned(),
+        ),
+        WakeReason::ClaimExpiry => (
+            "SELECT COUNT(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+             WHERE r.run_id = ?1 AND r.status = 'running' AND q.status IN ('starting', 'running') AND ?2 = ?2",
+            String::new(),
+        ),
+        WakeReason::DecisionDeadline => (
+            "SELECT COUNT(*) FROM runs WHERE run_id = ?1
+             AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled') AND ?2 = ?2",
+            String::new(),
+        ),
+    };
+    let live: i64 =
+        connection.query_row_cached(sql, rusqlite::params![run_id.as_str(), attempt], |row| {
+            row.get(0)
+        })?;
+    Ok(live > 0)
+}
+
+/// Running rows (starting or running queue) whose claim expired at `now_ms`.
+pub fn expired_running_claims(
+    connection: &Connection,
+    now_ms: u64,
+) -> rusqlite::Result<Vec<RunId>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT r.run_id FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN leases l ON l.run_id = r.run_id
+         WHERE r.status = 'running' AND q.status IN ('starting', 'running')
+           AND (l.expires_at_ms IS NULL OR l.expires_at_ms <= ?1)",
+    )?;
+    statement
+        .query_map([now_ms as i64], |row| {
+            Ok(RunId::new(row.get::<_, String>(0)?))
+        })?
+        .collect()
+}

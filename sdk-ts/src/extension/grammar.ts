@@ -1,0 +1,97 @@
+/**
+ * The `/workflow` command grammar (reference §5.2).
+ *
+ * Invariants:
+ * - The words `list status pause resume cancel answer clear` are always
+ *   subcommands. A workflow whose name is one of them (authoring reserves all
+ *   but `clear`) is started by its path, e.g.
+ *   `/workflow .pi/workflows/clear.workflow.ts`.
+ * - Parsing is pure: it never touches the server, and a malformed command is
+ *   one `error` with the usage to type instead.
+ */
+import type { JsonValue } from "../generated/types.js";
+
+/** The subcommand words. */
+export const RESERVED_WORDS = ["list", "status", "pause", "resume", "cancel", "answer", "clear"] as const;
+
+const RUN_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/** One parsed `/workflow` command. */
+export type WorkflowCommand =
+  | { kind: "list"; offset: number }
+  | { kind: "status"; runId?: string }
+  | { kind: "pause" }
+  | { kind: "resume" }
+  | { kind: "cancel" }
+  | { kind: "clear" }
+  | { kind: "answer"; runId?: string; answer: JsonValue }
+  | { kind: "start"; workflow: string; input: JsonValue }
+  | { kind: "error"; message: string };
+
+export const USAGE =
+  "Usage: /workflow [list [offset]] | <name-or-path> [task… | --input-json <json>] | status [runId] | pause | resume | cancel | answer [runId] <json|text> | clear";
+
+/** Splits the first word off. */
+function head(text: string): [string, string] {
+  const match = /^(\S+)\s*([^]*)$/.exec(text);
+  return match === null ? ["", ""] : [match[1] as string, (match[2] as string).trim()];
+}
+
+function parseJson(text: string): { ok: true; value: JsonValue } | { ok: false } {
+  try {
+    return { ok: true, value: JSON.parse(text) as JsonValue };
+  } catch {
+    return { ok: false };
+  }
+}
+
+/** Parses the arguments of `/workflow`. */
+export function parseWorkflowCommand(args: string): WorkflowCommand {
+  const text = args.trim();
+  if (text === "") return { kind: "list", offset: 0 };
+  const [word, rest] = head(text);
+  switch (word) {
+    case "list": {
+      if (rest === "") return { kind: "list", offset: 0 };
+      if (/^\d{1,15}$/.test(rest)) return { kind: "list", offset: Number(rest) };
+      return { kind: "error", message: "Usage: /workflow list [offset] (the offset is a whole number)" };
+    }
+    case "status": {
+      if (rest === "") return { kind: "status" };
+      if (RUN_ID.test(rest)) return { kind: "status", runId: rest };
+      return { kind: "error", message: "Usage: /workflow status [runId]" };
+    }
+    case "pause":
+    case "resume":
+    case "cancel":
+    case "clear":
+      if (rest !== "") return { kind: "error", message: `Usage: /workflow ${word} (it acts on this session's workflow and takes no arguments)` };
+      return { kind: word };
+    case "answer":
+      return parseAnswer(rest);
+    default:
+      return parseStart(word, rest);
+  }
+}
+
+function parseAnswer(rest: string): WorkflowCommand {
+  if (rest === "") return { kind: "error", message: "Usage: /workflow answer [runId] <json|text>" };
+  const [first, remainder] = head(rest);
+  if (RUN_ID.test(first) && remainder !== "") {
+    const parsed = parseJson(remainder);
+    if (parsed.ok && typeof parsed.value === "object" && parsed.value !== null) return { kind: "answer", runId: first, answer: parsed.value };
+  }
+  const whole = parseJson(rest);
+  return { kind: "answer", answer: whole.ok ? whole.value : { answer: rest } };
+}
+
+function parseStart(workflow: string, rest: string): WorkflowCommand {
+  if (rest === "") return { kind: "start", workflow, input: {} };
+  if (rest === "--input-json" || rest.startsWith("--input-json ")) {
+    const json = rest.slice("--input-json".length).trim();
+    const parsed = parseJson(json);
+    if (json === "" || !parsed.ok) return { kind: "error", message: `Usage: /workflow ${workflow} --input-json <json> (the input is not valid JSON)` };
+    return { kind: "start", workflow, input: parsed.value };
+  }
+  return { kind: "start", workflow, input: { task: rest } };
+}

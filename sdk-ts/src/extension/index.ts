@@ -1,0 +1,144 @@
+/**
+ * `@pi-workflows/sdk/extension`: the Pi extension (load it with
+ * `pi -e <sdk-ts dir>` or `pi install <sdk-ts dir>`; the package manifest
+ * names `dist/extension/index.js`).
+ *
+ * This file only binds documented Pi APIs to the logic in `session.ts`:
+ * `registerCommand`, `registerTool`, `registerShortcut`, `sendMessage`,
+ * `ctx.ui.setWidget` / `setStatus` / `notify`, `ctx.isIdle`,
+ * `ctx.hasPendingMessages`, `ctx.abort`, `ctx.sessionManager` and the
+ * lifecycle events. The extension never opens SQLite and never runs workflow
+ * code: every state change goes through `WorkflowClient` to the server.
+ *
+ * Invariants:
+ * - Nothing starts in the factory (Pi may load it without a session): the
+ *   client, the poll and the subscription start at `session_start` and stop
+ *   at `session_shutdown`.
+ * - The TUI gets a component widget (`ctx.mode === "tui"`); every other mode
+ *   gets string lines (Pi caps them at 10).
+ */
+import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
+import { truncateToWidth } from "@earendil-works/pi-tui";
+import { WorkflowClient } from "../client/client.js";
+import type { BranchEntryLike } from "./messages.js";
+import type { PiPort, UiPort } from "./ports.js";
+import { WorkflowSession } from "./session.js";
+import { TOOL_DESCRIPTION, TOOL_NAME, WORKFLOW_TOOL_PARAMETERS } from "./tool.js";
+import { RESERVED_WORDS, USAGE } from "./grammar.js";
+import { WIDGET_KEY } from "./widget.js";
+
+export { WorkflowSession } from "./session.js";
+export { WorkflowMessageCoordinator } from "./coordinator.js";
+export { TurnReporter } from "./turns.js";
+export { SessionViewSource } from "./view-source.js";
+export { parseWorkflowCommand, RESERVED_WORDS } from "./grammar.js";
+export { parseToolCall, WORKFLOW_TOOL_PARAMETERS } from "./tool.js";
+export { renderWidget, statusLine } from "./widget.js";
+
+function piPort(pi: ExtensionAPI, ctx: ExtensionContext): PiPort {
+  return {
+    isIdle: () => ctx.isIdle(),
+    hasPendingMessages: () => ctx.hasPendingMessages(),
+    getBranch: () => ctx.sessionManager.getBranch() as unknown as readonly BranchEntryLike[],
+    sendMessage: (delivery) => pi.sendMessage(delivery.message, { triggerTurn: delivery.triggerTurn }),
+    abort: () => ctx.abort(),
+  };
+}
+
+function uiPort(ctx: ExtensionContext): UiPort {
+  return {
+    mode: ctx.mode,
+    notify: (message, level) => ctx.ui.notify(message, level),
+    setStatus: (text) => ctx.ui.setStatus(WIDGET_KEY, text),
+    setWidget: (lines) => {
+      if (lines === undefined) {
+        ctx.ui.setWidget(WIDGET_KEY, undefined);
+        return;
+      }
+      const copy = [...lines];
+      if (ctx.mode === "tui") {
+        ctx.ui.setWidget(WIDGET_KEY, () => ({ render: (width: number) => copy.map((line) => truncateToWidth(line, Math.max(1, width))), invalidate: () => undefined }), {
+          placement: "aboveEditor",
+        });
+      } else {
+        ctx.ui.setWidget(WIDGET_KEY, copy);
+      }
+    },
+  };
+}
+
+/** The extension factory. */
+export default function piWorkflowsExtension(pi: ExtensionAPI): void {
+  let session: WorkflowSession | undefined;
+  let client: WorkflowClient | undefined;
+
+  const current = (): WorkflowSession | undefined => session;
+
+  pi.on("session_start", (_event, ctx) => {
+    client = new WorkflowClient();
+    session = new WorkflowSession({
+      server: client,
+      pi: piPort(pi, ctx),
+      ui: uiPort(ctx),
+      sessionId: ctx.sessionManager.getSessionId(),
+      projectPath: ctx.cwd,
+      getLeafId: () => ctx.sessionManager.getLeafId(),
+    });
+    // Recovery runs in the background: Pi's startup never waits for the server.
+    void session.start();
+  });
+
+  pi.on("session_shutdown", async () => {
+    const ending = session;
+    const closing = client;
+    session = undefined;
+    client = undefined;
+    await ending?.stop();
+    closing?.close();
+  });
+
+  pi.on("agent_start", () => current()?.onAgentStart());
+  pi.on("agent_end", (event) => current()?.onAgentEnd(event.messages));
+  pi.on("agent_settled", (event) => current()?.onAgentSettled(event.aborted));
+
+  // After an accepted submission, text the model still writes in that agent run is dropped:
+  // the next workflow message is the visible continuation.
+  pi.on("message_end", (event) => {
+    const message = event.message;
+    if (message.role !== "assistant" || current()?.suppressesTail !== true) return undefined;
+    return { message: { ...message, content: message.content.filter((part) => part.type !== "text") } };
+  });
+
+  pi.registerCommand("workflow", {
+    description: "Run and control pi-workflows: /workflow [list] | <name> [task | --input-json <json>] | status | pause | resume | cancel | answer <json|text> | clear",
+    getArgumentCompletions: (prefix) =>
+      RESERVED_WORDS.filter((word) => word.startsWith(prefix)).map((word) => ({ value: word, label: word })),
+    handler: async (args, ctx) => {
+      const active = current();
+      if (active === undefined) {
+        ctx.ui.notify(`pi-workflows is not ready in this session yet; try again. ${USAGE}`, "warning");
+        return;
+      }
+      await active.command(args);
+    },
+  });
+
+  pi.registerTool({
+    name: TOOL_NAME,
+    label: "Workflow",
+    description: TOOL_DESCRIPTION,
+    promptSnippet: "List, start, inspect and control pi-workflows runs; update or submit a workflow step when a step contract asks",
+    parameters: WORKFLOW_TOOL_PARAMETERS,
+    async execute(toolCallId, params, signal) {
+      const active = current();
+      if (active === undefined) {
+        return { content: [{ type: "text", text: "pi-workflows is not ready in this session yet; try again." }], details: { action: "unknown" }, isError: true };
+      }
+      const outcome = await active.tool(toolCallId, params, signal);
+      return { content: [{ type: "text", text: outcome.text }], details: outcome.details, isError: outcome.isError };
+    },
+  });
+
+  pi.registerShortcut("shift+up", { description: "pi-workflows: scroll the workflow widget up", handler: () => current()?.scrollBy(-1) });
+  pi.registerShortcut("shift+down", { description: "pi-workflows: scroll the workflow widget down", handler: () => current()?.scrollBy(1) });
+}

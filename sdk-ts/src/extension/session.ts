@@ -1,0 +1,480 @@
+/**
+ * `WorkflowSession`: the extension for one Pi session. It owns the view
+ * source, the coordinator, the turn reporter and the widget state, and
+ * carries out `/workflow` commands and `workflow` tool calls.
+ *
+ * Invariants:
+ * - Every state change goes to the server through `ServerPort`; the session
+ *   keeps only process-local state (the last view, the queued map, the
+ *   buffered turns, the scroll offset, the tail-suppression flag).
+ * - Recovery runs at `start()` (session_start), after every settled turn and
+ *   once per `pollMs` while the session is open: connect if needed (one
+ *   attempt at a time; only the first may start the server), subscribe if
+ *   needed (one subscription), read the view, and let the coordinator act.
+ * - The widget and status line show only the server's view; with no run in
+ *   the view they are cleared (the server decides how long a finished run
+ *   stays). A server that is unreachable is shown as `unavailable`, never as
+ *   a cached run.
+ * - A held model-started run is activated only while Pi is idle (after the
+ *   starting turn settled, or when the session starts again).
+ */
+import { createHash } from "node:crypto";
+import { WorkflowClientError } from "../client/errors.js";
+import type { JsonValue, RunView, StepRecord } from "../generated/types.js";
+import { BUNDLED_ADDITIONS, type ProtocolAdditions, heldStartPayload, offersActivate, stepSourceOf } from "./additions.js";
+import { WorkflowMessageCoordinator } from "./coordinator.js";
+import { parseWorkflowCommand } from "./grammar.js";
+import type { PiPort, ServerPort, UiPort } from "./ports.js";
+import * as texts from "./texts.js";
+import { type ToolCall, parseToolCall } from "./tool.js";
+import { TurnReporter } from "./turns.js";
+import { SessionViewSource, type LoadedView } from "./view-source.js";
+import { COMPONENT_WIDGET_LINES, SCROLL_STEP, STRING_WIDGET_LINES, renderWidget, statusLine } from "./widget.js";
+
+export interface WorkflowSessionOptions {
+  server: ServerPort;
+  pi: PiPort;
+  ui: UiPort;
+  sessionId: string;
+  projectPath: string;
+  /** `ctx.sessionManager.getLeafId()`. */
+  getLeafId: () => string | null;
+  additions?: ProtocolAdditions;
+  now?: () => number;
+  /** The recovery poll period (default 1 000 ms); 0 disables the timer (tests call `tick()`). */
+  pollMs?: number;
+  /** Entry wait after a send (tests shorten it). */
+  entryWait?: { attempts: number; delayMs: number };
+}
+
+/** What a tool call returns to Pi. */
+export interface ToolOutcome {
+  text: string;
+  details: Record<string, JsonValue>;
+  isError: boolean;
+}
+
+const TERMINAL = new Set(["completed", "failed", "timed_out", "cancelled"]);
+
+/** A stable idempotency key (and submission id) for a Pi tool call id, valid for the protocol's id pattern. */
+export function keyOfToolCall(toolCallId: string, prefix = "tc"): string {
+  return `${prefix}.${createHash("sha256").update(toolCallId).digest("hex").slice(0, 48)}`;
+}
+
+export class WorkflowSession {
+  readonly source: SessionViewSource;
+  readonly coordinator: WorkflowMessageCoordinator;
+  readonly turns: TurnReporter;
+  private readonly options: WorkflowSessionOptions;
+  private readonly additions: ProtocolAdditions;
+  private readonly now: () => number;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private scroll = 0;
+  private seenSteps: number | undefined;
+  private shown: "run" | "unavailable" | undefined;
+  private tailSuppressed = false;
+  private unsubscribeConnections: (() => void) | undefined;
+  private activating = new Set<string>();
+
+  constructor(options: WorkflowSessionOptions) {
+    this.options = options;
+    this.additions = options.additions ?? BUNDLED_ADDITIONS;
+    this.now = options.now ?? Date.now;
+    this.source = new SessionViewSource({
+      server: options.server,
+      sessionId: options.sessionId,
+      additions: this.additions,
+      onView: (view) => this.onView(view),
+      onUnavailable: (error) => this.onUnavailable(error),
+    });
+    this.coordinator = new WorkflowMessageCoordinator({
+      server: options.server,
+      pi: options.pi,
+      sessionId: options.sessionId,
+      refresh: () => void this.source.refresh(),
+      ...(options.entryWait !== undefined ? { entryWait: options.entryWait } : {}),
+    });
+    this.turns = new TurnReporter({
+      server: options.server,
+      gate: this.coordinator,
+      sessionId: options.sessionId,
+      getBranch: () => options.pi.getBranch(),
+      getLeafId: options.getLeafId,
+      onActivity: () => void this.source.refresh(),
+    });
+    this.coordinator.attachTurns(this.turns);
+  }
+
+  /** The last complete view. */
+  get view(): LoadedView | undefined {
+    return this.source.current;
+  }
+
+  /** Whether assistant text of this agent run is stripped (after an accepted submission). */
+  get suppressesTail(): boolean {
+    return this.tailSuppressed;
+  }
+
+  /** session_start: the first recovery (which may start the server) and the poll. */
+  async start(): Promise<void> {
+    this.unsubscribeConnections = this.options.server.onConnection(() => {
+      // A new connection: a new coordinator epoch; read the view on it and report the branch again.
+      void this.source.refresh();
+    });
+    const pollMs = this.options.pollMs ?? 1000;
+    if (pollMs > 0) {
+      this.timer = setInterval(() => void this.tick(), pollMs);
+      this.timer.unref();
+    }
+    await this.recover(true);
+  }
+
+  /** session_shutdown. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.unsubscribeConnections?.();
+    this.coordinator.stop();
+    await this.source.stop();
+  }
+
+  /** One poll: connect (without starting a server), subscribe, read. */
+  tick(): Promise<void> {
+    return this.recover(false);
+  }
+
+  private async recover(mayStart: boolean): Promise<void> {
+    if (this.stopped) return;
+    if (!(await this.source.ensureConnected(mayStart))) return;
+    this.source.ensureSubscribed();
+    await this.source.refresh();
+  }
+
+  // ---- Pi events -------------------------------------------------------------
+
+  onAgentStart(): void {
+    this.tailSuppressed = false;
+    this.turns.onAgentStart();
+  }
+
+  onAgentEnd(messages: readonly unknown[]): void {
+    this.turns.onAgentEnd(messages);
+  }
+
+  onAgentSettled(aborted: boolean): void {
+    this.turns.onAgentSettled(aborted);
+    void this.recover(false);
+  }
+
+  /** Shift+Up (-1) / Shift+Down (+1). */
+  scrollBy(direction: -1 | 1): void {
+    this.scroll += direction * SCROLL_STEP;
+    this.render();
+  }
+
+  // ---- view ------------------------------------------------------------------
+
+  private onView(view: LoadedView): void {
+    if (this.stopped) return;
+    this.coordinator.onView(view);
+    this.render();
+    this.abortClosedWorkflowTurn(view);
+    this.activateHeld(view);
+  }
+
+  private onUnavailable(error: WorkflowClientError): void {
+    if (this.stopped || this.shown === undefined) return;
+    this.shown = "unavailable";
+    this.options.ui.setWidget([`⚠ pi-workflows server unavailable: ${Array.from(error.message).slice(0, 160).join("")}`]);
+    this.options.ui.setStatus("wf [unavailable]");
+  }
+
+  /** Draws the widget and status line from the last view. */
+  render(): void {
+    if (this.stopped) return;
+    const run = this.source.current?.run;
+    if (run === undefined) {
+      if (this.shown !== undefined) {
+        this.options.ui.setWidget(undefined);
+        this.options.ui.setStatus(undefined);
+        this.shown = undefined;
+      }
+      return;
+    }
+    if (this.seenSteps !== run.steps.total) {
+      // A new step: back to following the active node.
+      this.seenSteps = run.steps.total;
+      this.scroll = 0;
+    }
+    const maxLines = this.options.ui.mode === "tui" ? COMPONENT_WIDGET_LINES : STRING_WIDGET_LINES;
+    const drawn = renderWidget(run, { nowMs: this.now(), maxLines, scroll: this.scroll });
+    this.scroll = drawn.scroll;
+    this.options.ui.setWidget(drawn.lines);
+    this.options.ui.setStatus(statusLine(run));
+    this.shown = "run";
+  }
+
+  /**
+   * A workflow step turn whose run ended (or whose attempt is no longer the
+   * pending one) is stopped: the model cannot keep working on a closed step.
+   * It is the extension's own abort, not a user's Escape.
+   */
+  private abortClosedWorkflowTurn(view: LoadedView): void {
+    const turn = this.turns.activeWorkflowTurn();
+    if (turn === undefined || turn.systemAborted || typeof turn.binding !== "object" || turn.binding.kind !== "step") return;
+    if (this.options.pi.isIdle()) return;
+    const run = view.run;
+    const message = view.messages.find((candidate) => candidate.messageId === (turn.binding as { messageId: string }).messageId);
+    const source = message !== undefined ? stepSourceOf(message) : undefined;
+    const closed =
+      run === undefined ||
+      run.runId !== turn.binding.runId ||
+      TERMINAL.has(run.display.status) ||
+      (source !== undefined && pendingAttemptOf(run) !== undefined && pendingAttemptOf(run)?.attemptId !== source.attemptId);
+    if (!closed) return;
+    turn.systemAborted = true;
+    this.turns.markSystemAbort();
+    this.options.pi.abort();
+  }
+
+  /** Activates a held run the server offers to activate, while Pi is idle. */
+  private activateHeld(view: LoadedView): void {
+    const run = view.run;
+    if (!this.additions.activate || run === undefined || !offersActivate(run) || this.activating.has(run.runId)) return;
+    const { pi } = this.options;
+    if (!pi.isIdle() || pi.hasPendingMessages()) return;
+    this.activating.add(run.runId);
+    void this.options.server
+      .request("run.activate" as "run.resume", { runId: run.runId, payload: {}, idempotent: `activate.${run.runId}` })
+      .finally(() => {
+        this.activating.delete(run.runId);
+        void this.source.refresh();
+      });
+  }
+
+  // ---- /workflow -------------------------------------------------------------
+
+  /** Runs one `/workflow` command; its result is one notification. */
+  async command(args: string): Promise<void> {
+    const { ui } = this.options;
+    const parsed = parseWorkflowCommand(args);
+    try {
+      const text = await this.commandText(parsed);
+      ui.notify(text.text, text.level);
+    } catch (error) {
+      ui.notify(errorText(error), "error");
+    }
+    this.render();
+  }
+
+  private async commandText(command: ReturnType<typeof parseWorkflowCommand>): Promise<{ text: string; level: "info" | "warning" | "error" }> {
+    const info = (text: string): { text: string; level: "info" } => ({ text, level: "info" });
+    switch (command.kind) {
+      case "error":
+        return { text: command.message, level: "warning" };
+      case "list":
+        return info(await this.listText(command.offset));
+      case "start": {
+        const { server, sessionId, projectPath } = this.options;
+        const started = await server.runStart({ workflow: command.workflow, input: command.input, executionMode: "interactive", projectPath, originSessionId: sessionId });
+        await this.recover(true);
+        return info(texts.startedText(command.workflow, started.receipt.runId));
+      }
+      case "status": {
+        if (command.runId !== undefined) return info(texts.statusText(await this.options.server.runView(command.runId), undefined));
+        const view = await this.freshView();
+        // A view read before the server went away is not the current state.
+        const down = this.source.unavailable;
+        if (down !== undefined) return { text: texts.unavailableText(down.message), level: "warning" };
+        return info(texts.statusText(view?.run, this.coordinator.currentProblem));
+      }
+      case "pause":
+      case "resume":
+        return this.control(command.kind);
+      case "cancel":
+        return this.cancel();
+      case "clear": {
+        const run = (await this.freshView())?.run;
+        await this.options.server.sessionViewClearTerminal(this.options.sessionId);
+        await this.source.refresh();
+        return info(texts.clearedText(run !== undefined && TERMINAL.has(run.display.status) ? run : undefined));
+      }
+      case "answer":
+        return this.answer(command.runId, command.answer, undefined, true);
+    }
+  }
+
+  private async listText(offset: number): Promise<string> {
+    const page = await this.options.server.workflowsList({ projectPath: this.options.projectPath, offset, limit: texts.LIST_PAGE_ITEMS });
+    return texts.listText(page.workflows, offset, page.total).text;
+  }
+
+  /** The view read now (a command acts on the server's current view, not a stale one). */
+  private async freshView(): Promise<LoadedView | undefined> {
+    await this.recover(true);
+    return this.source.current;
+  }
+
+  private async control(kind: "pause" | "resume", idempotencyKey?: string): Promise<{ text: string; level: "info" | "warning" }> {
+    const run = (await this.freshView())?.run;
+    if (run === undefined || TERMINAL.has(run.display.status)) return { text: texts.NO_RUN_TEXT, level: "warning" };
+    if (!run.display.controls.includes(kind)) return { text: texts.notAllowedText(run, kind), level: "warning" };
+    const options = idempotencyKey !== undefined ? { idempotencyKey } : {};
+    if (kind === "pause") await this.options.server.runPause(run.runId, options);
+    else await this.options.server.runResume(run.runId, options);
+    await this.source.refresh();
+    return { text: kind === "pause" ? texts.pausingText(run) : texts.resumedText(run), level: "info" };
+  }
+
+  private async cancel(runId?: string, idempotencyKey?: string): Promise<{ text: string; level: "info" | "warning" }> {
+    const { server, sessionId } = this.options;
+    const options = idempotencyKey !== undefined ? { idempotencyKey } : {};
+    if (runId !== undefined) {
+      const view = await server.runView(runId);
+      await server.runCancel(runId, options);
+      await this.source.refresh();
+      return { text: texts.cancelledText(view), level: "info" };
+    }
+    const run = (await this.freshView())?.run;
+    if (run !== undefined && !TERMINAL.has(run.display.status)) {
+      if (!run.display.controls.includes("cancel")) return { text: texts.notAllowedText(run, "cancel"), level: "warning" };
+      await server.runCancel(run.runId, options);
+      await this.source.refresh();
+      return { text: texts.cancelledText(run), level: "info" };
+    }
+    if (run !== undefined) {
+      await server.sessionViewClearTerminal(sessionId);
+      await this.source.refresh();
+      return { text: texts.clearedText(run), level: "info" };
+    }
+    return { text: texts.NO_RUN_TEXT, level: "warning" };
+  }
+
+  private async answer(runId: string | undefined, answer: JsonValue, idempotencyKey: string | undefined, human: boolean): Promise<{ text: string; level: "info" | "warning" | "error" }> {
+    const run = runId !== undefined ? await this.options.server.runView(runId) : (await this.freshView())?.run;
+    if (run === undefined) return { text: texts.NO_WAITING_RUN_TEXT, level: "warning" };
+    if (run.display.controls.includes("humanAnswer")) {
+      return { text: human ? texts.humanAnswerUnavailableText(run) : texts.HUMAN_ANSWER_TOOL_TEXT, level: "error" };
+    }
+    if (!run.display.controls.includes("answer")) return { text: runId === undefined ? texts.NO_WAITING_RUN_TEXT : texts.notAllowedText(run, "answer"), level: "warning" };
+    const answered = await this.options.server.checkpointAnswer(run.runId, answer, idempotencyKey !== undefined ? { idempotencyKey } : {});
+    await this.recover(true);
+    return { text: texts.answeredText(run, answered.receipt.continuationRunId), level: "info" };
+  }
+
+  // ---- the workflow tool -----------------------------------------------------
+
+  /** Runs one `workflow` tool call. */
+  async tool(toolCallId: string, params: unknown, signal?: AbortSignal): Promise<ToolOutcome> {
+    const parsed = parseToolCall(params);
+    if (!parsed.ok) return { text: parsed.error, details: { action: actionOf(params) }, isError: true };
+    const call = parsed.call;
+    try {
+      return await this.toolCall(call, toolCallId, signal);
+    } catch (error) {
+      return { text: errorText(error), details: { action: call.action }, isError: true };
+    } finally {
+      this.render();
+    }
+  }
+
+  private async toolCall(call: ToolCall, toolCallId: string, signal: AbortSignal | undefined): Promise<ToolOutcome> {
+    const key = keyOfToolCall(toolCallId);
+    const ok = (text: string, details: Record<string, JsonValue> = {}): ToolOutcome => ({ text, details: { action: call.action, ...details }, isError: false });
+    const fail = (text: string, details: Record<string, JsonValue> = {}): ToolOutcome => ({ text, details: { action: call.action, ...details }, isError: true });
+    const settle = (result: { text: string; level: string }): ToolOutcome => (result.level === "info" ? ok(result.text) : fail(result.text));
+    switch (call.action) {
+      case "list":
+        return ok(await this.listText(call.offset));
+      case "start": {
+        if (!this.additions.heldStart) return fail(texts.heldStartUnsupportedText(call.workflow), { workflow: call.workflow, queued: false });
+        const { server, sessionId, projectPath } = this.options;
+        const payload = heldStartPayload({ workflow: call.workflow, input: call.input, executionMode: "interactive", projectPath, originSessionId: sessionId });
+        const started = await server.runStart(payload, { idempotencyKey: key });
+        void this.source.refresh();
+        return ok(texts.queuedText(call.workflow, started.receipt.runId), { workflow: call.workflow, runId: started.receipt.runId, queued: true });
+      }
+      case "status": {
+        if (call.runId !== undefined) return ok(texts.statusText(await this.options.server.runView(call.runId), undefined), { runId: call.runId });
+        const run = (await this.freshView())?.run;
+        return ok(texts.statusText(run, undefined), run !== undefined ? { runId: run.runId, status: run.display.status } : {});
+      }
+      case "pause":
+      case "resume":
+        return settle(await this.control(call.action, key));
+      case "cancel":
+        return settle(await this.cancel(call.runId, key));
+      case "answer":
+        return settle(await this.answer(call.runId, call.input, key, false));
+      case "update":
+      case "submit":
+        return this.stepCall(call, toolCallId, signal);
+    }
+  }
+
+  /** `update` and `submit`: only for the pending step of this session's run, as the server's view names it. */
+  private async stepCall(call: Extract<ToolCall, { action: "update" | "submit" }>, toolCallId: string, signal: AbortSignal | undefined): Promise<ToolOutcome> {
+    const fail = (text: string): ToolOutcome => ({ text, details: { action: call.action, step: call.step }, isError: true });
+    const view = await this.freshView();
+    const run = view?.run;
+    const pending = run !== undefined ? pendingAttemptOf(run) : undefined;
+    if (view === undefined || run === undefined || pending === undefined) return fail(texts.NO_PENDING_STEP_TEXT);
+    if (call.step !== pending.nodeId) return fail(texts.wrongStepText(call.step, pending.nodeId));
+    if (call.attempt !== pending.attemptId) return fail(texts.staleAttemptText(call.attempt));
+    const control = call.action === "submit" ? "submit" : "update";
+    if (!run.display.controls.includes(control)) return fail(texts.stepControlUnavailableText(pending.nodeId, call.action === "submit" ? "output" : "updates"));
+    const source = view.messages
+      .filter((message) => message.runId === run.runId)
+      .map(stepSourceOf)
+      .find((candidate) => candidate?.attemptId === pending.attemptId);
+    if (source === undefined) return fail(texts.stepSourceUnknownText(pending.nodeId));
+    const key = keyOfToolCall(toolCallId);
+    const { server } = this.options;
+    try {
+      if (call.action === "update") {
+        const stored = await server.interactionUpdate(
+          run.runId,
+          { interactionId: source.interactionId, attemptId: source.attemptId, toolCallId: key, update: call.update },
+          { idempotencyKey: key, ...(signal !== undefined ? { signal } : {}) },
+        );
+        return { text: texts.updateRecordedText(pending.nodeId, call.update.type, call.update.key, stored.receipt.seq), details: { action: "update", step: pending.nodeId, updateId: stored.receipt.updateId }, isError: false };
+      }
+      const settled = await server.interactionSubmit(
+        run.runId,
+        { interactionId: source.interactionId, attemptId: source.attemptId, submissionId: keyOfToolCall(toolCallId, "sub"), output: call.output },
+        { idempotencyKey: key, ...(signal !== undefined ? { signal } : {}) },
+      );
+      if (settled.receipt.outcome === "accepted") {
+        this.tailSuppressed = true;
+        void this.source.refresh();
+        return { text: texts.acceptedText(pending.nodeId), details: { action: "submit", step: pending.nodeId, accepted: true }, isError: false };
+      }
+      return fail(texts.rejectedText(pending.nodeId, settled.receipt.error?.message ?? "the output does not match the step's expected output"));
+    } catch (error) {
+      return fail(texts.serverRefusedStepText(pending.nodeId, call.action === "submit" ? "output" : "update", errorText(error)));
+    }
+  }
+}
+
+/** The pending step of a run as its view names it: the display's waiting (or current) agent node and its unfinished attempt. */
+export function pendingAttemptOf(run: RunView): { nodeId: string; attemptId: string } | undefined {
+  if (run.display.status !== "waiting" && run.display.status !== "running") return undefined;
+  const nodeId = run.display.waitingOn ?? run.display.currentNode;
+  if (nodeId === undefined || run.nodes.find((node) => node.id === nodeId)?.nodeType !== "agent") return undefined;
+  let step: StepRecord | undefined;
+  for (const candidate of run.steps.items) if (candidate.nodeId === nodeId && candidate.finishedAtMs === undefined) step = candidate;
+  const attempt = step?.attempts.filter((candidate) => candidate.finishedAtMs === undefined).at(-1);
+  return attempt === undefined ? undefined : { nodeId, attemptId: attempt.attemptId };
+}
+
+function actionOf(params: unknown): string {
+  const action = typeof params === "object" && params !== null ? (params as { action?: unknown }).action : undefined;
+  return typeof action === "string" ? action.slice(0, 32) : "unknown";
+}
+
+/** A safe one-line text for an error (client errors carry only safe messages). */
+export function errorText(error: unknown): string {
+  if (error instanceof WorkflowClientError) return error.message;
+  return "the workflow command failed unexpectedly; see `pi-workflows server status`";
+}

@@ -1,0 +1,342 @@
+/**
+ * The `/workflow` grammar, the `workflow` tool's schema and strict parsing,
+ * and what commands and tool calls send to the server (a fake server, a fake
+ * Pi), with the reference texts (pi-workflows-behaviour.md §5.2, §5.3).
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { RESERVED_WORDS, parseWorkflowCommand } from "../src/extension/grammar.js";
+import { WorkflowSession, keyOfToolCall } from "../src/extension/session.js";
+import { ACTIONS, MAX_ISSUES, WORKFLOW_TOOL_PARAMETERS, parseToolCall } from "../src/extension/tool.js";
+import { ALL_ADDITIONS, FakePi, FakeServer, FakeUi, NO_ADDITIONS, node, runView, settle, step, until } from "./extension-fakes.js";
+
+describe("/workflow grammar", () => {
+  it("parses every form", () => {
+    const cases: [string, unknown][] = [
+      ["", { kind: "list", offset: 0 }],
+      ["list", { kind: "list", offset: 0 }],
+      ["list 50", { kind: "list", offset: 50 }],
+      ["status", { kind: "status" }],
+      ["status run-1", { kind: "status", runId: "run-1" }],
+      ["pause", { kind: "pause" }],
+      ["resume", { kind: "resume" }],
+      ["cancel", { kind: "cancel" }],
+      ["clear", { kind: "clear" }],
+      ["answer yes please", { kind: "answer", answer: { answer: "yes please" } }],
+      ['answer {"ok": true}', { kind: "answer", answer: { ok: true } }],
+      ['answer run-7 {"ok": true}', { kind: "answer", runId: "run-7", answer: { ok: true } }],
+      ["answer run-7 yes", { kind: "answer", answer: { answer: "run-7 yes" } }],
+      ["answer 42", { kind: "answer", answer: 42 }],
+      ["review", { kind: "start", workflow: "review", input: {} }],
+      ["review fix the login bug", { kind: "start", workflow: "review", input: { task: "fix the login bug" } }],
+      ['review --input-json {"files": ["a.ts"]}', { kind: "start", workflow: "review", input: { files: ["a.ts"] } }],
+      [".pi/workflows/clear.workflow.ts", { kind: "start", workflow: ".pi/workflows/clear.workflow.ts", input: {} }],
+    ];
+    for (const [args, expected] of cases) assert.deepEqual(parseWorkflowCommand(args), expected, `/workflow ${args}`);
+  });
+
+  it("refuses malformed commands with their usage, and treats the reserved words as subcommands", () => {
+    assert.deepEqual([...RESERVED_WORDS], ["list", "status", "pause", "resume", "cancel", "answer", "clear"]);
+    for (const [args, usage] of [
+      ["list next", /Usage: \/workflow list \[offset\]/],
+      ["status two words", /Usage: \/workflow status \[runId\]/],
+      ["pause now", /Usage: \/workflow pause/],
+      ["clear all", /Usage: \/workflow clear/],
+      ["answer", /Usage: \/workflow answer \[runId\] <json\|text>/],
+      ["review --input-json {broken", /the input is not valid JSON/],
+      ["review --input-json", /the input is not valid JSON/],
+    ] as const) {
+      const parsed = parseWorkflowCommand(args);
+      assert.equal(parsed.kind, "error", args);
+      assert.match((parsed as { message: string }).message, usage, args);
+    }
+  });
+});
+
+describe("workflow tool parameters", () => {
+  it("are one flat object with an action enum and every other field optional (no oneOf)", () => {
+    const schema = JSON.parse(JSON.stringify(WORKFLOW_TOOL_PARAMETERS)) as { type: string; required: string[]; properties: Record<string, { enum?: string[] }> };
+    assert.equal(schema.type, "object");
+    assert.deepEqual(schema.required, ["action"]);
+    assert.deepEqual(schema.properties["action"]?.enum, [...ACTIONS]);
+    assert.deepEqual(Object.keys(schema.properties).sort(), ["action", "attempt", "input", "offset", "output", "runId", "step", "update", "workflow"]);
+    assert.doesNotMatch(JSON.stringify(schema), /oneOf|anyOf|allOf/);
+  });
+
+  it("parses each action strictly and reports at most three issues", () => {
+    assert.deepEqual(parseToolCall({ action: "list" }), { ok: true, call: { action: "list", offset: 0 } });
+    assert.deepEqual(parseToolCall({ action: "start", workflow: "review" }), { ok: true, call: { action: "start", workflow: "review", input: {} } });
+    assert.deepEqual(parseToolCall({ action: "submit", step: "draft", attempt: "att-1", output: { text: "x" } }), {
+      ok: true,
+      call: { action: "submit", step: "draft", attempt: "att-1", output: { text: "x" } },
+    });
+    assert.deepEqual(parseToolCall({ action: "start" }), { ok: false, error: 'Invalid workflow call for action "start": workflow: required.' });
+    assert.deepEqual(parseToolCall({ action: "pause", runId: "run-1" }), { ok: false, error: 'Invalid workflow call for action "pause": runId: not allowed for this action.' });
+    const many = parseToolCall({ action: "submit", workflow: "x", offset: 1, input: {}, runId: "r" });
+    assert.equal(many.ok, false);
+    const message = (many as { error: string }).error;
+    assert.equal(message.split(";").length, MAX_ISSUES + 1, message);
+    assert.match(message, /^Invalid workflow call for action "submit": step: required; attempt: required; output: required; and 4 more\.$/);
+    assert.match((parseToolCall({ action: "fly" }) as { error: string }).error, /action must be one of list, start, status, pause, resume, cancel, answer, update, submit/);
+    assert.match((parseToolCall({ action: "update", step: "s", attempt: "a", update: { type: "progress", key: "k", data: 3 } }) as { error: string }).error, /update: data must be a JSON object/);
+    assert.match((parseToolCall({ action: "list", offset: -1 }) as { error: string }).error, /offset: must be a whole number/);
+  });
+});
+
+function harness(options: { additions?: typeof ALL_ADDITIONS } = {}) {
+  const server = new FakeServer();
+  const pi = new FakePi();
+  const ui = new FakeUi();
+  const session = new WorkflowSession({
+    server,
+    pi,
+    ui,
+    sessionId: "session-1",
+    projectPath: "/p",
+    getLeafId: () => pi.leafId,
+    additions: options.additions ?? ALL_ADDITIONS,
+    pollMs: 0,
+    entryWait: { attempts: 10, delayMs: 2 },
+    now: () => 10_000,
+  });
+  return { server, pi, ui, session };
+}
+
+function waitingAgent(controls: string[]) {
+  return runView({
+    nodes: [node("draft", "agent", "waiting")],
+    steps: { items: [step(1, "draft", 1_000, { attemptId: "att-1" })], total: 1 },
+    display: { status: "waiting", activity: "none", controls: controls as never, waitingOn: "draft" },
+  });
+}
+
+describe("/workflow commands", () => {
+  it("list shows the project's workflows and how to start one", async () => {
+    const { server, ui, session } = harness();
+    await session.start();
+    await session.command("list");
+    assert.deepEqual(server.ops("workflows.list")[0]?.payload, { projectPath: "/p", offset: 0, limit: 50 });
+    assert.equal(
+      ui.lastNote,
+      ["Workflows (1-2 of 2):", "  review — Review a change (/p/.pi/workflows/review.workflow.ts)", "  ship (/p/.pi/workflows/ship.workflow.ts)", "Start one with /workflow <name> [task]"].join("\n"),
+    );
+  });
+
+  it("<name> task starts an interactive run of this session at once (not held)", async () => {
+    const { server, ui, session } = harness();
+    await session.start();
+    await session.command("review fix the login bug");
+    assert.deepEqual(server.ops("run.start")[0]?.payload, {
+      workflow: "review",
+      input: { task: "fix the login bug" },
+      executionMode: "interactive",
+      projectPath: "/p",
+      originSessionId: "session-1",
+    });
+    assert.equal(ui.lastNote, "Workflow review started (run run-1). Follow it live with: pi-workflows view run-1");
+    assert.deepEqual(server.ops("run.activate"), []);
+  });
+
+  it("pause, resume and cancel act on this session's run only when its view allows them", async () => {
+    const { server, ui, session } = harness();
+    server.run = waitingAgent(["pause", "cancel"]);
+    await session.start();
+    await session.command("resume");
+    assert.equal(ui.lastNote, "Workflow review cannot resume now: it is waiting (allowed: pause, cancel).");
+    assert.equal(server.ops("run.resume").length, 0);
+    await session.command("pause");
+    assert.equal(ui.lastNote, "Pausing workflow review (run run-1): the current step finishes first. /workflow resume continues it.");
+    assert.deepEqual(server.ops("run.pause").map((call) => call.runId), ["run-1"]);
+    server.setRun({ ...(server.run as NonNullable<typeof server.run>), display: { status: "paused", activity: "none", controls: ["resume", "cancel"] } });
+    await session.command("resume");
+    assert.equal(ui.lastNote, "Workflow review resumed (run run-1).");
+    await session.command("cancel");
+    assert.equal(ui.lastNote, "Workflow review cancelled (run run-1).");
+    assert.equal(server.ops("run.cancel").length, 1);
+  });
+
+  it("cancel with only a finished run in view clears it; with nothing it says no workflow is running", async () => {
+    const { server, ui, session } = harness();
+    server.run = runView({ display: { status: "completed", activity: "none", controls: [] } });
+    await session.start();
+    await session.command("cancel");
+    assert.equal(ui.lastNote, "Cleared the finished workflow review (run run-1) from this session's view.");
+    assert.equal(server.ops("sessionView.clearTerminal").length, 1);
+    await session.command("cancel");
+    assert.equal(ui.lastNote, "No workflow is running.");
+  });
+
+  it("answer sends a checkpoint answer to the waiting run; a protected decision is refused", async () => {
+    const { server, ui, session } = harness();
+    server.run = runView({ nodes: [node("approve", "checkpoint", "completed")], display: { status: "waiting", activity: "none", controls: ["answer", "cancel"], waitingOn: "approve" } });
+    await session.start();
+    await session.command("answer ship it");
+    assert.deepEqual(server.ops("checkpoint.answer")[0], { operation: "checkpoint.answer", payload: { answer: { answer: "ship it" } }, runId: "run-1" });
+    assert.equal(ui.lastNote, "Answered workflow review at approve (run run-1); it continues as run run-1-cont.");
+    server.setRun(runView({ display: { status: "waiting", activity: "none", controls: ["humanAnswer", "cancel"], waitingOn: "approve" } }));
+    await session.command("answer yes");
+    assert.match(ui.lastNote ?? "", /waiting for a verified human decision/);
+    assert.equal(server.ops("checkpoint.answer").length, 1);
+  });
+
+  it("status summarizes the server's view", async () => {
+    const { server, ui, session } = harness();
+    server.run = waitingAgent(["pause", "cancel"]);
+    await session.start();
+    await session.command("status");
+    assert.equal(
+      ui.lastNote,
+      ["Workflow review [waiting] (run run-1)", "  waiting on: draft", "  steps: 1; updates: 0", "  started: 1970-01-01T00:00:01.000Z", "  controls: pause, cancel"].join("\n"),
+    );
+  });
+
+  it("a server that cannot be reached is one clear error", async () => {
+    const { server, ui, session } = harness();
+    server.down = true;
+    await session.start();
+    await session.command("list");
+    assert.deepEqual(ui.notes.at(-1), { message: "the pi-workflows server is not running (fake)", level: "error" });
+  });
+
+  it("recovery makes one connection attempt at a time (only session_start may start the server) and keeps one subscription", async () => {
+    const { server, session } = harness();
+    server.down = true;
+    await Promise.all([session.start(), session.tick(), session.tick()]);
+    // One attempt was in flight; the ticks joined it.
+    assert.deepEqual(server.log.filter((entry) => entry.startsWith("connect")), ["connect:start"]);
+    await session.tick();
+    await session.tick();
+    assert.deepEqual(server.log.filter((entry) => entry.startsWith("connect")), ["connect:start", "connect:noStart", "connect:noStart"]);
+    server.down = false;
+    await Promise.all([session.tick(), session.tick(), session.tick()]);
+    await settle();
+    await session.tick();
+    await settle();
+    assert.equal(server.log.filter((entry) => entry.startsWith("connect")).length, 4, server.log.join(" "));
+    assert.equal(server.subscriptions.length, 1, server.log.join(" "));
+    assert.ok(session.view !== undefined, "the view was read once the server was back");
+  });
+
+  it("status while the server cannot be reached says so, and never shows the last run as current", async () => {
+    const { server, ui, session } = harness();
+    server.run = waitingAgent(["pause", "cancel"]);
+    await session.start();
+    server.down = true;
+    server.close();
+    await session.command("status");
+    assert.deepEqual(ui.notes.at(-1), { message: "The pi-workflows server is unavailable (the pi-workflows server is not running (fake)); status shows again once it is back.", level: "warning" });
+  });
+});
+
+describe("workflow tool", () => {
+  it("start saves a held run before it answers queued, and the run is activated only once Pi is idle", async () => {
+    const { server, pi, session } = harness();
+    await session.start();
+    pi.idle = false; // inside the model's turn
+    const outcome = await session.tool("call_mock_1", { action: "start", workflow: "review", input: { task: "x" } });
+    assert.deepEqual(outcome, { text: "Workflow review queued (run run-1).", details: { action: "start", workflow: "review", runId: "run-1", queued: true }, isError: false });
+    const start = server.ops("run.start")[0];
+    assert.deepEqual(start?.payload, { workflow: "review", input: { task: "x" }, executionMode: "interactive", projectPath: "/p", originSessionId: "session-1", held: true });
+    assert.equal(start?.idempotencyKey, keyOfToolCall("call_mock_1"));
+    assert.match(start?.idempotencyKey ?? "", /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/);
+    await session.tick();
+    await settle();
+    assert.deepEqual(server.ops("run.activate"), [], "activated during the turn");
+    pi.idle = true;
+    session.onAgentSettled(false);
+    await until("the activation", () => server.ops("run.activate").length === 1);
+    assert.equal(server.ops("run.activate")[0]?.runId, "run-1");
+  });
+
+  it("start is refused clearly while the protocol cannot hold a model-started run (nothing is started)", async () => {
+    const { server, session } = harness({ additions: NO_ADDITIONS });
+    await session.start();
+    const outcome = await session.tool("call-1", { action: "start", workflow: "review" });
+    assert.equal(outcome.isError, true);
+    assert.equal(
+      outcome.text,
+      "Workflow review was not started: this pi-workflows server cannot hold a model-started run until your turn ends (it needs run.start {held: true} and run.activate). Ask the user to start it with /workflow review.",
+    );
+    assert.equal(server.ops("run.start").length, 0);
+  });
+
+  it("submit outside a step, with a wrong step or a stale attempt gets the reference errors", async () => {
+    const { server, session } = harness();
+    await session.start();
+    assert.equal((await session.tool("c1", { action: "submit", step: "draft", attempt: "att-1", output: {} })).text, "No workflow step is awaiting output. Do not call the workflow tool outside an active workflow step.");
+    server.setRun(waitingAgent(["submit", "update", "pause", "cancel"]));
+    assert.equal((await session.tool("c2", { action: "submit", step: "review", attempt: "att-1", output: {} })).text, 'Wrong step id "review"; the pending step is "draft".');
+    assert.equal((await session.tool("c3", { action: "submit", step: "draft", attempt: "att-0", output: {} })).text, 'Stale attempt id "att-0". Use the attempt id from the latest step contract.');
+    assert.equal(server.ops("interaction.submit").length, 0);
+  });
+
+  it("submit is reported unavailable, not accepted, while the server does not offer it", async () => {
+    const { server, session } = harness();
+    server.run = waitingAgent(["pause", "cancel"]);
+    await session.start();
+    const outcome = await session.tool("c1", { action: "submit", step: "draft", attempt: "att-1", output: { text: "done" } });
+    assert.deepEqual(outcome, {
+      text: "Workflow step draft is waiting, but this pi-workflows server does not accept step output yet (interaction.submit is unavailable). The step stays pending.",
+      details: { action: "submit", step: "draft" },
+      isError: true,
+    });
+    assert.equal(server.ops("interaction.submit").length, 0);
+  });
+
+  it("submit sends interaction.submit with the tool-call id as idempotency key; acceptance says to end the turn and drops later text", async () => {
+    const { server, session } = harness();
+    server.run = waitingAgent(["submit", "update", "pause", "cancel"]);
+    server.addMessage("step", "Do it", { state: "sent", interactionId: "int-1", attemptId: "att-1", nodeId: "draft" });
+    await session.start();
+    const outcome = await session.tool("call_mock_7", { action: "submit", step: "draft", attempt: "att-1", output: { text: "done" } });
+    assert.deepEqual(outcome, {
+      text: "Output accepted for step draft. If the workflow continues, the next step arrives as a new workflow message. End your turn now.",
+      details: { action: "submit", step: "draft", accepted: true },
+      isError: false,
+    });
+    const call = server.ops("interaction.submit")[0];
+    assert.equal(call?.runId, "run-1");
+    assert.equal(call?.idempotencyKey, keyOfToolCall("call_mock_7"));
+    assert.deepEqual(call?.payload, { interactionId: "int-1", attemptId: "att-1", submissionId: keyOfToolCall("call_mock_7", "sub"), output: { text: "done" } });
+    assert.equal(session.suppressesTail, true);
+    session.onAgentStart();
+    assert.equal(session.suppressesTail, false);
+  });
+
+  it("a rejected submission returns the stored error and keeps the step pending", async () => {
+    const { server, session } = harness();
+    server.run = waitingAgent(["submit", "update", "pause", "cancel"]);
+    server.addMessage("step", "Do it", { state: "sent", interactionId: "int-1", attemptId: "att-1" });
+    server.submitOutcome = { outcome: "rejected", message: "text must not be empty" };
+    await session.start();
+    const outcome = await session.tool("c1", { action: "submit", step: "draft", attempt: "att-1", output: { text: "" } });
+    assert.equal(outcome.text, "Output rejected for step draft: text must not be empty");
+    assert.equal(outcome.isError, true);
+    assert.equal(session.suppressesTail, false);
+  });
+
+  it("update sends interaction.update with the tool-call id as its key", async () => {
+    const { server, session } = harness();
+    server.run = waitingAgent(["submit", "update", "cancel"]);
+    server.addMessage("step", "Do it", { state: "sent", interactionId: "int-1", attemptId: "att-1" });
+    await session.start();
+    const outcome = await session.tool("c9", { action: "update", step: "draft", attempt: "att-1", update: { type: "progress", key: "overall", data: { status: "running" } } });
+    assert.equal(outcome.text, "Update progress/overall recorded for step draft (seq 9). The step stays open.");
+    assert.deepEqual(server.ops("interaction.update")[0]?.payload, {
+      interactionId: "int-1",
+      attemptId: "att-1",
+      toolCallId: keyOfToolCall("c9"),
+      update: { type: "progress", key: "overall", data: { status: "running" } },
+    });
+  });
+
+  it("answer is refused for a protected decision with the reference text", async () => {
+    const { server, session } = harness();
+    server.run = runView({ display: { status: "waiting", activity: "none", controls: ["humanAnswer"], waitingOn: "gate" } });
+    await session.start();
+    const outcome = await session.tool("c1", { action: "answer", input: { choice: "yes" } });
+    assert.equal(outcome.text, "This checkpoint requires a verified human answer from Pi UI or a configured decision channel.");
+    assert.equal(outcome.isError, true);
+  });
+});

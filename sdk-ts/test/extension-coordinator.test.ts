@@ -1,0 +1,355 @@
+/**
+ * The WorkflowMessageCoordinator and the turn reporter, through the
+ * WorkflowSession that wires them, against a fake Pi and a fake server
+ * (test/extension-fakes.ts). Each test asserts an ordering rule of the
+ * workflow-server spec ("Interactive Pi execution", "Origin-session
+ * activity") on the server call log.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { deliveryOf, startsTurn } from "../src/extension/messages.js";
+import { WorkflowSession } from "../src/extension/session.js";
+import { ALL_ADDITIONS, FakePi, FakeServer, FakeUi, NO_ADDITIONS, node, runView, settle, step, until } from "./extension-fakes.js";
+
+function harness(options: { additions?: typeof ALL_ADDITIONS } = {}) {
+  const server = new FakeServer();
+  const pi = new FakePi();
+  const ui = new FakeUi();
+  server.run = runView({ nodes: [node("draft", "agent", "waiting")], steps: { items: [step(1, "draft", 1_000, { attemptId: "att-1" })], total: 1 }, display: { status: "waiting", activity: "none", controls: ["pause", "cancel"], waitingOn: "draft" } });
+  pi.onSend = () => server.log.push("SEND");
+  const session = new WorkflowSession({
+    server,
+    pi,
+    ui,
+    sessionId: "session-1",
+    projectPath: "/p",
+    getLeafId: () => pi.leafId,
+    additions: options.additions ?? ALL_ADDITIONS,
+    pollMs: 0,
+    entryWait: { attempts: 100, delayMs: 2 },
+    now: () => 10_000,
+  });
+  return { server, pi, ui, session };
+}
+
+const index = (log: readonly string[], entry: string | RegExp): number =>
+  log.findIndex((line) => (typeof entry === "string" ? line === entry : entry.test(line)));
+
+describe("WorkflowMessageCoordinator", () => {
+  it("reports the active branch before the first send, sends the eligible step once with a turn, then reports its entry", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Write the draft.\n\n---\nWorkflow step contract (workflow: review, step: draft, attempt: att-1)");
+    await session.start();
+    await until("the step to be sent", () => pi.sent.length === 1);
+    await until("the entry to be reported", () => server.log.includes("reportBranch:e1:[msg-1=entry1]"));
+
+    const log = server.log;
+    const firstReport = index(log, "reportBranch:e1:[]");
+    assert.ok(firstReport >= 0, log.join("\n"));
+    assert.ok(firstReport < index(log, "SEND"), `the branch report comes first:\n${log.join("\n")}`);
+    assert.ok(index(log, "SEND") < index(log, "reportBranch:e1:[msg-1=entry1]"), log.join("\n"));
+    const [delivery] = pi.sent;
+    assert.equal(delivery?.message.customType, "pi-workflows-agent-step");
+    assert.equal(delivery?.message.display, true);
+    assert.equal(delivery?.triggerTurn, true);
+    assert.match(delivery?.message.content ?? "", /^Write the draft\.\n\n---\nWorkflow step contract \(workflow: review, step: draft, attempt: att-1\)$/);
+    assert.deepEqual(delivery?.message.details, { schema: "pi-workflows.workflow-message.v1", workflowMessageId: "msg-1", runId: "run-1", kind: "step", stepReason: "initial" });
+    await session.stop();
+  });
+
+  it("makes the final idle, pending-input and branch checks in the same synchronous block as pi.sendMessage (no await between them)", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("notification", "Built site.tar.");
+    await session.start();
+    await until("the notification to be sent", () => pi.sent.length === 1);
+    assert.deepEqual(pi.checksAtSend, [["getBranch", "hasPendingMessages", "isIdle"]]);
+    await session.stop();
+  });
+
+  it("does not send when Pi becomes busy while the message content is read, and sends once it is idle again", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    const read = server.readContent.bind(server);
+    let reads = 0;
+    server.readContent = async (reference, options) => {
+      reads++;
+      if (reads === 1) pi.idle = false; // a user prompt started during the await
+      return read(reference, options);
+    };
+    await session.start();
+    await until("the content to be read", () => reads === 1);
+    await settle();
+    assert.equal(pi.sent.length, 0, "sent while Pi was busy");
+    pi.idle = true;
+    session.onAgentSettled(false);
+    await until("the step to be sent after the turn settled", () => pi.sent.length === 1);
+    await session.stop();
+  });
+
+  it("never sends while Pi is busy or has pending input", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    pi.idle = false;
+    await session.start();
+    await session.tick();
+    await settle();
+    pi.idle = true;
+    pi.pending = true;
+    await session.tick();
+    await settle();
+    assert.equal(pi.sent.length, 0);
+    assert.equal(session.coordinator.state, "waitingForPi");
+    pi.pending = false;
+    await session.tick();
+    await until("the send", () => pi.sent.length === 1);
+    await session.stop();
+  });
+
+  it("a poll cannot send an id twice: the queued map holds it while the server has not recorded it", async () => {
+    const { server, pi, session } = harness();
+    server.holdSent = true; // the server does not mark the message sent yet
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    pi.branch = []; // even a branch that lost the entry (another branch) does not make the poll send again
+    for (let poll = 0; poll < 5; poll++) {
+      await session.tick();
+      await settle();
+    }
+    assert.deepEqual(pi.sentIds(), ["msg-1"]);
+    assert.deepEqual(session.coordinator.queuedIds, ["msg-1"]);
+    await session.stop();
+  });
+
+  it("reports a message that is already on the branch instead of sending it again", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    const entryId = pi.append({ type: "custom_message", customType: "pi-workflows-agent-step", details: { schema: "pi-workflows.workflow-message.v1", workflowMessageId: "msg-1", runId: "run-1", kind: "step" } });
+    await session.start();
+    await until("the branch report with the entry", () => server.log.includes(`reportBranch:e1:[msg-1=${entryId}]`));
+    await session.tick();
+    await settle();
+    assert.equal(pi.sent.length, 0);
+    assert.equal(server.messages[0]?.state, "sent");
+    await session.stop();
+  });
+
+  it("sends decisions and notifications without a turn, steps, terminal and follow-up messages with one", async () => {
+    const kinds = ["step", "decision", "notification", "terminal", "followUp"] as const;
+    assert.deepEqual(
+      kinds.map((kind) => startsTurn(kind)),
+      [true, false, false, true, true],
+    );
+    const delivered = kinds.map((kind) => deliveryOf({ messageId: "m", runId: "r", kind, state: "pending", order: 1, content: { bytes: 1, digest: `sha256:${"0".repeat(64)}`, mediaType: "text/plain" } }, "x"));
+    assert.deepEqual(
+      delivered.map((delivery) => [delivery.message.customType, delivery.message.display, delivery.triggerTurn]),
+      [
+        ["pi-workflows-agent-step", true, true],
+        ["pi-workflows-decision", true, false],
+        ["pi-workflows-notification", true, false],
+        ["pi-workflows-terminal", false, true],
+        ["pi-workflows-follow-up", true, true],
+      ],
+    );
+    const { server, pi, session } = harness();
+    server.addMessage("notification", "Built.");
+    await session.start();
+    await until("the notification", () => pi.sent.length === 1);
+    assert.equal(pi.sent[0]?.triggerTurn, false);
+    await session.stop();
+  });
+
+  it("a fenced epoch never sends: a branch report answered claimLost stops the coordinator", async () => {
+    const { server, pi, session } = harness();
+    await session.start();
+    await until("the first branch report", () => server.log.includes("reportBranch:e1:[]"));
+    // Another Pi process takes the session's epoch; this one's next report is fenced.
+    server.fenceEpochsBelow = 2;
+    session.coordinator.reportingEpoch()!.branchReported = false;
+    server.addMessage("step", "Step text");
+    await session.tick();
+    await settle();
+    assert.equal(pi.sent.length, 0);
+    assert.equal(session.coordinator.state, "fenced");
+    assert.match(session.coordinator.currentProblem ?? "", /another Pi process/);
+    await session.stop();
+  });
+
+  it("a view that no longer grants the epoch, or a changed connection, never sends", async () => {
+    const { server, pi, session } = harness();
+    await session.start();
+    await until("the first branch report", () => server.log.includes("reportBranch:e1:[]"));
+    server.grantsEpochs = false;
+    (server as unknown as { activeEpoch: number | undefined }).activeEpoch = undefined;
+    server.addMessage("step", "Step text");
+    await session.tick();
+    await settle();
+    assert.equal(pi.sent.length, 0);
+    assert.equal(session.coordinator.ownsEpoch(), false);
+    await session.stop();
+  });
+
+  it("sends nothing and reports nothing when the server grants no epoch (today's client.v1)", async () => {
+    const { server, pi, session } = harness({ additions: NO_ADDITIONS });
+    server.addMessage("step", "Step text");
+    await session.start();
+    await session.tick();
+    session.onAgentStart();
+    session.onAgentEnd([{ role: "assistant", stopReason: "stop" }]);
+    await settle();
+    assert.equal(pi.sent.length, 0);
+    assert.equal(server.ops("workflowMessage.reportBranch").length, 0);
+    assert.equal(server.ops("workflowTurn.report").length, 0);
+    assert.equal(session.coordinator.state, "noEpoch");
+    assert.match(session.coordinator.currentProblem ?? "", /grants this session no coordinator epoch/);
+    await session.stop();
+  });
+
+  it("a reconnect gets a new epoch and reports the branch again before anything else", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    await until("the entry report", () => server.log.includes("reportBranch:e1:[msg-1=entry1]"));
+    const mark = server.log.length;
+    server.reconnect();
+    server.addMessage("notification", "Later note");
+    await until("the notification after the reconnect", () => pi.sent.length === 2);
+    const after = server.log.slice(mark);
+    const report = index(after, "reportBranch:e2:[msg-1=entry1]");
+    assert.ok(report >= 0, after.join("\n"));
+    assert.ok(report < index(after, "SEND"), `branch first on the new epoch:\n${after.join("\n")}`);
+    await session.stop();
+  });
+});
+
+describe("TurnReporter", () => {
+  it("buffers an agent_start that comes during the send and reports it after the branch report that records the message", async () => {
+    const { server, pi, session } = harness();
+    pi.onSend = () => {
+      server.log.push("SEND");
+      session.onAgentStart(); // Pi starts the turn before sendMessage returns
+    };
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the start report", () => server.log.some((line) => line.startsWith("turn:start")));
+    const log = server.log;
+    assert.ok(index(log, "reportBranch:e1:[msg-1=entry1]") < index(log, /^turn:start:e1:msg-1:turn-/), log.join("\n"));
+    pi.append({ type: "message", message: { role: "assistant" } });
+    session.onAgentEnd([{ role: "assistant", stopReason: "toolUse" }, { role: "assistant", stopReason: "stop" }]);
+    await until("the end report", () => server.log.some((line) => line.startsWith("turn:end")));
+    const start = server.ops("workflowTurn.report")[0]?.payload as { turnId: string };
+    const end = server.ops("workflowTurn.report")[1]?.payload as { turnId: string; stopReason: string; entryId: string };
+    assert.equal(end.turnId, start.turnId);
+    assert.equal(end.stopReason, "completed");
+    assert.equal(end.entryId, "entry2");
+    await session.stop();
+  });
+
+  it("buffers a turn that starts and ends before the first view, and reports start then end after the branch report", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    server.messages[0]!.state = "sent";
+    server.messages[0]!.entryId = "entry1";
+    pi.append({ type: "custom_message", details: { schema: "pi-workflows.workflow-message.v1", workflowMessageId: "msg-1" } });
+    session.onAgentStart();
+    session.onAgentEnd([{ role: "assistant", stopReason: "error" }]);
+    assert.equal(server.ops("workflowTurn.report").length, 0);
+    await session.start();
+    await until("both reports", () => server.ops("workflowTurn.report").length === 2);
+    const log = server.log;
+    assert.ok(index(log, /^reportBranch:e1:/) < index(log, /^turn:start:e1:msg-1:/), log.join("\n"));
+    assert.ok(index(log, /^turn:start:/) < index(log, /^turn:end:e1:msg-1:.*:error$/), log.join("\n"));
+    await session.stop();
+  });
+
+  it("Escape reports one aborted end (the server pauses the run); no pause command is sent", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    session.onAgentStart();
+    await until("the start report", () => server.log.some((line) => line.startsWith("turn:start")));
+    session.onAgentEnd([{ role: "assistant", stopReason: "aborted" }]);
+    session.onAgentSettled(true);
+    await until("the end report", () => server.log.some((line) => line.startsWith("turn:end")));
+    assert.match(server.log.find((line) => line.startsWith("turn:end")) ?? "", /:aborted$/);
+    assert.equal(server.ops("run.pause").length, 0);
+    await until("the paused view", () => session.view?.run?.display.status === "paused");
+    await session.stop();
+  });
+
+  it("the extension's own abort of a closed step turn is reported as error, not aborted", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    pi.idle = false;
+    session.onAgentStart();
+    await until("the start report", () => server.log.some((line) => line.startsWith("turn:start")));
+    await session.command("cancel");
+    await until("the system abort", () => pi.aborts === 1);
+    session.onAgentEnd([{ role: "assistant", stopReason: "aborted" }]);
+    await until("the end report", () => server.log.some((line) => line.startsWith("turn:end")));
+    assert.match(server.log.find((line) => line.startsWith("turn:end")) ?? "", /:error$/);
+    pi.idle = true;
+    session.onAgentSettled(true);
+    await session.stop();
+  });
+
+  it("keeps the turn id through a reconnect: the start is reported again on the new epoch before the end", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    session.onAgentStart();
+    await until("the start report", () => server.log.some((line) => line.startsWith("turn:start:e1")));
+    server.reconnect();
+    await until("the branch report on epoch 2", () => server.log.some((line) => line.startsWith("reportBranch:e2")));
+    await until("the start again on epoch 2", () => server.log.some((line) => line.startsWith("turn:start:e2")));
+    session.onAgentEnd([{ role: "assistant", stopReason: "stop" }]);
+    await until("the end report", () => server.log.some((line) => line.startsWith("turn:end:e2")));
+    const reports = server.ops("workflowTurn.report").map((call) => call.payload as { turnId: string; phase: string; coordinatorEpoch: number });
+    assert.deepEqual(
+      reports.map((report) => [report.phase, report.coordinatorEpoch]),
+      [
+        ["start", 1],
+        ["start", 2],
+        ["end", 2],
+      ],
+    );
+    assert.equal(new Set(reports.map((report) => report.turnId)).size, 1);
+    const log = server.log;
+    assert.ok(index(log, /^reportBranch:e2/) < index(log, /^turn:start:e2/), log.join("\n"));
+    await session.stop();
+  });
+
+  it("a turn the server says is not workflow work (absent) gets no end report", async () => {
+    const { server, pi, session } = harness();
+    server.turnOwnership = "absent";
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    session.onAgentStart();
+    await until("the start report", () => server.log.some((line) => line.startsWith("turn:start")));
+    session.onAgentEnd([{ role: "assistant", stopReason: "stop" }]);
+    await session.tick();
+    await settle();
+    assert.equal(server.ops("workflowTurn.report").length, 1);
+    await session.stop();
+  });
+
+  it("a turn with no open workflow message is not reported at all", async () => {
+    const { server, session } = harness();
+    await session.start();
+    await until("the branch report", () => server.log.includes("reportBranch:e1:[]"));
+    session.onAgentStart();
+    session.onAgentEnd([{ role: "assistant", stopReason: "stop" }]);
+    await session.tick();
+    await settle();
+    assert.equal(server.ops("workflowTurn.report").length, 0);
+    assert.equal(session.turns.pending.length, 0);
+    await session.stop();
+  });
+});
