@@ -6,9 +6,11 @@
 //!   constrained types typify does not enforce, the payload/receipt dispatch,
 //!   and one marker type per operation naming its payload and receipt types;
 //! - `sdk-ts/src/generated/types.ts`: TypeScript types (see [`ts`]);
-//! - `sdk-ts/src/generated/validators.ts`: ajv 8 standalone validators,
-//!   compiled by `node sdk-ts/scripts/compile-validators.mjs` (needs
-//!   `npm ci` in `sdk-ts`).
+//! - `sdk-ts/src/generated/{runner,client}-validators.cts`: the ajv 8
+//!   standalone validators of each channel, as CommonJS modules the SDK
+//!   requires on first use, compiled by
+//!   `node sdk-ts/scripts/compile-validators.mjs` (needs `npm ci` in
+//!   `sdk-ts`).
 //!
 //! [`generate`] builds everything in memory; the binary writes it, or with
 //! `--check` compares it with the checked-in files.
@@ -46,18 +48,24 @@ pub fn generate(root: &Path) -> Result<Vec<Output>, String> {
         path: PathBuf::from("sdk-ts/src/generated/types.ts"),
         contents: format!("// {HEADER}\n\n{}", ts::generate(&bundle)?),
     });
-    out.push(Output {
-        path: PathBuf::from("sdk-ts/src/generated/validators.ts"),
-        contents: format!(
-            "// {HEADER}\n// @ts-nocheck\n/* eslint-disable */\n{}",
-            validators(root)?
-        ),
-    });
+    for channel in VALIDATOR_CHANNELS {
+        out.push(Output {
+            path: PathBuf::from(format!("sdk-ts/src/generated/{channel}-validators.cts")),
+            contents: format!(
+                "// {HEADER}\n// @ts-nocheck\n/* eslint-disable */\n{}",
+                validators(root, channel)?
+            ),
+        });
+    }
     Ok(out)
 }
 
-/// Runs the ajv standalone compiler script with node.
-fn validators(root: &Path) -> Result<String, String> {
+/// The channels with their own validator module: a process loads only the
+/// validators of the channels it speaks (the runner never loads client.v1's).
+pub const VALIDATOR_CHANNELS: [&str; 2] = ["runner", "client"];
+
+/// Runs the ajv standalone compiler script with node for one channel.
+fn validators(root: &Path, channel: &str) -> Result<String, String> {
     let sdk = root.join("sdk-ts");
     if !sdk.join("node_modules/ajv").is_dir() {
         return Err(format!(
@@ -68,6 +76,7 @@ fn validators(root: &Path) -> Result<String, String> {
     let output = Command::new("node")
         .arg("scripts/compile-validators.mjs")
         .arg("../protocol")
+        .arg(channel)
         .current_dir(&sdk)
         .output()
         .map_err(|e| format!("cannot run node: {e}"))?;
