@@ -23,7 +23,6 @@
  *   safe message or static text (see errors.ts).
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { homedir } from "node:os";
 import { join } from "node:path";
 
 import type {
@@ -47,6 +46,7 @@ import type {
   ViewPage,
   ViewPagePayload,
 } from "../generated/types.js";
+import { defaultHome } from "../home.js";
 import { SafeError } from "../protocol/errors.js";
 import { encodeClient } from "../protocol/messages.js";
 import { Connection, ConnectFailure } from "./connection.js";
@@ -196,11 +196,8 @@ interface PendingRequest {
 
 type Exchange = { kind: "response"; response: Response } | { kind: "lost"; error: WorkflowClientError };
 
-/** The default state directory: `PI_WORKFLOWS_HOME`, else `~/.pi/agent/workflows`. */
-export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
-  const home = env["PI_WORKFLOWS_HOME"];
-  return home !== undefined && home !== "" ? home : join(homedir(), ".pi", "agent", "workflows");
-}
+/** The default state directory (`home.ts`: the runner finds its transform cache there too). */
+export { defaultHome };
 
 /** The socket under a state directory. */
 export function socketPathOf(home: string): string {
