@@ -44,18 +44,15 @@ interface ClientValidators {
 }
 
 const requireGenerated = createRequire(import.meta.url);
-let runnerModule: RunnerValidators | undefined;
-let clientModule: ClientValidators | undefined;
 
-function runnerValidators(): RunnerValidators {
-  runnerModule ??= requireGenerated("../generated/runner-validators.cjs") as RunnerValidators;
-  return runnerModule;
+/** A generated module, required on the first call. */
+function onFirstUse<T>(specifier: string): () => T {
+  let loaded: T | undefined;
+  return () => (loaded ??= requireGenerated(specifier) as T);
 }
 
-function clientValidators(): ClientValidators {
-  clientModule ??= requireGenerated("../generated/client-validators.cjs") as ClientValidators;
-  return clientModule;
-}
+const runnerValidators = onFirstUse<RunnerValidators>("../generated/runner-validators.cjs");
+const clientValidators = onFirstUse<ClientValidators>("../generated/client-validators.cjs");
 
 /** The generated validators by name, each channel's module loaded when one of its validators is first read. */
 export const validators: Readonly<RunnerValidators & ClientValidators> = Object.freeze({
