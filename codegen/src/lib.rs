@@ -11,9 +11,11 @@
 //!   (see [`wire`]);
 //! - `sdk-ts/src/generated/types.ts`: TypeScript types (see [`ts`]) and
 //!   `STATE_CHANGING_OPERATIONS`;
-//! - `sdk-ts/src/generated/validators.ts`: ajv 8 standalone validators,
-//!   compiled by `node sdk-ts/scripts/compile-validators.mjs` (needs
-//!   `npm ci` in `sdk-ts`).
+//! - `sdk-ts/src/generated/{runner,client}-validators.cts`: the ajv 8
+//!   standalone validators of each channel, as CommonJS modules the SDK
+//!   requires on first use, compiled by
+//!   `node sdk-ts/scripts/compile-validators.mjs` (needs `npm ci` in
+//!   `sdk-ts`).
 //!
 //! [`generate`] builds everything in memory; the binary writes it, or with
 //! `--check` compares it with the checked-in files.
@@ -70,18 +72,24 @@ pub fn generate(root: &Path) -> Result<Vec<Output>, String> {
             wire::ts_state_changing(&bundle)?
         ),
     });
-    out.push(Output {
-        path: PathBuf::from("sdk-ts/src/generated/validators.ts"),
-        contents: format!(
-            "// {HEADER}\n// @ts-nocheck\n/* eslint-disable */\n{}",
-            validators(root)?
-        ),
-    });
+    for channel in VALIDATOR_CHANNELS {
+        out.push(Output {
+            path: PathBuf::from(format!("sdk-ts/src/generated/{channel}-validators.cts")),
+            contents: format!(
+                "// {HEADER}\n// @ts-nocheck\n/* eslint-disable */\n{}",
+                validators(root, channel)?
+            ),
+        });
+    }
     Ok(out)
 }
 
-/// Runs the ajv standalone compiler script with node.
-fn validators(root: &Path) -> Result<String, String> {
+/// The channels with their own validator module: a process loads only the
+/// validators of the channels it speaks (the runner never loads client.v1's).
+pub const VALIDATOR_CHANNELS: [&str; 2] = ["runner", "client"];
+
+/// Runs the ajv standalone compiler script with node for one channel.
+fn validators(root: &Path, channel: &str) -> Result<String, String> {
     let sdk = root.join("sdk-ts");
     if !sdk.join("node_modules/ajv").is_dir() {
         return Err(format!(
@@ -92,6 +100,7 @@ fn validators(root: &Path) -> Result<String, String> {
     let output = Command::new("node")
         .arg("scripts/compile-validators.mjs")
         .arg("../protocol")
+        .arg(channel)
         .current_dir(&sdk)
         .output()
         .map_err(|e| format!("cannot run node: {e}"))?;

@@ -26,9 +26,9 @@ after(async () => {
   await server?.stop();
 });
 
-/** The output the runner proposed (and the server accepted) for `nodeId` in `runId`. */
-function output(runId: string, nodeId: string): unknown {
-  const records = server.journal(runId).filter((record) => record.event === "node" && record.nodeId === nodeId);
+/** The output the runner proposed (and the server accepted) for `nodeId` in `runId` (read once the runner journaled its exit: it journals a node after the server's reply, which can land after the run settled). */
+async function output(runId: string, nodeId: string): Promise<unknown> {
+  const records = (await server.journalAfterExit(runId)).filter((record) => record.event === "node" && record.nodeId === nodeId);
   assert.ok(records.length > 0, `no journal record of ${nodeId} in ${runId}`);
   return records.at(-1)?.output;
 }
@@ -40,7 +40,7 @@ describe("examples", () => {
     assert.equal(view.status.run, "completed", JSON.stringify(view));
     assert.equal(view.title, "Greet Ada");
     assert.deepEqual(stepNodes(view), ["greet", "shout", "summarize"]);
-    assert.deepEqual(output(runId, "summarize"), { greeting: "Hello, Ada", shouted: "HELLO, ADA!" });
+    assert.deepEqual(await output(runId, "summarize"), { greeting: "Hello, Ada", shouted: "HELLO, ADA!" });
   });
 
   it("switch routing follows $.route", async () => {
@@ -49,7 +49,7 @@ describe("examples", () => {
     const [largeView, smallView] = [await client.settled(large), await client.settled(small)];
     assert.deepEqual([largeView.status.run, ...stepNodes(largeView)], ["completed", "classify", "large"]);
     assert.deepEqual([smallView.status.run, ...stepNodes(smallView)], ["completed", "classify", "small"]);
-    assert.deepEqual(output(large, "large"), { handledBy: "large", size: 50 });
+    assert.deepEqual(await output(large, "large"), { handledBy: "large", size: 50 });
   });
 
   it("failure routing continues through $result.outcome", async () => {
@@ -57,7 +57,7 @@ describe("examples", () => {
     const view = await client.settled(failing);
     assert.equal(view.status.run, "completed");
     assert.deepEqual(view.steps.items.map((step) => `${step.nodeId}:${step.outcome}`), ["fetch:failed", "recover:ok"]);
-    assert.deepEqual(output(failing, "recover"), { used: "cached", because: "the upstream service is unavailable" });
+    assert.deepEqual(await output(failing, "recover"), { used: "cached", because: "the upstream service is unavailable" });
     const working = await client.start(project, "failure-routing", { fail: false });
     assert.deepEqual(stepNodes(await client.settled(working)), ["fetch", "use"]);
   });
@@ -67,7 +67,7 @@ describe("examples", () => {
     const done = await client.settled(short);
     assert.equal(done.status.run, "completed");
     assert.equal(done.steps.items.length, 7);
-    assert.deepEqual(output(short, "done"), { count: 3 });
+    assert.deepEqual(await output(short, "done"), { count: 3 });
     const long = await client.start(project, "loop", { target: 9 });
     const failed = await client.settled(long);
     assert.equal(failed.status.run, "failed");
@@ -86,7 +86,7 @@ describe("examples", () => {
     const waiting = await client.settled(runId);
     assert.equal(waiting.status.run, "waiting");
     assert.equal(waiting.display.waitingOn, "review");
-    assert.deepEqual(output(runId, "review"), { summary: "approve the draft?", draft: { text: "release notes v1" } });
+    assert.deepEqual(await output(runId, "review"), { summary: "approve the draft?", draft: { text: "release notes v1" } });
     const answer = { approver: "ana" };
     const first = await client.command("checkpoint.answer", { answer }, runId);
     assert.equal(first.outcome, "accepted", JSON.stringify(first));
@@ -97,7 +97,7 @@ describe("examples", () => {
     assert.notEqual(other.outcome, "accepted", "a different answer cannot start a second continuation");
     const continued = await client.settled(continuationRunId);
     assert.equal(continued.status.run, "completed");
-    assert.deepEqual(output(continuationRunId, "publish"), { published: "release notes v1", approvedBy: "ana" });
+    assert.deepEqual(await output(continuationRunId, "publish"), { published: "release notes v1", approvedBy: "ana" });
     const commands = server.journal(continuationRunId).filter((record) => record.event === "command");
     assert.equal(commands.length, 1);
     assert.equal(commands[0]?.command, "continue");
@@ -116,6 +116,6 @@ describe("examples", () => {
     const continuationRunId = (answered.receipt as { continuationRunId: string }).continuationRunId;
     const done = await client.settled(continuationRunId);
     assert.equal(done.status.run, "completed");
-    assert.deepEqual(output(continuationRunId, "publish"), { published: "ship it", approvedBy: "ana" });
+    assert.deepEqual(await output(continuationRunId, "publish"), { published: "ship it", approvedBy: "ana" });
   });
 });

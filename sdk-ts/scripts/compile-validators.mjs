@@ -1,19 +1,34 @@
-// Compiles the protocol schemas into one ESM module of ajv standalone
-// validators and prints it to stdout. Run by `cargo run -p codegen`, which
-// adds the generated-file header and writes sdk-ts/src/generated/validators.ts.
-// Usage: node scripts/compile-validators.mjs <protocol-dir>
+// Compiles the protocol schemas into the ajv standalone validators of one
+// channel, as a CommonJS module (the SDK requires it on first use, so a
+// process loads only the validators of the channels it speaks), and prints
+// it to stdout. Run by `cargo run -p codegen`, which adds the generated-file
+// header and writes sdk-ts/src/generated/<channel>-validators.cts.
+// Usage: node scripts/compile-validators.mjs <protocol-dir> <runner|client>
 import fs from "node:fs";
 import path from "node:path";
 import Ajv2020 from "ajv/dist/2020.js";
 import standaloneCode from "ajv/dist/standalone/index.js";
 
-const dir = process.argv[2];
-if (!dir) {
-  console.error("usage: compile-validators.mjs <protocol-dir>");
+const BASE = "https://pi-workflows.invalid/protocol/";
+/** The validators of each channel: the runner channel (runner.v1) and the client channel (client.v1 and the run view it carries). */
+const CHANNELS = {
+  runner: {
+    validateRunnerMessage: `${BASE}runner.v1.schema.json#/$defs/RunnerMessage`,
+    validateServerMessage: `${BASE}runner.v1.schema.json#/$defs/ServerMessage`,
+    validateWorkerLaunch: `${BASE}runner.v1.schema.json#/$defs/WorkerLaunch`,
+    validateRunState: `${BASE}runner.v1.schema.json#/$defs/RunState`,
+  },
+  client: {
+    validateClientMessage: `${BASE}client.v1.schema.json`,
+    validateRunView: `${BASE}run-view.v1.schema.json`,
+  },
+};
+
+const [dir, channel] = process.argv.slice(2);
+if (!dir || !Object.hasOwn(CHANNELS, channel ?? "")) {
+  console.error(`usage: compile-validators.mjs <protocol-dir> <${Object.keys(CHANNELS).join("|")}>`);
   process.exit(2);
 }
-const BASE = "https://pi-workflows.invalid/protocol/";
-const files = ["common", "run-view", "client", "runner"];
 const ajv = new Ajv2020({
   strict: true,
   strictTypes: true,
@@ -21,33 +36,21 @@ const ajv = new Ajv2020({
   allErrors: false,
   messages: false,
   inlineRefs: false,
-  code: { source: true, esm: true, lines: false },
+  code: { source: true, esm: false, lines: false },
 });
 // client.v1's Operation lists its state-changing operations (codegen reads it).
 ajv.addKeyword({ keyword: "x-stateChanging", schemaType: "array" });
-for (const name of files) {
+for (const name of ["common", "run-view", "client", "runner"]) {
   const schema = JSON.parse(fs.readFileSync(path.join(dir, `${name}.v1.schema.json`), "utf8"));
   ajv.addSchema(schema);
 }
-const exports = {
-  validateClientMessage: `${BASE}client.v1.schema.json`,
-  validateRunnerMessage: `${BASE}runner.v1.schema.json#/$defs/RunnerMessage`,
-  validateServerMessage: `${BASE}runner.v1.schema.json#/$defs/ServerMessage`,
-  validateWorkerLaunch: `${BASE}runner.v1.schema.json#/$defs/WorkerLaunch`,
-  validateRunState: `${BASE}runner.v1.schema.json#/$defs/RunState`,
-  validateRunView: `${BASE}run-view.v1.schema.json`,
-};
-let code = standaloneCode(ajv, exports);
-// ajv 8 standalone still emits `require()` for its runtime helpers even with
-// esm: true; turn each into an ESM import of the CommonJS module.
-const imports = [];
-code = code.replace(/const (\w+) = require\("(ajv\/dist\/runtime\/\w+)"\)\.default;/g, (_m, name, mod) => {
-  imports.push(`import ${name}_module from "${mod}.js";`);
-  return `const ${name} = ${name}_module.default;`;
-});
-if (/require\(/.test(code)) {
-  console.error("unexpected require() left in the standalone code");
+let code = standaloneCode(ajv, CHANNELS[channel]);
+code = code.replace(/^"use strict";/, "");
+if (!/^exports\.\w+ = /.test(code)) {
+  console.error("unexpected start of the standalone code");
   process.exit(1);
 }
-code = code.replace(/^"use strict";/, "");
-process.stdout.write(imports.join("\n") + "\n" + code.trimStart());
+// `export {}` makes the .cts file a module for TypeScript (its names stay
+// local; tsc emits it as CommonJS); the CommonJS `exports` and `require` of
+// the standalone code pass through unchanged.
+process.stdout.write(`export {};\n${code}`);

@@ -6,22 +6,48 @@
  *    with the scripted Rust runner (`pi-workflows-scripted-runner`) in the
  *    same process run. Duration = the run view's finishedAtMs − createdAtMs
  *    (server clock); marginal = (median d100 − median d1) / 99.
- * 2. Cold start: spawn → `runner.ready` on stdout for a one-node workflow,
- *    launched directly in run mode (p50 of N spawns), for both runners.
+ * 2. Start-up: spawn → `runner.ready` on stdout, launched directly in run
+ *    mode (as the server launches a run), p50 and p95 of BENCH_COLD_STARTS
+ *    spawns, for a 1-node and a 100-node workflow, interleaved in one loop
+ *    so every variant sees the same machine; with each, the CPU time the
+ *    process used until then (all threads, /proc schedstat), which a loaded
+ *    machine inflates far less than the wall clock:
+ *    - the floor: Node bootstrap alone (`node -e` writing one line: spawn →
+ *      that line);
+ *    - before: the runner of BENCH_BASELINE (a git ref, e.g. `main`), built
+ *      from `git archive` into a temp directory with this package's
+ *      node_modules (skipped when BENCH_BASELINE is unset);
+ *    - this runner with an empty state directory (no transform cache: the
+ *      first start of these bytes ever);
+ *    - this runner with the transform cache a resolution filled (every run
+ *      start: resolution precedes it and stores the transforms);
+ *    - the scripted Rust runner.
+ *    All on this Node (`process.execPath`): run the script under Node 22 to
+ *    measure Node's type stripping, under Node 20 to measure jiti.
  *
- * Needs `cargo build -p server` (or PI_WORKFLOWS_BIN); prints a table.
+ * BENCH_SECTIONS=steps,startup (default both). Needs `cargo build -p server`
+ * (or PI_WORKFLOWS_BIN); prints tables.
  */
-import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadAndCompile } from "../src/runner/loader.js";
 import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
 import { sha256Digest } from "../src/authoring/compile.js";
-import { RUNNER_BIN, TestServer, scriptedRunnerBinary } from "../test-support/server.js";
+import { RUNNER_BIN, SDK_DIR, TestServer, scriptedRunnerBinary } from "../test-support/server.js";
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
-const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 10);
+const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 40);
+const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? "steps,startup").split(","));
+const BASELINE = process.env.BENCH_BASELINE ?? "";
+
+/** The nearest-rank percentile `p` (0–100) of `values`. */
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] as number;
+}
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -84,35 +110,85 @@ async function durations(runner: "node" | "scripted"): Promise<{ d1: number[]; d
   }
 }
 
-/** Spawn → runner.ready, in ms, for one run-mode launch. */
-async function coldStart(command: string[], launch: Uint8Array, cwd: string): Promise<number> {
+/** One start: wall ms from spawn to the first answer, and the CPU ms the process used by then (all its threads). */
+interface Start {
+  wallMs: number;
+  cpuMs: number;
+}
+
+/**
+ * CPU time of every thread of `pid` so far, in ms: the first field of
+ * `/proc/<pid>/task/<tid>/schedstat` (ns on a CPU). It does not grow while
+ * the process waits for a core, so on a loaded machine it shows the
+ * process's own work where the wall clock shows the machine's load.
+ */
+function cpuMsOf(pid: number): number {
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+    } catch {
+      // the thread ended
+    }
+  }
+  return ns / 1e6;
+}
+
+/** Spawns `command` and waits for its first line on stdout (the floor) or its `runner.ready` frame, then kills it. */
+async function startOnce(command: string[], launch: Uint8Array | null, cwd: string, env: NodeJS.ProcessEnv): Promise<Start> {
   const started = performance.now();
-  const child = spawn(command[0] as string, command.slice(1), { cwd, stdio: ["pipe", "pipe", "ignore"] });
-  child.stdin.write(launch);
-  child.stdin.write("\n");
+  const child = spawn(command[0] as string, command.slice(1), { cwd, env, stdio: ["pipe", "pipe", "ignore"] });
+  if (launch !== null) {
+    child.stdin.write(launch);
+    child.stdin.write("\n");
+  }
   const decoder = new FrameDecoder();
-  const ready = await new Promise<number>((resolve, reject) => {
+  const start = await new Promise<Start>((resolve, reject) => {
+    const answered = (): void => resolve({ wallMs: performance.now() - started, cpuMs: cpuMsOf(child.pid as number) });
     child.stdout.on("data", (chunk: Buffer) => {
+      if (launch === null) return answered();
       decoder.push(chunk);
       for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
         const message = decodeRunnerFrame(frame);
-        if (message.type === "runner.ready") resolve(performance.now() - started);
+        if (message.type === "runner.ready") answered();
         else reject(new Error(`unexpected ${message.type}`));
       }
     });
-    child.once("exit", () => reject(new Error("the runner exited before runner.ready")));
+    child.once("exit", () => reject(new Error(`${command.join(" ")} exited before it answered`)));
   });
   child.kill("SIGKILL");
-  return ready;
+  await new Promise((resolve) => child.once("exit", resolve));
+  return start;
 }
 
-async function coldStarts(dir: string): Promise<{ node: number[]; scripted: number[] }> {
-  mkdirSync(dir, { recursive: true });
-  const workflow = join(dir, "one.workflow.ts");
-  writeFileSync(workflow, chainWorkflow(1));
-  const compiled = await loadAndCompile(workflow, dir);
-  const script = join(dir, "one.json");
-  writeFileSync(script, chainScript(1));
+/** Builds the runner of git ref `ref` into `dir` (this package's node_modules, its own tsc) and returns its bin. */
+function buildBaseline(ref: string, dir: string): string {
+  const repo = join(SDK_DIR, "..");
+  const archive = execFileSync("git", ["-C", repo, "archive", "--format=tar", ref, "sdk-ts"], { maxBuffer: 1 << 28 });
+  execFileSync("tar", ["-x", "-C", dir], { input: archive });
+  const sdk = join(dir, "sdk-ts");
+  symlinkSync(join(SDK_DIR, "node_modules"), join(sdk, "node_modules"));
+  execFileSync(process.execPath, [join(SDK_DIR, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json"], { cwd: sdk, stdio: "inherit" });
+  return join(sdk, "dist", "runner", "bin.js");
+}
+
+interface Variant {
+  name: string;
+  command: (workflow: Workflow) => string[] | null;
+  launch: (workflow: Workflow) => Uint8Array | null;
+  /** The state directory (PI_WORKFLOWS_HOME) of one start. */
+  home: () => string;
+}
+
+interface Workflow {
+  nodes: number;
+  path: string;
+  script: string;
+  digest: string;
+}
+
+async function startups(dir: string): Promise<{ variants: Variant[]; samples: Map<string, Start[]> }> {
+  mkdirSync(join(dir, ".pi", "workflows"), { recursive: true });
   const launch = (path: string, digest: string): Uint8Array =>
     encodeLaunch({
       schema: "pi-workflows.worker-launch.v1",
@@ -125,25 +201,82 @@ async function coldStarts(dir: string): Promise<{ node: number[]; scripted: numb
       workflowSource: { root: { kind: "file", path, hash: sha256Digest(readFileSync(path)) }, mounted: [] },
       definitionDigest: digest,
     });
-  const node: number[] = [];
-  const scripted: number[] = [];
-  for (let i = 0; i < COLD_STARTS; i += 1) {
-    node.push(await coldStart([process.execPath, RUNNER_BIN], launch(workflow, compiled.definitionDigest), dir));
-    scripted.push(await coldStart([scriptedRunnerBinary()], launch(script, `sha256:${"0".repeat(64)}`), dir));
+  const workflows: Workflow[] = [];
+  for (const nodes of [1, 100]) {
+    const path = join(dir, ".pi", "workflows", `chain${nodes}.workflow.ts`);
+    writeFileSync(path, chainWorkflow(nodes));
+    const script = join(dir, `chain${nodes}.json`);
+    writeFileSync(script, chainScript(nodes));
+    workflows.push({ nodes, path, script, digest: (await loadAndCompile(path, dir)).definitionDigest });
   }
-  return { node, scripted };
+  const warm = join(dir, "home-warm");
+  let fresh = 0;
+  const emptyHome = (): string => {
+    const home = join(dir, `home-empty-${fresh++}`);
+    mkdirSync(home, { mode: 0o700 });
+    return home;
+  };
+  const runnerLaunch = (workflow: Workflow): Uint8Array => launch(workflow.path, workflow.digest);
+  // The floor: Node's bootstrap and one write to stdout, nothing loaded (`node -e ''` plus the line that says it is up).
+  const variants: Variant[] = [{ name: "floor: Node bootstrap (`node -e` writing one line)", command: () => [process.execPath, "-e", "process.stdout.write('\\n')"], launch: () => null, home: () => warm }];
+  if (BASELINE !== "") {
+    const bin = buildBaseline(BASELINE, mkdtempSync(join(dir, "baseline-")));
+    variants.push({ name: `before: runner of ${BASELINE}`, command: () => [process.execPath, bin], launch: runnerLaunch, home: emptyHome });
+  }
+  variants.push(
+    { name: "runner, empty transform cache", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: emptyHome },
+    { name: "runner, transform cache warm", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: () => warm },
+    { name: "scripted runner (Rust)", command: () => [scriptedRunnerBinary()], launch: (workflow) => launch(workflow.script, `sha256:${"0".repeat(64)}`), home: () => warm },
+  );
+  // One start of each workflow fills the warm cache, as the resolution before every run start does.
+  for (const workflow of workflows) await startOnce([process.execPath, RUNNER_BIN], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: warm });
+  const samples = new Map<string, Start[]>();
+  for (let i = 0; i < COLD_STARTS; i += 1) {
+    for (const workflow of workflows) {
+      for (const variant of variants) {
+        const key = `${variant.name}|${workflow.nodes}`;
+        const home = variant.home();
+        const one = await startOnce(variant.command(workflow) as string[], variant.launch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: home });
+        if (home !== warm) rmSync(home, { recursive: true, force: true });
+        samples.set(key, [...(samples.get(key) ?? []), one]);
+      }
+    }
+  }
+  return { variants, samples };
 }
 
-const nodeRuns = await durations("node");
-const scriptedRuns = await durations("scripted");
-const marginal = (runs: { d1: number[]; d100: number[] }): number => (median(runs.d100) - median(runs.d1)) / 99;
-const nodeMarginal = marginal(nodeRuns);
-const scriptedMarginal = marginal(scriptedRuns);
-const cold = await coldStarts(join(process.env.TMPDIR ?? "/tmp", `piw-bench-${process.pid}`));
+if (SECTIONS.has("steps")) {
+  const nodeRuns = await durations("node");
+  const scriptedRuns = await durations("scripted");
+  const marginal = (runs: { d1: number[]; d100: number[] }): number => (median(runs.d100) - median(runs.d1)) / 99;
+  const nodeMarginal = marginal(nodeRuns);
+  const scriptedMarginal = marginal(scriptedRuns);
+  console.log(`per-step cost (${REPEATS} runs of each chain; node ${process.version})`);
+  console.log("| runner | 1-step run (median ms) | 100-step run (median ms) | marginal ms/step |");
+  console.log("|---|---|---|---|");
+  console.log(`| node | ${median(nodeRuns.d1)} | ${median(nodeRuns.d100)} | ${nodeMarginal.toFixed(2)} |`);
+  console.log(`| scripted (Rust) | ${median(scriptedRuns.d1)} | ${median(scriptedRuns.d100)} | ${scriptedMarginal.toFixed(2)} |`);
+  console.log(`marginal cost per step, node / scripted: ${(nodeMarginal / scriptedMarginal).toFixed(2)}x`);
+  console.log("");
+}
 
-console.log(`runner benchmark (${REPEATS} runs of each chain, ${COLD_STARTS} cold starts; node ${process.version})`);
-console.log("| runner | 1-step run (median ms) | 100-step run (median ms) | marginal ms/step | cold start to runner.ready p50 (ms) |");
-console.log("|---|---|---|---|---|");
-console.log(`| node (jiti) | ${median(nodeRuns.d1)} | ${median(nodeRuns.d100)} | ${nodeMarginal.toFixed(2)} | ${median(cold.node).toFixed(0)} |`);
-console.log(`| scripted (Rust) | ${median(scriptedRuns.d1)} | ${median(scriptedRuns.d100)} | ${scriptedMarginal.toFixed(2)} | ${median(cold.scripted).toFixed(0)} |`);
-console.log(`marginal cost per step, node / scripted: ${(nodeMarginal / scriptedMarginal).toFixed(2)}x`);
+if (SECTIONS.has("startup")) {
+  const dir = mkdtempSync(join(tmpdir(), "piw-bench-startup-"));
+  try {
+    const { variants, samples } = await startups(dir);
+    console.log(`runner start-up, spawn → runner.ready (${COLD_STARTS} starts of each, interleaved; node ${process.version}; load ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
+    console.log("| variant | 1 node: wall p50 / p95 (ms) | CPU p50 (ms) | 100 nodes: wall p50 / p95 (ms) | CPU p50 (ms) |");
+    console.log("|---|---|---|---|---|");
+    for (const variant of variants) {
+      const cells = (nodes: number): string => {
+        const starts = samples.get(`${variant.name}|${nodes}`) as Start[];
+        const wall = starts.map((start) => start.wallMs);
+        const cpu = starts.map((start) => start.cpuMs);
+        return `${percentile(wall, 50).toFixed(1)} / ${percentile(wall, 95).toFixed(1)} | ${percentile(cpu, 50).toFixed(1)}`;
+      };
+      console.log(`| ${variant.name} | ${cells(1)} | ${cells(100)} |`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -23,7 +23,6 @@
  *   safe message or static text (see errors.ts).
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { homedir } from "node:os";
 import { join } from "node:path";
 
 import type {
@@ -55,6 +54,7 @@ import { STATE_CHANGING_OPERATIONS } from "../generated/types.js";
 
 /** Operations that store a durable receipt (generated from client.v1's `x-stateChanging`): they get an idempotency key by default. */
 export { STATE_CHANGING_OPERATIONS };
+import { defaultHome } from "../home.js";
 import { SafeError } from "../protocol/errors.js";
 import { encodeClient } from "../protocol/messages.js";
 import { Connection, ConnectFailure } from "./connection.js";
@@ -186,11 +186,8 @@ interface PendingRequest {
 
 type Exchange = { kind: "response"; response: Response } | { kind: "lost"; error: WorkflowClientError };
 
-/** The default state directory: `PI_WORKFLOWS_HOME`, else `~/.pi/agent/workflows`. */
-export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
-  const home = env["PI_WORKFLOWS_HOME"];
-  return home !== undefined && home !== "" ? home : join(homedir(), ".pi", "agent", "workflows");
-}
+/** The default state directory (`home.ts`: the runner finds its transform cache there too). */
+export { defaultHome };
 
 /** The socket under a state directory. */
 export function socketPathOf(home: string): string {

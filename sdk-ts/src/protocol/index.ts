@@ -3,7 +3,6 @@
  * canonical JSON (RFC 8785), exact NDJSON framing and frame decoding.
  */
 export * from "../generated/types.js";
-export * as validators from "../generated/validators.js";
 export { MAX_DEPTH, canonicalString, canonicalize, checkDepth, isCanonical, parseCanonical } from "./canonical.js";
 export { MAX_CONTENT_CHUNK, PartAssembler, digestOf } from "./content.js";
 export type { ContentFail, ContentPart, PartRequest } from "./content.js";
@@ -22,5 +21,6 @@ export {
   encodeRunView,
   encodeRunner,
   encodeServer,
+  validators,
 } from "./messages.js";
-export type { TypedRequest, TypedResponse } from "./messages.js";
+export type { TypedRequest, TypedResponse, Validator } from "./messages.js";

@@ -4,7 +4,13 @@
  * (frameTooLarge, malformedFrame), nesting (nestingTooDeep), canonical form
  * (nonCanonical), schema (schemaInvalid, through the ajv standalone
  * validators generated from protocol/*.schema.json).
+ *
+ * The validators of each channel are one generated CommonJS module,
+ * required on the first frame of that channel: a runner loads runner.v1's
+ * (about a third of the code) and never client.v1's, a client the reverse,
+ * and a workflow that imports the SDK loads none.
  */
+import { createRequire } from "node:module";
 import type {
   ClientMessage,
   JsonValue,
@@ -16,22 +22,59 @@ import type {
   ServerMessage,
   WorkerLaunch,
 } from "../generated/types.js";
-import * as generated from "../generated/validators.js";
 import { canonicalString, checkDepth, parseCanonical } from "./canonical.js";
 import { SCHEMA_INVALID, TOO_LARGE } from "./errors.js";
 import { MAX_FRAME_BYTES, frameContent } from "./framing.js";
 
-/** A compiled validator: true when `data` matches its schema. */
-type Validator = (data: unknown) => boolean;
+/** A compiled validator: true when `data` matches its schema (ajv leaves the reason in `errors`). */
+export type Validator = ((data: unknown) => boolean) & { errors?: unknown };
 
-const validators = {
-  client: generated.validateClientMessage as unknown as Validator,
-  runner: generated.validateRunnerMessage as unknown as Validator,
-  server: generated.validateServerMessage as unknown as Validator,
-  launch: generated.validateWorkerLaunch as unknown as Validator,
-  runView: generated.validateRunView as unknown as Validator,
-  runState: generated.validateRunState as unknown as Validator,
-};
+/** `generated/runner-validators.cts`: runner.v1. */
+interface RunnerValidators {
+  validateRunnerMessage: Validator;
+  validateServerMessage: Validator;
+  validateWorkerLaunch: Validator;
+  validateRunState: Validator;
+}
+
+/** `generated/client-validators.cts`: client.v1 and the run view. */
+interface ClientValidators {
+  validateClientMessage: Validator;
+  validateRunView: Validator;
+}
+
+const requireGenerated = createRequire(import.meta.url);
+
+/** A generated module, required on the first call. */
+function onFirstUse<T>(specifier: string): () => T {
+  let loaded: T | undefined;
+  return () => (loaded ??= requireGenerated(specifier) as T);
+}
+
+const runnerValidators = onFirstUse<RunnerValidators>("../generated/runner-validators.cjs");
+const clientValidators = onFirstUse<ClientValidators>("../generated/client-validators.cjs");
+
+/** The generated validators by name, each channel's module loaded when one of its validators is first read. */
+export const validators: Readonly<RunnerValidators & ClientValidators> = Object.freeze({
+  get validateRunnerMessage(): Validator {
+    return runnerValidators().validateRunnerMessage;
+  },
+  get validateServerMessage(): Validator {
+    return runnerValidators().validateServerMessage;
+  },
+  get validateWorkerLaunch(): Validator {
+    return runnerValidators().validateWorkerLaunch;
+  },
+  get validateRunState(): Validator {
+    return runnerValidators().validateRunState;
+  },
+  get validateClientMessage(): Validator {
+    return clientValidators().validateClientMessage;
+  },
+  get validateRunView(): Validator {
+    return clientValidators().validateRunView;
+  },
+});
 
 const encoder = new TextEncoder();
 
@@ -70,17 +113,17 @@ export function clientKind(message: ClientMessage): string {
 
 /** Decodes one client-channel frame (canonical JSON plus "\n"). */
 export function decodeClientFrame(frame: Uint8Array): ClientMessage {
-  return validated<ClientMessage>(validators.client, parseCanonical(frameContent(frame)));
+  return validated<ClientMessage>(validators.validateClientMessage, parseCanonical(frameContent(frame)));
 }
 
 /** Decodes one runner-to-server frame. */
 export function decodeRunnerFrame(frame: Uint8Array): RunnerMessage {
-  return validated<RunnerMessage>(validators.runner, parseCanonical(frameContent(frame)));
+  return validated<RunnerMessage>(validators.validateRunnerMessage, parseCanonical(frameContent(frame)));
 }
 
 /** Decodes one server-to-runner frame. */
 export function decodeServerFrame(frame: Uint8Array): ServerMessage {
-  return validated<ServerMessage>(validators.server, parseCanonical(frameContent(frame)));
+  return validated<ServerMessage>(validators.validateServerMessage, parseCanonical(frameContent(frame)));
 }
 
 /** Decodes the launch envelope: the first stdin line the server writes, without its newline. */
@@ -88,7 +131,7 @@ export function decodeLaunch(bytes: Uint8Array): WorkerLaunch {
   if (bytes.length > MAX_FRAME_BYTES) {
     throw TOO_LARGE();
   }
-  return validated<WorkerLaunch>(validators.launch, parseCanonical(bytes));
+  return validated<WorkerLaunch>(validators.validateWorkerLaunch, parseCanonical(bytes));
 }
 
 /** Decodes a standalone run-view document (canonical JSON, no newline). */
@@ -96,7 +139,7 @@ export function decodeRunView(bytes: Uint8Array): RunView {
   if (bytes.length > MAX_FRAME_BYTES) {
     throw TOO_LARGE();
   }
-  return validated<RunView>(validators.runView, parseCanonical(bytes));
+  return validated<RunView>(validators.validateRunView, parseCanonical(bytes));
 }
 
 /**
@@ -104,7 +147,7 @@ export function decodeRunView(bytes: Uint8Array): RunView {
  * a `RunState` (no size limit: it was assembled from verified parts).
  */
 export function decodeRunState(bytes: Uint8Array): RunState {
-  return validated<RunState>(validators.runState, parseCanonical(bytes));
+  return validated<RunState>(validators.validateRunState, parseCanonical(bytes));
 }
 
 /**
@@ -126,22 +169,22 @@ function frame(message: unknown, validate: Validator): Uint8Array {
 
 /** Encodes a client-channel message as one frame; validates it first. Throws nestingTooDeep beyond 64 levels and frameTooLarge above 1 MiB. */
 export function encodeClient(message: ClientMessage): Uint8Array {
-  return frame(message, validators.client);
+  return frame(message, validators.validateClientMessage);
 }
 
 /** Encodes a runner-to-server message as one frame. */
 export function encodeRunner(message: RunnerMessage): Uint8Array {
-  return frame(message, validators.runner);
+  return frame(message, validators.validateRunnerMessage);
 }
 
 /** Encodes a server-to-runner message as one frame. */
 export function encodeServer(message: ServerMessage): Uint8Array {
-  return frame(message, validators.server);
+  return frame(message, validators.validateServerMessage);
 }
 
 /** Encodes the launch envelope (canonical JSON, no newline). */
 export function encodeLaunch(launch: WorkerLaunch): Uint8Array {
-  if (!validators.launch(launch)) {
+  if (!validators.validateWorkerLaunch(launch)) {
     throw SCHEMA_INVALID();
   }
   const bytes = encoder.encode(canonicalString(launch));
@@ -153,7 +196,7 @@ export function encodeLaunch(launch: WorkerLaunch): Uint8Array {
 
 /** Encodes a run-view document (canonical JSON, no newline). */
 export function encodeRunView(view: RunView): Uint8Array {
-  if (!validators.runView(view)) {
+  if (!validators.validateRunView(view)) {
     throw SCHEMA_INVALID();
   }
   return encoder.encode(canonicalString(view));

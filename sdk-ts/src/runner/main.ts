@@ -34,13 +34,15 @@ import type {
   WorkflowSource,
   RunState as WireRunState,
 } from "../generated/types.js";
+import { defaultHome } from "../home.js";
 import { canonicalString } from "../protocol/canonical.js";
 import { ContentReadError, RunnerChannel, readLaunch, refusalReason } from "./channel.js";
 import { BUILTIN_WORKFLOWS, WorkflowNotFoundError, resolveWorkflowRef } from "./discovery.js";
 import { Executor, RESOLVE_BOUND_MS, safeMessage, withBound } from "./execute.js";
-import { WorkflowLoadError, fileCompileHost, hashFile, loadWorkflowFile } from "./loader.js";
+import { WorkflowLoadError, configureLoading, fileCompileHost, hashFile, loadSummary, loadWorkflowFile, rememberVerified } from "./loader.js";
 import { liveGroups, signalGroup } from "./shell.js";
 import { MAX_INPUT_DEPTH, RunState, stateDepthProblem } from "./state.js";
+import { TransformCache } from "./transform-cache.js";
 
 export const EXIT_OK = 0;
 export const EXIT_PROTOCOL = 2;
@@ -52,6 +54,31 @@ const WIRE_NODE_ID = /^[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,255}$/;
 
 function log(line: string): void {
   process.stderr.write(`pi-workflows-runner[${process.pid}]: ${line}\n`);
+}
+
+/**
+ * Start-up milestones, in ms since this process started (`performance.now()`):
+ * the runner's modules evaluated (`main` called), the launch read, the
+ * sources verified, the workflow loaded and compiled, the first answer sent.
+ * `startupLine` logs them once, for the runner log and `npm run bench:runner`.
+ */
+const milestones: [string, number][] = [];
+
+function milestone(name: string): void {
+  milestones.push([name, performance.now()]);
+}
+
+/** `start-up: node 21.3, modules 35.1, launch 1.0, ... (ready 80.2 ms after the process started)`: each phase's own duration. */
+function startupLine(end: string): string {
+  milestone(end);
+  const bootstrap = (performance as unknown as { nodeTiming?: { bootstrapComplete?: number } }).nodeTiming?.bootstrapComplete ?? 0;
+  let previous = bootstrap;
+  const phases = [`node ${bootstrap.toFixed(1)}`];
+  for (const [name, at] of milestones) {
+    phases.push(`${name} ${(at - previous).toFixed(1)}`);
+    previous = at;
+  }
+  return `start-up: ${phases.join(", ")} (${end} ${previous.toFixed(1)} ms after the process started)`;
 }
 
 function journal(runId: string): (record: Record<string, unknown>) => void {
@@ -77,8 +104,8 @@ async function loadRoot(identity: SourceIdentity): Promise<LoadedWorkflow> {
   return { definition: await loadWorkflowFile(identity.path), source: { kind: "file", path: identity.path, hash } };
 }
 
-/** Re-reads every saved identity; returns the first mismatch, or null. */
-export async function verifySources(source: WorkflowSource): Promise<string | null> {
+/** Re-reads every saved identity; returns the first mismatch, or null. `onVerified` receives the bytes of each file that matched. */
+export async function verifySources(source: WorkflowSource, onVerified?: (path: string, bytes: Buffer) => void): Promise<string | null> {
   for (const identity of [source.root, ...source.mounted]) {
     if (identity.kind === "builtin") {
       const builtin = BUILTIN_WORKFLOWS.get(identity.id);
@@ -92,6 +119,7 @@ export async function verifySources(source: WorkflowSource): Promise<string | nu
       return `${identity.path} is missing`;
     }
     if (sha256Digest(bytes) !== identity.hash) return `${identity.path} changed`;
+    onVerified?.(identity.path, bytes);
   }
   return null;
 }
@@ -134,6 +162,8 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
         ? await loadRoot({ kind: "builtin", id: ref.builtin.id, revision: ref.builtin.revision })
         : await loadRoot({ kind: "file", path: ref.path, hash: "" });
     const compiled = await compileWorkflow(root, fileCompileHost(launch.projectPath));
+    milestone("load+compile");
+    log(loadSummary());
     const changed = await verifySources(compiled.source);
     if (changed !== null) {
       failure = { code: "sourceChanged", message: `the workflow source changed while it was compiled: ${changed}` };
@@ -183,6 +213,7 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
       if (refused === null) {
         log(`resolved ${target.workflow} (${compiled.topology.nodes.length} nodes, ${compiled.definitionDigest})`);
         await channel.send("resolve.result", result);
+        log(startupLine("resolved"));
         return EXIT_OK;
       }
       // The wire cannot carry the resolved run: say whether its input or its workflow is the cause.
@@ -192,6 +223,7 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
           : { code: "invalidDefinition", message: `the compiled workflow cannot be sent to the server: ${refused.message}` };
     }
   } catch (error) {
+    log(loadSummary());
     failure = classify(error);
   }
   log(`resolve failed: ${failure.code}: ${failure.message}`);
@@ -207,7 +239,9 @@ export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stop
     return EXIT_PROTOCOL;
   }
   const record = journal(launch.runId);
-  const changed = await verifySources(saved);
+  // The bytes verified here are the bytes the native loader runs.
+  const changed = await verifySources(saved, rememberVerified);
+  milestone("verify");
   if (changed !== null) {
     log(`source changed before loading (${changed}); parking`);
     record({ event: "parked", reason: "workflowSourceChanged", detail: changed });
@@ -217,8 +251,11 @@ export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stop
   let compiled: CompiledWorkflow;
   try {
     compiled = await compileWorkflow(await loadRoot(saved.root), fileCompileHost(launch.projectPath));
+    milestone("load+compile");
+    log(loadSummary());
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
+    log(loadSummary());
     log(`cannot load the verified workflow: ${message}`);
     await channel.request("run.finished", {
       outcome: "failed",
@@ -235,7 +272,10 @@ export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stop
     await channel.request("run.parked", { reason: "workflowSourceChanged" });
     return EXIT_OK;
   }
-  const dispatch = await channel.ready();
+  milestone("recheck");
+  const ready = channel.ready();
+  log(startupLine("ready"));
+  const dispatch = await ready;
   if (dispatch.kind === "reply") {
     const reply = dispatch.reply;
     if (reply.next?.kind === "exit") {
@@ -314,6 +354,7 @@ async function flush(output: Writable): Promise<void> {
 
 /** Runs the runner on this process's stdio and returns its exit code. */
 export async function main(input: Readable = process.stdin, output: Writable = process.stdout): Promise<number> {
+  milestone("modules");
   let launch: WorkerLaunch;
   let channel: RunnerChannel;
   try {
@@ -324,7 +365,10 @@ export async function main(input: Readable = process.stdin, output: Writable = p
     log(`launch envelope: ${error instanceof Error ? error.message : String(error)}`);
     return EXIT_PROTOCOL;
   }
+  milestone("launch");
   log(`launched: mode ${launch.mode}, run ${launch.runId}, generation ${launch.generation}, epoch ${launch.runnerEpoch}`);
+  // One short-lived process per run: Node's type stripping where it has it, and the user-only transform cache.
+  configureLoading({ native: true, cache: TransformCache.open(defaultHome()) });
   const stop = new AbortController();
   const stopped = new Promise<number>((resolve) => {
     const halt = (code: number, why: string): void => {
