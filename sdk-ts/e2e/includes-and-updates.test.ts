@@ -40,7 +40,7 @@ describe("waiting on the server", () => {
     const runId = await client.start(project, "shell-updates", { steps: 3 });
     const view = await client.settled(runId);
     assert.equal(view.status.run, "completed", JSON.stringify(view.failure ?? null));
-    const output = server.journal(runId).find((record) => record.event === "node" && record.nodeId === "count")?.output;
+    const output = (await server.journalAfterExit(runId)).find((record) => record.event === "node" && record.nodeId === "count")?.output;
     assert.deepEqual(output, { lines: 4, last: "finished", exitCode: 0 });
     assert.deepEqual(view.updates.items.map((item) => [item.type, item.key, item.data]), [
       ["progress", "overall", { status: "completed", completed: 3, total: 3, unit: "steps" }],

@@ -121,8 +121,11 @@ export class TestServer {
   journal(runId?: string): Record<string, unknown>[] {
     const path = this.env.PI_WORKFLOWS_RUNNER_JOURNAL as string;
     if (!existsSync(path)) return [];
-    return readFileSync(path, "utf8")
-      .split("\n")
+    // Only newline-terminated lines are complete records: a runner may be
+    // appending the last one while it is read.
+    const lines = readFileSync(path, "utf8").split("\n");
+    lines.pop();
+    return lines
       .filter((line) => line !== "")
       .map((line) => JSON.parse(line) as Record<string, unknown>)
       .filter((record) => runId === undefined || record.runId === runId);
