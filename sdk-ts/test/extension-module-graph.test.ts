@@ -15,7 +15,7 @@ const ENTRY = join(SDK_DIR, "src", "extension", "index.ts");
 
 /** Bare specifiers the extension may import: none of them can open SQLite. */
 const ALLOWED_PACKAGES = new Set(["@earendil-works/pi-coding-agent", "@earendil-works/pi-tui", "typebox", "ajv", "canonicalize"]);
-const ALLOWED_BUILTINS = new Set(["node:crypto", "node:net", "node:child_process", "node:fs", "node:os", "node:path", "node:events", "node:timers", "node:url", "node:util", "node:buffer"]);
+const ALLOWED_BUILTINS = new Set(["node:crypto", "node:net", "node:child_process", "node:fs", "node:os", "node:path", "node:events", "node:timers", "node:url", "node:util", "node:buffer", "node:module"]);
 
 /** `ajv/dist/x.js` → `ajv`, `@scope/name/x` → `@scope/name`. */
 function packageOf(specifier: string): string {
