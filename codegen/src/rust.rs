@@ -114,7 +114,12 @@ fn for_typify(bundle: &Bundle, value: &Value) -> Result<Value, String> {
             let mut out = Map::new();
             for (k, v) in obj {
                 match k.as_str() {
-                    "allOf" | "dependentRequired" | "not" | "$schema" | "$id" => {}
+                    "allOf"
+                    | "dependentRequired"
+                    | "not"
+                    | "$schema"
+                    | "$id"
+                    | crate::wire::STATE_CHANGING => {}
                     "$ref" => {
                         let name = bundle.ref_name(v.as_str().ok_or("$ref")?)?;
                         out.insert(k.clone(), Value::String(format!("#/$defs/{name}")));
@@ -192,7 +197,11 @@ pub fn generate(bundle: &Bundle) -> Result<Vec<(&'static str, String)>, String> 
     let types = format_rust(&space.to_stream().to_string())?;
 
     let constrained_src = format_rust(&emit_constrained(bundle, &constrained)?)?;
-    let dispatch_src = format_rust(&emit_dispatch(bundle))?;
+    let dispatch_src = format_rust(&format!(
+        "{}{}",
+        emit_dispatch(bundle),
+        emit_state_changing(bundle)?
+    ))?;
     let operations_src = format_rust(&emit_operations(bundle)?)?;
     Ok(vec![
         ("types.rs", types),
@@ -202,7 +211,27 @@ pub fn generate(bundle: &Bundle) -> Result<Vec<(&'static str, String)>, String> 
     ])
 }
 
-fn format_rust(src: &str) -> Result<String, String> {
+/// `Operation::is_state_changing`, from the `x-stateChanging` annotation.
+fn emit_state_changing(bundle: &Bundle) -> Result<String, String> {
+    let listed = crate::wire::state_changing(bundle)?;
+    let arms = listed
+        .iter()
+        .map(|v| format!("types::Operation::{}", type_name(v)))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    Ok(format!(
+        "impl types::Operation {{\n\
+             /// Whether the operation changes state and stores a durable receipt\n\
+             /// (`x-stateChanging` in `client.v1`).\n\
+             pub const fn is_state_changing(self) -> bool {{\n\
+                 matches!(self, {arms})\n\
+             }}\n\
+         }}\n"
+    ))
+}
+
+/// Formats generated Rust with prettyplease (rustfmt skips these files).
+pub fn format_rust(src: &str) -> Result<String, String> {
     let file: syn::File =
         syn::parse_str(src).map_err(|e| format!("generated Rust does not parse: {e}"))?;
     Ok(prettyplease::unparse(&file))

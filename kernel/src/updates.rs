@@ -8,7 +8,10 @@
 //!   `(type, key)` pair and nothing else.
 //! - The envelope is checked in full: `type` matches `[a-z][a-z0-9.-]{0,63}`,
 //!   `key` matches `[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}` (case-sensitive),
-//!   `data` is a JSON object of at most [`MAX_DATA_BYTES`] encoded bytes.
+//!   `data` is a JSON object of at most [`MAX_DATA_BYTES`] encoded bytes
+//!   that nests at most [`MAX_DATA_DEPTH`] levels, so that every frame that
+//!   carries it (its deepest placement is a run-view patch) stays within the
+//!   protocol's 64-level limit.
 //! - A run has at most [`MAX_CURRENT_PAIRS`] current pairs; replacing an
 //!   existing pair never counts twice.
 //! - Per run, a token bucket admits at most [`BUCKET_BURST`] updates at once
@@ -44,6 +47,18 @@ pub const MAX_TYPE_BYTES: usize = 64;
 pub const MAX_KEY_BYTES: usize = 128;
 /// The largest encoded `data` object (64 KiB).
 pub const MAX_DATA_BYTES: u64 = 64 * 1_024;
+/// The deepest nesting of `data` (the data object itself is level 1).
+///
+/// The deepest frame that carries update data is a run-view patch event that
+/// replaces the updates page: `ClientMessage` (1) › `event` (2) › `ops` (3) ›
+/// one op (4) › `value`, the `UpdatePage` (5) › `items` (6) › the
+/// `UpdateRecord` (7) › `data`. Seven levels enclose the data, and a frame
+/// nests at most 64 (`protocol::MAX_DEPTH`), so data may nest 64 − 7 = 57.
+/// The other placements are shallower: a snapshot event or session view 6, a
+/// `run.view` receipt 5, a page event 5, a `view.page` receipt 4, and the
+/// `node.update` message itself 2. `server/tests` pins this against the
+/// schemas (`update_data_depth_fits_its_deepest_frame`).
+pub const MAX_DATA_DEPTH: u32 = 57;
 /// The most current `(type, key)` pairs one run holds.
 pub const MAX_CURRENT_PAIRS: u32 = 1_024;
 /// The token bucket's capacity: the largest burst of updates.
@@ -176,6 +191,8 @@ pub struct UpdateData {
     pub kind: JsonKind,
     /// The size of its canonical encoding.
     pub encoded_bytes: u64,
+    /// How deep its arrays and objects nest (the data object is level 1).
+    pub depth: u32,
     /// Digest of its canonical encoding.
     pub digest: Digest,
 }
@@ -324,6 +341,10 @@ pub enum UpdateRejection {
     DataTooLarge {
         encoded_bytes: u64,
     },
+    /// The data nests deeper than [`MAX_DATA_DEPTH`].
+    DataTooDeep {
+        depth: u32,
+    },
     /// The run has no unfinished attempt.
     NoUnfinishedAttempt,
     /// The update names another attempt than the run's unfinished one.
@@ -432,6 +453,11 @@ fn check_envelope(input: &UpdateInput) -> Result<(), UpdateRejection> {
     if input.data.encoded_bytes > MAX_DATA_BYTES {
         return Err(UpdateRejection::DataTooLarge {
             encoded_bytes: input.data.encoded_bytes,
+        });
+    }
+    if input.data.depth > MAX_DATA_DEPTH {
+        return Err(UpdateRejection::DataTooDeep {
+            depth: input.data.depth,
         });
     }
     Ok(())

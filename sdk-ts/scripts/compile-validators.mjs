@@ -23,6 +23,8 @@ const ajv = new Ajv2020({
   inlineRefs: false,
   code: { source: true, esm: true, lines: false },
 });
+// client.v1's Operation lists its state-changing operations (codegen reads it).
+ajv.addKeyword({ keyword: "x-stateChanging", schemaType: "array" });
 for (const name of files) {
   const schema = JSON.parse(fs.readFileSync(path.join(dir, `${name}.v1.schema.json`), "utf8"));
   ajv.addSchema(schema);

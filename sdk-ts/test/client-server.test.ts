@@ -186,7 +186,7 @@ describe("WorkflowClient against the real server", () => {
         ["recover", "ok"],
       ],
     );
-    await rejectsWith(client.runRestart(started.receipt.runId), "illegalTransition", "rejected");
+    await rejectsWith(client.runRestart(started.receipt.runId), "restartRefused", "rejected");
   });
 
   it("restart makes a new run from a failed run's reference; the same failure again is not restarted", async () => {
@@ -200,7 +200,7 @@ describe("WorkflowClient against the real server", () => {
     assert.notEqual(restarted.receipt.newRunId, started.receipt.runId);
     const again = await settled(restarted.receipt.newRunId);
     assert.equal(again.status.run, "failed");
-    await rejectsWith(client.runRestart(restarted.receipt.newRunId), "illegalTransition", "rejected");
+    await rejectsWith(client.runRestart(restarted.receipt.newRunId), "restartRefused", "rejected");
   });
 
   it("pause, resume and cancel behave as the kernel says", async () => {
@@ -218,7 +218,7 @@ describe("WorkflowClient against the real server", () => {
     assert.equal(view.status.paused, true);
     assert.equal(view.display.status, "paused");
     assert.ok(view.display.controls.includes("resume"));
-    await rejectsWith(client.runPause(runId), "illegalTransition", "rejected");
+    await rejectsWith(client.runPause(runId), "alreadyPaused", "rejected");
 
     const resumed = await client.runResume(runId);
     assert.equal(resumed.outcome, "accepted");
@@ -226,7 +226,7 @@ describe("WorkflowClient against the real server", () => {
       const next = await client.runView(runId);
       return !next.status.paused && next.display.status === "running" && next.display.currentNode === "a" ? next : undefined;
     });
-    await rejectsWith(client.runResume(runId), "illegalTransition", "rejected");
+    await rejectsWith(client.runResume(runId), "notResumable", "rejected");
 
     const cancelled = await client.runCancel(runId);
     assert.equal(cancelled.outcome, "accepted");

@@ -302,7 +302,7 @@ describe("node execution (in process)", () => {
     assert.ok(request.prompt.text.includes('\nExpected output: { "steps": string[] }\n'));
     assert.equal(request.contract.expectedOutput, '{ "steps": string[] }');
     const headless = stubChannel((type) =>
-      type === "interaction.requested" ? { outcome: "rejected", error: { code: "illegalTransition", message: "a headless run has no origin session; agent steps run in the runner's own Pi process" } } : undefined,
+      type === "interaction.requested" ? { outcome: "rejected", error: { code: "noOriginSession", message: "a headless run has no origin session; agent steps run in the runner's own Pi process" } } : undefined,
     );
     await run(headless.channel);
     const failed = headless.sent.at(-1) as { type: string; error: { message: string } };

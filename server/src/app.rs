@@ -174,9 +174,16 @@ impl App {
                     at_ms,
                     reason,
                 } => self.timers.wake(self, run_id, at_ms, reason),
-                Output::SpawnValidator { .. } | Output::BuildTerminalMessage { .. } => {}
                 Output::Schedule => self.scheduler.notify(),
-                Output::RequestRetentionSweep => {}
+                Output::SpawnValidator { .. }
+                | Output::BuildTerminalMessage { .. }
+                | Output::RequestRetentionSweep => {
+                    if let Some(name) = unperformed(&output) {
+                        crate::log::line(&format!(
+                            "the kernel asked for {name}, which this server version does not perform yet"
+                        ));
+                    }
+                }
             }
         }
     }
@@ -234,6 +241,24 @@ impl App {
     }
 }
 
+/// The name of a kernel output that nothing performs yet (later issues
+/// implement them; `unperformed_outputs_are_listed` pins the list so it
+/// only shrinks), or `None` for the outputs [`App::perform`] performs.
+pub fn unperformed(output: &Output) -> Option<&'static str> {
+    match output {
+        Output::SpawnValidator { .. } => Some("SpawnValidator"),
+        Output::BuildTerminalMessage { .. } => Some("BuildTerminalMessage"),
+        Output::RequestRetentionSweep => Some("RequestRetentionSweep"),
+        Output::Event { .. }
+        | Output::SpawnRunner { .. }
+        | Output::StopRunner { .. }
+        | Output::PublishRun { .. }
+        | Output::PublishSession { .. }
+        | Output::Wake { .. }
+        | Output::Schedule => None,
+    }
+}
+
 /// A command in flight; dropping it lets `stop` proceed.
 #[derive(Debug)]
 pub struct InFlight {
@@ -278,4 +303,45 @@ async fn take_epoch(
             }
             other => StartError::State(other),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernel::ids::{InteractionId, RunId, SubmissionId};
+
+    /// Kernel outputs that nothing performs yet. Each is logged when emitted;
+    /// this list only shrinks as later issues implement them.
+    #[test]
+    fn unperformed_outputs_are_listed() {
+        let run_id = RunId::new("r");
+        let every_unperformed_kind = [
+            Output::SpawnValidator {
+                run_id: run_id.clone(),
+                interaction_id: InteractionId::new("i"),
+                submission_id: SubmissionId::new("s"),
+            },
+            Output::BuildTerminalMessage {
+                run_id: run_id.clone(),
+            },
+            Output::RequestRetentionSweep,
+            Output::Schedule,
+            Output::PublishRun {
+                run_id,
+                revision: kernel::ids::Revision(1),
+            },
+        ];
+        let names: Vec<&str> = every_unperformed_kind
+            .iter()
+            .filter_map(unperformed)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "SpawnValidator",
+                "BuildTerminalMessage",
+                "RequestRetentionSweep"
+            ]
+        );
+    }
 }

@@ -66,8 +66,7 @@ fn reserve(
         .unwrap_or_default()
         .to_owned();
     let Some(fingerprint) = parse_digest(value.get("requestDigest").and_then(Value::as_str)) else {
-        return Ok(Err(Refusal::new(
-            "schemaInvalid",
+        return Ok(Err(Refusal::invalid(
             "requestDigest is not a sha256 digest",
         )));
     };
@@ -192,34 +191,7 @@ fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<V
 }
 
 fn refusal(rejection: EffectRejection) -> Refusal {
-    match rejection {
-        EffectRejection::Run { run } => run.into(),
-        EffectRejection::NotActiveAttempt => {
-            Refusal::wrong_attempt("illegalTransition", "not the active attempt")
-        }
-        EffectRejection::FingerprintConflict { .. } => Refusal::new(
-            "conflict",
-            "the effect key was reserved with another request",
-        ),
-        EffectRejection::Ambiguous { .. } => Refusal::new(
-            "illegalTransition",
-            "the effect may have applied; it needs an explicit effect.recover",
-        ),
-        EffectRejection::Cancelled { .. } => {
-            Refusal::new("cancelled", "the effect was cancelled with its run")
-        }
-        EffectRejection::NotFound { .. } => {
-            Refusal::new("notFound", "the run has no effect with this id")
-        }
-        EffectRejection::AlreadyApplying { .. }
-        | EffectRejection::NotApplying { .. }
-        | EffectRejection::SettleConflict { .. }
-        | EffectRejection::NotAmbiguous { .. }
-        | EffectRejection::RetryAfterTerminal { .. } => Refusal::new(
-            "illegalTransition",
-            "the effect cannot do that in its current state",
-        ),
-    }
+    Refusal::of(&rejection)
 }
 
 /// Loads one effect row by id (any state).

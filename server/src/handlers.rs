@@ -13,7 +13,6 @@
 
 use crate::app::App;
 use crate::resolver;
-use crate::runner_channel::rejection_error;
 use crate::socket::Outbox;
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
@@ -27,8 +26,8 @@ use kernel::receipt::{
     self, CommandIdentity, CommandOperation, CommandOutcome, Incoming, ReceiptDecision,
 };
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
-use protocol::RequestPayload;
 use protocol::generated::types::ClientMessage;
+use protocol::{ErrorCode, RequestPayload};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -40,7 +39,7 @@ pub fn response(
     outcome: &str,
     revision: Option<u64>,
     receipt: Option<Value>,
-    error: Option<(&str, String)>,
+    error: Option<(ErrorCode, String)>,
 ) -> Value {
     let mut value = json!({
         "schema": "pi-workflows.client.v1",
@@ -56,8 +55,7 @@ pub fn response(
         value["receipt"] = receipt;
     }
     if let Some((code, message)) = error {
-        value["error"] =
-            json!({ "code": code, "message": message.chars().take(512).collect::<String>() });
+        value["error"] = json!({ "code": code.to_string(), "message": message.chars().take(512).collect::<String>() });
     }
     value
 }
@@ -105,7 +103,7 @@ pub async fn handle(
                         None,
                         None,
                         Some((
-                            "unavailable",
+                            ErrorCode::Unavailable,
                             "the server is stopping; retry after it restarts".into(),
                         )),
                     );
@@ -216,7 +214,7 @@ async fn dispatch(
             None,
             None,
             Some((
-                "unavailable",
+                ErrorCode::Unavailable,
                 "this operation is not available in this server version".into(),
             )),
         ),
@@ -229,7 +227,7 @@ struct Executed {
     outcome: CommandOutcome,
     revision: Option<Revision>,
     receipt: Option<Value>,
-    error: Option<(&'static str, String)>,
+    error: Option<(protocol::ErrorCode, String)>,
     outputs: Vec<Output>,
 }
 
@@ -244,7 +242,11 @@ impl Executed {
         }
     }
 
-    fn refused(outcome: CommandOutcome, code: &'static str, message: impl Into<String>) -> Self {
+    fn refused(
+        outcome: CommandOutcome,
+        code: protocol::ErrorCode,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             outcome,
             revision: None,
@@ -254,14 +256,10 @@ impl Executed {
         }
     }
 
-    fn rejected(rejection: &run::Rejection) -> Self {
-        let (code, message) = rejection_error(rejection);
-        let outcome = match rejection {
-            run::Rejection::ClaimLost { .. }
-            | run::Rejection::ClaimHeld { .. }
-            | run::Rejection::StaleRunner => CommandOutcome::ClaimLost,
-            _ => CommandOutcome::Rejected,
-        };
+    /// A kernel rejection: its code, message and outcome come from the
+    /// kernel (`kernel::reject`), never from a table here.
+    fn rejected<R: kernel::reject::Coded>(rejection: &R) -> Self {
+        let (code, message, outcome) = crate::wire::rejection(rejection);
         Self::refused(outcome, code, message)
     }
 }
@@ -282,7 +280,7 @@ fn identity(request: &Request) -> Result<Identity, Value> {
             None,
             None,
             Some((
-                "schemaInvalid",
+                ErrorCode::SchemaInvalid,
                 "state-changing requests need an idempotencyKey".into(),
             )),
         ));
@@ -310,7 +308,7 @@ fn identity(request: &Request) -> Result<Identity, Value> {
 
 /// The stored body of a receipt: what a retry's response repeats.
 fn receipt_body(executed: &Executed) -> Value {
-    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code, "message": message})) })
+    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code.to_string(), "message": message})) })
 }
 
 /// Looks up the stored receipt of a command: `Some(response)` when it is
@@ -345,7 +343,7 @@ fn lookup(
             None,
             None,
             Some((
-                "conflict",
+                ErrorCode::Conflict,
                 "this idempotency key or request id was already used for another request".into(),
             )),
         )),
@@ -373,7 +371,7 @@ fn lookup(
                 None,
             );
             if let Some((code, message)) = error {
-                value["error"] = json!({ "code": code, "message": message });
+                value["error"] = json!({ "code": code.to_string(), "message": message });
             }
             Some(value)
         }
@@ -409,7 +407,7 @@ where
                 None,
             );
             if let Some((code, message)) = &executed.error {
-                value["error"] = json!({ "code": code, "message": message });
+                value["error"] = json!({ "code": code.to_string(), "message": message });
             }
             let body_text = serde_json::to_string(&body).unwrap_or_default();
             let digest = crate::ids::sha256(body_text.as_bytes());
@@ -458,7 +456,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
             "rejected",
             None,
             None,
-            Some(("schemaInvalid", "incomplete run.start".into())),
+            Some((ErrorCode::SchemaInvalid, "incomplete run.start".into())),
         );
     };
     let origin = text("originSessionId");
@@ -475,7 +473,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
                 None,
                 None,
                 Some((
-                    "schemaInvalid",
+                    ErrorCode::SchemaInvalid,
                     "interactive runs need originSessionId; headless runs take none".into(),
                 )),
             );
@@ -581,7 +579,10 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
             "rejected",
             None,
             None,
-            Some(("schemaInvalid", "this operation needs a runId".into())),
+            Some((
+                ErrorCode::SchemaInvalid,
+                "this operation needs a runId".into(),
+            )),
         );
     };
     let job_app = app.clone();
@@ -597,7 +598,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
         let Some(before) = runs::load(connection, &run_id)? else {
             return Ok(Executed::refused(
                 CommandOutcome::NotFound,
-                "notFound",
+                ErrorCode::NotFound,
                 "no run with this id; check `pi-workflows runs`",
             ));
         };
@@ -606,7 +607,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
         {
             return Ok(Executed::refused(
                 CommandOutcome::Rejected,
-                "staleRevision",
+                ErrorCode::StaleRevision,
                 format!(
                     "the run is at revision {}; reload it and retry",
                     before.run.revision.0
@@ -648,7 +649,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
             }
             Ok(None) => Ok(Executed::refused(
                 CommandOutcome::Rejected,
-                "illegalTransition",
+                ErrorCode::IllegalTransition,
                 "unknown command",
             )),
             Err(rejection) => Ok(Executed::rejected(&rejection)),
@@ -678,7 +679,7 @@ fn restart(
     ) else {
         return Ok(Executed::refused(
             CommandOutcome::NotFound,
-            "notFound",
+            ErrorCode::NotFound,
             "no run with this id; check `pi-workflows runs`",
         ));
     };
@@ -737,7 +738,7 @@ fn answer_checkpoint(
     let (Some(answer), Some(meta)) = (answer, meta::load(connection, &parent.run.run_id)?) else {
         return Ok(Executed::refused(
             CommandOutcome::Rejected,
-            "schemaInvalid",
+            ErrorCode::SchemaInvalid,
             "checkpoint.answer needs an answer",
         ));
     };
@@ -829,13 +830,13 @@ fn answer_checkpoint(
         Err(kernel::decision::DecisionRejection::IncompatibleContinuation { .. }) => {
             Ok(Executed::refused(
                 CommandOutcome::Rejected,
-                "conflict",
+                ErrorCode::Conflict,
                 "the checkpoint was already answered with another answer",
             ))
         }
         Err(_) => Ok(Executed::refused(
             CommandOutcome::Rejected,
-            "illegalTransition",
+            ErrorCode::IllegalTransition,
             "this checkpoint needs a verified human decision (`pi-workflows answer` is for ordinary checkpoints)",
         )),
     }
@@ -868,7 +869,7 @@ fn not_found(request: &Request, message: &str) -> Value {
         "notFound",
         None,
         None,
-        Some(("notFound", message.into())),
+        Some((ErrorCode::NotFound, message.into())),
     )
 }
 
@@ -880,7 +881,7 @@ fn unavailable(request: &Request) -> Value {
         None,
         None,
         Some((
-            "internal",
+            ErrorCode::Internal,
             "the state database could not be read; retry".into(),
         )),
     )
@@ -987,7 +988,7 @@ async fn view_content(app: &Arc<App>, request: &Request) -> Value {
             "unavailable",
             None,
             None,
-            Some(("contentUnavailable", message.into())),
+            Some((ErrorCode::ContentUnavailable, message.into())),
         ),
         Err(_) => unavailable(request),
     }
@@ -1056,7 +1057,7 @@ async fn subscribe(
             None,
             None,
             Some((
-                "rateLimited",
+                ErrorCode::RateLimited,
                 format!(
                     "this connection already holds {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first"
                 ),

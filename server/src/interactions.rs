@@ -10,9 +10,7 @@ use crate::store::blobs::Blob;
 use crate::store::meta;
 use crate::supervisor::Runner;
 use kernel::ids::{AttemptId, InteractionId, MessageId};
-use kernel::interaction::{
-    self, InteractionKind, InteractionRejection, RequestProposal, Requested,
-};
+use kernel::interaction::{self, InteractionKind, RequestProposal, Requested};
 use kernel::run::RunAggregate;
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -100,32 +98,7 @@ pub(crate) fn requested(
                 json!({ "interactionId": record.interaction_id.0 }),
                 None,
             )),
-            Err(InteractionRejection::Run { rejection }) => Err(rejection.into()),
-            Err(InteractionRejection::Headless) => Err(Refusal::new(
-                "illegalTransition",
-                "a headless run has no origin session; agent steps run in the runner's own Pi process",
-            )),
-            Err(InteractionRejection::NotActiveAttempt { .. }) => Err(Refusal::wrong_attempt(
-                "illegalTransition",
-                "not the active attempt",
-            )),
-            Err(InteractionRejection::RequestConflict { .. }) => Err(Refusal::new(
-                "conflict",
-                "the attempt already has another request",
-            )),
-            // The rest concern submissions from the origin session, not a
-            // runner's request.
-            Err(
-                InteractionRejection::UnknownInteraction { .. }
-                | InteractionRejection::NotSubmittedOutput
-                | InteractionRejection::SubmissionConflict { .. }
-                | InteractionRejection::NotPending { .. }
-                | InteractionRejection::ValidationInProgress { .. }
-                | InteractionRejection::StaleVerdict { .. },
-            ) => Err(Refusal::new(
-                "illegalTransition",
-                "the request cannot do that in its current state",
-            )),
+            Err(rejection) => Err(Refusal::of(&rejection)),
         },
     )
 }

@@ -39,3 +39,4 @@ pub mod transfer;
 pub mod updates;
 pub mod view;
 pub mod views;
+pub mod wire;

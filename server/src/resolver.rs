@@ -9,6 +9,7 @@ use crate::app::App;
 use crate::process;
 use kernel::topology::Topology;
 use nix::sys::signal::Signal;
+use protocol::ErrorCode;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -35,12 +36,12 @@ pub struct Resolved {
 /// Why resolution failed: a closed code and a one-line safe message.
 #[derive(Clone, Debug)]
 pub struct ResolveError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl ResolveError {
-    fn new(code: &'static str, message: impl Into<String>) -> Self {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -68,20 +69,20 @@ pub async fn resolve(
     });
     let frame = crate::runner_channel::frame_of(&launch).ok_or_else(|| {
         ResolveError::new(
-            "frameTooLarge",
+            ErrorCode::FrameTooLarge,
             "the workflow input does not fit one 1 MiB frame",
         )
     })?;
     let (program, args) = app.config.runner_command.split_first().ok_or_else(|| {
         ResolveError::new(
-            "unavailable",
+            ErrorCode::Unavailable,
             "no runner program is configured; set PI_WORKFLOWS_RUNNER",
         )
     })?;
     let (stderr, log) = app
         .runner_logs
         .open(&run_id)
-        .map_err(|_| ResolveError::new("unavailable", "cannot open the resolver log"))?;
+        .map_err(|_| ResolveError::new(ErrorCode::Unavailable, "cannot open the resolver log"))?;
     let directory = std::path::PathBuf::from(project_path);
     let mut child = Command::new(program)
         .args(args)
@@ -91,7 +92,7 @@ pub async fn resolve(
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
-        .map_err(|_| ResolveError::new("unavailable", "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows"))?;
+        .map_err(|_| ResolveError::new(ErrorCode::Unavailable, "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows"))?;
     log.start();
     let identity = child.id().and_then(process::identity);
     let mut stdin = child.stdin.take();
@@ -106,17 +107,17 @@ pub async fn resolve(
             match tokio::time::timeout(deadline, frames.next()).await {
                 Ok(Some(Ok(bytes))) => decode(&bytes),
                 Ok(_) => Err(ResolveError::new(
-                    "validationFailed",
+                    ErrorCode::ValidationFailed,
                     "the workflow runner exited without resolving the workflow (see the runner log)",
                 )),
                 Err(_) => Err(ResolveError::new(
-                    "timedOut",
+                    ErrorCode::TimedOut,
                     "the workflow runner did not resolve the workflow in time",
                 )),
             }
         }
         None => Err(ResolveError::new(
-            "unavailable",
+            ErrorCode::Unavailable,
             "cannot read from the workflow runner",
         )),
     };
@@ -129,26 +130,33 @@ pub async fn resolve(
 }
 
 fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
-    let message = protocol::decode_runner_frame(bytes)
-        .map_err(|_| ResolveError::new("internal", "the workflow runner sent an invalid frame"))?;
+    let message = protocol::decode_runner_frame(bytes).map_err(|_| {
+        ResolveError::new(
+            ErrorCode::Internal,
+            "the workflow runner sent an invalid frame",
+        )
+    })?;
     let value = serde_json::to_value(&message).unwrap_or(Value::Null);
     match value.get("type").and_then(Value::as_str) {
         Some("resolve.result") => {
             let topology_value = value.get("topology").cloned().unwrap_or(Value::Null);
             let topology: Topology =
                 serde_json::from_value(topology_value.clone()).map_err(|_| {
-                    ResolveError::new("validationFailed", "the workflow graph could not be read")
+                    ResolveError::new(
+                        ErrorCode::ValidationFailed,
+                        "the workflow graph could not be read",
+                    )
                 })?;
             topology.validate().map_err(|_| {
                 ResolveError::new(
-                    "validationFailed",
+                    ErrorCode::ValidationFailed,
                     "the workflow graph is invalid (check startAt, edges and reachability)",
                 )
             })?;
             if crate::view::graph_projection_bytes(&topology) > crate::view::GRAPH_PROJECTION_BYTES
             {
                 return Err(ResolveError::new(
-                    "validationFailed",
+                    ErrorCode::ValidationFailed,
                     "the workflow graph is too large to show: its nodes and edges take more than 256 KiB in a run view; use fewer nodes or switch cases",
                 ));
             }
@@ -165,10 +173,10 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
         }
         Some("resolve.failed") => {
             let code = match value.get("code").and_then(Value::as_str) {
-                Some("sourceNotFound") => "notFound",
-                Some("invalidInput") => "validationFailed",
-                Some("sourceChanged") => "sourceChanged",
-                _ => "validationFailed",
+                Some("sourceNotFound") => ErrorCode::NotFound,
+                Some("invalidInput") => ErrorCode::ValidationFailed,
+                Some("sourceChanged") => ErrorCode::SourceChanged,
+                _ => ErrorCode::ValidationFailed,
             };
             let detail = value
                 .get("message")
@@ -177,7 +185,7 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
             Err(ResolveError::new(code, bounded(detail)))
         }
         _ => Err(ResolveError::new(
-            "internal",
+            ErrorCode::Internal,
             "the workflow runner answered with an unexpected message",
         )),
     }

@@ -26,6 +26,7 @@ use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
 use kernel::ids::{AttemptId, Digest, Generation, RunId, RunnerEpochId};
 use kernel::output::{LaunchCommand, Output, StopReason, Transition};
 use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
+use kernel::reject::Coded;
 use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
@@ -210,8 +211,8 @@ fn reply(
     reply
 }
 
-fn with_error(mut reply: Value, code: &str, message: &str) -> Value {
-    reply["error"] = json!({ "code": code, "message": message });
+fn with_error(mut reply: Value, code: impl std::fmt::Display, message: &str) -> Value {
+    reply["error"] = json!({ "code": code.to_string(), "message": message });
     reply
 }
 
@@ -242,127 +243,43 @@ fn exit_reason(reason: ExitReason) -> &'static str {
     }
 }
 
-/// The wire error code and static message of a kernel rejection (one arm per
-/// rejection, so a new one needs its own words).
-pub fn rejection_error(rejection: &Rejection) -> (&'static str, &'static str) {
-    use kernel::run::RestartRefusal;
-    const STATE: &str = "the run cannot do that in its current state";
-    match rejection {
-        Rejection::ClaimLost { .. } | Rejection::ClaimHeld { .. } | Rejection::StaleRunner => (
-            "claimLost",
-            "another generation owns the run or the claim expired",
-        ),
-        Rejection::Terminal { .. } => ("terminal", "the run already ended"),
-        Rejection::Paused => ("paused", "the run is paused"),
-        Rejection::StaleAttempt | Rejection::ResultMismatch => {
-            ("illegalTransition", "not the active attempt")
-        }
-        Rejection::AlreadyPaused => ("illegalTransition", "the run is already paused"),
-        Rejection::NotResumable => (
-            "illegalTransition",
-            "the run is neither paused nor parked for review, so there is nothing to resume",
-        ),
-        Rejection::EffectAmbiguous => (
-            "illegalTransition",
-            "an external effect of the run may have applied without a receipt; this server version cannot confirm or retry it, so cancel the run",
-        ),
-        Rejection::SessionBusy { .. } => (
-            "illegalTransition",
-            "the origin session already has an unfinished interactive run; finish or cancel it first",
-        ),
-        Rejection::RestartRefused { reason } => (
-            "illegalTransition",
-            match reason {
-                RestartRefusal::NotTerminal => {
-                    "only a failed or timed-out run can be restarted; wait until it ends"
-                }
-                RestartRefusal::Cancelled => {
-                    "a cancelled run cannot be restarted; start a new run instead"
-                }
-                RestartRefusal::Completed => {
-                    "a completed run cannot be restarted; start a new run instead"
-                }
-                RestartRefusal::LimitReached => {
-                    "the run's restart chain already has three restarts after its original run; start a new run instead"
-                }
-                RestartRefusal::RepeatedFailure => {
-                    "the run's restart chain already restarted after this same failure; fix the cause, then start a new run"
-                }
-            },
-        ),
-        Rejection::AlreadyContinued { .. } => (
-            "illegalTransition",
-            "the checkpoint was already answered with another answer",
-        ),
-        Rejection::IllegalTransition { .. }
-        | Rejection::UnfinishedAttempt
-        | Rejection::RouteRecordMissing
-        | Rejection::UnknownNode { .. }
-        | Rejection::DeadlineNotReached { .. }
-        | Rejection::DeadlineAlreadyRecorded
-        | Rejection::RunnerAlreadyExited
-        | Rejection::RunnerLive { .. } => ("illegalTransition", STATE),
-    }
-}
-
-fn is_claim_loss(rejection: &Rejection) -> bool {
-    matches!(
-        rejection,
-        Rejection::ClaimLost { .. } | Rejection::ClaimHeld { .. } | Rejection::StaleRunner
-    )
-}
-
 /// Why a runner message was refused: a closed wire code, a static message,
 /// whether the runner lost its claim (then it must exit), and the protocol
 /// check it failed, if any (then the run is parked `protocolRejected`).
 #[derive(Debug)]
 pub struct Refusal {
-    pub code: &'static str,
+    pub code: protocol::ErrorCode,
     pub message: &'static str,
     pub claim_lost: bool,
     pub protocol: Option<ProtocolCheck>,
 }
 
 impl Refusal {
-    /// A refusal the runner handles (its node fails or it tries otherwise).
-    pub(crate) const fn new(code: &'static str, message: &'static str) -> Self {
+    /// A message whose payload the server cannot act on (`schemaInvalid`).
+    pub(crate) fn invalid(message: &'static str) -> Self {
         Self {
-            code,
+            code: protocol::ErrorCode::SchemaInvalid,
             message,
             claim_lost: false,
             protocol: None,
         }
     }
 
-    /// A message that names an attempt the server did not dispatch to this
-    /// runner (the protocol's attempt check).
-    pub(crate) const fn wrong_attempt(code: &'static str, message: &'static str) -> Self {
+    /// The refusal of any kernel rejection: its code, message and protocol
+    /// check come from the kernel (`kernel::reject`).
+    pub(crate) fn of<R: Coded>(rejection: &R) -> Self {
         Self {
-            protocol: Some(ProtocolCheck::Attempt),
-            ..Self::new(code, message)
+            code: crate::wire::error_code(rejection.code()),
+            message: rejection.message(),
+            claim_lost: rejection.is_claim_loss(),
+            protocol: rejection.protocol_check(),
         }
-    }
-
-    /// A message whose payload the server cannot act on (`schemaInvalid`).
-    fn invalid(message: &'static str) -> Self {
-        Self::new("schemaInvalid", message)
     }
 }
 
 impl From<Rejection> for Refusal {
     fn from(rejection: Rejection) -> Self {
-        let (code, message) = rejection_error(&rejection);
-        let protocol = matches!(
-            rejection,
-            Rejection::StaleAttempt | Rejection::ResultMismatch
-        )
-        .then_some(ProtocolCheck::Attempt);
-        Self {
-            code,
-            message,
-            claim_lost: is_claim_loss(&rejection),
-            protocol,
-        }
+        Self::of(&rejection)
     }
 }
 
@@ -465,10 +382,10 @@ fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
         runner.send(frame);
         return;
     }
-    eprintln!(
-        "pi-workflows: an answer to run generation {} did not fit one frame; the runner gets a refusal",
+    crate::log::line(&format!(
+        "an answer to run generation {} did not fit one frame; the runner gets a refusal",
         runner.generation
-    );
+    ));
     let refusal = with_error(
         reply(runner, in_reply_to, "rejected", None, Value::Null),
         "frameTooLarge",
@@ -537,11 +454,11 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, kind: Kind, envelope: Enve
     match outcome {
         Ok(handled) => handled,
         Err(error) => {
-            eprintln!(
-                "pi-workflows: a {} message of run generation {} could not be stored: {error}",
+            crate::log::line(&format!(
+                "a {} message of run generation {} could not be stored: {error}",
                 kind.wire(),
                 runner.generation
-            );
+            ));
             Handled::only(with_error(
                 reply(runner, &message_id, "rejected", None, Value::Null),
                 "internal",

@@ -8,6 +8,7 @@ use crate::app::App;
 use crate::handlers::response;
 use crate::store::Cached as _;
 use kernel::ids::RunId;
+use protocol::ErrorCode;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -81,7 +82,10 @@ pub async fn respond(app: &Arc<App>, request_id: &str) -> Value {
             "unavailable",
             None,
             None,
-            Some(("internal", "the state database could not be read".into())),
+            Some((
+                ErrorCode::Internal,
+                "the state database could not be read".into(),
+            )),
         ),
     }
 }
@@ -95,7 +99,7 @@ pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) 
             "rejected",
             None,
             None,
-            Some(("schemaInvalid", "run.view needs a runId".into())),
+            Some((ErrorCode::SchemaInvalid, "run.view needs a runId".into())),
         );
     };
     let view = crate::view::build(app, run_id).await;
@@ -118,7 +122,7 @@ pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) 
             None,
             None,
             Some((
-                "notFound",
+                ErrorCode::NotFound,
                 "no run with this id; check `pi-workflows runs`".into(),
             )),
         ),
@@ -128,7 +132,10 @@ pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) 
             "unavailable",
             None,
             None,
-            Some(("internal", "the state database could not be read".into())),
+            Some((
+                ErrorCode::Internal,
+                "the state database could not be read".into(),
+            )),
         ),
     }
 }

@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone)]
 pub struct EncodedUpdate {
     pub kind: JsonKind,
+    /// How deep the data nests (the data object is level 1).
+    pub depth: u32,
     pub text: String,
     pub digest: Digest,
 }
@@ -39,9 +41,20 @@ impl EncodedUpdate {
         let bytes = protocol::canonicalize(data).unwrap_or_default();
         Self {
             kind,
+            depth: depth_of(data),
             digest: crate::ids::sha256(&bytes),
             text: String::from_utf8(bytes).unwrap_or_default(),
         }
+    }
+}
+
+/// The nesting depth of a JSON value: arrays and objects count one level
+/// each (a scalar is 0).
+fn depth_of(value: &Value) -> u32 {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth_of).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(depth_of).max().unwrap_or(0),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => 0,
     }
 }
 
@@ -110,6 +123,7 @@ pub(crate) fn runner_update(
         data: UpdateData {
             kind: data.kind,
             encoded_bytes: data.text.len() as u64,
+            depth: data.depth,
             digest: data.digest,
         },
     };
@@ -167,44 +181,5 @@ fn receipt_value(receipt: &UpdateReceipt) -> Value {
 }
 
 fn refusal(rejection: UpdateRejection) -> Refusal {
-    let (code, message) = match rejection {
-        UpdateRejection::Run(run) => return run.into(),
-        // A runner's update must name the attempt it was dispatched.
-        UpdateRejection::NoUnfinishedAttempt
-        | UpdateRejection::AttemptMismatch
-        | UpdateRejection::AttemptNotActive => {
-            return Refusal::wrong_attempt(
-                "illegalTransition",
-                "the update does not name the run's active attempt",
-            );
-        }
-        UpdateRejection::RateLimited { .. } => (
-            "rateLimited",
-            "updates are limited to 20 per second with a burst of 100",
-        ),
-        UpdateRejection::TooManyPairs => (
-            "rateLimited",
-            "a run holds at most 1,024 current update keys",
-        ),
-        UpdateRejection::IdempotencyConflict => {
-            ("conflict", "the idempotency key names another update")
-        }
-        UpdateRejection::InvalidType | UpdateRejection::InvalidKey => {
-            ("schemaInvalid", "invalid update type or key")
-        }
-        UpdateRejection::DataNotObject { .. } => {
-            ("schemaInvalid", "update data must be a JSON object")
-        }
-        UpdateRejection::DataTooLarge { .. } => {
-            ("schemaInvalid", "update data is limited to 64 KiB")
-        }
-        UpdateRejection::AttemptNotWaiting
-        | UpdateRejection::RequestMismatch
-        | UpdateRejection::NotAgentStep
-        | UpdateRejection::WrongSession => (
-            "illegalTransition",
-            "the update does not name the run's active attempt",
-        ),
-    };
-    Refusal::new(code, message)
+    Refusal::of(&rejection)
 }

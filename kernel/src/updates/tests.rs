@@ -64,6 +64,7 @@ fn data(byte: u8) -> UpdateData {
     UpdateData {
         kind: JsonKind::Object,
         encoded_bytes: 20,
+        depth: 1,
         digest: Digest::repeat(byte),
     }
 }
@@ -497,6 +498,31 @@ fn data_may_be_at_most_64_kib() {
         reject_input(update),
         UpdateRejection::DataTooLarge {
             encoded_bytes: MAX_DATA_BYTES + 1
+        }
+    );
+}
+
+#[test]
+fn data_nests_at_most_the_depth_its_deepest_frame_leaves() {
+    let agg = waiting(InteractionKind::SubmittedOutput);
+    let mut update = input("call-1", "overall");
+    update.data.depth = MAX_DATA_DEPTH;
+    assert!(
+        publish(
+            &agg,
+            &UpdateFacts::new(0),
+            fresh(),
+            &agent_source(),
+            update.clone(),
+            30
+        )
+        .is_ok()
+    );
+    update.data.depth = MAX_DATA_DEPTH + 1;
+    assert_eq!(
+        reject_input(update),
+        UpdateRejection::DataTooDeep {
+            depth: MAX_DATA_DEPTH + 1
         }
     );
 }

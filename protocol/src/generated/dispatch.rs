@@ -582,3 +582,22 @@ pub fn parse_response_receipt(
         },
     )
 }
+impl types::Operation {
+    /// Whether the operation changes state and stores a durable receipt
+    /// (`x-stateChanging` in `client.v1`).
+    pub const fn is_state_changing(self) -> bool {
+        matches!(
+            self, types::Operation::RunStart | types::Operation::RunPause |
+            types::Operation::RunResume | types::Operation::RunCancel |
+            types::Operation::RunRestart | types::Operation::CheckpointAnswer |
+            types::Operation::DecisionAnswer | types::Operation::InteractionUpdate |
+            types::Operation::InteractionSubmit | types::Operation::EffectRecover |
+            types::Operation::SettingsUpdate | types::Operation::FollowUpAdd |
+            types::Operation::FollowUpCancel | types::Operation::ResourceApply |
+            types::Operation::ResourceReconcile | types::Operation::ResourceDelete |
+            types::Operation::ServerStop | types::Operation::SessionViewClearTerminal |
+            types::Operation::StateBackup | types::Operation::StatePrune |
+            types::Operation::ChannelReload | types::Operation::ChannelRecover
+        )
+    }
+}

@@ -1767,6 +1767,22 @@ pub enum ErrorCode {
     Terminal,
     #[serde(rename = "illegalTransition")]
     IllegalTransition,
+    #[serde(rename = "alreadyPaused")]
+    AlreadyPaused,
+    #[serde(rename = "notResumable")]
+    NotResumable,
+    #[serde(rename = "restartRefused")]
+    RestartRefused,
+    #[serde(rename = "effectAmbiguous")]
+    EffectAmbiguous,
+    #[serde(rename = "sessionBusy")]
+    SessionBusy,
+    #[serde(rename = "staleAttempt")]
+    StaleAttempt,
+    #[serde(rename = "noOriginSession")]
+    NoOriginSession,
+    #[serde(rename = "decisionRequired")]
+    DecisionRequired,
     #[serde(rename = "rateLimited")]
     RateLimited,
     #[serde(rename = "contentUnavailable")]
@@ -1804,6 +1820,14 @@ impl ::std::fmt::Display for ErrorCode {
             Self::Paused => f.write_str("paused"),
             Self::Terminal => f.write_str("terminal"),
             Self::IllegalTransition => f.write_str("illegalTransition"),
+            Self::AlreadyPaused => f.write_str("alreadyPaused"),
+            Self::NotResumable => f.write_str("notResumable"),
+            Self::RestartRefused => f.write_str("restartRefused"),
+            Self::EffectAmbiguous => f.write_str("effectAmbiguous"),
+            Self::SessionBusy => f.write_str("sessionBusy"),
+            Self::StaleAttempt => f.write_str("staleAttempt"),
+            Self::NoOriginSession => f.write_str("noOriginSession"),
+            Self::DecisionRequired => f.write_str("decisionRequired"),
             Self::RateLimited => f.write_str("rateLimited"),
             Self::ContentUnavailable => f.write_str("contentUnavailable"),
             Self::DigestMismatch => f.write_str("digestMismatch"),
@@ -1836,6 +1860,14 @@ impl ::std::str::FromStr for ErrorCode {
             "paused" => Ok(Self::Paused),
             "terminal" => Ok(Self::Terminal),
             "illegalTransition" => Ok(Self::IllegalTransition),
+            "alreadyPaused" => Ok(Self::AlreadyPaused),
+            "notResumable" => Ok(Self::NotResumable),
+            "restartRefused" => Ok(Self::RestartRefused),
+            "effectAmbiguous" => Ok(Self::EffectAmbiguous),
+            "sessionBusy" => Ok(Self::SessionBusy),
+            "staleAttempt" => Ok(Self::StaleAttempt),
+            "noOriginSession" => Ok(Self::NoOriginSession),
+            "decisionRequired" => Ok(Self::DecisionRequired),
             "rateLimited" => Ok(Self::RateLimited),
             "contentUnavailable" => Ok(Self::ContentUnavailable),
             "digestMismatch" => Ok(Self::DigestMismatch),
@@ -3475,7 +3507,7 @@ impl ::std::convert::TryFrom<::std::string::String> for NotificationKind {
         value.parse()
     }
 }
-///The closed set of client operations.
+///The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS.
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,

@@ -47,6 +47,10 @@ import type {
   ViewPage,
   ViewPagePayload,
 } from "../generated/types.js";
+import { STATE_CHANGING_OPERATIONS } from "../generated/types.js";
+
+/** Operations that store a durable receipt (generated from client.v1's `x-stateChanging`): they get an idempotency key by default. */
+export { STATE_CHANGING_OPERATIONS };
 import { SafeError } from "../protocol/errors.js";
 import { encodeClient } from "../protocol/messages.js";
 import { Connection, ConnectFailure } from "./connection.js";
@@ -158,34 +162,6 @@ export const COMPLETE_VIEW_ATTEMPTS = 8;
 /** The byte budget `completeRunView` asks pages for (the server's own page budget). */
 export const MAX_PAGE_BYTES = 512 * 1024;
 
-/**
- * Operations that store a durable receipt (the kernel's `CommandOperation`
- * list): they get an idempotency key by default.
- */
-export const STATE_CHANGING_OPERATIONS: ReadonlySet<Operation> = new Set<Operation>([
-  "run.start",
-  "run.pause",
-  "run.resume",
-  "run.cancel",
-  "run.restart",
-  "checkpoint.answer",
-  "decision.answer",
-  "interaction.update",
-  "interaction.submit",
-  "effect.recover",
-  "settings.update",
-  "followUp.add",
-  "followUp.cancel",
-  "resource.apply",
-  "resource.reconcile",
-  "resource.delete",
-  "server.stop",
-  "sessionView.clearTerminal",
-  "state.backup",
-  "state.prune",
-  "channel.reload",
-  "channel.recover",
-]);
 
 interface PendingRequest {
   connection: Connection;

@@ -374,10 +374,10 @@ export type EmptyReceipt = Record<string, never>;
 export type EntryId = string;
 
 /** The closed set of safe error codes. */
-export type ErrorCode = "malformedFrame" | "frameTooLarge" | "nonCanonical" | "nestingTooDeep" | "schemaInvalid" | "packageVersionMismatch" | "notFound" | "conflict" | "claimLost" | "staleRevision" | "paused" | "terminal" | "illegalTransition" | "rateLimited" | "contentUnavailable" | "digestMismatch" | "sourceChanged" | "validationFailed" | "nodeFailed" | "timedOut" | "cancelled" | "unavailable" | "internal";
+export type ErrorCode = "malformedFrame" | "frameTooLarge" | "nonCanonical" | "nestingTooDeep" | "schemaInvalid" | "packageVersionMismatch" | "notFound" | "conflict" | "claimLost" | "staleRevision" | "paused" | "terminal" | "illegalTransition" | "alreadyPaused" | "notResumable" | "restartRefused" | "effectAmbiguous" | "sessionBusy" | "staleAttempt" | "noOriginSession" | "decisionRequired" | "rateLimited" | "contentUnavailable" | "digestMismatch" | "sourceChanged" | "validationFailed" | "nodeFailed" | "timedOut" | "cancelled" | "unavailable" | "internal";
 
 /** Every value of ErrorCode, in schema order. */
-export const ErrorCodeValues: readonly ErrorCode[] = ["malformedFrame", "frameTooLarge", "nonCanonical", "nestingTooDeep", "schemaInvalid", "packageVersionMismatch", "notFound", "conflict", "claimLost", "staleRevision", "paused", "terminal", "illegalTransition", "rateLimited", "contentUnavailable", "digestMismatch", "sourceChanged", "validationFailed", "nodeFailed", "timedOut", "cancelled", "unavailable", "internal"];
+export const ErrorCodeValues: readonly ErrorCode[] = ["malformedFrame", "frameTooLarge", "nonCanonical", "nestingTooDeep", "schemaInvalid", "packageVersionMismatch", "notFound", "conflict", "claimLost", "staleRevision", "paused", "terminal", "illegalTransition", "alreadyPaused", "notResumable", "restartRefused", "effectAmbiguous", "sessionBusy", "staleAttempt", "noOriginSession", "decisionRequired", "rateLimited", "contentUnavailable", "digestMismatch", "sourceChanged", "validationFailed", "nodeFailed", "timedOut", "cancelled", "unavailable", "internal"];
 
 /** A session event type. */
 export type EventType = string;
@@ -584,7 +584,7 @@ export type NotificationKind = "progress" | "final";
 /** Every value of NotificationKind, in schema order. */
 export const NotificationKindValues: readonly NotificationKind[] = ["progress", "final"];
 
-/** The closed set of client operations. */
+/** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
 export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
 
 /** Every value of Operation, in schema order. */
@@ -1777,3 +1777,28 @@ export interface ResponseReceiptByOperation {
   "channel.recover": ChannelRecoverReceipt;
 }
 
+/** The operations that store a durable receipt (`x-stateChanging` on client.v1's Operation): they get an idempotency key. */
+export const STATE_CHANGING_OPERATIONS: ReadonlySet<Operation> = new Set<Operation>([
+  "run.start",
+  "run.pause",
+  "run.resume",
+  "run.cancel",
+  "run.restart",
+  "checkpoint.answer",
+  "decision.answer",
+  "interaction.update",
+  "interaction.submit",
+  "effect.recover",
+  "settings.update",
+  "followUp.add",
+  "followUp.cancel",
+  "resource.apply",
+  "resource.reconcile",
+  "resource.delete",
+  "server.stop",
+  "sessionView.clearTerminal",
+  "state.backup",
+  "state.prune",
+  "channel.reload",
+  "channel.recover",
+]);

@@ -628,7 +628,8 @@ export class Executor {
     }, options.expectedOutput);
     if (reply.outcome === "accepted" || reply.outcome === "adopted") return { exit: reply };
     const message = reply.error?.message ?? reply.outcome;
-    if (/headless/i.test(message)) {
+    // A closed code, never the text: the server refuses an agent step of a headless run with `noOriginSession`.
+    if (reply.error?.code === "noOriginSession") {
       throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: headless agent steps are not available yet (run it interactively from Pi)`);
     }
     throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `agent ${node.id}: the server refused the agent step request: ${message}`);

@@ -200,17 +200,17 @@ impl From<rusqlite::Error> for StoreError {
 impl StoreError {
     /// The error code and one-line message a client gets for a command this
     /// error failed: nothing of the command was stored.
-    pub fn refusal(&self) -> (&'static str, String) {
+    pub fn refusal(&self) -> (protocol::ErrorCode, String) {
         match self {
             Self::DiskFull { needed_bytes } => (
-                "unavailable",
+                protocol::ErrorCode::Unavailable,
                 format!(
                     "the disk holding PI_WORKFLOWS_HOME is full, so nothing was stored; free at least {} MiB there",
                     disk::mebibytes(*needed_bytes)
                 ),
             ),
             _ => (
-                "internal",
+                protocol::ErrorCode::Internal,
                 "the state database failed; retry the same request".into(),
             ),
         }

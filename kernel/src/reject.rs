@@ -1,0 +1,400 @@
+//! Rejections are wire codes: every rejection enum of the kernel names its
+//! closed wire code, its static message and the protocol check a runner
+//! failed with it, in one exhaustive `match` per enum.
+//!
+//! Invariants:
+//! - No catch-all arm: a new rejection variant does not compile until it has
+//!   its code here. [`WireCode`] is generated from `common.v1`'s `ErrorCode`
+//!   (`kernel/src/generated.rs`), and the server converts it to `protocol`'s
+//!   type with a generated exhaustive conversion, so the kernel and the wire
+//!   cannot drift.
+//! - A message is static text that names no payload, id or path; it says what
+//!   to do next where a person reads it.
+//! - The outcome follows the code: `claimLost` is the transient claim-loss
+//!   outcome (nothing is stored, the runner must exit), every other code is
+//!   a durable `rejected`.
+
+use crate::decision::DecisionRejection;
+use crate::effect::EffectRejection;
+use crate::interaction::InteractionRejection;
+use crate::run::{Rejection, RestartRefusal};
+use crate::runner::ProtocolCheck;
+use crate::session::SessionRejection;
+use crate::updates::UpdateRejection;
+
+pub use crate::generated::WireCode;
+
+/// A rejection as the wire reports it.
+pub trait Coded {
+    /// The closed wire code.
+    fn code(&self) -> WireCode;
+    /// A static, safe message.
+    fn message(&self) -> &'static str;
+    /// The runner-protocol check the message failed, if this rejection
+    /// means the runner broke the protocol (the run is then parked
+    /// `protocolRejected`).
+    fn protocol_check(&self) -> Option<ProtocolCheck>;
+    /// Whether the writer lost its claim (the outcome is `claimLost`).
+    fn is_claim_loss(&self) -> bool {
+        self.code() == WireCode::ClaimLost
+    }
+}
+
+const STATE: &str = "the run cannot do that in its current state";
+const CLAIM_LOST: &str = "another generation owns the run or the claim expired";
+const NOT_ACTIVE: &str = "not the active attempt";
+
+impl Coded for Rejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::ClaimLost { .. } | Self::ClaimHeld { .. } | Self::StaleRunner => {
+                WireCode::ClaimLost
+            }
+            Self::Terminal { .. } => WireCode::Terminal,
+            Self::Paused => WireCode::Paused,
+            Self::StaleAttempt | Self::ResultMismatch => WireCode::StaleAttempt,
+            Self::AlreadyPaused => WireCode::AlreadyPaused,
+            Self::NotResumable => WireCode::NotResumable,
+            Self::EffectAmbiguous => WireCode::EffectAmbiguous,
+            Self::SessionBusy { .. } => WireCode::SessionBusy,
+            Self::RestartRefused { .. } => WireCode::RestartRefused,
+            Self::AlreadyContinued { .. } => WireCode::Conflict,
+            Self::IllegalTransition { .. }
+            | Self::UnfinishedAttempt
+            | Self::RouteRecordMissing
+            | Self::UnknownNode { .. }
+            | Self::DeadlineNotReached { .. }
+            | Self::DeadlineAlreadyRecorded
+            | Self::RunnerAlreadyExited
+            | Self::RunnerLive { .. } => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::ClaimLost { .. } | Self::ClaimHeld { .. } | Self::StaleRunner => CLAIM_LOST,
+            Self::Terminal { .. } => "the run already ended",
+            Self::Paused => "the run is paused",
+            Self::StaleAttempt | Self::ResultMismatch => NOT_ACTIVE,
+            Self::AlreadyPaused => "the run is already paused",
+            Self::NotResumable => {
+                "the run is neither paused nor parked for review, so there is nothing to resume"
+            }
+            Self::EffectAmbiguous => {
+                "an external effect of the run may have applied without a receipt; this server version cannot confirm or retry it, so cancel the run"
+            }
+            Self::SessionBusy { .. } => {
+                "the origin session already has an unfinished interactive run; finish or cancel it first"
+            }
+            Self::RestartRefused { reason } => reason.message(),
+            Self::AlreadyContinued { .. } => {
+                "the checkpoint was already answered with another answer"
+            }
+            Self::IllegalTransition { .. }
+            | Self::UnfinishedAttempt
+            | Self::RouteRecordMissing
+            | Self::UnknownNode { .. }
+            | Self::DeadlineNotReached { .. }
+            | Self::DeadlineAlreadyRecorded
+            | Self::RunnerAlreadyExited
+            | Self::RunnerLive { .. } => STATE,
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::StaleAttempt | Self::ResultMismatch => Some(ProtocolCheck::Attempt),
+            Self::Terminal { .. }
+            | Self::IllegalTransition { .. }
+            | Self::ClaimLost { .. }
+            | Self::ClaimHeld { .. }
+            | Self::AlreadyPaused
+            | Self::Paused
+            | Self::NotResumable
+            | Self::EffectAmbiguous
+            | Self::SessionBusy { .. }
+            | Self::StaleRunner
+            | Self::RestartRefused { .. }
+            | Self::AlreadyContinued { .. }
+            | Self::UnfinishedAttempt
+            | Self::RouteRecordMissing
+            | Self::UnknownNode { .. }
+            | Self::DeadlineNotReached { .. }
+            | Self::DeadlineAlreadyRecorded
+            | Self::RunnerAlreadyExited
+            | Self::RunnerLive { .. } => None,
+        }
+    }
+}
+
+impl RestartRefusal {
+    /// What the person who asked for the restart can do instead.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::NotTerminal => {
+                "only a failed or timed-out run can be restarted; wait until it ends"
+            }
+            Self::Cancelled => "a cancelled run cannot be restarted; start a new run instead",
+            Self::Completed => "a completed run cannot be restarted; start a new run instead",
+            Self::LimitReached => {
+                "the run's restart chain already has three restarts after its original run; start a new run instead"
+            }
+            Self::RepeatedFailure => {
+                "the run's restart chain already restarted after this same failure; fix the cause, then start a new run"
+            }
+        }
+    }
+}
+
+impl Coded for DecisionRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::Run { run } => run.code(),
+            Self::IncompatibleContinuation { .. } | Self::AlreadyDecided => WireCode::Conflict,
+            Self::Paused => WireCode::Paused,
+            Self::ProtectedDecision { .. } => WireCode::DecisionRequired,
+            Self::NotThisCheckpoint
+            | Self::DeadlinePassed { .. }
+            | Self::Cancelled
+            | Self::Expired
+            | Self::NotDue { .. }
+            | Self::NotAccepted => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Run { run } => run.message(),
+            Self::IncompatibleContinuation { .. } => {
+                "the checkpoint was already answered with another answer"
+            }
+            Self::AlreadyDecided => "the decision was already answered",
+            Self::Paused => "the run is paused; resume it before answering",
+            Self::ProtectedDecision { .. } => {
+                "this checkpoint needs a verified human decision (`pi-workflows answer` is for ordinary checkpoints)"
+            }
+            Self::NotThisCheckpoint => "the decision does not belong to this checkpoint",
+            Self::DeadlinePassed { .. } | Self::Expired => "the decision's deadline has passed",
+            Self::Cancelled => "the decision was cancelled with its run",
+            Self::NotDue { .. } => "the decision's deadline has not passed yet",
+            Self::NotAccepted => "the decision cannot do that in its current state",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::Run { run } => run.protocol_check(),
+            Self::NotThisCheckpoint
+            | Self::DeadlinePassed { .. }
+            | Self::AlreadyDecided
+            | Self::Cancelled
+            | Self::Expired
+            | Self::Paused
+            | Self::NotDue { .. }
+            | Self::NotAccepted
+            | Self::ProtectedDecision { .. }
+            | Self::IncompatibleContinuation { .. } => None,
+        }
+    }
+}
+
+impl Coded for EffectRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::Run { run } => run.code(),
+            Self::NotActiveAttempt => WireCode::StaleAttempt,
+            Self::FingerprintConflict { .. } => WireCode::Conflict,
+            Self::Ambiguous { .. } => WireCode::EffectAmbiguous,
+            Self::Cancelled { .. } => WireCode::Cancelled,
+            Self::NotFound { .. } => WireCode::NotFound,
+            Self::AlreadyApplying { .. }
+            | Self::NotApplying { .. }
+            | Self::SettleConflict { .. }
+            | Self::NotAmbiguous { .. }
+            | Self::RetryAfterTerminal { .. } => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Run { run } => run.message(),
+            Self::NotActiveAttempt => NOT_ACTIVE,
+            Self::FingerprintConflict { .. } => "the effect key was reserved with another request",
+            Self::Ambiguous { .. } => {
+                "the effect may have applied; it needs an explicit effect.recover"
+            }
+            Self::Cancelled { .. } => "the effect was cancelled with its run",
+            Self::NotFound { .. } => "the run has no effect with this id",
+            Self::AlreadyApplying { .. }
+            | Self::NotApplying { .. }
+            | Self::SettleConflict { .. }
+            | Self::NotAmbiguous { .. }
+            | Self::RetryAfterTerminal { .. } => "the effect cannot do that in its current state",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::Run { run } => run.protocol_check(),
+            Self::NotActiveAttempt => Some(ProtocolCheck::Attempt),
+            Self::FingerprintConflict { .. }
+            | Self::AlreadyApplying { .. }
+            | Self::Ambiguous { .. }
+            | Self::Cancelled { .. }
+            | Self::NotFound { .. }
+            | Self::NotApplying { .. }
+            | Self::SettleConflict { .. }
+            | Self::NotAmbiguous { .. }
+            | Self::RetryAfterTerminal { .. } => None,
+        }
+    }
+}
+
+impl Coded for UpdateRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::Run(run) => run.code(),
+            Self::NoUnfinishedAttempt | Self::AttemptMismatch | Self::AttemptNotActive => {
+                WireCode::StaleAttempt
+            }
+            Self::RateLimited { .. } | Self::TooManyPairs => WireCode::RateLimited,
+            Self::IdempotencyConflict => WireCode::Conflict,
+            Self::InvalidType
+            | Self::InvalidKey
+            | Self::DataNotObject { .. }
+            | Self::DataTooLarge { .. }
+            | Self::DataTooDeep { .. } => WireCode::SchemaInvalid,
+            Self::AttemptNotWaiting
+            | Self::RequestMismatch
+            | Self::NotAgentStep
+            | Self::WrongSession => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Run(run) => run.message(),
+            Self::NoUnfinishedAttempt
+            | Self::AttemptMismatch
+            | Self::AttemptNotActive
+            | Self::AttemptNotWaiting
+            | Self::RequestMismatch
+            | Self::NotAgentStep
+            | Self::WrongSession => "the update does not name the run's active attempt",
+            Self::RateLimited { .. } => "updates are limited to 20 per second with a burst of 100",
+            Self::TooManyPairs => "a run holds at most 1,024 current update keys",
+            Self::IdempotencyConflict => "the idempotency key names another update",
+            Self::InvalidType | Self::InvalidKey => "invalid update type or key",
+            Self::DataNotObject { .. } => "update data must be a JSON object",
+            Self::DataTooLarge { .. } => "update data is limited to 64 KiB",
+            Self::DataTooDeep { .. } => {
+                "update data may nest at most 57 levels (the run view places it 7 levels deep in a 64-level frame)"
+            }
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::Run(run) => run.protocol_check(),
+            // A runner's update must name the attempt it was dispatched.
+            Self::NoUnfinishedAttempt | Self::AttemptMismatch | Self::AttemptNotActive => {
+                Some(ProtocolCheck::Attempt)
+            }
+            Self::IdempotencyConflict
+            | Self::InvalidType
+            | Self::InvalidKey
+            | Self::DataNotObject { .. }
+            | Self::DataTooLarge { .. }
+            | Self::DataTooDeep { .. }
+            | Self::AttemptNotWaiting
+            | Self::RequestMismatch
+            | Self::NotAgentStep
+            | Self::WrongSession
+            | Self::TooManyPairs
+            | Self::RateLimited { .. } => None,
+        }
+    }
+}
+
+impl Coded for InteractionRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::Run { rejection } => rejection.code(),
+            Self::Headless => WireCode::NoOriginSession,
+            Self::NotActiveAttempt { .. } => WireCode::StaleAttempt,
+            Self::RequestConflict { .. } | Self::SubmissionConflict { .. } => WireCode::Conflict,
+            Self::UnknownInteraction { .. } => WireCode::NotFound,
+            Self::NotSubmittedOutput
+            | Self::NotPending { .. }
+            | Self::ValidationInProgress { .. }
+            | Self::StaleVerdict { .. } => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Run { rejection } => rejection.message(),
+            Self::Headless => {
+                "a headless run has no origin session; agent steps run in the runner's own Pi process"
+            }
+            Self::NotActiveAttempt { .. } => NOT_ACTIVE,
+            Self::RequestConflict { .. } => "the attempt already has another request",
+            Self::SubmissionConflict { .. } => "the submission id names another submission",
+            Self::UnknownInteraction { .. } => "the run has no interaction with this id",
+            Self::NotSubmittedOutput
+            | Self::NotPending { .. }
+            | Self::ValidationInProgress { .. }
+            | Self::StaleVerdict { .. } => "the request cannot do that in its current state",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::Run { rejection } => rejection.protocol_check(),
+            Self::NotActiveAttempt { .. } => Some(ProtocolCheck::Attempt),
+            Self::Headless
+            | Self::RequestConflict { .. }
+            | Self::UnknownInteraction { .. }
+            | Self::NotSubmittedOutput
+            | Self::SubmissionConflict { .. }
+            | Self::NotPending { .. }
+            | Self::ValidationInProgress { .. }
+            | Self::StaleVerdict { .. } => None,
+        }
+    }
+}
+
+impl Coded for SessionRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::StaleCoordinator => WireCode::ClaimLost,
+            Self::TurnConflict { .. } => WireCode::Conflict,
+            Self::UnknownMessage { .. } | Self::RunMismatch { .. } => WireCode::NotFound,
+            Self::BranchNotReported => WireCode::IllegalTransition,
+            // The shell passed too few ids: a server defect, not the client's.
+            Self::MissingNewId => WireCode::Internal,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::StaleCoordinator => "another connection is the session's coordinator now",
+            Self::TurnConflict { .. } => "the turn id names another turn",
+            Self::UnknownMessage { .. } => "the session has no workflow message with this id",
+            Self::RunMismatch { .. } => "the message belongs to another run",
+            Self::BranchNotReported => "report the active branch first",
+            Self::MissingNewId => "the server could not number the new messages; retry",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::StaleCoordinator
+            | Self::BranchNotReported
+            | Self::UnknownMessage { .. }
+            | Self::MissingNewId
+            | Self::TurnConflict { .. }
+            | Self::RunMismatch { .. } => None,
+        }
+    }
+}

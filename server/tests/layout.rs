@@ -1,0 +1,314 @@
+//! The shape of `server/src`, read from its source text: where SQL lives,
+//! how server paths log, and the import graph between top-level modules.
+//!
+//! These are ratchets: each pins today's exceptions so that they can only
+//! shrink (a new file with SQL outside `store/`, a new module in an import
+//! cycle, or a new `eprintln!` fails), and prints the listing it checked.
+//! The source root is `$CARGO_MANIFEST_DIR/src`, read when the test runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn source_root() -> PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    Path::new(&dir).join("src")
+}
+
+/// Every `.rs` file under `dir`, as (path relative to `src`, text).
+fn sources(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            sources(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            out.push((relative, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+}
+
+/// The server's own files: not the CLI, the binary entry points or the
+/// scripted test runner.
+fn server_sources() -> Vec<(String, String)> {
+    let root = source_root();
+    let mut all = Vec::new();
+    sources(&root, &root, &mut all);
+    all.into_iter()
+        .filter(|(path, _)| {
+            !(path.starts_with("cli/") || path.starts_with("bin/") || path == "main.rs")
+        })
+        .collect()
+}
+
+/// Lines of code (comment lines dropped).
+fn code_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().filter(|line| {
+        let trimmed = line.trim_start();
+        !(trimmed.starts_with("//") || trimmed.starts_with("/*") || trimmed.starts_with('*'))
+    })
+}
+
+const SQL_MARKERS: [&str; 8] = [
+    "\"SELECT ",
+    "\"INSERT ",
+    "\"UPDATE ",
+    "\"DELETE ",
+    "\"WITH ",
+    "execute_cached(",
+    "query_row_cached(",
+    "prepare_cached(",
+];
+
+/// Files outside `store/` that still hold SQL (issue 11 moves them into
+/// `store/`; remove a file here when it has none left).
+const SQL_OUTSIDE_STORE: [&str; 12] = [
+    "effects.rs",
+    "reads.rs",
+    "recovery.rs",
+    "runner_channel.rs",
+    "scheduler.rs",
+    "serve.rs",
+    "status.rs",
+    "supervisor.rs",
+    "timers.rs",
+    "transfer.rs",
+    "updates.rs",
+    "view.rs",
+];
+
+#[test]
+fn sql_appears_only_under_store_and_the_listed_files() {
+    let mut listing = BTreeMap::new();
+    for (path, text) in server_sources() {
+        if path.starts_with("store/") {
+            continue;
+        }
+        let count = code_lines(&text)
+            .filter(|line| SQL_MARKERS.iter().any(|marker| line.contains(marker)))
+            .count();
+        if count > 0 {
+            listing.insert(path, count);
+        }
+    }
+    println!("SQL statements outside server/src/store/ (file: lines):");
+    for (path, count) in &listing {
+        println!("  {path}: {count}");
+    }
+    let unexpected: Vec<&String> = listing
+        .keys()
+        .filter(|path| !SQL_OUTSIDE_STORE.contains(&path.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "SQL belongs in server/src/store/; new SQL in {unexpected:?}"
+    );
+    let stale: Vec<&&str> = SQL_OUTSIDE_STORE
+        .iter()
+        .filter(|path| !listing.contains_key(**path))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "{stale:?} no longer hold SQL: remove them from SQL_OUTSIDE_STORE"
+    );
+}
+
+#[test]
+fn server_paths_log_through_crate_log() {
+    // `eprintln!` and `println!` panic when the stream cannot be written
+    // (a full disk under host/server.log); `crate::log::line` never does.
+    let mut offenders = Vec::new();
+    for (path, text) in server_sources() {
+        for (number, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("//") {
+                continue;
+            }
+            if ["eprintln!", "println!", "eprint!(", "print!(", "dbg!("]
+                .iter()
+                .any(|m| line.contains(m))
+            {
+                offenders.push(format!("{path}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "server paths must log with crate::log::line:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The top-level module a `crate::` path names.
+fn top_module(path: &str) -> Option<String> {
+    let name: String = path
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Every top-level module named by `crate::…` in `text`, including grouped
+/// imports (`use crate::{a, b::c}`).
+fn crate_references(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code_lines(text) {
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let end = group.find('}').unwrap_or(group.len());
+                for part in group[..end].split(',') {
+                    if let Some(module) = top_module(part.trim()) {
+                        found.insert(module);
+                    }
+                }
+            } else if let Some(module) = top_module(rest) {
+                found.insert(module);
+            }
+        }
+    }
+    found
+}
+
+/// Modules that form one import cycle today (the `App` context that every
+/// module takes). Issue 11's layout breaks it; remove a module here when it
+/// leaves the cycle.
+const IN_A_CYCLE: [&str; 17] = [
+    "app",
+    "effects",
+    "handlers",
+    "interactions",
+    "reads",
+    "resolver",
+    "runner_channel",
+    "scheduler",
+    "socket",
+    "status",
+    "store",
+    "supervisor",
+    "timers",
+    "transfer",
+    "updates",
+    "view",
+    "views",
+];
+
+/// Tarjan's strongly connected components with more than one member.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        next: usize,
+        out: Vec<BTreeSet<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, node: &'a str) {
+        s.index.insert(node, s.next);
+        s.low.insert(node, s.next);
+        s.next += 1;
+        s.stack.push(node);
+        s.on_stack.insert(node);
+        if let Some(edges) = s.graph.get(node) {
+            for next in edges {
+                let next = next.as_str();
+                if !s.graph.contains_key(next) {
+                    continue;
+                }
+                if !s.index.contains_key(next) {
+                    visit(s, next);
+                    let low = s.low[next].min(s.low[node]);
+                    s.low.insert(node, low);
+                } else if s.on_stack.contains(next) {
+                    let low = s.index[next].min(s.low[node]);
+                    s.low.insert(node, low);
+                }
+            }
+        }
+        if s.low[node] == s.index[node] {
+            let mut component = BTreeSet::new();
+            while let Some(member) = s.stack.pop() {
+                s.on_stack.remove(member);
+                component.insert(member.to_owned());
+                if member == node {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                s.out.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for node in graph.keys() {
+        if !state.index.contains_key(node.as_str()) {
+            visit(&mut state, node);
+        }
+    }
+    state.out
+}
+
+#[test]
+fn the_import_cycle_between_top_level_modules_only_shrinks() {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, text) in server_sources() {
+        let module = top_module(&path).expect("a file name");
+        let module = if module == "lib" {
+            continue;
+        } else {
+            module
+        };
+        let edges = graph.entry(module.clone()).or_default();
+        for target in crate_references(&text) {
+            if target != module {
+                edges.insert(target);
+            }
+        }
+    }
+    let found = cycles(&graph);
+    println!("import graph of server/src (top-level module -> modules it names):");
+    for (module, edges) in &graph {
+        println!(
+            "  {module} -> {}",
+            Vec::from_iter(edges.iter().cloned()).join(", ")
+        );
+    }
+    for component in &found {
+        println!(
+            "cycle ({} modules): {}",
+            component.len(),
+            Vec::from_iter(component.iter().cloned()).join(", ")
+        );
+    }
+    let in_cycles: BTreeSet<&str> = found.iter().flatten().map(String::as_str).collect();
+    let new: Vec<&&str> = in_cycles
+        .iter()
+        .filter(|module| !IN_A_CYCLE.contains(module))
+        .collect();
+    assert!(new.is_empty(), "modules newly in an import cycle: {new:?}");
+    let left: Vec<&&str> = IN_A_CYCLE
+        .iter()
+        .filter(|module| !in_cycles.contains(**module))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{left:?} left the import cycle: remove them from IN_A_CYCLE"
+    );
+}
