@@ -475,7 +475,7 @@ describe("WorkflowClient: request identity and retries", () => {
   });
 
   it("interaction.submit waits for the durable outcome without a client timeout, and a reconnect waits for the same outcome", async () => {
-    const payload = { interactionId: "i-1", attemptId: "a-1", submissionId: "sub-1", output: { answer: 42 } };
+    const payload = { interactionId: "i-1", attemptId: "a-1", submissionId: "sub-1", output: { answer: 42 }, authority: { kind: "coordinator" as const, sessionId: "s-1", coordinatorEpoch: 1 } };
     const fake = await Fake.start({
       onRequest: (request, peer, self) => {
         if (self.requests.length === 1) {
