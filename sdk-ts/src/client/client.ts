@@ -31,6 +31,7 @@ import type {
   CommandOutcome,
   ContentReference,
   InteractionSubmitPayload,
+  InteractionUpdatePayload,
   JsonValue,
   Operation,
   PageCollection,
@@ -276,6 +277,11 @@ export class WorkflowClient implements SubscriptionHost {
    */
   interactionSubmit(runId: string, payload: InteractionSubmitPayload, options: CommandOptions = {}): Promise<Accepted<"interaction.submit">> {
     return this.command("interaction.submit", runId, payload, options);
+  }
+
+  /** `interaction.update`: stores a progress update of a pending interaction (the step stays open). */
+  interactionUpdate(runId: string, payload: InteractionUpdatePayload, options: CommandOptions = {}): Promise<Accepted<"interaction.update">> {
+    return this.command("interaction.update", runId, payload, options);
   }
 
   /** `server.status`: counts and the epoch (no ids, paths or payloads). */
