@@ -104,7 +104,33 @@ export interface MockRule {
   match?: (request: MockRequest) => boolean;
   /** Match at most this many times (then the rule is skipped). */
   times?: number;
-  reply: MockReply;
+  /** The answer, or a function of the request that returns it (e.g. to echo a step contract's attempt id). */
+  reply: MockReply | ((request: MockRequest) => MockReply);
+}
+
+/** The step contract of a workflow agent prompt (reference §1.6): its workflow, step and attempt ids. */
+export interface StepContract {
+  workflow: string;
+  step: string;
+  attempt: string;
+}
+
+/** The newest step contract in the request's messages, or undefined. */
+export function stepContract(request: MockRequest): StepContract | undefined {
+  for (const message of [...request.messages].reverse()) {
+    const match = /Workflow step contract \(workflow: (.+?), step: (.+?), attempt: (.+?)\)/.exec(message.text);
+    if (match) return { workflow: match[1] as string, step: match[2] as string, attempt: match[3] as string };
+  }
+  return undefined;
+}
+
+/** A reply that submits `output` for the request's step contract through the `workflow` tool (no contract: a text reply saying so). */
+export function submitStep(output: unknown, options: { id?: string } = {}): (request: MockRequest) => MockReply {
+  return (request) => {
+    const contract = stepContract(request);
+    if (contract === undefined) return reply.text("mock model: no step contract in this conversation");
+    return reply.toolCall("workflow", { action: "submit", step: contract.step, attempt: contract.attempt, output }, options);
+  };
 }
 
 /** A queue: each reply answers exactly one request, in order, whatever it says. */
@@ -195,7 +221,7 @@ export async function startMockModel(options: MockModelOptions = {}): Promise<Mo
       return;
     }
     request.rule = picked.name;
-    const answer = picked.rule.reply;
+    const answer = typeof picked.rule.reply === "function" ? picked.rule.reply(request) : picked.rule.reply;
     if (answer.kind === "httpError") {
       finish(request, "httpError");
       sendError(res, answer.status, answer.message);
