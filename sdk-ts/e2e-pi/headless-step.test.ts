@@ -7,7 +7,7 @@
  * sees. Run with `npm run test:pi`.
  */
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 
@@ -28,6 +28,20 @@ export default defineWorkflow({
   nodes: { review: agent({ prompt: "Review the change.", expectedOutput: '{ "verdict": "approve" | "reject" }' }) },
 });
 `;
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  // A zombie is not alive: it only waits for its parent.
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
 
 interface Sent {
   type: string;
@@ -161,5 +175,61 @@ describe("a headless agent step with real Pi", () => {
     }
     assert.notEqual(submits[0]?.idempotencyKey, submits[1]?.idempotencyKey, "each tool call is its own submission");
     assert.deepEqual((submits[0]?.payload as { output: unknown }).output, { verdict: "maybe" });
+  });
+
+  it("an abort mid-turn stops Pi and every tool descendant, then unregisters; the attempt reports the abort", async (t) => {
+    const { mock, sandbox } = await piFixture(t);
+    const pidDir = join(sandbox.root, "pids");
+    mkdirSync(pidDir);
+    mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${join(pidDir, "tool.pid")}; exec sleep 300` }) }]);
+    const saved = process.env.PI_WORKFLOWS_PI;
+    process.env.PI_WORKFLOWS_PI = sandbox.piExecutable();
+    t.after(() => {
+      if (saved === undefined) delete process.env.PI_WORKFLOWS_PI;
+      else process.env.PI_WORKFLOWS_PI = saved;
+    });
+    mkdirSync(join(sandbox.projectDir, ".pi", "workflows"), { recursive: true });
+    const file = join(sandbox.projectDir, ".pi", "workflows", "review.workflow.ts");
+    writeFileSync(file, WORKFLOW);
+    const compiled = await loadAndCompile(file, sandbox.projectDir);
+    let groupAtUnregister: boolean | undefined;
+    const { channel, sent } = headlessChannel(
+      () => mock.requests.length,
+      (entry) => {
+        if (entry.fields.operation === "process.unregister") groupAtUnregister = groupAlive(entry.fields.pid as number);
+      },
+    );
+    const stop = new AbortController();
+    const executor = new Executor({
+      channel,
+      compiled,
+      state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }),
+      runId: "run-1",
+      projectPath: sandbox.projectDir,
+      log: () => undefined,
+      stopSignal: stop.signal,
+      journal: () => undefined,
+    });
+    const running = executor.run({ nodeId: "review", attemptId: "att-1", visit: 1 });
+    const toolPidFile = join(pidDir, "tool.pid");
+    const deadline = Date.now() + 30_000;
+    while (!existsSync(toolPidFile) || readFileSync(toolPidFile, "utf8").trim() === "") {
+      if (Date.now() > deadline) assert.fail("the bash tool never started");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const toolPid = Number(readFileSync(toolPidFile, "utf8").trim());
+    assert.ok(processAlive(toolPid), "the tool's process runs");
+    stop.abort(new Error("the run was cancelled"));
+    await assert.rejects(running, /the run was cancelled/);
+    // The runner's cleanup (stop the group, then unregister) finishes within its bound.
+    const cleanup = Date.now() + 15_000;
+    while (!sent.some((entry) => entry.fields.operation === "process.unregister")) {
+      if (Date.now() > cleanup) assert.fail(`no unregister: ${sent.map((entry) => entry.type).join(", ")}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const register = sent.find((entry) => entry.fields.operation === "process.register") as Sent;
+    assert.equal(groupAtUnregister, false, "unregistered only after the whole group was gone");
+    assert.equal(groupAlive(register.fields.pid as number), false);
+    assert.equal(processAlive(toolPid), false, "the tool's descendant is gone too");
   });
 });
