@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { sha256Digest } from "../src/authoring/compile.js";
 import type { Reply, RunnerMessage, WorkerLaunch } from "../src/generated/types.js";
+import { canonicalString } from "../src/protocol/canonical.js";
 import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
 import type { RunnerChannel } from "../src/runner/channel.js";
@@ -107,6 +108,84 @@ describe("resolve mode", () => {
       assert.equal(failed.code, code, workflow);
       assert.match(failed.message, message, workflow);
     }
+  });
+});
+
+/** Runs the runner bin in validate mode: answers runner.ready with the validate command and every request with accepted. */
+async function runValidator(launch: WorkerLaunch, cwd: string, output: unknown): Promise<{ messages: RunnerMessage[]; code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [RUNNER_BIN], { cwd, stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, HOME: join(dir, "home") } });
+  const messages: RunnerMessage[] = [];
+  const decoder = new FrameDecoder();
+  let stderr = "";
+  const envelope = { schema: "pi-workflows.worker-launch.v1", runId: launch.runId, generation: launch.generation, runnerEpoch: launch.runnerEpoch };
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stdout.on("data", (chunk: Buffer) => {
+    decoder.push(chunk);
+    for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
+      const message = decodeRunnerFrame(frame);
+      messages.push(message);
+      if (message.type === "runner.ready") {
+        const target = launch.validate as { nodeId: string; attemptId: string };
+        const state = { input: { task: "X" }, results: {}, resultOrder: [], steps: 0 };
+        child.stdin.write(`${canonicalString({ ...envelope, type: "command", command: "validate", node: { nodeId: target.nodeId, attemptId: target.attemptId, visit: 1 }, state: { kind: "inline", value: state }, submission: { output } })}\n`);
+      } else if (message.type === "interaction.accepted" || message.type === "interaction.rejected") {
+        child.stdin.write(`${canonicalString({ ...envelope, type: "reply", inReplyTo: message.messageId, outcome: "accepted", result: null })}\n`);
+      }
+    }
+  });
+  child.stdin.write(encodeLaunch(launch));
+  child.stdin.write("\n");
+  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+  return { messages, code, stderr };
+}
+
+describe("validate mode", () => {
+  const validating = `import { agent, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({ name: "judge", startAt: "judge", nodes: { judge: agent({ prompt: "Judge", validate: (output, ctx) => {
+  const verdict = (output as { verdict?: unknown }).verdict;
+  if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
+  return { verdict, task: (ctx.input as { task: string }).task };
+} }) } });
+`;
+  const launchFor = async (root: string): Promise<WorkerLaunch> => {
+    const path = join(root, ".pi", "workflows", "judge.workflow.ts");
+    const compiled = await loadAndCompile(path, root);
+    return {
+      ...launchBase(root),
+      mode: "validate",
+      workflowSource: compiled.source,
+      definitionDigest: compiled.definitionDigest,
+      validate: { nodeId: "judge", attemptId: "att-1", interactionId: "int-1", submissionId: "sub-1" },
+    };
+  };
+
+  it("runs the node's validate with the run state: a valid payload is accepted with the normalized output (tolerant JSON first)", async () => {
+    const root = project("validate-ok", { "judge.workflow.ts": validating });
+    const { messages, code, stderr } = await runValidator(await launchFor(root), root, 'Here you go: {"verdict": "approve"}');
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["runner.ready", "interaction.accepted", "runner.exiting"]);
+    const accepted = messages[1] as Extract<RunnerMessage, { type: "interaction.accepted" }>;
+    assert.deepEqual([accepted.interactionId, accepted.submissionId], ["int-1", "sub-1"]);
+    assert.deepEqual(accepted.output, { verdict: "approve", task: "X" });
+  });
+
+  it("a refused payload is rejected with validationFailed and the validate error the model will see", async () => {
+    const root = project("validate-bad", { "judge.workflow.ts": validating });
+    const { messages, code, stderr } = await runValidator(await launchFor(root), root, { verdict: "maybe" });
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["runner.ready", "interaction.rejected", "runner.exiting"]);
+    const rejected = messages[1] as Extract<RunnerMessage, { type: "interaction.rejected" }>;
+    assert.deepEqual(rejected.error, { code: "validationFailed", message: 'verdict must be approve or reject, got "maybe"' });
+  });
+
+  it("a changed source rejects the submission with sourceChanged before any workflow code loads", async () => {
+    const root = project("validate-changed", { "judge.workflow.ts": validating });
+    const launch = await launchFor(root);
+    writeFileSync(join(root, ".pi", "workflows", "judge.workflow.ts"), validating.replace("Judge", "Judge again"));
+    const { messages, code, stderr } = await runValidator(launch, root, { verdict: "approve" });
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["interaction.rejected", "runner.exiting"]);
+    assert.equal((messages[0] as Extract<RunnerMessage, { type: "interaction.rejected" }>).error.code, "sourceChanged");
   });
 });
 
