@@ -3,8 +3,9 @@
 //!
 //! - `protocol/src/generated/{types,constrained,dispatch,operations}.rs`:
 //!   Rust types (typify 0.8 as a library, formatted by prettyplease), the
-//!   constrained types typify does not enforce, the payload/receipt dispatch,
-//!   and one marker type per operation naming its payload and receipt types;
+//!   constrained types typify does not enforce, the payload/receipt dispatch
+//!   with `Operation::is_state_changing`, and one marker type per operation
+//!   naming its payload and receipt types;
 //! - `kernel/src/generated.rs` and `server/src/wire/generated.rs`: the wire
 //!   codes and state-changing operations the kernel shares with the shells
 //!   (see [`wire`]);

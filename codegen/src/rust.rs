@@ -473,6 +473,7 @@ fn emit_operations(bundle: &Bundle) -> Result<String, String> {
     };
     let payloads = find("Request", "payload")?;
     let receipts = find("Response", "receipt")?;
+    let changing = crate::wire::state_changing(bundle)?;
     let bounds = "::serde::Serialize + ::serde::de::DeserializeOwned + ::std::clone::Clone + ::std::fmt::Debug + ::std::marker::Send + ::std::marker::Sync + 'static";
     let mut s = format!(
         "//! One marker type per client `operation`, naming the types of its\n\
@@ -488,6 +489,9 @@ fn emit_operations(bundle: &Bundle) -> Result<String, String> {
              type Payload: {bounds};\n\
              /// The response `receipt`.\n\
              type Receipt: {bounds};\n\
+             /// Whether it changes state and stores a durable receipt\n\
+             /// (`x-stateChanging`), so it carries an idempotency key.\n\
+             const STATE_CHANGING: bool;\n\
          }}\n\n"
     );
     for (value, payload) in &payloads.pairs {
@@ -507,9 +511,11 @@ fn emit_operations(bundle: &Bundle) -> Result<String, String> {
                  const OPERATION: types::Operation = types::Operation::{v};\n\
                  type Payload = {};\n\
                  type Receipt = {};\n\
+                 const STATE_CHANGING: bool = {};\n\
              }}\n",
             resolve_type(bundle, payload),
-            resolve_type(bundle, receipt)
+            resolve_type(bundle, receipt),
+            changing.contains(value)
         );
     }
     Ok(s)

@@ -116,6 +116,19 @@ describe("TypeScript and Rust clients show the same live run view", () => {
     }
   }
 
+  /** Waits until the server shows `runId` with display `status`; fails the
+   *  test when it does not within 20 s (it never goes on regardless). */
+  async function untilStatus(runId: string, status: string): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    let seen = "";
+    for (;;) {
+      seen = (await client.runView(runId)).display.status;
+      if (seen === status) return;
+      if (Date.now() > deadline) assert.fail(`the run did not reach display status ${status} within 20 s (it shows ${seen})`);
+      await sleep(25);
+    }
+  }
+
   const start = async (script: string): Promise<string> =>
     (await client.runStart({ workflow: script, input: {}, executionMode: "headless", projectPath: project })).receipt.runId;
 
@@ -136,9 +149,7 @@ describe("TypeScript and Rust clients show the same live run view", () => {
     );
     const runId = await start(stall);
     await follow(runId, async (step) => {
-      const until = async (status: string): Promise<void> => {
-        for (let i = 0; i < 400 && (await client.runView(runId)).display.status !== status; i++) await sleep(25);
-      };
+      const until = (status: string): Promise<void> => untilStatus(runId, status);
       await until("running");
       await step("running");
       await client.runPause(runId);
@@ -156,9 +167,7 @@ describe("TypeScript and Rust clients show the same live run view", () => {
   it("through a checkpoint that waits, is paused, resumed and answered", async () => {
     const runId = await start(join(scripts, "checkpoint.json"));
     await follow(runId, async (step) => {
-      const until = async (status: string): Promise<void> => {
-        for (let i = 0; i < 400 && (await client.runView(runId)).display.status !== status; i++) await sleep(25);
-      };
+      const until = (status: string): Promise<void> => untilStatus(runId, status);
       await until("waiting");
       await step("waiting");
       await client.runPause(runId);

@@ -19,53 +19,19 @@ use kernel::run::RunAggregate;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Value, json};
 
-/// Decides one effect message of the runner.
+/// Decides one `effect.reserve` of the runner.
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
-pub(crate) fn runner_effect(
+pub(crate) fn reserve(
     connection: &Connection,
     runner: &Runner,
-    kind: &str,
-    value: &Value,
-    before: &RunAggregate,
-    result_blob: Option<&Blob>,
-    now_ms: u64,
-    ttl_ms: u64,
-) -> rusqlite::Result<Answer> {
-    if kind == "effect.reserve" {
-        reserve(connection, runner, value, before, now_ms, ttl_ms)
-    } else {
-        settle(
-            connection,
-            runner,
-            value,
-            before,
-            result_blob,
-            now_ms,
-            ttl_ms,
-        )
-    }
-}
-
-fn reserve(
-    connection: &Connection,
-    runner: &Runner,
-    value: &Value,
+    attempt_id: AttemptId,
+    effect_type: String,
+    request_digest: &str,
     before: &RunAggregate,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let attempt_id = AttemptId::new(
-        value
-            .get("attemptId")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    );
-    let effect_type = value
-        .get("effectType")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let Some(fingerprint) = parse_digest(value.get("requestDigest").and_then(Value::as_str)) else {
+    let Some(fingerprint) = parse_digest(Some(request_digest)) else {
         return Ok(Err(Refusal::invalid(
             "requestDigest is not a sha256 digest",
         )));
@@ -110,25 +76,18 @@ fn reserve(
     })
 }
 
-fn settle(
+/// Decides one `effect.settle` of the runner.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
+pub(crate) fn settle(
     connection: &Connection,
     runner: &Runner,
-    value: &Value,
+    effect_id: EffectId,
+    outcome: SettleOutcome,
     before: &RunAggregate,
     result_blob: Option<&Blob>,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let effect_id = EffectId::new(
-        value
-            .get("effectId")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    );
-    let outcome = match value.get("state").and_then(Value::as_str) {
-        Some("rejected") => SettleOutcome::Rejected,
-        _ => SettleOutcome::Applied,
-    };
     let result = result_blob
         .cloned()
         .unwrap_or_else(|| Blob::json(&Value::Null));

@@ -153,17 +153,31 @@ async fn dispatch(
         idempotency_key: idempotency_key.map(|key| key.to_string()),
         payload: payload_value,
     };
-    if let Some(RequestPayload::Subscribe(_)) = payload {
-        return subscribe(app, &request, outbox, subscriptions).await;
-    }
+    let Some(payload) = payload else {
+        // `decode_client_frame` gives every request its typed payload.
+        return Some(response(
+            &request.request_id,
+            &request.operation,
+            "rejected",
+            None,
+            None,
+            Some((
+                ErrorCode::SchemaInvalid,
+                "the request has no payload".into(),
+            )),
+        ));
+    };
+    // One arm per operation of the schema: a new operation does not compile
+    // until it is handled here or answered `unavailable` on purpose.
     Some(match payload {
-        Some(RequestPayload::ServerStatus(_)) => {
-            crate::status::respond(app, &request.request_id).await
+        RequestPayload::Subscribe(_) => {
+            return subscribe(app, &request, outbox, subscriptions).await;
         }
-        Some(RequestPayload::RunView(_)) => {
+        RequestPayload::ServerStatus(_) => crate::status::respond(app, &request.request_id).await,
+        RequestPayload::RunView(_) => {
             crate::status::run_view(app, &request.request_id, request.run_id.as_ref()).await
         }
-        Some(RequestPayload::ServerStop(_)) => {
+        RequestPayload::ServerStop(_) => {
             app.request_stop();
             response(
                 &request.request_id,
@@ -174,17 +188,12 @@ async fn dispatch(
                 None,
             )
         }
-        Some(RequestPayload::RunStart(_)) => run_start(app, request).await,
-        Some(RequestPayload::RunsList(_)) => runs_list(app, &request).await,
-        Some(RequestPayload::ViewPage(_)) => view_page(app, &request).await,
-        Some(RequestPayload::ViewContent(_)) => view_content(app, &request).await,
-        Some(RequestPayload::Unsubscribe(_)) => {
-            let id = request
-                .payload
-                .get("subscriptionId")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if subscriptions.stop(id) {
+        RequestPayload::RunStart(_) => run_start(app, request).await,
+        RequestPayload::RunsList(_) => runs_list(app, &request).await,
+        RequestPayload::ViewPage(_) => view_page(app, &request).await,
+        RequestPayload::ViewContent(_) => view_content(app, &request).await,
+        RequestPayload::Unsubscribe(unsubscribe) => {
+            if subscriptions.stop(unsubscribe.subscription_id.as_str()) {
                 response(
                     &request.request_id,
                     "unsubscribe",
@@ -197,17 +206,35 @@ async fn dispatch(
                 not_found(&request, "no such subscription on this connection")
             }
         }
-        Some(RequestPayload::SessionViewGet(_)) => session_view(app, &request).await,
-        Some(RequestPayload::SessionViewClearTerminal(_)) => clear_terminal(app, &request).await,
-        Some(RequestPayload::WorkflowsList(_)) => workflows_list(app, &request),
-        Some(
-            RequestPayload::RunPause(_)
-            | RequestPayload::RunResume(_)
-            | RequestPayload::RunCancel(_)
-            | RequestPayload::RunRestart(_)
-            | RequestPayload::CheckpointAnswer(_),
-        ) => run_command(app, request).await,
-        _ => response(
+        RequestPayload::SessionViewGet(_) => session_view(app, &request).await,
+        RequestPayload::SessionViewClearTerminal(_) => clear_terminal(app, &request).await,
+        RequestPayload::WorkflowsList(_) => workflows_list(app, &request),
+        RequestPayload::RunPause(_)
+        | RequestPayload::RunResume(_)
+        | RequestPayload::RunCancel(_)
+        | RequestPayload::RunRestart(_)
+        | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
+        // Operations of the schema this server version does not implement:
+        // answered `unavailable`, and never advertised as a control.
+        RequestPayload::DecisionAnswer(_)
+        | RequestPayload::InteractionUpdate(_)
+        | RequestPayload::InteractionSubmit(_)
+        | RequestPayload::EffectRecover(_)
+        | RequestPayload::SettingsUpdate(_)
+        | RequestPayload::FollowUpAdd(_)
+        | RequestPayload::FollowUpCancel(_)
+        | RequestPayload::ResourceApply(_)
+        | RequestPayload::ResourceReconcile(_)
+        | RequestPayload::ResourceDelete(_)
+        | RequestPayload::SessionEventsRecord(_)
+        | RequestPayload::WorkflowMessageReportBranch(_)
+        | RequestPayload::WorkflowTurnReport(_)
+        | RequestPayload::StateVerify(_)
+        | RequestPayload::StateBackup(_)
+        | RequestPayload::StatePrune(_)
+        | RequestPayload::ChannelStatus(_)
+        | RequestPayload::ChannelReload(_)
+        | RequestPayload::ChannelRecover(_) => response(
             &request.request_id,
             &request.operation,
             "unavailable",
@@ -826,19 +853,10 @@ fn answer_checkpoint(
                 outputs,
             ))
         }
-        Err(kernel::decision::DecisionRejection::Run { run }) => Ok(Executed::rejected(&run)),
-        Err(kernel::decision::DecisionRejection::IncompatibleContinuation { .. }) => {
-            Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                ErrorCode::Conflict,
-                "the checkpoint was already answered with another answer",
-            ))
-        }
-        Err(_) => Ok(Executed::refused(
-            CommandOutcome::Rejected,
-            ErrorCode::IllegalTransition,
-            "this checkpoint needs a verified human decision (`pi-workflows answer` is for ordinary checkpoints)",
-        )),
+        // Every refusal keeps its own code (`kernel::reject`): a protected
+        // decision is `decisionRequired`, another answer `conflict`, a run
+        // refusal the run's code.
+        Err(rejection) => Ok(Executed::rejected(&rejection)),
     }
 }
 

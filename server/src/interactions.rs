@@ -12,6 +12,7 @@ use crate::supervisor::Runner;
 use kernel::ids::{AttemptId, InteractionId, MessageId};
 use kernel::interaction::{self, InteractionKind, RequestProposal, Requested};
 use kernel::run::RunAggregate;
+use protocol::generated::types::Content;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
@@ -25,35 +26,39 @@ pub struct EncodedRequest {
 }
 
 impl EncodedRequest {
-    /// Encodes the prompt text and hashes the contract.
-    pub fn of(value: &Value) -> Self {
-        let prompt_text = value
-            .pointer("/prompt/text")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let contract = value.get("contract").cloned().unwrap_or(Value::Null);
+    /// Encodes the prompt text and hashes the contract. A prompt that is a
+    /// content reference has no inline text (the step shows an empty one).
+    pub fn of(prompt: &Content, contract: &Value) -> Self {
+        let prompt_text = match prompt {
+            Content::Inline { text } => text.as_str(),
+            Content::Reference { .. } => "",
+        };
         Self {
             prompt: Blob::text(prompt_text),
-            contract_hash: Blob::json(&contract).digest,
+            contract_hash: Blob::json(contract).digest,
             message_id: MessageId::new(crate::ids::uuid()),
         }
     }
+}
+
+/// What an `interaction.requested` asks for.
+#[derive(Debug)]
+pub(crate) struct Asked {
+    pub attempt_id: AttemptId,
+    pub kind: InteractionKind,
+    pub deadline_at_ms: Option<u64>,
 }
 
 /// Decides one `interaction.requested` of the runner.
 pub(crate) fn requested(
     connection: &Connection,
     runner: &Runner,
-    value: &Value,
+    asked: Asked,
     encoded: &EncodedRequest,
     before: &RunAggregate,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let kind = match value.get("kind").and_then(Value::as_str) {
-        Some("visibleResponse") => InteractionKind::AssistantMessage,
-        _ => InteractionKind::SubmittedOutput,
-    };
     let order = match before.run.mode.origin_session() {
         Some(session) => meta::next_message_order(connection, session)?,
         None => 1,
@@ -61,15 +66,10 @@ pub(crate) fn requested(
     let message_id = encoded.message_id.clone();
     let proposal = RequestProposal {
         interaction_id: InteractionId::new(format!("int-{}", crate::ids::random_hex::<8>())),
-        attempt_id: AttemptId::new(
-            value
-                .get("attemptId")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        ),
-        kind,
+        attempt_id: asked.attempt_id,
+        kind: asked.kind,
         contract_hash: encoded.contract_hash,
-        deadline_at_ms: value.get("deadlineAtMs").and_then(Value::as_u64),
+        deadline_at_ms: asked.deadline_at_ms,
         message_id: message_id.clone(),
         message_order: order,
     };

@@ -67,7 +67,7 @@ pub async fn resolve(
         "protocolVersion": 1,
         "resolve": { "workflow": workflow, "input": input },
     });
-    let frame = crate::runner_channel::frame_of(&launch).ok_or_else(|| {
+    let frame = crate::wire::frames::launch(&launch).ok_or_else(|| {
         ResolveError::new(
             ErrorCode::FrameTooLarge,
             "the workflow input does not fit one 1 MiB frame",

@@ -16,10 +16,9 @@
 
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
-use crate::store::Cached as _;
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
-use crate::store::{Commit, commands, meta, runs};
+use crate::store::{Commit, commands, meta, processes, runs};
 use crate::supervisor::{self, Runner};
 use kernel::attempt::NodeOutcome;
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
@@ -32,7 +31,7 @@ use kernel::run::{
 };
 use kernel::runner::{ExitKind, ProtocolCheck};
 use nix::sys::signal::Signal;
-use protocol::generated::types::RunnerMessage;
+use protocol::generated::types::{ActionReceipt, Content, ContentReference, RunnerMessage};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -70,94 +69,113 @@ pub fn launch_envelope(
         "executionMode": if interactive { "interactive" } else { "headless" },
         "protocolVersion": 1,
     });
-    Ok(frame_of(&launch).map(|frame| LaunchFrame {
-        frame,
-        project_path: meta.project_path,
-    }))
+    Ok(
+        crate::wire::frames::launch(&launch).map(|frame| LaunchFrame {
+            frame,
+            project_path: meta.project_path,
+        }),
+    )
 }
 
-/// Canonical frame bytes (`\n`-terminated) of a JSON value, or `None` when it
-/// does not fit a frame.
-pub fn frame_of(value: &Value) -> Option<Vec<u8>> {
-    let mut bytes = protocol::canonicalize(value).ok()?;
-    bytes.push(b'\n');
-    (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
-}
-
-/// A runner message that the kernel decides inside one write transaction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+/// A runner message that the kernel decides inside one write transaction,
+/// with its typed fields (moved out of the generated `RunnerMessage` by the
+/// one exhaustive match in [`handle`]; nothing is read back out of JSON).
+#[derive(Debug)]
+enum Decide {
     RunnerReady,
-    NodeStarted,
-    NodeUpdate,
-    NodeFinished,
-    NodeFailed,
-    RunParked,
-    RunFinished,
-    InteractionRequested,
-    NotificationRequested,
-    EffectReserve,
-    EffectSettle,
+    NodeStarted {
+        attempt_id: AttemptId,
+        deadline_at_ms: Option<u64>,
+        status_detail: Option<String>,
+    },
+    NodeUpdate {
+        attempt_id: AttemptId,
+        idempotency_key: String,
+        update: protocol::generated::types::NodeUpdate,
+    },
+    NodeFinished {
+        attempt_id: AttemptId,
+        output: Value,
+        action: Option<ActionReceipt>,
+    },
+    NodeFailed {
+        attempt_id: AttemptId,
+        outcome: NodeOutcome,
+        error: String,
+        action: Option<ActionReceipt>,
+    },
+    RunParked {
+        reason: ParkReason,
+    },
+    RunFinished {
+        class: FailureClass,
+        error: String,
+    },
+    InteractionRequested {
+        attempt_id: AttemptId,
+        kind: kernel::interaction::InteractionKind,
+        deadline_at_ms: Option<u64>,
+        prompt: Content,
+        contract: Value,
+    },
+    NotificationRequested {
+        attempt_id: AttemptId,
+        content: Content,
+    },
+    EffectReserve {
+        attempt_id: AttemptId,
+        effect_type: String,
+        request_digest: String,
+    },
+    EffectSettle {
+        effect_id: kernel::ids::EffectId,
+        outcome: kernel::effect::SettleOutcome,
+        result: Value,
+    },
 }
 
-impl Kind {
+impl Decide {
     /// The message's `type` on the wire.
-    const fn wire(self) -> &'static str {
+    const fn wire(&self) -> &'static str {
         match self {
             Self::RunnerReady => "runner.ready",
-            Self::NodeStarted => "node.started",
-            Self::NodeUpdate => "node.update",
-            Self::NodeFinished => "node.finished",
-            Self::NodeFailed => "node.failed",
-            Self::RunParked => "run.parked",
-            Self::RunFinished => "run.finished",
-            Self::InteractionRequested => "interaction.requested",
-            Self::NotificationRequested => "notification.requested",
-            Self::EffectReserve => "effect.reserve",
-            Self::EffectSettle => "effect.settle",
+            Self::NodeStarted { .. } => "node.started",
+            Self::NodeUpdate { .. } => "node.update",
+            Self::NodeFinished { .. } => "node.finished",
+            Self::NodeFailed { .. } => "node.failed",
+            Self::RunParked { .. } => "run.parked",
+            Self::RunFinished { .. } => "run.finished",
+            Self::InteractionRequested { .. } => "interaction.requested",
+            Self::NotificationRequested { .. } => "notification.requested",
+            Self::EffectReserve { .. } => "effect.reserve",
+            Self::EffectSettle { .. } => "effect.settle",
         }
     }
 }
 
-/// What the server does with one runner message, chosen by an exhaustive
-/// match over the generated message enum (a new message kind in the schema
-/// does not compile until it has a route here).
+/// What the server does with one runner message, chosen by the exhaustive
+/// match over the generated message enum in [`route`] (a new message kind in
+/// the schema does not compile until it has a route there).
 enum Route {
     /// Decided by the kernel in one transaction.
-    Decide(Kind),
+    Decide(Decide),
     /// `runner.progress`: the process registry.
-    Progress,
+    Progress {
+        register: bool,
+        pid: u64,
+        start_identity: String,
+    },
     /// `runner.exiting`: acknowledged; the exit itself is decided when the
     /// process ends.
     Exiting,
     /// `content.read`: a chunk of content sent to this runner epoch.
-    ContentRead,
+    ContentRead {
+        reference: ContentReference,
+        offset: u64,
+        length: u64,
+    },
     /// Not accepted on a run-mode channel of this server.
     NotOnThisChannel,
-}
-
-fn route(message: &RunnerMessage) -> Route {
-    match message {
-        RunnerMessage::RunnerReady { .. } => Route::Decide(Kind::RunnerReady),
-        RunnerMessage::NodeStarted { .. } => Route::Decide(Kind::NodeStarted),
-        RunnerMessage::NodeUpdate { .. } => Route::Decide(Kind::NodeUpdate),
-        RunnerMessage::NodeFinished { .. } => Route::Decide(Kind::NodeFinished),
-        RunnerMessage::NodeFailed { .. } => Route::Decide(Kind::NodeFailed),
-        RunnerMessage::RunParked { .. } => Route::Decide(Kind::RunParked),
-        RunnerMessage::RunFinished { .. } => Route::Decide(Kind::RunFinished),
-        RunnerMessage::InteractionRequested { .. } => Route::Decide(Kind::InteractionRequested),
-        RunnerMessage::NotificationRequested { .. } => Route::Decide(Kind::NotificationRequested),
-        RunnerMessage::EffectReserve { .. } => Route::Decide(Kind::EffectReserve),
-        RunnerMessage::EffectSettle { .. } => Route::Decide(Kind::EffectSettle),
-        RunnerMessage::RunnerProgress { .. } => Route::Progress,
-        RunnerMessage::RunnerExiting { .. } => Route::Exiting,
-        RunnerMessage::ContentRead { .. } => Route::ContentRead,
-        RunnerMessage::PresentationRequested { .. }
-        | RunnerMessage::InteractionAccepted { .. }
-        | RunnerMessage::InteractionRejected { .. }
-        | RunnerMessage::ResolveResult { .. }
-        | RunnerMessage::ResolveFailed { .. } => Route::NotOnThisChannel,
-    }
 }
 
 /// The common envelope fields of a runner message.
@@ -166,24 +184,206 @@ struct Envelope {
     generation: u64,
     runner_epoch: String,
     message_id: String,
-    value: Value,
+    expected_revision: Option<u64>,
+}
+
+/// Reads the envelope of every variant (each has the same five fields).
+macro_rules! envelope_of {
+    ($message:expr; $($variant:ident),+ $(,)?) => {
+        match $message {
+            $(RunnerMessage::$variant {
+                run_id,
+                generation,
+                runner_epoch,
+                message_id,
+                expected_revision,
+                ..
+            } => Envelope {
+                run_id: run_id.to_string(),
+                generation: generation.get(),
+                runner_epoch: runner_epoch.to_string(),
+                message_id: message_id.to_string(),
+                expected_revision: expected_revision.map(|revision| revision.get()),
+            },)+
+        }
+    };
 }
 
 fn envelope(message: &RunnerMessage) -> Envelope {
-    let value = serde_json::to_value(message).unwrap_or(Value::Null);
-    let text = |key: &str| {
-        value
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    Envelope {
-        run_id: text("runId"),
-        generation: value.get("generation").and_then(Value::as_u64).unwrap_or(0),
-        runner_epoch: text("runnerEpoch"),
-        message_id: text("messageId"),
-        value,
+    envelope_of!(message;
+        RunnerReady, NodeStarted, NodeUpdate, NodeFinished, NodeFailed, RunParked,
+        RunFinished, InteractionRequested, InteractionAccepted, InteractionRejected,
+        NotificationRequested, PresentationRequested, EffectReserve, EffectSettle,
+        RunnerProgress, RunnerExiting, ContentRead, ResolveResult, ResolveFailed,
+    )
+}
+
+/// The route of one message, with its typed fields.
+fn route(message: RunnerMessage) -> Route {
+    use protocol::generated::types as wire;
+    match message {
+        RunnerMessage::RunnerReady { .. } => Route::Decide(Decide::RunnerReady),
+        RunnerMessage::NodeStarted {
+            attempt_id,
+            deadline_at_ms,
+            status_detail,
+            ..
+        } => Route::Decide(Decide::NodeStarted {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            deadline_at_ms: deadline_at_ms.map(|deadline| deadline.get()),
+            status_detail: status_detail.map(|detail| detail.to_string()),
+        }),
+        RunnerMessage::NodeUpdate {
+            attempt_id,
+            idempotency_key,
+            update,
+            ..
+        } => Route::Decide(Decide::NodeUpdate {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            idempotency_key: idempotency_key.to_string(),
+            update,
+        }),
+        RunnerMessage::NodeFinished {
+            attempt_id,
+            output,
+            action,
+            ..
+        } => Route::Decide(Decide::NodeFinished {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            output,
+            action,
+        }),
+        RunnerMessage::NodeFailed {
+            attempt_id,
+            outcome,
+            error,
+            action,
+            ..
+        } => Route::Decide(Decide::NodeFailed {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            outcome: match outcome {
+                wire::NodeFailureOutcome::Failed => NodeOutcome::Failed,
+                wire::NodeFailureOutcome::TimedOut => NodeOutcome::TimedOut,
+                wire::NodeFailureOutcome::Cancelled => NodeOutcome::Cancelled,
+            },
+            error: error.message.to_string(),
+            action,
+        }),
+        RunnerMessage::RunParked { reason, .. } => Route::Decide(Decide::RunParked {
+            reason: match reason {
+                wire::ParkReason::WorkflowSourceChanged => ParkReason::WorkflowSourceChanged,
+                wire::ParkReason::Drained => ParkReason::Drained,
+            },
+        }),
+        RunnerMessage::RunFinished {
+            failure_class,
+            error,
+            ..
+        } => Route::Decide(Decide::RunFinished {
+            class: failure_class.map_or(FailureClass::NodeFailed, failure_class_of),
+            error: error.message.to_string(),
+        }),
+        RunnerMessage::InteractionRequested {
+            attempt_id,
+            kind,
+            deadline_at_ms,
+            prompt,
+            contract,
+            ..
+        } => Route::Decide(Decide::InteractionRequested {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            kind: match kind {
+                wire::InteractionKind::VisibleResponse => {
+                    kernel::interaction::InteractionKind::AssistantMessage
+                }
+                // Agent, checkpoint and decision requests all complete
+                // through a validated submission.
+                wire::InteractionKind::Agent
+                | wire::InteractionKind::Checkpoint
+                | wire::InteractionKind::Decision => {
+                    kernel::interaction::InteractionKind::SubmittedOutput
+                }
+            },
+            deadline_at_ms: deadline_at_ms.map(|deadline| deadline.get()),
+            prompt,
+            contract,
+        }),
+        RunnerMessage::NotificationRequested {
+            attempt_id,
+            content,
+            ..
+        } => Route::Decide(Decide::NotificationRequested {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            content,
+        }),
+        RunnerMessage::EffectReserve {
+            attempt_id,
+            effect_type,
+            request_digest,
+            ..
+        } => Route::Decide(Decide::EffectReserve {
+            attempt_id: AttemptId::new(attempt_id.to_string()),
+            effect_type: effect_type.to_string(),
+            request_digest: request_digest.to_string(),
+        }),
+        RunnerMessage::EffectSettle {
+            effect_id,
+            state,
+            result,
+            ..
+        } => Route::Decide(Decide::EffectSettle {
+            effect_id: kernel::ids::EffectId::new(effect_id.to_string()),
+            outcome: match state {
+                wire::SettleState::Applied => kernel::effect::SettleOutcome::Applied,
+                wire::SettleState::Rejected => kernel::effect::SettleOutcome::Rejected,
+            },
+            result,
+        }),
+        RunnerMessage::RunnerProgress {
+            operation,
+            pid,
+            start_identity,
+            ..
+        } => Route::Progress {
+            register: match operation {
+                wire::ProcessOperation::ProcessRegister => true,
+                wire::ProcessOperation::ProcessUnregister => false,
+            },
+            pid: pid.get(),
+            start_identity: start_identity.to_string(),
+        },
+        RunnerMessage::RunnerExiting { .. } => Route::Exiting,
+        RunnerMessage::ContentRead {
+            reference,
+            offset,
+            length,
+            ..
+        } => Route::ContentRead {
+            reference,
+            offset: offset.get(),
+            length: length.get(),
+        },
+        RunnerMessage::PresentationRequested { .. }
+        | RunnerMessage::InteractionAccepted { .. }
+        | RunnerMessage::InteractionRejected { .. }
+        | RunnerMessage::ResolveResult { .. }
+        | RunnerMessage::ResolveFailed { .. } => Route::NotOnThisChannel,
+    }
+}
+
+/// The kernel's failure class of a runner's `run.finished` (one arm each).
+const fn failure_class_of(class: protocol::generated::types::FailureClass) -> FailureClass {
+    use protocol::generated::types::FailureClass as Wire;
+    match class {
+        Wire::ClaimLost => FailureClass::ClaimLost,
+        Wire::WorkerCrashed => FailureClass::WorkerCrashed,
+        Wire::RunnerNoProgress => FailureClass::RunnerNoProgress,
+        Wire::WorkerTimedOut => FailureClass::WorkerTimedOut,
+        Wire::HostUnavailable => FailureClass::HostUnavailable,
+        Wire::SourceChanged => FailureClass::SourceChanged,
+        Wire::EffectAmbiguous => FailureClass::EffectAmbiguous,
+        Wire::NodeFailed => FailureClass::NodeFailed,
+        Wire::ProtocolRejected => FailureClass::ProtocolRejected,
     }
 }
 
@@ -295,6 +495,48 @@ struct Blobs {
 }
 
 impl Blobs {
+    /// Hashes the values `message` carries (outside the write job).
+    fn of(message: &Decide) -> Self {
+        match message {
+            Decide::NodeFinished { output, .. } => Self {
+                output: Some(Blob::json(output)),
+                ..Self::default()
+            },
+            Decide::EffectSettle { result, .. } => Self {
+                result: Some(Blob::json(result)),
+                ..Self::default()
+            },
+            Decide::NodeUpdate { update, .. } => Self {
+                update: Some(crate::updates::EncodedUpdate::of(&update.data)),
+                ..Self::default()
+            },
+            Decide::InteractionRequested {
+                prompt, contract, ..
+            } => Self {
+                request: Some(crate::interactions::EncodedRequest::of(prompt, contract)),
+                ..Self::default()
+            },
+            Decide::NotificationRequested { content, .. } => Self {
+                // Only inline text is a notification's content; a reference
+                // is refused by `notify`.
+                notification: match content {
+                    Content::Inline { text } => Some((
+                        Blob::text(text.as_str()),
+                        kernel::ids::MessageId::new(crate::ids::uuid()),
+                    )),
+                    Content::Reference { .. } => None,
+                },
+                ..Self::default()
+            },
+            Decide::RunnerReady
+            | Decide::NodeStarted { .. }
+            | Decide::NodeFailed { .. }
+            | Decide::RunParked { .. }
+            | Decide::RunFinished { .. }
+            | Decide::EffectReserve { .. } => Self::default(),
+        }
+    }
+
     /// The content of the messages this runner message creates: an initial
     /// step's prompt, a notification's text (the store derives the others).
     fn message_contents(&self) -> Vec<(kernel::ids::MessageId, Blob)> {
@@ -329,6 +571,10 @@ impl Handled {
 /// Handles one decoded runner message.
 pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage) {
     let envelope = envelope(&message);
+    // The stored receipt's digest covers the whole message as the runner
+    // sent it (the decoder checked that the typed value round-trips).
+    let payload_digest =
+        crate::ids::sha256(&protocol::canonicalize_typed(&message).unwrap_or_default());
     let foreign = envelope.run_id != runner.run_id.as_str()
         || envelope.generation != runner.generation.0
         || envelope.runner_epoch != runner.runner_epoch.as_str();
@@ -343,7 +589,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
         return;
     }
     let message_id = envelope.message_id.clone();
-    let handled = match route(&message) {
+    let handled = match route(message) {
         Route::Exiting => Handled::only(reply(
             runner,
             &envelope.message_id,
@@ -351,16 +597,34 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             None,
             Value::Null,
         )),
-        Route::Progress => progress(app, runner, &envelope).await,
-        Route::ContentRead => Handled::only(
-            crate::transfer::read(app, runner, &envelope.message_id, &envelope.value).await,
+        Route::Progress {
+            register,
+            pid,
+            start_identity,
+        } => progress(app, runner, &envelope, register, pid, start_identity).await,
+        Route::ContentRead {
+            reference,
+            offset,
+            length,
+        } => Handled::only(
+            crate::transfer::read(
+                app,
+                runner,
+                &envelope.message_id,
+                &reference,
+                offset,
+                length,
+            )
+            .await,
         ),
         Route::NotOnThisChannel => Handled::only(with_error(
             reply(runner, &envelope.message_id, "rejected", None, Value::Null),
             "illegalTransition",
             "this message kind is not accepted on a run-mode channel of this server",
         )),
-        Route::Decide(kind) => decide(app, runner, kind, envelope).await,
+        Route::Decide(decide_message) => {
+            decide(app, runner, decide_message, envelope, payload_digest).await
+        }
     };
     app.perform(handled.outputs);
     if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
@@ -377,7 +641,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
 /// frame (never expected: `transfer::fit` moved its unbounded value) is
 /// replaced by a bounded refusal, so the runner always hears back.
 fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
-    if let Some(frame) = frame_of(value) {
+    if let Some(frame) = crate::wire::frames::runner(value) {
         runner.issue(crate::transfer::references(value));
         runner.send(frame);
         return;
@@ -391,7 +655,7 @@ fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
         "frameTooLarge",
         "the server's answer did not fit one frame",
     );
-    if let Some(frame) = frame_of(&refusal) {
+    if let Some(frame) = crate::wire::frames::runner(&refusal) {
         runner.send(frame);
     }
 }
@@ -404,36 +668,15 @@ fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
 }
 
 /// A state-changing message decided by the kernel in one transaction.
-async fn decide(app: &Arc<App>, runner: &Arc<Runner>, kind: Kind, envelope: Envelope) -> Handled {
-    let payload_digest =
-        crate::ids::sha256(&protocol::canonicalize(&envelope.value).unwrap_or_default());
-    let blobs = Blobs {
-        output: envelope.value.get("output").map(Blob::json),
-        result: envelope.value.get("result").map(Blob::json),
-        update: envelope
-            .value
-            .pointer("/update/data")
-            .map(crate::updates::EncodedUpdate::of),
-        request: (kind == Kind::InteractionRequested)
-            .then(|| crate::interactions::EncodedRequest::of(&envelope.value)),
-        notification: (kind == Kind::NotificationRequested)
-            .then(|| {
-                // Only inline text is a notification's content; a reference
-                // is refused by `notify`.
-                let text = envelope
-                    .value
-                    .pointer("/content")
-                    .filter(|content| content.get("kind").and_then(Value::as_str) == Some("inline"))
-                    .and_then(|content| content.get("text"))
-                    .and_then(Value::as_str)?;
-                let content = Blob {
-                    digest: crate::ids::sha256(text.as_bytes()),
-                    bytes: text.as_bytes().to_vec(),
-                };
-                Some((content, kernel::ids::MessageId::new(crate::ids::uuid())))
-            })
-            .flatten(),
-    };
+async fn decide(
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    message: Decide,
+    envelope: Envelope,
+    payload_digest: Digest,
+) -> Handled {
+    let kind = message.wire();
+    let blobs = Blobs::of(&message);
     let message_id = envelope.message_id.clone();
     let app_for_job = app.clone();
     let runner_for_job = runner.clone();
@@ -444,7 +687,7 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, kind: Kind, envelope: Enve
                 connection,
                 &app_for_job,
                 &runner_for_job,
-                kind,
+                message,
                 &envelope,
                 payload_digest,
                 &blobs,
@@ -456,8 +699,7 @@ async fn decide(app: &Arc<App>, runner: &Arc<Runner>, kind: Kind, envelope: Enve
         Err(error) => {
             crate::log::line(&format!(
                 "a {} message of run generation {} could not be stored: {error}",
-                kind.wire(),
-                runner.generation
+                kind, runner.generation
             ));
             Handled::only(with_error(
                 reply(runner, &message_id, "rejected", None, Value::Null),
@@ -472,7 +714,7 @@ fn decide_in(
     connection: &Connection,
     app: &Arc<App>,
     runner: &Arc<Runner>,
-    kind: Kind,
+    message: Decide,
     envelope: &Envelope,
     payload_digest: Digest,
     blobs: &Blobs,
@@ -543,10 +785,7 @@ fn decide_in(
             now_ms,
         );
     }
-    let expected = envelope
-        .value
-        .get("expectedRevision")
-        .and_then(Value::as_u64);
+    let expected = envelope.expected_revision;
     if expected.is_some_and(|expected| expected != before.run.revision.0) {
         let answer = rejected(
             "staleRevision",
@@ -563,7 +802,7 @@ fn decide_in(
         );
     }
     let decided = apply(
-        connection, app, runner, kind, envelope, &before, blobs, now_ms,
+        connection, app, runner, message, envelope, &before, blobs, now_ms,
     )?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,
@@ -766,13 +1005,13 @@ fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Ex
     Ok((Some(transition), answer, extra))
 }
 
-/// Calls the kernel for one message kind.
+/// Calls the kernel for one message (one arm per decided message kind).
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn apply(
     connection: &Connection,
     app: &Arc<App>,
     runner: &Arc<Runner>,
-    kind: Kind,
+    message: Decide,
     envelope: &Envelope,
     before: &RunAggregate,
     blobs: &Blobs,
@@ -782,33 +1021,26 @@ fn apply(
     let authority = &runner.authority;
     let epoch = &runner.runner_epoch;
     let message_id = envelope.message_id.as_str();
-    let value = &envelope.value;
-    let attempt_id = value
-        .get("attemptId")
-        .and_then(Value::as_str)
-        .map(AttemptId::from);
-    Ok(match kind {
-        Kind::RunnerReady => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
-        Kind::NodeStarted => {
-            let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
-            let deadline = value.get("deadlineAtMs").and_then(Value::as_u64);
-            let detail = value
-                .get("statusDetail")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+    Ok(match message {
+        Decide::RunnerReady => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
+        Decide::NodeStarted {
+            attempt_id,
+            deadline_at_ms,
+            status_detail,
+        } => {
             match execution::record_node_started(
                 before,
                 authority,
                 epoch,
                 &attempt_id,
-                deadline,
+                deadline_at_ms,
                 now_ms,
                 ttl_ms,
             ) {
                 Ok(transition) => {
                     let revision = transition.facts.run.revision.0;
                     let run_id = runner.run_id.clone();
-                    let extra: Option<Extra> = detail.map(|detail| -> Extra {
+                    let extra: Option<Extra> = status_detail.map(|detail| -> Extra {
                         Box::new(move |connection: &Connection| {
                             attempts::record_status_detail(
                                 connection,
@@ -827,46 +1059,66 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        Kind::NodeFinished | Kind::NodeFailed => finish(
+        Decide::NodeFinished {
+            attempt_id,
+            output,
+            action,
+        } => finish(
             connection,
             runner,
-            kind,
-            envelope,
+            message_id,
             before,
-            attempt_id,
+            Finished {
+                attempt_id,
+                outcome: NodeOutcome::Ok,
+                output: Some(output),
+                error: None,
+                action,
+            },
             blobs.output.as_ref(),
             now_ms,
             ttl_ms,
         )?,
-        Kind::RunParked => {
-            let reason = match value.get("reason").and_then(Value::as_str) {
-                Some("workflowSourceChanged") => ParkReason::WorkflowSourceChanged,
-                _ => ParkReason::Drained,
-            };
-            match run::park(before, authority, reason, now_ms) {
-                Ok(transition) => {
-                    let revision = transition.facts.run.revision.0;
-                    let answer = reply(runner, message_id, "accepted", Some(revision), Value::Null);
-                    decided(
-                        transition,
-                        with_next(
-                            answer,
-                            &Dispatch::Exit {
-                                reason: ExitReason::Parked,
-                            },
-                        ),
-                        None,
-                    )
-                }
-                Err(rejection) => Err(rejection.into()),
+        Decide::NodeFailed {
+            attempt_id,
+            outcome,
+            error,
+            action,
+        } => finish(
+            connection,
+            runner,
+            message_id,
+            before,
+            Finished {
+                attempt_id,
+                outcome,
+                output: None,
+                error: Some(bounded_error(&error)),
+                action,
+            },
+            None,
+            now_ms,
+            ttl_ms,
+        )?,
+        Decide::RunParked { reason } => match run::park(before, authority, reason, now_ms) {
+            Ok(transition) => {
+                let revision = transition.facts.run.revision.0;
+                let answer = reply(runner, message_id, "accepted", Some(revision), Value::Null);
+                decided(
+                    transition,
+                    with_next(
+                        answer,
+                        &Dispatch::Exit {
+                            reason: ExitReason::Parked,
+                        },
+                    ),
+                    None,
+                )
             }
-        }
-        Kind::RunFinished => {
-            let class = value
-                .get("failureClass")
-                .and_then(|class| serde_json::from_value::<FailureClass>(class.clone()).ok())
-                .unwrap_or(FailureClass::NodeFailed);
-            let message = error_text(value.get("error"));
+            Err(rejection) => Err(rejection.into()),
+        },
+        Decide::RunFinished { class, error } => {
+            let message = bounded_error(&error);
             let error = RunError {
                 class,
                 reason: ReasonKind::RunnerFailed,
@@ -894,42 +1146,84 @@ fn apply(
                 Err(rejection) => Err(rejection.into()),
             }
         }
-        Kind::EffectReserve | Kind::EffectSettle => {
-            let result = blobs.result.as_ref();
-            let answer = crate::effects::runner_effect(
+        Decide::EffectReserve {
+            attempt_id,
+            effect_type,
+            request_digest,
+        } => {
+            let answer = crate::effects::reserve(
                 connection,
                 runner,
-                kind.wire(),
-                value,
+                attempt_id,
+                effect_type,
+                &request_digest,
                 before,
-                result,
                 now_ms,
                 ttl_ms,
             )?;
             answered(runner, message_id, before, answer, None)
         }
-        Kind::NodeUpdate => {
+        Decide::EffectSettle {
+            effect_id,
+            outcome,
+            result: _,
+        } => {
+            let answer = crate::effects::settle(
+                connection,
+                runner,
+                effect_id,
+                outcome,
+                before,
+                blobs.result.as_ref(),
+                now_ms,
+                ttl_ms,
+            )?;
+            answered(runner, message_id, before, answer, None)
+        }
+        Decide::NodeUpdate {
+            attempt_id,
+            idempotency_key,
+            update,
+        } => {
             let Some(data) = blobs.update.as_ref() else {
                 return Ok(Err(Refusal::invalid("update data is missing")));
             };
             let answer = crate::updates::runner_update(
-                connection, runner, value, data, before, now_ms, ttl_ms,
+                connection,
+                runner,
+                attempt_id,
+                &idempotency_key,
+                &update,
+                data,
+                before,
+                now_ms,
+                ttl_ms,
             )?;
             answered(runner, message_id, before, answer, None)
         }
-        Kind::InteractionRequested => {
+        Decide::InteractionRequested {
+            attempt_id,
+            kind,
+            deadline_at_ms,
+            ..
+        } => {
             let Some(request) = blobs.request.as_ref() else {
                 return Ok(Err(Refusal::invalid("the request is incomplete")));
             };
+            let asked = crate::interactions::Asked {
+                attempt_id,
+                kind,
+                deadline_at_ms,
+            };
             let answer = crate::interactions::requested(
-                connection, runner, value, request, before, now_ms, ttl_ms,
+                connection, runner, asked, request, before, now_ms, ttl_ms,
             )?;
             let exit = Dispatch::Exit {
                 reason: ExitReason::Waiting,
             };
             answered(runner, message_id, before, answer, Some(&exit))
         }
-        Kind::NotificationRequested => {
+        Decide::NotificationRequested { attempt_id, .. } => {
             let Some(notification) = blobs.notification.clone() else {
                 return Ok(Err(Refusal::invalid(
                     "a notification's content must be inline text",
@@ -938,7 +1232,7 @@ fn apply(
             notify(
                 connection,
                 runner,
-                envelope,
+                message_id,
                 before,
                 attempt_id,
                 notification,
@@ -1043,21 +1337,34 @@ fn command_name(command: &LaunchCommand) -> &'static str {
     }
 }
 
+/// What a `node.finished` / `node.failed` reports.
+struct Finished {
+    attempt_id: AttemptId,
+    outcome: NodeOutcome,
+    output: Option<Value>,
+    error: Option<String>,
+    action: Option<ActionReceipt>,
+}
+
 /// `node.finished` / `node.failed`: the kernel records the step and routes.
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn finish(
     connection: &Connection,
     runner: &Arc<Runner>,
-    kind: Kind,
-    envelope: &Envelope,
+    message_id: &str,
     before: &RunAggregate,
-    attempt_id: Option<AttemptId>,
+    finished: Finished,
     output_blob: Option<&Blob>,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Decided> {
-    let value = &envelope.value;
-    let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
+    let Finished {
+        attempt_id,
+        outcome,
+        output,
+        error,
+        action,
+    } = finished;
     let Some(attempt) = before
         .attempt
         .as_ref()
@@ -1076,17 +1383,6 @@ fn finish(
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
-    let (outcome, error) = if kind == Kind::NodeFinished {
-        (NodeOutcome::Ok, None)
-    } else {
-        let outcome = match value.get("outcome").and_then(Value::as_str) {
-            Some("timed_out") => NodeOutcome::TimedOut,
-            Some("cancelled") => NodeOutcome::Cancelled,
-            _ => NodeOutcome::Failed,
-        };
-        (outcome, Some(error_text(value.get("error"))))
-    };
-    let output = value.get("output");
     let node_type = attempts::node_type_name(&topology, &attempt.node_id);
     let record = attempts::ResultRecord {
         attempt_id: &attempt_id,
@@ -1095,7 +1391,7 @@ fn finish(
         outcome: outcome.as_str(),
         started_at_ms: attempt.started_at_ms,
         finished_at_ms: now_ms,
-        output,
+        output: output.as_ref(),
         error: error.as_deref(),
     }
     .to_value();
@@ -1123,7 +1419,7 @@ fn finish(
     let stored = AttemptResult {
         output: output_blob.cloned(),
         error_message: error.clone(),
-        action_json: value.get("action").map(|action| action.to_string()),
+        action_json: action.and_then(|action| serde_json::to_string(&action).ok()),
         status_detail: None,
     };
     let run_id = runner.run_id.clone();
@@ -1141,13 +1437,7 @@ fn finish(
         Ok(())
     });
     let answer = with_next(
-        reply(
-            runner,
-            &envelope.message_id,
-            "accepted",
-            Some(revision),
-            Value::Null,
-        ),
+        reply(runner, message_id, "accepted", Some(revision), Value::Null),
         &dispatch,
     );
     Ok(decided(transition, answer, Some(extra)))
@@ -1159,14 +1449,13 @@ fn finish(
 fn notify(
     connection: &Connection,
     runner: &Arc<Runner>,
-    envelope: &Envelope,
+    in_reply_to: &str,
     before: &RunAggregate,
-    attempt_id: Option<AttemptId>,
+    attempt_id: AttemptId,
     (content, message_id): (Blob, kernel::ids::MessageId),
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Decided> {
-    let attempt_id = attempt_id.unwrap_or_else(|| AttemptId::from(""));
     let Some(attempt) = before
         .attempt
         .as_ref()
@@ -1249,54 +1538,32 @@ fn notify(
     });
     let revision = transition.facts.run.revision.0;
     let answer = with_next(
-        reply(
-            runner,
-            &envelope.message_id,
-            "accepted",
-            Some(revision),
-            output,
-        ),
+        reply(runner, in_reply_to, "accepted", Some(revision), output),
         &dispatch,
     );
     Ok(decided(transition, answer, Some(extra)))
 }
 
-/// The message text of an error value (`{message}` or a string), bounded.
-fn error_text(error: Option<&Value>) -> String {
-    let text = match error {
-        Some(Value::String(text)) => text.clone(),
-        Some(value) => value
-            .get("message")
-            .and_then(Value::as_str)
-            .map_or_else(|| value.to_string(), str::to_owned),
-        None => String::new(),
-    };
-    text.chars().take(8192).collect()
+/// A runner's error message as stored: at most 8192 characters.
+fn bounded_error(message: &str) -> String {
+    message.chars().take(8192).collect()
 }
 
 /// Stores the message text of a run's terminal error beside its class.
 fn store_run_error(connection: &Connection, run_id: &RunId, message: &str) -> rusqlite::Result<()> {
-    connection.execute_cached(
-        "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
-        rusqlite::params![run_id.as_str(), message],
-    )?;
-    Ok(())
+    runs::record_error_message(connection, run_id, message)
 }
 
 /// `runner.progress`: register or unregister a child process group.
-async fn progress(app: &Arc<App>, runner: &Arc<Runner>, envelope: &Envelope) -> Handled {
-    let value = &envelope.value;
-    let operation = value
-        .get("operation")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let pid = value.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
-    let start = value
-        .get("startIdentity")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+async fn progress(
+    app: &Arc<App>,
+    runner: &Arc<Runner>,
+    envelope: &Envelope,
+    register: bool,
+    pid: u64,
+    start: String,
+) -> Handled {
+    let pid = u32::try_from(pid).unwrap_or(0);
     let identity = ProcessIdentity::decode(&start).filter(|identity| identity.pid == pid);
     let runner_pid = runner.identity().map(|identity| identity.pid);
     let is_child = identity.as_ref().is_some_and(|identity| {
@@ -1322,23 +1589,18 @@ async fn progress(app: &Arc<App>, runner: &Arc<Runner>, envelope: &Envelope) -> 
         .store
         .write(move |connection| {
             let encoded = identity.encode();
-            if operation == "process.unregister" {
-                connection.execute_cached(
-                    "DELETE FROM runner_processes WHERE runner_epoch = ?1 AND pid = ?2 AND start_identity = ?3",
-                    rusqlite::params![runner_epoch.as_str(), i64::from(identity.pid), encoded],
-                )?;
+            if !register {
+                processes::unregister(connection, &runner_epoch, identity.pid, &encoded)?;
                 return Ok(Commit::Keep(true));
             }
             // Registration requires the live run claim.
-            let lease = runs::load(connection, &run_id)?.map(|agg| agg.run.lease).unwrap_or_default();
+            let lease = runs::load(connection, &run_id)?
+                .map(|agg| agg.run.lease)
+                .unwrap_or_default();
             if !is_child || kernel::claim::check(&lease, Some(&authority), now_ms).is_err() {
                 return Ok(Commit::Discard(false));
             }
-            connection.execute_cached(
-                "INSERT INTO runner_processes (pid, start_identity, runner_epoch, registered_at_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT DO NOTHING",
-                rusqlite::params![i64::from(identity.pid), encoded, runner_epoch.as_str(), now_ms as i64],
-            )?;
+            processes::register(connection, &runner_epoch, identity.pid, &encoded, now_ms)?;
             Ok(Commit::Keep(true))
         })
         .await;
@@ -1360,17 +1622,10 @@ pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
     let rows = app
         .store
         .write(move |connection| {
-            let mut statement = connection.prepare_cached(
-                "SELECT start_identity FROM runner_processes WHERE runner_epoch = ?1",
-            )?;
-            let rows: Vec<String> = statement
-                .query_map(rusqlite::params![runner_epoch.as_str()], |row| row.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            connection.execute_cached(
-                "DELETE FROM runner_processes WHERE runner_epoch = ?1",
-                rusqlite::params![runner_epoch.as_str()],
-            )?;
-            Ok(Commit::Keep(rows))
+            Ok(Commit::Keep(processes::take_registered(
+                connection,
+                &runner_epoch,
+            )?))
         })
         .await
         .unwrap_or_default();
@@ -1403,10 +1658,7 @@ pub async fn record_exit(
         .store
         .write(move |connection| {
             let now_ms = crate::clock::now_ms();
-            connection.execute_cached(
-                "UPDATE run_workers SET exit_code = ?2, signal = ?3 WHERE runner_epoch = ?1",
-                rusqlite::params![runner_for_job.runner_epoch.as_str(), code, signal],
-            )?;
+            processes::record_exit_status(connection, &runner_for_job.runner_epoch, code, signal)?;
             let Some(before) = runs::load(connection, &runner_for_job.run_id)? else {
                 return Ok(Commit::Keep(Vec::new()));
             };

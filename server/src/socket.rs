@@ -202,7 +202,7 @@ impl Outbox {
 /// id, an event an `unavailable` availability event of the same
 /// subscription. Nothing is dropped silently.
 pub fn frame(value: &Value) -> Vec<u8> {
-    if let Some(frame) = crate::runner_channel::frame_of(value) {
+    if let Some(frame) = crate::wire::frames::client(value) {
         return frame;
     }
     let substitute = match value.get("type").and_then(Value::as_str) {
@@ -223,13 +223,13 @@ pub fn frame(value: &Value) -> Vec<u8> {
         }),
         _ => return error_frame("internal", "the reply did not fit a frame"),
     };
-    crate::runner_channel::frame_of(&substitute)
+    crate::wire::frames::client(&substitute)
         .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
 }
 
 /// The bounded error frame sent before a connection closes.
 fn error_frame(code: &str, message: &str) -> Vec<u8> {
-    crate::runner_channel::frame_of(&json!({
+    crate::wire::frames::client(&json!({
         "schema": "pi-workflows.client.v1",
         "type": "event",
         "subscriptionId": "connection",

@@ -15,7 +15,6 @@
 //!   exact digest, length and media type it was given; anything else is a
 //!   bounded `contentUnavailable` refusal.
 
-use crate::runner_channel::frame_of;
 use crate::store::blobs::{self, Blob};
 use crate::supervisor::Runner;
 use rusqlite::Connection;
@@ -39,7 +38,7 @@ pub(crate) fn fit(
     mut message: Value,
     now_ms: u64,
 ) -> rusqlite::Result<Value> {
-    if frame_of(&message).is_some() {
+    if crate::wire::frames::fits(&message) {
         return Ok(message);
     }
     match message.get("type").and_then(Value::as_str) {
@@ -127,19 +126,18 @@ pub(crate) async fn read(
     app: &Arc<crate::app::App>,
     runner: &Arc<Runner>,
     message_id: &str,
-    value: &Value,
+    content: &protocol::generated::types::ContentReference,
+    offset: u64,
+    length: u64,
 ) -> Value {
-    let reference = value.get("reference").cloned().unwrap_or(Value::Null);
-    let offset = value.get("offset").and_then(Value::as_u64).unwrap_or(0);
-    let length = value.get("length").and_then(Value::as_u64).unwrap_or(0);
+    let digest = crate::effects::parse_digest(Some(content.digest.as_str()));
+    // The reference as this server issued it (its canonical text is what
+    // `issue` recorded) and as the chunk repeats it.
+    let reference = serde_json::to_value(content).unwrap_or(Value::Null);
     let issued = protocol::canonicalize(&reference)
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .is_some_and(|text| runner.was_issued(&text));
-    let digest = reference
-        .get("digest")
-        .and_then(Value::as_str)
-        .and_then(|text| crate::effects::parse_digest(Some(text)));
     let stored = match digest.filter(|_| issued) {
         Some(digest) => app
             .store
@@ -281,7 +279,7 @@ mod tests {
             fitted.get("command").is_some(),
             "the rest of the command stays"
         );
-        assert!(frame_of(&fitted).is_some());
+        assert!(crate::wire::frames::fits(&fitted));
         assert_eq!(
             referenced(&connection, &fitted["state"]["reference"]),
             state
@@ -293,7 +291,7 @@ mod tests {
         let fitted = fit(&connection, reply, 1).unwrap();
         assert_eq!(fitted["result"], Value::Null);
         assert_eq!(fitted["outcome"], "adopted");
-        assert!(frame_of(&fitted).is_some());
+        assert!(crate::wire::frames::fits(&fitted));
         assert_eq!(referenced(&connection, &fitted["resultContent"]), result);
     }
 

@@ -59,26 +59,21 @@ fn depth_of(value: &Value) -> u32 {
 }
 
 /// Decides one `node.update` of the runner.
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
 pub(crate) fn runner_update(
     connection: &Connection,
     runner: &Runner,
-    value: &Value,
+    attempt_id: AttemptId,
+    key: &str,
+    update: &protocol::generated::types::NodeUpdate,
     data: &EncodedUpdate,
     before: &RunAggregate,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
     let run_id = &before.run.run_id;
-    let text = |pointer: &str| {
-        value
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let key = text("/idempotencyKey");
-    let update_type = text("/update/type");
-    let update_key = text("/update/key");
+    let update_type = update.type_.to_string();
+    let update_key = update.key.to_string();
     let stored: Option<UpdateReceipt> = connection
         .query_row_cached(
             "SELECT receipt_json FROM update_receipts WHERE run_id = ?1 AND idempotency_key = ?2",
@@ -115,9 +110,9 @@ pub(crate) fn runner_update(
         ttl_ms,
     };
     let input = UpdateInput {
-        idempotency_key: IdempotencyKey::new(key.clone()),
+        idempotency_key: IdempotencyKey::new(key),
         update_id: UpdateId::new(format!("upd_{}", crate::ids::random_hex::<8>())),
-        attempt_id: AttemptId::new(text("/attemptId")),
+        attempt_id,
         update_type,
         key: update_key,
         data: UpdateData {

@@ -95,60 +95,45 @@ fn the_cli_and_the_client_cannot_open_sqlite_by_construction() {
     assert!(closure(&graph, "pi-workflows-cli").contains("pi-workflows-client"));
 }
 
+/// The client's idempotency rule (`ClientOperation::STATE_CHANGING`) and the
+/// kernel's receipt operations come from one list, the schema's
+/// `x-stateChanging`: every `Operation` the schema names is state-changing
+/// for `protocol` exactly when the kernel stores a receipt for it.
 #[test]
 fn the_clients_state_changing_operations_are_the_kernels_command_operations() {
     use kernel::receipt::CommandOperation;
+    use protocol::ClientOperation;
+    let schema: Value =
+        serde_json::from_str(include_str!("../../protocol/client.v1.schema.json")).unwrap();
+    let names = schema["$defs"]["Operation"]["enum"].as_array().unwrap();
     let mut commands = 0;
-    for name in [
-        "run.start",
-        "run.pause",
-        "run.resume",
-        "run.cancel",
-        "run.restart",
-        "checkpoint.answer",
-        "decision.answer",
-        "interaction.update",
-        "interaction.submit",
-        "effect.recover",
-        "settings.update",
-        "followUp.add",
-        "followUp.cancel",
-        "resource.apply",
-        "resource.reconcile",
-        "resource.delete",
-        "server.stop",
-        "workflows.list",
-        "runs.list",
-        "run.view",
-        "view.page",
-        "view.content",
-        "subscribe",
-        "unsubscribe",
-        "sessionView.get",
-        "sessionView.clearTerminal",
-        "sessionEvents.record",
-        "workflowMessage.reportBranch",
-        "workflowTurn.report",
-        "server.status",
-        "state.verify",
-        "state.backup",
-        "state.prune",
-        "channel.status",
-        "channel.reload",
-        "channel.recover",
-    ] {
+    for name in names {
+        let name = name.as_str().unwrap();
         let operation: protocol::generated::types::Operation = name.parse().unwrap();
         let kernel_says = CommandOperation::from_wire(name).is_some();
-        assert_eq!(
-            pi_workflows_client::is_state_changing(operation),
-            kernel_says,
-            "{name}"
-        );
+        assert_eq!(operation.is_state_changing(), kernel_says, "{name}");
         commands += usize::from(kernel_says);
     }
+    println!(
+        "{commands} of {} operations are state-changing",
+        names.len()
+    );
     assert_eq!(
         commands,
         CommandOperation::ALL.len(),
-        "every kernel command is listed"
+        "every kernel command is an operation of the schema"
     );
+    // The markers the client sends by carry the same rule.
+    fn marker<Op: ClientOperation>() -> (protocol::generated::types::Operation, bool) {
+        (Op::OPERATION, Op::STATE_CHANGING)
+    }
+    for (operation, state_changing) in [
+        marker::<protocol::ops::RunStart>(),
+        marker::<protocol::ops::RunPause>(),
+        marker::<protocol::ops::SessionViewClearTerminal>(),
+        marker::<protocol::ops::RunsList>(),
+        marker::<protocol::ops::Subscribe>(),
+    ] {
+        assert_eq!(operation.is_state_changing(), state_changing, "{operation}");
+    }
 }

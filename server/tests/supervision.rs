@@ -208,6 +208,10 @@ async fn a_changed_workflow_source_parks_the_run_for_review() {
     assert_eq!(view["status"]["run"], "running", "{view}");
     assert_eq!(view["status"]["queue"], "parked", "{view}");
     assert_eq!(view["status"]["paused"], false, "{view}");
+    assert_ne!(
+        view["display"]["status"], "paused",
+        "a parked queue is not paused: {view}"
+    );
     assert!(
         view["display"]["controls"]
             .as_array()

@@ -7,7 +7,8 @@
 //! - One connection at a time, opened on first use; a client id fixed per
 //!   instance; every transport attempt gets a new request id (a fresh
 //!   connection nonce plus a counter, see [`Connection::request_id`]).
-//! - A state-changing operation ([`crate::commands::is_state_changing`])
+//! - A state-changing operation (`ClientOperation::STATE_CHANGING`, generated
+//!   from the schema's `x-stateChanging`)
 //!   carries one idempotency key for the logical command. A request whose
 //!   connection drops before its response is sent again on a new connection
 //!   with a NEW request id and the SAME client id, key, operation, run id,
@@ -29,7 +30,6 @@
 //! - The client is driven by its owner (`&mut self`): events that arrive
 //!   while a request waits are kept in order for [`WorkflowClient::next_event`].
 
-use crate::commands::is_state_changing;
 use crate::connection::{Connection, PACKAGE_VERSION, RequestSpec, Response, closing_reason};
 use crate::error::ClientError;
 use crate::home::Home;
@@ -266,7 +266,7 @@ impl WorkflowClient {
     ) -> Result<Settled<Op>, ClientError> {
         let payload = serde_json::to_value(payload)
             .map_err(|_| ClientError::Invalid(ErrorCode::SchemaInvalid))?;
-        let idempotency_key = match (options.idempotency_key, is_state_changing(Op::OPERATION)) {
+        let idempotency_key = match (options.idempotency_key, Op::STATE_CHANGING) {
             (Some(key), _) => Some(key),
             (None, true) => Some(crate::ids::idempotency_key()),
             (None, false) => None,

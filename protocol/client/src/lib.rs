@@ -17,7 +17,6 @@
 //! state database (`server/tests/crate_graph.rs` checks the crate graph).
 
 pub mod client;
-pub mod commands;
 pub mod connection;
 pub mod error;
 pub mod home;
@@ -28,7 +27,6 @@ pub mod start;
 pub use client::{
     Accepted, CallOptions, ClientOptions, Delivery, Settled, SubscriptionHandle, WorkflowClient,
 };
-pub use commands::is_state_changing;
 pub use connection::{
     COMPLETE_VIEW_ATTEMPTS, Connection, MAX_PAGE_BYTES, PACKAGE_VERSION, RequestSpec, Response,
 };

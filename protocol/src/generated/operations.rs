@@ -25,6 +25,9 @@ pub trait ClientOperation {
         + ::std::marker::Send
         + ::std::marker::Sync
         + 'static;
+    /// Whether it changes state and stores a durable receipt
+    /// (`x-stateChanging`), so it carries an idempotency key.
+    const STATE_CHANGING: bool;
 }
 /// `run.start`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +36,7 @@ impl ClientOperation for RunStart {
     const OPERATION: types::Operation = types::Operation::RunStart;
     type Payload = types::RunStartPayload;
     type Receipt = types::RunStartReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `run.pause`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +45,7 @@ impl ClientOperation for RunPause {
     const OPERATION: types::Operation = types::Operation::RunPause;
     type Payload = types::EmptyPayload;
     type Receipt = types::RunControlReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `run.resume`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,6 +54,7 @@ impl ClientOperation for RunResume {
     const OPERATION: types::Operation = types::Operation::RunResume;
     type Payload = types::EmptyPayload;
     type Receipt = types::RunControlReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `run.cancel`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,6 +63,7 @@ impl ClientOperation for RunCancel {
     const OPERATION: types::Operation = types::Operation::RunCancel;
     type Payload = types::EmptyPayload;
     type Receipt = types::RunControlReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `run.restart`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,6 +72,7 @@ impl ClientOperation for RunRestart {
     const OPERATION: types::Operation = types::Operation::RunRestart;
     type Payload = types::EmptyPayload;
     type Receipt = types::RunRestartReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `checkpoint.answer`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,6 +81,7 @@ impl ClientOperation for CheckpointAnswer {
     const OPERATION: types::Operation = types::Operation::CheckpointAnswer;
     type Payload = types::CheckpointAnswerPayload;
     type Receipt = types::CheckpointAnswerReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `decision.answer`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,6 +90,7 @@ impl ClientOperation for DecisionAnswer {
     const OPERATION: types::Operation = types::Operation::DecisionAnswer;
     type Payload = types::DecisionAnswerPayload;
     type Receipt = types::DecisionAnswerReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `interaction.update`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,6 +99,7 @@ impl ClientOperation for InteractionUpdate {
     const OPERATION: types::Operation = types::Operation::InteractionUpdate;
     type Payload = types::InteractionUpdatePayload;
     type Receipt = types::InteractionUpdateReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `interaction.submit`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -97,6 +108,7 @@ impl ClientOperation for InteractionSubmit {
     const OPERATION: types::Operation = types::Operation::InteractionSubmit;
     type Payload = types::InteractionSubmitPayload;
     type Receipt = types::InteractionSubmitReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `effect.recover`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +117,7 @@ impl ClientOperation for EffectRecover {
     const OPERATION: types::Operation = types::Operation::EffectRecover;
     type Payload = types::EffectRecoverPayload;
     type Receipt = types::EffectRecoverReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `settings.update`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,6 +126,7 @@ impl ClientOperation for SettingsUpdate {
     const OPERATION: types::Operation = types::Operation::SettingsUpdate;
     type Payload = types::SettingsUpdatePayload;
     type Receipt = types::SettingsReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `followUp.add`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,6 +135,7 @@ impl ClientOperation for FollowUpAdd {
     const OPERATION: types::Operation = types::Operation::FollowUpAdd;
     type Payload = types::FollowUpAddPayload;
     type Receipt = types::FollowUpReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `followUp.cancel`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,6 +144,7 @@ impl ClientOperation for FollowUpCancel {
     const OPERATION: types::Operation = types::Operation::FollowUpCancel;
     type Payload = types::FollowUpCancelPayload;
     type Receipt = types::FollowUpReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `resource.apply`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -137,6 +153,7 @@ impl ClientOperation for ResourceApply {
     const OPERATION: types::Operation = types::Operation::ResourceApply;
     type Payload = types::ResourceApplyPayload;
     type Receipt = types::ResourceReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `resource.reconcile`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,6 +162,7 @@ impl ClientOperation for ResourceReconcile {
     const OPERATION: types::Operation = types::Operation::ResourceReconcile;
     type Payload = types::ResourceRefPayload;
     type Receipt = types::ResourceReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `resource.delete`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -153,6 +171,7 @@ impl ClientOperation for ResourceDelete {
     const OPERATION: types::Operation = types::Operation::ResourceDelete;
     type Payload = types::ResourceRefPayload;
     type Receipt = types::ResourceReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `server.stop`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -161,6 +180,7 @@ impl ClientOperation for ServerStop {
     const OPERATION: types::Operation = types::Operation::ServerStop;
     type Payload = types::EmptyPayload;
     type Receipt = types::ServerStopReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `workflows.list`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,6 +189,7 @@ impl ClientOperation for WorkflowsList {
     const OPERATION: types::Operation = types::Operation::WorkflowsList;
     type Payload = types::WorkflowsListPayload;
     type Receipt = types::WorkflowListReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `runs.list`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -177,6 +198,7 @@ impl ClientOperation for RunsList {
     const OPERATION: types::Operation = types::Operation::RunsList;
     type Payload = types::RunsListPayload;
     type Receipt = types::RunListReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `run.view`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,6 +207,7 @@ impl ClientOperation for RunView {
     const OPERATION: types::Operation = types::Operation::RunView;
     type Payload = types::EmptyPayload;
     type Receipt = types::RunView;
+    const STATE_CHANGING: bool = false;
 }
 /// `view.page`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -193,6 +216,7 @@ impl ClientOperation for ViewPage {
     const OPERATION: types::Operation = types::Operation::ViewPage;
     type Payload = types::ViewPagePayload;
     type Receipt = types::ViewPage;
+    const STATE_CHANGING: bool = false;
 }
 /// `view.content`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -201,6 +225,7 @@ impl ClientOperation for ViewContent {
     const OPERATION: types::Operation = types::Operation::ViewContent;
     type Payload = types::ViewContentPayload;
     type Receipt = types::ContentChunk;
+    const STATE_CHANGING: bool = false;
 }
 /// `subscribe`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -209,6 +234,7 @@ impl ClientOperation for Subscribe {
     const OPERATION: types::Operation = types::Operation::Subscribe;
     type Payload = types::SubscribePayload;
     type Receipt = types::SubscribeReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `unsubscribe`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -217,6 +243,7 @@ impl ClientOperation for Unsubscribe {
     const OPERATION: types::Operation = types::Operation::Unsubscribe;
     type Payload = types::UnsubscribePayload;
     type Receipt = types::EmptyReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `sessionView.get`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -225,6 +252,7 @@ impl ClientOperation for SessionViewGet {
     const OPERATION: types::Operation = types::Operation::SessionViewGet;
     type Payload = types::SessionPayload;
     type Receipt = types::SessionView;
+    const STATE_CHANGING: bool = false;
 }
 /// `sessionView.clearTerminal`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -233,6 +261,7 @@ impl ClientOperation for SessionViewClearTerminal {
     const OPERATION: types::Operation = types::Operation::SessionViewClearTerminal;
     type Payload = types::SessionPayload;
     type Receipt = types::EmptyReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `sessionEvents.record`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -241,6 +270,7 @@ impl ClientOperation for SessionEventsRecord {
     const OPERATION: types::Operation = types::Operation::SessionEventsRecord;
     type Payload = types::SessionEventsRecordPayload;
     type Receipt = types::RecordEventsReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `workflowMessage.reportBranch`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -249,6 +279,7 @@ impl ClientOperation for WorkflowMessageReportBranch {
     const OPERATION: types::Operation = types::Operation::WorkflowMessageReportBranch;
     type Payload = types::ReportBranchPayload;
     type Receipt = types::ReportBranchReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `workflowTurn.report`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -257,6 +288,7 @@ impl ClientOperation for WorkflowTurnReport {
     const OPERATION: types::Operation = types::Operation::WorkflowTurnReport;
     type Payload = types::TurnReportPayload;
     type Receipt = types::TurnReportReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `server.status`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -265,6 +297,7 @@ impl ClientOperation for ServerStatus {
     const OPERATION: types::Operation = types::Operation::ServerStatus;
     type Payload = types::EmptyPayload;
     type Receipt = types::ServerStatus;
+    const STATE_CHANGING: bool = false;
 }
 /// `state.verify`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -273,6 +306,7 @@ impl ClientOperation for StateVerify {
     const OPERATION: types::Operation = types::Operation::StateVerify;
     type Payload = types::StateVerifyPayload;
     type Receipt = types::StateVerifyReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `state.backup`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -281,6 +315,7 @@ impl ClientOperation for StateBackup {
     const OPERATION: types::Operation = types::Operation::StateBackup;
     type Payload = types::StateBackupPayload;
     type Receipt = types::StateBackupReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `state.prune`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -289,6 +324,7 @@ impl ClientOperation for StatePrune {
     const OPERATION: types::Operation = types::Operation::StatePrune;
     type Payload = types::StatePrunePayload;
     type Receipt = types::StatePruneReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `channel.status`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -297,6 +333,7 @@ impl ClientOperation for ChannelStatus {
     const OPERATION: types::Operation = types::Operation::ChannelStatus;
     type Payload = types::EmptyPayload;
     type Receipt = types::ChannelStatusReceipt;
+    const STATE_CHANGING: bool = false;
 }
 /// `channel.reload`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -305,6 +342,7 @@ impl ClientOperation for ChannelReload {
     const OPERATION: types::Operation = types::Operation::ChannelReload;
     type Payload = types::EmptyPayload;
     type Receipt = types::ChannelReloadReceipt;
+    const STATE_CHANGING: bool = true;
 }
 /// `channel.recover`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -313,4 +351,5 @@ impl ClientOperation for ChannelRecover {
     const OPERATION: types::Operation = types::Operation::ChannelRecover;
     type Payload = types::ChannelRecoverPayload;
     type Receipt = types::ChannelRecoverReceipt;
+    const STATE_CHANGING: bool = true;
 }

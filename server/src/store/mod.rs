@@ -38,6 +38,7 @@ mod disk;
 pub mod host;
 pub mod meta;
 mod open;
+pub mod processes;
 pub mod runs;
 pub mod schema;
 pub mod viewer;

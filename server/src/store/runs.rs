@@ -1066,3 +1066,16 @@ fn event_kind(event: &RunEvent) -> String {
         _ => "event".to_owned(),
     }
 }
+
+/// Stores the message text of a run's terminal error beside its class.
+pub fn record_error_message(
+    connection: &Connection,
+    run_id: &RunId,
+    message: &str,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "UPDATE runs SET error_message = ?2 WHERE run_id = ?1",
+        rusqlite::params![run_id.as_str(), message],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Outgoing frames: the canonical bytes of one message of one channel.
+//!
+//! Invariants:
+//! - Every frame the server sends is built here: a client-channel message
+//!   ([`client`]), a server-to-runner message ([`runner`]) or a launch
+//!   envelope ([`launch`]). Each is canonical JSON and fits one 1 MiB frame,
+//!   or the caller gets `None` and sends its bounded substitute.
+//! - In debug builds and tests every frame is decoded again with the
+//!   channel's own schema decoder (`protocol::decode_*`: typed, unknown
+//!   fields refused, round trip exact) before it is sent. A frame that does
+//!   not match its schema is a server defect: the check panics, naming the
+//!   channel and the message kind only (never a payload), so a test that
+//!   provokes it fails. Release builds skip the check.
+
+use serde_json::Value;
+
+/// The channel a frame is sent on (what its schema is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// `client.v1` on the client socket.
+    Client,
+    /// `runner.v1` server-to-runner messages.
+    Runner,
+    /// `worker-launch.v1`, the first line on a runner's stdin (no newline).
+    Launch,
+}
+
+/// A client-channel frame (`\n`-terminated).
+pub fn client(value: &Value) -> Option<Vec<u8>> {
+    encode(Channel::Client, value)
+}
+
+/// A server-to-runner frame (`\n`-terminated).
+pub fn runner(value: &Value) -> Option<Vec<u8>> {
+    encode(Channel::Runner, value)
+}
+
+/// A launch envelope frame (`\n`-terminated; the schema covers the bytes
+/// before the newline).
+pub fn launch(value: &Value) -> Option<Vec<u8>> {
+    encode(Channel::Launch, value)
+}
+
+/// Whether `value` fits one frame once canonical (no schema check: the
+/// frame is checked when it is built to be sent).
+pub fn fits(value: &Value) -> bool {
+    canonical_frame(value).is_some()
+}
+
+fn canonical_frame(value: &Value) -> Option<Vec<u8>> {
+    let mut bytes = protocol::canonicalize(value).ok()?;
+    bytes.push(b'\n');
+    (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
+}
+
+fn encode(channel: Channel, value: &Value) -> Option<Vec<u8>> {
+    let bytes = canonical_frame(value)?;
+    if cfg!(debug_assertions)
+        && let Err(error) = check(channel, &bytes)
+    {
+        panic!(
+            "an outgoing {channel:?} frame ({}) does not match its schema: {}",
+            kind(value),
+            error.code()
+        );
+    }
+    Some(bytes)
+}
+
+/// Decodes `bytes` with the schema decoder of `channel`.
+pub fn check(channel: Channel, bytes: &[u8]) -> Result<(), protocol::SafeError> {
+    match channel {
+        Channel::Client => protocol::decode_client_frame(bytes).map(drop),
+        Channel::Runner => protocol::decode_server_frame(bytes).map(drop),
+        Channel::Launch => {
+            protocol::decode_launch(bytes.strip_suffix(b"\n").unwrap_or(bytes)).map(drop)
+        }
+    }
+}
+
+/// The message kind of a frame, for the panic message (no payload).
+fn kind(value: &Value) -> String {
+    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or("?");
+    match value.get("type").and_then(Value::as_str) {
+        Some("response") => format!("response/{}", field("operation")),
+        Some("event") => format!(
+            "event/{}",
+            value
+                .pointer("/event/kind")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+        ),
+        Some(other) => other.to_owned(),
+        None => format!("launch/{}", field("mode")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_frame_off_its_schema_is_refused_by_the_check() {
+        let hello = json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "event",
+            "subscriptionId": "connection",
+            "revision": 0,
+            "event": { "kind": "availability", "state": "unavailable", "reason": "x" },
+        });
+        let bytes = canonical_frame(&hello).unwrap();
+        assert_eq!(check(Channel::Client, &bytes), Ok(()));
+        let mut extra = hello.clone();
+        extra["unexpected"] = json!(1);
+        let bytes = canonical_frame(&extra).unwrap();
+        assert!(check(Channel::Client, &bytes).is_err());
+        // The same bytes are not a runner-channel message.
+        assert!(check(Channel::Runner, &canonical_frame(&hello).unwrap()).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "does not match its schema")]
+    fn debug_builds_panic_on_a_frame_off_its_schema() {
+        let _ = client(&json!({ "schema": "pi-workflows.client.v1", "type": "event" }));
+    }
+}
