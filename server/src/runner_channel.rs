@@ -1063,22 +1063,28 @@ fn apply(
             attempt_id,
             output,
             action,
-        } => finish(
-            connection,
-            runner,
-            message_id,
-            before,
-            Finished {
-                attempt_id,
-                outcome: NodeOutcome::Ok,
-                output: Some(output),
-                error: None,
-                action,
-            },
-            blobs.output.as_ref(),
-            now_ms,
-            ttl_ms,
-        )?,
+        } => {
+            // A headless agent attempt finishes only after its accepted submission.
+            if let Err(rejection) = kernel::interaction::finish_allowed(before, &attempt_id) {
+                return Ok(Err(Refusal::of(&rejection)));
+            }
+            finish(
+                connection,
+                runner,
+                message_id,
+                before,
+                Finished {
+                    attempt_id,
+                    outcome: NodeOutcome::Ok,
+                    output: Some(output),
+                    error: None,
+                    action,
+                },
+                blobs.output.as_ref(),
+                now_ms,
+                ttl_ms,
+            )?
+        }
         Decide::NodeFailed {
             attempt_id,
             outcome,
@@ -1218,10 +1224,18 @@ fn apply(
             let answer = crate::interactions::requested(
                 connection, runner, asked, request, before, now_ms, ttl_ms,
             )?;
+            // An interactive runner exits; a headless one runs the step in its own Pi child.
             let exit = Dispatch::Exit {
                 reason: ExitReason::Waiting,
             };
-            answered(runner, message_id, before, answer, Some(&exit))
+            let interactive = before.run.mode.origin_session().is_some();
+            answered(
+                runner,
+                message_id,
+                before,
+                answer,
+                interactive.then_some(&exit),
+            )
         }
         Decide::NotificationRequested { attempt_id, .. } => {
             let Some(notification) = blobs.notification.clone() else {

@@ -41,6 +41,7 @@ mod open;
 pub mod processes;
 pub mod runs;
 pub mod schema;
+pub mod submissions;
 pub mod viewer;
 
 use rusqlite::{Connection, Params, Row};

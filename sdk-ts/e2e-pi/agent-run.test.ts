@@ -1,0 +1,77 @@
+/**
+ * Agent workflows end to end: the real server binary, the node runner, real
+ * Pi (`pi --mode rpc` with the bridge extension) and the mock model. A run
+ * started with `pi-workflows start` runs its agent step headless; the
+ * validation child rejects the first submission, the model sees the stored
+ * error and corrects it, and the accepted output routes the run. Run with
+ * `npm run test:pi`.
+ */
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+
+import { reply, submitStep } from "../test-support/mock-model.js";
+import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture } from "../test-support/pi.js";
+import { TestServer, stepNodes } from "../test-support/server.js";
+
+/** `review` submits a verdict that its validate checks; the verdict routes the run. */
+export const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "review",
+  startAt: "review",
+  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
+  nodes: {
+    review: agent({
+      prompt: ({ input }) => "Review the change: " + (input as { task?: string }).task,
+      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
+      validate: (output) => {
+        const verdict = (output as { verdict?: unknown }).verdict;
+        if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
+        return output;
+      },
+    }),
+    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
+    rework: compute({ run: () => ({ shipped: false }) }),
+  },
+  edges: [{ from: "review", switch: { on: "$.verdict", cases: { approve: "ship", reject: "rework" } } }],
+});
+`;
+
+describe("agent workflows through the server with real Pi", () => {
+  it("pi-workflows start runs the agent step headless; validate rejects the first submission, the model sees the error, the second is accepted and routes the run", async (t) => {
+    const approved = { verdict: "approve", reason: "the tests pass" };
+    const { mock, sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "corrected", lastRole: "tool", when: "Output rejected for step review", reply: submitStep(approved) },
+        { name: "first", lastRole: "user", when: "Workflow step contract (workflow: review, step: review", reply: submitStep({ verdict: "maybe" }) },
+      ],
+    });
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
+    const out = await server.cli(["start", "review", "fix", "the", "bug"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(stepNodes(view), ["review", "ship"], "the accepted verdict routed the run");
+    assert.equal(view.status.executionMode, "headless");
+
+    const toolTexts = mock.requests.flatMap((request) => request.messages.filter((m) => m.role === "tool").map((m) => m.text));
+    assert.ok(
+      toolTexts.includes('Output rejected for step review: verdict must be approve or reject, got "maybe". Correct the output and call the workflow tool again.'),
+      `the model sees the stored error: ${toolTexts.join(" | ")}`,
+    );
+    assert.ok(toolTexts.some((text) => text.startsWith("Output accepted for step review.")), toolTexts.join(" | "));
+    const prompt = mock.requests[0]?.messages.find((m) => m.role === "user")?.text ?? "";
+    assert.match(prompt, /^Review the change: fix the bug\n\n---\nWorkflow step contract \(workflow: review, step: review, attempt: [0-9a-f-]+\)\n/);
+    const records = await server.journalAfterExit(runId);
+    const review = records.filter((record) => record.event === "node" && record.nodeId === "review");
+    assert.deepEqual(review.map((record) => record.output), [approved], "one attempt, the accepted output");
+  });
+});
