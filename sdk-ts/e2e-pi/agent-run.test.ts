@@ -7,7 +7,7 @@
  * `npm run test:pi`.
  */
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 
@@ -73,5 +73,52 @@ describe("agent workflows through the server with real Pi", () => {
     const records = await server.journalAfterExit(runId);
     const review = records.filter((record) => record.event === "node" && record.nodeId === "review");
     assert.deepEqual(review.map((record) => record.output), [approved], "one attempt, the accepted output");
+  });
+});
+
+/** Whether a process exists and is not a zombie. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+async function until(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe("cancelling an agent step through the server", () => {
+  it("cancellation mid-turn stops Pi and every tool descendant; no process of the run is left", async (t) => {
+    const { sandbox, mock } = await piFixture(t);
+    const pidFile = join(sandbox.root, "tool.pid");
+    mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${pidFile}; exec sleep 300` }) }]);
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
+    const out = await server.cli(["start", "review", "slow"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    await until("the bash tool to start", () => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+    const toolPid = Number(readFileSync(pidFile, "utf8").trim());
+    const piPid = Number(readFileSync(`/proc/${toolPid}/stat`, "utf8").split(") ")[1]?.split(" ")[2]);
+    assert.ok(alive(toolPid) && alive(piPid), "the tool and its Pi run");
+    await server.cli(["cancel", runId]);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId);
+    assert.equal(view.status.run, "cancelled", server.serverLog());
+    await until("Pi and its tool to be gone", () => !alive(toolPid) && !alive(piPid), 15_000);
   });
 });
