@@ -122,3 +122,51 @@ describe("cancelling an agent step through the server", () => {
     await until("Pi and its tool to be gone", () => !alive(toolPid) && !alive(piPid), 15_000);
   });
 });
+
+/** The parent pid of `pid` (from /proc). */
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+
+describe("a runner killed during an agent step", () => {
+  it("its registered Pi group is reaped, and the step runs again once and completes", async (t) => {
+    const { sandbox, mock } = await piFixture(t);
+    const pidFile = join(sandbox.root, "tool.pid");
+    mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${pidFile}; exec sleep 300` }) }]);
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
+    const out = await server.cli(["start", "review", "crash"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    await until("the bash tool to start", () => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+    const toolPid = Number(readFileSync(pidFile, "utf8").trim());
+    // Walk up from the tool to the runner (the process running the runner's bin.js).
+    let runnerPid = parentOf(toolPid);
+    const chain: number[] = [];
+    while (runnerPid > 1 && !readFileSync(`/proc/${runnerPid}/cmdline`, "utf8").includes("runner/bin.js")) {
+      chain.push(runnerPid);
+      runnerPid = parentOf(runnerPid);
+    }
+    assert.ok(runnerPid > 1, "found the runner above the tool");
+    const piPid = chain.at(-1) as number;
+    const approved = { verdict: "approve", reason: "after the crash" };
+    mock.setRules([
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
+    ]);
+    process.kill(runnerPid, "SIGKILL");
+    await until("the old Pi group and its tool to be reaped", () => !alive(toolPid) && !alive(piPid), 20_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}; tool ${toolPid} alive ${alive(toolPid)}, pi ${piPid} alive ${alive(piPid)}, runner ${runnerPid} alive ${alive(runnerPid)}\n${server.serverLog()}`);
+    });
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(stepNodes(view), ["review", "ship"]);
+    const review = view.steps.items.find((step) => step.nodeId === "review");
+    assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+  });
+});

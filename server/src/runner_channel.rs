@@ -30,7 +30,6 @@ use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
 use kernel::runner::{ExitKind, ProtocolCheck};
-use nix::sys::signal::Signal;
 use protocol::generated::types::{ActionReceipt, Content, ContentReference, RunnerMessage};
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -1648,13 +1647,18 @@ pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
     }
 }
 
-/// SIGKILL to the exact process (its group when it leads one).
+/// SIGKILL to the exact process (its group when it leads one) and every
+/// descendant of that group, also those in groups of their own (the tools a
+/// headless Pi runs detached).
 pub fn kill_exact(identity: &ProcessIdentity) {
-    if !process::signal_group(identity, Signal::SIGKILL) && process::is_alive(identity) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(identity.pid as i32),
-            Signal::SIGKILL,
-        );
+    let descendants = if process::is_alive(identity) {
+        process::group_descendants(identity.pid)
+    } else {
+        Vec::new()
+    };
+    process::kill_identity(identity);
+    for descendant in &descendants {
+        process::kill_identity(descendant);
     }
 }
 

@@ -27,7 +27,7 @@
  *   the next one fails the step.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
-import { accessSync, constants, existsSync, readFileSync } from "node:fs";
+import { accessSync, constants, existsSync, readFileSync, readdirSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { AgentModel } from "../authoring/types.js";
@@ -174,18 +174,68 @@ async function groupGone(pgid: number, ms: number): Promise<boolean> {
   }
 }
 
+/** `/proc/<pid>/stat`: the parent pid and process group, or null. */
+function procStat(pid: number): { parent: number; group: number } | null {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+    return { parent: Number(fields[1]), group: Number(fields[2]) };
+  } catch {
+    return null;
+  }
+}
+
 /**
- * Stops the whole group of `child`: stdin EOF, SIGTERM to the group, SIGKILL
- * after `graceMs`, then waits until the group is empty.
+ * Every descendant of the members of group `pgid`, also those in groups of
+ * their own (Pi runs its bash tool detached). Read before the group is
+ * signalled: once a parent dies, its children are reparented.
+ */
+export function groupDescendants(pgid: number): number[] {
+  const all: { pid: number; parent: number; group: number }[] = [];
+  for (const name of readdirSync("/proc")) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid)) continue;
+    const stat = procStat(pid);
+    if (stat) all.push({ pid, ...stat });
+  }
+  const inside = new Set(all.filter((p) => p.group === pgid).map((p) => p.pid));
+  const found: number[] = [];
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const p of all) {
+      if (!inside.has(p.pid) && inside.has(p.parent)) {
+        inside.add(p.pid);
+        found.push(p.pid);
+        grew = true;
+      }
+    }
+  }
+  return found;
+}
+
+/**
+ * Stops the whole group of `child` and every descendant: stdin EOF, SIGTERM
+ * to the group, SIGKILL after `graceMs`, then SIGKILL to what is left of the
+ * descendants (and their groups), and waits until the group is empty.
  */
 export async function stopGroup(child: ChildProcessWithoutNullStreams, graceMs = PI_STOP_GRACE_MS): Promise<void> {
   const pgid = child.pid;
   if (pgid === undefined) return;
+  const descendants = groupDescendants(pgid);
   child.stdin.end();
   signalGroup(pgid, "SIGTERM");
   if (!(await groupGone(pgid, graceMs))) {
     signalGroup(pgid, "SIGKILL");
     await groupGone(pgid, 10_000);
+  }
+  for (const pid of descendants) {
+    if (!signalGroup(pid, "SIGKILL")) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
   }
   liveGroups.delete(pgid);
 }
