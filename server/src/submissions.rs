@@ -2,6 +2,10 @@
 //! `kernel::interaction` and answered only at its durable outcome.
 //!
 //! Invariants:
+//! - Served for headless runs (the live runner's authority). A coordinator
+//!   (origin-session) submission is answered `unavailable` before anything
+//!   is read: its accepted attempt would need `AttemptFollowUp::FinishOk`,
+//!   which this server does not perform yet.
 //! - The request is resolved from the exact interaction id (settled or not);
 //!   its run, attempt, authority (`check_authority`) and kind are checked
 //!   before any stored submission is looked up or anything changes.
@@ -60,6 +64,17 @@ pub async fn submit(
             "interaction.submit needs a runId and an idempotencyKey",
         );
     };
+    if matches!(payload.authority, InteractionAuthority::Coordinator { .. }) {
+        // Finishing an interactive attempt from its accepted submission (the
+        // kernel's `AttemptFollowUp::FinishOk`) is not performed yet: refuse
+        // before anything is stored rather than accept a submission whose
+        // attempt would never finish.
+        return refuse(
+            "unavailable",
+            ErrorCode::Unavailable,
+            "origin-session submissions are not available in this server version yet; headless runs submit through their runner's Pi",
+        );
+    }
     let interaction_id = InteractionId::new(payload.interaction_id.to_string());
     let attempt_id = kernel::ids::AttemptId::new(payload.attempt_id.to_string());
     let authority = match &payload.authority {
