@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 
@@ -168,5 +169,64 @@ describe("a runner killed during an agent step", () => {
     assert.deepEqual(stepNodes(view), ["review", "ship"]);
     const review = view.steps.items.find((step) => step.nodeId === "review");
     assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+  });
+});
+
+/** One query on the server's state file (read-only, through the sqlite3 CLI). */
+function sql(server: TestServer, query: string): string[][] {
+  const out = execFileSync("sqlite3", ["-readonly", "-separator", "\t", join(server.home, "state.sqlite"), query], { encoding: "utf8" });
+  return out.split("\n").filter((line) => line !== "").map((line) => line.split("\t"));
+}
+
+describe("repeated submissions through the server", () => {
+  it("a duplicate submit waits for and adopts the same outcome; the same key with another payload conflicts", async (t) => {
+    const approved = { verdict: "approve", reason: "ok" };
+    const { sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
+      ],
+    });
+    const release = join(sandbox.root, "release-validation");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    // validate waits until the test releases it, so the submission stays `validating`.
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {\n        while (!(await import("node:fs")).existsSync(${JSON.stringify(release)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const out = await server.cli(["start", "review", "dup"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    let rows: string[][] = [];
+    await until("a validating submission", () => {
+      rows = sql(server, "SELECT s.interaction_id, s.submission_id, s.idempotency_key, r.attempt_id FROM interactive_submissions s JOIN interactive_requests r USING (interaction_id) WHERE s.outcome = 'validating'");
+      return rows.length === 1;
+    });
+    const [interactionId, submissionId, key, attemptId] = rows[0] as string[];
+    const [[generation, runnerEpoch]] = sql(server, `SELECT generation, runner_epoch FROM run_workers WHERE run_id = '${runId}' AND status = 'ready'`) as [[string, string]];
+    const authority = { kind: "runner", generation: Number(generation), runnerEpoch };
+    const client = await server.connect();
+    t.after(() => client.close());
+    const payload = { interactionId, attemptId, submissionId, authority, output: approved };
+    const conflicting = await client.request("interaction.submit", { ...payload, output: { verdict: "reject", reason: "other" } }, { runId, idempotencyKey: key });
+    assert.equal(conflicting.outcome, "conflict", JSON.stringify(conflicting));
+    assert.equal(conflicting.error?.code, "conflict");
+    const duplicate = client.request("interaction.submit", payload, { runId, idempotencyKey: key });
+    let answered = false;
+    void duplicate.then(() => (answered = true));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal(answered, false, "the duplicate waits for the durable outcome");
+    writeFileSync(release, "");
+    const adopted = await duplicate;
+    assert.equal(adopted.outcome, "adopted", JSON.stringify(adopted));
+    assert.deepEqual(adopted.receipt, { submissionId, outcome: "accepted", accepted: { output: approved } });
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", server.serverLog());
+    assert.deepEqual(sql(server, `SELECT outcome FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["accepted"]], "one submission, one outcome");
   });
 });
