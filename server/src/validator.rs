@@ -227,10 +227,10 @@ async fn run_child(
                 // Anything else is not part of a validation child's protocol.
                 _ => Some(reply("rejected")),
             };
-            if let Some(frame) = answer.as_ref().and_then(crate::wire::frames::runner) {
-                if input.write_all(&frame).await.is_err() || input.flush().await.is_err() {
-                    break;
-                }
+            if let Some(frame) = answer.as_ref().and_then(crate::wire::frames::runner)
+                && (input.write_all(&frame).await.is_err() || input.flush().await.is_err())
+            {
+                break;
             }
         }
     }
