@@ -296,18 +296,7 @@ fn request_headless(
     }
     let mut tx = Tx::begin(agg, now_ms);
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
-    let attempt = tx
-        .agg
-        .attempt
-        .as_mut()
-        .filter(|attempt| {
-            attempt.attempt_id == proposal.attempt_id && attempt.status == AttemptStatus::Active
-        })
-        .ok_or_else(|| InteractionRejection::NotActiveAttempt {
-            attempt_id: proposal.attempt_id.clone(),
-        })?;
-    attempt.deadline_at_ms = attempt.deadline_at_ms.or(proposal.deadline_at_ms);
-    let node_id = attempt.node_id.clone();
+    let (node_id, _) = resolve_deadline_in(tx.agg.attempt.as_mut(), &proposal)?;
     tx.agg.interaction = Some(InteractionRecord {
         interaction_id: proposal.interaction_id.clone(),
         run_id: agg.run.run_id.clone(),
@@ -429,17 +418,26 @@ fn attempt_waits_in(
     tx: &mut Tx,
     proposal: &RequestProposal,
 ) -> Result<(NodeId, Option<u64>), InteractionRejection> {
-    let attempt = tx
-        .agg
-        .attempt
-        .as_mut()
+    let resolved = resolve_deadline_in(tx.agg.attempt.as_mut(), proposal)?;
+    if let Some(attempt) = tx.agg.attempt.as_mut() {
+        attempt.status = AttemptStatus::Waiting;
+    }
+    Ok(resolved)
+}
+
+/// The proposed `Active` attempt with its resolved deadline (a deadline the
+/// attempt already committed wins over the proposal's): its node and deadline.
+fn resolve_deadline_in(
+    attempt: Option<&mut crate::attempt::AttemptRecord>,
+    proposal: &RequestProposal,
+) -> Result<(NodeId, Option<u64>), InteractionRejection> {
+    let attempt = attempt
         .filter(|attempt| {
             attempt.attempt_id == proposal.attempt_id && attempt.status == AttemptStatus::Active
         })
         .ok_or_else(|| InteractionRejection::NotActiveAttempt {
             attempt_id: proposal.attempt_id.clone(),
         })?;
-    attempt.status = AttemptStatus::Waiting;
     attempt.deadline_at_ms = attempt.deadline_at_ms.or(proposal.deadline_at_ms);
     Ok((attempt.node_id.clone(), attempt.deadline_at_ms))
 }

@@ -10,10 +10,10 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
-import { describe, it } from "node:test";
+import { type TestContext, describe, it } from "node:test";
 
 import { reply, submitStep } from "../test-support/mock-model.js";
-import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture } from "../test-support/pi.js";
+import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
 import { TestServer, stepNodes } from "../test-support/server.js";
 
 /** `review` submits a verdict that its validate checks; the verdict routes the run. */
@@ -77,20 +77,6 @@ describe("agent workflows through the server with real Pi", () => {
   });
 });
 
-/** Whether a process exists and is not a zombie. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
-
 async function until(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
@@ -99,30 +85,21 @@ async function until(what: string, check: () => boolean, timeoutMs = 30_000): Pr
   }
 }
 
-describe("cancelling an agent step through the server", () => {
-  it("cancellation mid-turn stops Pi and every tool descendant; no process of the run is left", async (t) => {
-    const { sandbox, mock } = await piFixture(t);
-    const pidFile = join(sandbox.root, "tool.pid");
-    mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${pidFile}; exec sleep 300` }) }]);
-    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
-    t.after(() => server.stop());
-    const project = server.project();
-    writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
-    const out = await server.cli(["start", "review", "slow"], project);
-    const runId = /started run (\S+)/.exec(out)?.[1];
-    assert.ok(runId, out);
-    await until("the bash tool to start", () => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
-    const toolPid = Number(readFileSync(pidFile, "utf8").trim());
-    const piPid = Number(readFileSync(`/proc/${toolPid}/stat`, "utf8").split(") ")[1]?.split(" ")[2]);
-    assert.ok(alive(toolPid) && alive(piPid), "the tool and its Pi run");
-    await server.cli(["cancel", runId]);
-    const client = await server.connect();
-    t.after(() => client.close());
-    const view = await client.settled(runId);
-    assert.equal(view.status.run, "cancelled", server.serverLog());
-    await until("Pi and its tool to be gone", () => !alive(toolPid) && !alive(piPid), 15_000);
-  });
-});
+/** A server and a headless `review` run whose agent step is inside a `sleep 300` bash tool call; resolves once the tool runs. */
+async function startSleepingStep(t: TestContext) {
+  const { sandbox, mock } = await piFixture(t);
+  const pidFile = join(sandbox.root, "tool.pid");
+  mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${pidFile}; exec sleep 300` }) }]);
+  const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+  t.after(() => server.stop());
+  const project = server.project();
+  writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
+  const out = await server.cli(["start", "review", "slow"], project);
+  const runId = /started run (\S+)/.exec(out)?.[1];
+  assert.ok(runId, out);
+  await until("the bash tool to start", () => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+  return { server, mock, runId, toolPid: Number(readFileSync(pidFile, "utf8").trim()) };
+}
 
 /** The parent pid of `pid` (from /proc). */
 function parentOf(pid: number): number {
@@ -130,20 +107,24 @@ function parentOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
 }
 
+describe("cancelling an agent step through the server", () => {
+  it("cancellation mid-turn stops Pi and every tool descendant; no process of the run is left", async (t) => {
+    const { server, runId, toolPid } = await startSleepingStep(t);
+    const piPid = parentOf(toolPid);
+    assert.notEqual(piPid, toolPid);
+    assert.ok(processAlive(toolPid) && processAlive(piPid), "the tool and its Pi run");
+    await server.cli(["cancel", runId]);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId);
+    assert.equal(view.status.run, "cancelled", server.serverLog());
+    await until("Pi and its tool to be gone", () => !processAlive(toolPid) && !processAlive(piPid), 15_000);
+  });
+});
+
 describe("a runner killed during an agent step", () => {
   it("its registered Pi group is reaped, and the step runs again once and completes", async (t) => {
-    const { sandbox, mock } = await piFixture(t);
-    const pidFile = join(sandbox.root, "tool.pid");
-    mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${pidFile}; exec sleep 300` }) }]);
-    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
-    t.after(() => server.stop());
-    const project = server.project();
-    writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
-    const out = await server.cli(["start", "review", "crash"], project);
-    const runId = /started run (\S+)/.exec(out)?.[1];
-    assert.ok(runId, out);
-    await until("the bash tool to start", () => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
-    const toolPid = Number(readFileSync(pidFile, "utf8").trim());
+    const { server, mock, runId, toolPid } = await startSleepingStep(t);
     // Walk up from the tool to the runner (the process running the runner's bin.js).
     let runnerPid = parentOf(toolPid);
     const chain: number[] = [];
@@ -159,8 +140,8 @@ describe("a runner killed during an agent step", () => {
       { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
     ]);
     process.kill(runnerPid, "SIGKILL");
-    await until("the old Pi group and its tool to be reaped", () => !alive(toolPid) && !alive(piPid), 20_000).catch((error: unknown) => {
-      throw new Error(`${String(error)}; tool ${toolPid} alive ${alive(toolPid)}, pi ${piPid} alive ${alive(piPid)}, runner ${runnerPid} alive ${alive(runnerPid)}\n${server.serverLog()}`);
+    await until("the old Pi group and its tool to be reaped", () => !processAlive(toolPid) && !processAlive(piPid), 20_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}; tool ${toolPid} alive ${processAlive(toolPid)}, pi ${piPid} alive ${processAlive(piPid)}, runner ${runnerPid} alive ${processAlive(runnerPid)}\n${server.serverLog()}`);
     });
     const client = await server.connect();
     t.after(() => client.close());

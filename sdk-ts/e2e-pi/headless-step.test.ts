@@ -18,7 +18,7 @@ import { loadAndCompile } from "../src/runner/loader.js";
 import { RunState } from "../src/runner/state.js";
 import { Fake } from "../test-support/fake-server.js";
 import { reply, submitStep } from "../test-support/mock-model.js";
-import { MOCK_MODEL_ID, MOCK_PROVIDER, groupAlive, piFixture } from "../test-support/pi.js";
+import { MOCK_MODEL_ID, MOCK_PROVIDER, groupAlive, piFixture, processAlive } from "../test-support/pi.js";
 
 const WORKFLOW = `import { agent, defineWorkflow } from "@pi-workflows/sdk";
 export default defineWorkflow({
@@ -28,20 +28,6 @@ export default defineWorkflow({
   nodes: { review: agent({ prompt: "Review the change.", expectedOutput: '{ "verdict": "approve" | "reject" }' }) },
 });
 `;
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  // A zombie is not alive: it only waits for its parent.
-  try {
-    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
 
 interface Sent {
   type: string;

@@ -278,6 +278,20 @@ function killGroup(pgid: number, signal: NodeJS.Signals): boolean {
 }
 
 /** Whether any process of the group is alive. */
+/** Whether process `pid` exists and is not a zombie. */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
 export function groupAlive(pgid: number): boolean {
   try {
     process.kill(-pgid, 0);

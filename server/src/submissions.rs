@@ -168,16 +168,7 @@ pub async fn submit(
             app.perform(outputs);
             (submission_id, adopted)
         }
-        Err(error) => {
-            return response(
-                request_id,
-                "interaction.submit",
-                "unavailable",
-                None,
-                None,
-                Some(error.refusal()),
-            );
-        }
+        Err(error) => return unavailable(request_id, &error),
     };
     // The response waits for the durable outcome.
     loop {
@@ -202,18 +193,21 @@ pub async fn submit(
             }
             Ok(Some(_)) => settled.await,
             Ok(None) => return refuse("rejected", ErrorCode::NotFound, "the submission is gone"),
-            Err(error) => {
-                return response(
-                    request_id,
-                    "interaction.submit",
-                    "unavailable",
-                    None,
-                    None,
-                    Some(error.refusal()),
-                );
-            }
+            Err(error) => return unavailable(request_id, &error),
         }
     }
+}
+
+/// The answer when the store could not serve the submission.
+fn unavailable(request_id: &str, error: &crate::store::StoreError) -> Value {
+    response(
+        request_id,
+        "interaction.submit",
+        "unavailable",
+        None,
+        None,
+        Some(error.refusal()),
+    )
 }
 
 /// The receipt of a settled submission.
