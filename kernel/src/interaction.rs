@@ -232,20 +232,7 @@ pub fn request(
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
     let (node_id, deadline_at_ms) = attempt_waits_in(&mut tx, &proposal)?;
     run::wait_in(&mut tx, authority, node_id.clone(), false)?;
-    let record = InteractionRecord {
-        interaction_id: proposal.interaction_id.clone(),
-        run_id: agg.run.run_id.clone(),
-        attempt_id: proposal.attempt_id.clone(),
-        node_id,
-        target_session: Some(session_id.clone()),
-        kind: proposal.kind,
-        contract_hash: proposal.contract_hash,
-        status: InteractionStatus::Pending,
-        accepted_submission: None,
-        unproductive_turn_ends: 0,
-        revision: 1,
-        created_at_ms: now_ms,
-    };
+    let record = pending_record(agg, &proposal, node_id, Some(session_id.clone()), now_ms);
     let message = MessageRecord {
         message_id: proposal.message_id,
         session_id,
@@ -297,12 +284,28 @@ fn request_headless(
     let mut tx = Tx::begin(agg, now_ms);
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
     let (node_id, _) = resolve_deadline_in(tx.agg.attempt.as_mut(), &proposal)?;
-    tx.agg.interaction = Some(InteractionRecord {
+    tx.agg.interaction = Some(pending_record(agg, &proposal, node_id, None, now_ms));
+    tx.event(RunEvent::InteractionRequested {
+        interaction_id: proposal.interaction_id,
+        attempt_id: proposal.attempt_id,
+    });
+    Ok(Requested::Created(tx.commit()))
+}
+
+/// A new pending request (revision 1, no turns, no submission).
+fn pending_record(
+    agg: &RunAggregate,
+    proposal: &RequestProposal,
+    node_id: NodeId,
+    target_session: Option<SessionId>,
+    now_ms: u64,
+) -> InteractionRecord {
+    InteractionRecord {
         interaction_id: proposal.interaction_id.clone(),
         run_id: agg.run.run_id.clone(),
         attempt_id: proposal.attempt_id.clone(),
         node_id,
-        target_session: None,
+        target_session,
         kind: proposal.kind,
         contract_hash: proposal.contract_hash,
         status: InteractionStatus::Pending,
@@ -310,12 +313,7 @@ fn request_headless(
         unproductive_turn_ends: 0,
         revision: 1,
         created_at_ms: now_ms,
-    });
-    tx.event(RunEvent::InteractionRequested {
-        interaction_id: proposal.interaction_id,
-        attempt_id: proposal.attempt_id,
-    });
-    Ok(Requested::Created(tx.commit()))
+    }
 }
 
 /// Who a submission or update says it works for.
