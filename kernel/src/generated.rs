@@ -73,6 +73,8 @@ pub enum WireCode {
     ValidationFailed,
     #[serde(rename = "nodeFailed")]
     NodeFailed,
+    #[serde(rename = "headlessAssistantMessage")]
+    HeadlessAssistantMessage,
     #[serde(rename = "timedOut")]
     TimedOut,
     #[serde(rename = "cancelled")]
@@ -84,7 +86,7 @@ pub enum WireCode {
 }
 impl WireCode {
     /// Every value, in schema order.
-    pub const ALL: [Self; 31] = [
+    pub const ALL: [Self; 32] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::NonCanonical,
@@ -112,6 +114,7 @@ impl WireCode {
         Self::SourceChanged,
         Self::ValidationFailed,
         Self::NodeFailed,
+        Self::HeadlessAssistantMessage,
         Self::TimedOut,
         Self::Cancelled,
         Self::Unavailable,
@@ -147,6 +150,7 @@ impl WireCode {
             Self::SourceChanged => "sourceChanged",
             Self::ValidationFailed => "validationFailed",
             Self::NodeFailed => "nodeFailed",
+            Self::HeadlessAssistantMessage => "headlessAssistantMessage",
             Self::TimedOut => "timedOut",
             Self::Cancelled => "cancelled",
             Self::Unavailable => "unavailable",
@@ -184,6 +188,7 @@ impl WireCode {
                 "sourceChanged" => Self::SourceChanged,
                 "validationFailed" => Self::ValidationFailed,
                 "nodeFailed" => Self::NodeFailed,
+                "headlessAssistantMessage" => Self::HeadlessAssistantMessage,
                 "timedOut" => Self::TimedOut,
                 "cancelled" => Self::Cancelled,
                 "unavailable" => Self::Unavailable,

@@ -1,12 +1,19 @@
 //! Interactive requests and their submissions.
 //!
 //! Invariants:
-//! - Only an interactive run makes requests, for its one `Active` attempt,
-//!   under the runner's live claim. One node attempt has at most one
-//!   interactive request: a repeat of the same request adopts it without
-//!   change, another request for the same attempt is a conflict.
-//! - A request moves its attempt to `Waiting`, the run to `waiting/parked`
-//!   (claim released) and creates exactly one pending `initial` step message.
+//! - A runner makes a request for its one `Active` attempt, under its live
+//!   claim. One node attempt has at most one interactive request: a repeat
+//!   of the same request adopts it without change, another request for the
+//!   same attempt is a conflict.
+//! - An interactive run's request moves its attempt to `Waiting`, the run to
+//!   `waiting/parked` (claim released) and creates exactly one pending
+//!   `initial` step message. A headless run's request has no session and no
+//!   message: the attempt stays `Active` under the live runner's claim, the
+//!   runner's own Pi child does the work, and the runner finishes the attempt
+//!   itself once a submission is accepted ([`finish_allowed`]).
+//! - A submission names its authority: the origin session for an
+//!   interactive run, the live runner (generation and epoch) for a headless
+//!   one ([`check_authority`]), checked before any receipt lookup.
 //! - Pause is stored once, on the run; an interaction is paused exactly when
 //!   its run is paused ([`is_paused`]) and is never paused on its own.
 //! - One idempotency key names one payload: a repeat adopts the stored
@@ -60,7 +67,9 @@ pub struct InteractionRecord {
     pub run_id: RunId,
     pub attempt_id: AttemptId,
     pub node_id: NodeId,
-    pub target_session: SessionId,
+    /// The origin session that does the work; `None` for a headless run,
+    /// whose live runner does it in its own Pi child.
+    pub target_session: Option<SessionId>,
     pub kind: InteractionKind,
     pub contract_hash: Digest,
     pub status: InteractionStatus,
@@ -136,6 +145,12 @@ pub enum InteractionRejection {
     ValidationInProgress { submission_id: SubmissionId },
     /// The verdict is not for the request's validating submission.
     StaleVerdict { submission_id: SubmissionId },
+    /// The submission names another authority than the run's (a runner for
+    /// an interactive run, a session for a headless one, another session).
+    WrongAuthority,
+    /// A headless runner proposed the attempt's result before a submission
+    /// was accepted.
+    NotAccepted,
 }
 
 impl From<Rejection> for InteractionRejection {
@@ -203,9 +218,6 @@ pub fn request(
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<Requested, InteractionRejection> {
-    let Some(session_id) = agg.run.mode.origin_session().cloned() else {
-        return Err(InteractionRejection::Headless);
-    };
     let existing = agg
         .interaction
         .as_ref()
@@ -213,24 +225,14 @@ pub fn request(
     if let Some(existing) = existing {
         return adopt_request(&agg.run, existing, authority, runner_epoch, &proposal);
     }
+    let Some(session_id) = agg.run.mode.origin_session().cloned() else {
+        return request_headless(agg, authority, runner_epoch, proposal, now_ms, ttl_ms);
+    };
     let mut tx = Tx::begin(agg, now_ms);
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
     let (node_id, deadline_at_ms) = attempt_waits_in(&mut tx, &proposal)?;
     run::wait_in(&mut tx, authority, node_id.clone(), false)?;
-    let record = InteractionRecord {
-        interaction_id: proposal.interaction_id.clone(),
-        run_id: agg.run.run_id.clone(),
-        attempt_id: proposal.attempt_id.clone(),
-        node_id,
-        target_session: session_id.clone(),
-        kind: proposal.kind,
-        contract_hash: proposal.contract_hash,
-        status: InteractionStatus::Pending,
-        accepted_submission: None,
-        unproductive_turn_ends: 0,
-        revision: 1,
-        created_at_ms: now_ms,
-    };
+    let record = pending_record(agg, &proposal, node_id, Some(session_id.clone()), now_ms);
     let message = MessageRecord {
         message_id: proposal.message_id,
         session_id,
@@ -263,6 +265,121 @@ pub fn request(
     }
     tx.publish_session();
     Ok(Requested::Created(tx.commit()))
+}
+
+/// A headless run's request: pending, no session, no message; the attempt
+/// stays `Active` (with the proposed deadline when it has none) under the
+/// renewed claim of the live runner, whose Pi child does the work.
+fn request_headless(
+    agg: &RunAggregate,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    proposal: RequestProposal,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Requested, InteractionRejection> {
+    if proposal.kind != InteractionKind::SubmittedOutput {
+        return Err(InteractionRejection::Headless);
+    }
+    let mut tx = Tx::begin(agg, now_ms);
+    run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
+    let (node_id, _) = resolve_deadline_in(tx.agg.attempt.as_mut(), &proposal)?;
+    tx.agg.interaction = Some(pending_record(agg, &proposal, node_id, None, now_ms));
+    tx.event(RunEvent::InteractionRequested {
+        interaction_id: proposal.interaction_id,
+        attempt_id: proposal.attempt_id,
+    });
+    Ok(Requested::Created(tx.commit()))
+}
+
+/// A new pending request (revision 1, no turns, no submission).
+fn pending_record(
+    agg: &RunAggregate,
+    proposal: &RequestProposal,
+    node_id: NodeId,
+    target_session: Option<SessionId>,
+    now_ms: u64,
+) -> InteractionRecord {
+    InteractionRecord {
+        interaction_id: proposal.interaction_id.clone(),
+        run_id: agg.run.run_id.clone(),
+        attempt_id: proposal.attempt_id.clone(),
+        node_id,
+        target_session,
+        kind: proposal.kind,
+        contract_hash: proposal.contract_hash,
+        status: InteractionStatus::Pending,
+        accepted_submission: None,
+        unproductive_turn_ends: 0,
+        revision: 1,
+        created_at_ms: now_ms,
+    }
+}
+
+/// Who a submission or update says it works for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum SubmitAuthority {
+    /// The origin session's coordinator (an interactive run).
+    Coordinator { session_id: SessionId },
+    /// The live runner of a headless run.
+    Runner {
+        generation: crate::ids::Generation,
+        runner_epoch: RunnerEpochId,
+    },
+}
+
+/// Checks the authority of a submission against the run, before any receipt
+/// lookup: the origin session of an interactive run, or the live runner
+/// (same generation and epoch) of a headless one.
+pub fn check_authority(
+    agg: &RunAggregate,
+    authority: &SubmitAuthority,
+) -> Result<(), InteractionRejection> {
+    match (agg.run.mode.origin_session(), authority) {
+        (Some(origin), SubmitAuthority::Coordinator { session_id }) if origin == session_id => {
+            Ok(())
+        }
+        (
+            None,
+            SubmitAuthority::Runner {
+                generation,
+                runner_epoch,
+            },
+        ) => {
+            let live = agg
+                .run
+                .runner
+                .as_ref()
+                .filter(|runner| runner.is_live())
+                .is_some_and(|runner| runner.runner_epoch == *runner_epoch);
+            if live && agg.run.lease.generation == *generation {
+                Ok(())
+            } else {
+                Err(Rejection::StaleRunner.into())
+            }
+        }
+        _ => Err(InteractionRejection::WrongAuthority),
+    }
+}
+
+/// Whether the runner of a headless run may finish `attempt_id` with
+/// `node.finished`: when the attempt has a request, only after a submission
+/// was accepted (the output it proposes is that submission's).
+pub fn finish_allowed(
+    agg: &RunAggregate,
+    attempt_id: &AttemptId,
+) -> Result<(), InteractionRejection> {
+    match agg
+        .interaction
+        .as_ref()
+        .filter(|record| record.attempt_id == *attempt_id)
+    {
+        Some(record) if record.status != InteractionStatus::Accepted => {
+            Err(InteractionRejection::NotAccepted)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A repeat for an attempt that already has a request. The claim was released
@@ -299,17 +416,26 @@ fn attempt_waits_in(
     tx: &mut Tx,
     proposal: &RequestProposal,
 ) -> Result<(NodeId, Option<u64>), InteractionRejection> {
-    let attempt = tx
-        .agg
-        .attempt
-        .as_mut()
+    let resolved = resolve_deadline_in(tx.agg.attempt.as_mut(), proposal)?;
+    if let Some(attempt) = tx.agg.attempt.as_mut() {
+        attempt.status = AttemptStatus::Waiting;
+    }
+    Ok(resolved)
+}
+
+/// The proposed `Active` attempt with its resolved deadline (a deadline the
+/// attempt already committed wins over the proposal's): its node and deadline.
+fn resolve_deadline_in(
+    attempt: Option<&mut crate::attempt::AttemptRecord>,
+    proposal: &RequestProposal,
+) -> Result<(NodeId, Option<u64>), InteractionRejection> {
+    let attempt = attempt
         .filter(|attempt| {
             attempt.attempt_id == proposal.attempt_id && attempt.status == AttemptStatus::Active
         })
         .ok_or_else(|| InteractionRejection::NotActiveAttempt {
             attempt_id: proposal.attempt_id.clone(),
         })?;
-    attempt.status = AttemptStatus::Waiting;
     attempt.deadline_at_ms = attempt.deadline_at_ms.or(proposal.deadline_at_ms);
     Ok((attempt.node_id.clone(), attempt.deadline_at_ms))
 }
@@ -458,11 +584,15 @@ pub fn validation_accepted(
         .expect("validating() found the request");
     settled.status = InteractionStatus::Accepted;
     settled.accepted_submission = Some(submission_id.clone());
-    let follow_up = AttemptFollowUp::FinishOk {
-        run_id: settled.run_id.clone(),
-        attempt_id: settled.attempt_id.clone(),
-        submission_id: submission_id.clone(),
-    };
+    // A headless run's live runner finishes the attempt itself (`finish_allowed`).
+    let follow_up = settled
+        .target_session
+        .is_some()
+        .then(|| AttemptFollowUp::FinishOk {
+            run_id: settled.run_id.clone(),
+            attempt_id: settled.attempt_id.clone(),
+            submission_id: submission_id.clone(),
+        });
     cancel_pending_steps(&mut tx.agg.messages, interaction_id);
     tx.event(RunEvent::SubmissionAccepted {
         interaction_id: interaction_id.clone(),
@@ -475,7 +605,7 @@ pub fn validation_accepted(
             outcome: SubmissionOutcome::Accepted,
             ..submission.clone()
         },
-        follow_up: Some(follow_up),
+        follow_up,
     })
 }
 

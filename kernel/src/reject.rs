@@ -327,7 +327,9 @@ impl Coded for InteractionRejection {
             Self::NotSubmittedOutput
             | Self::NotPending { .. }
             | Self::ValidationInProgress { .. }
-            | Self::StaleVerdict { .. } => WireCode::IllegalTransition,
+            | Self::StaleVerdict { .. }
+            | Self::WrongAuthority
+            | Self::NotAccepted => WireCode::IllegalTransition,
         }
     }
 
@@ -345,14 +347,19 @@ impl Coded for InteractionRejection {
             | Self::NotPending { .. }
             | Self::ValidationInProgress { .. }
             | Self::StaleVerdict { .. } => "the request cannot do that in its current state",
+            Self::WrongAuthority => {
+                "the submission names another authority than its run's (the origin session of an interactive run, the live runner of a headless one)"
+            }
+            Self::NotAccepted => "the attempt's request has no accepted submission yet",
         }
     }
 
     fn protocol_check(&self) -> Option<ProtocolCheck> {
         match self {
             Self::Run { rejection } => rejection.protocol_check(),
-            Self::NotActiveAttempt { .. } => Some(ProtocolCheck::Attempt),
+            Self::NotActiveAttempt { .. } | Self::NotAccepted => Some(ProtocolCheck::Attempt),
             Self::Headless
+            | Self::WrongAuthority
             | Self::RequestConflict { .. }
             | Self::UnknownInteraction { .. }
             | Self::NotSubmittedOutput

@@ -1037,9 +1037,13 @@ fn present_again_in(tx: &mut Tx, ids: ResumeIds) {
         interaction_id: interaction.interaction_id.clone(),
         reason: message::StepReason::Resumed,
     };
+    // A headless request has no session to present it in.
+    let Some(session_id) = interaction.target_session.clone() else {
+        return;
+    };
     let record = MessageRecord {
         message_id: ids.resumed_message_id,
-        session_id: interaction.target_session.clone(),
+        session_id,
         run_id: interaction.run_id.clone(),
         kind: step,
         order: ids.message_order,

@@ -536,7 +536,7 @@ fn check_request(
     if request.kind != InteractionKind::SubmittedOutput {
         return Err(UpdateRejection::NotAgentStep);
     }
-    if request.target_session != *session_id {
+    if request.target_session.as_ref() != Some(session_id) {
         return Err(UpdateRejection::WrongSession);
     }
     Ok(())

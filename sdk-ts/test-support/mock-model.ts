@@ -33,7 +33,9 @@ export type MockReply =
   | { kind: "text"; text: string; delayMs?: number; chunkChars?: number }
   | { kind: "toolCalls"; calls: MockToolCall[]; text?: string; delayMs?: number }
   | { kind: "httpError"; status: number; message: string }
-  | { kind: "dropConnection"; text: string };
+  | { kind: "dropConnection"; text: string }
+  /** Submits `output` for the conversation's newest step contract through the `workflow` tool (JSON-expressible, for rule files). */
+  | { kind: "submitStep"; output: unknown };
 
 export const reply = {
   /** Streams `text` in chunks of `chunkChars` (default 16), waiting `delayMs` after each. */
@@ -104,7 +106,37 @@ export interface MockRule {
   match?: (request: MockRequest) => boolean;
   /** Match at most this many times (then the rule is skipped). */
   times?: number;
-  reply: MockReply;
+  /** The answer, or a function of the request that returns it (e.g. to echo a step contract's attempt id). */
+  reply: MockReply | ((request: MockRequest) => MockReply);
+}
+
+/** The step contract of a workflow agent prompt (reference §1.6): its workflow, step and attempt ids. */
+export interface StepContract {
+  workflow: string;
+  step: string;
+  attempt: string;
+}
+
+/** The newest step contract in the request's messages, or undefined. */
+export function stepContract(request: MockRequest): StepContract | undefined {
+  for (const message of [...request.messages].reverse()) {
+    const match = /Workflow step contract \(workflow: (.+?), step: (.+?), attempt: (.+?)\)/.exec(message.text);
+    if (match) return { workflow: match[1] as string, step: match[2] as string, attempt: match[3] as string };
+  }
+  return undefined;
+}
+
+/** A reply that submits `output` for the request's step contract through the `workflow` tool. */
+export function submitStep(output: unknown): MockReply {
+  return { kind: "submitStep", output };
+}
+
+/** The reply to send: a `submitStep` becomes its tool call (or a text saying there is no step contract). */
+function resolveReply(answer: MockReply, request: MockRequest): Exclude<MockReply, { kind: "submitStep" }> {
+  if (answer.kind !== "submitStep") return answer;
+  const contract = stepContract(request);
+  if (contract === undefined) return { kind: "text", text: "mock model: no step contract in this conversation" };
+  return { kind: "toolCalls", calls: [{ name: "workflow", arguments: { action: "submit", step: contract.step, attempt: contract.attempt, output: answer.output } }] };
 }
 
 /** A queue: each reply answers exactly one request, in order, whatever it says. */
@@ -195,7 +227,7 @@ export async function startMockModel(options: MockModelOptions = {}): Promise<Mo
       return;
     }
     request.rule = picked.name;
-    const answer = picked.rule.reply;
+    const answer = resolveReply(typeof picked.rule.reply === "function" ? picked.rule.reply(request) : picked.rule.reply, request);
     if (answer.kind === "httpError") {
       finish(request, "httpError");
       sendError(res, answer.status, answer.message);

@@ -198,6 +198,24 @@ export class PiSandbox {
     ];
   }
 
+  /**
+   * An executable `pi` for this sandbox (`<root>/bin/pi`): it sets the
+   * sandbox environment and runs Node 22 + cli.js with the isolating flags
+   * (not the mode, model or extensions: the caller adds those), the way a
+   * user's `pi` on PATH is run by the runner (`PI_WORKFLOWS_PI`).
+   */
+  piExecutable(): string {
+    const bin = join(this.root, "bin");
+    mkdirSync(bin, { recursive: true });
+    const path = join(bin, "pi");
+    const quote = (value: string): string => `'${value.replace(/'/g, "'\\''")}'`;
+    const env = this.env();
+    const exports = ["HOME", "PI_CODING_AGENT_DIR", "PI_OFFLINE", "PI_TELEMETRY", "PI_SKIP_VERSION_CHECK"].map((key) => `export ${key}=${quote(env[key] as string)}`);
+    const flags = ["--no-skills", "--no-prompt-templates", "--no-context-files", "--no-themes", "--no-mcp", "--offline"];
+    writeFileSync(path, ["#!/bin/sh", ...exports, `exec ${quote(this.install.node)} ${quote(this.install.cli)} ${flags.join(" ")} "$@"`, ""].join("\n"), { mode: 0o755 });
+    return path;
+  }
+
   /** Starts Pi in rpc mode and waits until it answers `get_state`. */
   async spawnRpc(options: PiProcessOptions = {}, readyTimeoutMs = 30_000): Promise<PiRpc> {
     const [node, ...args] = [...(options.prefix ?? []), ...this.command(options, "rpc")];
@@ -264,6 +282,20 @@ function killGroup(pgid: number, signal: NodeJS.Signals): boolean {
 }
 
 /** Whether any process of the group is alive. */
+/** Whether process `pid` exists and is not a zombie. */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
 export function groupAlive(pgid: number): boolean {
   try {
     process.kill(-pgid, 0);

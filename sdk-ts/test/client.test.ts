@@ -24,127 +24,9 @@ import {
   type WorkflowClientOptions,
 } from "../src/client/index.js";
 import { Connection } from "../src/client/connection.js";
+import { Fake, type FakeScript, Peer, frameOf, serverHello } from "../test-support/fake-server.js";
 import type { ClientMessage, ContentReference, Request } from "../src/generated/types.js";
 import { FrameDecoder, canonicalString, decodeClientFrame, isCanonical } from "../src/protocol/index.js";
-
-// ---- fake server -----------------------------------------------------------------
-
-const frameOf = (value: unknown): Buffer => Buffer.from(canonicalString(value) + "\n");
-
-const serverHello = (packageVersion = PACKAGE_VERSION): object => ({
-  schema: "pi-workflows.client.v1",
-  type: "hello",
-  role: "server",
-  protocolVersion: 1,
-  packageVersion,
-  serverEpoch: 7,
-});
-
-/** The server side of one accepted connection. */
-class Peer {
-  readonly socket: Socket;
-  readonly messages: ClientMessage[] = [];
-  /** Every raw frame received, newline included. */
-  readonly frames: Buffer[] = [];
-  private readonly waiters: Array<(message: ClientMessage) => void> = [];
-  private readonly decoder = new FrameDecoder();
-
-  constructor(socket: Socket, onMessage: (peer: Peer, message: ClientMessage) => void) {
-    this.socket = socket;
-    socket.on("error", () => undefined);
-    socket.on("data", (chunk: Buffer) => {
-      this.decoder.push(chunk);
-      for (let frame = this.decoder.nextFrame(); frame !== null; frame = this.decoder.nextFrame()) {
-        this.frames.push(Buffer.from(frame));
-        const message = decodeClientFrame(frame);
-        this.messages.push(message);
-        const waiter = this.waiters.shift();
-        if (waiter !== undefined) waiter(message);
-        onMessage(this, message);
-      }
-    });
-  }
-
-  send(value: unknown): void {
-    this.socket.write(frameOf(value));
-  }
-
-  respond(request: Request, outcome: string, receipt?: unknown, error?: { code: string; message: string }, revision?: number): void {
-    const response: Record<string, unknown> = {
-      schema: "pi-workflows.client.v1",
-      type: "response",
-      requestId: request.requestId,
-      operation: request.operation,
-      outcome,
-    };
-    if (receipt !== undefined) response["receipt"] = receipt;
-    if (error !== undefined) response["error"] = error;
-    if (revision !== undefined) response["revision"] = revision;
-    this.send(response);
-  }
-
-  event(subscriptionId: string, revision: number, event: unknown): void {
-    this.send({ schema: "pi-workflows.client.v1", type: "event", subscriptionId, revision, event });
-  }
-}
-
-interface FakeScript {
-  /** The version in the server hello (default: the client's). */
-  version?: string;
-  /** Send the server hello on connect (default true). */
-  hello?: boolean;
-  onConnect?: (peer: Peer, fake: Fake) => void;
-  onRequest?: (request: Request, peer: Peer, fake: Fake) => void;
-}
-
-class Fake {
-  readonly dir: string;
-  readonly socketPath: string;
-  readonly peers: Peer[] = [];
-  readonly requests: Request[] = [];
-  private readonly server: Server;
-
-  private constructor(dir: string, server: Server) {
-    this.dir = dir;
-    this.socketPath = join(dir, "host", "server.sock");
-    this.server = server;
-  }
-
-  static async start(script: FakeScript = {}): Promise<Fake> {
-    const dir = mkdtempSync(join(tmpdir(), "piw-fake-"));
-    const server = createServer();
-    const fake = new Fake(dir, server);
-    server.on("connection", (socket) => {
-      const peer = new Peer(socket, (from, message) => {
-        if (message.type === "request") {
-          fake.requests.push(message);
-          script.onRequest?.(message, from, fake);
-        }
-      });
-      fake.peers.push(peer);
-      if (script.hello !== false) peer.send(serverHello(script.version));
-      script.onConnect?.(peer, fake);
-    });
-    mkdirSync(join(dir, "host"));
-    await new Promise<void>((resolve) => server.listen(fake.socketPath, resolve));
-    return fake;
-  }
-
-  client(options: WorkflowClientOptions = {}): WorkflowClient {
-    return new WorkflowClient({ socketPath: this.socketPath, home: this.dir, autoStart: false, retryIntervalMs: 20, ...options });
-  }
-
-  /** Stops accepting connections (existing ones stay until destroyed). */
-  stopListening(): void {
-    if (this.server.listening) this.server.close();
-  }
-
-  async close(): Promise<void> {
-    for (const peer of this.peers) peer.socket.destroy();
-    if (this.server.listening) await new Promise<void>((resolve) => this.server.close(() => resolve()));
-    rmSync(this.dir, { recursive: true, force: true });
-  }
-}
 
 /** A fake that answers every request with `accepted` and a receipt per operation. */
 const answering = (receipts: Partial<Record<string, unknown>> = {}): FakeScript => ({
@@ -475,7 +357,7 @@ describe("WorkflowClient: request identity and retries", () => {
   });
 
   it("interaction.submit waits for the durable outcome without a client timeout, and a reconnect waits for the same outcome", async () => {
-    const payload = { interactionId: "i-1", attemptId: "a-1", submissionId: "sub-1", output: { answer: 42 } };
+    const payload = { interactionId: "i-1", attemptId: "a-1", submissionId: "sub-1", output: { answer: 42 }, authority: { kind: "coordinator" as const, sessionId: "s-1", coordinatorEpoch: 1 } };
     const fake = await Fake.start({
       onRequest: (request, peer, self) => {
         if (self.requests.length === 1) {

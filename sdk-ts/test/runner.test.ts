@@ -6,12 +6,14 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { sha256Digest } from "../src/authoring/compile.js";
 import type { Reply, RunnerMessage, WorkerLaunch } from "../src/generated/types.js";
+import { canonicalString } from "../src/protocol/canonical.js";
 import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
 import type { RunnerChannel } from "../src/runner/channel.js";
 import { discoverWorkflows, resolveWorkflowRef } from "../src/runner/discovery.js";
 import { Executor } from "../src/runner/execute.js";
 import { loadAndCompile } from "../src/runner/loader.js";
+import { PiUnavailable, modelArgs, resolvePi } from "../src/runner/pi.js";
 import { TRUNCATION_MARKER, resolveExecution, runShell } from "../src/runner/shell.js";
 import { RunState } from "../src/runner/state.js";
 import { EXAMPLES_DIR, RUNNER_BIN } from "../test-support/server.js";
@@ -109,6 +111,84 @@ describe("resolve mode", () => {
   });
 });
 
+/** Runs the runner bin in validate mode: answers runner.ready with the validate command and every request with accepted. */
+async function runValidator(launch: WorkerLaunch, cwd: string, output: unknown): Promise<{ messages: RunnerMessage[]; code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [RUNNER_BIN], { cwd, stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, HOME: join(dir, "home") } });
+  const messages: RunnerMessage[] = [];
+  const decoder = new FrameDecoder();
+  let stderr = "";
+  const envelope = { schema: "pi-workflows.worker-launch.v1", runId: launch.runId, generation: launch.generation, runnerEpoch: launch.runnerEpoch };
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stdout.on("data", (chunk: Buffer) => {
+    decoder.push(chunk);
+    for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
+      const message = decodeRunnerFrame(frame);
+      messages.push(message);
+      if (message.type === "runner.ready") {
+        const target = launch.validate as { nodeId: string; attemptId: string };
+        const state = { input: { task: "X" }, results: {}, resultOrder: [], steps: 0 };
+        child.stdin.write(`${canonicalString({ ...envelope, type: "command", command: "validate", node: { nodeId: target.nodeId, attemptId: target.attemptId, visit: 1 }, state: { kind: "inline", value: state }, submission: { output } })}\n`);
+      } else if (message.type === "interaction.accepted" || message.type === "interaction.rejected") {
+        child.stdin.write(`${canonicalString({ ...envelope, type: "reply", inReplyTo: message.messageId, outcome: "accepted", result: null })}\n`);
+      }
+    }
+  });
+  child.stdin.write(encodeLaunch(launch));
+  child.stdin.write("\n");
+  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+  return { messages, code, stderr };
+}
+
+describe("validate mode", () => {
+  const validating = `import { agent, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({ name: "judge", startAt: "judge", nodes: { judge: agent({ prompt: "Judge", validate: (output, ctx) => {
+  const verdict = (output as { verdict?: unknown }).verdict;
+  if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
+  return { verdict, task: (ctx.input as { task: string }).task };
+} }) } });
+`;
+  const launchFor = async (root: string): Promise<WorkerLaunch> => {
+    const path = join(root, ".pi", "workflows", "judge.workflow.ts");
+    const compiled = await loadAndCompile(path, root);
+    return {
+      ...launchBase(root),
+      mode: "validate",
+      workflowSource: compiled.source,
+      definitionDigest: compiled.definitionDigest,
+      validate: { nodeId: "judge", attemptId: "att-1", interactionId: "int-1", submissionId: "sub-1" },
+    };
+  };
+
+  it("runs the node's validate with the run state: a valid payload is accepted with the normalized output (tolerant JSON first)", async () => {
+    const root = project("validate-ok", { "judge.workflow.ts": validating });
+    const { messages, code, stderr } = await runValidator(await launchFor(root), root, 'Here you go: {"verdict": "approve"}');
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["runner.ready", "interaction.accepted", "runner.exiting"]);
+    const accepted = messages[1] as Extract<RunnerMessage, { type: "interaction.accepted" }>;
+    assert.deepEqual([accepted.interactionId, accepted.submissionId], ["int-1", "sub-1"]);
+    assert.deepEqual(accepted.output, { verdict: "approve", task: "X" });
+  });
+
+  it("a refused payload is rejected with validationFailed and the validate error the model will see", async () => {
+    const root = project("validate-bad", { "judge.workflow.ts": validating });
+    const { messages, code, stderr } = await runValidator(await launchFor(root), root, { verdict: "maybe" });
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["runner.ready", "interaction.rejected", "runner.exiting"]);
+    const rejected = messages[1] as Extract<RunnerMessage, { type: "interaction.rejected" }>;
+    assert.deepEqual(rejected.error, { code: "validationFailed", message: 'verdict must be approve or reject, got "maybe"' });
+  });
+
+  it("a changed source rejects the submission with sourceChanged before any workflow code loads", async () => {
+    const root = project("validate-changed", { "judge.workflow.ts": validating });
+    const launch = await launchFor(root);
+    writeFileSync(join(root, ".pi", "workflows", "judge.workflow.ts"), validating.replace("Judge", "Judge again"));
+    const { messages, code, stderr } = await runValidator(launch, root, { verdict: "approve" });
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["interaction.rejected", "runner.exiting"]);
+    assert.equal((messages[0] as Extract<RunnerMessage, { type: "interaction.rejected" }>).error.code, "sourceChanged");
+  });
+});
+
 describe("run mode source verification", () => {
   it("parks with workflowSourceChanged before loading any module when a hash differs", async () => {
     const marker = join(dir, "loaded.marker");
@@ -133,7 +213,7 @@ describe("run mode source verification", () => {
 });
 
 /** An in-process channel: records messages and answers requests through `answer`. */
-function stubChannel(answer: (type: string, fields: Record<string, unknown>) => Record<string, unknown> | undefined) {
+function stubChannel(answer: (type: string, fields: Record<string, unknown>) => Record<string, unknown> | undefined, executionMode: "interactive" | "headless" = "interactive") {
   const sent: Record<string, unknown>[] = [];
   let counter = 0;
   const reply = (type: string, fields: Record<string, unknown>): Reply => ({
@@ -149,6 +229,7 @@ function stubChannel(answer: (type: string, fields: Record<string, unknown>) => 
     ...(answer(type, fields) as Partial<Reply> | undefined),
   });
   const channel = {
+    launch: { runId: "run-1", generation: 1, runnerEpoch: "re-1", executionMode },
     async send(type: string, fields: Record<string, unknown>) {
       counter += 1;
       sent.push({ type, ...fields });
@@ -301,13 +382,61 @@ describe("node execution (in process)", () => {
     assert.ok(request.prompt.text.startsWith("Plan X\n\n---\nWorkflow step contract (workflow: ask, step: plan, attempt: att-1)\n"));
     assert.ok(request.prompt.text.includes('\nExpected output: { "steps": string[] }\n'));
     assert.equal(request.contract.expectedOutput, '{ "steps": string[] }');
-    const headless = stubChannel((type) =>
-      type === "interaction.requested" ? { outcome: "rejected", error: { code: "noOriginSession", message: "a headless run has no origin session; agent steps run in the runner's own Pi process" } } : undefined,
-    );
+  });
+
+  it("a headless run fails a visible assistant-message step with headlessAssistantMessage before it asks for anything", async () => {
+    const root = project("assistant", {
+      "say.workflow.ts": `import { agent, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "say", startAt: "say", nodes: { say: agent({ prompt: "Say hello", expectedOutput: { kind: "assistant-message" } }) } });\n`,
+    });
+    const compiled = await loadAndCompile(join(root, ".pi", "workflows", "say.workflow.ts"), root);
+    const run = (channel: RunnerChannel) =>
+      new Executor({ channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined }).run({ nodeId: "say", attemptId: "att-1", visit: 1 });
+    const headless = stubChannel(() => undefined, "headless");
     await run(headless.channel);
-    const failed = headless.sent.at(-1) as { type: string; error: { message: string } };
-    assert.equal(failed.type, "node.failed");
-    assert.match(failed.error.message, /headless agent steps are not available yet/);
+    assert.deepEqual(headless.sent.map((m) => m.type), ["node.started", "node.failed"]);
+    const failed = headless.sent[1] as { error: { code: string; message: string } };
+    assert.equal(failed.error.code, "headlessAssistantMessage");
+    assert.match(failed.error.message, /needs an origin Pi session/);
+    const interactive = stubChannel((type) => (type === "interaction.requested" ? { result: { interactionId: "int-1" }, next: { kind: "exit", reason: "waiting" } } : undefined));
+    assert.equal((await run(interactive.channel)).kind, "exit");
+    const request = interactive.sent[1] as { type: string; kind: string; prompt: { text: string } };
+    assert.equal(request.kind, "visibleResponse");
+    assert.equal(request.prompt.text, "Say hello", "an assistant-message step carries no submit contract");
+  });
+
+  it("a headless agent step without Pi fails with one line naming the install command, before any request", async () => {
+    const root = project("nopi", {
+      "ask.workflow.ts": `import { agent, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "ask", startAt: "plan", nodes: { plan: agent({ prompt: "Plan" }) } });\n`,
+    });
+    const compiled = await loadAndCompile(join(root, ".pi", "workflows", "ask.workflow.ts"), root);
+    const notExecutable = join(root, "not-pi");
+    writeFileSync(notExecutable, "#!/bin/sh\n");
+    const saved = process.env.PI_WORKFLOWS_PI;
+    process.env.PI_WORKFLOWS_PI = notExecutable;
+    try {
+      const headless = stubChannel(() => undefined, "headless");
+      await new Executor({ channel: headless.channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined }).run({ nodeId: "plan", attemptId: "att-1", visit: 1 });
+      assert.deepEqual(headless.sent.map((m) => m.type), ["node.started", "node.failed"]);
+      const message = (headless.sent[1] as { error: { message: string } }).error.message;
+      assert.doesNotMatch(message, /\n/);
+      assert.match(message, /npm install -g @earendil-works\/pi-coding-agent/);
+      assert.match(message, /scripts\/install-pi\.sh/);
+    } finally {
+      if (saved === undefined) delete process.env.PI_WORKFLOWS_PI;
+      else process.env.PI_WORKFLOWS_PI = saved;
+    }
+  });
+
+  it("finds Pi in PI_WORKFLOWS_PI, then on PATH, else says how to install it", () => {
+    const bin = join(dir, "pi-bin");
+    mkdirSync(bin, { recursive: true });
+    const fakePi = join(bin, "pi");
+    writeFileSync(fakePi, "#!/bin/sh\n", { mode: 0o755 });
+    assert.deepEqual(resolvePi({ PI_WORKFLOWS_PI: fakePi, PATH: "" }), { program: fakePi, args: [], source: "PI_WORKFLOWS_PI" });
+    assert.deepEqual(resolvePi({ PATH: `/nonexistent:${bin}` }), { program: fakePi, args: [], source: "PATH" });
+    assert.throws(() => resolvePi({ PI_WORKFLOWS_PI: join(bin, "missing"), PATH: bin }), (error: Error) => error instanceof PiUnavailable && /is not an executable file/.test(error.message));
+    assert.deepEqual(modelArgs({ provider: "anthropic", model: "claude-sonnet-4-5", thinking: "low" }), ["--provider", "anthropic", "--model", "claude-sonnet-4-5", "--thinking", "low"]);
+    assert.deepEqual(modelArgs({}), []);
   });
 });
 

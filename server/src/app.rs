@@ -61,6 +61,8 @@ pub struct App {
     stopping: AtomicBool,
     /// Notified when the server must stop.
     pub stop_requested: Notify,
+    /// Notified after a submission's verdict commits (`submissions` waits on it).
+    pub submission_settled: Notify,
 }
 
 /// Why the server could not start.
@@ -138,6 +140,7 @@ impl App {
             in_flight_done: Notify::new(),
             stopping: AtomicBool::new(false),
             stop_requested: Notify::new(),
+            submission_settled: Notify::new(),
         });
         Ok((app, lock))
     }
@@ -175,9 +178,12 @@ impl App {
                     reason,
                 } => self.timers.wake(self, run_id, at_ms, reason),
                 Output::Schedule => self.scheduler.notify(),
-                Output::SpawnValidator { .. }
-                | Output::BuildTerminalMessage { .. }
-                | Output::RequestRetentionSweep => {
+                Output::SpawnValidator {
+                    run_id,
+                    interaction_id,
+                    submission_id,
+                } => crate::validator::spawn(self, run_id, interaction_id, submission_id),
+                Output::BuildTerminalMessage { .. } | Output::RequestRetentionSweep => {
                     if let Some(name) = unperformed(&output) {
                         crate::log::line(&format!(
                             "the kernel asked for {name}, which this server version does not perform yet"
@@ -246,10 +252,10 @@ impl App {
 /// only shrinks), or `None` for the outputs [`App::perform`] performs.
 pub fn unperformed(output: &Output) -> Option<&'static str> {
     match output {
-        Output::SpawnValidator { .. } => Some("SpawnValidator"),
         Output::BuildTerminalMessage { .. } => Some("BuildTerminalMessage"),
         Output::RequestRetentionSweep => Some("RequestRetentionSweep"),
         Output::Event { .. }
+        | Output::SpawnValidator { .. }
         | Output::SpawnRunner { .. }
         | Output::StopRunner { .. }
         | Output::PublishRun { .. }
@@ -308,7 +314,7 @@ async fn take_epoch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kernel::ids::{InteractionId, RunId, SubmissionId};
+    use kernel::ids::RunId;
 
     /// Kernel outputs that nothing performs yet. Each is logged when emitted;
     /// this list only shrinks as later issues implement them.
@@ -316,11 +322,6 @@ mod tests {
     fn unperformed_outputs_are_listed() {
         let run_id = RunId::new("r");
         let every_unperformed_kind = [
-            Output::SpawnValidator {
-                run_id: run_id.clone(),
-                interaction_id: InteractionId::new("i"),
-                submission_id: SubmissionId::new("s"),
-            },
             Output::BuildTerminalMessage {
                 run_id: run_id.clone(),
             },
@@ -335,13 +336,6 @@ mod tests {
             .iter()
             .filter_map(unperformed)
             .collect();
-        assert_eq!(
-            names,
-            [
-                "SpawnValidator",
-                "BuildTerminalMessage",
-                "RequestRetentionSweep"
-            ]
-        );
+        assert_eq!(names, ["BuildTerminalMessage", "RequestRetentionSweep"]);
     }
 }

@@ -206,9 +206,18 @@ async fn dispatch(
         | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
+        RequestPayload::InteractionSubmit(submit) => {
+            crate::submissions::submit(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+                request.idempotency_key.as_deref(),
+                &submit,
+            )
+            .await
+        }
         RequestPayload::DecisionAnswer(_)
         | RequestPayload::InteractionUpdate(_)
-        | RequestPayload::InteractionSubmit(_)
         | RequestPayload::EffectRecover(_)
         | RequestPayload::SettingsUpdate(_)
         | RequestPayload::FollowUpAdd(_)

@@ -103,6 +103,52 @@ pub fn signal_own_group(pgid: u32, signal: Signal) -> bool {
     killpg(Pid::from_raw(pgid as i32), signal).is_ok()
 }
 
+/// Every live descendant of the processes in group `pgid` (children of its
+/// members, their children, …), with its identity, read from `/proc` in one
+/// pass. Children a member started in their own process group (a tool Pi
+/// runs detached) are included: they are what killing the group alone
+/// would leave behind. Collect them before the group dies (their parents
+/// are then reparented and the ancestry is lost).
+pub fn group_descendants(pgid: u32) -> Vec<ProcessIdentity> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let processes: Vec<(u32, ProcStat)> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, stat(pid)?)))
+        .collect();
+    let mut inside: std::collections::BTreeSet<u32> = processes
+        .iter()
+        .filter(|(_, stat)| stat.process_group == pgid)
+        .map(|(pid, _)| *pid)
+        .collect();
+    let mut found = Vec::new();
+    loop {
+        let next: Vec<&(u32, ProcStat)> = processes
+            .iter()
+            .filter(|(pid, stat)| inside.contains(&stat.parent_pid) && !inside.contains(pid))
+            .collect();
+        if next.is_empty() {
+            return found;
+        }
+        for (pid, stat) in next {
+            inside.insert(*pid);
+            found.push(ProcessIdentity {
+                pid: *pid,
+                start_time: stat.start_time,
+            });
+        }
+    }
+}
+
+/// SIGKILL to the exact process (pid and start time) and, when it leads
+/// one, its process group.
+pub fn kill_identity(identity: &ProcessIdentity) {
+    if !signal_group(identity, Signal::SIGKILL) && is_alive(identity) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(identity.pid as i32), Signal::SIGKILL);
+    }
+}
+
 /// Whether any process is still in process group `pgid`.
 pub fn group_has_members(pgid: u32) -> bool {
     killpg(Pid::from_raw(pgid as i32), None).is_ok()

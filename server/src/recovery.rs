@@ -11,6 +11,8 @@
 //! 6. Pure and settled work becomes claimable (`recovered`) and the scheduler
 //!    admits it.
 //! 7. Pending interactive requests and workflow messages are left untouched.
+//! 9. Every submission still `validating` gets a new validation child
+//!    (`validator::resume_validating`); the kernel takes only its first verdict.
 
 use crate::app::App;
 use crate::process::ProcessIdentity;
@@ -35,6 +37,7 @@ pub async fn startup(app: &Arc<App>) {
         app.perform(outputs);
     }
     crate::timers::schedule_expired(app).await;
+    crate::validator::resume_validating(app).await;
     app.scheduler.notify();
 }
 

@@ -30,7 +30,6 @@ use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
 use kernel::runner::{ExitKind, ProtocolCheck};
-use nix::sys::signal::Signal;
 use protocol::generated::types::{ActionReceipt, Content, ContentReference, RunnerMessage};
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -1063,22 +1062,28 @@ fn apply(
             attempt_id,
             output,
             action,
-        } => finish(
-            connection,
-            runner,
-            message_id,
-            before,
-            Finished {
-                attempt_id,
-                outcome: NodeOutcome::Ok,
-                output: Some(output),
-                error: None,
-                action,
-            },
-            blobs.output.as_ref(),
-            now_ms,
-            ttl_ms,
-        )?,
+        } => {
+            // A headless agent attempt finishes only after its accepted submission.
+            if let Err(rejection) = kernel::interaction::finish_allowed(before, &attempt_id) {
+                return Ok(Err(Refusal::of(&rejection)));
+            }
+            finish(
+                connection,
+                runner,
+                message_id,
+                before,
+                Finished {
+                    attempt_id,
+                    outcome: NodeOutcome::Ok,
+                    output: Some(output),
+                    error: None,
+                    action,
+                },
+                blobs.output.as_ref(),
+                now_ms,
+                ttl_ms,
+            )?
+        }
         Decide::NodeFailed {
             attempt_id,
             outcome,
@@ -1218,10 +1223,18 @@ fn apply(
             let answer = crate::interactions::requested(
                 connection, runner, asked, request, before, now_ms, ttl_ms,
             )?;
+            // An interactive runner exits; a headless one runs the step in its own Pi child.
             let exit = Dispatch::Exit {
                 reason: ExitReason::Waiting,
             };
-            answered(runner, message_id, before, answer, Some(&exit))
+            let interactive = before.run.mode.origin_session().is_some();
+            answered(
+                runner,
+                message_id,
+                before,
+                answer,
+                interactive.then_some(&exit),
+            )
         }
         Decide::NotificationRequested { attempt_id, .. } => {
             let Some(notification) = blobs.notification.clone() else {
@@ -1634,13 +1647,18 @@ pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
     }
 }
 
-/// SIGKILL to the exact process (its group when it leads one).
+/// SIGKILL to the exact process (its group when it leads one) and every
+/// descendant of that group, also those in groups of their own (the tools a
+/// headless Pi runs detached).
 pub fn kill_exact(identity: &ProcessIdentity) {
-    if !process::signal_group(identity, Signal::SIGKILL) && process::is_alive(identity) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(identity.pid as i32),
-            Signal::SIGKILL,
-        );
+    let descendants = if process::is_alive(identity) {
+        process::group_descendants(identity.pid)
+    } else {
+        Vec::new()
+    };
+    process::kill_identity(identity);
+    for descendant in &descendants {
+        process::kill_identity(descendant);
     }
 }
 

@@ -270,7 +270,8 @@ fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'stati
             let (interaction_id, attempt_id) = interaction();
             (
                 "interaction.submit",
-                json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": "sub-1", "output": {"done": true}}),
+                json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": "sub-1", "output": {"done": true},
+                       "authority": {"kind": "coordinator", "sessionId": "session-controls-1", "coordinatorEpoch": 1}}),
             )
         }
         "update" => {
@@ -278,6 +279,7 @@ fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'stati
             (
                 "interaction.update",
                 json!({"interactionId": interaction_id, "attemptId": attempt_id, "toolCallId": "call-1",
+                       "authority": {"kind": "coordinator", "sessionId": "session-controls-1", "coordinatorEpoch": 1},
                        "update": {"type": "progress", "key": "k", "data": {"n": 1}}}),
             )
         }

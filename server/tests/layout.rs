@@ -168,7 +168,10 @@ fn crate_references(text: &str) -> BTreeSet<String> {
 /// Modules that form one import cycle today (the `App` context that every
 /// module takes). Issue 11's layout breaks it; remove a module here when it
 /// leaves the cycle.
-const IN_A_CYCLE: [&str; 17] = [
+// `submissions` and `validator` (issue 13) joined because every module that
+// reaches SQL through `store` is in the cycle (store -> view -> app) and
+// `app`/`handlers` dispatch to them; they shrink with it.
+const IN_A_CYCLE: [&str; 19] = [
     "app",
     "effects",
     "handlers",
@@ -180,10 +183,12 @@ const IN_A_CYCLE: [&str; 17] = [
     "socket",
     "status",
     "store",
+    "submissions",
     "supervisor",
     "timers",
     "transfer",
     "updates",
+    "validator",
     "view",
     "views",
 ];

@@ -672,7 +672,7 @@ fn interaction(kind: InteractionKind) -> InteractionRecord {
         run_id: RunId::from("run-1"),
         attempt_id: AttemptId::from("a-1-work"),
         node_id: NodeId::from("work"),
-        target_session: SessionId::from("s-1"),
+        target_session: Some(SessionId::from("s-1")),
         kind,
         contract_hash: Digest::repeat(3),
         status: InteractionStatus::Pending,

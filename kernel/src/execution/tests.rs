@@ -138,7 +138,7 @@ fn interaction(agg: &RunAggregate) -> InteractionRecord {
         run_id: agg.run.run_id.clone(),
         attempt_id: attempt.attempt_id.clone(),
         node_id: attempt.node_id.clone(),
-        target_session: SessionId::from("s-1"),
+        target_session: Some(SessionId::from("s-1")),
         kind: InteractionKind::SubmittedOutput,
         contract_hash: Digest::repeat(3),
         status: InteractionStatus::Pending,

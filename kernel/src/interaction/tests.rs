@@ -106,7 +106,7 @@ fn request_waits_in_the_origin_session_and_releases_the_claim() {
     assert_eq!(record.revision, 1);
     assert_eq!(record.unproductive_turn_ends, 0);
     assert_eq!(record.node_id, NodeId::from("ask"));
-    assert_eq!(record.target_session, SessionId::from("s-1"));
+    assert_eq!(record.target_session, Some(SessionId::from("s-1")));
     assert_eq!(done.messages.len(), 1);
     let message = &done.messages[0];
     assert_eq!(message.message_id, MessageId::from("m-1"));
@@ -256,14 +256,126 @@ fn a_repeat_from_another_runner_is_stale() {
     );
 }
 
-#[test]
-fn a_headless_run_cannot_request() {
+fn headless_running() -> RunAggregate {
     let agg = fixtures::admitted(&fixtures::reserved(1, 0), 5).facts;
-    let agg = fixtures::running(&agg, "ask", 10).facts;
-    let proposal = request_proposal(&agg, InteractionKind::SubmittedOutput);
+    fixtures::running(&agg, "ask", 10).facts
+}
+
+#[test]
+fn a_headless_request_keeps_the_attempt_active_under_the_claim_with_no_session_or_message() {
+    let agg = headless_running();
+    let mut proposal = request_proposal(&agg, InteractionKind::SubmittedOutput);
+    proposal.deadline_at_ms = Some(9_000);
+    let next = created(request_now(&agg, proposal.clone())).facts;
+    let record = next.interaction.as_ref().expect("a request");
+    assert_eq!(record.target_session, None);
+    assert_eq!(record.status, InteractionStatus::Pending);
+    let attempt = next.attempt.as_ref().expect("the attempt");
     assert_eq!(
-        request_now(&agg, proposal),
+        attempt.status,
+        AttemptStatus::Active,
+        "the live runner keeps working on it"
+    );
+    assert_eq!(attempt.deadline_at_ms, Some(9_000));
+    assert_eq!(
+        (next.run.status, next.run.queue),
+        (agg.run.status, agg.run.queue)
+    );
+    assert!(
+        next.run.lease.live_claim(20).is_some(),
+        "the claim stays with the runner"
+    );
+    assert!(
+        next.messages.is_empty(),
+        "no origin session, no step message"
+    );
+    assert_eq!(next.run.revision.0, agg.run.revision.0 + 1);
+    // A repeat adopts; a visible assistant-message request is refused.
+    assert!(matches!(
+        request_now(&next, proposal),
+        Ok(Requested::Adopted(_))
+    ));
+    assert_eq!(
+        request_now(
+            &agg,
+            request_proposal(&agg, InteractionKind::AssistantMessage)
+        ),
         Err(InteractionRejection::Headless)
+    );
+}
+
+#[test]
+fn a_headless_submission_needs_the_live_runner_and_acceptance_leaves_the_finish_to_it() {
+    let agg = headless_running();
+    let agg = created(request_now(
+        &agg,
+        request_proposal(&agg, InteractionKind::SubmittedOutput),
+    ))
+    .facts;
+    let runner = agg.run.runner.clone().expect("a runner");
+    let live = SubmitAuthority::Runner {
+        generation: agg.run.lease.generation,
+        runner_epoch: runner.runner_epoch.clone(),
+    };
+    assert_eq!(check_authority(&agg, &live), Ok(()));
+    let stale = SubmitAuthority::Runner {
+        generation: Generation(agg.run.lease.generation.0 + 1),
+        runner_epoch: runner.runner_epoch.clone(),
+    };
+    assert_eq!(
+        check_authority(&agg, &stale),
+        Err(Rejection::StaleRunner.into())
+    );
+    let other = SubmitAuthority::Runner {
+        generation: agg.run.lease.generation,
+        runner_epoch: runner_epoch(9),
+    };
+    assert_eq!(
+        check_authority(&agg, &other),
+        Err(Rejection::StaleRunner.into())
+    );
+    let session = SubmitAuthority::Coordinator {
+        session_id: SessionId::from("s-1"),
+    };
+    assert_eq!(
+        check_authority(&agg, &session),
+        Err(InteractionRejection::WrongAuthority)
+    );
+
+    let attempt_id = agg.attempt.as_ref().unwrap().attempt_id.clone();
+    assert_eq!(
+        finish_allowed(&agg, &attempt_id),
+        Err(InteractionRejection::NotAccepted)
+    );
+    let (agg, submissions) = validating_on(&agg, &[], "k1", 1);
+    assert_eq!(
+        finish_allowed(&agg, &attempt_id),
+        Err(InteractionRejection::NotAccepted)
+    );
+    let submission_id = submissions[0].submission_id.clone();
+    let verdict = validation_accepted(&agg, &submissions, &i1(), &submission_id, 40).unwrap();
+    assert_eq!(
+        verdict.follow_up, None,
+        "the live runner finishes a headless attempt itself"
+    );
+    assert_eq!(verdict.submission.outcome, SubmissionOutcome::Accepted);
+    assert_eq!(finish_allowed(&verdict.run.facts, &attempt_id), Ok(()));
+}
+
+#[test]
+fn an_interactive_submission_needs_its_origin_session() {
+    let agg = waiting_on_request(1, InteractionKind::SubmittedOutput);
+    let origin = agg.run.mode.origin_session().cloned().unwrap();
+    assert_eq!(
+        check_authority(&agg, &SubmitAuthority::Coordinator { session_id: origin }),
+        Ok(())
+    );
+    let other = SubmitAuthority::Coordinator {
+        session_id: SessionId::from("another-session"),
+    };
+    assert_eq!(
+        check_authority(&agg, &other),
+        Err(InteractionRejection::WrongAuthority)
     );
 }
 

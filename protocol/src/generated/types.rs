@@ -59,6 +59,13 @@ impl<'de> ::serde::Deserialize<'de> for AbsolutePath {
             })
     }
 }
+///What an accepted submission settled: the normalized output the node's validate returned.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptedSubmission {
+    ///Any JSON value.
+    pub output: ::serde_json::Value,
+}
 ///The managed-effect receipt of an action node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -129,6 +136,216 @@ impl ::std::convert::TryFrom<&str> for Activity {
     }
 }
 impl ::std::convert::TryFrom<::std::string::String> for Activity {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The Pi model arguments of a headless agent step: provider, model and thinking level (each passed to `pi` as --provider, --model, --thinking when present).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentModel {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub model: ::std::option::Option<AgentModelModel>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub provider: ::std::option::Option<AgentModelProvider>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub thinking: ::std::option::Option<AgentModelThinking>,
+}
+///`AgentModelModel`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct AgentModelModel(::std::string::String);
+impl ::std::ops::Deref for AgentModelModel {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<AgentModelModel> for ::std::string::String {
+    fn from(value: AgentModelModel) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for AgentModelModel {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err(
+                "doesn't match pattern \"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$\"".into(),
+            );
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for AgentModelModel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for AgentModelModel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for AgentModelModel {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`AgentModelProvider`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct AgentModelProvider(::std::string::String);
+impl ::std::ops::Deref for AgentModelProvider {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<AgentModelProvider> for ::std::string::String {
+    fn from(value: AgentModelProvider) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for AgentModelProvider {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^[A-Za-z0-9][A-Za-z0-9._:/@-]*$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err(
+                "doesn't match pattern \"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$\"".into(),
+            );
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for AgentModelProvider {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for AgentModelProvider {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for AgentModelProvider {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`AgentModelThinking`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum AgentModelThinking {
+    #[serde(rename = "off")]
+    Off,
+    #[serde(rename = "minimal")]
+    Minimal,
+    #[serde(rename = "low")]
+    Low,
+    #[serde(rename = "medium")]
+    Medium,
+    #[serde(rename = "high")]
+    High,
+    #[serde(rename = "xhigh")]
+    Xhigh,
+}
+impl ::std::fmt::Display for AgentModelThinking {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Off => f.write_str("off"),
+            Self::Minimal => f.write_str("minimal"),
+            Self::Low => f.write_str("low"),
+            Self::Medium => f.write_str("medium"),
+            Self::High => f.write_str("high"),
+            Self::Xhigh => f.write_str("xhigh"),
+        }
+    }
+}
+impl ::std::str::FromStr for AgentModelThinking {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "off" => Ok(Self::Off),
+            "minimal" => Ok(Self::Minimal),
+            "low" => Ok(Self::Low),
+            "medium" => Ok(Self::Medium),
+            "high" => Ok(Self::High),
+            "xhigh" => Ok(Self::Xhigh),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for AgentModelThinking {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for AgentModelThinking {
     type Error = self::error::ConversionError;
     fn try_from(
         value: ::std::string::String,
@@ -1795,6 +2012,8 @@ pub enum ErrorCode {
     ValidationFailed,
     #[serde(rename = "nodeFailed")]
     NodeFailed,
+    #[serde(rename = "headlessAssistantMessage")]
+    HeadlessAssistantMessage,
     #[serde(rename = "timedOut")]
     TimedOut,
     #[serde(rename = "cancelled")]
@@ -1834,6 +2053,7 @@ impl ::std::fmt::Display for ErrorCode {
             Self::SourceChanged => f.write_str("sourceChanged"),
             Self::ValidationFailed => f.write_str("validationFailed"),
             Self::NodeFailed => f.write_str("nodeFailed"),
+            Self::HeadlessAssistantMessage => f.write_str("headlessAssistantMessage"),
             Self::TimedOut => f.write_str("timedOut"),
             Self::Cancelled => f.write_str("cancelled"),
             Self::Unavailable => f.write_str("unavailable"),
@@ -1874,6 +2094,7 @@ impl ::std::str::FromStr for ErrorCode {
             "sourceChanged" => Ok(Self::SourceChanged),
             "validationFailed" => Ok(Self::ValidationFailed),
             "nodeFailed" => Ok(Self::NodeFailed),
+            "headlessAssistantMessage" => Ok(Self::HeadlessAssistantMessage),
             "timedOut" => Ok(Self::TimedOut),
             "cancelled" => Ok(Self::Cancelled),
             "unavailable" => Ok(Self::Unavailable),
@@ -2484,6 +2705,26 @@ impl<'de> ::serde::Deserialize<'de> for InlineText {
             })
     }
 }
+///Who works on an interactive request: the origin session's coordinator (an interactive run) or the live runner of a headless run.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum InteractionAuthority {
+    ///CoordinatorAuthority
+    #[serde(rename = "coordinator")]
+    Coordinator {
+        #[serde(rename = "coordinatorEpoch")]
+        coordinator_epoch: super::constrained::CoordinatorEpoch,
+        #[serde(rename = "sessionId")]
+        session_id: SessionId,
+    },
+    ///RunnerAuthority
+    #[serde(rename = "runner")]
+    Runner {
+        generation: super::constrained::Generation,
+        #[serde(rename = "runnerEpoch")]
+        runner_epoch: RunnerEpoch,
+    },
+}
 ///An interactive request id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -2611,6 +2852,7 @@ impl ::std::convert::TryFrom<::std::string::String> for InteractionKind {
 pub struct InteractionSubmitPayload {
     #[serde(rename = "attemptId")]
     pub attempt_id: AttemptId,
+    pub authority: InteractionAuthority,
     #[serde(rename = "interactionId")]
     pub interaction_id: InteractionId,
     ///Any JSON value.
@@ -2623,6 +2865,8 @@ pub struct InteractionSubmitPayload {
 #[serde(deny_unknown_fields)]
 pub struct InteractionSubmitReceipt {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub accepted: ::std::option::Option<AcceptedSubmission>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<SafeError>,
     pub outcome: SubmissionOutcome,
     #[serde(rename = "submissionId")]
@@ -2634,6 +2878,7 @@ pub struct InteractionSubmitReceipt {
 pub struct InteractionUpdatePayload {
     #[serde(rename = "attemptId")]
     pub attempt_id: AttemptId,
+    pub authority: InteractionAuthority,
     #[serde(rename = "interactionId")]
     pub interaction_id: InteractionId,
     #[serde(rename = "toolCallId")]
@@ -4928,7 +5173,7 @@ impl ::std::convert::From<ServerMessage> for RunnerChannelFrame {
         Self::ServerMessage(value)
     }
 }
-///The one explicit command after runner.ready.
+///The one explicit command after runner.ready (validate: only to a validate-mode runner).
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,
@@ -4950,6 +5195,8 @@ pub enum RunnerCommandKind {
     Continue,
     #[serde(rename = "restart")]
     Restart,
+    #[serde(rename = "validate")]
+    Validate,
 }
 impl ::std::fmt::Display for RunnerCommandKind {
     fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
@@ -4958,6 +5205,7 @@ impl ::std::fmt::Display for RunnerCommandKind {
             Self::Resume => f.write_str("resume"),
             Self::Continue => f.write_str("continue"),
             Self::Restart => f.write_str("restart"),
+            Self::Validate => f.write_str("validate"),
         }
     }
 }
@@ -4971,6 +5219,7 @@ impl ::std::str::FromStr for RunnerCommandKind {
             "resume" => Ok(Self::Resume),
             "continue" => Ok(Self::Continue),
             "restart" => Ok(Self::Restart),
+            "validate" => Ok(Self::Validate),
             _ => Err("invalid value".into()),
         }
     }
@@ -5662,7 +5911,7 @@ impl<'de> ::serde::Deserialize<'de> for SafeMessage {
 pub enum ServerMessage {
     /**RunnerCommand
 
-The one explicit command after runner.ready. continue names the waiting checkpoint parent run.*/
+The one explicit command after runner.ready. continue names the waiting checkpoint parent run. validate carries the provisional submission.*/
     #[serde(rename = "command")]
     Command {
         command: RunnerCommandKind,
@@ -5679,6 +5928,8 @@ The one explicit command after runner.ready. continue names the waiting checkpoi
         runner_epoch: RunnerEpoch,
         schema: WorkerSchemaId,
         state: CommandState,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        submission: ::std::option::Option<ValidateSubmission>,
     },
     /**Reply
 
@@ -7141,6 +7392,13 @@ impl<'de> ::serde::Deserialize<'de> for UpdateType {
             })
     }
 }
+///validate only: the provisional submission whose output the node's validate checks.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateSubmission {
+    ///Any JSON value.
+    pub output: ::serde_json::Value,
+}
 ///The provisional submission a validate-mode runner checks.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -7195,6 +7453,12 @@ pub struct ViewPagePayload {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerLaunch {
+    ///The run's Pi model arguments for headless agent steps; a node's or its workflow's own model wins.
+    #[serde(
+        rename = "agentModel",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub agent_model: ::std::option::Option<AgentModel>,
     #[serde(
         rename = "definitionDigest",
         skip_serializing_if = "::std::option::Option::is_none"

@@ -3,7 +3,7 @@
  * §1.2). Graph rules are checked when the workflow is compiled (`graph.ts`).
  */
 import { STABLE_ID_PATTERN, checkId, fail, hasOwn, isRecord } from "./errors.js";
-import { isWorkflowNode } from "./nodes.js";
+import { checkAgentModel, isWorkflowNode } from "./nodes.js";
 import {
   DEFINITION_BRAND,
   INCLUDE_BRAND,
@@ -95,6 +95,7 @@ export function defineWorkflow<I = unknown>(spec: WorkflowSpec<I>): WorkflowDefi
   const edges = spec.edges ?? [];
   if (!Array.isArray(edges)) fail(`${what}: edges must be a list`);
   edges.forEach((edge, index) => checkEdge(edge, index));
+  checkAgentModel(spec.model, "defineWorkflow(): model");
   if (spec.maxSteps !== undefined && (!Number.isInteger(spec.maxSteps) || spec.maxSteps <= 0 || spec.maxSteps > 4294967295)) {
     fail(`${what}: maxSteps must be a positive integer`);
   }

@@ -69,6 +69,40 @@ function requireFunction(value: unknown, what: string): void {
   }
 }
 
+const THINKING_LEVELS: ReadonlySet<string> = new Set(["off", "minimal", "low", "medium", "high", "xhigh"]);
+const PROVIDER_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$/;
+const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$/;
+
+function checkExpectedOutput(value: unknown): void {
+  if (value === undefined || typeof value === "string") return;
+  if (!isRecord(value) || value.kind !== "assistant-message") {
+    fail('agent(): expectedOutput must be a string or {kind: "assistant-message", maxChars?}');
+  }
+  for (const key of Object.keys(value)) {
+    if (key !== "kind" && key !== "maxChars") fail(`agent(): expectedOutput has an unknown field ${JSON.stringify(key)}`);
+  }
+  if (value.maxChars !== undefined && (!Number.isInteger(value.maxChars) || (value.maxChars as number) <= 0)) {
+    fail("agent(): expectedOutput.maxChars must be a positive integer");
+  }
+}
+
+/** Checks `{provider?, model?, thinking?}` (the AgentModel of the runner.v1 protocol). */
+export function checkAgentModel(value: unknown, what: string): void {
+  if (value === undefined) return;
+  if (!isRecord(value)) fail(`${what} must be {provider?, model?, thinking?}`);
+  for (const [key, field] of Object.entries(value)) {
+    if (key === "provider") {
+      if (typeof field !== "string" || !PROVIDER_NAME.test(field)) fail(`${what}.provider must be a provider name such as "anthropic"`);
+    } else if (key === "model") {
+      if (typeof field !== "string" || !MODEL_NAME.test(field)) fail(`${what}.model must be a model id such as "claude-sonnet-4-5"`);
+    } else if (key === "thinking") {
+      if (typeof field !== "string" || !THINKING_LEVELS.has(field)) fail(`${what}.thinking must be one of ${[...THINKING_LEVELS].join(", ")}`);
+    } else {
+      fail(`${what} has an unknown field ${JSON.stringify(key)} (provider, model, thinking)`);
+    }
+  }
+}
+
 /** An agent step: the model completes it through the step contract. */
 export function agent<I = unknown>(options: AgentOptions<I>): WorkflowNode<I> {
   requireOptions(options, "agent()");
@@ -78,10 +112,9 @@ export function agent<I = unknown>(options: AgentOptions<I>): WorkflowNode<I> {
   if (typeof options.prompt === "string" && options.prompt.trim() === "") {
     fail("agent(): prompt must not be empty");
   }
-  if (options.expectedOutput !== undefined && typeof options.expectedOutput !== "string") {
-    fail("agent(): expectedOutput must be a string");
-  }
+  checkExpectedOutput(options.expectedOutput);
   if (options.validate !== undefined) requireFunction(options.validate, "agent(): validate");
+  checkAgentModel(options.model, "agent(): model");
   checkCommon(options, "agent()");
   return makeNode("agent", "agent", options);
 }

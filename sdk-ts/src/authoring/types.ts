@@ -91,9 +91,30 @@ export interface CommonNodeOptions<I = unknown> {
   statusDetail?: string;
 }
 
+/**
+ * The Pi model arguments of a headless agent step (`pi --provider --model
+ * --thinking`). A node's own wins over its workflow's, which wins over the
+ * run's (`pi-workflows start --provider/--model/--thinking`); Pi's own
+ * settings decide what none of them names.
+ */
+export interface AgentModel {
+  provider?: string;
+  model?: string;
+  thinking?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh";
+}
+
+/** An agent step whose output is the model's visible reply in the origin session (interactive runs only). */
+export interface AssistantMessageOutput {
+  kind: "assistant-message";
+  maxChars?: number;
+}
+
 export interface AgentOptions<I = unknown> extends CommonNodeOptions<I> {
   prompt: string | ((ctx: NodeContext<I>) => MaybePromise<string>);
-  expectedOutput?: string;
+  /** What the submitted output should be (shown in the step contract), or a visible assistant-message step. */
+  expectedOutput?: string | AssistantMessageOutput;
+  /** The Pi model arguments of a headless run (overrides the workflow's `model`). */
+  model?: AgentModel;
   validate?: (output: unknown, ctx: NodeContext<I>) => MaybePromise<unknown>;
 }
 
@@ -281,6 +302,8 @@ export interface WorkflowSpec<I = unknown> {
   includes?: Readonly<Record<string, WorkflowInclude<I>>>;
   exits?: Readonly<Record<string, WorkflowExit>>;
   maxSteps?: number;
+  /** The Pi model arguments of this workflow's headless agent steps (a node's `model` wins). */
+  model?: AgentModel;
 }
 
 /** A validated workflow definition (the default export of a `.workflow.ts` file). */

@@ -6,6 +6,12 @@ export type JsonValue = null | boolean | number | string | JsonValue[] | { [key:
 /** An absolute filesystem path. */
 export type AbsolutePath = string;
 
+/** What an accepted submission settled: the normalized output the node's validate returned. */
+export interface AcceptedSubmission {
+  /** Any JSON value. */
+  "output": JsonValue;
+}
+
 /** The managed-effect receipt of an action node. */
 export interface ActionReceipt {
   "effectId": EffectId;
@@ -19,6 +25,13 @@ export type Activity = "none" | "starting" | "runner" | "modelTurn" | "validatin
 
 /** Every value of Activity, in schema order. */
 export const ActivityValues: readonly Activity[] = ["none", "starting", "runner", "modelTurn", "validating"];
+
+/** The Pi model arguments of a headless agent step: provider, model and thinking level (each passed to `pi` as --provider, --model, --thinking when present). */
+export interface AgentModel {
+  "model"?: string;
+  "provider"?: string;
+  "thinking"?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh";
+}
 
 /** A node attempt id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type AttemptId = string;
@@ -374,10 +387,10 @@ export type EmptyReceipt = Record<string, never>;
 export type EntryId = string;
 
 /** The closed set of safe error codes. */
-export type ErrorCode = "malformedFrame" | "frameTooLarge" | "nonCanonical" | "nestingTooDeep" | "schemaInvalid" | "packageVersionMismatch" | "notFound" | "conflict" | "claimLost" | "staleRevision" | "paused" | "terminal" | "illegalTransition" | "alreadyPaused" | "notResumable" | "restartRefused" | "effectAmbiguous" | "sessionBusy" | "staleAttempt" | "noOriginSession" | "decisionRequired" | "rateLimited" | "contentUnavailable" | "digestMismatch" | "sourceChanged" | "validationFailed" | "nodeFailed" | "timedOut" | "cancelled" | "unavailable" | "internal";
+export type ErrorCode = "malformedFrame" | "frameTooLarge" | "nonCanonical" | "nestingTooDeep" | "schemaInvalid" | "packageVersionMismatch" | "notFound" | "conflict" | "claimLost" | "staleRevision" | "paused" | "terminal" | "illegalTransition" | "alreadyPaused" | "notResumable" | "restartRefused" | "effectAmbiguous" | "sessionBusy" | "staleAttempt" | "noOriginSession" | "decisionRequired" | "rateLimited" | "contentUnavailable" | "digestMismatch" | "sourceChanged" | "validationFailed" | "nodeFailed" | "headlessAssistantMessage" | "timedOut" | "cancelled" | "unavailable" | "internal";
 
 /** Every value of ErrorCode, in schema order. */
-export const ErrorCodeValues: readonly ErrorCode[] = ["malformedFrame", "frameTooLarge", "nonCanonical", "nestingTooDeep", "schemaInvalid", "packageVersionMismatch", "notFound", "conflict", "claimLost", "staleRevision", "paused", "terminal", "illegalTransition", "alreadyPaused", "notResumable", "restartRefused", "effectAmbiguous", "sessionBusy", "staleAttempt", "noOriginSession", "decisionRequired", "rateLimited", "contentUnavailable", "digestMismatch", "sourceChanged", "validationFailed", "nodeFailed", "timedOut", "cancelled", "unavailable", "internal"];
+export const ErrorCodeValues: readonly ErrorCode[] = ["malformedFrame", "frameTooLarge", "nonCanonical", "nestingTooDeep", "schemaInvalid", "packageVersionMismatch", "notFound", "conflict", "claimLost", "staleRevision", "paused", "terminal", "illegalTransition", "alreadyPaused", "notResumable", "restartRefused", "effectAmbiguous", "sessionBusy", "staleAttempt", "noOriginSession", "decisionRequired", "rateLimited", "contentUnavailable", "digestMismatch", "sourceChanged", "validationFailed", "nodeFailed", "headlessAssistantMessage", "timedOut", "cancelled", "unavailable", "internal"];
 
 /** A session event type. */
 export type EventType = string;
@@ -454,6 +467,21 @@ export const IncludeTransitionValues: readonly IncludeTransition[] = ["entry", "
 /** Inline content (at most 16,384 characters, the shared 16 KiB inline-content threshold). */
 export type InlineText = string;
 
+export interface CoordinatorAuthority {
+  "coordinatorEpoch": CoordinatorEpoch;
+  "kind": "coordinator";
+  "sessionId": SessionId;
+}
+
+export interface RunnerAuthority {
+  "generation": Generation;
+  "kind": "runner";
+  "runnerEpoch": RunnerEpoch;
+}
+
+/** Who works on an interactive request: the origin session's coordinator (an interactive run) or the live runner of a headless run. */
+export type InteractionAuthority = CoordinatorAuthority | RunnerAuthority;
+
 /** An interactive request id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type InteractionId = string;
 
@@ -466,6 +494,7 @@ export const InteractionKindValues: readonly InteractionKind[] = ["agent", "chec
 /** Submit the output of a pending interaction; the response settles after validation. */
 export interface InteractionSubmitPayload {
   "attemptId": AttemptId;
+  "authority": InteractionAuthority;
   "interactionId": InteractionId;
   /** Any JSON value. */
   "output": JsonValue;
@@ -474,6 +503,7 @@ export interface InteractionSubmitPayload {
 
 /** The validated submission. */
 export interface InteractionSubmitReceipt {
+  "accepted"?: AcceptedSubmission;
   "error"?: SafeError;
   "outcome": SubmissionOutcome;
   "submissionId": SubmissionId;
@@ -482,6 +512,7 @@ export interface InteractionSubmitReceipt {
 /** Store an update for a pending interaction. */
 export interface InteractionUpdatePayload {
   "attemptId": AttemptId;
+  "authority": InteractionAuthority;
   "interactionId": InteractionId;
   "toolCallId": ToolCallId;
   "update": NodeUpdate;
@@ -872,11 +903,11 @@ export const RunViewSchemaIdValues: readonly RunViewSchemaId[] = ["pi-workflows.
 /** One frame on the private runner channel (stdio NDJSON), either direction. */
 export type RunnerChannelFrame = RunnerMessage | ServerMessage;
 
-/** The one explicit command after runner.ready. */
-export type RunnerCommandKind = "start" | "resume" | "continue" | "restart";
+/** The one explicit command after runner.ready (validate: only to a validate-mode runner). */
+export type RunnerCommandKind = "start" | "resume" | "continue" | "restart" | "validate";
 
 /** Every value of RunnerCommandKind, in schema order. */
-export const RunnerCommandKindValues: readonly RunnerCommandKind[] = ["start", "resume", "continue", "restart"];
+export const RunnerCommandKindValues: readonly RunnerCommandKind[] = ["start", "resume", "continue", "restart", "validate"];
 
 /** The runner epoch the server records before it spawns a runner. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type RunnerEpoch = string;
@@ -1180,7 +1211,7 @@ export type Sequence = number;
 /** The server epoch: increases by one each time a server takes over the database. Capped at 2^53-1. */
 export type ServerEpoch = number;
 
-/** The one explicit command after runner.ready. continue names the waiting checkpoint parent run. */
+/** The one explicit command after runner.ready. continue names the waiting checkpoint parent run. validate carries the provisional submission. */
 export interface RunnerCommand {
   "command": RunnerCommandKind;
   "generation": Generation;
@@ -1190,6 +1221,7 @@ export interface RunnerCommand {
   "runnerEpoch": RunnerEpoch;
   "schema": WorkerSchemaId;
   "state": CommandState;
+  "submission"?: ValidateSubmission;
   "type": "command";
 }
 
@@ -1590,6 +1622,12 @@ export interface UpdateRecord {
 /** A node update type. */
 export type UpdateType = string;
 
+/** validate only: the provisional submission whose output the node's validate checks. */
+export interface ValidateSubmission {
+  /** Any JSON value. */
+  "output": JsonValue;
+}
+
 /** The provisional submission a validate-mode runner checks. */
 export interface ValidateTarget {
   "attemptId": AttemptId;
@@ -1629,6 +1667,8 @@ export type Visit = number;
 
 /** pi-workflows.worker-launch.v1: the launch envelope, the first frame the server writes to the runner's stdin. */
 export interface WorkerLaunch {
+  /** The run's Pi model arguments for headless agent steps; a node's or its workflow's own model wins. */
+  "agentModel"?: AgentModel;
   "definitionDigest"?: Digest;
   /** How the run executes (run mode): a headless run has no origin Pi session for agent steps or interactions. */
   "executionMode"?: ExecutionMode;

@@ -27,6 +27,7 @@ import { canonicalString } from "../protocol/canonical.js";
 import { sha256Digest } from "../authoring/compile.js";
 import { type Fields, FrameRefused, type RunnerChannel, refusalReason } from "./channel.js";
 import { buildDecisionRequest } from "./decision.js";
+import { HeadlessStepFailed, PI_STOP_GRACE_MS, type PiCommand, PiUnavailable, resolvePi, runHeadlessStep } from "./pi.js";
 import { processStartIdentity, resolveExecution, runShell } from "./shell.js";
 import { MAX_OUTPUT_DEPTH, type RunState, stateDepthProblem } from "./state.js";
 
@@ -36,6 +37,10 @@ export const DEFAULT_NODE_TIMEOUT_MS = 15 * 60 * 1000;
 export const RESOLVE_BOUND_MS = 30_000;
 /** How long a shell action may take to clean up after its signal aborts. */
 const SHELL_CLEANUP_MS = 3_500;
+/** How long a headless agent step may take to stop its Pi group after its signal aborts. */
+const PI_CLEANUP_MS = PI_STOP_GRACE_MS + 1_000;
+/** How long a validate-mode runner lets the node's `validate` run. */
+export const VALIDATE_BOUND_MS = 5 * 60 * 1000;
 /** The longest inline text on the wire. */
 const MAX_INLINE_TEXT = 16_384;
 /** The longest SafeError message. */
@@ -188,6 +193,26 @@ export class Executor {
         visit: target.visit,
       },
     };
+  }
+
+  /**
+   * Validate mode: the node's `validate` (through [`acceptAgentOutput`]) on a
+   * provisional submission, bounded by [`VALIDATE_BOUND_MS`]. A refusal is the
+   * actionable message the model sees.
+   */
+  async validateSubmission(target: AttemptTarget, output: unknown): Promise<{ accepted: true; output: unknown } | { accepted: false; message: string }> {
+    const node = this.host.compiled.nodes.get(target.nodeId);
+    const real = node?.node;
+    if (!node || real?.kind !== "agent") return { accepted: false, message: `node ${target.nodeId} is not an agent step of this workflow` };
+    const ctx = this.context(node, target, this.host.stopSignal, node.mountPath);
+    try {
+      const value = await raceAbort(withBound(acceptAgentOutput(real.options as AgentOptions, output, ctx), VALIDATE_BOUND_MS, "validate()"), this.host.stopSignal);
+      const tooDeep = outputDepthProblem(value);
+      return tooDeep === null ? { accepted: true, output: value } : { accepted: false, message: tooDeep };
+    } catch (error) {
+      if (this.host.stopSignal.aborted) throw error;
+      return { accepted: false, message: errorText(error) };
+    }
   }
 
   /** Runs one attempt and proposes its result; returns the server's reply. */
@@ -363,7 +388,7 @@ export class Executor {
       case "notify":
         return { settled: await raceAbort(this.notify(node, target, real.options as NotifyOptions, ctx), signal) };
       case "agent":
-        return raceAbort(this.agent(node, target, real.options as AgentOptions, ctx), signal);
+        return raceAbort(this.agent(node, target, real.options as AgentOptions, ctx), signal, PI_CLEANUP_MS);
     }
   }
 
@@ -601,20 +626,48 @@ export class Executor {
     return reply;
   }
 
-  private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: Reply }> {
+  /**
+   * An agent step. Interactive: `interaction.requested`, then the runner
+   * exits and the origin session does the work. Headless: the same request,
+   * then one `pi --mode rpc` child (pi.ts) runs the step to its accepted
+   * output, which this attempt proposes as its result. A visible
+   * assistant-message step needs an origin session: a headless run fails it
+   * with `headlessAssistantMessage` before anything starts.
+   */
+  private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: Reply } | { output: unknown }> {
+    const launch = this.host.channel.launch;
+    const headless = launch.executionMode === "headless";
+    const assistantMessage = typeof options.expectedOutput === "object";
+    if (headless && assistantMessage) {
+      throw new NodeFailure(
+        "failed",
+        "headlessAssistantMessage",
+        `agent ${node.id}: a visible assistant-message step needs an origin Pi session, and a headless run has none; start the run from Pi, or make the step submit its output`,
+      );
+    }
+    const expectedOutput = typeof options.expectedOutput === "string" ? options.expectedOutput : undefined;
     const prompt = typeof options.prompt === "function" ? await options.prompt(ctx) : options.prompt;
     if (typeof prompt !== "string" || prompt.trim() === "") throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt must be a non-empty string`);
     if (ctx.signal.aborted) throw ctx.signal.reason;
-    const text = appendStepContract(prompt, node.workflow.name, node.localId, target.attemptId, options.expectedOutput);
+    const text = assistantMessage ? prompt.trim() : appendStepContract(prompt, node.workflow.name, node.localId, target.attemptId, expectedOutput);
     if (text.length > MAX_INLINE_TEXT) {
       throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt with its step contract is longer than ${MAX_INLINE_TEXT} characters`);
     }
     if (hasLoneSurrogate(text)) {
       throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the prompt holds a lone UTF-16 surrogate, which canonical JSON (RFC 8785) cannot encode`);
     }
+    let pi: PiCommand | undefined;
+    if (headless) {
+      try {
+        pi = resolvePi();
+      } catch (error) {
+        if (!(error instanceof PiUnavailable)) throw error;
+        throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: ${error.message}`);
+      }
+    }
     const reply = await this.requestInteraction(node, {
       attemptId: target.attemptId,
-      kind: "agent",
+      kind: assistantMessage ? "visibleResponse" : "agent",
       prompt: { kind: "inline", text },
       contract: {
         schema: "pi-workflows.agent-step-contract.v1",
@@ -623,16 +676,50 @@ export class Executor {
         nodeId: node.localId,
         qualifiedNodeId: node.id,
         attemptId: target.attemptId,
-        ...(options.expectedOutput !== undefined ? { expectedOutput: options.expectedOutput } : {}),
+        ...(expectedOutput !== undefined ? { expectedOutput } : {}),
       },
-    }, options.expectedOutput);
-    if (reply.outcome === "accepted" || reply.outcome === "adopted") return { exit: reply };
-    const message = reply.error?.message ?? reply.outcome;
-    // A closed code, never the text: the server refuses an agent step of a headless run with `noOriginSession`.
-    if (reply.error?.code === "noOriginSession") {
-      throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: headless agent steps are not available yet (run it interactively from Pi)`);
+    }, expectedOutput);
+    if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
+      const message = reply.error?.message ?? reply.outcome;
+      throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `agent ${node.id}: the server refused the agent step request: ${message}`);
     }
-    throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `agent ${node.id}: the server refused the agent step request: ${message}`);
+    if (pi === undefined) return { exit: reply };
+    const interactionId = (reply.result as { interactionId?: unknown } | undefined)?.interactionId;
+    if (typeof interactionId !== "string") throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the server's reply names no interactive request`);
+    const model = { ...launch.agentModel, ...node.workflow.model, ...options.model };
+    const channel = this.host.channel;
+    this.host.log(`agent ${node.id}: headless pi (${pi.source}) for request ${interactionId}`);
+    try {
+      const output = await runHeadlessStep({
+        pi,
+        projectPath: this.host.projectPath,
+        prompt: text,
+        model,
+        bridge: {
+          runId: this.host.runId,
+          interactionId,
+          attemptId: target.attemptId,
+          step: node.localId,
+          workflowName: node.workflow.name,
+          generation: launch.generation,
+          runnerEpoch: launch.runnerEpoch,
+        },
+        signal: ctx.signal,
+        register: async (pid, startIdentity) => {
+          const answer = await channel.request("runner.progress", { operation: "process.register", pid, startIdentity });
+          if (answer.outcome !== "accepted") this.host.log(`process.register ${pid}: ${answer.outcome} ${answer.error?.message ?? ""}`);
+          return answer.outcome === "accepted";
+        },
+        unregister: async (pid, startIdentity) => {
+          await channel.send("runner.progress", { operation: "process.unregister", pid, startIdentity });
+        },
+        log: this.host.log,
+      });
+      return { output };
+    } catch (error) {
+      if (error instanceof HeadlessStepFailed) throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: ${error.message}`);
+      throw error;
+    }
   }
 
   /** `interaction.requested`; a frame the wire cannot carry (its expectedOutput) fails the node naming the rule. */

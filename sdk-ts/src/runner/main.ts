@@ -13,6 +13,10 @@
  *   fatal` and exit 2); run the attempts the server names, one at a time,
  *   until a reply says `exit`.
  *
+ * - validate mode: verify and load like run mode, then run the node's
+ *   `validate` on the provisional submission the `validate` command carries
+ *   and report `interaction.accepted` or `interaction.rejected`, exit 0.
+ *
  * SIGTERM (the server stopping the run), a `claimLost` reply or a closed
  * channel abort the running callback, stop every shell process group and end
  * the process without proposing anything more.
@@ -36,7 +40,7 @@ import type {
 } from "../generated/types.js";
 import { defaultHome } from "../home.js";
 import { canonicalString } from "../protocol/canonical.js";
-import { ContentReadError, RunnerChannel, readLaunch, refusalReason } from "./channel.js";
+import { ContentReadError, FrameRefused, RunnerChannel, readLaunch, refusalReason } from "./channel.js";
 import { BUILTIN_WORKFLOWS, WorkflowNotFoundError, resolveWorkflowRef } from "./discovery.js";
 import { Executor, RESOLVE_BOUND_MS, safeMessage, withBound } from "./execute.js";
 import { WorkflowLoadError, configureLoading, fileCompileHost, hashFile, loadSummary, loadWorkflowFile, rememberVerified } from "./loader.js";
@@ -231,6 +235,101 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
   return EXIT_OK;
 }
 
+/** The saved workflow, loaded only after its sources verify, and re-checked after loading. */
+type Loaded =
+  | { kind: "loaded"; compiled: CompiledWorkflow }
+  | { kind: "changed"; when: "before" | "after"; detail: string }
+  | { kind: "unloadable"; message: string };
+
+async function loadVerified(saved: WorkflowSource, launch: WorkerLaunch): Promise<Loaded> {
+  // The bytes verified here are the bytes the native loader runs.
+  const changed = await verifySources(saved, rememberVerified);
+  milestone("verify");
+  if (changed !== null) return { kind: "changed", when: "before", detail: changed };
+  let compiled: CompiledWorkflow;
+  try {
+    compiled = await compileWorkflow(await loadRoot(saved.root), fileCompileHost(launch.projectPath));
+    milestone("load+compile");
+    log(loadSummary());
+  } catch (error) {
+    log(loadSummary());
+    return { kind: "unloadable", message: error instanceof Error ? error.message : String(error) };
+  }
+  const rechanged = await verifySources(saved);
+  if (rechanged !== null || !sameSource(compiled.source, saved) || (launch.definitionDigest !== undefined && compiled.definitionDigest !== launch.definitionDigest)) {
+    const detail = rechanged ?? (sameSource(compiled.source, saved) ? "the definition digest differs" : "the mounted sources differ");
+    return { kind: "changed", when: "after", detail };
+  }
+  milestone("recheck");
+  return { kind: "loaded", compiled };
+}
+
+/**
+ * Validate mode: the only process that runs a node's `validate` on a
+ * provisional submission. Verify and load like run mode, `runner.ready`,
+ * read the `validate` command (the attempt, its run state, the submitted
+ * output), then report exactly one `interaction.accepted` (with the
+ * normalized output) or `interaction.rejected` (with the actionable error)
+ * and exit. A changed source rejects the submission: no changed code runs.
+ */
+export async function validateMode(channel: RunnerChannel, launch: WorkerLaunch, stopSignal: AbortSignal): Promise<number> {
+  const saved = launch.workflowSource;
+  const target = launch.validate;
+  if (!saved || !target) {
+    log("validate mode without `workflowSource` and `validate`");
+    return EXIT_PROTOCOL;
+  }
+  const ids = { interactionId: target.interactionId, submissionId: target.submissionId };
+  const reject = async (code: "sourceChanged" | "validationFailed", message: string): Promise<number> => {
+    await channel.request("interaction.rejected", { ...ids, error: { code, message: safeMessage(message) } });
+    await channel.send("runner.exiting", { reason: "finished" });
+    return EXIT_OK;
+  };
+  const loaded = await loadVerified(saved, launch);
+  if (loaded.kind === "changed") {
+    log(`source changed ${loaded.when} loading (${loaded.detail}); rejecting the submission`);
+    return reject("sourceChanged", `the workflow source changed since the run started (${loaded.detail}); restore it, then submit again`);
+  }
+  if (loaded.kind === "unloadable") return reject("sourceChanged", `the workflow no longer loads: ${loaded.message}`);
+  const dispatch = await channel.ready();
+  if (dispatch.kind === "reply") {
+    log(`runner.ready was answered ${dispatch.reply.outcome}${dispatch.reply.error ? ` (${dispatch.reply.error.code}: ${dispatch.reply.error.message})` : ""}`);
+    await channel.send("runner.exiting", { reason: dispatch.reply.next?.kind === "exit" ? dispatch.reply.next.reason : "fatal" });
+    return dispatch.reply.next?.kind === "exit" ? EXIT_OK : EXIT_PROTOCOL;
+  }
+  const command = dispatch.command;
+  if (command.command !== "validate" || command.submission === undefined || command.node.attemptId !== target.attemptId || command.node.nodeId !== target.nodeId) {
+    log(`validate mode got a ${command.command} command for ${command.node.nodeId}/${command.node.attemptId}`);
+    await channel.send("runner.exiting", { reason: "fatal" });
+    return EXIT_PROTOCOL;
+  }
+  const state = new RunState(await channel.runState(command.state));
+  const executor = new Executor({
+    channel,
+    compiled: loaded.compiled,
+    state,
+    runId: launch.runId,
+    projectPath: launch.projectPath,
+    log,
+    stopSignal,
+    journal: journal(launch.runId),
+  });
+  const verdict = await executor.validateSubmission(command.node, command.submission.output);
+  if (!verdict.accepted) {
+    log(`submission ${target.submissionId} rejected`);
+    return reject("validationFailed", verdict.message);
+  }
+  try {
+    await channel.request("interaction.accepted", { ...ids, output: verdict.output as never });
+  } catch (error) {
+    if (!(error instanceof FrameRefused)) throw error;
+    return reject("validationFailed", refusalReason(error, "the validated output", verdict.output));
+  }
+  log(`submission ${target.submissionId} accepted`);
+  await channel.send("runner.exiting", { reason: "finished" });
+  return EXIT_OK;
+}
+
 /** Run mode: verify, load, ready, then run what the server names until it says exit. */
 export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stopSignal: AbortSignal): Promise<number> {
   const saved = launch.workflowSource;
@@ -239,40 +338,23 @@ export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stop
     return EXIT_PROTOCOL;
   }
   const record = journal(launch.runId);
-  // The bytes verified here are the bytes the native loader runs.
-  const changed = await verifySources(saved, rememberVerified);
-  milestone("verify");
-  if (changed !== null) {
-    log(`source changed before loading (${changed}); parking`);
-    record({ event: "parked", reason: "workflowSourceChanged", detail: changed });
+  const loaded = await loadVerified(saved, launch);
+  if (loaded.kind === "changed") {
+    log(`source changed ${loaded.when} loading (${loaded.detail}); parking`);
+    record({ event: "parked", reason: "workflowSourceChanged", detail: loaded.detail });
     await channel.request("run.parked", { reason: "workflowSourceChanged" });
     return EXIT_OK;
   }
-  let compiled: CompiledWorkflow;
-  try {
-    compiled = await compileWorkflow(await loadRoot(saved.root), fileCompileHost(launch.projectPath));
-    milestone("load+compile");
-    log(loadSummary());
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    log(loadSummary());
-    log(`cannot load the verified workflow: ${message}`);
+  if (loaded.kind === "unloadable") {
+    log(`cannot load the verified workflow: ${loaded.message}`);
     await channel.request("run.finished", {
       outcome: "failed",
-      error: { code: "sourceChanged", message: safeMessage(`the workflow no longer loads: ${message}`) },
+      error: { code: "sourceChanged", message: safeMessage(`the workflow no longer loads: ${loaded.message}`) },
       failureClass: "sourceChanged",
     });
     return EXIT_OK;
   }
-  const rechanged = await verifySources(saved);
-  if (rechanged !== null || !sameSource(compiled.source, saved) || (launch.definitionDigest !== undefined && compiled.definitionDigest !== launch.definitionDigest)) {
-    const detail = rechanged ?? (sameSource(compiled.source, saved) ? "the definition digest differs" : "the mounted sources differ");
-    log(`source changed after loading (${detail}); parking`);
-    record({ event: "parked", reason: "workflowSourceChanged", detail });
-    await channel.request("run.parked", { reason: "workflowSourceChanged" });
-    return EXIT_OK;
-  }
-  milestone("recheck");
+  const compiled = loaded.compiled;
   const ready = channel.ready();
   log(startupLine("ready"));
   const dispatch = await ready;
@@ -392,9 +474,8 @@ export async function main(input: Readable = process.stdin, output: Writable = p
           return await resolveMode(channel, launch);
         case "run":
           return await runMode(channel, launch, stop.signal);
-        default:
-          log("validate mode is not implemented by this runner yet");
-          return EXIT_PROTOCOL;
+        case "validate":
+          return await validateMode(channel, launch, stop.signal);
       }
     } catch (error) {
       if (stop.signal.aborted) return stopped;

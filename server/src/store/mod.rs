@@ -42,6 +42,7 @@ mod open;
 pub mod processes;
 pub mod runs;
 pub mod schema;
+pub mod submissions;
 pub mod updates;
 pub mod viewer;
 

@@ -354,32 +354,53 @@ pub(crate) fn effect_from_row(
     })
 }
 
+const INTERACTION_COLUMNS: &str =
+    "interaction_id, attempt_id, node_id, target_session_id, kind, contract_hash, status,
+     accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, run_id";
+
+fn interaction_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<InteractionRecord> {
+    Ok(InteractionRecord {
+        interaction_id: InteractionId::new(row.get::<_, String>(0)?),
+        run_id: RunId::new(row.get::<_, String>(11)?),
+        attempt_id: AttemptId::new(row.get::<_, String>(1)?),
+        node_id: NodeId::new(row.get::<_, String>(2)?),
+        target_session: row.get::<_, Option<String>>(3)?.map(SessionId::new),
+        kind: parse(&row.get::<_, String>(4)?)?,
+        contract_hash: row.get::<_, DigestColumn>(5)?.0,
+        status: parse(&row.get::<_, String>(6)?)?,
+        accepted_submission: row.get::<_, Option<String>>(7)?.map(SubmissionId::new),
+        unproductive_turn_ends: row.get::<_, i64>(8)? as u32,
+        revision: row.get::<_, i64>(9)? as u32,
+        created_at_ms: u64_of(row.get(10)?),
+    })
+}
+
 fn load_interaction(
     connection: &Connection,
     run_id: &RunId,
 ) -> rusqlite::Result<Option<InteractionRecord>> {
     connection
         .query_row_cached(
-            "SELECT interaction_id, attempt_id, node_id, target_session_id, kind, contract_hash, status,
-                    accepted_submission_id, unproductive_turn_ends, revision, created_at_ms
-             FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'",
+            &format!("SELECT {INTERACTION_COLUMNS} FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'"),
             params![run_id.as_str()],
-            |row| {
-                Ok(InteractionRecord {
-                    interaction_id: InteractionId::new(row.get::<_, String>(0)?),
-                    run_id: run_id.clone(),
-                    attempt_id: AttemptId::new(row.get::<_, String>(1)?),
-                    node_id: NodeId::new(row.get::<_, String>(2)?),
-                    target_session: SessionId::new(row.get::<_, String>(3)?),
-                    kind: parse(&row.get::<_, String>(4)?)?,
-                    contract_hash: row.get::<_, DigestColumn>(5)?.0,
-                    status: parse(&row.get::<_, String>(6)?)?,
-                    accepted_submission: row.get::<_, Option<String>>(7)?.map(SubmissionId::new),
-                    unproductive_turn_ends: row.get::<_, i64>(8)? as u32,
-                    revision: row.get::<_, i64>(9)? as u32,
-                    created_at_ms: u64_of(row.get(10)?),
-                })
-            },
+            interaction_from_row,
+        )
+        .optional()
+}
+
+/// One interactive request by id, whatever its status (a settled request's
+/// repeated submission adopts its stored outcome).
+pub(crate) fn interaction_by_id(
+    connection: &Connection,
+    interaction_id: &InteractionId,
+) -> rusqlite::Result<Option<InteractionRecord>> {
+    connection
+        .query_row_cached(
+            &format!(
+                "SELECT {INTERACTION_COLUMNS} FROM interactive_requests WHERE interaction_id = ?1"
+            ),
+            params![interaction_id.as_str()],
+            interaction_from_row,
         )
         .optional()
 }
@@ -792,7 +813,7 @@ fn write_interaction(
             record.run_id.as_str(),
             record.attempt_id.as_str(),
             record.node_id.as_str(),
-            record.target_session.as_str(),
+            record.target_session.as_ref().map(SessionId::as_str),
             name(&record.kind),
             record.contract_hash.0.to_vec(),
             name(&record.status),

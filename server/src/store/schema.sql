@@ -255,7 +255,7 @@ CREATE TABLE interactive_requests (
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   attempt_id TEXT NOT NULL,
   node_id TEXT NOT NULL,
-  target_session_id TEXT NOT NULL,
+  target_session_id TEXT,
   kind TEXT NOT NULL CHECK (kind IN ('submittedOutput', 'assistantMessage')),
   contract_hash BLOB NOT NULL,
   status TEXT NOT NULL CHECK (status IN ('pending', 'accepted', 'cancelled', 'timedOut', 'failed')),

@@ -35,6 +35,7 @@ pub const fn error_code(code: WireCode) -> ErrorCode {
         WireCode::SourceChanged => ErrorCode::SourceChanged,
         WireCode::ValidationFailed => ErrorCode::ValidationFailed,
         WireCode::NodeFailed => ErrorCode::NodeFailed,
+        WireCode::HeadlessAssistantMessage => ErrorCode::HeadlessAssistantMessage,
         WireCode::TimedOut => ErrorCode::TimedOut,
         WireCode::Cancelled => ErrorCode::Cancelled,
         WireCode::Unavailable => ErrorCode::Unavailable,

@@ -1,0 +1,213 @@
+/**
+ * Agent workflows end to end: the real server binary, the node runner, real
+ * Pi (`pi --mode rpc` with the bridge extension) and the mock model. A run
+ * started with `pi-workflows start` runs its agent step headless; the
+ * validation child rejects the first submission, the model sees the stored
+ * error and corrects it, and the accepted output routes the run. Run with
+ * `npm run test:pi`.
+ */
+import assert from "node:assert/strict";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
+import { type TestContext, describe, it } from "node:test";
+
+import { reply, submitStep } from "../test-support/mock-model.js";
+import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
+import { TestServer, stepNodes } from "../test-support/server.js";
+
+/** `review` submits a verdict that its validate checks; the verdict routes the run. */
+export const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "review",
+  startAt: "review",
+  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
+  nodes: {
+    review: agent({
+      prompt: ({ input }) => "Review the change: " + (input as { task?: string }).task,
+      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
+      validate: (output) => {
+        const verdict = (output as { verdict?: unknown }).verdict;
+        if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
+        return output;
+      },
+    }),
+    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
+    rework: compute({ run: () => ({ shipped: false }) }),
+  },
+  edges: [{ from: "review", switch: { on: "$.verdict", cases: { approve: "ship", reject: "rework" } } }],
+});
+`;
+
+describe("agent workflows through the server with real Pi", () => {
+  it("pi-workflows start runs the agent step headless; validate rejects the first submission, the model sees the error, the second is accepted and routes the run", async (t) => {
+    const approved = { verdict: "approve", reason: "the tests pass" };
+    const { mock, sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "corrected", lastRole: "tool", when: "Output rejected for step review", reply: submitStep(approved) },
+        { name: "first", lastRole: "user", when: "Workflow step contract (workflow: review, step: review", reply: submitStep({ verdict: "maybe" }) },
+      ],
+    });
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
+    const out = await server.cli(["start", "review", "fix", "the", "bug"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(stepNodes(view), ["review", "ship"], "the accepted verdict routed the run");
+    assert.equal(view.status.executionMode, "headless");
+
+    const toolTexts = mock.requests.flatMap((request) => request.messages.filter((m) => m.role === "tool").map((m) => m.text));
+    assert.ok(
+      toolTexts.includes('Output rejected for step review: verdict must be approve or reject, got "maybe". Correct the output and call the workflow tool again.'),
+      `the model sees the stored error: ${toolTexts.join(" | ")}`,
+    );
+    assert.ok(toolTexts.some((text) => text.startsWith("Output accepted for step review.")), toolTexts.join(" | "));
+    const prompt = mock.requests[0]?.messages.find((m) => m.role === "user")?.text ?? "";
+    assert.match(prompt, /^Review the change: fix the bug\n\n---\nWorkflow step contract \(workflow: review, step: review, attempt: [0-9a-f-]+\)\n/);
+    const records = await server.journalAfterExit(runId);
+    const review = records.filter((record) => record.event === "node" && record.nodeId === "review");
+    assert.deepEqual(review.map((record) => record.output), [approved], "one attempt, the accepted output");
+  });
+});
+
+async function until(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** A server and a headless `review` run whose agent step is inside a `sleep 300` bash tool call; resolves once the tool runs. */
+async function startSleepingStep(t: TestContext) {
+  const { sandbox, mock } = await piFixture(t);
+  const pidFile = join(sandbox.root, "tool.pid");
+  mock.setRules([{ name: "sleep", lastRole: "user", when: "Workflow step contract", reply: reply.toolCall("bash", { command: `echo $$ > ${pidFile}; exec sleep 300` }) }]);
+  const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+  t.after(() => server.stop());
+  const project = server.project();
+  writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW_WORKFLOW);
+  const out = await server.cli(["start", "review", "slow"], project);
+  const runId = /started run (\S+)/.exec(out)?.[1];
+  assert.ok(runId, out);
+  await until("the bash tool to start", () => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+  return { server, mock, runId, toolPid: Number(readFileSync(pidFile, "utf8").trim()) };
+}
+
+/** The parent pid of `pid` (from /proc). */
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+
+describe("cancelling an agent step through the server", () => {
+  it("cancellation mid-turn stops Pi and every tool descendant; no process of the run is left", async (t) => {
+    const { server, runId, toolPid } = await startSleepingStep(t);
+    const piPid = parentOf(toolPid);
+    assert.notEqual(piPid, toolPid);
+    assert.ok(processAlive(toolPid) && processAlive(piPid), "the tool and its Pi run");
+    await server.cli(["cancel", runId]);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId);
+    assert.equal(view.status.run, "cancelled", server.serverLog());
+    await until("Pi and its tool to be gone", () => !processAlive(toolPid) && !processAlive(piPid), 15_000);
+  });
+});
+
+describe("a runner killed during an agent step", () => {
+  it("its registered Pi group is reaped, and the step runs again once and completes", async (t) => {
+    const { server, mock, runId, toolPid } = await startSleepingStep(t);
+    // Walk up from the tool to the runner (the process running the runner's bin.js).
+    let runnerPid = parentOf(toolPid);
+    const chain: number[] = [];
+    while (runnerPid > 1 && !readFileSync(`/proc/${runnerPid}/cmdline`, "utf8").includes("runner/bin.js")) {
+      chain.push(runnerPid);
+      runnerPid = parentOf(runnerPid);
+    }
+    assert.ok(runnerPid > 1, "found the runner above the tool");
+    const piPid = chain.at(-1) as number;
+    const approved = { verdict: "approve", reason: "after the crash" };
+    mock.setRules([
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
+    ]);
+    process.kill(runnerPid, "SIGKILL");
+    await until("the old Pi group and its tool to be reaped", () => !processAlive(toolPid) && !processAlive(piPid), 20_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}; tool ${toolPid} alive ${processAlive(toolPid)}, pi ${piPid} alive ${processAlive(piPid)}, runner ${runnerPid} alive ${processAlive(runnerPid)}\n${server.serverLog()}`);
+    });
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(stepNodes(view), ["review", "ship"]);
+    const review = view.steps.items.find((step) => step.nodeId === "review");
+    assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+  });
+});
+
+/** One query on the server's state file (read-only, through the sqlite3 CLI). */
+function sql(server: TestServer, query: string): string[][] {
+  const out = execFileSync("sqlite3", ["-readonly", "-separator", "\t", join(server.home, "state.sqlite"), query], { encoding: "utf8" });
+  return out.split("\n").filter((line) => line !== "").map((line) => line.split("\t"));
+}
+
+describe("repeated submissions through the server", () => {
+  it("a duplicate submit waits for and adopts the same outcome; the same key with another payload conflicts", async (t) => {
+    const approved = { verdict: "approve", reason: "ok" };
+    const { sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
+      ],
+    });
+    const release = join(sandbox.root, "release-validation");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    // validate waits until the test releases it, so the submission stays `validating`.
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {\n        while (!(await import("node:fs")).existsSync(${JSON.stringify(release)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const out = await server.cli(["start", "review", "dup"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    let rows: string[][] = [];
+    await until("a validating submission", () => {
+      rows = sql(server, "SELECT s.interaction_id, s.submission_id, s.idempotency_key, r.attempt_id FROM interactive_submissions s JOIN interactive_requests r USING (interaction_id) WHERE s.outcome = 'validating'");
+      return rows.length === 1;
+    });
+    const [interactionId, submissionId, key, attemptId] = rows[0] as string[];
+    const [[generation, runnerEpoch]] = sql(server, `SELECT generation, runner_epoch FROM run_workers WHERE run_id = '${runId}' AND status = 'ready'`) as [[string, string]];
+    const authority = { kind: "runner", generation: Number(generation), runnerEpoch };
+    const client = await server.connect();
+    t.after(() => client.close());
+    const payload = { interactionId, attemptId, submissionId, authority, output: approved };
+    const conflicting = await client.request("interaction.submit", { ...payload, output: { verdict: "reject", reason: "other" } }, { runId, idempotencyKey: key });
+    assert.equal(conflicting.outcome, "conflict", JSON.stringify(conflicting));
+    assert.equal(conflicting.error?.code, "conflict");
+    const duplicate = client.request("interaction.submit", payload, { runId, idempotencyKey: key });
+    let answered = false;
+    void duplicate.then(() => (answered = true));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal(answered, false, "the duplicate waits for the durable outcome");
+    writeFileSync(release, "");
+    const adopted = await duplicate;
+    assert.equal(adopted.outcome, "adopted", JSON.stringify(adopted));
+    assert.deepEqual(adopted.receipt, { submissionId, outcome: "accepted", accepted: { output: approved } });
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", server.serverLog());
+    assert.deepEqual(sql(server, `SELECT outcome FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["accepted"]], "one submission, one outcome");
+  });
+});
