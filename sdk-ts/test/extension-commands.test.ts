@@ -298,7 +298,7 @@ describe("workflow tool", () => {
     const call = server.ops("interaction.submit")[0];
     assert.equal(call?.runId, "run-1");
     assert.equal(call?.idempotencyKey, keyOfToolCall("call_mock_7"));
-    assert.deepEqual(call?.payload, { interactionId: "int-1", attemptId: "att-1", submissionId: keyOfToolCall("call_mock_7", "sub"), output: { text: "done" } });
+    assert.deepEqual(call?.payload, { interactionId: "int-1", attemptId: "att-1", submissionId: keyOfToolCall("call_mock_7", "sub"), output: { text: "done" }, authority: { kind: "coordinator", sessionId: "session-1", coordinatorEpoch: 1 } });
     assert.equal(session.suppressesTail, true);
     session.onAgentStart();
     assert.equal(session.suppressesTail, false);
@@ -328,7 +328,22 @@ describe("workflow tool", () => {
       attemptId: "att-1",
       toolCallId: keyOfToolCall("c9"),
       update: { type: "progress", key: "overall", data: { status: "running" } },
+      authority: { kind: "coordinator", sessionId: "session-1", coordinatorEpoch: 1 },
     });
+  });
+
+  it("submit and update without a coordinator epoch are refused with the reason and send nothing", async () => {
+    const { server, session } = harness();
+    server.grantsEpochs = false;
+    server.run = waitingAgent(["submit", "update", "cancel"]);
+    server.addMessage("step", "Do it", { state: "sent", interactionId: "int-1", attemptId: "att-1" });
+    await session.start();
+    const submitted = await session.tool("c10", { action: "submit", step: "draft", attempt: "att-1", output: { text: "done" } });
+    assert.equal(submitted.isError, true);
+    assert.match(submitted.text, /granted it no coordinator epoch/);
+    const updated = await session.tool("c11", { action: "update", step: "draft", attempt: "att-1", update: { type: "progress", key: "overall", data: {} } });
+    assert.equal(updated.isError, true);
+    assert.deepEqual([server.ops("interaction.submit").length, server.ops("interaction.update").length], [0, 0]);
   });
 
   it("answer is refused for a protected decision with the reference text", async () => {

@@ -429,20 +429,25 @@ export class WorkflowSession {
       .map(stepSourceOf)
       .find((candidate) => candidate?.attemptId === pending.attemptId);
     if (source === undefined) return fail(texts.stepSourceUnknownText(pending.nodeId));
+    if (view.coordinatorEpoch === undefined) {
+      // Work of an interactive run is done under the session's coordinator epoch, which this connection does not hold.
+      return fail(texts.serverRefusedStepText(pending.nodeId, call.action === "submit" ? "output" : "update", "this Pi session does not coordinate the run's messages (the server granted it no coordinator epoch)"));
+    }
+    const authority = { kind: "coordinator", sessionId: this.options.sessionId, coordinatorEpoch: view.coordinatorEpoch } as const;
     const key = keyOfToolCall(toolCallId);
     const { server } = this.options;
     try {
       if (call.action === "update") {
         const stored = await server.interactionUpdate(
           run.runId,
-          { interactionId: source.interactionId, attemptId: source.attemptId, toolCallId: key, update: call.update },
+          { interactionId: source.interactionId, attemptId: source.attemptId, toolCallId: key, update: call.update, authority },
           { idempotencyKey: key, ...(signal !== undefined ? { signal } : {}) },
         );
         return { text: texts.updateRecordedText(pending.nodeId, call.update.type, call.update.key, stored.receipt.seq), details: { action: "update", step: pending.nodeId, updateId: stored.receipt.updateId }, isError: false };
       }
       const settled = await server.interactionSubmit(
         run.runId,
-        { interactionId: source.interactionId, attemptId: source.attemptId, submissionId: keyOfToolCall(toolCallId, "sub"), output: call.output },
+        { interactionId: source.interactionId, attemptId: source.attemptId, submissionId: keyOfToolCall(toolCallId, "sub"), output: call.output, authority },
         { idempotencyKey: key, ...(signal !== undefined ? { signal } : {}) },
       );
       if (settled.receipt.outcome === "accepted") {
