@@ -17,6 +17,10 @@ pub enum FaultPoint {
     BeforeSpawn,
     /// After the runner process was spawned.
     AfterSpawn,
+    /// After a command's receipt committed, before the command's outputs
+    /// are performed or its reply is sent (counts commands, not commits:
+    /// timers and reads do not shift it).
+    AfterReceipt,
     /// After a reply was written to a client socket.
     AfterReply,
 }
@@ -28,6 +32,7 @@ impl FaultPoint {
             "after_commit" => Self::AfterCommit,
             "before_spawn" => Self::BeforeSpawn,
             "after_spawn" => Self::AfterSpawn,
+            "after_receipt" => Self::AfterReceipt,
             "after_reply" => Self::AfterReply,
             _ => return None,
         })

@@ -423,7 +423,7 @@ where
         .store
         .write(move |connection| {
             if let Some(response) = lookup(connection, &request_for_job, &identity)? {
-                return Ok(Commit::Discard((response, Vec::new())));
+                return Ok(Commit::Discard((response, Vec::new(), false)));
             }
             let now_ms = crate::clock::now_ms();
             let executed = execute(connection, now_ms)?;
@@ -451,14 +451,17 @@ where
             ) {
                 Some(stored) => {
                     commands::insert(connection, &stored, &identity.fingerprint, &body_text)?;
-                    Ok(Commit::Keep((value, executed.outputs)))
+                    Ok(Commit::Keep((value, executed.outputs, true)))
                 }
-                None => Ok(Commit::Discard((value, Vec::new()))),
+                None => Ok(Commit::Discard((value, Vec::new(), false))),
             }
         })
         .await;
     match result {
-        Ok((value, outputs)) => {
+        Ok((value, outputs, stored)) => {
+            if stored {
+                app.faults.hit(crate::fault::FaultPoint::AfterReceipt);
+            }
             app.perform(outputs);
             value
         }
