@@ -9,11 +9,13 @@
 //! Map: [`source`] is the one data boundary (events in, commands out);
 //! [`layout`] places the graph; [`app`] is the state machine of the
 //! screens, fed by source events and input; [`ui`] draws it; [`terminal`]
-//! runs it on a real terminal; [`relay`] is `piw serve`.
+//! runs it on a real terminal; [`relay`] is `piw serve`; [`herdr`] is the
+//! Herdr plugin pane's start (`piw --herdr-pane`).
 
 pub mod app;
 pub mod connect;
 pub mod eta;
+pub mod herdr;
 pub mod layout;
 pub mod live;
 pub mod model;

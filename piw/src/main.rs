@@ -1,5 +1,6 @@
 //! The `piw` binary: the terminal viewer (`piw [RUN_ID] [--connect URL]`)
-//! and the relay (`piw serve [--bind ADDR]`). Every error is one line on
+//! and the relay (`piw serve [--bind ADDR]`); `piw --herdr-pane` is the
+//! Herdr plugin pane's command (see [`piw::herdr`]). Every error is one line on
 //! stderr and a non-zero exit.
 
 use std::process::ExitCode;
@@ -9,7 +10,7 @@ use piw::app::App;
 use piw::live::LiveSource;
 use piw::theme::Theme;
 
-const USAGE: &str = "usage: piw [RUN_ID] [--connect ws://127.0.0.1:9377/ws] [--theme NAME] | piw --list-themes | piw serve [--bind 127.0.0.1:9377]";
+const USAGE: &str = "usage: piw [RUN_ID] [--connect ws://127.0.0.1:9377/ws] [--theme NAME] | piw --herdr-pane | piw --list-themes | piw serve [--bind 127.0.0.1:9377]";
 
 enum Mode {
     View {
@@ -35,6 +36,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
     let mut theme = Theme::default();
     let mut serve = false;
     let mut bind = piw::relay::DEFAULT_BIND.to_owned();
+    let mut herdr_pane = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--help" | "-h" => return Ok(Mode::Print(format!("{USAGE}\n"))),
@@ -50,6 +52,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
                 connect = Some(piw::connect::check_url(&value(&mut args, "--connect")?)?)
             }
             "--bind" if serve => bind = value(&mut args, "--bind")?,
+            "--herdr-pane" => herdr_pane = true,
             "serve" if run_id.is_none() && !serve => serve = true,
             other if other.starts_with('-') => {
                 return Err(format!("unknown option `{other}`; {USAGE}"));
@@ -63,6 +66,14 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
             return Err(format!("piw serve takes --bind, not --connect; {USAGE}"));
         }
         return Ok(Mode::Serve { bind });
+    }
+    if herdr_pane {
+        if serve || run_id.is_some() || connect.is_some() {
+            return Err(format!(
+                "--herdr-pane takes its run from PI_WORKFLOWS_RUN_ID; {USAGE}"
+            ));
+        }
+        run_id = Some(piw::herdr::label_pane(|name| std::env::var(name).ok())?);
     }
     Ok(Mode::View {
         run_id,

@@ -316,6 +316,16 @@ impl Tmux {
         );
     }
 
+    /// A tmux format of the pane (`#{alternate_on}`, `#{pane_pid}`, …).
+    pub fn format(&self, format: &str) -> String {
+        self.run(
+            &["display-message", "-p", "-t", "main", format].map(OsString::from),
+            true,
+        )
+        .trim()
+        .to_owned()
+    }
+
     /// Whether the pane's command has exited.
     pub fn exited(&self) -> bool {
         self.run(

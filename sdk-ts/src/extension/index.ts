@@ -26,6 +26,7 @@ import { WorkflowSession } from "./session.js";
 import { TOOL_DESCRIPTION, TOOL_NAME, WORKFLOW_TOOL_PARAMETERS } from "./tool.js";
 import { RESERVED_WORDS, USAGE } from "./grammar.js";
 import { WIDGET_KEY } from "./widget.js";
+import { registerPiw } from "./piw.js";
 
 export { WorkflowSession } from "./session.js";
 export { WorkflowMessageCoordinator } from "./coordinator.js";
@@ -34,6 +35,7 @@ export { SessionViewSource } from "./view-source.js";
 export { parseWorkflowCommand, RESERVED_WORDS } from "./grammar.js";
 export { parseToolCall, WORKFLOW_TOOL_PARAMETERS } from "./tool.js";
 export { renderWidget, statusLine } from "./widget.js";
+export { PiwOpener, parsePiwArgs, piwPaneLabel } from "./piw.js";
 
 function piPort(pi: ExtensionAPI, ctx: ExtensionContext): PiPort {
   return {
@@ -141,4 +143,9 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
 
   pi.registerShortcut("shift+up", { description: "pi-workflows: scroll the workflow widget up", handler: () => current()?.scrollBy(-1) });
   pi.registerShortcut("shift+down", { description: "pi-workflows: scroll the workflow widget down", handler: () => current()?.scrollBy(1) });
+  // `/piw` and Ctrl+Shift+R open or focus piw on the run of this session's view.
+  registerPiw(pi, () => {
+    const run = current()?.view?.run;
+    return run === undefined ? undefined : { runId: run.runId, workflowName: run.workflowName };
+  });
 }

@@ -12,6 +12,7 @@
 //!   server start it when it is not running.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod herdr;
 mod render;
 mod runs;
 mod server;
@@ -251,6 +252,20 @@ enum Command {
     /// Manage the user-level server.
     #[command(subcommand)]
     Server(server::ServerCommand),
+    /// Herdr integration (piw panes opened from Pi).
+    #[command(subcommand)]
+    Herdr(HerdrCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum HerdrCommand {
+    /// Link (or repair) the Herdr plugin that opens piw in a Herdr pane.
+    #[command(alias = "setup")]
+    Sync {
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -305,6 +320,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let settings = &settings;
     let outcome = match cli.command {
         Command::Server(command) => return server::main(command, settings, &runtime),
+        Command::Herdr(HerdrCommand::Sync { json }) => herdr::main(settings.home.root(), json),
         Command::List { json } => runtime.block_on(runs::list(settings, json)),
         Command::Start {
             workflow,
