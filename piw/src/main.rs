@@ -133,12 +133,15 @@ fn view(run_id: Option<String>, connect: Option<String>, theme: Theme) -> Result
     let key_prefix = pi_workflows_client::ids::client_id("piw-key");
     let app = App::new(theme, run_id, &key_prefix, piw::terminal::now_ms());
     let mut source = LiveSource::start(options, unreachable, || {});
-    piw::terminal::run(app, &mut source).map_err(|error| {
-        format!(
+    match piw::terminal::run(app, &mut source) {
+        Ok(piw::terminal::Ended::Quit) => Ok(()),
+        // The terminal is restored: end as the signal asked.
+        Ok(piw::terminal::Ended::Signal(signal)) => piw::terminal::end_by(signal),
+        Err(error) => Err(format!(
             "the terminal failed ({}); run piw in a terminal",
             error.kind()
-        )
-    })
+        )),
+    }
 }
 
 /// Connects once before the screen opens: the start (for the home's

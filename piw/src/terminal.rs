@@ -9,9 +9,15 @@
 //! - A resize at any moment is one more redraw at the new size (ratatui
 //!   resizes its buffers on draw).
 //! - The terminal is restored exactly once ([`Restore`]'s drop, and the
-//!   panic hook for a panic on this thread).
+//!   panic hook for a panic on this thread), also when piw is asked to end
+//!   by a signal: SIGTERM, SIGHUP, SIGINT and SIGQUIT only raise a flag
+//!   that the loop reads between input waits; it returns
+//!   [`Ended::Signal`], and the caller ends the process with that signal's
+//!   default action after the terminal was restored.
 
 use std::io::{self, Stdout};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ratatui::Terminal;
@@ -54,8 +60,37 @@ fn restore() {
     let _ = execute!(io::stdout(), ratatui::crossterm::cursor::Show);
 }
 
-/// Runs `app` with `source` until the user quits.
-pub fn run(mut app: App, source: &mut dyn Source) -> io::Result<()> {
+/// The signals that end piw with a restored terminal.
+const ENDING_SIGNALS: [i32; 4] = [
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGQUIT,
+];
+
+/// How the loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The user quit.
+    Quit,
+    /// This signal asked piw to end (see [`end_by`]).
+    Signal(i32),
+}
+
+/// Ends the process the way `signal` does by default (after the terminal
+/// was restored), so that a shell sees 128 + the signal.
+pub fn end_by(signal: i32) -> ! {
+    let _ = signal_hook::low_level::emulate_default_handler(signal);
+    std::process::exit(128 + signal)
+}
+
+/// Runs `app` with `source` until the user quits or an ending signal comes.
+pub fn run(mut app: App, source: &mut dyn Source) -> io::Result<Ended> {
+    let signalled = Arc::new(AtomicUsize::new(0));
+    for signal in ENDING_SIGNALS {
+        // Each handler stores its signal number (non-zero).
+        signal_hook::flag::register_usize(signal, Arc::clone(&signalled), signal as usize)?;
+    }
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         restore();
@@ -83,7 +118,11 @@ pub fn run(mut app: App, source: &mut dyn Source) -> io::Result<()> {
         }
         app.tick(now_ms());
         if app.quit {
-            return Ok(());
+            return Ok(Ended::Quit);
+        }
+        match signalled.load(Ordering::SeqCst) {
+            0 => {}
+            signal => return Ok(Ended::Signal(signal as i32)),
         }
         if dirty {
             terminal.draw(|frame| crate::ui::draw(frame, &mut app))?;

@@ -1,4 +1,6 @@
-//! piw in its pane: `piw --herdr-pane`, the Herdr plugin pane's
+//! piw in its pane: a clean exit on SIGTERM and SIGHUP that restores the
+//! terminal (the alternate screen left, the cursor shown, mouse reporting
+//! and raw mode off), and `piw --herdr-pane`, the Herdr plugin pane's
 //! command, which labels its pane `piw · <runId>` (through the fake
 //! `herdr` of scripts/fake-herdr.mjs) and shows that run. Real server,
 //! real tmux. Needs `cargo build -p server` and tmux.
@@ -11,6 +13,82 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::live::{Server, Tmux, piw, wait_for};
+
+/// The pid of the pane shell's one child (piw).
+fn child_of(pid: &str) -> i32 {
+    wait_for("piw to start in the pane", Duration::from_secs(10), || {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Runs piw on `run` in a shell that reports, after piw ends, how piw
+/// ended and the tty's line discipline (`icanon`/`echo`, or `-icanon`/
+/// `-echo` when raw mode was left on).
+fn piw_in_shell(server: &Server, run: &str) -> Tmux {
+    let script = format!(
+        "'{}' {run}; echo \"piw-ended $?\"; echo \"tty: $(stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' ')\"; exec sleep 600",
+        piw().display()
+    );
+    Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &["sh", "-c", &script],
+        100,
+        30,
+    )
+}
+
+fn signal_restores_the_terminal(signal: i32, name: &str) {
+    let server = Server::started();
+    let run = server.start("paused");
+    let tmux = piw_in_shell(&server, &run);
+    tmux.wait_screen("piw on the run", |s| {
+        s.lines().next().is_some_and(|h| h.contains(&run))
+    });
+    // While piw runs: the alternate screen, no cursor, mouse reporting.
+    assert_eq!(
+        tmux.format("#{alternate_on} #{cursor_flag} #{mouse_any_flag}"),
+        "1 0 1"
+    );
+    let pid = child_of(&tmux.format("#{pane_pid}"));
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let after = tmux.wait_screen(&format!("piw to end on SIG{name}"), |s| {
+        s.contains("piw-ended")
+    });
+    assert_eq!(
+        tmux.format("#{alternate_on} #{cursor_flag} #{mouse_any_flag}"),
+        "0 1 0",
+        "the terminal modes after SIG{name}; the screen:\n{after}"
+    );
+    assert!(
+        after.contains("tty: icanon echo"),
+        "raw mode left on: {after}"
+    );
+    // piw ends with the signal's conventional status, 128 + the signal.
+    assert!(
+        after.contains(&format!("piw-ended {}", 128 + signal)),
+        "{after}"
+    );
+    assert!(
+        !after.contains("piw runs") && !after.contains("[p] pause"),
+        "piw's drawing is gone: {after}"
+    );
+}
+
+#[test]
+fn sigterm_ends_piw_and_restores_the_terminal() {
+    signal_restores_the_terminal(15, "TERM");
+}
+
+#[test]
+fn sighup_ends_piw_and_restores_the_terminal() {
+    signal_restores_the_terminal(1, "HUP");
+}
 
 /// A directory with the fake `herdr` (its calls are recorded next to it).
 fn fake_herdr(dir: &Path) -> PathBuf {
