@@ -1,12 +1,14 @@
 //! piw against the real server: the TUI in a real tmux (open, navigate,
-//! pause and resume through keys, resize, clean exit; run under strace,
-//! it never opens `state.sqlite`), controls parity
-//! with the CLI's `view --json` and the Rust client after every control,
+//! pause, resume and cancel through keys, resize, clean exit; run under
+//! strace, it never opens `state.sqlite`), controls parity with the CLI's
+//! `view --json`, the Rust client and the TypeScript client (sdk-ts/dist,
+//! through tests/fixtures/ts-view.mjs) after every control,
 //! the remote path through `piw serve` with reconnect, and the one-line
 //! errors. Needs `cargo build -p server` and tmux.
 
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use pi_workflows_client::{ClientOptions, Home, WorkflowClient};
@@ -86,8 +88,27 @@ fn shown_by_client(server: &Server, run_id: &str) -> Shown {
     shown_by_document(&serde_json::to_value(view).unwrap())
 }
 
-/// After a control: piw, the CLI and the client settle on the same
-/// revision, status and controls (the run is stalled, so it settles).
+/// The TypeScript client's `runView` of the same run (a node process on
+/// the built SDK).
+fn shown_by_ts(server: &Server, run_id: &str) -> Shown {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ts-view.mjs");
+    let output = std::process::Command::new("node")
+        .envs(server.env())
+        .arg(script)
+        .arg(run_id)
+        .output()
+        .expect("node runs (and sdk-ts is built: npm --prefix sdk-ts run build)");
+    assert!(
+        output.status.success(),
+        "the TypeScript client's view: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    shown_by_document(&serde_json::from_slice(&output.stdout).unwrap())
+}
+
+/// After a control: piw, the CLI, the Rust client and the TypeScript
+/// client settle on the same revision, status and controls (the run is
+/// stalled, so it settles).
 fn assert_parity(server: &Server, tmux: &Tmux, run_id: &str, status: &str) -> String {
     let mut last = None;
     let screen = wait_for(
@@ -97,9 +118,11 @@ fn assert_parity(server: &Server, tmux: &Tmux, run_id: &str, status: &str) -> St
             let screen = tmux.screen();
             let cli = shown_by_document(&server.view(run_id));
             let client = shown_by_client(server, run_id);
+            let ts = shown_by_ts(server, run_id);
             let piw = shown_by_piw(&screen);
-            let agreed = cli.status == status && piw.as_ref() == Some(&cli) && client == cli;
-            last = Some((cli, client, piw, screen.clone()));
+            let agreed =
+                cli.status == status && piw.as_ref() == Some(&cli) && client == cli && ts == cli;
+            last = Some((cli, client, ts, piw, screen.clone()));
             agreed.then_some(screen)
         },
     );
@@ -122,7 +145,7 @@ fn wait_running_at(server: &Server, run_id: &str, node: &str) {
 }
 
 #[test]
-fn tmux_open_navigate_pause_and_resume_through_keys() {
+fn tmux_open_navigate_pause_resume_and_cancel_through_keys() {
     let server = Server::started();
     let done = server.start("linear");
     server.wait_status(&done, "completed");
@@ -198,6 +221,16 @@ fn tmux_open_navigate_pause_and_resume_through_keys() {
             .nth(24)
             .is_some_and(|line| !line.trim().is_empty()),
         "drawn to the new last row: {small}"
+    );
+
+    tmux.keys(&["x"]);
+    tmux.wait_screen("the cancel dialog", |s| s.contains("cancel · confirm"));
+    tmux.keys(&["y"]);
+    let cancelled = assert_parity(&server, &tmux, &run, "cancelled");
+    assert!(cancelled.contains("cancel: accepted"), "{cancelled}");
+    assert!(
+        !cancelled.contains("[p] pause") && !cancelled.contains("[x] cancel"),
+        "{cancelled}"
     );
 
     // The run list comes back with Esc; q quits and restores the terminal
