@@ -26,14 +26,19 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use live::{Server, wait_for};
-use pi_workflows_client::{CallOptions, ClientOptions, Home, WorkflowClient, ops};
+use pi_workflows_client::{
+    CallOptions, ClientOptions, Delivery, Home, LiveView, WorkflowClient, ops,
+};
 use piw::app::App;
 use piw::live::LiveSource;
 use piw::source::{Source, SourceEvent};
 use piw::theme::Theme;
-use protocol::generated::types::{DisplayStatus, EmptyPayload, RunListRow, RunView};
+use protocol::generated::types::{
+    DisplayStatus, EmptyPayload, RunListRow, RunView, SubscriptionTarget,
+};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 const NODES: usize = 1000;
@@ -110,7 +115,7 @@ fn pump(
     woken: &mpsc::Receiver<()>,
     terminal: &mut Terminal<TestBackend>,
     mut done: impl FnMut(&App) -> bool,
-) {
+) -> Pumped {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         for command in app.take_commands() {
@@ -123,10 +128,15 @@ fn pump(
             applied = true;
         }
         if applied {
+            let applied_at = Instant::now();
             draw(terminal, app);
             BATCHES.with(|b| b.borrow_mut().push(start.elapsed()));
             if done(app) {
-                return;
+                return Pumped {
+                    taken_at: start,
+                    applied_at,
+                    drawn_at: Instant::now(),
+                };
             }
         }
         assert!(
@@ -135,6 +145,15 @@ fn pump(
         );
         let _ = woken.recv_timeout(Duration::from_millis(50));
     }
+}
+
+/// When the batch that satisfied `done` was taken from the source, applied
+/// to the app, and drawn.
+#[derive(Clone, Copy)]
+struct Pumped {
+    taken_at: Instant,
+    applied_at: Instant,
+    drawn_at: Instant,
 }
 
 thread_local! {
@@ -192,6 +211,45 @@ fn main() {
             .is_some_and(|run| run.topology.is_some() && run.view.is_some())
     });
 
+    // A raw subscriber of the same run on its own connection: when each
+    // revision's event reaches a client off the socket (before any view is
+    // folded or parsed), to split the end-to-end time into the server's part
+    // and the client's.
+    let (arrived, arrivals) = mpsc::channel::<(u64, Instant, Duration)>();
+    let raw_home = server.home();
+    let raw_run = run_id.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut client = WorkflowClient::new(ClientOptions::new(Home::at(raw_home)));
+            client.connect().await.unwrap();
+            let target = SubscriptionTarget::Run {
+                run_id: raw_run.parse().unwrap(),
+            };
+            client.subscribe(&target, None).await.unwrap();
+            // It also does what piw's source does with each event (fold it
+            // into the live view, then type the view) and times that.
+            let mut live = LiveView::new();
+            while let Ok(delivery) = client.next_event().await {
+                if let Delivery::Event {
+                    revision, event, ..
+                } = delivery
+                {
+                    let at = Instant::now();
+                    live.apply_event(&event).unwrap();
+                    let view = RunView::deserialize(live.view().unwrap()).unwrap();
+                    std::hint::black_box(view);
+                    if arrived.send((revision, at, at.elapsed())).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    });
+
     // (h) commit → redrawn frame.
     let (order, orders) = mpsc::channel::<bool>();
     let (sent_at, sent) = mpsc::channel::<Instant>();
@@ -229,6 +287,9 @@ fn main() {
     BATCHES.with(|b| b.borrow_mut().clear());
     let (mut paused_frame, mut running_frame) = (Vec::new(), Vec::new());
     let mut round_trips = Vec::new();
+    let (mut server_part, mut client_part, mut apply_part, mut draw_part) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut fold_part = Vec::new();
     for i in 0..PAIRS * 2 {
         let pause = i % 2 == 0;
         order.send(pause).unwrap();
@@ -238,7 +299,7 @@ fn main() {
         } else {
             DisplayStatus::Running
         };
-        pump(&mut app, &mut source, &woken, &mut terminal, |app| {
+        let pumped = pump(&mut app, &mut source, &woken, &mut terminal, |app| {
             status(app) == Some(want)
         });
         if pause {
@@ -246,8 +307,24 @@ fn main() {
         } else {
             &mut running_frame
         }
-        .push(start.elapsed());
+        .push(pumped.drawn_at - start);
         round_trips.push(answers.recv().unwrap());
+        // The stages of this sample: the revision piw shows, when the raw
+        // subscriber got it off the socket.
+        let shown: u64 = app.view().map_or(0, |view| view.revision.into());
+        let raw_at = loop {
+            let (revision, at, folded_in) = arrivals
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the raw subscriber's event");
+            fold_part.push(folded_in);
+            if revision >= shown {
+                break at;
+            }
+        };
+        server_part.push(raw_at.saturating_duration_since(start));
+        client_part.push(pumped.taken_at.saturating_duration_since(raw_at));
+        apply_part.push(pumped.applied_at - pumped.taken_at);
+        draw_part.push(pumped.drawn_at - pumped.applied_at);
     }
     drop(order);
     commander.join().unwrap();
@@ -283,6 +360,24 @@ fn main() {
         "  the command's own round trip (server, to its response)",
         &stats(round_trips),
     );
+    println!(
+        "  where the end-to-end time goes (all {} controls):",
+        PAIRS * 2
+    );
+    show(
+        "    server: command sent -> its event off the socket",
+        &stats(server_part),
+    );
+    show(
+        "    client: event off the socket -> piw's source has the view",
+        &stats(client_part),
+    );
+    show(
+        "      of which the client's fold + typing of each event",
+        &stats(fold_part),
+    );
+    show("    piw: apply the view to the app", &stats(apply_part));
+    show("    piw: draw the frame", &stats(draw_part));
     show(
         "  one redraw of that screen, nothing new (j)",
         &stats(redraw),

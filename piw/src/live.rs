@@ -306,7 +306,8 @@ impl Worker {
                 match watched
                     .live
                     .view()
-                    .map(|view| serde_json::from_value::<RunView>(view.clone()))
+                    // Typed straight from the folded document (no copy of it).
+                    .map(<RunView as serde::Deserialize>::deserialize)
                 {
                     Some(Ok(view)) => (self.out)(SourceEvent::RunView(Box::new(view))),
                     Some(Err(_)) | None => true,
