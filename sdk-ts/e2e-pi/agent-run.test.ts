@@ -12,9 +12,10 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { type TestContext, describe, it } from "node:test";
 
-import { reply, submitStep } from "../test-support/mock-model.js";
+import { reply, stepContract, submitStep } from "../test-support/mock-model.js";
 import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
 import { TestServer, stepNodes } from "../test-support/server.js";
+import { callKey } from "../src/runner/pi-bridge.js";
 
 /** `review` submits a verdict that its validate checks; the verdict routes the run. */
 export const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
@@ -209,5 +210,89 @@ describe("repeated submissions through the server", () => {
     const view = await client.settled(runId, 60_000);
     assert.equal(view.status.run, "completed", server.serverLog());
     assert.deepEqual(sql(server, `SELECT outcome FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["accepted"]], "one submission, one outcome");
+  });
+});
+
+describe("updates from a headless agent step", () => {
+  it("an update publishes progress that the view shows", async (t) => {
+    const approved = { verdict: "approve", reason: "reviewed" };
+    const progress = { phase: "reading", done: 1, of: 3 };
+    const { mock, sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "tool", when: "Workflow update recorded", reply: submitStep(approved) },
+        {
+          name: "update",
+          lastRole: "user",
+          when: "Workflow step contract (workflow: review, step: review",
+          reply: (request) => {
+            const contract = stepContract(request);
+            return reply.toolCall("workflow", {
+              action: "update",
+              step: contract?.step,
+              attempt: contract?.attempt,
+              update: { type: "progress", key: "overall", data: progress },
+            }, { id: "call-update-1" });
+          },
+        },
+      ],
+    });
+    const gate = join(sandbox.root, "release-validation");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    // validate waits until the test has seen the update in the live view.
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {\n        while (!(await import("node:fs")).existsSync(${JSON.stringify(gate)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const out = await server.cli(["start", "review", "with", "progress"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const toolTexts = () => mock.requests.flatMap((request) => request.messages.filter((m) => m.role === "tool").map((m) => m.text));
+    // Until the view shows an update, or the model saw the tool's answer to it (a refusal included).
+    const live = await client.waitFor(
+      runId,
+      (view) => view.updates.items.length > 0 || view.status.run !== "running" || toolTexts().some((text) => text.startsWith("Workflow update")),
+      60_000,
+      "an update or the tool's answer",
+    );
+    assert.equal(live.status.run, "running", `${JSON.stringify(live.display)} | ${toolTexts().join(" | ")}\n${server.serverLog()}`);
+    assert.equal(live.updates.items.length, 1, `the live view shows the update: ${toolTexts().join(" | ")}`);
+    const [update] = live.updates.items;
+    const attempt = live.steps.items.find((step) => step.nodeId === "review")?.attempts.at(-1);
+    assert.deepEqual(
+      { type: update?.type, key: update?.key, data: update?.data, attemptId: update?.attemptId },
+      { type: "progress", key: "overall", data: progress, attemptId: attempt?.attemptId },
+    );
+    // The tool call's receipt over the wire: the identical update adopts it, the same key with other data conflicts.
+    const [[generation, runnerEpoch]] = sql(server, `SELECT generation, runner_epoch FROM run_workers WHERE run_id = '${runId}' AND status = 'ready'`) as [[string, string]];
+    const [[interactionId]] = sql(server, `SELECT interaction_id FROM interactive_requests WHERE run_id = '${runId}'`) as [[string]];
+    const payload = {
+      interactionId,
+      attemptId: attempt?.attemptId,
+      toolCallId: callKey("tc", "call-update-1"),
+      authority: { kind: "runner", generation: Number(generation), runnerEpoch },
+      update: { type: "progress", key: "overall", data: progress },
+    };
+    const idempotencyKey = callKey("update", "call-update-1");
+    const repeated = await client.request("interaction.update", payload, { runId, idempotencyKey });
+    assert.equal(repeated.outcome, "adopted", JSON.stringify(repeated));
+    assert.deepEqual(repeated.receipt, { updateId: update?.updateId, seq: update?.seq });
+    const conflicting = await client.request("interaction.update", { ...payload, update: { ...payload.update, data: { phase: "other" } } }, { runId, idempotencyKey });
+    assert.equal(conflicting.outcome, "conflict", JSON.stringify(conflicting));
+    const stale = await client.request("interaction.update", { ...payload, authority: { ...payload.authority, runnerEpoch: "re-not-the-runner" } }, { runId, idempotencyKey });
+    assert.equal(stale.outcome, "claimLost", `another runner's authority is refused before the receipt: ${JSON.stringify(stale)}`);
+    writeFileSync(gate, "");
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", server.serverLog());
+    assert.deepEqual(stepNodes(view), ["review", "ship"]);
+    assert.ok(toolTexts().includes("Workflow update recorded. Continue the same step."), toolTexts().join(" | "));
+    assert.deepEqual(sql(server, `SELECT update_type, update_key FROM workflow_updates WHERE run_id = '${runId}'`), [["progress", "overall"]]);
   });
 });

@@ -204,8 +204,6 @@ async fn dispatch(
         | RequestPayload::RunCancel(_)
         | RequestPayload::RunRestart(_)
         | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
-        // Operations of the schema this server version does not implement:
-        // answered `unavailable`, and never advertised as a control.
         RequestPayload::InteractionSubmit(submit) => {
             crate::submissions::submit(
                 app,
@@ -216,8 +214,19 @@ async fn dispatch(
             )
             .await
         }
+        RequestPayload::InteractionUpdate(update) => {
+            crate::updates::tool_update(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+                request.idempotency_key.as_deref(),
+                &update,
+            )
+            .await
+        }
+        // Operations of the schema this server version does not implement:
+        // answered `unavailable`, and never advertised as a control.
         RequestPayload::DecisionAnswer(_)
-        | RequestPayload::InteractionUpdate(_)
         | RequestPayload::EffectRecover(_)
         | RequestPayload::SettingsUpdate(_)
         | RequestPayload::FollowUpAdd(_)
