@@ -296,3 +296,69 @@ describe("updates from a headless agent step", () => {
     assert.deepEqual(sql(server, `SELECT update_type, update_key FROM workflow_updates WHERE run_id = '${runId}'`), [["progress", "overall"]]);
   });
 });
+
+describe("a server killed during validation", () => {
+  it("a server SIGKILLed while a submission is validating ends, after restart, with exactly one outcome", async (t) => {
+    const first = { verdict: "approve", reason: "before the crash" };
+    const { sandbox, mock } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(first) },
+      ],
+    });
+    const gate = join(sandbox.root, "release-validation");
+    const calls = join(sandbox.root, "validate-calls");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    // validate records its process and the submitted reason, then waits until the test releases it.
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {
+        const fs = await import("node:fs");
+        fs.appendFileSync(${JSON.stringify(calls)}, process.pid + " " + (output as { reason?: string }).reason + "\\n");
+        while (!fs.existsSync(${JSON.stringify(gate)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const out = await server.cli(["start", "review", "crash"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const validateCalls = (): string[][] => (existsSync(calls) ? readFileSync(calls, "utf8").split("\n").filter((line) => line !== "").map((line) => line.split(" ")) : []);
+    await until("the first validation to run", () => validateCalls().length === 1, 60_000);
+    const [[submissionId, interactionId]] = sql(server, "SELECT submission_id, interaction_id FROM interactive_submissions WHERE outcome = 'validating'") as [[string, string]];
+    const validatorPid = Number(validateCalls()[0]?.[0]);
+    const serverPid = parentOf(validatorPid);
+    assert.ok(readFileSync(`/proc/${serverPid}/cmdline`, "utf8").includes("server"), "the validation child's parent is the server");
+    // After the crash the model submits another output, so each validate call says whose it is.
+    const second = { verdict: "approve", reason: "after the crash" };
+    mock.setRules([
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(second) },
+    ]);
+    process.kill(serverPid, "SIGKILL");
+    await until("the server to be gone", () => !processAlive(serverPid), 10_000);
+    const restarted = await server.cli(["server", "start"]);
+    assert.match(restarted, /pi-workflows server started/);
+    await until("recovery to validate the crashed submission in a new child", () => validateCalls().filter(([, reason]) => reason === "before").length === 2, 60_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}: ${JSON.stringify(validateCalls())}\n${server.serverLog()}`);
+    });
+    const recovered = validateCalls().filter(([, reason]) => reason === "before");
+    assert.notEqual(recovered[1]?.[0], recovered[0]?.[0], "a new validation child");
+    writeFileSync(gate, "");
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 90_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(stepNodes(view), ["review", "ship"]);
+    const review = view.steps.items.find((step) => step.nodeId === "review");
+    assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+    // The crashed submission has exactly one outcome; nothing is left validating.
+    const outcome = sql(server, `SELECT outcome FROM interactive_submissions WHERE submission_id = '${submissionId}'`);
+    assert.equal(outcome.length, 1);
+    assert.ok(["accepted", "rejected"].includes(outcome[0]?.[0] ?? ""), `one final outcome: ${JSON.stringify(outcome)}`);
+    assert.deepEqual(sql(server, "SELECT COUNT(*) FROM interactive_submissions WHERE outcome = 'validating'"), [["0"]]);
+    assert.deepEqual(sql(server, `SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["1"]]);
+  });
+});
