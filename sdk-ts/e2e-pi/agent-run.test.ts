@@ -151,6 +151,12 @@ describe("a runner killed during an agent step", () => {
     assert.deepEqual(stepNodes(view), ["review", "ship"]);
     const review = view.steps.items.find((step) => step.nodeId === "review");
     assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+    // One request per attempt: the new attempt's is accepted, none is left pending for the killed one.
+    const okAttempt = review?.attempts.find((attempt) => attempt.outcome === "ok")?.attemptId;
+    const requests = sql(server, `SELECT attempt_id, status FROM interactive_requests WHERE run_id = '${runId}' ORDER BY created_at_ms`);
+    assert.equal(requests.length, 2, JSON.stringify(requests));
+    assert.deepEqual(requests.filter(([, status]) => status === "pending"), [], `no request left pending: ${JSON.stringify(requests)}`);
+    assert.deepEqual(requests.filter(([attempt]) => attempt === okAttempt), [[okAttempt, "accepted"]]);
   });
 });
 
