@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { type TestContext, describe, it } from "node:test";
 
 import { reply, stepContract, submitStep } from "../test-support/mock-model.js";
-import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
+import { MOCK_ALT_MODEL_ID, MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
 import { TestServer, stepNodes } from "../test-support/server.js";
 import { callKey } from "../src/runner/pi-bridge.js";
 
@@ -366,5 +366,37 @@ describe("a server killed during validation", () => {
     assert.ok(["accepted", "rejected"].includes(outcome[0]?.[0] ?? ""), `one final outcome: ${JSON.stringify(outcome)}`);
     assert.deepEqual(sql(server, "SELECT COUNT(*) FROM interactive_submissions WHERE outcome = 'validating'"), [["0"]]);
     assert.deepEqual(sql(server, `SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["1"]]);
+  });
+});
+
+describe("the run's model arguments", () => {
+  it("pi-workflows start --model provider/model --thinking level reaches the Pi child of a workflow without a model", async (t) => {
+    const approved = { verdict: "approve", reason: "chosen model" };
+    const { mock, sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
+      ],
+    });
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(`  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },\n`, ""),
+    );
+    assert.doesNotMatch(readFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), "utf8"), /model: \{/);
+    const out = await server.cli(["start", "review", "--model", `${MOCK_PROVIDER}/${MOCK_ALT_MODEL_ID}`, "--thinking", "low", "pick", "a", "model"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.ok(mock.requests.length > 0);
+    assert.deepEqual([...new Set(mock.requests.map((request) => request.body.model))], [MOCK_ALT_MODEL_ID], "every model request names the run's model, not Pi's default");
+    // A malformed --model is refused before anything is sent.
+    await assert.rejects(server.cli(["start", "review", "--model", "no-slash"], project), /--model takes provider\/model/);
+    await assert.rejects(server.cli(["start", "review", "--thinking", "extreme"], project), /--thinking takes one of off, minimal, low, medium, high, xhigh/);
   });
 });
