@@ -347,13 +347,7 @@ pub fn check_authority(
                 runner_epoch,
             },
         ) => {
-            let live = agg
-                .run
-                .runner
-                .as_ref()
-                .filter(|runner| runner.is_live())
-                .is_some_and(|runner| runner.runner_epoch == *runner_epoch);
-            if live && agg.run.lease.generation == *generation {
+            if is_live_runner(&agg.run, *generation, runner_epoch) {
                 Ok(())
             } else {
                 Err(Rejection::StaleRunner.into())
@@ -361,6 +355,18 @@ pub fn check_authority(
         }
         _ => Err(InteractionRejection::WrongAuthority),
     }
+}
+
+/// Whether `runner_epoch` at `generation` is the run's live runner (the
+/// authority of a headless run's agent tool: its submissions and updates).
+pub fn is_live_runner(
+    run: &RunRecord,
+    generation: crate::ids::Generation,
+    runner_epoch: &RunnerEpochId,
+) -> bool {
+    run.live_runner()
+        .is_some_and(|runner| runner.runner_epoch == *runner_epoch)
+        && run.lease.generation == generation
 }
 
 /// Whether the runner of a headless run may finish `attempt_id` with

@@ -267,7 +267,8 @@ impl Coded for UpdateRejection {
             Self::AttemptNotWaiting
             | Self::RequestMismatch
             | Self::NotAgentStep
-            | Self::WrongSession => WireCode::IllegalTransition,
+            | Self::WrongSession
+            | Self::NotHeadless => WireCode::IllegalTransition,
         }
     }
 
@@ -281,6 +282,9 @@ impl Coded for UpdateRejection {
             | Self::RequestMismatch
             | Self::NotAgentStep
             | Self::WrongSession => "the update does not name the run's active attempt",
+            Self::NotHeadless => {
+                "the update names a runner's authority for an interactive run (its agent tool works in the origin session)"
+            }
             Self::RateLimited { .. } => "updates are limited to 20 per second with a burst of 100",
             Self::TooManyPairs => "a run holds at most 1,024 current update keys",
             Self::IdempotencyConflict => "the idempotency key names another update",
@@ -310,6 +314,7 @@ impl Coded for UpdateRejection {
             | Self::RequestMismatch
             | Self::NotAgentStep
             | Self::WrongSession
+            | Self::NotHeadless
             | Self::TooManyPairs
             | Self::RateLimited { .. } => None,
         }

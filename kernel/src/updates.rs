@@ -25,14 +25,20 @@
 //! - Only the run's one unfinished attempt with the matching id may publish:
 //!   an `Active` attempt under the runner's live claim (which is renewed), or
 //!   the `Waiting` attempt of a pending submitted-output request in its
-//!   origin session. A paused or terminal run accepts no update.
+//!   origin session, or the `Active` attempt of a headless run's pending
+//!   submitted-output request from the live runner's agent tool. A paused or
+//!   terminal run accepts no update.
+//! - A headless agent-tool update is checked for its authority (the live
+//!   runner's generation and epoch) and its request's kind before its
+//!   receipt is looked up.
 //! - Every accepted update increases the run revision once (its `seq`) and
 //!   writes one `updatePublished` event.
 
 use crate::attempt::AttemptStatus;
 use crate::claim::Authority;
 use crate::ids::{
-    AttemptId, Digest, IdempotencyKey, InteractionId, NodeId, Revision, RunnerEpochId, SessionId,
+    AttemptId, Digest, Generation, IdempotencyKey, InteractionId, NodeId, Revision, RunnerEpochId,
+    SessionId,
 };
 use crate::interaction::{InteractionKind, InteractionStatus};
 use crate::output::{RunEvent, Transition};
@@ -213,6 +219,13 @@ pub enum UpdateSource {
         session_id: SessionId,
         interaction_id: InteractionId,
     },
+    /// `interaction.update` from the agent tool of a headless run: the bridge
+    /// in the live runner's own Pi child, with the runner's authority.
+    HeadlessTool {
+        generation: Generation,
+        runner_epoch: RunnerEpochId,
+        interaction_id: InteractionId,
+    },
 }
 
 /// Who published an update, as the fingerprint remembers it.
@@ -226,7 +239,8 @@ pub enum UpdateOrigin {
 impl UpdateOrigin {
     fn of(source: &UpdateSource) -> Self {
         match source {
-            UpdateSource::Runner { runner_epoch, .. } => Self::Runner {
+            UpdateSource::Runner { runner_epoch, .. }
+            | UpdateSource::HeadlessTool { runner_epoch, .. } => Self::Runner {
                 runner_epoch: runner_epoch.clone(),
             },
             UpdateSource::AgentTool { session_id, .. } => Self::AgentTool {
@@ -359,6 +373,9 @@ pub enum UpdateRejection {
     NotAgentStep,
     /// The request belongs to another origin session.
     WrongSession,
+    /// A headless agent-tool update for an interactive run (whose agent tool
+    /// works in the origin session, with the coordinator's authority).
+    NotHeadless,
     /// The run already holds the most current pairs; this one would be new.
     TooManyPairs,
     /// The bucket is empty; the next token is earned at `retry_at_ms`.
@@ -378,6 +395,21 @@ pub fn publish(
     now_ms: u64,
 ) -> Result<UpdateDecision, UpdateRejection> {
     let fingerprint = UpdateFingerprint::of(source, &input);
+    if let UpdateSource::HeadlessTool {
+        generation,
+        runner_epoch,
+        interaction_id,
+    } = source
+    {
+        // Ownership and request kind come before any receipt lookup.
+        check_headless_tool(
+            agg,
+            *generation,
+            runner_epoch,
+            interaction_id,
+            &input.attempt_id,
+        )?;
+    }
     if let Some(stored) = lookup.by_idempotency_key {
         if stored.fingerprint != fingerprint {
             return Err(UpdateRejection::IdempotencyConflict);
@@ -514,8 +546,51 @@ fn authorize_source(
             }
             check_request(&tx.agg, attempt_id, session_id, interaction_id)?;
         }
+        UpdateSource::HeadlessTool { interaction_id, .. } => {
+            // `publish` checked the runner's authority and the request's kind.
+            if attempt.status != AttemptStatus::Active {
+                return Err(UpdateRejection::AttemptNotActive);
+            }
+            let pending = tx.agg.interaction.as_ref().is_some_and(|request| {
+                request.interaction_id == *interaction_id
+                    && request.status == InteractionStatus::Pending
+            });
+            if !pending {
+                return Err(UpdateRejection::RequestMismatch);
+            }
+        }
     }
     Ok(node_id)
+}
+
+/// The authority and request of a headless agent-tool update, checked before
+/// its receipt is looked up: a headless run, its live runner (generation and
+/// epoch), and the named submitted-output request of the named attempt
+/// (settled or not, so that a repeat after settlement is answered).
+fn check_headless_tool(
+    agg: &RunAggregate,
+    generation: Generation,
+    runner_epoch: &RunnerEpochId,
+    interaction_id: &InteractionId,
+    attempt_id: &AttemptId,
+) -> Result<(), UpdateRejection> {
+    if agg.run.mode.origin_session().is_some() {
+        return Err(UpdateRejection::NotHeadless);
+    }
+    if !crate::interaction::is_live_runner(&agg.run, generation, runner_epoch) {
+        return Err(UpdateRejection::Run(run::Rejection::StaleRunner));
+    }
+    let request = agg
+        .interaction
+        .as_ref()
+        .filter(|request| {
+            request.interaction_id == *interaction_id && request.attempt_id == *attempt_id
+        })
+        .ok_or(UpdateRejection::RequestMismatch)?;
+    if request.kind != InteractionKind::SubmittedOutput {
+        return Err(UpdateRejection::NotAgentStep);
+    }
+    Ok(())
 }
 
 fn check_request(

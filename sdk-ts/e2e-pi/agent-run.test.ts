@@ -12,9 +12,10 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { type TestContext, describe, it } from "node:test";
 
-import { reply, submitStep } from "../test-support/mock-model.js";
-import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
+import { reply, stepContract, submitStep } from "../test-support/mock-model.js";
+import { MOCK_ALT_MODEL_ID, MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
 import { TestServer, stepNodes } from "../test-support/server.js";
+import { callKey } from "../src/runner/pi-bridge.js";
 
 /** `review` submits a verdict that its validate checks; the verdict routes the run. */
 export const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
@@ -150,6 +151,12 @@ describe("a runner killed during an agent step", () => {
     assert.deepEqual(stepNodes(view), ["review", "ship"]);
     const review = view.steps.items.find((step) => step.nodeId === "review");
     assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+    // One request per attempt: the new attempt's is accepted, none is left pending for the killed one.
+    const okAttempt = review?.attempts.find((attempt) => attempt.outcome === "ok")?.attemptId;
+    const requests = sql(server, `SELECT attempt_id, status FROM interactive_requests WHERE run_id = '${runId}' ORDER BY created_at_ms`);
+    assert.equal(requests.length, 2, JSON.stringify(requests));
+    assert.deepEqual(requests.filter(([, status]) => status === "pending"), [], `no request left pending: ${JSON.stringify(requests)}`);
+    assert.deepEqual(requests.filter(([attempt]) => attempt === okAttempt), [[okAttempt, "accepted"]]);
   });
 });
 
@@ -209,5 +216,187 @@ describe("repeated submissions through the server", () => {
     const view = await client.settled(runId, 60_000);
     assert.equal(view.status.run, "completed", server.serverLog());
     assert.deepEqual(sql(server, `SELECT outcome FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["accepted"]], "one submission, one outcome");
+  });
+});
+
+describe("updates from a headless agent step", () => {
+  it("an update publishes progress that the view shows", async (t) => {
+    const approved = { verdict: "approve", reason: "reviewed" };
+    const progress = { phase: "reading", done: 1, of: 3 };
+    const { mock, sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "tool", when: "Workflow update recorded", reply: submitStep(approved) },
+        {
+          name: "update",
+          lastRole: "user",
+          when: "Workflow step contract (workflow: review, step: review",
+          reply: (request) => {
+            const contract = stepContract(request);
+            return reply.toolCall("workflow", {
+              action: "update",
+              step: contract?.step,
+              attempt: contract?.attempt,
+              update: { type: "progress", key: "overall", data: progress },
+            }, { id: "call-update-1" });
+          },
+        },
+      ],
+    });
+    const gate = join(sandbox.root, "release-validation");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    // validate waits until the test has seen the update in the live view.
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {\n        while (!(await import("node:fs")).existsSync(${JSON.stringify(gate)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const out = await server.cli(["start", "review", "with", "progress"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const toolTexts = () => mock.requests.flatMap((request) => request.messages.filter((m) => m.role === "tool").map((m) => m.text));
+    // Until the view shows an update, or the model saw the tool's answer to it (a refusal included).
+    const live = await client.waitFor(
+      runId,
+      (view) => view.updates.items.length > 0 || view.status.run !== "running" || toolTexts().some((text) => text.startsWith("Workflow update")),
+      60_000,
+      "an update or the tool's answer",
+    );
+    assert.equal(live.status.run, "running", `${JSON.stringify(live.display)} | ${toolTexts().join(" | ")}\n${server.serverLog()}`);
+    assert.equal(live.updates.items.length, 1, `the live view shows the update: ${toolTexts().join(" | ")}`);
+    const [update] = live.updates.items;
+    const attempt = live.steps.items.find((step) => step.nodeId === "review")?.attempts.at(-1);
+    assert.deepEqual(
+      { type: update?.type, key: update?.key, data: update?.data, attemptId: update?.attemptId },
+      { type: "progress", key: "overall", data: progress, attemptId: attempt?.attemptId },
+    );
+    // The tool call's receipt over the wire: the identical update adopts it, the same key with other data conflicts.
+    const [[generation, runnerEpoch]] = sql(server, `SELECT generation, runner_epoch FROM run_workers WHERE run_id = '${runId}' AND status = 'ready'`) as [[string, string]];
+    const [[interactionId]] = sql(server, `SELECT interaction_id FROM interactive_requests WHERE run_id = '${runId}'`) as [[string]];
+    const payload = {
+      interactionId,
+      attemptId: attempt?.attemptId,
+      toolCallId: callKey("tc", "call-update-1"),
+      authority: { kind: "runner", generation: Number(generation), runnerEpoch },
+      update: { type: "progress", key: "overall", data: progress },
+    };
+    const idempotencyKey = callKey("update", "call-update-1");
+    const repeated = await client.request("interaction.update", payload, { runId, idempotencyKey });
+    assert.equal(repeated.outcome, "adopted", JSON.stringify(repeated));
+    assert.deepEqual(repeated.receipt, { updateId: update?.updateId, seq: update?.seq });
+    const conflicting = await client.request("interaction.update", { ...payload, update: { ...payload.update, data: { phase: "other" } } }, { runId, idempotencyKey });
+    assert.equal(conflicting.outcome, "conflict", JSON.stringify(conflicting));
+    const stale = await client.request("interaction.update", { ...payload, authority: { ...payload.authority, runnerEpoch: "re-not-the-runner" } }, { runId, idempotencyKey });
+    assert.equal(stale.outcome, "claimLost", `another runner's authority is refused before the receipt: ${JSON.stringify(stale)}`);
+    writeFileSync(gate, "");
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", server.serverLog());
+    assert.deepEqual(stepNodes(view), ["review", "ship"]);
+    assert.ok(toolTexts().includes("Workflow update recorded. Continue the same step."), toolTexts().join(" | "));
+    assert.deepEqual(sql(server, `SELECT update_type, update_key FROM workflow_updates WHERE run_id = '${runId}'`), [["progress", "overall"]]);
+  });
+});
+
+describe("a server killed during validation", () => {
+  it("a server SIGKILLed while a submission is validating ends, after restart, with exactly one outcome", async (t) => {
+    const first = { verdict: "approve", reason: "before the crash" };
+    const { sandbox, mock } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(first) },
+      ],
+    });
+    const gate = join(sandbox.root, "release-validation");
+    const calls = join(sandbox.root, "validate-calls");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    // validate records its process and the submitted reason, then waits until the test releases it.
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {
+        const fs = await import("node:fs");
+        fs.appendFileSync(${JSON.stringify(calls)}, process.pid + " " + (output as { reason?: string }).reason + "\\n");
+        while (!fs.existsSync(${JSON.stringify(gate)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const out = await server.cli(["start", "review", "crash"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const validateCalls = (): string[][] => (existsSync(calls) ? readFileSync(calls, "utf8").split("\n").filter((line) => line !== "").map((line) => line.split(" ")) : []);
+    await until("the first validation to run", () => validateCalls().length === 1, 60_000);
+    const [[submissionId, interactionId]] = sql(server, "SELECT submission_id, interaction_id FROM interactive_submissions WHERE outcome = 'validating'") as [[string, string]];
+    const validatorPid = Number(validateCalls()[0]?.[0]);
+    const serverPid = parentOf(validatorPid);
+    assert.ok(readFileSync(`/proc/${serverPid}/cmdline`, "utf8").includes("server"), "the validation child's parent is the server");
+    // After the crash the model submits another output, so each validate call says whose it is.
+    const second = { verdict: "approve", reason: "after the crash" };
+    mock.setRules([
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(second) },
+    ]);
+    process.kill(serverPid, "SIGKILL");
+    await until("the server to be gone", () => !processAlive(serverPid), 10_000);
+    const restarted = await server.cli(["server", "start"]);
+    assert.match(restarted, /pi-workflows server started/);
+    await until("recovery to validate the crashed submission in a new child", () => validateCalls().filter(([, reason]) => reason === "before").length === 2, 60_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}: ${JSON.stringify(validateCalls())}\n${server.serverLog()}`);
+    });
+    const recovered = validateCalls().filter(([, reason]) => reason === "before");
+    assert.notEqual(recovered[1]?.[0], recovered[0]?.[0], "a new validation child");
+    writeFileSync(gate, "");
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 90_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(stepNodes(view), ["review", "ship"]);
+    const review = view.steps.items.find((step) => step.nodeId === "review");
+    assert.equal(review?.attempts.filter((attempt) => attempt.outcome === "ok").length, 1, JSON.stringify(review));
+    // The crashed submission has exactly one outcome; nothing is left validating.
+    const outcome = sql(server, `SELECT outcome FROM interactive_submissions WHERE submission_id = '${submissionId}'`);
+    assert.equal(outcome.length, 1);
+    assert.ok(["accepted", "rejected"].includes(outcome[0]?.[0] ?? ""), `one final outcome: ${JSON.stringify(outcome)}`);
+    assert.deepEqual(sql(server, "SELECT COUNT(*) FROM interactive_submissions WHERE outcome = 'validating'"), [["0"]]);
+    assert.deepEqual(sql(server, `SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = '${interactionId}'`), [["1"]]);
+  });
+});
+
+describe("the run's model arguments", () => {
+  it("pi-workflows start --model provider/model --thinking level reaches the Pi child of a workflow without a model", async (t) => {
+    const approved = { verdict: "approve", reason: "chosen model" };
+    const { mock, sandbox } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(approved) },
+      ],
+    });
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(`  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },\n`, ""),
+    );
+    assert.doesNotMatch(readFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), "utf8"), /model: \{/);
+    const out = await server.cli(["start", "review", "--model", `${MOCK_PROVIDER}/${MOCK_ALT_MODEL_ID}`, "--thinking", "low", "pick", "a", "model"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.ok(mock.requests.length > 0);
+    assert.deepEqual([...new Set(mock.requests.map((request) => request.body.model))], [MOCK_ALT_MODEL_ID], "every model request names the run's model, not Pi's default");
+    // A malformed --model is refused before anything is sent.
+    await assert.rejects(server.cli(["start", "review", "--model", "no-slash"], project), /--model takes provider\/model/);
+    await assert.rejects(server.cli(["start", "review", "--thinking", "extreme"], project), /--thinking takes one of off, minimal, low, medium, high, xhigh/);
   });
 });

@@ -113,6 +113,8 @@ export interface PiProcessOptions {
 
 export const MOCK_PROVIDER = "mock";
 export const MOCK_MODEL_ID = "mock-model";
+/** A second model of the mock provider (not the default), for tests that choose a model. */
+export const MOCK_ALT_MODEL_ID = "mock-model-alt";
 
 /** The sandbox of one test: HOME, agent dir and project dir under one temporary directory. */
 export class PiSandbox {
@@ -137,7 +139,10 @@ export class PiSandbox {
           api: "openai-completions",
           apiKey: "mock-key",
           compat: { supportsDeveloperRole: false, supportsReasoningEffort: false },
-          models: [{ id: MOCK_MODEL_ID, name: "Mock Model", contextWindow: 32_000, maxTokens: 1024 }],
+          models: [
+            { id: MOCK_MODEL_ID, name: "Mock Model", contextWindow: 32_000, maxTokens: 1024 },
+            { id: MOCK_ALT_MODEL_ID, name: "Mock Model Alt", contextWindow: 32_000, maxTokens: 1024 },
+          ],
         },
       },
     };

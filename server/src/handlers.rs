@@ -204,8 +204,6 @@ async fn dispatch(
         | RequestPayload::RunCancel(_)
         | RequestPayload::RunRestart(_)
         | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
-        // Operations of the schema this server version does not implement:
-        // answered `unavailable`, and never advertised as a control.
         RequestPayload::InteractionSubmit(submit) => {
             crate::submissions::submit(
                 app,
@@ -216,8 +214,19 @@ async fn dispatch(
             )
             .await
         }
+        RequestPayload::InteractionUpdate(update) => {
+            crate::updates::tool_update(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+                request.idempotency_key.as_deref(),
+                &update,
+            )
+            .await
+        }
+        // Operations of the schema this server version does not implement:
+        // answered `unavailable`, and never advertised as a control.
         RequestPayload::DecisionAnswer(_)
-        | RequestPayload::InteractionUpdate(_)
         | RequestPayload::EffectRecover(_)
         | RequestPayload::SettingsUpdate(_)
         | RequestPayload::FollowUpAdd(_)
@@ -518,6 +527,11 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
         return adopted;
     }
     let input = payload.get("input").cloned().unwrap_or(json!({}));
+    // The schema checked its fields; stored canonical, handed to every runner launch.
+    let agent_model_json = payload
+        .get("agentModel")
+        .and_then(|model| protocol::canonicalize(model).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok());
     let resolved = resolver::resolve(app, &project_path, &workflow, &input).await;
     let prepared = resolved.map(|resolved| {
         let input_blob = Blob::json(&resolved.input);
@@ -573,6 +587,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
             input_digest: input_blob.digest,
             input_hash: crate::ids::digest_text(&input_blob.digest),
             source_json,
+            agent_model_json: agent_model_json.clone(),
         };
         meta::insert_run(connection, &meta, &mode, None, now_ms)?;
         runs::write(connection, None, &reserved.facts, &reserved.outputs, now_ms)?;

@@ -55,7 +55,7 @@ pub fn launch_envelope(
     let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
     let interactive = crate::store::runs::load(connection, run_id)?
         .is_some_and(|agg| agg.run.mode.origin_session().is_some());
-    let launch = json!({
+    let mut launch = json!({
         "schema": "pi-workflows.worker-launch.v1",
         "mode": "run",
         "runId": run_id.as_str(),
@@ -68,6 +68,13 @@ pub fn launch_envelope(
         "executionMode": if interactive { "interactive" } else { "headless" },
         "protocolVersion": 1,
     });
+    if let Some(model) = meta
+        .agent_model_json
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+    {
+        launch["agentModel"] = model;
+    }
     Ok(
         crate::wire::frames::launch(&launch).map(|frame| LaunchFrame {
             frame,

@@ -1,20 +1,37 @@
-//! Workflow updates from runners (`node.update`), decided by
-//! `kernel::updates` against the run's bucket, pair count and receipts.
+//! Workflow updates from runners (`node.update`) and from the agent tool
+//! (`interaction.update`), decided by `kernel::updates` against the run's
+//! bucket, pair count and receipts.
 //!
-//! Invariant: an update replaces the current value of its `(type, key)` in
-//! the same transaction as its receipt and the run's new bucket state.
+//! Invariants:
+//! - An update replaces the current value of its `(type, key)` in the same
+//!   transaction as its receipt and the run's new bucket state.
+//! - `interaction.update` takes the exact request (interaction) id, the
+//!   tool call's idempotency key and the authority of the request's run, one
+//!   branch per execution mode: the live runner's (generation and epoch) for
+//!   a headless run; an origin-session coordinator's is answered
+//!   `unavailable` until the interactive path serves it. The kernel checks
+//!   the authority and the request's kind before the receipt lookup; the
+//!   update receipt (`update_receipts`) is the command's receipt.
 
+use crate::app::App;
+use crate::handlers::response;
 use crate::runner_channel::{Answer, Refusal};
+use crate::store::{Commit, runs};
 use crate::supervisor::Runner;
-use kernel::ids::{AttemptId, Digest, IdempotencyKey};
+use kernel::ids::{
+    AttemptId, Digest, Generation, IdempotencyKey, InteractionId, RunId, RunnerEpochId,
+};
 use kernel::output::Transition;
 use kernel::run::RunAggregate;
 use kernel::updates::{
     self, JsonKind, UpdateData, UpdateDecision, UpdateId, UpdateInput, UpdateLookup, UpdateReceipt,
     UpdateRejection, UpdateSource,
 };
+use protocol::ErrorCode;
+use protocol::generated::types::{InteractionAuthority, InteractionUpdatePayload};
 use rusqlite::Connection;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// The update data, encoded and hashed before the transaction.
 #[derive(Debug, Clone)]
@@ -123,4 +140,154 @@ fn receipt_value(receipt: &UpdateReceipt) -> Value {
 
 fn refusal(rejection: UpdateRejection) -> Refusal {
     Refusal::of(&rejection)
+}
+
+/// Handles one `interaction.update` (the caller checked the schema).
+pub async fn tool_update(
+    app: &Arc<App>,
+    request_id: &str,
+    run_id: Option<&RunId>,
+    idempotency_key: Option<&str>,
+    payload: &InteractionUpdatePayload,
+) -> Value {
+    let answer = |outcome: &str, receipt: Option<Value>, error: Option<(ErrorCode, String)>| {
+        response(
+            request_id,
+            "interaction.update",
+            outcome,
+            None,
+            receipt,
+            error,
+        )
+    };
+    let (Some(run_id), Some(key)) = (run_id.cloned(), idempotency_key) else {
+        return answer(
+            "rejected",
+            None,
+            Some((
+                ErrorCode::SchemaInvalid,
+                "interaction.update needs a runId and an idempotencyKey".into(),
+            )),
+        );
+    };
+    let interaction_id = InteractionId::new(payload.interaction_id.to_string());
+    let source = match &payload.authority {
+        InteractionAuthority::Runner {
+            generation,
+            runner_epoch,
+        } => UpdateSource::HeadlessTool {
+            generation: Generation(generation.get()),
+            runner_epoch: RunnerEpochId::new(runner_epoch.to_string()),
+            interaction_id: interaction_id.clone(),
+        },
+        InteractionAuthority::Coordinator { .. } => {
+            return answer(
+                "unavailable",
+                None,
+                Some((
+                    ErrorCode::Unavailable,
+                    "origin-session updates are not available in this server version yet; headless runs update through their runner's Pi".into(),
+                )),
+            );
+        }
+    };
+    let update = payload.update.clone();
+    let data = EncodedUpdate::of(&update.data);
+    let attempt_id = AttemptId::new(payload.attempt_id.to_string());
+    let key = key.to_owned();
+    let decided = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let refuse = |code: ErrorCode, message: &str| {
+                Ok(Commit::Discard((
+                    Err(("rejected".to_owned(), code, message.to_owned())),
+                    Vec::new(),
+                )))
+            };
+            let Some(mut before) = runs::load(connection, &run_id)? else {
+                return refuse(ErrorCode::NotFound, "no such run");
+            };
+            match runs::interaction_by_id(connection, &interaction_id)? {
+                // The named request, settled or not: a repeat after settlement adopts.
+                Some(record) if record.run_id == run_id => before.interaction = Some(record),
+                _ => {
+                    return refuse(
+                        ErrorCode::NotFound,
+                        "the run has no interaction with this id",
+                    );
+                }
+            }
+            let update_type = update.type_.to_string();
+            let update_key = update.key.to_string();
+            let loaded = crate::store::updates::load(
+                connection,
+                &run_id,
+                &key,
+                &update_type,
+                &update_key,
+                now_ms,
+            )?;
+            let input = UpdateInput {
+                idempotency_key: IdempotencyKey::new(key.as_str()),
+                update_id: UpdateId::new(format!("upd_{}", crate::ids::random_hex::<8>())),
+                attempt_id,
+                update_type,
+                key: update_key,
+                data: UpdateData {
+                    kind: data.kind,
+                    encoded_bytes: data.text.len() as u64,
+                    depth: data.depth,
+                    digest: data.digest,
+                },
+            };
+            let lookup = UpdateLookup {
+                by_idempotency_key: loaded.stored.as_ref(),
+                pair_is_current: loaded.pair_is_current,
+            };
+            match updates::publish(&before, &loaded.facts, lookup, &source, input, now_ms) {
+                Ok(UpdateDecision::Replayed(receipt)) => Ok(Commit::Discard((
+                    Ok(("adopted", receipt_value(&receipt))),
+                    Vec::new(),
+                ))),
+                Ok(UpdateDecision::Accepted(transition)) => {
+                    let updated = &transition.facts;
+                    crate::store::updates::write_accepted(
+                        connection, &run_id, &key, updated, &data.text,
+                    )?;
+                    runs::write(
+                        connection,
+                        Some(&before),
+                        &updated.run,
+                        &transition.outputs,
+                        now_ms,
+                    )?;
+                    Ok(Commit::Keep((
+                        Ok(("accepted", receipt_value(&updated.receipt))),
+                        transition.outputs,
+                    )))
+                }
+                Err(rejection) => {
+                    let (code, message, outcome) = crate::wire::rejection(&rejection);
+                    let outcome = if code == ErrorCode::Conflict {
+                        "conflict".to_owned()
+                    } else {
+                        crate::store::codec_name(&outcome)
+                    };
+                    Ok(Commit::Discard((
+                        Err((outcome, code, message.to_owned())),
+                        Vec::new(),
+                    )))
+                }
+            }
+        })
+        .await;
+    match decided {
+        Ok((Ok((outcome, receipt)), outputs)) => {
+            app.perform(outputs);
+            answer(outcome, Some(receipt), None)
+        }
+        Ok((Err((outcome, code, message)), _)) => answer(&outcome, None, Some((code, message))),
+        Err(error) => answer("unavailable", None, Some(error.refusal())),
+    }
 }

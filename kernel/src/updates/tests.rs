@@ -985,3 +985,189 @@ proptest! {
         }
     }
 }
+
+// ---- the headless agent tool (interaction.update with the runner's authority) ----
+
+/// A headless run `running/running` on `work` (attempt `a-1-work`, still
+/// `Active` under the live runner's claim) with a pending request of `kind`
+/// that has no origin session.
+fn headless_on_request(kind: InteractionKind) -> RunAggregate {
+    let agg = admitted(&fixtures::reserved(1, 0), 5).facts;
+    let mut agg = running(&agg, "work", 10).facts;
+    agg.interaction = Some(InteractionRecord {
+        target_session: None,
+        ..interaction(kind)
+    });
+    agg
+}
+
+fn headless_source() -> UpdateSource {
+    UpdateSource::HeadlessTool {
+        generation: crate::ids::Generation(1),
+        runner_epoch: fixtures::runner_epoch(1),
+        interaction_id: InteractionId::from("i-1"),
+    }
+}
+
+#[test]
+fn a_headless_tool_update_publishes_for_the_active_attempt_and_a_repeat_adopts() {
+    let agg = headless_on_request(InteractionKind::SubmittedOutput);
+    let first = accepted(publish(
+        &agg,
+        &UpdateFacts::new(0),
+        fresh(),
+        &headless_source(),
+        input("call-1", "overall"),
+        30,
+    ));
+    assert_eq!(first.facts.run.run.revision.0, agg.run.revision.0 + 1);
+    assert_eq!(first.facts.current.attempt_id, AttemptId::from("a-1-work"));
+    assert_eq!(first.facts.current.node_id, NodeId::from("work"));
+    assert_eq!(
+        first.facts.run.attempt.as_ref().unwrap().status,
+        AttemptStatus::Active,
+        "an update never completes the step"
+    );
+    let stored = UpdateLookup {
+        by_idempotency_key: Some(&first.facts.receipt),
+        pair_is_current: true,
+    };
+    // The identical repeat adopts the first receipt, even after the request settled.
+    let mut settled = first.facts.run.clone();
+    settled.interaction.as_mut().unwrap().status = InteractionStatus::Accepted;
+    for run in [&first.facts.run, &settled] {
+        assert_eq!(
+            publish(
+                run,
+                &first.facts.facts,
+                stored,
+                &headless_source(),
+                input("call-1", "overall"),
+                40
+            ),
+            Ok(UpdateDecision::Replayed(first.facts.receipt.clone()))
+        );
+    }
+    // The same key with another payload conflicts.
+    let mut other = input("call-1", "overall");
+    other.data = data(2);
+    assert_eq!(
+        rejection(publish(
+            &first.facts.run,
+            &first.facts.facts,
+            stored,
+            &headless_source(),
+            other,
+            40
+        )),
+        UpdateRejection::IdempotencyConflict
+    );
+    // A new update after settlement has no pending request.
+    assert_eq!(
+        rejection(publish(
+            &settled,
+            &first.facts.facts,
+            fresh(),
+            &headless_source(),
+            input("call-2", "overall"),
+            40
+        )),
+        UpdateRejection::RequestMismatch
+    );
+}
+
+#[test]
+fn a_headless_tool_update_is_checked_for_its_authority_before_its_receipt() {
+    let agg = headless_on_request(InteractionKind::SubmittedOutput);
+    let first = accepted(publish(
+        &agg,
+        &UpdateFacts::new(0),
+        fresh(),
+        &headless_source(),
+        input("call-1", "overall"),
+        30,
+    ));
+    let stored = UpdateLookup {
+        by_idempotency_key: Some(&first.facts.receipt),
+        pair_is_current: true,
+    };
+    let with = |generation: u64, epoch: u64, interaction: &str| UpdateSource::HeadlessTool {
+        generation: crate::ids::Generation(generation),
+        runner_epoch: fixtures::runner_epoch(epoch),
+        interaction_id: InteractionId::from(interaction),
+    };
+    let stale = UpdateRejection::Run(run::Rejection::StaleRunner);
+    for (source, expected) in [
+        (with(2, 1, "i-1"), stale.clone()),
+        (with(1, 9, "i-1"), stale),
+        (with(1, 1, "i-2"), UpdateRejection::RequestMismatch),
+    ] {
+        // A stored receipt under the same key is never consulted first.
+        for lookup in [fresh(), stored] {
+            assert_eq!(
+                rejection(publish(
+                    &first.facts.run,
+                    &first.facts.facts,
+                    lookup,
+                    &source,
+                    input("call-1", "overall"),
+                    40
+                )),
+                expected
+            );
+        }
+    }
+    // Another attempt than the request's.
+    let mut other_attempt = input("call-3", "overall");
+    other_attempt.attempt_id = AttemptId::from("a-2-work");
+    assert_eq!(
+        rejection(publish(
+            &agg,
+            &UpdateFacts::new(0),
+            fresh(),
+            &headless_source(),
+            other_attempt,
+            30
+        )),
+        UpdateRejection::RequestMismatch
+    );
+    // An assistant-message request takes no tool update.
+    let assistant = headless_on_request(InteractionKind::AssistantMessage);
+    assert_eq!(
+        rejection(publish(
+            &assistant,
+            &UpdateFacts::new(0),
+            fresh(),
+            &headless_source(),
+            input("call-1", "overall"),
+            30
+        )),
+        UpdateRejection::NotAgentStep
+    );
+    // A runner's authority for an interactive run.
+    assert_eq!(
+        rejection(publish(
+            &waiting(InteractionKind::SubmittedOutput),
+            &UpdateFacts::new(0),
+            fresh(),
+            &headless_source(),
+            input("call-1", "overall"),
+            30
+        )),
+        UpdateRejection::NotHeadless
+    );
+    // A paused headless run accepts no new update.
+    let mut paused = agg.clone();
+    paused.run.paused = true;
+    assert_eq!(
+        rejection(publish(
+            &paused,
+            &UpdateFacts::new(0),
+            fresh(),
+            &headless_source(),
+            input("call-4", "overall"),
+            30
+        )),
+        UpdateRejection::Run(run::Rejection::Paused)
+    );
+}

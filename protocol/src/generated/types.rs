@@ -4962,6 +4962,12 @@ pub struct RunRestartReceipt {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunStartPayload {
+    ///The run's Pi model arguments for headless agent steps (pi-workflows start --model, --thinking); a node's or its workflow's own model wins.
+    #[serde(
+        rename = "agentModel",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub agent_model: ::std::option::Option<AgentModel>,
     #[serde(rename = "executionMode")]
     pub execution_mode: ExecutionMode,
     ///Any JSON value.

@@ -842,6 +842,8 @@ export interface RunRestartReceipt {
 
 /** Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. */
 export interface RunStartPayload {
+  /** The run's Pi model arguments for headless agent steps (pi-workflows start --model, --thinking); a node's or its workflow's own model wins. */
+  "agentModel"?: AgentModel;
   "executionMode": ExecutionMode;
   /** Any JSON value. */
   "input": JsonValue;

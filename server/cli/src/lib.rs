@@ -202,6 +202,14 @@ enum Command {
         /// the run the first attempt started (docs/CLI.md).
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// The Pi model of the run's agent steps, as `provider/model` (a
+        /// workflow's or node's own model wins).
+        #[arg(long, value_name = "PROVIDER/MODEL")]
+        model: Option<String>,
+        /// The Pi thinking level of the run's agent steps: off, minimal,
+        /// low, medium, high or xhigh.
+        #[arg(long, value_name = "LEVEL")]
+        thinking: Option<String>,
     },
     /// List runs, newest first.
     Runs {
@@ -329,6 +337,8 @@ pub fn run(cli: Cli) -> ExitCode {
             watch,
             json,
             idempotency_key,
+            model,
+            thinking,
         } => runtime.block_on(runs::start(
             settings,
             runs::StartArgs {
@@ -338,6 +348,8 @@ pub fn run(cli: Cli) -> ExitCode {
                 watch,
                 json,
                 idempotency_key,
+                model,
+                thinking,
             },
         )),
         Command::Runs {

@@ -114,6 +114,39 @@ pub(super) struct StartArgs {
     pub watch: bool,
     pub json: bool,
     pub idempotency_key: Option<String>,
+    pub model: Option<String>,
+    pub thinking: Option<String>,
+}
+
+/// The thinking levels Pi takes (`AgentModel.thinking`).
+const THINKING_LEVELS: [&str; 6] = ["off", "minimal", "low", "medium", "high", "xhigh"];
+
+/// `run.start`'s `agentModel` from `--model provider/model` and `--thinking`.
+fn agent_model(model: Option<&str>, thinking: Option<&str>) -> Result<Option<Value>, Failure> {
+    let mut agent_model = serde_json::Map::new();
+    if let Some(model) = model {
+        let Some((provider, name)) = model
+            .split_once('/')
+            .filter(|(provider, name)| !provider.is_empty() && !name.is_empty())
+        else {
+            return Err(Failure::new(
+                Exit::Usage,
+                "--model takes provider/model, e.g. --model anthropic/claude-sonnet-4-5",
+            ));
+        };
+        agent_model.insert("provider".into(), json!(provider));
+        agent_model.insert("model".into(), json!(name));
+    }
+    if let Some(level) = thinking {
+        if !THINKING_LEVELS.contains(&level) {
+            return Err(Failure::new(
+                Exit::Usage,
+                "--thinking takes one of off, minimal, low, medium, high, xhigh",
+            ));
+        }
+        agent_model.insert("thinking".into(), json!(level));
+    }
+    Ok((!agent_model.is_empty()).then_some(Value::Object(agent_model)))
 }
 
 /// `pi-workflows start`: a headless run of a named or path workflow.
@@ -128,15 +161,19 @@ pub(super) async fn start(settings: &Settings, args: StartArgs) -> Outcome {
         None if args.task.is_empty() => json!({}),
         None => json!({ "task": args.task.join(" ") }),
     };
+    let model = agent_model(args.model.as_deref(), args.thinking.as_deref())?;
     let workflow = workflow_reference(&args.workflow)?;
     let retry = Retry::new(args.idempotency_key)?;
     let mut client = retry.connect(settings).await?;
-    let payload = json!({
+    let mut payload = json!({
         "workflow": workflow,
         "input": input,
         "executionMode": "headless",
         "projectPath": project_path()?,
     });
+    if let Some(model) = model {
+        payload["agentModel"] = model;
+    }
     if !args.json {
         eprintln!("pi-workflows: resolving {}…", args.workflow);
     }

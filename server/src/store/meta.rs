@@ -27,6 +27,9 @@ pub struct RunMeta {
     pub input_digest: Digest,
     pub input_hash: String,
     pub source_json: String,
+    /// `run.start`'s `agentModel` (canonical JSON): the Pi model arguments
+    /// of the run's headless agent steps; restarts and continuations keep it.
+    pub agent_model_json: Option<String>,
 }
 
 /// Loads a run's metadata.
@@ -34,7 +37,7 @@ pub(crate) fn load(connection: &Connection, run_id: &RunId) -> rusqlite::Result<
     connection
         .query_row_cached(
             "SELECT r.project_id, s.project_path, r.workflow_name, r.workflow_ref, r.title, r.definition_digest,
-                    r.input_digest, s.input_hash, s.source_json
+                    r.input_digest, s.input_hash, s.source_json, s.agent_model_json
              FROM runs r JOIN run_sources s ON s.run_id = r.run_id WHERE r.run_id = ?1",
             params![run_id.as_str()],
             |row| {
@@ -49,6 +52,7 @@ pub(crate) fn load(connection: &Connection, run_id: &RunId) -> rusqlite::Result<
                     input_digest: row.get::<_, DigestColumn>(6)?.0,
                     input_hash: row.get(7)?,
                     source_json: row.get(8)?,
+                    agent_model_json: row.get(9)?,
                 })
             },
         )
@@ -145,8 +149,14 @@ pub(crate) fn insert_run(
         ],
     )?;
     connection.execute_cached(
-        "INSERT INTO run_sources (run_id, project_path, source_json, input_hash) VALUES (?1, ?2, ?3, ?4)",
-        params![meta.run_id.as_str(), meta.project_path, meta.source_json, meta.input_hash],
+        "INSERT INTO run_sources (run_id, project_path, source_json, input_hash, agent_model_json) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            meta.run_id.as_str(),
+            meta.project_path,
+            meta.source_json,
+            meta.input_hash,
+            meta.agent_model_json
+        ],
     )?;
     let (execution_mode, session) = match mode {
         ExecutionMode::Interactive { origin_session } => {

@@ -80,7 +80,9 @@ CREATE TABLE run_sources (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
   project_path TEXT NOT NULL,
   source_json TEXT NOT NULL,
-  input_hash TEXT NOT NULL
+  input_hash TEXT NOT NULL,
+  -- run.start's agentModel (canonical JSON), the runner launch's agentModel
+  agent_model_json TEXT
 ) STRICT;
 
 CREATE TABLE run_bindings (
