@@ -89,18 +89,25 @@ pub enum Control {
     Cancel,
     RecoverEffect,
     Restart,
+    /// Release a held model-started launch (`run.activate`).
+    Activate,
 }
 
 impl Control {
     /// Whether this server version serves the control's operation. The
     /// others answer `unavailable` until their issue implements them, so they
-    /// are never advertised: `submit` and `update` (`interaction.submit`,
-    /// `interaction.update`), `humanAnswer` (`decision.answer`) and
-    /// `recoverEffect` (`effect.recover`).
+    /// are never advertised: `update` (`interaction.update`), `humanAnswer`
+    /// (`decision.answer`) and `recoverEffect` (`effect.recover`).
     pub const fn is_served(self) -> bool {
         match self {
-            Self::Answer | Self::Pause | Self::Resume | Self::Cancel | Self::Restart => true,
-            Self::Submit | Self::Update | Self::HumanAnswer | Self::RecoverEffect => false,
+            Self::Answer
+            | Self::Submit
+            | Self::Pause
+            | Self::Resume
+            | Self::Cancel
+            | Self::Restart
+            | Self::Activate => true,
+            Self::Update | Self::HumanAnswer | Self::RecoverEffect => false,
         }
     }
 }
@@ -397,6 +404,11 @@ pub fn rule_controls(facts: &DisplayFacts) -> Vec<Control> {
     let restartable = matches!(facts.status, RunStatus::Failed | RunStatus::TimedOut);
     if restartable && facts.restart_eligible {
         controls.push(Control::Restart);
+    }
+    let held = matches!(facts.status, RunStatus::Queued)
+        && matches!(facts.park_reason, Some(ParkReason::Held));
+    if held {
+        controls.push(Control::Activate);
     }
     controls
 }

@@ -224,6 +224,8 @@ pub enum CommandOperation {
     RunCancel,
     #[serde(rename = "run.restart")]
     RunRestart,
+    #[serde(rename = "run.activate")]
+    RunActivate,
     #[serde(rename = "checkpoint.answer")]
     CheckpointAnswer,
     #[serde(rename = "decision.answer")]
@@ -261,12 +263,13 @@ pub enum CommandOperation {
 }
 impl CommandOperation {
     /// Every value, in schema order.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 23] = [
         Self::RunStart,
         Self::RunPause,
         Self::RunResume,
         Self::RunCancel,
         Self::RunRestart,
+        Self::RunActivate,
         Self::CheckpointAnswer,
         Self::DecisionAnswer,
         Self::InteractionUpdate,
@@ -293,6 +296,7 @@ impl CommandOperation {
             Self::RunResume => "run.resume",
             Self::RunCancel => "run.cancel",
             Self::RunRestart => "run.restart",
+            Self::RunActivate => "run.activate",
             Self::CheckpointAnswer => "checkpoint.answer",
             Self::DecisionAnswer => "decision.answer",
             Self::InteractionUpdate => "interaction.update",
@@ -321,6 +325,7 @@ impl CommandOperation {
                 "run.resume" => Self::RunResume,
                 "run.cancel" => Self::RunCancel,
                 "run.restart" => Self::RunRestart,
+                "run.activate" => Self::RunActivate,
                 "checkpoint.answer" => Self::CheckpointAnswer,
                 "decision.answer" => Self::DecisionAnswer,
                 "interaction.update" => Self::InteractionUpdate,

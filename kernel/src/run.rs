@@ -107,6 +107,10 @@ pub enum ParkReason {
     /// A runner message failed a protocol check (schema, revision, attempt
     /// or idempotency); the check is the `ProtocolRejected` event's.
     ProtocolRejected,
+    /// A model-started launch is saved `queued/queued` and waits for
+    /// [`activate`] (after the initiating Pi turn settles); the scheduler
+    /// never admits it before.
+    Held,
 }
 
 impl ParkReason {
@@ -282,7 +286,7 @@ impl RunRecord {
     /// `running/parked` for a reason that resumes automatically.
     fn awaits_runner(&self) -> bool {
         match (self.status, self.queue) {
-            (RunStatus::Queued, QueueStatus::Queued) => true,
+            (RunStatus::Queued, QueueStatus::Queued) => self.park_reason != Some(ParkReason::Held),
             (RunStatus::Running, QueueStatus::Parked) => self
                 .park_reason
                 .is_none_or(ParkReason::resumes_automatically),
@@ -405,6 +409,8 @@ pub enum Operation {
     TakeControl,
     /// Finishing or expiring a node attempt.
     FinishAttempt,
+    /// Holding a new run, or releasing a held one.
+    Activate,
 }
 
 /// Why a lifecycle transition was refused. Nothing changes on a rejection.
@@ -626,6 +632,48 @@ pub fn reserve(
     };
     let mut tx = Tx::begin(&RunAggregate::new(run), now_ms);
     tx.event(RunEvent::Reserved);
+    tx.output(Output::Schedule);
+    tx.publish_session();
+    Ok(tx.commit())
+}
+
+/// [`reserve`] for a held launch: the same run `queued/queued`, parked
+/// [`ParkReason::Held`] and not scheduled, until [`activate`] releases it.
+/// Only an interactive run (one with an origin session) can be held.
+pub fn reserve_held(
+    new_run: NewRun,
+    lineage: Lineage,
+    session_runs: &[RunId],
+    now_ms: u64,
+) -> Result<Transition<RunAggregate>, Rejection> {
+    if new_run.mode.origin_session().is_none() {
+        return Err(Rejection::IllegalTransition {
+            operation: Operation::Activate,
+            status: RunStatus::Queued,
+            queue: QueueStatus::Queued,
+        });
+    }
+    let mut reserved = reserve(new_run, lineage, session_runs, now_ms)?;
+    reserved.facts.run.park_reason = Some(ParkReason::Held);
+    reserved.outputs.retain(|output| *output != Output::Schedule);
+    Ok(reserved)
+}
+
+/// `run.activate`: a held launch becomes an ordinary queued run and the
+/// scheduler may admit it. Anything but a held `queued/queued` run is
+/// refused (a repeat after activation is the command receipt's to adopt).
+pub fn activate(agg: &RunAggregate, now_ms: u64) -> Result<Transition<RunAggregate>, Rejection> {
+    let run = &agg.run;
+    if run.status.is_terminal() {
+        return Err(Rejection::Terminal { status: run.status });
+    }
+    let held = (run.status, run.queue) == (RunStatus::Queued, QueueStatus::Queued)
+        && run.park_reason == Some(ParkReason::Held);
+    if !held {
+        return Err(illegal(Operation::Activate, run));
+    }
+    let mut tx = Tx::begin(agg, now_ms);
+    tx.agg.run.park_reason = None;
     tx.output(Output::Schedule);
     tx.publish_session();
     Ok(tx.commit())

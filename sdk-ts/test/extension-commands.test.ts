@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import { RESERVED_WORDS, parseWorkflowCommand } from "../src/extension/grammar.js";
 import { WorkflowSession, keyOfToolCall } from "../src/extension/session.js";
 import { ACTIONS, MAX_ISSUES, WORKFLOW_TOOL_PARAMETERS, parseToolCall } from "../src/extension/tool.js";
-import { ALL_ADDITIONS, FakePi, FakeServer, FakeUi, NO_ADDITIONS, node, runView, settle, step, until } from "./extension-fakes.js";
+import { FakePi, FakeServer, FakeUi, node, runView, settle, step, until } from "./extension-fakes.js";
 
 describe("/workflow grammar", () => {
   it("parses every form", () => {
@@ -84,7 +84,7 @@ describe("workflow tool parameters", () => {
   });
 });
 
-function harness(options: { additions?: typeof ALL_ADDITIONS } = {}) {
+function harness() {
   const server = new FakeServer();
   const pi = new FakePi();
   const ui = new FakeUi();
@@ -95,7 +95,6 @@ function harness(options: { additions?: typeof ALL_ADDITIONS } = {}) {
     sessionId: "session-1",
     projectPath: "/p",
     getLeafId: () => pi.leafId,
-    additions: options.additions ?? ALL_ADDITIONS,
     pollMs: 0,
     entryWait: { attempts: 10, delayMs: 2 },
     now: () => 10_000,
@@ -247,18 +246,6 @@ describe("workflow tool", () => {
     session.onAgentSettled(false);
     await until("the activation", () => server.ops("run.activate").length === 1);
     assert.equal(server.ops("run.activate")[0]?.runId, "run-1");
-  });
-
-  it("start is refused clearly while the protocol cannot hold a model-started run (nothing is started)", async () => {
-    const { server, session } = harness({ additions: NO_ADDITIONS });
-    await session.start();
-    const outcome = await session.tool("call-1", { action: "start", workflow: "review" });
-    assert.equal(outcome.isError, true);
-    assert.equal(
-      outcome.text,
-      "Workflow review was not started: this pi-workflows server cannot hold a model-started run until your turn ends (it needs run.start {held: true} and run.activate). Ask the user to start it with /workflow review.",
-    );
-    assert.equal(server.ops("run.start").length, 0);
   });
 
   it("submit outside a step, with a wrong step or a stale attempt gets the reference errors", async () => {

@@ -10,10 +10,11 @@ import { describe, it } from "node:test";
 
 import { deliveryOf, startsTurn } from "../src/extension/messages.js";
 import { WorkflowSession } from "../src/extension/session.js";
-import { ALL_ADDITIONS, FakePi, FakeServer, FakeUi, NO_ADDITIONS, node, runView, settle, step, until } from "./extension-fakes.js";
+import { FakePi, FakeServer, FakeUi, node, runView, settle, step, until } from "./extension-fakes.js";
 
-function harness(options: { additions?: typeof ALL_ADDITIONS } = {}) {
+function harness(options: { grantsEpochs?: boolean } = {}) {
   const server = new FakeServer();
+  server.grantsEpochs = options.grantsEpochs ?? true;
   const pi = new FakePi();
   const ui = new FakeUi();
   server.run = runView({ nodes: [node("draft", "agent", "waiting")], steps: { items: [step(1, "draft", 1_000, { attemptId: "att-1" })], total: 1 }, display: { status: "waiting", activity: "none", controls: ["pause", "cancel"], waitingOn: "draft" } });
@@ -25,7 +26,6 @@ function harness(options: { additions?: typeof ALL_ADDITIONS } = {}) {
     sessionId: "session-1",
     projectPath: "/p",
     getLeafId: () => pi.leafId,
-    additions: options.additions ?? ALL_ADDITIONS,
     pollMs: 0,
     entryWait: { attempts: 100, delayMs: 2 },
     now: () => 10_000,
@@ -190,8 +190,8 @@ describe("WorkflowMessageCoordinator", () => {
     await session.stop();
   });
 
-  it("sends nothing and reports nothing when the server grants no epoch (today's client.v1)", async () => {
-    const { server, pi, session } = harness({ additions: NO_ADDITIONS });
+  it("sends nothing and reports nothing when the server grants no epoch", async () => {
+    const { server, pi, session } = harness({ grantsEpochs: false });
     server.addMessage("step", "Step text");
     await session.start();
     await session.tick();

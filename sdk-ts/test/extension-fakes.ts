@@ -10,7 +10,6 @@ import { createHash } from "node:crypto";
 import type { Accepted, Settled } from "../src/client/client.js";
 import { WorkflowClientError } from "../src/client/errors.js";
 import type { SubscriptionEvent } from "../src/client/subscription.js";
-import type { ProtocolAdditions } from "../src/extension/additions.js";
 import type { BranchEntryLike, Delivery } from "../src/extension/messages.js";
 import type { PiPort, ServerPort, SubscriptionLike, UiPort } from "../src/extension/ports.js";
 import type {
@@ -29,8 +28,6 @@ import type {
   WorkflowMessage,
 } from "../src/generated/types.js";
 
-export const ALL_ADDITIONS: ProtocolAdditions = { coordinate: true, heldStart: true, activate: true };
-export const NO_ADDITIONS: ProtocolAdditions = { coordinate: false, heldStart: false, activate: false };
 
 const reference = (text: string): ContentReference => ({
   bytes: Buffer.byteLength(text),

@@ -63,6 +63,8 @@ pub struct App {
     pub stop_requested: Notify,
     /// Notified after a submission's verdict commits (`submissions` waits on it).
     pub submission_settled: Notify,
+    /// The process-local coordinator epochs of origin sessions.
+    pub coordinators: crate::coordinator::Coordinators,
 }
 
 /// Why the server could not start.
@@ -141,6 +143,7 @@ impl App {
             stopping: AtomicBool::new(false),
             stop_requested: Notify::new(),
             submission_settled: Notify::new(),
+            coordinators: crate::coordinator::Coordinators::default(),
         });
         Ok((app, lock))
     }

@@ -196,14 +196,26 @@ async fn dispatch(
                 not_found(&request, "no such subscription on this connection")
             }
         }
-        RequestPayload::SessionViewGet(_) => session_view(app, &request).await,
+        RequestPayload::SessionViewGet(get) => {
+            crate::coordinator::session_view(app, &request.request_id, &get, outbox.connection_id())
+                .await
+        }
         RequestPayload::SessionViewClearTerminal(_) => clear_terminal(app, &request).await,
         RequestPayload::WorkflowsList(_) => workflows_list(app, &request),
         RequestPayload::RunPause(_)
         | RequestPayload::RunResume(_)
         | RequestPayload::RunCancel(_)
         | RequestPayload::RunRestart(_)
+        | RequestPayload::RunActivate(_)
         | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
+        RequestPayload::WorkflowMessageReportBranch(report) => {
+            let connection = outbox.connection_id();
+            crate::coordinator::report_branch(app, &request.request_id, &report, connection).await
+        }
+        RequestPayload::WorkflowTurnReport(report) => {
+            let connection = outbox.connection_id();
+            crate::coordinator::report_turn(app, &request.request_id, &report, connection).await
+        }
         RequestPayload::InteractionSubmit(submit) => {
             crate::submissions::submit(
                 app,
@@ -235,8 +247,6 @@ async fn dispatch(
         | RequestPayload::ResourceReconcile(_)
         | RequestPayload::ResourceDelete(_)
         | RequestPayload::SessionEventsRecord(_)
-        | RequestPayload::WorkflowMessageReportBranch(_)
-        | RequestPayload::WorkflowTurnReport(_)
         | RequestPayload::StateVerify(_)
         | RequestPayload::StateBackup(_)
         | RequestPayload::StatePrune(_)
@@ -526,6 +536,7 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
     if let Some(adopted) = precheck(app, &request).await {
         return adopted;
     }
+    let held = payload.get("held").and_then(Value::as_bool) == Some(true);
     let input = payload.get("input").cloned().unwrap_or(json!({}));
     // The schema checked its fields; stored canonical, handed to every runner launch.
     let agent_model_json = payload
@@ -572,7 +583,8 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
             run_id: run_id.clone(),
             mode: mode.clone(),
         };
-        let reserved = match run::reserve(new_run, Lineage::default(), &session_runs, now_ms) {
+        let reserve = if held { run::reserve_held } else { run::reserve };
+        let reserved = match reserve(new_run, Lineage::default(), &session_runs, now_ms) {
             Ok(reserved) => reserved,
             Err(rejection) => return Ok(Executed::rejected(&rejection)),
         };
@@ -678,6 +690,7 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
                 run::resume(&before, ids, now_ms).map(Some)
             }
             "run.restart" => return restart(connection, &before, now_ms),
+            "run.activate" => run::activate(&before, now_ms).map(Some),
             "checkpoint.answer" => {
                 return answer_checkpoint(connection, &before, answer_blob, now_ms);
             }
@@ -1105,38 +1118,6 @@ async fn subscribe(
         )),
         // The connection is gone: nobody reads an answer.
         Err(NotStarted::Closed) => None,
-    }
-}
-
-async fn session_view(app: &Arc<App>, request: &Request) -> Value {
-    let session = SessionId::new(
-        request
-            .payload
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    );
-    let view = app
-        .store
-        .write(move |connection| {
-            Ok(Commit::Keep(crate::reads::session_view(
-                connection, &session,
-            )?))
-        })
-        .await;
-    match view {
-        Ok(view) => {
-            let revision = view.get("revision").and_then(Value::as_u64);
-            response(
-                &request.request_id,
-                "sessionView.get",
-                "accepted",
-                revision,
-                Some(view),
-                None,
-            )
-        }
-        Err(_) => unavailable(request),
     }
 }
 

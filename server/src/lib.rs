@@ -14,6 +14,7 @@
 pub mod app;
 pub mod clock;
 pub mod config;
+pub mod coordinator;
 pub mod discovery;
 pub mod effects;
 pub mod fault;

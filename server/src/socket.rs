@@ -157,9 +157,16 @@ struct Outgoing {
 #[derive(Clone, Debug)]
 pub struct Outbox {
     sender: mpsc::Sender<Outgoing>,
+    /// This connection's process-local id (the coordinator epochs' owner).
+    connection: kernel::ids::ConnectionId,
 }
 
 impl Outbox {
+    /// The id of the connection this outbox writes to.
+    pub fn connection_id(&self) -> &kernel::ids::ConnectionId {
+        &self.connection
+    }
+
     /// Queues a frame; waits while the connection's queue is full. Returns
     /// `false` when the connection is gone.
     pub async fn send(&self, frame: Vec<u8>) -> bool {
@@ -330,7 +337,10 @@ async fn connection(app: Arc<App>, stream: UnixStream, slot: Slot) {
         activity.clone(),
         app.faults.clone(),
     ));
-    let outbox = Outbox { sender };
+    let outbox = Outbox {
+        sender,
+        connection: kernel::ids::ConnectionId::new(format!("conn-{}", crate::ids::random_hex::<8>())),
+    };
     let hello = frame(&json!({
         "schema": "pi-workflows.client.v1",
         "type": "hello",
@@ -353,6 +363,7 @@ async fn connection(app: Arc<App>, stream: UnixStream, slot: Slot) {
     )
     .await;
     subscriptions.close_all();
+    crate::coordinator::disconnected(&app, outbox.connection_id());
     let mut abort = Some(abort);
     let closing = match end {
         End::Eof => None,

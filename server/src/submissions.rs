@@ -2,10 +2,11 @@
 //! `kernel::interaction` and answered only at its durable outcome.
 //!
 //! Invariants:
-//! - Served for headless runs (the live runner's authority). A coordinator
-//!   (origin-session) submission is answered `unavailable` before anything
-//!   is read: its accepted attempt would need `AttemptFollowUp::FinishOk`,
-//!   which this server does not perform yet.
+//! - Served for headless runs (the live runner's authority) and interactive
+//!   runs (the origin session's active coordinator epoch: the session must
+//!   be the run's origin and the epoch its active one). An accepted
+//!   interactive submission finishes its waiting attempt in the verdict's
+//!   transaction (`coordinator::apply_attempt_follow_up`).
 //! - The request is resolved from the exact interaction id (settled or not);
 //!   its run, attempt, authority (`check_authority`) and kind are checked
 //!   before any stored submission is looked up or anything changes.
@@ -64,17 +65,15 @@ pub async fn submit(
             "interaction.submit needs a runId and an idempotencyKey",
         );
     };
-    if matches!(payload.authority, InteractionAuthority::Coordinator { .. }) {
-        // Finishing an interactive attempt from its accepted submission (the
-        // kernel's `AttemptFollowUp::FinishOk`) is not performed yet: refuse
-        // before anything is stored rather than accept a submission whose
-        // attempt would never finish.
-        return refuse(
-            "unavailable",
-            ErrorCode::Unavailable,
-            "origin-session submissions are not available in this server version yet; headless runs submit through their runner's Pi",
-        );
-    }
+    // A coordinator submission must come from the session's active epoch
+    // (checked again, with the session ownership, in the transaction).
+    let coordinator_epoch = match &payload.authority {
+        InteractionAuthority::Coordinator {
+            coordinator_epoch, ..
+        } => Some(kernel::ids::CoordinatorEpoch(coordinator_epoch.get())),
+        InteractionAuthority::Runner { .. } => None,
+    };
+    let job_app = app.clone();
     let interaction_id = InteractionId::new(payload.interaction_id.to_string());
     let attempt_id = kernel::ids::AttemptId::new(payload.attempt_id.to_string());
     let authority = match &payload.authority {
@@ -123,6 +122,15 @@ pub async fn submit(
             if let Err(rejection) = interaction::check_authority(&agg, &authority) {
                 let (code, message, _) = crate::wire::rejection(&rejection);
                 return refuse("rejected", code, message);
+            }
+            if let (Some(epoch), SubmitAuthority::Coordinator { session_id }) = (coordinator_epoch, &authority)
+                && job_app.coordinators.active_epoch(session_id) != Some(epoch)
+            {
+                return refuse(
+                    "claimLost",
+                    ErrorCode::ClaimLost,
+                    "another connection is the session's coordinator now; read the session view again",
+                );
             }
             let stored = submissions::of_interaction(connection, &interaction_id)?;
             match interaction::submit(&agg, &stored, &interaction_id, new, now_ms) {

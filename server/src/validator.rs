@@ -259,6 +259,8 @@ async fn record(
         Reported::Accepted(output) => Some(Blob::json(output)),
         Reported::Rejected(_) | Reported::Stopped => None,
     };
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
     let written = app
         .store
         .write(move |connection| {
@@ -280,11 +282,6 @@ async fn record(
                 // A stale verdict (already decided, or the run ended): nothing changes.
                 return Ok(Commit::Discard(Vec::new()));
             };
-            if verdict.follow_up.is_some() {
-                // Finishing an interactive attempt from its accepted submission
-                // is the origin-session work of a later change.
-                crate::log::line("an accepted interactive submission waits for its attempt to be finished (not performed by this server version)");
-            }
             runs::write(connection, Some(&agg), &verdict.run.facts, &verdict.run.outputs, now_ms)?;
             let error = match &reported {
                 Reported::Rejected(message) => Some(message.as_str()),
@@ -292,7 +289,12 @@ async fn record(
                 Reported::Accepted(_) => None,
             };
             submissions::settle(connection, &verdict.submission, error, output_blob.as_ref(), now_ms)?;
-            Ok(Commit::Keep(verdict.run.outputs))
+            let mut outputs = verdict.run.outputs;
+            // An accepted origin-session submission finishes its waiting attempt here.
+            if let Some(follow_up) = &verdict.follow_up {
+                outputs.extend(crate::coordinator::apply_attempt_follow_up(connection, &control, ttl_ms, follow_up, now_ms)?);
+            }
+            Ok(Commit::Keep(outputs))
         })
         .await;
     if let Ok(outputs) = written {

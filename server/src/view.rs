@@ -522,7 +522,8 @@ fn reason_text(reason: &DisplayReason, detail: &ReasonDetail<'_>) -> String {
                 | ParkReason::WorkerCrashed
                 | ParkReason::ResumeReady
                 | ParkReason::Paused
-                | ParkReason::EffectAmbiguous => (
+                | ParkReason::EffectAmbiguous
+                | ParkReason::Held => (
                     "it is parked",
                     "Resume or cancel the run.",
                 ),

@@ -19,6 +19,8 @@ pub enum RequestPayload {
     RunCancel(types::EmptyPayload),
     /// `run.restart`
     RunRestart(types::EmptyPayload),
+    /// `run.activate`
+    RunActivate(types::EmptyPayload),
     /// `checkpoint.answer`
     CheckpointAnswer(types::CheckpointAnswerPayload),
     /// `decision.answer`
@@ -58,7 +60,7 @@ pub enum RequestPayload {
     /// `unsubscribe`
     Unsubscribe(types::UnsubscribePayload),
     /// `sessionView.get`
-    SessionViewGet(types::SessionPayload),
+    SessionViewGet(types::SessionViewGetPayload),
     /// `sessionView.clearTerminal`
     SessionViewClearTerminal(types::SessionPayload),
     /// `sessionEvents.record`
@@ -91,6 +93,7 @@ impl RequestPayload {
             Self::RunResume(_) => types::Operation::RunResume,
             Self::RunCancel(_) => types::Operation::RunCancel,
             Self::RunRestart(_) => types::Operation::RunRestart,
+            Self::RunActivate(_) => types::Operation::RunActivate,
             Self::CheckpointAnswer(_) => types::Operation::CheckpointAnswer,
             Self::DecisionAnswer(_) => types::Operation::DecisionAnswer,
             Self::InteractionUpdate(_) => types::Operation::InteractionUpdate,
@@ -151,6 +154,9 @@ pub fn parse_request_payload(
             }
             types::Operation::RunRestart => {
                 RequestPayload::RunRestart(types::EmptyPayload::deserialize(value)?)
+            }
+            types::Operation::RunActivate => {
+                RequestPayload::RunActivate(types::EmptyPayload::deserialize(value)?)
             }
             types::Operation::CheckpointAnswer => {
                 RequestPayload::CheckpointAnswer(
@@ -239,7 +245,7 @@ pub fn parse_request_payload(
             }
             types::Operation::SessionViewGet => {
                 RequestPayload::SessionViewGet(
-                    types::SessionPayload::deserialize(value)?,
+                    types::SessionViewGetPayload::deserialize(value)?,
                 )
             }
             types::Operation::SessionViewClearTerminal => {
@@ -307,6 +313,8 @@ pub enum ResponseReceipt {
     RunCancel(types::RunControlReceipt),
     /// `run.restart`
     RunRestart(types::RunRestartReceipt),
+    /// `run.activate`
+    RunActivate(types::RunControlReceipt),
     /// `checkpoint.answer`
     CheckpointAnswer(types::CheckpointAnswerReceipt),
     /// `decision.answer`
@@ -379,6 +387,7 @@ impl ResponseReceipt {
             Self::RunResume(_) => types::Operation::RunResume,
             Self::RunCancel(_) => types::Operation::RunCancel,
             Self::RunRestart(_) => types::Operation::RunRestart,
+            Self::RunActivate(_) => types::Operation::RunActivate,
             Self::CheckpointAnswer(_) => types::Operation::CheckpointAnswer,
             Self::DecisionAnswer(_) => types::Operation::DecisionAnswer,
             Self::InteractionUpdate(_) => types::Operation::InteractionUpdate,
@@ -440,6 +449,11 @@ pub fn parse_response_receipt(
             types::Operation::RunRestart => {
                 ResponseReceipt::RunRestart(
                     types::RunRestartReceipt::deserialize(value)?,
+                )
+            }
+            types::Operation::RunActivate => {
+                ResponseReceipt::RunActivate(
+                    types::RunControlReceipt::deserialize(value)?,
                 )
             }
             types::Operation::CheckpointAnswer => {
@@ -589,15 +603,16 @@ impl types::Operation {
         matches!(
             self, types::Operation::RunStart | types::Operation::RunPause |
             types::Operation::RunResume | types::Operation::RunCancel |
-            types::Operation::RunRestart | types::Operation::CheckpointAnswer |
-            types::Operation::DecisionAnswer | types::Operation::InteractionUpdate |
-            types::Operation::InteractionSubmit | types::Operation::EffectRecover |
-            types::Operation::SettingsUpdate | types::Operation::FollowUpAdd |
-            types::Operation::FollowUpCancel | types::Operation::ResourceApply |
-            types::Operation::ResourceReconcile | types::Operation::ResourceDelete |
-            types::Operation::ServerStop | types::Operation::SessionViewClearTerminal |
-            types::Operation::StateBackup | types::Operation::StatePrune |
-            types::Operation::ChannelReload | types::Operation::ChannelRecover
+            types::Operation::RunRestart | types::Operation::RunActivate |
+            types::Operation::CheckpointAnswer | types::Operation::DecisionAnswer |
+            types::Operation::InteractionUpdate | types::Operation::InteractionSubmit |
+            types::Operation::EffectRecover | types::Operation::SettingsUpdate |
+            types::Operation::FollowUpAdd | types::Operation::FollowUpCancel |
+            types::Operation::ResourceApply | types::Operation::ResourceReconcile |
+            types::Operation::ResourceDelete | types::Operation::ServerStop |
+            types::Operation::SessionViewClearTerminal | types::Operation::StateBackup |
+            types::Operation::StatePrune | types::Operation::ChannelReload |
+            types::Operation::ChannelRecover
         )
     }
 }

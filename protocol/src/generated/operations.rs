@@ -74,6 +74,15 @@ impl ClientOperation for RunRestart {
     type Receipt = types::RunRestartReceipt;
     const STATE_CHANGING: bool = true;
 }
+/// `run.activate`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunActivate;
+impl ClientOperation for RunActivate {
+    const OPERATION: types::Operation = types::Operation::RunActivate;
+    type Payload = types::EmptyPayload;
+    type Receipt = types::RunControlReceipt;
+    const STATE_CHANGING: bool = true;
+}
 /// `checkpoint.answer`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CheckpointAnswer;
@@ -250,7 +259,7 @@ impl ClientOperation for Unsubscribe {
 pub struct SessionViewGet;
 impl ClientOperation for SessionViewGet {
     const OPERATION: types::Operation = types::Operation::SessionViewGet;
-    type Payload = types::SessionPayload;
+    type Payload = types::SessionViewGetPayload;
     type Receipt = types::SessionView;
     const STATE_CHANGING: bool = false;
 }

@@ -1260,6 +1260,8 @@ pub enum Control {
     RecoverEffect,
     #[serde(rename = "restart")]
     Restart,
+    #[serde(rename = "activate")]
+    Activate,
 }
 impl ::std::fmt::Display for Control {
     fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
@@ -1273,6 +1275,7 @@ impl ::std::fmt::Display for Control {
             Self::Cancel => f.write_str("cancel"),
             Self::RecoverEffect => f.write_str("recoverEffect"),
             Self::Restart => f.write_str("restart"),
+            Self::Activate => f.write_str("activate"),
         }
     }
 }
@@ -1291,6 +1294,7 @@ impl ::std::str::FromStr for Control {
             "cancel" => Ok(Self::Cancel),
             "recoverEffect" => Ok(Self::RecoverEffect),
             "restart" => Ok(Self::Restart),
+            "activate" => Ok(Self::Activate),
             _ => Err("invalid value".into()),
         }
     }
@@ -3776,6 +3780,8 @@ pub enum Operation {
     RunCancel,
     #[serde(rename = "run.restart")]
     RunRestart,
+    #[serde(rename = "run.activate")]
+    RunActivate,
     #[serde(rename = "checkpoint.answer")]
     CheckpointAnswer,
     #[serde(rename = "decision.answer")]
@@ -3847,6 +3853,7 @@ impl ::std::fmt::Display for Operation {
             Self::RunResume => f.write_str("run.resume"),
             Self::RunCancel => f.write_str("run.cancel"),
             Self::RunRestart => f.write_str("run.restart"),
+            Self::RunActivate => f.write_str("run.activate"),
             Self::CheckpointAnswer => f.write_str("checkpoint.answer"),
             Self::DecisionAnswer => f.write_str("decision.answer"),
             Self::InteractionUpdate => f.write_str("interaction.update"),
@@ -3894,6 +3901,7 @@ impl ::std::str::FromStr for Operation {
             "run.resume" => Ok(Self::RunResume),
             "run.cancel" => Ok(Self::RunCancel),
             "run.restart" => Ok(Self::RunRestart),
+            "run.activate" => Ok(Self::RunActivate),
             "checkpoint.answer" => Ok(Self::CheckpointAnswer),
             "decision.answer" => Ok(Self::DecisionAnswer),
             "interaction.update" => Ok(Self::InteractionUpdate),
@@ -4958,7 +4966,7 @@ pub struct RunRestartReceipt {
     pub run_id: RunId,
     pub status: RunStatus,
 }
-///Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs.
+///Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. held: true (interactive only) saves the run without starting it; run.activate releases it (a model-started run activates after its initiating turn settles).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunStartPayload {
@@ -4970,6 +4978,8 @@ pub struct RunStartPayload {
     pub agent_model: ::std::option::Option<AgentModel>,
     #[serde(rename = "executionMode")]
     pub execution_mode: ExecutionMode,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub held: ::std::option::Option<bool>,
     ///Any JSON value.
     pub input: ::serde_json::Value,
     #[serde(
@@ -6106,6 +6116,12 @@ pub struct SessionView {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub active_run: ::std::option::Option<RunView>,
+    ///The coordinator epoch of the reading connection, present only when it asked to coordinate and owns the session's active epoch; nextEligibleMessageId is given only with it.
+    #[serde(
+        rename = "coordinatorEpoch",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub coordinator_epoch: ::std::option::Option<super::constrained::CoordinatorEpoch>,
     #[serde(rename = "messageCount")]
     pub message_count: super::constrained::Count,
     pub messages: ::std::vec::Vec<WorkflowMessage>,
@@ -6115,6 +6131,15 @@ pub struct SessionView {
     )]
     pub next_eligible_message_id: ::std::option::Option<MessageId>,
     pub revision: super::constrained::Revision,
+    #[serde(rename = "sessionId")]
+    pub session_id: SessionId,
+}
+///Read an origin-session view. coordinate: true asks that the reading connection become the session's one active message coordinator (a new connection fences the previous one); the view then carries its coordinatorEpoch.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionViewGetPayload {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub coordinate: ::std::option::Option<bool>,
     #[serde(rename = "sessionId")]
     pub session_id: SessionId,
 }
@@ -7572,12 +7597,27 @@ pub struct WorkflowListReceipt {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowMessage {
+    ///The node attempt of that request (step messages only).
+    #[serde(
+        rename = "attemptId",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub attempt_id: ::std::option::Option<AttemptId>,
     pub content: ContentReference,
     #[serde(rename = "entryId", skip_serializing_if = "::std::option::Option::is_none")]
     pub entry_id: ::std::option::Option<EntryId>,
+    ///The interactive request a step message presents (step messages only).
+    #[serde(
+        rename = "interactionId",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub interaction_id: ::std::option::Option<InteractionId>,
     pub kind: MessageKind,
     #[serde(rename = "messageId")]
     pub message_id: MessageId,
+    ///The node of that attempt (step messages only).
+    #[serde(rename = "nodeId", skip_serializing_if = "::std::option::Option::is_none")]
+    pub node_id: ::std::option::Option<NodeId>,
     pub order: super::constrained::Sequence,
     #[serde(rename = "runId")]
     pub run_id: RunId,

@@ -94,3 +94,16 @@ export function branchIndex(branch: readonly BranchEntryLike[]): Map<string, str
   }
   return found;
 }
+
+/** The request a step message presents (`interactionId`, `attemptId`, `nodeId`). */
+export interface StepSource {
+  interactionId: string;
+  attemptId: string;
+  nodeId: string | undefined;
+}
+
+/** The request a step message presents, when the server names it (step messages only). */
+export function stepSourceOf(message: WorkflowMessage): StepSource | undefined {
+  if (message.kind !== "step" || message.interactionId === undefined || message.attemptId === undefined) return undefined;
+  return { interactionId: message.interactionId, attemptId: message.attemptId, nodeId: message.nodeId };
+}

@@ -21,8 +21,8 @@
 import { createHash } from "node:crypto";
 import { WorkflowClientError } from "../client/errors.js";
 import type { JsonValue, RunView, StepRecord } from "../generated/types.js";
-import { BUNDLED_ADDITIONS, type ProtocolAdditions, heldStartPayload, offersActivate, stepSourceOf } from "./additions.js";
 import { WorkflowMessageCoordinator } from "./coordinator.js";
+import { stepSourceOf } from "./messages.js";
 import { parseWorkflowCommand } from "./grammar.js";
 import type { PiPort, ServerPort, UiPort } from "./ports.js";
 import * as texts from "./texts.js";
@@ -39,7 +39,6 @@ export interface WorkflowSessionOptions {
   projectPath: string;
   /** `ctx.sessionManager.getLeafId()`. */
   getLeafId: () => string | null;
-  additions?: ProtocolAdditions;
   now?: () => number;
   /** The recovery poll period (default 1 000 ms); 0 disables the timer (tests call `tick()`). */
   pollMs?: number;
@@ -66,7 +65,6 @@ export class WorkflowSession {
   readonly coordinator: WorkflowMessageCoordinator;
   readonly turns: TurnReporter;
   private readonly options: WorkflowSessionOptions;
-  private readonly additions: ProtocolAdditions;
   private readonly now: () => number;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -79,12 +77,10 @@ export class WorkflowSession {
 
   constructor(options: WorkflowSessionOptions) {
     this.options = options;
-    this.additions = options.additions ?? BUNDLED_ADDITIONS;
     this.now = options.now ?? Date.now;
     this.source = new SessionViewSource({
       server: options.server,
       sessionId: options.sessionId,
-      additions: this.additions,
       onView: (view) => this.onView(view),
       onUnavailable: (error) => this.onUnavailable(error),
     });
@@ -241,12 +237,12 @@ export class WorkflowSession {
   /** Activates a held run the server offers to activate, while Pi is idle. */
   private activateHeld(view: LoadedView): void {
     const run = view.run;
-    if (!this.additions.activate || run === undefined || !offersActivate(run) || this.activating.has(run.runId)) return;
+    if (run === undefined || !run.display.controls.includes("activate") || this.activating.has(run.runId)) return;
     const { pi } = this.options;
     if (!pi.isIdle() || pi.hasPendingMessages()) return;
     this.activating.add(run.runId);
     void this.options.server
-      .request("run.activate" as "run.resume", { runId: run.runId, payload: {}, idempotent: `activate.${run.runId}` })
+      .request("run.activate", { runId: run.runId, payload: {}, idempotent: `activate.${run.runId}` })
       .finally(() => {
         this.activating.delete(run.runId);
         void this.source.refresh();
@@ -388,9 +384,8 @@ export class WorkflowSession {
       case "list":
         return ok(await this.listText(call.offset));
       case "start": {
-        if (!this.additions.heldStart) return fail(texts.heldStartUnsupportedText(call.workflow), { workflow: call.workflow, queued: false });
         const { server, sessionId, projectPath } = this.options;
-        const payload = heldStartPayload({ workflow: call.workflow, input: call.input, executionMode: "interactive", projectPath, originSessionId: sessionId });
+        const payload = { workflow: call.workflow, input: call.input, executionMode: "interactive", projectPath, originSessionId: sessionId, held: true } as const;
         const started = await server.runStart(payload, { idempotencyKey: key });
         void this.source.refresh();
         return ok(texts.queuedText(call.workflow, started.receipt.runId), { workflow: call.workflow, runId: started.receipt.runId, queued: true });

@@ -40,9 +40,6 @@ export const startedText = (workflow: string, runId: string): string => `Workflo
 
 export const queuedText = (workflow: string, runId: string): string => `Workflow ${workflow} queued (run ${runId}).`;
 
-export const heldStartUnsupportedText = (workflow: string): string =>
-  `Workflow ${workflow} was not started: this pi-workflows server cannot hold a model-started run until your turn ends (it needs run.start {held: true} and run.activate). Ask the user to start it with /workflow ${workflow}.`;
-
 export const NO_RUN_TEXT = "No workflow is running.";
 
 export const unavailableText = (message: string): string => `The pi-workflows server is unavailable (${message}); status shows again once it is back.`;

@@ -18,7 +18,6 @@
 import { COMPLETE_VIEW_ATTEMPTS, MAX_PAGE_BYTES } from "../client/client.js";
 import { WorkflowClientError } from "../client/errors.js";
 import type { RunView, SessionView, WorkflowMessage } from "../generated/types.js";
-import { type ProtocolAdditions, coordinatorEpochOf, sessionViewPayload } from "./additions.js";
 import type { ServerPort, SubscriptionLike } from "./ports.js";
 
 /** One complete origin-session view. */
@@ -42,7 +41,6 @@ export interface LoadedView {
 export interface SessionViewSourceOptions {
   server: ServerPort;
   sessionId: string;
-  additions: ProtocolAdditions;
   /** Every complete view, in read order. */
   onView: (view: LoadedView) => void;
   /** A read or connection failed (the message is safe to show). */
@@ -170,7 +168,7 @@ export class SessionViewSource {
   private async readOnce(): Promise<LoadedView | undefined> {
     try {
       for (let attempt = 0; attempt < COMPLETE_VIEW_ATTEMPTS; attempt++) {
-        const answered = await this.options.server.sessionView(sessionViewPayload(this.options.sessionId, this.options.additions));
+        const answered = await this.options.server.sessionView({ sessionId: this.options.sessionId, coordinate: true });
         const run = await this.completeRun(answered.view.activeRun);
         if (run === null) continue; // the run moved on between pages: read again
         const loaded = loadedOf(answered.view, run, answered.connectionGeneration);
@@ -216,7 +214,7 @@ function loadedOf(view: SessionView, run: RunView | undefined, connectionGenerat
     messages: view.messages,
     messageCount: view.messageCount,
     nextEligibleMessageId: view.nextEligibleMessageId,
-    coordinatorEpoch: coordinatorEpochOf(view),
+    coordinatorEpoch: view.coordinatorEpoch,
     connectionGeneration,
   };
 }

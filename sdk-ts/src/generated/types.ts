@@ -290,10 +290,10 @@ export interface ContinuationOf {
 }
 
 /** A control the server currently allows. */
-export type Control = "submit" | "update" | "answer" | "humanAnswer" | "pause" | "resume" | "cancel" | "recoverEffect" | "restart";
+export type Control = "submit" | "update" | "answer" | "humanAnswer" | "pause" | "resume" | "cancel" | "recoverEffect" | "restart" | "activate";
 
 /** Every value of Control, in schema order. */
-export const ControlValues: readonly Control[] = ["submit", "update", "answer", "humanAnswer", "pause", "resume", "cancel", "recoverEffect", "restart"];
+export const ControlValues: readonly Control[] = ["submit", "update", "answer", "humanAnswer", "pause", "resume", "cancel", "recoverEffect", "restart", "activate"];
 
 /** A resource manager controller name. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type ControllerName = string;
@@ -616,10 +616,10 @@ export type NotificationKind = "progress" | "final";
 export const NotificationKindValues: readonly NotificationKind[] = ["progress", "final"];
 
 /** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
-export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
+export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
 
 /** Every value of Operation, in schema order. */
-export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
+export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
 
 /** An npm/crate package version (semantic version). */
 export type PackageVersion = string;
@@ -840,11 +840,12 @@ export interface RunRestartReceipt {
   "status": RunStatus;
 }
 
-/** Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. */
+/** Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. held: true (interactive only) saves the run without starting it; run.activate releases it (a model-started run activates after its initiating turn settles). */
 export interface RunStartPayload {
   /** The run's Pi model arguments for headless agent steps (pi-workflows start --model, --thinking); a node's or its workflow's own model wins. */
   "agentModel"?: AgentModel;
   "executionMode": ExecutionMode;
+  "held"?: boolean;
   /** Any JSON value. */
   "input": JsonValue;
   "originSessionId"?: SessionId;
@@ -1306,10 +1307,18 @@ export interface SessionPayload {
 /** The origin-session view from one consistent read. */
 export interface SessionView {
   "activeRun"?: RunView;
+  /** The coordinator epoch of the reading connection, present only when it asked to coordinate and owns the session's active epoch; nextEligibleMessageId is given only with it. */
+  "coordinatorEpoch"?: CoordinatorEpoch;
   "messageCount": Count;
   "messages": WorkflowMessage[];
   "nextEligibleMessageId"?: MessageId;
   "revision": Revision;
+  "sessionId": SessionId;
+}
+
+/** Read an origin-session view. coordinate: true asks that the reading connection become the session's one active message coordinator (a new connection fences the previous one); the view then carries its coordinatorEpoch. */
+export interface SessionViewGetPayload {
+  "coordinate"?: boolean;
   "sessionId": SessionId;
 }
 
@@ -1703,10 +1712,16 @@ export interface WorkflowListReceipt {
 
 /** One workflow message record of an origin session. */
 export interface WorkflowMessage {
+  /** The node attempt of that request (step messages only). */
+  "attemptId"?: AttemptId;
   "content": ContentReference;
   "entryId"?: EntryId;
+  /** The interactive request a step message presents (step messages only). */
+  "interactionId"?: InteractionId;
   "kind": MessageKind;
   "messageId": MessageId;
+  /** The node of that attempt (step messages only). */
+  "nodeId"?: NodeId;
   "order": Sequence;
   "runId": RunId;
   "state": MessageState;
@@ -1746,6 +1761,7 @@ export interface RequestPayloadByOperation {
   "run.resume": EmptyPayload;
   "run.cancel": EmptyPayload;
   "run.restart": EmptyPayload;
+  "run.activate": EmptyPayload;
   "checkpoint.answer": CheckpointAnswerPayload;
   "decision.answer": DecisionAnswerPayload;
   "interaction.update": InteractionUpdatePayload;
@@ -1765,7 +1781,7 @@ export interface RequestPayloadByOperation {
   "view.content": ViewContentPayload;
   "subscribe": SubscribePayload;
   "unsubscribe": UnsubscribePayload;
-  "sessionView.get": SessionPayload;
+  "sessionView.get": SessionViewGetPayload;
   "sessionView.clearTerminal": SessionPayload;
   "sessionEvents.record": SessionEventsRecordPayload;
   "workflowMessage.reportBranch": ReportBranchPayload;
@@ -1786,6 +1802,7 @@ export interface ResponseReceiptByOperation {
   "run.resume": RunControlReceipt;
   "run.cancel": RunControlReceipt;
   "run.restart": RunRestartReceipt;
+  "run.activate": RunControlReceipt;
   "checkpoint.answer": CheckpointAnswerReceipt;
   "decision.answer": DecisionAnswerReceipt;
   "interaction.update": InteractionUpdateReceipt;
@@ -1826,6 +1843,7 @@ export const STATE_CHANGING_OPERATIONS: ReadonlySet<Operation> = new Set<Operati
   "run.resume",
   "run.cancel",
   "run.restart",
+  "run.activate",
   "checkpoint.answer",
   "decision.answer",
   "interaction.update",

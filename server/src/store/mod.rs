@@ -41,6 +41,7 @@ pub mod meta;
 mod open;
 pub mod processes;
 pub mod runs;
+pub mod sessions;
 pub mod schema;
 pub mod submissions;
 pub mod updates;

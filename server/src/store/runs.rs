@@ -795,7 +795,7 @@ pub(crate) fn write_effect(
     Ok(())
 }
 
-fn write_interaction(
+pub(crate) fn write_interaction(
     connection: &Connection,
     record: &InteractionRecord,
     now_ms: u64,
@@ -893,7 +893,7 @@ fn missing(kind: &'static str) -> rusqlite::Error {
 /// it. A notification and a follow-up bring their own text. A decision and
 /// a terminal message state, in one line, what they are about. A kind
 /// without its content is an error: no message is ever stored without one.
-fn message_content(
+pub(crate) fn message_content(
     connection: &Connection,
     message: &MessageRecord,
     after: &RunAggregate,
@@ -976,7 +976,7 @@ fn message_content(
 
 /// Inserts a new workflow message row with its content (see
 /// [`message_content`]).
-fn insert_message(
+pub(crate) fn insert_message(
     connection: &Connection,
     message: &MessageRecord,
     content: &Digest,
@@ -1015,7 +1015,7 @@ fn insert_message(
 }
 
 /// Updates what can change on a stored message: its state and Pi entry.
-fn update_message(
+pub(crate) fn update_message(
     connection: &Connection,
     message: &MessageRecord,
     now_ms: u64,

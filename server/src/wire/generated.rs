@@ -51,6 +51,7 @@ pub const fn command_operation(operation: Operation) -> Option<CommandOperation>
         Operation::RunResume => Some(CommandOperation::RunResume),
         Operation::RunCancel => Some(CommandOperation::RunCancel),
         Operation::RunRestart => Some(CommandOperation::RunRestart),
+        Operation::RunActivate => Some(CommandOperation::RunActivate),
         Operation::CheckpointAnswer => Some(CommandOperation::CheckpointAnswer),
         Operation::DecisionAnswer => Some(CommandOperation::DecisionAnswer),
         Operation::InteractionUpdate => Some(CommandOperation::InteractionUpdate),

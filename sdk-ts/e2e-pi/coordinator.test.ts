@@ -1,0 +1,134 @@
+/**
+ * Interactive workflows inside a real Pi conversation (issue 14, server
+ * half): real Pi 1.6.0 in rpc mode with this package's extension, the real
+ * server binary, the node runner, the validation child and the mock model.
+ * The server grants the session's coordinator epoch, the extension delivers
+ * the step message through `pi.sendMessage()`, reports the branch and the
+ * exact model turn, and the model submits through the `workflow` tool.
+ * Run with `npm run test:pi` (after `scripts/install-pi.sh` and
+ * `cargo build -p server`).
+ */
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { type TestContext, describe, it } from "node:test";
+
+import { type MockRequest, type MockRule, reply, submitStep } from "../test-support/mock-model.js";
+import { MOCK_MODEL_ID, MOCK_PROVIDER, type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
+import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+
+/** One agent step whose `validate` accepts only approve or reject; the verdict routes the run. */
+const REVIEW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "review",
+  startAt: "review",
+  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
+  nodes: {
+    review: agent({
+      prompt: ({ input }) => "Review the change: " + String((input as { task?: string } | null)?.task ?? ""),
+      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
+      validate: (output) => {
+        const verdict = (output as { verdict?: unknown }).verdict;
+        if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
+        return output;
+      },
+    }),
+    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
+    rework: compute({ run: () => ({ shipped: false }) }),
+  },
+  edges: [{ from: "review", switch: { on: "$.verdict", cases: { approve: "ship", reject: "rework" } } }],
+});
+`;
+
+const STEP_CONTRACT = "Workflow step contract (workflow: review, step: review";
+const APPROVED = { verdict: "approve", reason: "the tests pass" };
+
+type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
+type Notify = Extract<UiRequest, { method: "notify" }>;
+type Widget = Extract<UiRequest, { method: "setWidget" }>;
+
+interface Setup {
+  server: TestServer;
+  fixture: PiFixture;
+  project: string;
+  env: Record<string, string>;
+}
+
+async function setup(t: TestContext, rules: MockRule[]): Promise<Setup> {
+  const fixture = await piFixture(t, { rules });
+  const server = await TestServer.start();
+  t.after(() => server.stop());
+  const project = server.project();
+  writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW);
+  const env: Record<string, string> = { PI_WORKFLOWS_BIN: serverBinary() };
+  for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) env[key] = value;
+  return { server, fixture, project, env };
+}
+
+function spawnWorkflowPi(s: Setup): Promise<PiRpc> {
+  return s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
+}
+
+const isUi =
+  <M extends UiRequest["method"]>(method: M, test: (request: Extract<UiRequest, { method: M }>) => boolean) =>
+  (record: PiRecord): boolean =>
+    record.type === "extension_ui_request" && record.method === method && test(record as Extract<UiRequest, { method: M }>);
+
+async function workflow(pi: PiRpc, args: string): Promise<Notify> {
+  const since = pi.mark();
+  assert.equal(await pi.prompt(`/workflow ${args}`), "handled");
+  return (await pi.waitFor(isUi("notify", () => true), { since, what: `the notification of /workflow ${args}`, timeoutMs: 30_000 })) as Notify;
+}
+
+async function widget(pi: PiRpc, pattern: RegExp, since = 0, timeoutMs = 60_000): Promise<Widget> {
+  return (await pi.waitFor(isUi("setWidget", (r) => (r.widgetLines ?? []).some((line) => pattern.test(line))), {
+    since,
+    what: `a widget line matching ${pattern}`,
+    timeoutMs,
+  })) as Widget;
+}
+
+/** The step messages the extension put into Pi's session (custom messages of the step type). */
+async function stepEntries(pi: PiRpc): Promise<{ customType?: string; content?: unknown }[]> {
+  const { entries } = await pi.getEntries();
+  return (entries as unknown as { type: string; customType?: string; content?: unknown }[]).filter(
+    (entry) => entry.type === "custom_message" && entry.customType === "pi-workflows-agent-step",
+  );
+}
+
+/** Model requests that a step message opened (the last user message carries the step contract). */
+const stepTurns = (requests: readonly MockRequest[]): MockRequest[] =>
+  requests.filter((request) => request.last?.role === "user" && request.last.text.includes(STEP_CONTRACT));
+
+const agentStarts = (pi: PiRpc, since = 0): number => pi.records.slice(since).filter((record) => record.type === "agent_start").length;
+
+describe("interactive workflows in a real Pi conversation", () => {
+  it("/workflow review runs to completion: one visible step message, one model turn for the step, the accepted submission routes the run", async (t) => {
+    const s = await setup(t, [
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "review fix the bug");
+    assert.equal(started.notifyType, "info", started.message);
+    assert.match(started.message, /^Workflow review started \(run [^)]+\)\./);
+
+    await widget(pi, /^✓ workflow review \[completed\]$/, since);
+    await pi.waitFor((record) => record.type === "agent_settled", { since, what: "the step turn to settle", timeoutMs: 30_000 });
+
+    const steps = await stepEntries(pi);
+    assert.equal(steps.length, 1, `one step message in the session, got ${steps.length}`);
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
+    assert.equal(agentStarts(pi, since), 1, "one Pi agent run for the whole workflow");
+    const submits = s.fixture.mock.requests.filter((request) => request.last?.role === "tool");
+    assert.equal(submits.length, 1);
+    assert.match(submits[0]?.last?.text ?? "", /^Output accepted for step review\. .*End your turn now\.$/);
+
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    const view = await client.view(runId);
+    assert.equal(view.display.status, "completed");
+  });
+});

@@ -1,0 +1,554 @@
+//! Origin-session coordination: the one active coordinator epoch per origin
+//! session, the active-branch report, exact model-turn reports, and the
+//! run-level work they decide. The rules are `kernel::session`'s; this
+//! module loads facts, calls it, writes and answers.
+//!
+//! Invariants:
+//! - Coordinator epochs are process-local (never durable): a server restart
+//!   and a closed connection end them. `sessionView.get {coordinate: true}`
+//!   makes the reading connection the session's active coordinator
+//!   (`session::connect`, fencing the previous one); the view then names its
+//!   epoch, and `nextEligibleMessageId` only to that epoch after its branch
+//!   report (`session::offer`).
+//! - Every decision that reads the epochs runs inside the store's one write
+//!   transaction and changes the epochs there, so epochs and durable session
+//!   facts are decided in one serial order.
+//! - A branch or turn report commits the session facts and every run-level
+//!   follow-up it decided (an aborted turn's pause, a failed attempt after
+//!   too many unproductive turns) in the same transaction, before its
+//!   response. An accepted origin-session submission finishes its waiting
+//!   attempt in the transaction of its verdict ([`apply_attempt_follow_up`]).
+//! - Branch and turn reports store no `host_commands` receipt: the turn id
+//!   and the message ids are their identities, and a repeat adopts the saved
+//!   result (`session::report_turn`).
+
+use crate::app::App;
+use crate::handlers::response;
+use crate::store::attempts::{self, AttemptResult, ResultRecord};
+use crate::store::blobs::Blob;
+use crate::store::{Commit, meta, runs, sessions, submissions};
+use kernel::attempt::NodeOutcome;
+use kernel::claim::ClaimRequest;
+use kernel::ids::{
+    AttemptId, ConnectionId, CoordinatorEpoch, EntryId, MessageId, RunId, SessionId, TurnId,
+};
+use kernel::interaction::AttemptFollowUp;
+use kernel::message::{MessageState, TurnState};
+use kernel::output::Output;
+use kernel::reject::Coded;
+use kernel::session::{
+    self, BranchReport, CoordinatorFacts, RunFollowUp, SessionFacts, SessionRejection, StopReason,
+    TurnPhase, TurnReport,
+};
+use protocol::ErrorCode;
+use protocol::generated::types::{
+    ReportBranchPayload, SessionViewGetPayload, TurnPhase as WirePhase, TurnReportPayload,
+};
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The process-local coordinator state of every origin session.
+#[derive(Debug, Default)]
+pub struct Coordinators {
+    sessions: Mutex<HashMap<SessionId, CoordinatorFacts>>,
+}
+
+impl Coordinators {
+    fn get(&self, session_id: &SessionId) -> CoordinatorFacts {
+        self.sessions
+            .lock()
+            .expect("coordinators lock")
+            .get(session_id)
+            .cloned()
+            .unwrap_or_else(|| CoordinatorFacts::new(session_id.clone()))
+    }
+
+    fn set(&self, facts: CoordinatorFacts) {
+        self.sessions
+            .lock()
+            .expect("coordinators lock")
+            .insert(facts.session_id.clone(), facts);
+    }
+
+    /// The active epoch of `session_id`, if a coordinator is connected.
+    pub fn active_epoch(&self, session_id: &SessionId) -> Option<CoordinatorEpoch> {
+        self.get(session_id).active.map(|active| active.epoch)
+    }
+}
+
+/// A connection closed: the epochs it owned end (open turns stay open).
+pub fn disconnected(app: &Arc<App>, connection_id: &ConnectionId) {
+    let mut sessions = app.coordinators.sessions.lock().expect("coordinators lock");
+    for facts in sessions.values_mut() {
+        *facts = session::disconnect(facts, connection_id).facts;
+    }
+}
+
+fn refuse(request_id: &str, operation: &str, rejection: &SessionRejection) -> Value {
+    let (code, message, outcome) = crate::wire::rejection(rejection);
+    let outcome = if rejection.is_claim_loss() {
+        "claimLost".to_owned()
+    } else if code == ErrorCode::Conflict {
+        "conflict".to_owned()
+    } else {
+        crate::store::codec_name(&outcome)
+    };
+    response(
+        request_id,
+        operation,
+        &outcome,
+        None,
+        None,
+        Some((code, message.to_owned())),
+    )
+}
+
+fn unavailable(request_id: &str, operation: &str, error: &crate::store::StoreError) -> Value {
+    response(
+        request_id,
+        operation,
+        "unavailable",
+        None,
+        None,
+        Some(error.refusal()),
+    )
+}
+
+// ---- sessionView.get -------------------------------------------------------
+
+/// `sessionView.get`: the origin-session view from one consistent read; with
+/// `coordinate: true` the asking connection becomes (or stays) the session's
+/// coordinator and the view names its epoch and, after its branch report,
+/// the next eligible message. Step messages name their request's attempt
+/// and node.
+pub async fn session_view(
+    app: &Arc<App>,
+    request_id: &str,
+    payload: &SessionViewGetPayload,
+    connection_id: &ConnectionId,
+) -> Value {
+    let session_id = SessionId::new(payload.session_id.to_string());
+    let coordinate = payload.coordinate == Some(true);
+    let job_app = app.clone();
+    let connection_id = connection_id.clone();
+    let view = app
+        .store
+        .write(move |connection| {
+            let mut view = crate::reads::session_view(connection, &session_id)?;
+            add_step_sources(connection, &mut view)?;
+            if coordinate {
+                let coordinators = &job_app.coordinators;
+                let mut facts = session::connect(&coordinators.get(&session_id), connection_id.clone()).facts;
+                let epoch = facts.active.as_ref().map(|active| active.epoch);
+                if let Some(epoch) = epoch {
+                    view["coordinatorEpoch"] = json!(epoch.0);
+                    let session_facts = sessions::load(connection, &session_id, None)?;
+                    if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
+                        facts = offered.coordinator;
+                        if let Some(message_id) = offered.message_id {
+                            view["nextEligibleMessageId"] = json!(message_id.as_str());
+                        }
+                    }
+                }
+                coordinators.set(facts);
+            }
+            Ok(Commit::Keep(view))
+        })
+        .await;
+    match view {
+        Ok(view) => {
+            let revision = view.get("revision").and_then(Value::as_u64);
+            response(
+                request_id,
+                "sessionView.get",
+                "accepted",
+                revision,
+                Some(view),
+                None,
+            )
+        }
+        Err(error) => unavailable(request_id, "sessionView.get", &error),
+    }
+}
+
+/// Adds `interactionId`, `attemptId` and `nodeId` to every step message.
+fn add_step_sources(connection: &Connection, view: &mut Value) -> rusqlite::Result<()> {
+    let Some(messages) = view.get_mut("messages").and_then(Value::as_array_mut) else {
+        return Ok(());
+    };
+    for message in messages {
+        if message.get("kind").and_then(Value::as_str) != Some("step") {
+            continue;
+        }
+        let Some(id) = message.get("messageId").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some(source) = sessions::step_source(connection, &MessageId::new(id.to_owned()))? {
+            message["interactionId"] = json!(source.interaction_id.as_str());
+            message["attemptId"] = json!(source.attempt_id.as_str());
+            message["nodeId"] = json!(source.node_id.as_str());
+        }
+    }
+    Ok(())
+}
+
+// ---- workflowMessage.reportBranch --------------------------------------------
+
+/// `workflowMessage.reportBranch` from the active epoch.
+pub async fn report_branch(
+    app: &Arc<App>,
+    request_id: &str,
+    payload: &ReportBranchPayload,
+    connection_id: &ConnectionId,
+) -> Value {
+    const OPERATION: &str = "workflowMessage.reportBranch";
+    let session_id = SessionId::new(payload.session_id.to_string());
+    let epoch = CoordinatorEpoch(payload.coordinator_epoch.get());
+    let report = BranchReport {
+        entries: payload
+            .entries
+            .iter()
+            .map(|entry| {
+                (
+                    MessageId::new(entry.message_id.to_string()),
+                    EntryId::new(entry.entry_id.to_string()),
+                )
+            })
+            .collect(),
+        is_idle: payload.is_idle,
+        has_pending_messages: payload.has_pending_messages,
+        // The payload names no running workflow message: a busy Pi proves no
+        // absence, so no open turn is closed while it runs.
+        active_message: None,
+    };
+    let job_app = app.clone();
+    let connection_id = connection_id.clone();
+    let request_id_owned = request_id.to_owned();
+    let decided = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let coordinator = job_app.coordinators.get(&session_id);
+            let before = sessions::load(connection, &session_id, None)?;
+            let new_ids = fresh_ids(before.runs.len() * 2);
+            let reported = match session::report_branch(
+                &before,
+                &coordinator,
+                &connection_id,
+                epoch,
+                &report,
+                &new_ids,
+                now_ms,
+            ) {
+                Ok(reported) => reported,
+                Err(rejection) => {
+                    return Ok(Commit::Discard((
+                        refuse(&request_id_owned, OPERATION, &rejection),
+                        Vec::new(),
+                    )));
+                }
+            };
+            let mut outputs = Vec::new();
+            let after = match reported.session {
+                Some(transition) => {
+                    sessions::write(connection, &before, &transition.facts, now_ms)?;
+                    outputs.extend(transition.outputs);
+                    transition.facts
+                }
+                None => before.clone(),
+            };
+            outputs.extend(apply_follow_ups(&job_app, connection, &reported.follow_ups, now_ms)?);
+            job_app.coordinators.set(reported.coordinator);
+            let receipt = branch_receipt(&before, &after);
+            let value = response(&request_id_owned, OPERATION, "accepted", None, Some(receipt), None);
+            Ok(Commit::Keep((value, outputs)))
+        })
+        .await;
+    match decided {
+        Ok((value, outputs)) => {
+            app.perform(outputs);
+            value
+        }
+        Err(error) => unavailable(request_id, OPERATION, &error),
+    }
+}
+
+/// `{adopted, created, lostTurns}`: what the report changed.
+fn branch_receipt(before: &SessionFacts, after: &SessionFacts) -> Value {
+    let adopted = after
+        .messages
+        .iter()
+        .filter(|message| message.state == MessageState::Sent)
+        .filter(|message| {
+            before
+                .messages
+                .iter()
+                .any(|old| old.message_id == message.message_id && old.state != MessageState::Sent)
+        })
+        .count();
+    let created = after
+        .messages
+        .iter()
+        .filter(|message| !before.messages.iter().any(|old| old.message_id == message.message_id))
+        .count();
+    let lost = after
+        .turns
+        .iter()
+        .filter(|turn| turn.state == TurnState::Lost)
+        .filter(|turn| {
+            before
+                .turns
+                .iter()
+                .any(|old| old.turn_id == turn.turn_id && old.state == TurnState::Open)
+        })
+        .count();
+    json!({ "adopted": adopted, "created": created, "lostTurns": lost })
+}
+
+fn fresh_ids(count: usize) -> Vec<MessageId> {
+    (0..count.max(1))
+        .map(|_| MessageId::new(crate::ids::uuid()))
+        .collect()
+}
+
+// ---- workflowTurn.report ------------------------------------------------------
+
+/// `workflowTurn.report`: one exact turn start or end from the active epoch.
+pub async fn report_turn(
+    app: &Arc<App>,
+    request_id: &str,
+    payload: &TurnReportPayload,
+    connection_id: &ConnectionId,
+) -> Value {
+    const OPERATION: &str = "workflowTurn.report";
+    let phase = match (&payload.phase, &payload.stop_reason) {
+        (WirePhase::Start, None) => TurnPhase::Start,
+        (WirePhase::End, Some(reason)) => TurnPhase::End {
+            stop_reason: match reason {
+                protocol::generated::types::StopReason::Completed => StopReason::Completed,
+                protocol::generated::types::StopReason::Aborted => StopReason::Aborted,
+                protocol::generated::types::StopReason::Error => StopReason::Error,
+            },
+            entry_id: payload
+                .entry_id
+                .as_ref()
+                .map(|entry| EntryId::new(entry.to_string())),
+        },
+        _ => {
+            return response(
+                request_id,
+                OPERATION,
+                "rejected",
+                None,
+                None,
+                Some((
+                    ErrorCode::SchemaInvalid,
+                    "a turn end needs its stopReason and a start has none".into(),
+                )),
+            );
+        }
+    };
+    let session_id = SessionId::new(payload.session_id.to_string());
+    let epoch = CoordinatorEpoch(payload.coordinator_epoch.get());
+    let report = TurnReport {
+        message_id: MessageId::new(payload.message_id.to_string()),
+        run_id: RunId::new(payload.run_id.to_string()),
+        turn_id: TurnId::new(payload.turn_id.to_string()),
+        phase,
+    };
+    let job_app = app.clone();
+    let connection_id = connection_id.clone();
+    let request_id_owned = request_id.to_owned();
+    let decided = app
+        .store
+        .write(move |connection| {
+            let now_ms = crate::clock::now_ms();
+            let coordinator = job_app.coordinators.get(&session_id);
+            let before = sessions::load(connection, &session_id, Some(&report.turn_id))?;
+            let new_ids = fresh_ids(1);
+            let reported = match session::report_turn(
+                &before,
+                &coordinator,
+                &connection_id,
+                epoch,
+                &report,
+                &new_ids,
+                now_ms,
+            ) {
+                Ok(reported) => reported,
+                Err(rejection) => {
+                    return Ok(Commit::Discard((
+                        refuse(&request_id_owned, OPERATION, &rejection),
+                        Vec::new(),
+                    )));
+                }
+            };
+            let mut outputs = Vec::new();
+            if let Some(transition) = reported.session {
+                sessions::write(connection, &before, &transition.facts, now_ms)?;
+                outputs.extend(transition.outputs);
+            }
+            outputs.extend(apply_follow_ups(&job_app, connection, &reported.follow_ups, now_ms)?);
+            let mut receipt = json!({
+                "ownership": crate::store::codec_name(&reported.receipt.ownership),
+            });
+            if let Some(turn) = &reported.receipt.turn {
+                receipt["turn"] = json!(turn.turn_id.as_str());
+            }
+            let value = response(&request_id_owned, OPERATION, "accepted", None, Some(receipt), None);
+            Ok(Commit::Keep((value, outputs)))
+        })
+        .await;
+    match decided {
+        Ok((value, outputs)) => {
+            app.perform(outputs);
+            value
+        }
+        Err(error) => unavailable(request_id, OPERATION, &error),
+    }
+}
+
+// ---- run-level follow-ups --------------------------------------------------------
+
+/// Applies session follow-ups to their runs in the caller's transaction
+/// (after the session facts were written). A follow-up the run refuses (it
+/// became terminal or was paused meanwhile) changes nothing.
+fn apply_follow_ups(
+    app: &Arc<App>,
+    connection: &Connection,
+    follow_ups: &[RunFollowUp],
+    now_ms: u64,
+) -> rusqlite::Result<Vec<Output>> {
+    let mut outputs = Vec::new();
+    for follow_up in follow_ups {
+        match follow_up {
+            RunFollowUp::Pause { run_id } => {
+                let Some(before) = runs::load(connection, run_id)? else {
+                    continue;
+                };
+                match kernel::interaction::pause_after_aborted_turn(&before, now_ms) {
+                    Ok(transition) => {
+                        runs::write(connection, Some(&before), &transition.facts, &transition.outputs, now_ms)?;
+                        outputs.extend(transition.outputs);
+                    }
+                    Err(rejection) => log_refused("an aborted turn's pause", &rejection),
+                }
+            }
+            RunFollowUp::Attempt { follow_up } => {
+                outputs.extend(apply_attempt_follow_up(
+                    connection,
+                    &app.control,
+                    app.config.claim_ttl_ms,
+                    follow_up,
+                    now_ms,
+                )?);
+            }
+        }
+    }
+    Ok(outputs)
+}
+
+fn log_refused(what: &str, rejection: &kernel::run::Rejection) {
+    crate::log::line(&format!(
+        "{what} was refused by the run: {}",
+        rejection.message()
+    ));
+}
+
+/// Finishes the waiting attempt of an interactive request on the server's
+/// control path (`Actor::Control`), in the caller's transaction: `ok` with
+/// the accepted submission's output, or `failed` after too many unproductive
+/// turns. The route parks the run `resumeReady` (the next generation runs
+/// the next node) or ends it.
+pub(crate) fn apply_attempt_follow_up(
+    connection: &Connection,
+    control: &ClaimRequest,
+    ttl_ms: u64,
+    follow_up: &AttemptFollowUp,
+    now_ms: u64,
+) -> rusqlite::Result<Vec<Output>> {
+    let (run_id, attempt_id) = match follow_up {
+        AttemptFollowUp::FinishOk {
+            run_id, attempt_id, ..
+        }
+        | AttemptFollowUp::Fail {
+            run_id, attempt_id, ..
+        } => (run_id, attempt_id),
+    };
+    let (Some(before), Some(meta)) = (runs::load(connection, run_id)?, meta::load(connection, run_id)?)
+    else {
+        return Ok(Vec::new());
+    };
+    let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
+        return Ok(Vec::new());
+    };
+    let Some(attempt) = before
+        .attempt
+        .clone()
+        .filter(|attempt| attempt.attempt_id == *attempt_id)
+    else {
+        return Ok(Vec::new());
+    };
+    let node_type = attempts::node_type_name(&topology, &attempt.node_id);
+    let (outcome, output, error, failure) = match follow_up {
+        AttemptFollowUp::FinishOk { submission_id, .. } => {
+            let stored = submissions::stored(connection, submission_id)?;
+            let output = match stored.and_then(|stored| stored.accepted_output) {
+                Some(output) => Some(output),
+                None => submissions::payload(connection, submission_id)?,
+            };
+            (NodeOutcome::Ok, output, None, None)
+        }
+        AttemptFollowUp::Fail { reason, .. } => (
+            NodeOutcome::Failed,
+            None,
+            Some("the agent ended its turn without submitting the step's output three times"),
+            Some(*reason),
+        ),
+    };
+    let record = ResultRecord {
+        attempt_id: &attempt.attempt_id,
+        node_id: &attempt.node_id,
+        node_type: &node_type,
+        outcome: outcome.as_str(),
+        started_at_ms: attempt.started_at_ms,
+        finished_at_ms: now_ms,
+        output: output.as_ref(),
+        error,
+    }
+    .to_value();
+    let finished = kernel::execution::finish_attempt(
+        &before,
+        &topology,
+        kernel::execution::Actor::Control {
+            request: control.clone(),
+            failure,
+        },
+        attempt_id,
+        kernel::execution::NodeResult { outcome, record },
+        AttemptId::new(format!("att-{}", crate::ids::random_hex::<8>())),
+        now_ms,
+        ttl_ms,
+    );
+    match finished {
+        Ok((transition, _dispatch)) => {
+            runs::write(connection, Some(&before), &transition.facts, &transition.outputs, now_ms)?;
+            let stored = AttemptResult {
+                output: output.as_ref().map(Blob::json),
+                error_message: error.map(str::to_owned),
+                ..AttemptResult::default()
+            };
+            attempts::record_result(connection, run_id, attempt_id, &stored, now_ms)?;
+            if let (Some(message), Some(_)) = (error, transition.facts.run.error.as_ref()) {
+                runs::record_error_message(connection, run_id, message)?;
+            }
+            Ok(transition.outputs)
+        }
+        Err(rejection) => {
+            log_refused("finishing an interactive attempt", &rejection);
+            Ok(Vec::new())
+        }
+    }
+}
