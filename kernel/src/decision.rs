@@ -93,6 +93,43 @@ pub struct ContinuationIdentity {
     pub owning_session: Option<SessionId>,
 }
 
+/// What the shell stored about one continuation (the one being asked for,
+/// or the child that already exists), as [`ContinuationIdentity::of`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContinuationFacts<'a> {
+    pub child_run_id: &'a RunId,
+    pub parent_run_id: &'a RunId,
+    /// The origin session the child has or would inherit.
+    pub owning_session: Option<&'a SessionId>,
+    /// The workflow source the run was started from, as stored.
+    pub workflow_source: &'a str,
+    /// The compiled definition's digest, as stored (text).
+    pub definition_digest: &'a str,
+    pub input_digest: Digest,
+}
+
+impl ContinuationIdentity {
+    /// The identity of a continuation: the stored source and definition
+    /// are hashed (SHA-256 of their text); this version has no launch
+    /// options, so every continuation has the digest of the empty options
+    /// object `{}`.
+    pub fn of(facts: ContinuationFacts<'_>) -> Self {
+        let digest_of_text = |text: &str| {
+            use sha2::Digest as _;
+            Digest(sha2::Sha256::digest(text.as_bytes()).into())
+        };
+        Self {
+            child_run_id: facts.child_run_id.clone(),
+            workflow_source_digest: digest_of_text(facts.workflow_source),
+            definition_digest: digest_of_text(facts.definition_digest),
+            input_digest: facts.input_digest,
+            launch_options_digest: digest_of_text("{}"),
+            parent_run_id: facts.parent_run_id.clone(),
+            owning_session: facts.owning_session.cloned(),
+        }
+    }
+}
+
 /// The identity stored for an existing continuation child.
 pub type ChildIdentity = ContinuationIdentity;
 

@@ -24,13 +24,13 @@
 //! - Recording a node's resolved deadline is not progress: it does not
 //!   advance the run revision.
 
-use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, StepRecord};
+use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, ResultRecord, StepRecord};
 use crate::claim::{self, Authority, ClaimRequest};
 use crate::effect;
 use crate::ids::{AttemptId, MessageId, NodeId, RunnerEpochId};
 use crate::interaction::InteractionStatus;
 use crate::message::{MessageKind, MessageRecord, MessageState};
-use crate::output::{Output, RunEvent, StopReason, Transition, WakeReason};
+use crate::output::{Output, RunEvent, Step, StopReason, Transition, WakeReason};
 use crate::routing::{self, Route, RouteFailure};
 use crate::run::{
     self, FailureClass, Operation, ParkReason, QueueStatus, ReasonKind, Rejection, RunAggregate,
@@ -339,18 +339,14 @@ pub fn finish_notification(
 /// the run ends `timed_out`. An active attempt's runner is stopped
 /// (`NodeTimedOut`); the server presents its host authority for it, or takes
 /// a control claim when the runner's claim expired. A waiting attempt is
-/// settled by the control path. `record` is the timed-out result record.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "facts, authorities and ids are all inputs"
-)]
+/// settled by the control path. The timed-out result record is built here
+/// ([`ResultRecord`], error [`DEADLINE_MESSAGE`]).
 pub fn expire_node(
     agg: &RunAggregate,
     topology: &Topology,
     host: Option<&Authority>,
     control: ClaimRequest,
     attempt_id: &AttemptId,
-    record: Value,
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
@@ -368,6 +364,9 @@ pub fn expire_node(
         Some(deadline_at_ms) if deadline_at_ms <= now_ms => {}
         deadline_at_ms => return Err(Rejection::DeadlineNotReached { deadline_at_ms }),
     }
+    let record = ResultRecord::of(attempt, topology, NodeOutcome::TimedOut, now_ms)
+        .error(Some(DEADLINE_MESSAGE))
+        .to_value();
     let result = NodeResult {
         outcome: NodeOutcome::TimedOut,
         record,
@@ -386,6 +385,34 @@ pub fn expire_node(
     let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, Onward::Park, None)?;
     run::dedup_stop(&mut tx.outputs);
     Ok((tx.commit(), dispatch))
+}
+
+/// The error message of a node that exceeded its deadline.
+pub const DEADLINE_MESSAGE: &str = "the node exceeded its deadline";
+
+/// A node-deadline wake fired: [`expire_node`] as a step. A deadline still
+/// in the future, or another owner's live claim, defers the decision to
+/// that time (the same `NodeDeadline` wake); a deadline that is gone (the
+/// attempt finished or was replaced) is a rejection that changes nothing.
+pub fn on_node_deadline(
+    agg: &RunAggregate,
+    topology: &Topology,
+    host: Option<&Authority>,
+    control: ClaimRequest,
+    attempt_id: &AttemptId,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Step<RunAggregate>, Rejection> {
+    let reason = WakeReason::NodeDeadline {
+        attempt_id: attempt_id.clone(),
+    };
+    match expire_node(agg, topology, host, control, attempt_id, now_ms, ttl_ms) {
+        Ok((transition, _)) => Ok(Step::Apply(transition)),
+        Err(Rejection::DeadlineNotReached {
+            deadline_at_ms: Some(at_ms),
+        }) => Ok(Step::Defer { at_ms, reason }),
+        Err(rejection) => Step::unless_claim_held(Err(rejection), reason),
+    }
 }
 
 /// The control path acts only on the waiting attempt of an unpaused

@@ -270,7 +270,8 @@ pub fn session_of(agg: &RunAggregate, submissions: &[SubmissionRecord]) -> Sessi
         .origin_session()
         .cloned()
         .expect("an interactive run");
-    let next_message_order = agg.messages.iter().map(|m| m.order).max().unwrap_or(0) + 1;
+    let next_message_order =
+        crate::session::next_message_order(agg.messages.iter().map(|m| m.order).max());
     SessionFacts {
         session_id,
         messages: agg.messages.clone(),

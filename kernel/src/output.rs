@@ -42,6 +42,58 @@ impl<F> Transition<F> {
     }
 }
 
+/// What a time- or exit-driven decision asks of the shell: write a
+/// transition now, decide again later, or nothing. A deferral is the
+/// kernel's answer, not a rejection the shell converts: the facts do not
+/// change and the shell schedules one wake for the same run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Step<F> {
+    /// Write these facts, commit, then perform the outputs.
+    Apply(Transition<F>),
+    /// Nothing changes now; decide again at `at_ms` (an `Output::Wake` for
+    /// the run).
+    Defer { at_ms: u64, reason: WakeReason },
+    /// Nothing to decide: the committed facts already settle it.
+    Nothing,
+}
+
+impl<F> Step<F> {
+    /// A transition result as a step that defers while another owner's
+    /// claim is live: `ClaimHeld` becomes a wake at the claim's expiry for
+    /// `reason`; every other rejection stays a rejection.
+    pub fn unless_claim_held(
+        decided: Result<Transition<F>, crate::run::Rejection>,
+        reason: WakeReason,
+    ) -> Result<Self, crate::run::Rejection> {
+        match decided {
+            Ok(transition) => Ok(Self::Apply(transition)),
+            Err(crate::run::Rejection::ClaimHeld { expires_at_ms }) => Ok(Self::Defer {
+                at_ms: expires_at_ms,
+                reason,
+            }),
+            Err(rejection) => Err(rejection),
+        }
+    }
+
+    /// The outputs the shell performs for this step for `run_id` (a
+    /// deferral is one `Wake`).
+    pub fn into_outputs(self, run_id: &RunId) -> (Option<F>, Vec<Output>) {
+        match self {
+            Self::Apply(transition) => (Some(transition.facts), transition.outputs),
+            Self::Defer { at_ms, reason } => (
+                None,
+                alloc::vec![Output::Wake {
+                    run_id: run_id.clone(),
+                    at_ms,
+                    reason,
+                }],
+            ),
+            Self::Nothing => (None, Vec::new()),
+        }
+    }
+}
+
 /// Which explicit command a new runner receives after `runner.ready`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

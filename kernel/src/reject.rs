@@ -59,6 +59,7 @@ impl Coded for Rejection {
             Self::SessionBusy { .. } => WireCode::SessionBusy,
             Self::RestartRefused { .. } => WireCode::RestartRefused,
             Self::AlreadyContinued { .. } => WireCode::Conflict,
+            Self::StaleRevision { .. } => WireCode::StaleRevision,
             Self::IllegalTransition { .. }
             | Self::UnfinishedAttempt
             | Self::RouteRecordMissing
@@ -90,6 +91,9 @@ impl Coded for Rejection {
             Self::AlreadyContinued { .. } => {
                 "the checkpoint was already answered with another answer"
             }
+            Self::StaleRevision { .. } => {
+                "the run changed since the revision the request names; reload it and retry"
+            }
             Self::IllegalTransition { .. }
             | Self::UnfinishedAttempt
             | Self::RouteRecordMissing
@@ -104,6 +108,7 @@ impl Coded for Rejection {
     fn protocol_check(&self) -> Option<ProtocolCheck> {
         match self {
             Self::StaleAttempt | Self::ResultMismatch => Some(ProtocolCheck::Attempt),
+            Self::StaleRevision { .. } => Some(ProtocolCheck::Revision),
             Self::Terminal { .. }
             | Self::IllegalTransition { .. }
             | Self::ClaimLost { .. }

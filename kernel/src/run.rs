@@ -486,6 +486,10 @@ pub enum Rejection {
     RunnerLive {
         runner_epoch: RunnerEpochId,
     },
+    /// The writer's `expectedRevision` is not the run's revision.
+    StaleRevision {
+        revision: Revision,
+    },
 }
 
 /// Why a restart was refused.
@@ -1499,6 +1503,18 @@ pub fn reserve_continuation(
         parent: tx.commit(),
         child,
     })
+}
+
+/// The `expectedRevision` precondition of a command or runner message: a
+/// writer that names a revision must name the run's current one (`None`
+/// expects nothing). Checked before the operation decides anything.
+pub fn check_revision(run: &RunRecord, expected: Option<u64>) -> Result<(), Rejection> {
+    match expected {
+        Some(expected) if expected != run.revision.0 => Err(Rejection::StaleRevision {
+            revision: run.revision,
+        }),
+        Some(_) | None => Ok(()),
+    }
 }
 
 /// Takes a control claim on a run whose claim is absent or expired and parks

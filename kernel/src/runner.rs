@@ -19,7 +19,7 @@ use crate::attempt::AttemptStatus;
 use crate::claim::{Authority, ClaimRequest};
 use crate::effect::EffectState;
 use crate::ids::{Generation, Revision, RunnerEpochId};
-use crate::output::{Output, RunEvent, StopReason, Transition};
+use crate::output::{Output, RunEvent, Step, StopReason, Transition, WakeReason};
 use crate::run::{
     self, FailureClass, ParkReason, QueueStatus, ReasonKind, Rejection, RunAggregate, RunError,
     RunRecord, Terminal, Tx,
@@ -178,6 +178,73 @@ pub fn decide_exit(
         ExitDecision::FailCrashed => fail_crashed_in(&mut tx, &authority)?,
     }
     Ok(tx.commit())
+}
+
+/// [`decide_exit`] as a step: while another owner's claim is still live
+/// (`ClaimHeld`, e.g. the exit of a runner the server no longer holds
+/// authority for) the decision is deferred to that claim's expiry.
+pub fn on_exit(
+    agg: &RunAggregate,
+    exit: RunnerExit,
+    host_authority: Option<&Authority>,
+    control: ClaimRequest,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Step<RunAggregate>, Rejection> {
+    Step::unless_claim_held(
+        decide_exit(agg, exit, host_authority, control, now_ms, ttl_ms),
+        WakeReason::ClaimExpiry,
+    )
+}
+
+/// A claim-expiry wake fired for `agg` (or startup found its claim
+/// expired). `supervised` says whether this server supervises a runner of
+/// the run. The decision tree:
+///
+/// - the pair holds no claim (queued, waiting, parked, terminal): nothing;
+/// - the claim is still live (it was renewed): decide again at its expiry;
+/// - a live runner record this server does not supervise (a runner of a
+///   previous server, reaped at startup): [`decide_exit`] with
+///   [`ExitKind::Orphaned`];
+/// - otherwise (our own runner stalled past its claim, or no runner): a
+///   control claim fences it and the run parks `recovered`
+///   ([`run::recover`]).
+pub fn on_claim_expired(
+    agg: &RunAggregate,
+    supervised: bool,
+    control: ClaimRequest,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Step<RunAggregate>, Rejection> {
+    if !RunRecord::pair_holds_claim(agg.run.status, agg.run.queue) {
+        return Ok(Step::Nothing);
+    }
+    if let Some(claim) = agg.run.lease.live_claim(now_ms) {
+        return Ok(Step::Defer {
+            at_ms: claim.expires_at_ms,
+            reason: WakeReason::ClaimExpiry,
+        });
+    }
+    let orphan = agg
+        .run
+        .runner
+        .as_ref()
+        .filter(|runner| runner.is_live() && !supervised);
+    let decided = match orphan {
+        Some(runner) => decide_exit(
+            agg,
+            RunnerExit {
+                runner_epoch: runner.runner_epoch.clone(),
+                kind: ExitKind::Orphaned,
+            },
+            None,
+            control,
+            now_ms,
+            ttl_ms,
+        ),
+        None => run::recover(agg, control, ParkReason::Recovered, now_ms, ttl_ms),
+    };
+    Step::unless_claim_held(decided, WakeReason::ClaimExpiry)
 }
 
 /// A message of the runner that holds the run's live claim failed a protocol

@@ -106,8 +106,20 @@ pub struct SessionFacts {
     pub turns: Vec<TurnRecord>,
     /// Every run that a window message or turn belongs to.
     pub runs: Vec<SessionRun>,
-    /// The order the next created message receives.
+    /// The order the next created message receives: [`next_message_order`]
+    /// over the session's highest stored order (the shell's one source,
+    /// also for run transitions that create messages).
     pub next_message_order: u64,
+}
+
+/// The order a session's next message receives, after its highest stored
+/// order `max_order` (`None`: the session has no message yet). Orders
+/// start at 1 and only grow.
+pub const fn next_message_order(max_order: Option<u64>) -> u64 {
+    match max_order {
+        Some(max_order) => max_order + 1,
+        None => 1,
+    }
 }
 
 impl SessionFacts {

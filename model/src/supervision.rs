@@ -18,7 +18,7 @@
 //! (`execution::expire_node`), decides every runner exit
 //! (`runner::decide_exit`: clean, abnormal, stopped, startup deadline
 //! missed, orphaned after a restart) and recovers expired claims
-//! (`run::recover`, only for its own runner: an orphaned record is decided
+//! (`runner::on_claim_expired`, here for its own runner: an orphaned record is decided
 //! by `decide_exit(Orphaned)`). A run is admitted again only after its
 //! previous runner's exit is recorded (`run::admit` refuses `RunnerLive`).
 //!
@@ -40,7 +40,7 @@ use kernel::claim::{self, Authority};
 use kernel::execution::{self, Actor, Dispatch, NodeResult};
 use kernel::fixtures;
 use kernel::ids::{AttemptId, Digest, NodeId, RunnerEpochId};
-use kernel::output::{Output, StopReason, Transition};
+use kernel::output::{Output, Step, StopReason, Transition};
 use kernel::receipt::{
     self, CommandOutcome, RunnerMessage, RunnerMessageDecision, RunnerMessageId,
     StoredRunnerMessage,
@@ -547,7 +547,7 @@ impl fmt::Display for SupervisionAction {
                 exit.kind
             ),
             Self::Expire(i) => write!(f, "server: execution::expire_node(run-{})", i + 1),
-            Self::Recover(i) => write!(f, "server: run::recover(run-{})", i + 1),
+            Self::Recover(i) => write!(f, "server: runner::on_claim_expired(run-{})", i + 1),
             Self::CrashServer => write!(f, "server crashes (memory and runners lost, facts kept)"),
             Self::StartServer => write!(f, "server starts (orphaned runner records reaped)"),
         }
@@ -1390,19 +1390,12 @@ impl Model for SupervisionModel {
             A::Expire(i) => {
                 let agg = &state.runs[i as usize];
                 let attempt = agg.attempt.as_ref()?;
-                let record = fixtures::result_record(
-                    attempt.attempt_id.as_str(),
-                    attempt.node_id.as_str(),
-                    NodeOutcome::TimedOut,
-                    Value::Null,
-                );
                 let (transition, _) = execution::expire_node(
                     agg,
                     &self.kernel_topology(),
                     Self::host(state, i).as_ref(),
                     fixtures::control_request(),
                     &attempt.attempt_id,
-                    record,
                     state.now,
                     TTL,
                 )
@@ -1410,9 +1403,10 @@ impl Model for SupervisionModel {
                 Self::commit(&mut next, i, transition);
             }
             A::Recover(i) => {
-                // As the server's `recover_stale`: a runner record that an
+                // As the server's claim-expiry wake: a runner record that an
                 // earlier server left (its exit pending as `Orphaned`) is
-                // decided by `decide_exit(Orphaned)`, never `run::recover`.
+                // decided by `decide_exit(Orphaned)` (the pending exit), so
+                // here the server supervises the run's runner, if any.
                 let orphan = state.runs[i as usize].run.live_runner().is_some_and(|r| {
                     state.exits.iter().any(|e| {
                         e.run == i && e.generation == r.generation.0 && e.kind == ExitKind::Orphaned
@@ -1421,19 +1415,17 @@ impl Model for SupervisionModel {
                 if orphan {
                     return None;
                 }
-                let reason = if state.server_restarted {
-                    ParkReason::Recovered
-                } else {
-                    ParkReason::WorkerCrashed
-                };
-                let transition = run::recover(
+                let step = runner::on_claim_expired(
                     &state.runs[i as usize],
+                    true,
                     fixtures::control_request(),
-                    reason,
                     state.now,
                     TTL,
                 )
                 .ok()?;
+                let Step::Apply(transition) = step else {
+                    return None;
+                };
                 Self::commit(&mut next, i, transition);
             }
         }

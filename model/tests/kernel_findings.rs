@@ -54,14 +54,12 @@ fn regression_admit_waits_until_the_stopped_runner_epoch_exited() {
         )],
         ..fixtures::chain(&["work"])
     };
-    let record = fixtures::result_record("a-1-work", "work", NodeOutcome::TimedOut, Value::Null);
     let (expired, _) = execution::expire_node(
         &started,
         &topology,
         Some(&fixtures::host_authority(1)),
         fixtures::control_request(),
         &attempt,
-        record,
         20,
         TTL,
     )

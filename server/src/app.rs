@@ -250,6 +250,18 @@ impl App {
     }
 }
 
+/// The transaction path (`shell::apply`) runs its jobs on this server's
+/// store and performs their committed outputs here.
+impl crate::shell::Shell for Arc<App> {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn perform(&self, outputs: Vec<Output>) {
+        App::perform(self, outputs);
+    }
+}
+
 /// The name of a kernel output that nothing performs yet (later issues
 /// implement them; `unperformed_outputs_are_listed` pins the list so it
 /// only shrinks), or `None` for the outputs [`App::perform`] performs.

@@ -12,18 +12,7 @@ pub fn now_ms() -> u64 {
 
 /// RFC 3339 UTC text with milliseconds (`2026-11-30T09:37:38.123Z`).
 pub fn rfc3339(ms: u64) -> String {
-    let stamp = crate::ids::utc_stamp(ms);
-    // utc_stamp is `yyyymmddThhmmssZ`.
-    format!(
-        "{}-{}-{}T{}:{}:{}.{:03}Z",
-        &stamp[0..4],
-        &stamp[4..6],
-        &stamp[6..8],
-        &stamp[9..11],
-        &stamp[11..13],
-        &stamp[13..15],
-        ms % 1000
-    )
+    kernel::attempt::rfc3339(ms)
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::views::{MAX_SUBSCRIPTIONS, NotStarted, Subscriptions, Target};
 use kernel::ids::{
     ClientId, Digest, IdempotencyKey, MessageId, RequestId, Revision, RunId, SessionId,
 };
-use kernel::output::Output;
+use kernel::output::{Output, Step};
 use kernel::receipt::{
     self, CommandIdentity, CommandOperation, CommandOutcome, Incoming, ReceiptDecision,
 };
@@ -602,10 +602,10 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
             agent_model_json: agent_model_json.clone(),
         };
         meta::insert_run(connection, &meta, &mode, None, now_ms)?;
-        runs::write(connection, None, &reserved.facts, &reserved.outputs, now_ms)?;
         let revision = reserved.facts.run.revision;
+        let outputs = crate::shell::write_transition(connection, None, reserved, &[], now_ms)?;
         let receipt = json!({ "runId": run_id.as_str(), "revision": revision.0 });
-        Ok(Executed::accepted(revision, receipt, reserved.outputs))
+        Ok(Executed::accepted(revision, receipt, outputs))
     })
     .await
 }
@@ -663,26 +663,14 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
                 "no run with this id; check `pi-workflows runs`",
             ));
         };
-        if let Some(expected) = expected_revision
-            && expected != before.run.revision.0
-        {
-            return Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                ErrorCode::StaleRevision,
-                format!(
-                    "the run is at revision {}; reload it and retry",
-                    before.run.revision.0
-                ),
-            ));
+        if let Err(stale) = run::check_revision(&before.run, expected_revision) {
+            return Ok(Executed::rejected(&stale));
         }
         let decided = match operation.as_str() {
             "run.pause" => run::pause(&before, host.as_ref(), control, now_ms, ttl_ms).map(Some),
             "run.cancel" => run::cancel(&before, host.as_ref(), control, now_ms, ttl_ms).map(Some),
             "run.resume" => {
-                let order = match before.run.mode.origin_session() {
-                    Some(session) => meta::next_message_order(connection, session)?,
-                    None => 1,
-                };
+                let order = meta::next_message_order(connection, before.run.mode.origin_session())?;
                 let ids = run::ResumeIds {
                     resumed_message_id: MessageId::new(crate::ids::uuid()),
                     message_order: order,
@@ -698,16 +686,16 @@ async fn run_command(app: &Arc<App>, request: Request) -> Value {
         };
         match decided {
             Ok(Some(transition)) => {
-                runs::write(
-                    connection,
-                    Some(&before),
-                    &transition.facts,
-                    &transition.outputs,
-                    now_ms,
-                )?;
                 let revision = transition.facts.run.revision;
                 let receipt = control_receipt(&transition.facts);
-                Ok(Executed::accepted(revision, receipt, transition.outputs))
+                let outputs = crate::shell::write_step(
+                    connection,
+                    &before,
+                    Step::Apply(transition),
+                    &[],
+                    now_ms,
+                )?;
+                Ok(Executed::accepted(revision, receipt, outputs))
             }
             Ok(None) => Ok(Executed::refused(
                 CommandOutcome::Rejected,
@@ -768,13 +756,8 @@ fn restart(
         ..meta
     };
     meta::insert_run(connection, &new_meta, &before.run.mode, None, now_ms)?;
-    runs::write(
-        connection,
-        None,
-        &transition.facts,
-        &transition.outputs,
-        now_ms,
-    )?;
+    let revision = transition.facts.run.revision;
+    let outputs = crate::shell::write_transition(connection, None, transition, &[], now_ms)?;
     // Whether the chain's other runs may restart changed with this one.
     runs::mark_restart_chain(connection, before.run.restart_root())?;
     let receipt = json!({
@@ -783,11 +766,7 @@ fn restart(
         "status": crate::store::codec_name(&before.run.status),
         "newRunId": new_run_id.as_str(),
     });
-    Ok(Executed::accepted(
-        transition.facts.run.revision,
-        receipt,
-        transition.outputs,
-    ))
+    Ok(Executed::accepted(revision, receipt, outputs))
 }
 
 /// `checkpoint.answer`: the answer becomes the continuation's input.
@@ -808,25 +787,24 @@ fn answer_checkpoint(
         "continuation-{}",
         &hex::encode(crate::ids::sha256(parent.run.run_id.as_str().as_bytes()).0)[..24]
     ));
-    let wanted = continuation_identity(&meta, &child_run_id, &answer.digest, parent);
+    let wanted = continuation_identity(
+        &meta,
+        &child_run_id,
+        &answer.digest,
+        &parent.run.run_id,
+        parent.run.mode.origin_session(),
+    );
     let existing = match &parent.run.lineage.continued_by {
         Some(child) => match meta::load(connection, child)? {
-            Some(child_meta) => {
-                let child_agg = runs::load(connection, child)?;
-                child_agg
-                    .map(|child_agg| {
-                        continuation_identity(
-                            &child_meta,
-                            child,
-                            &child_meta.input_digest,
-                            &child_agg,
-                        )
-                    })
-                    .map(|mut identity| {
-                        identity.parent_run_id = parent.run.run_id.clone();
-                        identity
-                    })
-            }
+            Some(child_meta) => runs::load(connection, child)?.map(|child_agg| {
+                continuation_identity(
+                    &child_meta,
+                    child,
+                    &child_meta.input_digest,
+                    &parent.run.run_id,
+                    child_agg.run.mode.origin_session(),
+                )
+            }),
             None => None,
         },
         None => None,
@@ -865,28 +843,23 @@ fn answer_checkpoint(
                 Some((&parent.run.run_id, &checkpoint)),
                 now_ms,
             )?;
-            runs::write(
+            let revision = reserved.parent.facts.run.revision;
+            let mut outputs = crate::shell::write_transition(
                 connection,
                 Some(parent),
-                &reserved.parent.facts,
-                &reserved.parent.outputs,
+                reserved.parent,
+                &[],
                 now_ms,
             )?;
-            runs::write(
+            outputs.extend(crate::shell::write_transition(
                 connection,
                 None,
-                &reserved.child.facts,
-                &reserved.child.outputs,
+                reserved.child,
+                &[],
                 now_ms,
-            )?;
-            let mut outputs = reserved.parent.outputs;
-            outputs.extend(reserved.child.outputs);
+            )?);
             let receipt = json!({ "continuationRunId": child_run_id.as_str() });
-            Ok(Executed::accepted(
-                reserved.parent.facts.run.revision,
-                receipt,
-                outputs,
-            ))
+            Ok(Executed::accepted(revision, receipt, outputs))
         }
         // Every refusal keeps its own code (`kernel::reject`): a protected
         // decision is `decisionRequired`, another answer `conflict`, a run
@@ -895,22 +868,23 @@ fn answer_checkpoint(
     }
 }
 
+/// The continuation identity of `child_run_id` from the stored metadata
+/// (`kernel::decision::ContinuationIdentity::of` hashes it).
 fn continuation_identity(
     meta: &RunMeta,
     child_run_id: &RunId,
     input_digest: &Digest,
-    parent: &RunAggregate,
+    parent_run_id: &RunId,
+    owning_session: Option<&SessionId>,
 ) -> kernel::decision::ContinuationIdentity {
-    let digest_of_text = |text: &str| crate::ids::sha256(text.as_bytes());
-    kernel::decision::ContinuationIdentity {
-        child_run_id: child_run_id.clone(),
-        workflow_source_digest: digest_of_text(&meta.source_json),
-        definition_digest: digest_of_text(&meta.definition_digest),
+    kernel::decision::ContinuationIdentity::of(kernel::decision::ContinuationFacts {
+        child_run_id,
+        parent_run_id,
+        owning_session,
+        workflow_source: &meta.source_json,
+        definition_digest: &meta.definition_digest,
         input_digest: *input_digest,
-        launch_options_digest: digest_of_text("{}"),
-        parent_run_id: parent.run.run_id.clone(),
-        owning_session: parent.run.mode.origin_session().cloned(),
-    }
+    })
 }
 
 // ---- reads -------------------------------------------------------------------

@@ -56,31 +56,17 @@ pub fn run_id(workflow_name: &str, now_ms: u64) -> String {
     format!("{}-{slug}-{}", utc_stamp(now_ms), random_hex::<4>())
 }
 
-/// `yyyymmddThhmmssZ` for a Unix time in milliseconds.
+/// `yyyymmddThhmmssZ` for a Unix time in milliseconds (the compact form of
+/// `kernel::attempt::rfc3339`, `yyyy-mm-ddThh:mm:ss.mmmZ`).
 pub fn utc_stamp(now_ms: u64) -> String {
-    let seconds = now_ms / 1000;
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rest / 3600,
-        (rest % 3600) / 60,
-        rest % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let full = kernel::attempt::rfc3339(now_ms);
+    let (date_time, _millis) = full.split_once('.').unwrap_or((&full, ""));
+    let mut stamp: String = date_time
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':'))
+        .collect();
+    stamp.push('Z');
+    stamp
 }
 
 /// SHA-256 of `bytes` as a kernel digest.

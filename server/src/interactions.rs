@@ -59,10 +59,7 @@ pub(crate) fn requested(
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let order = match before.run.mode.origin_session() {
-        Some(session) => meta::next_message_order(connection, session)?,
-        None => 1,
-    };
+    let order = meta::next_message_order(connection, before.run.mode.origin_session())?;
     let message_id = encoded.message_id.clone();
     let proposal = RequestProposal {
         interaction_id: InteractionId::new(format!("int-{}", crate::ids::random_hex::<8>())),

@@ -31,6 +31,7 @@ pub mod runner_channel;
 pub mod runner_logs;
 pub mod scheduler;
 pub mod serve;
+pub mod shell;
 pub mod socket;
 pub mod status;
 pub mod store;

@@ -17,9 +17,8 @@
 use crate::app::App;
 use crate::process::ProcessIdentity;
 use crate::runner_channel::kill_exact;
-use crate::store::{Commit, runs};
+use crate::store::Commit;
 use kernel::ids::{RunId, RunnerEpochId};
-use kernel::output::{Output, WakeReason};
 use kernel::runner::{ExitKind, RunnerExit};
 use std::sync::Arc;
 
@@ -33,8 +32,7 @@ pub async fn startup(app: &Arc<App>) {
         kill_exact(identity);
     }
     for (run_id, runner_epoch, _) in stale {
-        let outputs = orphaned(app, run_id, runner_epoch).await;
-        app.perform(outputs);
+        orphaned(app, run_id, runner_epoch).await;
     }
     crate::timers::schedule_expired(app).await;
     crate::validator::resume_validating(app).await;
@@ -71,7 +69,7 @@ fn stale_processes(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<St
 
 /// Records an orphaned runner and lets the kernel decide its run; a claim that
 /// is still live is recovered when it expires.
-async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) -> Vec<Output> {
+async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) {
     if run_id.as_str().is_empty() {
         let _ = app
             .store
@@ -80,41 +78,18 @@ async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) ->
                 Ok(Commit::Keep(()))
             })
             .await;
-        return Vec::new();
+        return;
     }
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
-    app.store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let Some(before) = runs::load(connection, &run_id)? else {
-                return Ok(Commit::Discard(Vec::new()));
-            };
-            let exit = RunnerExit {
-                runner_epoch,
-                kind: ExitKind::Orphaned,
-            };
-            match kernel::runner::decide_exit(&before, exit, None, control, now_ms, ttl_ms) {
-                Ok(transition) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    Ok(Commit::Keep(transition.outputs))
-                }
-                Err(kernel::run::Rejection::ClaimHeld { expires_at_ms }) => {
-                    Ok(Commit::Discard(vec![Output::Wake {
-                        run_id: run_id.clone(),
-                        at_ms: expires_at_ms,
-                        reason: WakeReason::ClaimExpiry,
-                    }]))
-                }
-                Err(_) => Ok(Commit::Discard(Vec::new())),
-            }
-        })
-        .await
-        .unwrap_or_default()
+    let exit = RunnerExit {
+        runner_epoch,
+        kind: ExitKind::Orphaned,
+    };
+    crate::shell::apply(app, run_id, move |_, before, now_ms| {
+        Ok(kernel::runner::on_exit(
+            before, exit, None, control, now_ms, ttl_ms,
+        ))
+    })
+    .await;
 }

@@ -20,10 +20,10 @@ use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
 use crate::supervisor::{self, Runner};
-use kernel::attempt::NodeOutcome;
+use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
 use kernel::ids::{AttemptId, Digest, Generation, RunId, RunnerEpochId};
-use kernel::output::{LaunchCommand, Output, StopReason, Transition};
+use kernel::output::{LaunchCommand, Output, Step, StopReason, Transition};
 use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
 use kernel::reject::Coded;
 use kernel::run::{
@@ -791,21 +791,15 @@ fn decide_in(
             now_ms,
         );
     }
-    let expected = envelope.expected_revision;
-    if expected.is_some_and(|expected| expected != before.run.revision.0) {
-        let answer = rejected(
-            "staleRevision",
-            "the message's expectedRevision is not the run's revision; the run is parked (protocolRejected)",
+    if let Err(stale) = kernel::run::check_revision(&before.run, envelope.expected_revision) {
+        let refusal = Refusal::from(stale);
+        let answer = with_error(
+            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
+            refusal.code,
+            refusal.message,
         );
-        return protocol_rejection(
-            connection,
-            app,
-            runner,
-            &before,
-            ProtocolCheck::Revision,
-            answer,
-            now_ms,
-        );
+        let check = refusal.protocol.unwrap_or(ProtocolCheck::Revision);
+        return protocol_rejection(connection, app, runner, &before, check, answer, now_ms);
     }
     let decided = apply(
         connection, app, runner, message, envelope, &before, blobs, now_ms,
@@ -851,16 +845,14 @@ fn decide_in(
     let mut outputs = Vec::new();
     let mut revision = before.run.revision;
     if let Some(transition) = transition {
-        runs::write_with_contents(
+        revision = transition.facts.run.revision;
+        outputs = crate::shell::write_step(
             connection,
-            Some(&before),
-            &transition.facts,
-            &transition.outputs,
+            &before,
+            Step::Apply(transition),
             &blobs.message_contents(),
             now_ms,
         )?;
-        revision = transition.facts.run.revision;
-        outputs = transition.outputs;
     }
     if let Some(extra) = extra {
         extra(connection)?;
@@ -904,16 +896,11 @@ fn protocol_rejection(
     );
     match decided {
         Ok(transition) => {
-            runs::write(
-                connection,
-                Some(before),
-                &transition.facts,
-                &transition.outputs,
-                now_ms,
-            )?;
+            let outputs =
+                crate::shell::write_step(connection, before, Step::Apply(transition), &[], now_ms)?;
             Ok(Commit::Keep(Handled {
                 reply: answer,
-                outputs: transition.outputs,
+                outputs,
                 claim_lost: false,
             }))
         }
@@ -943,41 +930,22 @@ fn protocol_rejection(
 /// the live claim is only stopped. The frame has no trustworthy message id,
 /// so nothing is answered.
 pub async fn reject_frame(app: &Arc<App>, runner: &Arc<Runner>) {
-    let app_for_job = app.clone();
     let runner_for_job = runner.clone();
-    let parked = app
-        .store
-        .write(move |connection| {
-            let Some(before) = runs::load(connection, &runner_for_job.run_id)? else {
-                return Ok(Commit::Discard(None));
-            };
-            let now_ms = crate::clock::now_ms();
-            let decided = kernel::runner::protocol_rejected(
-                &before,
-                &runner_for_job.authority,
-                &runner_for_job.runner_epoch,
-                ProtocolCheck::Schema,
-                now_ms,
-                app_for_job.config.claim_ttl_ms,
-            );
-            match decided {
-                Ok(transition) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    Ok(Commit::Keep(Some(transition.outputs)))
-                }
-                Err(_) => Ok(Commit::Discard(None)),
-            }
-        })
-        .await;
-    match parked {
-        Ok(Some(outputs)) => app.perform(outputs),
-        Ok(None) | Err(_) => fence(app, runner),
+    let ttl_ms = app.config.claim_ttl_ms;
+    let parked = crate::shell::apply(app, runner.run_id.clone(), move |_, before, now_ms| {
+        Ok(kernel::runner::protocol_rejected(
+            before,
+            &runner_for_job.authority,
+            &runner_for_job.runner_epoch,
+            ProtocolCheck::Schema,
+            now_ms,
+            ttl_ms,
+        )
+        .map(Step::Apply))
+    })
+    .await;
+    if !parked.changed() {
+        fence(app, runner);
     }
 }
 
@@ -1403,18 +1371,10 @@ fn finish(
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
-    let node_type = attempts::node_type_name(&topology, &attempt.node_id);
-    let record = attempts::ResultRecord {
-        attempt_id: &attempt_id,
-        node_id: &attempt.node_id,
-        node_type: &node_type,
-        outcome: outcome.as_str(),
-        started_at_ms: attempt.started_at_ms,
-        finished_at_ms: now_ms,
-        output: output.as_ref(),
-        error: error.as_deref(),
-    }
-    .to_value();
+    let record = ResultRecord::of(attempt, &topology, outcome, now_ms)
+        .output(output.as_ref())
+        .error(error.as_deref())
+        .to_value();
     let next_attempt = AttemptId::new(crate::ids::uuid());
     let actor = Actor::Runner {
         authority: &runner.authority,
@@ -1485,10 +1445,7 @@ fn notify(
     };
     let (Some(meta), order) = (
         meta::load(connection, &runner.run_id)?,
-        match before.run.mode.origin_session() {
-            Some(session) => meta::next_message_order(connection, session)?,
-            None => 1,
-        },
+        meta::next_message_order(connection, before.run.mode.origin_session())?,
     ) else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
@@ -1512,17 +1469,9 @@ fn notify(
             "text": String::from_utf8_lossy(&content.bytes),
         }),
     };
-    let record = attempts::ResultRecord {
-        attempt_id: &attempt_id,
-        node_id: &attempt.node_id,
-        node_type: "notify",
-        outcome: "ok",
-        started_at_ms: attempt.started_at_ms,
-        finished_at_ms: now_ms,
-        output: Some(&output),
-        error: None,
-    }
-    .to_value();
+    let record = ResultRecord::of(attempt, &topology, NodeOutcome::Ok, now_ms)
+        .output(Some(&output))
+        .to_value();
     let result = NodeResult {
         outcome: NodeOutcome::Ok,
         record,
@@ -1677,49 +1626,20 @@ pub async fn record_exit(
     code: Option<i32>,
     signal: Option<i32>,
 ) {
-    let app_for_job = app.clone();
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
     let runner_for_job = runner.clone();
-    let outputs = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+    crate::shell::apply(
+        app,
+        runner.run_id.clone(),
+        move |connection, before, now_ms| {
             processes::record_exit_status(connection, &runner_for_job.runner_epoch, code, signal)?;
-            let Some(before) = runs::load(connection, &runner_for_job.run_id)? else {
-                return Ok(Commit::Keep(Vec::new()));
-            };
             let authority = (!runner_for_job.is_fenced()).then_some(&runner_for_job.authority);
             let exit = supervisor::runner_exit(&runner_for_job, kind);
-            let decided = kernel::runner::decide_exit(
-                &before,
-                exit,
-                authority,
-                app_for_job.control.clone(),
-                now_ms,
-                app_for_job.config.claim_ttl_ms,
-            );
-            match decided {
-                Ok(transition) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    Ok(Commit::Keep(transition.outputs))
-                }
-                Err(Rejection::ClaimHeld { expires_at_ms }) => {
-                    // Another owner's claim is still live: decide again once it expires.
-                    Ok(Commit::Keep(vec![Output::Wake {
-                        run_id: runner_for_job.run_id.clone(),
-                        at_ms: expires_at_ms,
-                        reason: kernel::output::WakeReason::ClaimExpiry,
-                    }]))
-                }
-                Err(_) => Ok(Commit::Keep(Vec::new())),
-            }
-        })
-        .await
-        .unwrap_or_default();
-    app.perform(outputs);
+            Ok(kernel::runner::on_exit(
+                before, exit, authority, control, now_ms, ttl_ms,
+            ))
+        },
+    )
+    .await;
 }

@@ -9,9 +9,10 @@
 //!   narrows the candidates.
 
 use crate::app::App;
-use crate::store::{Commit, runs};
+use crate::store::runs;
 use kernel::claim::{Authority, OwnerKind};
 use kernel::ids::{OwnerId, RunId, RunnerEpochId};
+use kernel::output::Step;
 use kernel::scheduler::{Candidate, Capacity, WorkKind};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,45 +110,26 @@ async fn admit(app: &Arc<App>, run_id: RunId) -> bool {
     let ttl_ms = app.config.claim_ttl_ms;
     let epoch_for_job = runner_epoch.clone();
     let job_app = app.clone();
-    let admitted = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let Some(before) = runs::load(connection, &run_id)? else {
-                return Ok(Commit::Discard(None));
+    let applied = crate::shell::apply(app, run_id, move |_, before, now_ms| {
+        let decided = kernel::run::admit(before, epoch_for_job.clone(), token_hash, now_ms, ttl_ms);
+        if let Ok(transition) = &decided {
+            // The authority is known before the commit, so a command in
+            // the next job already acts as this claim's owner.
+            let authority = Authority {
+                owner_kind: OwnerKind::Host,
+                owner_id: OwnerId::new(epoch_for_job.as_str()),
+                token_hash,
+                generation: transition.facts.run.lease.generation,
             };
-            match kernel::run::admit(&before, epoch_for_job.clone(), token_hash, now_ms, ttl_ms) {
-                Ok(transition) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    // The authority is known before the commit, so a command
-                    // in the next job already acts as this claim's owner.
-                    let authority = Authority {
-                        owner_kind: OwnerKind::Host,
-                        owner_id: OwnerId::new(epoch_for_job.as_str()),
-                        token_hash,
-                        generation: transition.facts.run.lease.generation,
-                    };
-                    job_app.runners.prepare(epoch_for_job, run_id, authority);
-                    Ok(Commit::Keep(Some(transition.outputs)))
-                }
-                Err(_) => Ok(Commit::Discard(None)),
-            }
-        })
-        .await;
-    match admitted {
-        Ok(Some(outputs)) => {
-            app.perform(outputs);
-            true
+            job_app
+                .runners
+                .prepare(epoch_for_job, before.run.run_id.clone(), authority);
         }
-        _ => {
-            app.runners.forget(&runner_epoch);
-            false
-        }
+        Ok(decided.map(Step::Apply))
+    })
+    .await;
+    if !applied.changed() {
+        app.runners.forget(&runner_epoch);
     }
+    applied.changed()
 }

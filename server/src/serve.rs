@@ -14,9 +14,8 @@
 use crate::app::{App, StartError};
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::store::{Commit, runs};
 use crate::{recovery, scheduler, socket, timers};
-use kernel::output::StopReason;
+use kernel::output::{Step, StopReason};
 use kernel::run::ParkReason;
 use std::io::Write;
 use std::sync::Arc;
@@ -142,31 +141,13 @@ async fn shutdown(app: &Arc<App>) {
 async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::supervisor::Runner>) {
     let run_id = runner.run_id.clone();
     let authority = runner.authority.clone();
-    let outputs = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let Some(before) = runs::load(connection, &run_id)? else {
-                return Ok(Commit::Discard(Vec::new()));
-            };
-            match kernel::run::park(&before, &authority, ParkReason::Drained, now_ms) {
-                Ok(transition) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    Ok(Commit::Keep(transition.outputs))
-                }
-                Err(_) => Ok(Commit::Discard(Vec::new())),
-            }
-        })
-        .await
-        .unwrap_or_default();
-    if outputs.is_empty() {
+    let parked = crate::shell::apply(app, run_id, move |_, before, now_ms| {
+        Ok(kernel::run::park(before, &authority, ParkReason::Drained, now_ms).map(Step::Apply))
+    })
+    .await;
+    // A run the kernel did not park (it no longer holds this runner's
+    // claim) still loses its runner: the server is stopping.
+    if !parked.changed() {
         crate::supervisor::stop_runner(app, runner, StopReason::Parked);
     }
-    app.perform(outputs);
 }

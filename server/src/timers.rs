@@ -16,12 +16,11 @@
 //!   decide, so a late or duplicate wake changes nothing.
 
 use crate::app::App;
+use crate::shell::{self, Applied};
 use crate::store::{Commit, attempts, meta, runs};
-use kernel::attempt::NodeOutcome;
-use kernel::ids::RunId;
-use kernel::output::{Output, WakeReason};
-use kernel::run::{ParkReason, Rejection, RunRecord};
-use kernel::runner::{ExitKind, RunnerExit};
+use kernel::execution::DEADLINE_MESSAGE;
+use kernel::ids::{AttemptId, RunId};
+use kernel::output::WakeReason;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
@@ -131,164 +130,75 @@ pub async fn run_wakes(app: Arc<App>) {
 }
 
 async fn fire(app: &Arc<App>, wake: Wake) {
-    let outputs = match wake.reason {
-        WakeReason::NodeDeadline { attempt_id } => expire_node(app, wake.run_id, attempt_id).await,
-        WakeReason::ClaimExpiry => recover_stale(app, wake.run_id).await,
-        WakeReason::DecisionDeadline => Vec::new(),
-    };
-    app.perform(outputs);
+    match wake.reason {
+        WakeReason::NodeDeadline { attempt_id } => {
+            expire_node(app, wake.run_id, attempt_id).await;
+        }
+        WakeReason::ClaimExpiry => {
+            recover_stale(app, wake.run_id).await;
+        }
+        WakeReason::DecisionDeadline => {}
+    }
 }
 
-async fn expire_node(
-    app: &Arc<App>,
-    run_id: RunId,
-    attempt_id: kernel::ids::AttemptId,
-) -> Vec<Output> {
-    let job_app = app.clone();
+/// A node-deadline wake: `kernel::execution::on_node_deadline` decides (it
+/// defers while the deadline or another owner's claim is still ahead).
+async fn expire_node(app: &Arc<App>, run_id: RunId, attempt_id: AttemptId) -> Applied {
+    let runners = app.clone();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
-    app.store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let host = job_app.runners.authority_for(&run_id);
-            let Some(before) = runs::load(connection, &run_id)? else {
-                return Ok(Commit::Discard(Vec::new()));
+    let stored_attempt = attempt_id.clone();
+    let stored_run = run_id.clone();
+    shell::apply_then(
+        app,
+        run_id,
+        move |connection, before, now_ms| {
+            let host = runners.runners.authority_for(&before.run.run_id);
+            let topology = match meta::load(connection, &before.run.run_id)? {
+                Some(meta) => meta::topology(connection, &meta.definition_digest)?,
+                None => None,
             };
-            let Some(attempt) = before
-                .attempt
-                .clone()
-                .filter(|attempt| attempt.attempt_id == attempt_id)
-            else {
-                return Ok(Commit::Discard(Vec::new()));
-            };
-            let Some(meta) = meta::load(connection, &run_id)? else {
-                return Ok(Commit::Discard(Vec::new()));
-            };
-            let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
-                return Ok(Commit::Discard(Vec::new()));
-            };
-            let node_type = attempts::node_type_name(&topology, &attempt.node_id);
-            let message = "the node exceeded its deadline";
-            let record = attempts::ResultRecord {
-                attempt_id: &attempt.attempt_id,
-                node_id: &attempt.node_id,
-                node_type: &node_type,
-                outcome: NodeOutcome::TimedOut.as_str(),
-                started_at_ms: attempt.started_at_ms,
-                finished_at_ms: now_ms,
-                output: None,
-                error: Some(message),
-            }
-            .to_value();
-            let expired = kernel::execution::expire_node(
-                &before,
+            // A run without its stored topology is a broken store, not a decision.
+            let topology = topology.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            Ok(kernel::execution::on_node_deadline(
+                before,
                 &topology,
                 host.as_ref(),
                 control,
                 &attempt_id,
-                record,
                 now_ms,
                 ttl_ms,
-            );
-            match expired {
-                Ok((transition, _)) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    let stored = attempts::AttemptResult {
-                        error_message: Some(message.into()),
-                        ..Default::default()
-                    };
-                    attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)?;
-                    if transition.facts.run.error.is_some() {
-                        crate::store::runs::record_error_message(connection, &run_id, message)?;
-                    }
-                    Ok(Commit::Keep(transition.outputs))
-                }
-                Err(Rejection::DeadlineNotReached {
-                    deadline_at_ms: Some(at_ms),
-                }) => Ok(Commit::Discard(vec![Output::Wake {
-                    run_id: run_id.clone(),
-                    at_ms,
-                    reason: WakeReason::NodeDeadline {
-                        attempt_id: attempt_id.clone(),
-                    },
-                }])),
-                Err(Rejection::ClaimHeld { expires_at_ms }) => {
-                    Ok(Commit::Discard(vec![Output::Wake {
-                        run_id: run_id.clone(),
-                        at_ms: expires_at_ms,
-                        reason: WakeReason::NodeDeadline {
-                            attempt_id: attempt_id.clone(),
-                        },
-                    }]))
-                }
-                Err(_) => Ok(Commit::Discard(Vec::new())),
+            ))
+        },
+        move |connection, after| {
+            let now_ms = crate::clock::now_ms();
+            let stored = attempts::AttemptResult {
+                error_message: Some(DEADLINE_MESSAGE.into()),
+                ..Default::default()
+            };
+            attempts::record_result(connection, &stored_run, &stored_attempt, &stored, now_ms)?;
+            if after.run.error.is_some() {
+                runs::record_error_message(connection, &stored_run, DEADLINE_MESSAGE)?;
             }
-        })
-        .await
-        .unwrap_or_default()
+            Ok(())
+        },
+    )
+    .await
 }
 
-/// A running row whose claim expired: take a new generation and park it
-/// (an orphaned runner of a dead server is recorded as such).
-pub async fn recover_stale(app: &Arc<App>, run_id: RunId) -> Vec<Output> {
-    let ours = app.runners.runner_of(&run_id);
+/// A claim-expiry wake (or a claim startup found expired):
+/// `kernel::runner::on_claim_expired` decides, given whether this server
+/// supervises a runner of the run.
+async fn recover_stale(app: &Arc<App>, run_id: RunId) -> Applied {
+    let supervised = app.runners.runner_of(&run_id).is_some();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
-    app.store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let Some(before) = runs::load(connection, &run_id)? else {
-                return Ok(Commit::Discard(Vec::new()));
-            };
-            if !RunRecord::pair_holds_claim(before.run.status, before.run.queue) {
-                return Ok(Commit::Discard(Vec::new()));
-            }
-            if let Some(claim) = before.run.lease.live_claim(now_ms) {
-                return Ok(Commit::Discard(vec![Output::Wake {
-                    run_id: run_id.clone(),
-                    at_ms: claim.expires_at_ms,
-                    reason: WakeReason::ClaimExpiry,
-                }]));
-            }
-            let current = before.run.runner.as_ref().filter(|runner| runner.is_live());
-            let decided = match (current, &ours) {
-                // A runner of a previous server: it is gone (reaped at startup).
-                (Some(runner), None) => kernel::runner::decide_exit(
-                    &before,
-                    RunnerExit {
-                        runner_epoch: runner.runner_epoch.clone(),
-                        kind: ExitKind::Orphaned,
-                    },
-                    None,
-                    control,
-                    now_ms,
-                    ttl_ms,
-                ),
-                // Our own runner stalled past its claim: fence it, hand the run on.
-                _ => kernel::run::recover(&before, control, ParkReason::Recovered, now_ms, ttl_ms),
-            };
-            match decided {
-                Ok(transition) => {
-                    runs::write(
-                        connection,
-                        Some(&before),
-                        &transition.facts,
-                        &transition.outputs,
-                        now_ms,
-                    )?;
-                    Ok(Commit::Keep(transition.outputs))
-                }
-                Err(_) => Ok(Commit::Discard(Vec::new())),
-            }
-        })
-        .await
-        .unwrap_or_default()
+    shell::apply(app, run_id, move |_, before, now_ms| {
+        Ok(kernel::runner::on_claim_expired(
+            before, supervised, control, now_ms, ttl_ms,
+        ))
+    })
+    .await
 }
 
 /// Renews live runners' claims (backup) and the server lease; schedules

@@ -277,6 +277,55 @@ async fn a_reconnected_client_gets_fresh_request_ids_for_new_commands() {
     );
 }
 
+/// A command that names an `expectedRevision` other than the run's is
+/// refused `staleRevision` (the kernel's `run::check_revision`) and changes
+/// nothing; naming the current revision executes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_with_a_stale_expected_revision_is_refused_and_changes_nothing() {
+    let server = TestServer::start();
+    let script = slow_script(&server);
+    let db = server.db();
+    let mut client = Client::connect(&server.socket(), "stale").await.unwrap();
+    let run_id = started(&mut client, &script).await;
+    wait_view(&mut client, &run_id, Duration::from_secs(10), |view| {
+        view["display"]["currentNode"] == "a" && view["status"]["queue"] == "running"
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "node a to start", || {
+        let started = count(
+            &db,
+            "SELECT COUNT(*) FROM events WHERE kind = 'nodeStarted'",
+            [],
+        );
+        (started == 1).then_some(())
+    })
+    .await;
+    let revision = revision_of(&db, &run_id);
+    let mut stale = RequestSpec::command("run.pause", Some(&run_id), json!({}));
+    stale.expected_revision = Some(revision as u64 + 7);
+    let refused = request_as(&mut client, &stale, &fresh_request_id()).await;
+    assert_eq!(refused.outcome, "rejected", "{:?}", refused.frame);
+    assert_eq!(
+        refused.error_code.as_deref(),
+        Some("staleRevision"),
+        "{:?}",
+        refused.frame
+    );
+    assert_eq!(
+        revision_of(&db, &run_id),
+        revision,
+        "a refusal changes nothing"
+    );
+    assert_eq!(
+        count(&db, "SELECT paused FROM runs WHERE run_id = ?1", [&run_id]),
+        0
+    );
+    let mut current = RequestSpec::command("run.pause", Some(&run_id), json!({}));
+    current.expected_revision = Some(revision as u64);
+    let paused = request_as(&mut client, &current, &fresh_request_id()).await;
+    assert_eq!(paused.outcome, "accepted", "{:?}", paused.frame);
+}
+
 /// Request ids are scoped by client: two clients that both number their
 /// requests `r1`, `r2`, … (as PROTOCOL.md's example does) each get their own
 /// commands executed; within one client, a request id reused for another

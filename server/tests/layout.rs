@@ -170,8 +170,11 @@ fn crate_references(text: &str) -> BTreeSet<String> {
 /// leaves the cycle.
 // `submissions` and `validator` (issue 13) joined because every module that
 // reaches SQL through `store` is in the cycle (store -> view -> app) and
-// `app`/`handlers` dispatch to them; they shrink with it.
-const IN_A_CYCLE: [&str; 19] = [
+// `app`/`handlers` dispatch to them; they shrink with it. `shell` (issue
+// 11's one transaction path) names only `store` and `clock` (the server
+// context reaches it through the `Shell` trait); it is in the cycle only
+// because `store` is (store -> view), and leaves it with `store`.
+const IN_A_CYCLE: [&str; 20] = [
     "app",
     "effects",
     "handlers",
@@ -180,6 +183,7 @@ const IN_A_CYCLE: [&str; 19] = [
     "resolver",
     "runner_channel",
     "scheduler",
+    "shell",
     "socket",
     "status",
     "store",

@@ -1012,3 +1012,50 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_continuation_identity_hashes_the_stored_source_and_definition_and_has_no_launch_options() {
+    let child = RunId::from("continuation-1");
+    let parent = RunId::from("run-1");
+    let session = SessionId::from("s-1");
+    let facts = ContinuationFacts {
+        child_run_id: &child,
+        parent_run_id: &parent,
+        owning_session: Some(&session),
+        workflow_source: "{\"kind\":\"file\"}",
+        definition_digest: "sha256:00",
+        input_digest: answer_a(),
+    };
+    let identity = ContinuationIdentity::of(facts);
+    // SHA-256("{}"), the empty launch options object.
+    assert_eq!(
+        identity.launch_options_digest.0[..4],
+        [0x44, 0x13, 0x6f, 0xa3]
+    );
+    assert_eq!(identity.child_run_id, child);
+    assert_eq!(identity.parent_run_id, parent);
+    assert_eq!(identity.owning_session, Some(session.clone()));
+    assert_eq!(identity.input_digest, answer_a());
+    // Each stored fact changes its own digest and only its own.
+    let other_source = ContinuationIdentity::of(ContinuationFacts {
+        workflow_source: "{\"kind\":\"builtin\"}",
+        ..facts
+    });
+    assert_ne!(
+        other_source.workflow_source_digest,
+        identity.workflow_source_digest
+    );
+    assert_eq!(other_source.definition_digest, identity.definition_digest);
+    let other_definition = ContinuationIdentity::of(ContinuationFacts {
+        definition_digest: "sha256:01",
+        ..facts
+    });
+    assert_ne!(
+        other_definition.definition_digest,
+        identity.definition_digest
+    );
+    assert_eq!(
+        other_definition.workflow_source_digest,
+        identity.workflow_source_digest
+    );
+}

@@ -230,14 +230,12 @@ fn expire(
     now_ms: u64,
 ) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
     let attempt = current(agg).attempt_id.clone();
-    let record = record(agg, NodeOutcome::TimedOut, Value::Null);
     expire_node(
         agg,
         topology,
         host,
         control_request(),
         &attempt,
-        record,
         now_ms,
         TTL_MS,
     )
@@ -1526,7 +1524,6 @@ fn expiry_of_a_finished_attempt_or_a_terminal_run_is_refused() {
     let agg = with_deadline(&live(&topology), 300);
     let finished = ok_through(&agg, &topology, 20);
     let old = current(&agg).attempt_id.clone();
-    let stale_record = record(&agg, NodeOutcome::TimedOut, Value::Null);
     assert_eq!(
         expire_node(
             &finished,
@@ -1534,7 +1531,6 @@ fn expiry_of_a_finished_attempt_or_a_terminal_run_is_refused() {
             Some(&host_authority(1)),
             control_request(),
             &old,
-            stale_record,
             400,
             TTL_MS
         )
@@ -1826,21 +1822,17 @@ impl World {
             Op::Expire => {
                 let attempt = self.agg.attempt.as_ref()?.clone();
                 self.now_ms = self.now_ms.max(attempt.deadline_at_ms?);
-                let record = result_record(
-                    attempt.attempt_id.as_str(),
-                    attempt.node_id.as_str(),
-                    NodeOutcome::TimedOut,
-                    Value::Null,
-                );
-                self.records
-                    .insert(attempt.attempt_id.clone(), record.clone());
+                let record =
+                    ResultRecord::of(&attempt, &self.topology, NodeOutcome::TimedOut, self.now_ms)
+                        .error(Some(DEADLINE_MESSAGE))
+                        .to_value();
+                self.records.insert(attempt.attempt_id.clone(), record);
                 expire_node(
                     &self.agg,
                     &self.topology,
                     Some(&authority),
                     control_request(),
                     &attempt.attempt_id,
-                    record,
                     self.now_ms,
                     TTL_MS,
                 )
@@ -2097,4 +2089,87 @@ fn only_a_notify_node_of_the_live_runner_can_notify() {
         notify(&agg, &topology, 2),
         Err(Rejection::ClaimLost { .. })
     ));
+}
+
+// ---- on_node_deadline --------------------------------------------------------
+
+#[test]
+fn a_deadline_wake_before_the_deadline_defers_to_the_deadline() {
+    let topology = chain(&["work", "next"]);
+    let agg = with_deadline(&live(&topology), 300);
+    let attempt = current(&agg).attempt_id.clone();
+    let step = on_node_deadline(
+        &agg,
+        &topology,
+        Some(&host_authority(1)),
+        control_request(),
+        &attempt,
+        299,
+        TTL_MS,
+    );
+    assert_eq!(
+        step,
+        Ok(Step::Defer {
+            at_ms: 300,
+            reason: WakeReason::NodeDeadline {
+                attempt_id: attempt
+            }
+        })
+    );
+}
+
+#[test]
+fn a_deadline_wake_without_authority_while_the_claim_is_live_defers_to_its_expiry() {
+    let topology = chain(&["work", "next"]);
+    let agg = with_deadline(&live(&topology), 300);
+    let attempt = current(&agg).attempt_id.clone();
+    let expires = agg.run.lease.claim.as_ref().unwrap().expires_at_ms;
+    assert!(expires > 300, "the claim outlives the deadline");
+    let step = on_node_deadline(
+        &agg,
+        &topology,
+        None,
+        control_request(),
+        &attempt,
+        300,
+        TTL_MS,
+    );
+    assert_eq!(
+        step,
+        Ok(Step::Defer {
+            at_ms: expires,
+            reason: WakeReason::NodeDeadline {
+                attempt_id: attempt
+            }
+        })
+    );
+}
+
+#[test]
+fn a_passed_deadline_times_the_node_out_with_the_kernels_result_record() {
+    let topology = recovering();
+    let agg = with_deadline(&live(&topology), 300);
+    let attempt = current(&agg).clone();
+    let Ok(Step::Apply(transition)) = on_node_deadline(
+        &agg,
+        &topology,
+        Some(&host_authority(1)),
+        control_request(),
+        &attempt.attempt_id,
+        450,
+        TTL_MS,
+    ) else {
+        panic!("a passed deadline is decided now");
+    };
+    let step = transition.facts.steps.last().expect("a step");
+    assert_eq!(step.outcome, NodeOutcome::TimedOut);
+    // The timeout edge routed on the record the kernel built (it names the
+    // attempt and outcome: `check_record` accepted it).
+    assert_eq!(step.attempt_id, attempt.attempt_id);
+    assert_eq!(
+        ResultRecord::of(&attempt, &topology, NodeOutcome::TimedOut, 450)
+            .error(Some(DEADLINE_MESSAGE))
+            .to_value()["durationMs"],
+        json!(450 - attempt.started_at_ms)
+    );
 }

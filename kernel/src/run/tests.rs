@@ -1510,3 +1510,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_stale_expected_revision_is_refused_before_anything_is_decided() {
+    use crate::reject::{Coded as _, WireCode};
+    let agg = reserved(1, 0);
+    let current = agg.run.revision.0;
+    assert_eq!(check_revision(&agg.run, None), Ok(()));
+    assert_eq!(check_revision(&agg.run, Some(current)), Ok(()));
+    let stale = check_revision(&agg.run, Some(current + 1));
+    assert_eq!(
+        stale,
+        Err(Rejection::StaleRevision {
+            revision: agg.run.revision
+        })
+    );
+    let rejection = stale.unwrap_err();
+    assert_eq!(rejection.code(), WireCode::StaleRevision);
+    // A runner that names a stale revision broke the protocol's revision check.
+    assert_eq!(
+        rejection.protocol_check(),
+        Some(crate::runner::ProtocolCheck::Revision)
+    );
+}

@@ -721,3 +721,111 @@ proptest! {
         }
     }
 }
+
+fn claim_expiry(agg: &RunAggregate) -> u64 {
+    agg.run.lease.claim.as_ref().expect("a claim").expires_at_ms
+}
+
+#[test]
+fn an_expired_claim_of_a_run_that_holds_none_decides_nothing() {
+    let queued = reserved(1, 0);
+    let step = on_claim_expired(&queued, false, control_request(), 5_000, TTL_MS);
+    assert_eq!(step, Ok(Step::Nothing));
+}
+
+#[test]
+fn a_claim_still_live_at_its_expiry_wake_defers_to_the_new_expiry() {
+    let agg = live();
+    let expires = claim_expiry(&agg);
+    for supervised in [false, true] {
+        let step = on_claim_expired(&agg, supervised, control_request(), expires - 1, TTL_MS);
+        assert_eq!(
+            step,
+            Ok(Step::Defer {
+                at_ms: expires,
+                reason: WakeReason::ClaimExpiry
+            }),
+            "supervised: {supervised}"
+        );
+    }
+}
+
+#[test]
+fn an_expired_claim_of_a_previous_servers_runner_is_an_orphaned_exit() {
+    let agg = live();
+    let now_ms = claim_expiry(&agg) + 1;
+    let Ok(Step::Apply(step)) = on_claim_expired(&agg, false, control_request(), now_ms, TTL_MS)
+    else {
+        panic!("an orphaned runner's run is decided");
+    };
+    let orphaned = decide_exit(
+        &agg,
+        exit(1, ExitKind::Orphaned),
+        None,
+        control_request(),
+        now_ms,
+        TTL_MS,
+    )
+    .expect("orphaned exit");
+    assert_eq!(step, orphaned);
+    assert_eq!(runner_outcome(&step.facts), Some(RunnerOutcome::Orphaned));
+    assert_eq!(step.facts.run.park_reason, Some(ParkReason::Recovered));
+}
+
+#[test]
+fn an_expired_claim_of_our_own_stalled_runner_is_recovered_with_a_control_claim() {
+    let agg = live();
+    let now_ms = claim_expiry(&agg) + 1;
+    let Ok(Step::Apply(step)) = on_claim_expired(&agg, true, control_request(), now_ms, TTL_MS)
+    else {
+        panic!("a stalled runner's run is recovered");
+    };
+    let recovered = run::recover(
+        &agg,
+        control_request(),
+        ParkReason::Recovered,
+        now_ms,
+        TTL_MS,
+    )
+    .expect("recover");
+    assert_eq!(step, recovered);
+    assert_eq!(pair(&step.facts), (RunStatus::Running, QueueStatus::Parked));
+    assert!(step.outputs.iter().any(|output| matches!(
+        output,
+        Output::StopRunner {
+            reason: StopReason::ClaimLost,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn an_exit_without_authority_while_the_claim_is_live_is_decided_at_its_expiry() {
+    let agg = live();
+    let expires = claim_expiry(&agg);
+    let step = on_exit(
+        &agg,
+        exit(1, ExitKind::Abnormal),
+        None,
+        control_request(),
+        expires - 1,
+        TTL_MS,
+    );
+    assert_eq!(
+        step,
+        Ok(Step::Defer {
+            at_ms: expires,
+            reason: WakeReason::ClaimExpiry
+        })
+    );
+    // With the host authority the same exit is decided now.
+    let decided = on_exit(
+        &agg,
+        exit(1, ExitKind::Abnormal),
+        Some(&host_authority(1)),
+        control_request(),
+        expires - 1,
+        TTL_MS,
+    );
+    assert!(matches!(decided, Ok(Step::Apply(_))), "{decided:?}");
+}

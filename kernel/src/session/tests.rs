@@ -1597,3 +1597,10 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_sessions_next_message_order_follows_its_highest_stored_order() {
+    assert_eq!(next_message_order(None), 1);
+    assert_eq!(next_message_order(Some(1)), 2);
+    assert_eq!(next_message_order(Some(41)), 42);
+}

@@ -2,12 +2,14 @@
 //! action receipts of node attempts, the result records routing reads, and
 //! the narrow run state a runner's command carries.
 //!
-//! Invariant: result records are rebuilt from committed rows only, so a
+//! Invariant: result records are rebuilt from committed rows only, with the
+//! kernel's builder (`kernel::attempt::ResultRecord`, the one shape), so a
 //! resumed run routes on exactly what was committed.
 
 use super::Cached as _;
 use super::blobs::{self, Blob};
 use super::codec::{DigestColumn, u64_of};
+use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::ids::{AttemptId, Digest, NodeId, RunId};
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -63,48 +65,55 @@ pub(crate) fn record_status_detail(
     Ok(())
 }
 
-/// The node type name of `node_id` in `topology` (`compute` when unknown).
-pub fn node_type_name(topology: &Topology, node_id: &NodeId) -> String {
-    topology.node(node_id).map_or_else(
-        || "compute".to_owned(),
-        |node| super::codec::name(&node.node_type),
-    )
+/// A finished attempt's columns: attempt id, node id, outcome, start and
+/// finish times, output digest, error message.
+type FinishedRow = (
+    String,
+    String,
+    String,
+    u64,
+    Option<u64>,
+    Option<DigestColumn>,
+    Option<String>,
+);
+
+fn finished_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<FinishedRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        u64_of(row.get(3)?),
+        row.get::<_, Option<i64>>(4)?.map(u64_of),
+        row.get(5)?,
+        row.get(6)?,
+    ))
 }
 
-/// The result record routing reads (`$result.…`): `{attemptId, nodeId,
-/// nodeType, outcome, startedAt, finishedAt, durationMs, output?, error?}`.
-#[derive(Debug)]
-pub struct ResultRecord<'a> {
-    pub attempt_id: &'a AttemptId,
-    pub node_id: &'a NodeId,
-    pub node_type: &'a str,
-    pub outcome: &'a str,
-    pub started_at_ms: u64,
-    pub finished_at_ms: u64,
-    pub output: Option<&'a Value>,
-    pub error: Option<&'a str>,
-}
-
-impl ResultRecord<'_> {
-    /// The JSON record.
-    pub fn to_value(&self) -> Value {
-        let mut record = json!({
-            "attemptId": self.attempt_id.as_str(),
-            "nodeId": self.node_id.as_str(),
-            "nodeType": self.node_type,
-            "outcome": self.outcome,
-            "startedAt": crate::clock::rfc3339(self.started_at_ms),
-            "finishedAt": crate::clock::rfc3339(self.finished_at_ms),
-            "durationMs": self.finished_at_ms.saturating_sub(self.started_at_ms),
-        });
-        if let Some(output) = self.output {
-            record["output"] = output.clone();
-        }
-        if let Some(error) = self.error {
-            record["error"] = json!({ "message": error });
-        }
-        record
-    }
+/// The result record of a finished attempt, rebuilt from its committed row
+/// with the kernel's one builder (`kernel::attempt::ResultRecord`).
+fn record_of(
+    connection: &Connection,
+    topology: &Topology,
+    row: FinishedRow,
+) -> rusqlite::Result<Value> {
+    let (attempt_id, node_id, outcome, started, finished, output, error) = row;
+    let output = match blobs::digest_of(output) {
+        Some(digest) => Some(blobs::get_json(connection, &digest)?),
+        None => None,
+    };
+    let node_id = NodeId::new(node_id);
+    let attempt_id = AttemptId::new(attempt_id);
+    let record = ResultRecord {
+        attempt_id: &attempt_id,
+        node_id: &node_id,
+        node_type: kernel::attempt::node_type(topology, &node_id),
+        outcome: super::codec::parse::<NodeOutcome>(&outcome)?,
+        started_at_ms: started,
+        finished_at_ms: finished.unwrap_or(started),
+        output: output.as_ref(),
+        error: error.as_deref(),
+    };
+    Ok(record.to_value())
 }
 
 /// The committed result record of the run's last finished step, if any.
@@ -118,40 +127,13 @@ pub(crate) fn last_step_record(
             "SELECT attempt_id, node_id, outcome, started_at_ms, finished_at_ms, output_digest, error_message
              FROM node_attempts WHERE run_id = ?1 AND status = 'finished' ORDER BY seq DESC LIMIT 1",
             params![run_id.as_str()],
-            |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    u64_of(row.get(3)?),
-                    row.get::<_, Option<i64>>(4)?.map(u64_of),
-                    row.get::<_, Option<DigestColumn>>(5)?,
-                    row.get::<_, Option<String>>(6)?,
-                ))
-            },
+            finished_row,
         )
         .optional()?;
-    let Some((attempt_id, node_id, outcome, started, finished, output, error)) = row else {
-        return Ok(None);
-    };
-    let output = match blobs::digest_of(output) {
-        Some(digest) => Some(blobs::get_json(connection, &digest)?),
-        None => None,
-    };
-    let node_id = NodeId::new(node_id);
-    let node_type = node_type_name(topology, &node_id);
-    let attempt_id = AttemptId::new(attempt_id);
-    let record = ResultRecord {
-        attempt_id: &attempt_id,
-        node_id: &node_id,
-        node_type: &node_type,
-        outcome: &outcome,
-        started_at_ms: started,
-        finished_at_ms: finished.unwrap_or(started),
-        output: output.as_ref(),
-        error: error.as_deref(),
-    };
-    Ok(Some(record.to_value()))
+    match row {
+        Some(row) => record_of(connection, topology, row).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// The narrow run state a runner needs: the input, the latest result record
@@ -170,40 +152,14 @@ pub(crate) fn run_state(
          FROM node_attempts WHERE run_id = ?1 AND status = 'finished' ORDER BY seq",
     )?;
     let rows = statement
-        .query_map(params![run_id.as_str()], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                u64_of(row.get(3)?),
-                row.get::<_, Option<i64>>(4)?.map(u64_of),
-                row.get::<_, Option<DigestColumn>>(5)?,
-                row.get::<_, Option<String>>(6)?,
-            ))
-        })?
+        .query_map(params![run_id.as_str()], finished_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut results = Map::new();
     let mut result_order: Vec<String> = Vec::new();
     let steps = rows.len();
-    for (attempt_id, node_id, outcome, started, finished, output, error) in rows {
-        let output = match blobs::digest_of(output) {
-            Some(digest) => Some(blobs::get_json(connection, &digest)?),
-            None => None,
-        };
-        let node = NodeId::new(node_id.clone());
-        let node_type = node_type_name(topology, &node);
-        let attempt_id = AttemptId::new(attempt_id);
-        let record = ResultRecord {
-            attempt_id: &attempt_id,
-            node_id: &node,
-            node_type: &node_type,
-            outcome: &outcome,
-            started_at_ms: started,
-            finished_at_ms: finished.unwrap_or(started),
-            output: output.as_ref(),
-            error: error.as_deref(),
-        }
-        .to_value();
+    for row in rows {
+        let node_id = row.1.clone();
+        let record = record_of(connection, topology, row)?;
         result_order.retain(|id| *id != node_id);
         result_order.push(node_id.clone());
         results.insert(node_id, record);

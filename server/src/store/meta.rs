@@ -199,15 +199,24 @@ pub(crate) fn session_runs(
     rows.collect()
 }
 
-/// The next acceptance order of workflow messages in `session`.
+/// The order the next workflow message of a run with origin session
+/// `origin` receives: the one source of `SessionFacts::next_message_order`
+/// and of every run transition that creates a message (the kernel's
+/// `session::next_message_order` over the session's highest order). A
+/// headless run (no session) creates no messages; its order is the first.
 pub(crate) fn next_message_order(
     connection: &Connection,
-    session: &SessionId,
+    origin: Option<&SessionId>,
 ) -> rusqlite::Result<u64> {
+    let Some(session) = origin else {
+        return Ok(kernel::session::next_message_order(None));
+    };
     let max: Option<i64> = connection.query_row_cached(
         "SELECT MAX(session_order) FROM workflow_messages WHERE session_id = ?1",
         params![session.as_str()],
         |row| row.get(0),
     )?;
-    Ok(max.map_or(1, |max| super::codec::u64_of(max) + 1))
+    Ok(kernel::session::next_message_order(
+        max.map(super::codec::u64_of),
+    ))
 }
