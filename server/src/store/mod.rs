@@ -44,6 +44,8 @@ pub mod runs;
 pub mod schema;
 pub mod submissions;
 pub mod updates;
+pub mod view_facts;
+pub mod view_reads;
 pub mod viewer;
 
 use rusqlite::{Connection, Params, Row};
