@@ -24,7 +24,8 @@
 
 use crate::app::App;
 use crate::handlers::response;
-use crate::store::attempts::{self, AttemptResult, ResultRecord};
+use crate::store::attempts::{self, AttemptResult};
+use kernel::attempt::ResultRecord;
 use crate::store::blobs::Blob;
 use crate::store::{Commit, meta, runs, sessions, submissions};
 use kernel::attempt::NodeOutcome;
@@ -491,7 +492,6 @@ pub(crate) fn apply_attempt_follow_up(
     else {
         return Ok(Vec::new());
     };
-    let node_type = attempts::node_type_name(&topology, &attempt.node_id);
     let (outcome, output, error, failure) = match follow_up {
         AttemptFollowUp::FinishOk { submission_id, .. } => {
             let stored = submissions::stored(connection, submission_id)?;
@@ -508,17 +508,10 @@ pub(crate) fn apply_attempt_follow_up(
             Some(*reason),
         ),
     };
-    let record = ResultRecord {
-        attempt_id: &attempt.attempt_id,
-        node_id: &attempt.node_id,
-        node_type: &node_type,
-        outcome: outcome.as_str(),
-        started_at_ms: attempt.started_at_ms,
-        finished_at_ms: now_ms,
-        output: output.as_ref(),
-        error,
-    }
-    .to_value();
+    let record = ResultRecord::of(&attempt, &topology, outcome, now_ms)
+        .output(output.as_ref())
+        .error(error)
+        .to_value();
     let finished = kernel::execution::finish_attempt(
         &before,
         &topology,

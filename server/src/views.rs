@@ -284,19 +284,19 @@ async fn deliver_run(
     let from = *cursor;
     let read = app
         .store
-        .write(move |connection| {
-            let current = crate::view::presentation_revision(connection, &run)?;
+        .read(move |connection| {
+            let current = viewer::presentation_revision(connection, &run)?;
             if from == Some(current) {
-                return Ok(crate::store::Commit::Discard(None));
+                return Ok(None);
             }
             if let Some(from) = from
                 && let Some((revision, ops)) = viewer::patches_since(connection, &run, from)?
             {
                 let patch = json!({ "kind": "runViewPatch", "runId": run.as_str(), "baseRevision": from, "ops": ops });
-                return Ok(crate::store::Commit::Discard(Some((revision, patch))));
+                return Ok(Some((revision, patch)));
             }
-            let view = crate::view::build_in(connection, &run)?;
-            Ok(crate::store::Commit::Keep(view.map(|view| (current, json!({ "kind": "runViewSnapshot", "view": view })))))
+            let view = viewer::snapshot(connection, &run)?;
+            Ok(view.map(|view| (current, json!({ "kind": "runViewSnapshot", "view": view }))))
         })
         .await;
     match read {
@@ -344,11 +344,7 @@ async fn deliver_session(
     let session = session_id.clone();
     let view = app
         .store
-        .write(move |connection| {
-            Ok(crate::store::Commit::Keep(crate::reads::session_view(
-                connection, &session,
-            )?))
-        })
+        .read(move |connection| crate::reads::session_view(connection, &session))
         .await;
     let Ok(view) = view else {
         return !outbox.is_closed();

@@ -660,9 +660,13 @@ fn damaged_and_foreign_state_files_are_told_apart_from_incompatible_ones() {
         connection
             .execute_batch(
                 "PRAGMA journal_mode=DELETE; PRAGMA ignore_check_constraints=ON;
-                 UPDATE schema_meta SET schema_version = 2",
+                 UPDATE schema_meta SET schema_version = 1",
             )
             .unwrap();
     });
-    assert_eq!(error, server::store::INCOMPATIBLE_STATE, "version 2");
+    assert_eq!(
+        error,
+        server::store::INCOMPATIBLE_STATE,
+        "version 1 (an older schema)"
+    );
 }

@@ -45,6 +45,8 @@ pub mod sessions;
 pub mod schema;
 pub mod submissions;
 pub mod updates;
+pub mod view_facts;
+pub mod view_reads;
 pub mod viewer;
 
 use rusqlite::{Connection, Params, Row};

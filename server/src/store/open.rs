@@ -154,8 +154,8 @@ fn create_schema(connection: &Connection) -> rusqlite::Result<()> {
     connection.execute_batch("BEGIN IMMEDIATE")?;
     let created = connection.execute_batch(schema::DDL).and_then(|()| {
         connection.execute(
-            "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', 1, ?1, ?2)",
-            rusqlite::params![ddl_digest(), now_ms as i64],
+            "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', ?3, ?1, ?2)",
+            rusqlite::params![ddl_digest(), now_ms as i64, schema::VERSION],
         )
     });
     match created {
@@ -200,7 +200,9 @@ fn verify(path: &Path) -> Result<Connection, StoreError> {
         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
     );
     let compatible = match identity {
-        Ok((name, 1, digest)) => name == "pi-workflows-state" && digest == ddl_digest(),
+        Ok((name, version, digest)) if version == super::schema::VERSION => {
+            name == "pi-workflows-state" && digest == ddl_digest()
+        }
         Ok(_) => false,
         Err(error) if error.sqlite_error_code() == Some(ErrorCode::NotADatabase) => {
             return Err(StoreError::Unusable(Unusable::NotADatabase));

@@ -32,11 +32,24 @@ pub(crate) fn load(
     connection: &Connection,
     run_id: &RunId,
 ) -> rusqlite::Result<Option<RunAggregate>> {
+    let Some(mut aggregate) = load_current(connection, run_id)? else {
+        return Ok(None);
+    };
+    aggregate.steps = load_steps(connection, run_id)?;
+    Ok(Some(aggregate))
+}
+
+/// The aggregate of `run_id` without its step summaries (`steps` empty):
+/// every other fact `load` reads, a bounded read whatever the run's length.
+/// For presentation, which reads the steps it shows from its own rows.
+pub(crate) fn load_current(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<RunAggregate>> {
     let Some(run) = load_run(connection, run_id)? else {
         return Ok(None);
     };
     let mut aggregate = RunAggregate::new(run);
-    aggregate.steps = load_steps(connection, run_id)?;
     aggregate.attempt = load_latest_attempt(connection, run_id)?;
     aggregate.effects = load_effects(connection, run_id)?;
     aggregate.interaction = load_interaction(connection, run_id)?;

@@ -1,4 +1,5 @@
--- pi-workflows-state, schema version 1.
+-- pi-workflows-state, schema version 2 (version 1 kept the live view's node
+-- list and step history as growing documents; it is refused as incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -6,7 +7,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 1),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 2),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -359,18 +360,67 @@ CREATE TABLE update_receipts (
 ) STRICT;
 
 -- Live view projection: one presentation revision per run and retained patches.
--- The small documents of the last revision are kept so the next patch is a
--- comparison of small documents, never a diff of whole views.
+-- Every part is kept as small rows changed in place or appended, so the next
+-- patch comes from the rows the transaction changed, never from a rebuild or
+-- a diff of the whole view: the header, one row per topology node, one row
+-- per graph step (append-only; only the last step changes while its
+-- attempts run), and the update page.
 CREATE TABLE viewer_runs (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
   presentation_revision INTEGER NOT NULL,
   retained_floor INTEGER NOT NULL,
   header_json TEXT,
-  nodes_json TEXT,
+  -- Graph steps: how many, how many lead the inline page and their bytes.
   steps_total INTEGER NOT NULL DEFAULT 0,
-  steps_tail_json TEXT,
+  steps_inline INTEGER NOT NULL DEFAULT 0,
+  steps_inline_bytes INTEGER NOT NULL DEFAULT 0,
+  -- The node_attempts seq of the last step's first attempt (0: no step).
+  steps_tail_seq INTEGER NOT NULL DEFAULT 0,
+  -- SHA-256 state over the graph history's final prefix (`[` and every
+  -- step but the last, each followed by `,`) and that prefix's length.
+  history_state BLOB,
+  history_prefix_bytes INTEGER NOT NULL DEFAULT 1,
+  -- Nodes whose entry depends on the unfinished attempt or the checkpoint.
+  hot_nodes_json TEXT,
   updates_json TEXT,
   updates_total INTEGER NOT NULL DEFAULT 0
+) STRICT;
+
+-- One entry per topology node of a run's view, in definition order.
+CREATE TABLE viewer_nodes (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  node_index INTEGER NOT NULL,
+  node_id TEXT NOT NULL,
+  visits INTEGER NOT NULL,
+  last_outcome TEXT,
+  document TEXT NOT NULL,
+  PRIMARY KEY (run_id, node_index),
+  UNIQUE (run_id, node_id)
+) STRICT;
+
+-- The graph history: one row per step (node visit), appended; only the last
+-- row changes while its attempts run. `document` is the complete step in
+-- canonical JSON, `shown` the step as a view shows it (newest attempts).
+CREATE TABLE viewer_steps (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL CHECK (seq >= 1),
+  node_id TEXT NOT NULL,
+  visit INTEGER NOT NULL,
+  document TEXT NOT NULL,
+  shown TEXT NOT NULL,
+  PRIMARY KEY (run_id, seq),
+  UNIQUE (run_id, node_id, visit)
+) STRICT;
+
+-- Advertised graph-history references: the first `steps - 1` rows of
+-- viewer_steps (final) followed by `tail`, the last step as it was.
+CREATE TABLE viewer_history_refs (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  digest BLOB NOT NULL CHECK (length(digest) = 32),
+  steps INTEGER NOT NULL,
+  tail TEXT,
+  bytes INTEGER NOT NULL,
+  PRIMARY KEY (run_id, digest)
 ) STRICT;
 
 -- The run list's revision: increases with every presentation revision of any run.

@@ -82,7 +82,7 @@ pub(crate) fn load(
         messages,
         turns,
         runs: session_runs,
-        next_message_order: super::meta::next_message_order(connection, session_id)?,
+        next_message_order: super::meta::next_message_order(connection, Some(session_id))?,
     })
 }
 

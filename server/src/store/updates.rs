@@ -102,7 +102,7 @@ pub fn write_accepted(
             current.at_ms as i64,
         ],
     )?;
-    super::viewer::mark(run_id);
+    super::viewer::mark_updates(run_id);
     connection.execute_cached(
         "INSERT INTO update_receipts (run_id, idempotency_key, receipt_json) VALUES (?1, ?2, ?3)",
         params![

@@ -1,0 +1,184 @@
+//! Per-step cost against run length (issue 12, item 1): figures, not timed
+//! tests. The baseline is one raw single-row commit (`BEGIN IMMEDIATE;
+//! INSERT; COMMIT`, WAL + `synchronous=FULL`) measured in the same run in
+//! the directory the server's state lives in.
+//!
+//! Run: `cargo bench -p server --bench steps` (release build).
+//!
+//! For each run length N (100, 300, 1,000 steps) the marginal cost per
+//! durable step is `(T(N-node linear run) − T(1-node run)) / (N − 1)`, T =
+//! `finished_at_ms − created_at_ms` from the server's own timestamps, median
+//! of `STEP_RUNS` runs of each, one real `pi-workflows server run` with the
+//! scripted runner. A loop workflow (4 nodes, N steps) separates the growth
+//! of the history from the growth of the topology. The completion is
+//! watched through a read-only SQLite connection, never through `run.view`
+//! (a full view of a long run would load the writer thread being measured).
+#![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
+
+mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use common::{PRODUCTION, ms, raw_commits};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::*;
+
+const RAW_COMMITS: usize = 2000;
+const STEP_RUNS: usize = 3;
+const LENGTHS: [usize; 3] = [100, 300, 1000];
+
+fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("PIW_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir).expect("PIW_BENCH_DIR is writable"),
+        None => tempfile::tempdir().expect("a temp dir"),
+    }
+}
+
+fn linear_script(dir: &Path, nodes: usize) -> PathBuf {
+    let ids: Vec<String> = (1..=nodes).map(|n| format!("n{n}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut topology = linear_topology(&refs);
+    topology["maxSteps"] = json!(nodes + 10);
+    write_script(
+        dir,
+        &format!("linear-{nodes}.json"),
+        &json!({"workflowName": format!("linear{nodes}"), "topology": topology}),
+    )
+}
+
+/// `start`, then `work` → `check` rounds, then `done`: `steps` graph steps
+/// (an even number) on a 4-node topology.
+fn loop_script(dir: &Path, steps: usize) -> PathBuf {
+    let visits = (steps - 2) / 2;
+    let mut checks: Vec<Value> = (1..visits)
+        .map(|_| json!({ "finish": { "again": true } }))
+        .collect();
+    checks.push(json!({ "finish": { "again": false } }));
+    let nodes: Vec<Value> = ["start", "work", "check", "done"]
+        .iter()
+        .map(|id| json!({ "id": id, "nodeType": "compute", "timeout": { "kind": "default" }, "mountPath": [] }))
+        .collect();
+    write_script(
+        dir,
+        &format!("loop-{steps}.json"),
+        &json!({
+            "workflowName": format!("loop{steps}"),
+            "topology": {
+                "startAt": "start",
+                "maxSteps": steps + 10,
+                "nodes": nodes,
+                "edges": [
+                    { "kind": "plain", "from": "start", "to": "work" },
+                    { "kind": "plain", "from": "work", "to": "check" },
+                    { "kind": "switch", "from": "check", "on": "$.again", "cases": { "true": "work", "false": "done" } },
+                ],
+                "mounts": [],
+            },
+            "nodes": { "check": checks },
+        }),
+    )
+}
+
+/// Starts `script`, waits (reading the file) until the run finished, and
+/// returns its server-side duration and step count.
+async fn timed_run(
+    server: &TestServer,
+    client: &mut pi_workflows_client::Connection,
+    script: &Path,
+) -> (Duration, i64) {
+    let run_id = started(client, script).await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let db = server.db();
+    loop {
+        let row: (String, i64, Option<i64>) = db
+            .query_row(
+                "SELECT status, created_at_ms, finished_at_ms FROM runs WHERE run_id = ?1",
+                [&run_id],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        if let (status, created, Some(finished)) = row {
+            assert_eq!(status, "completed", "run {run_id}");
+            let steps: i64 = db
+                .query_row(
+                    "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
+                    [&run_id],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            drop(db);
+            wait_quiescent_at(server).await;
+            return (Duration::from_millis((finished - created) as u64), steps);
+        }
+        assert!(Instant::now() < deadline, "run {run_id} did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = bench_dir();
+    let raw = raw_commits(dir.path(), RAW_COMMITS);
+    let server = TestServer::start_with(&PRODUCTION);
+    let mut client = server.client().await;
+    let one = linear_script(server.scratch(), 1);
+    let mut ones = Vec::new();
+    let mut rows = Vec::new();
+    for length in LENGTHS {
+        for (shape, script) in [
+            ("linear", linear_script(server.scratch(), length)),
+            ("loop", loop_script(server.scratch(), length)),
+        ] {
+            let mut samples = Vec::new();
+            for _ in 0..STEP_RUNS {
+                let (duration, steps) = timed_run(&server, &mut client, &script).await;
+                assert_eq!(steps as usize, length, "{shape} {length}");
+                samples.push(duration);
+                ones.push(timed_run(&server, &mut client, &one).await.0);
+            }
+            rows.push((shape, length, median(samples)));
+        }
+    }
+    drop(server);
+    let one = median(ones);
+    let ratio = |value: Duration, base: Duration| value.as_secs_f64() / base.as_secs_f64();
+    println!();
+    println!(
+        "pi-workflows per-step cost against run length ({RAW_COMMITS} raw commits, median of {STEP_RUNS} runs per point; 1-node run {})",
+        ms(one)
+    );
+    println!();
+    println!(
+        "| shape | steps | run | per step | raw commit mean | ratio | per step / per step at 100 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| raw commit | — | p50 {} / p99 {} / mean {} | — | — | 1.00 | — |",
+        ms(raw.p50),
+        ms(raw.p99),
+        ms(raw.mean)
+    );
+    for (shape, length, run) in &rows {
+        let per_step = run.saturating_sub(one) / (*length as u32 - 1);
+        let at_100 = rows
+            .iter()
+            .find(|(s, l, _)| s == shape && *l == 100)
+            .map(|(_, _, r)| r.saturating_sub(one) / 99)
+            .unwrap_or(per_step);
+        println!(
+            "| {shape} | {length} | {} | {} | {} | {:.2} | {:.2} |",
+            ms(*run),
+            ms(per_step),
+            ms(raw.mean),
+            ratio(per_step, raw.mean),
+            ratio(per_step, at_100)
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! The SQL of the client reads (`reads`): run-list rows, transitions,
+//! workflow messages and the origin-session facts. Reads store nothing,
+//! except `clear_terminal`'s one row.
+//!
+//! Invariant: the run list reads status facts only (the stored header of
+//! each run's last presentation revision); it never loads run histories.
+
+use super::Cached as _;
+use kernel::ids::SessionId;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+
+/// One stored run-list row: run id, presentation revision, header text.
+pub type ListRow = (String, i64, Option<String>);
+
+/// The run list's revision.
+pub(crate) fn list_revision(connection: &Connection) -> rusqlite::Result<i64> {
+    connection.query_row_cached(
+        "SELECT revision FROM viewer_list WHERE singleton = 1",
+        [],
+        |row| row.get(0),
+    )
+}
+
+/// At most `limit` runs newest first after the keyset cursor
+/// (`after_id` empty: from the newest).
+pub(crate) fn list_rows(
+    connection: &Connection,
+    after_created: i64,
+    after_id: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<ListRow>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT r.run_id, v.presentation_revision, v.header_json
+         FROM runs r JOIN viewer_runs v ON v.run_id = r.run_id
+         WHERE (?2 = '' OR r.created_at_ms < ?1 OR (r.created_at_ms = ?1 AND r.run_id < ?2))
+         ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT ?3",
+    )?;
+    let rows = statement.query_map(params![after_created, after_id, limit as i64], |row| {
+        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+    })?;
+    rows.collect()
+}
+
+/// Lifecycle events of a run, oldest first, from `offset`.
+pub(crate) fn transitions(
+    connection: &Connection,
+    run_id: &kernel::ids::RunId,
+    offset: usize,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT seq, recorded_at_ms, kind, payload FROM events WHERE run_id = ?1 ORDER BY seq LIMIT ?2 OFFSET ?3",
+    )?;
+    let rows = statement.query_map(
+        params![run_id.as_str(), limit as i64, offset as i64],
+        |row| {
+            let payload: String = row.get(3)?;
+            Ok(json!({
+                "seq": row.get::<_, i64>(0)?,
+                "atMs": row.get::<_, i64>(1)?,
+                "kind": row.get::<_, String>(2)?,
+                "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
+            }))
+        },
+    )?;
+    rows.collect()
+}
+
+/// Workflow messages of a run in session order, from `offset`.
+pub(crate) fn run_messages(
+    connection: &Connection,
+    run_id: &kernel::ids::RunId,
+    offset: usize,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
+                b.media_type, length(b.bytes)
+         FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+         WHERE m.run_id = ?1 ORDER BY m.session_order LIMIT ?2 OFFSET ?3",
+    )?;
+    let rows = statement.query_map(
+        params![run_id.as_str(), limit as i64, offset as i64],
+        message_value,
+    )?;
+    rows.collect()
+}
+
+/// A workflow message record with the reference to its stored content (a
+/// message is created with its content, so the join never drops one).
+fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
+    let digest: Vec<u8> = row.get(5)?;
+    let mut message = json!({
+        "messageId": row.get::<_, String>(0)?,
+        "runId": row.get::<_, String>(1)?,
+        "kind": row.get::<_, String>(2)?,
+        "state": row.get::<_, String>(3)?,
+        "order": row.get::<_, i64>(4)?,
+        "content": {
+            "digest": format!("sha256:{}", hex::encode(digest)),
+            "mediaType": row.get::<_, String>(8)?,
+            "bytes": row.get::<_, i64>(9)?,
+        },
+    });
+    if let Some(reason) = row.get::<_, Option<String>>(6)? {
+        message["stepReason"] = json!(reason);
+    }
+    if let Some(entry) = row.get::<_, Option<String>>(7)? {
+        message["entryId"] = json!(entry);
+    }
+    Ok(message)
+}
+
+/// When `session`'s retained terminal view was last cleared (0: never).
+pub(crate) fn cleared_at(connection: &Connection, session: &SessionId) -> rusqlite::Result<i64> {
+    Ok(connection
+        .query_row_cached(
+            "SELECT cleared_at_ms FROM session_views WHERE session_id = ?1",
+            params![session.as_str()],
+            |row| row.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// The session's newest nonterminal run.
+pub(crate) fn active_run(
+    connection: &Connection,
+    session: &SessionId,
+) -> rusqlite::Result<Option<String>> {
+    connection
+        .query_row_cached(
+            "SELECT r.run_id FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
+             WHERE b.origin_session_id = ?1 AND r.status IN ('queued', 'running', 'waiting')
+             ORDER BY r.created_at_ms DESC, r.run_id DESC LIMIT 1",
+            params![session.as_str()],
+            |row| row.get(0),
+        )
+        .optional()
+}
+
+/// Every pending workflow message of the session and every sent one of a
+/// nonterminal run, in session order.
+pub(crate) fn session_messages(
+    connection: &Connection,
+    session: &SessionId,
+) -> rusqlite::Result<Vec<Value>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
+                b.media_type, length(b.bytes)
+         FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+         WHERE m.session_id = ?1
+           AND (m.state = 'pending' OR (m.state = 'sent' AND m.run_id IN (
+                SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))))
+         ORDER BY m.session_order",
+    )?;
+    let rows = statement.query_map(params![session.as_str()], message_value)?;
+    rows.collect()
+}
+
+/// The session revision: the presentation revisions of its runs plus the
+/// versions of its messages.
+pub(crate) fn session_revision(
+    connection: &Connection,
+    session: &SessionId,
+) -> rusqlite::Result<i64> {
+    let runs_revision: i64 = connection.query_row_cached(
+        "SELECT COALESCE(SUM(v.presentation_revision), 0) FROM viewer_runs v JOIN run_bindings b ON b.run_id = v.run_id
+         WHERE b.origin_session_id = ?1",
+        params![session.as_str()],
+        |row| row.get(0),
+    )?;
+    let message_changes: i64 = connection.query_row_cached(
+        "SELECT COALESCE(SUM(version), 0) FROM workflow_messages WHERE session_id = ?1",
+        params![session.as_str()],
+        |row| row.get(0),
+    )?;
+    Ok(runs_revision + message_changes)
+}
+
+/// The most recent terminal run of the session while it stays visible (see
+/// `reads::session_view`).
+pub(crate) fn retained_terminal(
+    connection: &Connection,
+    session: &SessionId,
+    now_ms: u64,
+    cleared_at_ms: i64,
+    retention_ms: u64,
+) -> rusqlite::Result<Option<String>> {
+    connection
+        .query_row_cached(
+            "WITH latest AS (
+               SELECT r.run_id, r.finished_at_ms FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
+               WHERE b.origin_session_id = ?1 AND r.finished_at_ms IS NOT NULL AND r.finished_at_ms > ?4
+               ORDER BY r.finished_at_ms DESC, r.run_id DESC LIMIT 1),
+             terminal AS (
+               SELECT m.message_id, m.state FROM workflow_messages m JOIN latest USING (run_id)
+               WHERE m.kind = 'terminal'),
+             first_turn AS (
+               SELECT t.state, t.ended_at_ms FROM workflow_turns t JOIN terminal USING (message_id)
+               ORDER BY t.started_at_ms, t.turn_id LIMIT 1)
+             SELECT run_id FROM latest
+             WHERE EXISTS (SELECT 1 FROM terminal WHERE state = 'pending')
+                OR EXISTS (SELECT 1 FROM first_turn WHERE state = 'open' OR ended_at_ms + ?2 > ?3)
+                OR (NOT EXISTS (SELECT 1 FROM terminal) AND latest.finished_at_ms + ?2 > ?3)",
+            params![
+                session.as_str(),
+                retention_ms as i64,
+                now_ms as i64,
+                cleared_at_ms
+            ],
+            |row| row.get(0),
+        )
+        .optional()
+}
+
+/// `sessionView.clearTerminal`: hides the retained terminal run.
+pub(crate) fn clear_terminal(
+    connection: &Connection,
+    session: &SessionId,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    connection.execute_cached(
+        "INSERT INTO session_views (session_id, cleared_at_ms) VALUES (?1, ?2)
+         ON CONFLICT (session_id) DO UPDATE SET cleared_at_ms = excluded.cleared_at_ms",
+        params![session.as_str(), now_ms as i64],
+    )?;
+    Ok(())
+}
