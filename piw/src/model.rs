@@ -132,6 +132,7 @@ pub fn control_spec(control: Control) -> ControlSpec {
         Control::Cancel => spec('x', "cancel", Some("run.cancel"), ""),
         Control::Restart => spec('R', "restart", Some("run.restart"), ""),
         Control::Answer => spec('a', "answer", Some("checkpoint.answer"), ""),
+        Control::Activate => spec('o', "activate", Some("run.activate"), ""),
         Control::HumanAnswer => spec(
             'A',
             "human answer",
@@ -448,6 +449,7 @@ mod tests {
             Control::Cancel,
             Control::RecoverEffect,
             Control::Restart,
+            Control::Activate,
         ];
         let mut keys: Vec<char> = all.iter().map(|&c| control_spec(c).key).collect();
         keys.sort_unstable();
