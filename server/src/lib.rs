@@ -4,8 +4,11 @@
 //!
 //! Architecture invariants:
 //! - Every handler loads facts, calls the kernel, writes and commits in one
-//!   short transaction, and only then replies or acts. The shell never
-//!   decides what the kernel decides.
+//!   short transaction, and only then replies or acts: `shell::apply` for
+//!   wakes, recovery, admission, runner exits and shutdown, `shell::write_step`
+//!   inside the receipt jobs of client commands and runner messages. The
+//!   shell never decides what the kernel decides (a wait is the kernel's
+//!   `Step::Defer`, never a rejection the shell turns into a wake).
 //! - This is the only process that opens the live SQLite database.
 //! - No token, token hash, prompt, output, session id or path appears in
 //!   status output, logs or errors shown to clients.
