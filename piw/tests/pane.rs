@@ -58,7 +58,7 @@ fn signal_restores_the_terminal(signal: i32, name: &str) {
         .unwrap();
     assert!(status.success());
     let after = tmux.wait_screen(&format!("piw to end on SIG{name}"), |s| {
-        s.contains("piw-ended")
+        s.contains("piw-ended") && s.contains("tty: ")
     });
     assert_eq!(
         tmux.format("#{alternate_on} #{cursor_flag} #{mouse_any_flag}"),

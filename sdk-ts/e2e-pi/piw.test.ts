@@ -3,17 +3,21 @@
  * server and the node runner, with the fake `herdr` of
  * scripts/fake-herdr.mjs on PATH (Herdr ≥ 0.7 cannot be installed here) and
  * the real `piw` binary: inside Herdr it opens the plugin pane on the exact
- * run of the session's view and then focuses that pane; outside Herdr it
- * answers with the command to run.
+ * run of the session's view, the pane's command (`piw --herdr-pane`, run in
+ * tmux with the environment Herdr gives it) labels the pane and shows that
+ * run, started from Pi, and a second `/piw` focuses that pane; outside
+ * Herdr it answers with the command to run.
  */
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it, type TestContext } from "node:test";
 
 import { FakeHerdr } from "../test-support/herdr.js";
 import { type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
 import { REPO_DIR, SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+import { Tmux } from "../test-support/tmux.js";
 
 type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
 type Notify = Extract<UiRequest, { method: "notify" }>;
@@ -36,7 +40,7 @@ export default defineWorkflow({
 /** The piw binary the pane runs (`cargo build -p piw`). */
 const PIW_DIR = join(process.env.PIW_BIN_DIR ?? join(REPO_DIR, "target", "debug"));
 
-async function piInProject(t: TestContext, extraEnv: Record<string, string>): Promise<PiRpc> {
+async function piInProject(t: TestContext, extraEnv: Record<string, string>): Promise<{ pi: PiRpc; server: TestServer }> {
   const fixture = await piFixture(t);
   const server = await TestServer.start();
   t.after(() => server.stop());
@@ -44,7 +48,7 @@ async function piInProject(t: TestContext, extraEnv: Record<string, string>): Pr
   writeFileSync(join(project, ".pi", "workflows", "approve.workflow.ts"), CHECKPOINT);
   const env: Record<string, string> = { PI_WORKFLOWS_BIN: serverBinary(), ...extraEnv };
   for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) env[key] = value;
-  return fixture.spawnRpc({ extensions: [SDK_DIR], cwd: project, env });
+  return { pi: await fixture.spawnRpc({ extensions: [SDK_DIR], cwd: project, env }), server };
 }
 
 /** Runs `/<command>` and resolves the notification it ends with. */
@@ -72,7 +76,8 @@ describe("/piw in real Pi (rpc mode)", () => {
   it("inside Herdr (fake herdr, real piw): opens the piw plugin pane on the exact run of the session's view, then focuses it instead of opening another", async (t) => {
     const herdr = FakeHerdr.withPlugin();
     t.after(() => herdr.remove());
-    const pi = await piInProject(t, { HERDR_ENV: "1", PATH: herdr.path(`${PIW_DIR}:${process.env.PATH ?? ""}`) });
+    const path = herdr.path(`${PIW_DIR}:${process.env.PATH ?? ""}`);
+    const { pi, server } = await piInProject(t, { HERDR_ENV: "1", PATH: path });
     const runId = await startApprove(pi);
 
     const opened = await command(pi, "/piw right");
@@ -83,6 +88,23 @@ describe("/piw in real Pi (rpc mode)", () => {
       "api snapshot",
       `plugin pane open --plugin osolmaz.pi-workflows --entrypoint piw --env PI_WORKFLOWS_RUN_ID=${runId} --placement split --target-pane w1:p1 --direction right --focus`,
     ]);
+
+    // What Herdr does with that call: run the manifest's pane command with the call's environment and the new pane's id.
+    const opening = herdr.calls().at(-1);
+    assert.equal(opening?.argv.includes("--entrypoint"), true);
+    const paneEnv: Record<string, string> = { HOME: server.env["HOME"] ?? tmpdir(), PATH: path, TERM: "xterm-256color", HERDR_PANE_ID: "w1:p2" };
+    for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) paneEnv[key] = value;
+    for (const entry of opening?.argv.filter((_arg, index, argv) => argv[index - 1] === "--env") ?? []) {
+      const [key, ...rest] = entry.split("=");
+      paneEnv[key as string] = rest.join("=");
+    }
+    const dir = mkdtempSync(join(tmpdir(), "piw-pane-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const pane = await Tmux.start({ command: ["piw", "--herdr-pane"], cwd: dir, env: paneEnv, dir, cols: 120, rows: 32 });
+    t.after(() => pane.kill());
+    const screen = await pane.waitForScreen(new RegExp(`^ piw .*${runId}`, "m"), 30_000);
+    assert.match(screen, /review/, screen);
+    assert.deepEqual(herdr.calls().at(-1)?.argv, ["pane", "rename", "w1:p2", `piw · ${runId}`]);
 
     const again = await command(pi, "/piw below");
     assert.deepEqual([again.notifyType, again.message], ["info", `Focused piw for run ${runId} (Herdr pane w1:p2).`]);
@@ -96,7 +118,7 @@ describe("/piw in real Pi (rpc mode)", () => {
   it("outside Herdr: one bounded reason with the command that opens the same run, and no herdr call", async (t) => {
     const herdr = FakeHerdr.withPlugin();
     t.after(() => herdr.remove());
-    const pi = await piInProject(t, { HERDR_ENV: "", PATH: herdr.path(`${PIW_DIR}:${process.env.PATH ?? ""}`) });
+    const { pi } = await piInProject(t, { HERDR_ENV: "", PATH: herdr.path(`${PIW_DIR}:${process.env.PATH ?? ""}`) });
     const none = await command(pi, "/piw");
     assert.equal(none.message, "No workflow run in this session to show in piw; start one with /workflow <name>, or run `piw` to browse every run.");
     const runId = await startApprove(pi);
