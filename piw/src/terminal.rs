@@ -14,6 +14,12 @@
 //!   that the loop reads between input waits; it returns
 //!   [`Ended::Signal`], and the caller ends the process with that signal's
 //!   default action after the terminal was restored.
+//! - piw never outlives its terminal: a watchdog thread ends the process
+//!   (restoring what it can, with the signal's default action) when the
+//!   loop has not ended [`SIGNAL_GRACE`] after an ending signal, or when
+//!   the terminal hung up. The loop alone cannot: crossterm's input read
+//!   retries a hung-up tty forever, inside `event::poll`, whatever its
+//!   timeout, so a piw whose terminal window closed would spin.
 
 use std::io::{self, Stdout};
 use std::sync::Arc;
@@ -37,6 +43,11 @@ use crate::source::Source;
 const INPUT_WAIT: Duration = Duration::from_millis(25);
 /// How often the clock redraws without any event (ages, ETA, notices).
 const CLOCK: Duration = Duration::from_millis(500);
+/// How long the loop has to end after an ending signal before the
+/// watchdog ends the process.
+const SIGNAL_GRACE: Duration = Duration::from_millis(750);
+/// How often the watchdog looks at the signal flag and the terminal.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// The wall clock in Unix milliseconds.
 pub fn now_ms() -> u64 {
@@ -84,6 +95,44 @@ pub fn end_by(signal: i32) -> ! {
     std::process::exit(128 + signal)
 }
 
+/// Whether the terminal on standard input hung up (or is no longer open).
+fn terminal_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdin = io::stdin();
+    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::empty())];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0].revents().is_some_and(|events| {
+            events.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+        }),
+        Err(_) => false,
+    }
+}
+
+/// Starts the watchdog (see the module invariants): it ends the process
+/// when the loop is stuck after an ending signal, or the terminal hung up.
+fn watch(signalled: Arc<AtomicUsize>) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("piw-watchdog".into())
+        .spawn(move || {
+            let mut since: Option<(i32, Instant)> = None;
+            loop {
+                std::thread::sleep(WATCH_EVERY);
+                let signal = match signalled.load(Ordering::SeqCst) {
+                    0 if terminal_gone() => signal_hook::consts::SIGHUP,
+                    0 => continue,
+                    signal => signal as i32,
+                };
+                let (signal, at) = *since.get_or_insert((signal, Instant::now()));
+                if at.elapsed() >= SIGNAL_GRACE {
+                    restore();
+                    end_by(signal);
+                }
+            }
+        })
+        .map(drop)
+}
+
 /// Runs `app` with `source` until the user quits or an ending signal comes.
 pub fn run(mut app: App, source: &mut dyn Source) -> io::Result<Ended> {
     let signalled = Arc::new(AtomicUsize::new(0));
@@ -91,6 +140,7 @@ pub fn run(mut app: App, source: &mut dyn Source) -> io::Result<Ended> {
         // Each handler stores its signal number (non-zero).
         signal_hook::flag::register_usize(signal, Arc::clone(&signalled), signal as usize)?;
     }
+    watch(Arc::clone(&signalled))?;
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         restore();

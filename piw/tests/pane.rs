@@ -90,6 +90,56 @@ fn sighup_ends_piw_and_restores_the_terminal() {
     signal_restores_the_terminal(1, "HUP");
 }
 
+/// The terminal goes away under piw (the tmux server is killed, as when a
+/// terminal window is closed): piw ends within a bound instead of spinning
+/// on the dead terminal (crossterm's input read retries a hung-up tty
+/// forever, so the loop alone never sees the SIGHUP it flagged).
+#[test]
+fn piw_ends_when_its_terminal_goes_away() {
+    let server = Server::started();
+    let run = server.start("paused");
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[&piw().to_string_lossy(), &run],
+        100,
+        30,
+    );
+    tmux.wait_screen("piw on the run", |s| {
+        s.lines().next().is_some_and(|h| h.contains(&run))
+    });
+    let pid = tmux.format("#{pane_pid}");
+    // A piw left spinning by a failure is killed, not left to the machine.
+    struct KillOnDrop(String);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.0])
+                .status();
+        }
+    }
+    let _spinner = KillOnDrop(pid.clone());
+    tmux.kill_server();
+    let gone = wait_for(
+        "piw to end after its terminal went away",
+        Duration::from_secs(10),
+        || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+            // Gone, or a zombie nobody reaped yet.
+            match stat {
+                None => Some(()),
+                Some(stat) => stat
+                    .rsplit(')')
+                    .next()?
+                    .trim_start()
+                    .starts_with('Z')
+                    .then_some(()),
+            }
+        },
+    );
+    gone
+}
+
 /// A directory with the fake `herdr` (its calls are recorded next to it).
 fn fake_herdr(dir: &Path) -> PathBuf {
     let bin = dir.join("herdr-bin");

@@ -326,6 +326,12 @@ impl Tmux {
         .to_owned()
     }
 
+    /// Kills the tmux server: the pane's terminal goes away under its
+    /// command (as when a terminal window is closed).
+    pub fn kill_server(&self) {
+        self.run(&["kill-server".into()], false);
+    }
+
     /// Whether the pane's command has exited.
     pub fn exited(&self) -> bool {
         self.run(
