@@ -63,6 +63,8 @@ pub struct App {
     pub stop_requested: Notify,
     /// Notified after a submission's verdict commits (`submissions` waits on it).
     pub submission_settled: Notify,
+    /// The validation children in flight (`validator`).
+    pub validations: crate::validator::Validations,
 }
 
 /// Why the server could not start.
@@ -141,6 +143,7 @@ impl App {
             stopping: AtomicBool::new(false),
             stop_requested: Notify::new(),
             submission_settled: Notify::new(),
+            validations: crate::validator::Validations::default(),
         });
         Ok((app, lock))
     }
@@ -178,11 +181,9 @@ impl App {
                     reason,
                 } => self.timers.wake(self, run_id, at_ms, reason),
                 Output::Schedule => self.scheduler.notify(),
-                Output::SpawnValidator {
-                    run_id,
-                    interaction_id,
-                    submission_id,
-                } => crate::validator::spawn(self, run_id, interaction_id, submission_id),
+                // The committed `validating` row is the request: the
+                // scheduler admits its child.
+                Output::SpawnValidator { .. } => self.scheduler.notify(),
                 Output::BuildTerminalMessage { .. } | Output::RequestRetentionSweep => {
                     if let Some(name) = unperformed(&output) {
                         crate::log::line(&format!(
