@@ -679,6 +679,41 @@ fn reject_in(
     })
 }
 
+/// A validating submission whose verdict can no longer count (its request is
+/// no longer pending, or its run ended): it becomes `Rejected` and nothing
+/// else changes, so that no submission stays `validating` for ever (a
+/// validation child would otherwise be started for it again and again). A
+/// submission that a verdict can still settle is refused as
+/// [`InteractionRejection::ValidationInProgress`], one that is not
+/// validating as [`InteractionRejection::StaleVerdict`].
+pub fn validation_abandoned(
+    agg: &RunAggregate,
+    submissions: &[SubmissionRecord],
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+) -> Result<SubmissionRecord, InteractionRejection> {
+    let record = named(agg, interaction_id)?;
+    let submission = submissions
+        .iter()
+        .find(|stored| {
+            stored.submission_id == *submission_id
+                && stored.interaction_id == *interaction_id
+                && stored.outcome == SubmissionOutcome::Validating
+        })
+        .ok_or_else(|| InteractionRejection::StaleVerdict {
+            submission_id: submission_id.clone(),
+        })?;
+    if !agg.run.status.is_terminal() && record.status == InteractionStatus::Pending {
+        return Err(InteractionRejection::ValidationInProgress {
+            submission_id: submission_id.clone(),
+        });
+    }
+    Ok(SubmissionRecord {
+        outcome: SubmissionOutcome::Rejected,
+        ..submission.clone()
+    })
+}
+
 /// The request and its validating submission named by a verdict.
 fn validating<'a>(
     agg: &'a RunAggregate,

@@ -400,3 +400,66 @@ describe("the run's model arguments", () => {
     await assert.rejects(server.cli(["start", "review", "--thinking", "extreme"], project), /--thinking takes one of off, minimal, low, medium, high, xhigh/);
   });
 });
+
+describe("validation children and capacity", () => {
+  it("validation children recovered after a restart are admitted through the scheduler: at most PI_WORKFLOWS_MAX_WORKERS at once", async (t) => {
+    const first = { verdict: "approve", reason: "before the crash" };
+    const { sandbox, mock } = await piFixture(t, {
+      rules: [
+        { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+        { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep(first) },
+      ],
+    });
+    const gate = join(sandbox.root, "release-validation");
+    const calls = join(sandbox.root, "validate-calls");
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable(), PI_WORKFLOWS_MAX_WORKERS: "2" } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        "validate: (output) => {",
+        `validate: async (output) => {
+        const fs = await import("node:fs");
+        fs.appendFileSync(${JSON.stringify(calls)}, process.pid + " " + (output as { reason?: string }).reason + "\\n");
+        while (!fs.existsSync(${JSON.stringify(gate)})) await new Promise((r) => setTimeout(r, 50));`,
+      ),
+    );
+    const runIds: string[] = [];
+    for (const task of ["one", "two"]) {
+      const out = await server.cli(["start", "review", task], project);
+      const runId = /started run (\S+)/.exec(out)?.[1];
+      assert.ok(runId, out);
+      runIds.push(runId);
+    }
+    const validateCalls = (reason: string): string[] =>
+      (existsSync(calls) ? readFileSync(calls, "utf8").split("\n") : []).filter((line) => line.endsWith(` ${reason}`)).map((line) => line.split(" ")[0] as string);
+    await until("both submissions to validate", () => validateCalls("before the crash").length === 2, 60_000);
+    const serverPid = parentOf(Number(validateCalls("before the crash")[0]));
+    mock.setRules([
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: "Workflow step contract", reply: submitStep({ verdict: "approve", reason: "after the crash" }) },
+    ]);
+    process.kill(serverPid, "SIGKILL");
+    await until("the server to be gone", () => !processAlive(serverPid), 10_000);
+    // One execution slot after the restart: two recovered validations must not both run.
+    server.env.PI_WORKFLOWS_MAX_WORKERS = "1";
+    await server.cli(["server", "start"]).catch(async (error: unknown) => {
+      const status = await server.cli(["server", "status"]).catch((e: unknown) => String(e));
+      const log = existsSync(join(server.home, "host", "server.log")) ? readFileSync(join(server.home, "host", "server.log"), "utf8") : "(no server.log)";
+      throw new Error(`${String(error)}\nSTATUS ${status}\nLOG ${log.slice(-3000)}`);
+    });
+    await until("recovery to start a validation child", () => validateCalls("before the crash").length >= 3, 60_000);
+    // The gate is closed, so the child that holds the one slot cannot finish; give a second one ample time to (wrongly) start.
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    assert.equal(validateCalls("before the crash").length, 3, `one recovered validation child at a time with one slot: ${readFileSync(calls, "utf8")}`);
+    writeFileSync(gate, "");
+    const client = await server.connect();
+    t.after(() => client.close());
+    for (const runId of runIds) {
+      const view = await client.settled(runId, 120_000);
+      assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    }
+    assert.deepEqual(sql(server, "SELECT COUNT(*) FROM interactive_submissions WHERE outcome = 'validating'"), [["0"]], "every submission has its outcome");
+  });
+});

@@ -65,6 +65,8 @@ pub struct App {
     pub submission_settled: Notify,
     /// The process-local coordinator epochs of origin sessions.
     pub coordinators: crate::coordinator::Coordinators,
+    /// The validation children in flight (`validator`).
+    pub validations: crate::validator::Validations,
 }
 
 /// Why the server could not start.
@@ -144,6 +146,7 @@ impl App {
             stop_requested: Notify::new(),
             submission_settled: Notify::new(),
             coordinators: crate::coordinator::Coordinators::default(),
+            validations: crate::validator::Validations::default(),
         });
         Ok((app, lock))
     }
@@ -181,11 +184,9 @@ impl App {
                     reason,
                 } => self.timers.wake(self, run_id, at_ms, reason),
                 Output::Schedule => self.scheduler.notify(),
-                Output::SpawnValidator {
-                    run_id,
-                    interaction_id,
-                    submission_id,
-                } => crate::validator::spawn(self, run_id, interaction_id, submission_id),
+                // The committed `validating` row is the request: the
+                // scheduler admits its child.
+                Output::SpawnValidator { .. } => self.scheduler.notify(),
                 Output::BuildTerminalMessage { .. } | Output::RequestRetentionSweep => {
                     if let Some(name) = unperformed(&output) {
                         crate::log::line(&format!(

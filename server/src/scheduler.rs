@@ -7,6 +7,9 @@
 //!   SQLite, not in memory.
 //! - Eligibility is the kernel's (`RunRecord::is_admissible`); the query only
 //!   narrows the candidates.
+//! - Validation children are admitted here too (`WorkKind::Validation`, from
+//!   the durable `validating` rows); the one of a run whose live runner waits
+//!   for it works in that runner's slot (`validator`'s invariants).
 
 use crate::app::App;
 use crate::store::runs;
@@ -51,15 +54,26 @@ pub async fn run(app: Arc<App>) {
 
 async fn admit_round(app: &Arc<App>) {
     loop {
-        let occupied = app.runners.occupied() as u32;
+        let reader = app.clone();
+        let Ok((candidates, mut validations)) = app
+            .store
+            .read(move |connection| candidates(&reader, connection))
+            .await
+        else {
+            return;
+        };
+        // A child in its live runner's slot needs no free one.
+        validations.retain(|job| {
+            if job.runner_is_live {
+                crate::validator::start(app, job.clone(), false);
+            }
+            !job.runner_is_live
+        });
+        let occupied = (app.runners.occupied() + app.validations.slots_taken()) as u32;
         let max_workers = app.config.max_workers;
         if occupied >= max_workers {
             return;
         }
-        let candidates = match app.store.read(candidates).await {
-            Ok(candidates) => candidates,
-            Err(_) => return,
-        };
         let capacity = Capacity {
             max_workers,
             live_workers: occupied,
@@ -74,7 +88,17 @@ async fn admit_round(app: &Arc<App>) {
         }
         let mut admitted_any = false;
         for run_id in chosen {
-            admitted_any |= admit(app, run_id).await;
+            let validation = validations
+                .iter()
+                .position(|job| job.run_id == run_id)
+                .map(|at| validations.swap_remove(at));
+            match validation {
+                Some(job) => {
+                    crate::validator::start(app, job, true);
+                    admitted_any = true;
+                }
+                None => admitted_any |= admit(app, run_id).await,
+            }
         }
         if !admitted_any {
             return;
@@ -82,10 +106,23 @@ async fn admit_round(app: &Arc<App>) {
     }
 }
 
-/// Runs that may be admissible, oldest first (the kernel decides).
-fn candidates(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Candidate>> {
+/// Runs that may be admissible, oldest first (the kernel decides), with the
+/// validation jobs waiting for a child (those that need a slot are candidates).
+fn candidates(
+    app: &App,
+    connection: &rusqlite::Connection,
+) -> rusqlite::Result<(Vec<Candidate>, Vec<crate::validator::Job>)> {
     let rows = runs::admission_candidates(connection)?;
-    let mut candidates = Vec::new();
+    let validations = crate::validator::waiting(app, connection)?;
+    let mut candidates: Vec<Candidate> = validations
+        .iter()
+        .filter(|job| !job.runner_is_live)
+        .map(|job| Candidate {
+            run_id: job.run_id.clone(),
+            kind: WorkKind::Validation,
+            queued_at_ms: job.submitted_at_ms,
+        })
+        .collect();
     for (run_id, queued_at_ms) in rows {
         let Some(agg) = runs::load(connection, &run_id)? else {
             continue;
@@ -98,7 +135,7 @@ fn candidates(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Candida
             });
         }
     }
-    Ok(candidates)
+    Ok((candidates, validations))
 }
 
 /// Admits one run: a new host claim and runner epoch, committed before the

@@ -15,6 +15,16 @@
 //!   verdict after a restart already decided) changes nothing.
 //! - After a verdict commits, `App::submission_settled` wakes the waiting
 //!   `interaction.submit` responses.
+//! - Children are admitted by the scheduler (`scheduler.rs`) from the
+//!   durable `validating` rows, never started directly: at most one child
+//!   per submission is in flight ([`Validations`]). A child takes an
+//!   execution slot, except the child of a run whose live runner waits for
+//!   the submission's outcome (a headless run): it works in that runner's
+//!   slot, because the runner cannot finish before it reports, and a
+//!   capacity full of such runners would otherwise never validate.
+//! - A submission that no verdict can settle any more (its request closed
+//!   or its run ended while it validated) is abandoned as rejected
+//!   (`interaction::validation_abandoned`), so none stays `validating`.
 
 use crate::app::App;
 use crate::process;
@@ -25,8 +35,9 @@ use kernel::ids::{InteractionId, RunId, SubmissionId};
 use kernel::interaction::{self, Verdict};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
@@ -44,17 +55,87 @@ enum Reported {
     Stopped,
 }
 
-/// Starts the validation child of one validating submission.
-pub fn spawn(
-    app: &Arc<App>,
-    run_id: RunId,
-    interaction_id: InteractionId,
-    submission_id: SubmissionId,
-) {
+/// The validation children in flight, by submission, with whether each
+/// takes an execution slot of its own.
+#[derive(Debug, Default)]
+pub struct Validations {
+    in_flight: Mutex<BTreeMap<SubmissionId, bool>>,
+}
+
+impl Validations {
+    /// The execution slots that children in flight take.
+    pub fn slots_taken(&self) -> usize {
+        let in_flight = self.in_flight.lock().expect("validations lock");
+        in_flight.values().filter(|takes_slot| **takes_slot).count()
+    }
+
+    /// Whether `submission_id` has a child in flight.
+    pub fn is_in_flight(&self, submission_id: &SubmissionId) -> bool {
+        let in_flight = self.in_flight.lock().expect("validations lock");
+        in_flight.contains_key(submission_id)
+    }
+}
+
+/// One validating submission the scheduler may admit.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub run_id: RunId,
+    pub interaction_id: InteractionId,
+    pub submission_id: SubmissionId,
+    pub submitted_at_ms: u64,
+    /// Its run has a live runner of this server, whose slot the child works in.
+    pub runner_is_live: bool,
+}
+
+/// The validating submissions without a child in flight (the scheduler's candidates).
+pub fn waiting(app: &App, connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Job>> {
+    let mut jobs = Vec::new();
+    for (run_id, interaction_id, submission_id, submitted_at_ms) in
+        submissions::validating(connection)?
+    {
+        if app.validations.is_in_flight(&submission_id) {
+            continue;
+        }
+        // A runner of this server (the durable record of a previous
+        // server's runner stays live until it expires).
+        let runner_is_live = app.runners.runner_of(&run_id).is_some();
+        jobs.push(Job {
+            run_id,
+            interaction_id,
+            submission_id,
+            submitted_at_ms,
+            runner_is_live,
+        });
+    }
+    Ok(jobs)
+}
+
+/// Starts the validation child of one admitted job (the scheduler's call);
+/// `takes_slot` says whether it counts against capacity while in flight.
+pub fn start(app: &Arc<App>, job: Job, takes_slot: bool) {
+    {
+        let mut in_flight = app.validations.in_flight.lock().expect("validations lock");
+        if in_flight.contains_key(&job.submission_id) {
+            return;
+        }
+        in_flight.insert(job.submission_id.clone(), takes_slot);
+    }
     let app = app.clone();
     tokio::spawn(async move {
+        let Job {
+            run_id,
+            interaction_id,
+            submission_id,
+            ..
+        } = job;
         let reported = run_child(&app, &run_id, &interaction_id, &submission_id).await;
         record(&app, &run_id, &interaction_id, &submission_id, reported).await;
+        // After the commit: the row is no longer `validating` (or a failed
+        // commit leaves it for the next admission round).
+        let mut in_flight = app.validations.in_flight.lock().expect("validations lock");
+        in_flight.remove(&submission_id);
+        drop(in_flight);
+        app.scheduler.notify();
     });
 }
 
@@ -278,9 +359,19 @@ async fn record(
                 Reported::Rejected(_) => interaction::validation_rejected(&agg, &stored, &interaction_id, &submission_id, now_ms),
                 Reported::Stopped => interaction::validator_stopped(&agg, &stored, &interaction_id, &submission_id, now_ms),
             };
-            let Ok(verdict) = decided else {
-                // A stale verdict (already decided, or the run ended): nothing changes.
-                return Ok(Commit::Discard(Vec::new()));
+            let verdict = match decided {
+                Ok(verdict) => verdict,
+                Err(_) => {
+                    // No verdict counts any more: an already settled submission
+                    // changes nothing; one whose request closed is abandoned.
+                    return match interaction::validation_abandoned(&agg, &stored, &interaction_id, &submission_id) {
+                        Ok(abandoned) => {
+                            submissions::settle(connection, &abandoned, Some("the step's request closed before its validation finished"), None, now_ms)?;
+                            Ok(Commit::Keep(Vec::new()))
+                        }
+                        Err(_) => Ok(Commit::Discard(Vec::new())),
+                    };
+                }
             };
             runs::write(connection, Some(&agg), &verdict.run.facts, &verdict.run.outputs, now_ms)?;
             let error = match &reported {
@@ -303,12 +394,9 @@ async fn record(
     app.submission_settled.notify_waiters();
 }
 
-/// Startup recovery step 9: every submission still `validating` gets a new child.
+/// Startup recovery step 9: every submission still `validating` gets a new
+/// child, admitted by the scheduler (no child of the previous server is in
+/// flight, so each is a candidate of the next admission round).
 pub async fn resume_validating(app: &Arc<App>) {
-    let Ok(validating) = app.store.read(submissions::validating).await else {
-        return;
-    };
-    for (run_id, interaction_id, submission_id) in validating {
-        spawn(app, run_id, interaction_id, submission_id);
-    }
+    app.scheduler.notify();
 }

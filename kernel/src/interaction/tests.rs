@@ -970,3 +970,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_validating_submission_of_a_closed_request_is_abandoned_as_rejected_and_an_open_one_is_not() {
+    let agg = waiting_on_request(1, InteractionKind::SubmittedOutput);
+    let (agg, submissions) = validating_on(&agg, &[], "k1", 1);
+    let submission_id = submissions[0].submission_id.clone();
+    assert!(matches!(
+        validation_abandoned(&agg, &submissions, &i1(), &submission_id),
+        Err(InteractionRejection::ValidationInProgress { .. })
+    ));
+    let mut closed = agg.clone();
+    closed.interaction.as_mut().unwrap().status = InteractionStatus::Cancelled;
+    // No verdict can settle it any more ...
+    assert!(validation_accepted(&closed, &submissions, &i1(), &submission_id, 40).is_err());
+    // ... so it is abandoned: rejected, and nothing else changes.
+    let abandoned = validation_abandoned(&closed, &submissions, &i1(), &submission_id).unwrap();
+    assert_eq!(abandoned.outcome, SubmissionOutcome::Rejected);
+    assert_eq!(abandoned.submission_id, submission_id);
+    let settled = replace(&submissions, abandoned);
+    assert!(matches!(
+        validation_abandoned(&closed, &settled, &i1(), &submission_id),
+        Err(InteractionRejection::StaleVerdict { .. })
+    ));
+}

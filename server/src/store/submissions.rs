@@ -154,12 +154,13 @@ pub(crate) fn payload(
     }
 }
 
-/// Every submission still `validating`, with its run (recovery step 9).
+/// Every submission still `validating`, with its run and submission time
+/// (the scheduler's validation candidates).
 pub(crate) fn validating(
     connection: &Connection,
-) -> rusqlite::Result<Vec<(RunId, InteractionId, SubmissionId)>> {
+) -> rusqlite::Result<Vec<(RunId, InteractionId, SubmissionId, u64)>> {
     let mut statement = connection.prepare_cached(
-        "SELECT r.run_id, s.interaction_id, s.submission_id
+        "SELECT r.run_id, s.interaction_id, s.submission_id, s.submitted_at_ms
          FROM interactive_submissions s JOIN interactive_requests r ON r.interaction_id = s.interaction_id
          WHERE s.outcome = 'validating' ORDER BY s.submitted_at_ms",
     )?;
@@ -168,6 +169,7 @@ pub(crate) fn validating(
             RunId::new(row.get::<_, String>(0)?),
             InteractionId::new(row.get::<_, String>(1)?),
             SubmissionId::new(row.get::<_, String>(2)?),
+            u64_of(row.get(3)?),
         ))
     })?;
     rows.collect()
