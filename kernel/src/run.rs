@@ -655,7 +655,9 @@ pub fn reserve_held(
     }
     let mut reserved = reserve(new_run, lineage, session_runs, now_ms)?;
     reserved.facts.run.park_reason = Some(ParkReason::Held);
-    reserved.outputs.retain(|output| *output != Output::Schedule);
+    reserved
+        .outputs
+        .retain(|output| *output != Output::Schedule);
     Ok(reserved)
 }
 

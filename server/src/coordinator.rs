@@ -140,12 +140,15 @@ pub async fn session_view(
             add_step_sources(connection, &mut view)?;
             if coordinate {
                 let coordinators = &job_app.coordinators;
-                let mut facts = session::connect(&coordinators.get(&session_id), connection_id.clone()).facts;
+                let mut facts =
+                    session::connect(&coordinators.get(&session_id), connection_id.clone()).facts;
                 let epoch = facts.active.as_ref().map(|active| active.epoch);
                 if let Some(epoch) = epoch {
                     view["coordinatorEpoch"] = json!(epoch.0);
                     let session_facts = sessions::load(connection, &session_id, None)?;
-                    if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
+                    if let Ok(offered) =
+                        session::offer(&session_facts, &facts, &connection_id, epoch)
+                    {
                         facts = offered.coordinator;
                         if let Some(message_id) = offered.message_id {
                             view["nextEligibleMessageId"] = json!(message_id.as_str());
@@ -259,10 +262,22 @@ pub async fn report_branch(
                 }
                 None => before.clone(),
             };
-            outputs.extend(apply_follow_ups(&job_app, connection, &reported.follow_ups, now_ms)?);
+            outputs.extend(apply_follow_ups(
+                &job_app,
+                connection,
+                &reported.follow_ups,
+                now_ms,
+            )?);
             job_app.coordinators.set(reported.coordinator);
             let receipt = branch_receipt(&before, &after);
-            let value = response(&request_id_owned, OPERATION, "accepted", None, Some(receipt), None);
+            let value = response(
+                &request_id_owned,
+                OPERATION,
+                "accepted",
+                None,
+                Some(receipt),
+                None,
+            );
             Ok(Commit::Keep((value, outputs)))
         })
         .await;
@@ -291,7 +306,12 @@ fn branch_receipt(before: &SessionFacts, after: &SessionFacts) -> Value {
     let created = after
         .messages
         .iter()
-        .filter(|message| !before.messages.iter().any(|old| old.message_id == message.message_id))
+        .filter(|message| {
+            !before
+                .messages
+                .iter()
+                .any(|old| old.message_id == message.message_id)
+        })
         .count();
     let lost = after
         .turns
@@ -390,14 +410,26 @@ pub async fn report_turn(
                 sessions::write(connection, &before, &transition.facts, now_ms)?;
                 outputs.extend(transition.outputs);
             }
-            outputs.extend(apply_follow_ups(&job_app, connection, &reported.follow_ups, now_ms)?);
+            outputs.extend(apply_follow_ups(
+                &job_app,
+                connection,
+                &reported.follow_ups,
+                now_ms,
+            )?);
             let mut receipt = json!({
                 "ownership": crate::store::codec_name(&reported.receipt.ownership),
             });
             if let Some(turn) = &reported.receipt.turn {
                 receipt["turn"] = json!(turn.turn_id.as_str());
             }
-            let value = response(&request_id_owned, OPERATION, "accepted", None, Some(receipt), None);
+            let value = response(
+                &request_id_owned,
+                OPERATION,
+                "accepted",
+                None,
+                Some(receipt),
+                None,
+            );
             Ok(Commit::Keep((value, outputs)))
         })
         .await;
@@ -430,7 +462,13 @@ fn apply_follow_ups(
                 };
                 match kernel::interaction::pause_after_aborted_turn(&before, now_ms) {
                     Ok(transition) => {
-                        runs::write(connection, Some(&before), &transition.facts, &transition.outputs, now_ms)?;
+                        runs::write(
+                            connection,
+                            Some(&before),
+                            &transition.facts,
+                            &transition.outputs,
+                            now_ms,
+                        )?;
                         outputs.extend(transition.outputs);
                     }
                     Err(rejection) => log_refused("an aborted turn's pause", &rejection),
@@ -477,8 +515,10 @@ pub(crate) fn apply_attempt_follow_up(
             run_id, attempt_id, ..
         } => (run_id, attempt_id),
     };
-    let (Some(before), Some(meta)) = (runs::load(connection, run_id)?, meta::load(connection, run_id)?)
-    else {
+    let (Some(before), Some(meta)) = (
+        runs::load(connection, run_id)?,
+        meta::load(connection, run_id)?,
+    ) else {
         return Ok(Vec::new());
     };
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
@@ -534,7 +574,13 @@ pub(crate) fn apply_attempt_follow_up(
     );
     match finished {
         Ok((transition, _dispatch)) => {
-            runs::write(connection, Some(&before), &transition.facts, &transition.outputs, now_ms)?;
+            runs::write(
+                connection,
+                Some(&before),
+                &transition.facts,
+                &transition.outputs,
+                now_ms,
+            )?;
             let stored = AttemptResult {
                 output: output.as_ref().map(Blob::json),
                 error_message: error.map(str::to_owned),

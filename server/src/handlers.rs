@@ -569,7 +569,11 @@ async fn run_start(app: &Arc<App>, request: Request) -> Value {
             run_id: run_id.clone(),
             mode: mode.clone(),
         };
-        let reserve = if held { run::reserve_held } else { run::reserve };
+        let reserve = if held {
+            run::reserve_held
+        } else {
+            run::reserve
+        };
         let reserved = match reserve(new_run, Lineage::default(), &session_runs, now_ms) {
             Ok(reserved) => reserved,
             Err(rejection) => return Ok(Executed::rejected(&rejection)),

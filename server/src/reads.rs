@@ -258,7 +258,9 @@ pub fn content_chunk(
     // it belongs to (the coordinator reads it before it sends the message).
     let bytes = match bytes {
         Some(bytes) => Some(bytes),
-        None => crate::store::sessions::message_content_bytes(connection, run_id, &digest, media_type)?,
+        None => {
+            crate::store::sessions::message_content_bytes(connection, run_id, &digest, media_type)?
+        }
     };
     let Some(bytes) = bytes else {
         return Ok(Err("no such content for this run and media type"));

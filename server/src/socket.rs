@@ -339,7 +339,10 @@ async fn connection(app: Arc<App>, stream: UnixStream, slot: Slot) {
     ));
     let outbox = Outbox {
         sender,
-        connection: kernel::ids::ConnectionId::new(format!("conn-{}", crate::ids::random_hex::<8>())),
+        connection: kernel::ids::ConnectionId::new(format!(
+            "conn-{}",
+            crate::ids::random_hex::<8>()
+        )),
     };
     let hello = frame(&json!({
         "schema": "pi-workflows.client.v1",
