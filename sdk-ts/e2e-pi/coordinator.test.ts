@@ -131,4 +131,91 @@ describe("interactive workflows in a real Pi conversation", () => {
     const view = await client.view(runId);
     assert.equal(view.display.status, "completed");
   });
+
+  it("a submission that validate rejects gets the stored error; the corrected one is accepted in the same turn and routes the run", async (t) => {
+    const s = await setup(t, [
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "corrected", lastRole: "tool", when: "Output rejected for step review", reply: submitStep(APPROVED) },
+      { name: "first", lastRole: "user", when: STEP_CONTRACT, reply: submitStep({ verdict: "maybe" }) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "review fix the bug");
+    assert.equal(started.notifyType, "info", started.message);
+    await widget(pi, /^✓ workflow review \[completed\]$/, since);
+
+    const results = s.fixture.mock.requests.filter((request) => request.last?.role === "tool").map((request) => request.last?.text ?? "");
+    assert.equal(results.length, 2, results.join("\n"));
+    assert.match(results[0] as string, /^Output rejected for step review: .*verdict must be approve or reject, got "maybe"/);
+    assert.match(results[1] as string, /^Output accepted for step review\./);
+    assert.equal((await stepEntries(pi)).length, 1, "the rejection sends no new step message");
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 1);
+    assert.equal(agentStarts(pi, since), 1);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    const view = await client.view(runId);
+    assert.equal(view.display.status, "completed");
+  });
+
+  it("Escape during the step turn pauses the run through the turn report; /workflow resume sends one resumed step message and one fresh turn completes it", async (t) => {
+    const slow = "Let me look at this change carefully before I decide anything at all. ".repeat(20);
+    const s = await setup(t, [
+      { name: "slow", lastRole: "user", when: STEP_CONTRACT, times: 1, reply: reply.text(slow, { chunkChars: 4, delayMs: 100 }) },
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "review fix the bug");
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await s.fixture.mock.waitForRequest((request) => request.last?.text.includes(STEP_CONTRACT) === true, 60_000, "the step turn's model request");
+    await pi.abort();
+    await widget(pi, /^⏸ workflow review \[paused\]$/, since);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    assert.equal((await client.view(runId)).display.status, "paused");
+    assert.equal(s.fixture.mock.requests.filter((request) => request.rule === "submit").length, 0);
+    assert.equal((await stepEntries(pi)).length, 1);
+
+    const resumedSince = pi.mark();
+    const resumed = await workflow(pi, "resume");
+    assert.equal(resumed.notifyType, "info", resumed.message);
+    await widget(pi, /^✓ workflow review \[completed\]$/, resumedSince);
+    await pi.waitFor((record) => record.type === "agent_settled", { since: resumedSince, what: "the resumed turn to settle", timeoutMs: 30_000 });
+    assert.equal((await stepEntries(pi)).length, 2, "the initial and one resumed step message");
+    assert.equal(agentStarts(pi, resumedSince), 1, "one fresh turn after resume");
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 2, "the aborted turn and the fresh one");
+    assert.equal((await client.view(runId)).display.status, "completed");
+  });
+
+  it("a model-started run is saved held and activates only after the initiating turn settles", async (t) => {
+    const s = await setup(t, [
+      { name: "start", lastRole: "user", when: "please start the review workflow", reply: reply.toolCall("workflow", { action: "start", workflow: "review", input: { task: "fix it" } }) },
+      { name: "queued", lastRole: "tool", when: "Workflow review queued", reply: reply.text("It is queued.", { chunkChars: 4, delayMs: 50 }) },
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    assert.equal(await pi.prompt("please start the review workflow"), "started");
+    const queuedRequest = await s.fixture.mock.waitForRequest((request) => request.rule === "queued", 60_000, "the tool result of start");
+    const runId = /queued \(run ([^)\s]+)\)/.exec(queuedRequest.last?.text ?? "")?.[1];
+    assert.ok(runId, queuedRequest.last?.text);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const held = await client.view(runId);
+    assert.equal(held.display.status, "queued");
+    assert.ok(held.display.controls.includes("activate"), `controls: ${held.display.controls.join(",")}`);
+    assert.equal(held.steps.total, 0, "nothing ran before the turn settled");
+
+    const settled = await pi.waitFor((record) => record.type === "agent_settled", { since, what: "the initiating turn to settle", timeoutMs: 30_000 });
+    const settledAt = pi.records.indexOf(settled);
+    await widget(pi, /^✓ workflow review \[completed\]$/, since);
+    const stepRequest = stepTurns(s.fixture.mock.requests);
+    assert.equal(stepRequest.length, 1);
+    const stepStart = pi.records.findIndex((record, index) => index > settledAt && record.type === "agent_start");
+    assert.ok(stepStart > settledAt, "the step turn started after the initiating turn settled");
+    assert.equal((await client.view(runId)).display.status, "completed");
+  });
 });

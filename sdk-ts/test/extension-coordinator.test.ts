@@ -264,6 +264,23 @@ describe("TurnReporter", () => {
     await session.stop();
   });
 
+  it("a turn that Escape ends before the branch report records its message is reported start then aborted end after that report", async () => {
+    const { server, pi, session } = harness();
+    pi.onSend = () => {
+      server.log.push("SEND");
+      session.onAgentStart(); // Pi starts the turn before sendMessage returns…
+      session.onAgentEnd([{ role: "assistant", stopReason: "aborted" }]); // …and Escape ends it before the branch report
+      session.onAgentSettled(true);
+    };
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the end report", () => server.log.some((line) => line.startsWith("turn:end")));
+    const log = server.log;
+    assert.ok(index(log, "reportBranch:e1:[msg-1=entry1]") < index(log, /^turn:start:e1:msg-1:turn-/), log.join("\n"));
+    assert.ok(index(log, /^turn:start:e1:msg-1:/) < index(log, /^turn:end:e1:msg-1:.*:aborted$/), log.join("\n"));
+    await session.stop();
+  });
+
   it("Escape reports one aborted end (the server pauses the run); no pause command is sent", async () => {
     const { server, pi, session } = harness();
     server.addMessage("step", "Step text");

@@ -774,7 +774,7 @@ fn from_run_reads_interactive_requests_and_exact_turns() {
     let display = shown(&agent);
     assert_eq!(display.status, S::Waiting);
     assert_eq!(display.waiting_on, node("work"));
-    assert_eq!(display.controls, [C::Pause, C::Cancel]);
+    assert_eq!(display.controls, [C::Submit, C::Pause, C::Cancel]);
     assert_eq!(rule_of(&agent), [C::Submit, C::Update, C::Pause, C::Cancel]);
 
     let mut turning = agent.clone();

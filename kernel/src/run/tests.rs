@@ -172,6 +172,53 @@ fn reserve_refuses_a_second_interactive_run_in_one_session() {
 }
 
 #[test]
+fn a_held_launch_waits_unscheduled_until_activate_releases_it_once() {
+    let interactive = || NewRun {
+        run_id: RunId::from("run-1"),
+        mode: ExecutionMode::Interactive {
+            origin_session: SessionId::from("s-1"),
+        },
+    };
+    let held = reserve_held(interactive(), Lineage::default(), &[], 0).unwrap();
+    assert_eq!(pair(&held.facts), (RunStatus::Queued, QueueStatus::Queued));
+    assert_eq!(held.facts.run.park_reason, Some(ParkReason::Held));
+    assert!(!has_output(&held.outputs, |o| matches!(
+        o,
+        Output::Schedule
+    )));
+    assert!(!held.facts.run.is_admissible());
+    let token = crate::ids::Digest([7; 32]);
+    assert!(matches!(
+        admit(&held.facts, RunnerEpochId::from("re-1"), token, 1, TTL_MS),
+        Err(Rejection::IllegalTransition {
+            operation: Operation::Admit,
+            ..
+        })
+    ));
+    let activated = activate(&held.facts, 2).unwrap();
+    assert_eq!(activated.facts.run.park_reason, None);
+    assert!(has_output(&activated.outputs, |o| matches!(
+        o,
+        Output::Schedule
+    )));
+    assert!(activated.facts.run.is_admissible());
+    assert_eq!(activated.facts.run.revision, held.facts.run.revision.next());
+    assert!(matches!(
+        activate(&activated.facts, 3),
+        Err(Rejection::IllegalTransition {
+            operation: Operation::Activate,
+            ..
+        })
+    ));
+    // Only an interactive launch (one with an origin session) can be held.
+    let headless = NewRun {
+        run_id: RunId::from("run-2"),
+        mode: ExecutionMode::Headless,
+    };
+    assert!(reserve_held(headless, Lineage::default(), &[], 0).is_err());
+}
+
+#[test]
 fn reserve_emits_event_schedule_and_publish() {
     let transition = reserve(
         NewRun {

@@ -25,7 +25,7 @@
 import { randomUUID } from "node:crypto";
 import type { MessageKind, StopReason, TurnOwnership } from "../generated/types.js";
 import type { HeldEpoch, Trigger, TurnSink } from "./coordinator.js";
-import type { BranchEntryLike } from "./messages.js";
+import { type BranchEntryLike, branchIndex } from "./messages.js";
 import type { ServerPort } from "./ports.js";
 import type { LoadedView } from "./view-source.js";
 
@@ -246,8 +246,10 @@ export class TurnReporter implements TurnSink {
     const trigger = turn.trigger;
     if (trigger !== undefined) {
       const message = view.messages.find((candidate) => candidate.messageId === trigger.messageId);
-      // The message is not recorded as sent yet: wait (unless the turn already ended, then the server decides).
-      if (message !== undefined && message.state === "pending" && turn.end === undefined) return "wait";
+      // The message is not recorded as sent yet: wait while the turn is open, and after it ended while its
+      // entry is on the branch (the coordinator's branch report records it next); otherwise the server decides.
+      const recording = turn.end === undefined || branchIndex(this.options.getBranch()).has(trigger.messageId);
+      if (message !== undefined && message.state === "pending" && recording) return "wait";
       if (message !== undefined && message.state === "sent") {
         turn.binding = { messageId: message.messageId, runId: message.runId, kind: message.kind };
         return "bound";
