@@ -176,18 +176,6 @@ async fn throughput(server: &TestServer) -> (f64, usize) {
     (commands as f64 / elapsed.as_secs_f64(), commands)
 }
 
-fn linear_script(dir: &Path, name: &str, nodes: usize) -> PathBuf {
-    let ids: Vec<String> = (1..=nodes).map(|n| format!("n{n}")).collect();
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut topology = linear_topology(&refs);
-    topology["maxSteps"] = json!(nodes + 10);
-    write_script(
-        dir,
-        &format!("{name}.json"),
-        &json!({"workflowName": name, "topology": topology}),
-    )
-}
-
 /// The server-side duration of a completed run (created → finished).
 fn run_duration(server: &TestServer, run_id: &str) -> Duration {
     let (created, finished): (i64, i64) = server

@@ -20,8 +20,7 @@ mod common;
 mod support;
 
 use common::{PRODUCTION, ms, raw_commits};
-use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -34,51 +33,6 @@ fn bench_dir() -> tempfile::TempDir {
         Some(dir) => tempfile::tempdir_in(dir).expect("PIW_BENCH_DIR is writable"),
         None => tempfile::tempdir().expect("a temp dir"),
     }
-}
-
-fn linear_script(dir: &Path, nodes: usize) -> PathBuf {
-    let ids: Vec<String> = (1..=nodes).map(|n| format!("n{n}")).collect();
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut topology = linear_topology(&refs);
-    topology["maxSteps"] = json!(nodes + 10);
-    write_script(
-        dir,
-        &format!("linear-{nodes}.json"),
-        &json!({"workflowName": format!("linear{nodes}"), "topology": topology}),
-    )
-}
-
-/// `start`, then `work` → `check` rounds, then `done`: `steps` graph steps
-/// (an even number) on a 4-node topology.
-fn loop_script(dir: &Path, steps: usize) -> PathBuf {
-    let visits = (steps - 2) / 2;
-    let mut checks: Vec<Value> = (1..visits)
-        .map(|_| json!({ "finish": { "again": true } }))
-        .collect();
-    checks.push(json!({ "finish": { "again": false } }));
-    let nodes: Vec<Value> = ["start", "work", "check", "done"]
-        .iter()
-        .map(|id| json!({ "id": id, "nodeType": "compute", "timeout": { "kind": "default" }, "mountPath": [] }))
-        .collect();
-    write_script(
-        dir,
-        &format!("loop-{steps}.json"),
-        &json!({
-            "workflowName": format!("loop{steps}"),
-            "topology": {
-                "startAt": "start",
-                "maxSteps": steps + 10,
-                "nodes": nodes,
-                "edges": [
-                    { "kind": "plain", "from": "start", "to": "work" },
-                    { "kind": "plain", "from": "work", "to": "check" },
-                    { "kind": "switch", "from": "check", "on": "$.again", "cases": { "true": "work", "false": "done" } },
-                ],
-                "mounts": [],
-            },
-            "nodes": { "check": checks },
-        }),
-    )
 }
 
 /// Starts `script`, waits (reading the file) until the run finished, and
@@ -128,13 +82,24 @@ async fn main() {
     let raw = raw_commits(dir.path(), RAW_COMMITS);
     let server = TestServer::start_with(&PRODUCTION);
     let mut client = server.client().await;
-    let one = linear_script(server.scratch(), 1);
+    let one = linear_script(server.scratch(), "one", 1);
     let mut ones = Vec::new();
     let mut rows = Vec::new();
     for length in LENGTHS {
         for (shape, script) in [
-            ("linear", linear_script(server.scratch(), length)),
-            ("loop", loop_script(server.scratch(), length)),
+            (
+                "linear",
+                linear_script(server.scratch(), &format!("linear-{length}"), length),
+            ),
+            (
+                "loop",
+                loop_script(
+                    server.scratch(),
+                    &format!("loop-{length}.json"),
+                    (length - 2) / 2,
+                    None,
+                ),
+            ),
         ] {
             let mut samples = Vec::new();
             for _ in 0..STEP_RUNS {

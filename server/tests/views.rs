@@ -11,49 +11,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{TestServer, started, status, wait_settled, write_script};
-
-/// A loop run: `start`, then `visits` rounds of `work` → `check`, then
-/// `done`: `2 * visits + 2` graph steps. Each `work` visit can publish an
-/// update of `update_chars` characters under its own key.
-fn loop_script(dir: &Path, name: &str, visits: usize, update_chars: Option<usize>) -> PathBuf {
-    let mut checks: Vec<Value> = (1..visits)
-        .map(|_| json!({ "finish": { "again": true } }))
-        .collect();
-    checks.push(json!({ "finish": { "again": false } }));
-    let mut nodes = json!({ "check": checks });
-    if let Some(chars) = update_chars {
-        let works: Vec<Value> = (1..=visits)
-            .map(|visit| {
-                json!({ "update": { "type": "progress", "key": format!("k{visit}"), "data": { "text": "x".repeat(chars) } } })
-            })
-            .collect();
-        nodes["work"] = json!(works);
-    }
-    let topology_nodes: Vec<Value> = ["start", "work", "check", "done"]
-        .iter()
-        .map(|id| json!({ "id": id, "nodeType": "compute", "timeout": { "kind": "default" }, "mountPath": [] }))
-        .collect();
-    write_script(
-        dir,
-        name,
-        &json!({
-            "workflowName": "loop",
-            "topology": {
-                "startAt": "start",
-                "maxSteps": 2 * visits + 2,
-                "nodes": topology_nodes,
-                "edges": [
-                    { "kind": "plain", "from": "start", "to": "work" },
-                    { "kind": "plain", "from": "work", "to": "check" },
-                    { "kind": "switch", "from": "check", "on": "$.again", "cases": { "true": "work", "false": "done" } },
-                ],
-                "mounts": [],
-            },
-            "nodes": nodes,
-        }),
-    )
-}
+use support::{TestServer, loop_script, started, status, wait_settled};
 
 /// Why a view is not one coherent revision of `run_id` (empty when it is).
 /// Every fact it compares is written in one transaction, so a view built

@@ -422,6 +422,61 @@ pub async fn started(client: &mut Client, script: &Path) -> String {
         .to_owned()
 }
 
+/// A loop run: `start`, then `visits` rounds of `work` → `check`, then
+/// `done`: `2 * visits + 2` graph steps. Each `work` visit can publish an
+/// update of `update_chars` characters under its own key.
+pub fn loop_script(dir: &Path, name: &str, visits: usize, update_chars: Option<usize>) -> PathBuf {
+    let mut checks: Vec<Value> = (1..visits)
+        .map(|_| json!({ "finish": { "again": true } }))
+        .collect();
+    checks.push(json!({ "finish": { "again": false } }));
+    let mut nodes = json!({ "check": checks });
+    if let Some(chars) = update_chars {
+        let works: Vec<Value> = (1..=visits)
+            .map(|visit| {
+                json!({ "update": { "type": "progress", "key": format!("k{visit}"), "data": { "text": "x".repeat(chars) } } })
+            })
+            .collect();
+        nodes["work"] = json!(works);
+    }
+    let topology_nodes: Vec<Value> = ["start", "work", "check", "done"]
+        .iter()
+        .map(|id| json!({ "id": id, "nodeType": "compute", "timeout": { "kind": "default" }, "mountPath": [] }))
+        .collect();
+    write_script(
+        dir,
+        name,
+        &json!({
+            "workflowName": "loop",
+            "topology": {
+                "startAt": "start",
+                "maxSteps": 2 * visits + 2,
+                "nodes": topology_nodes,
+                "edges": [
+                    { "kind": "plain", "from": "start", "to": "work" },
+                    { "kind": "plain", "from": "work", "to": "check" },
+                    { "kind": "switch", "from": "check", "on": "$.again", "cases": { "true": "work", "false": "done" } },
+                ],
+                "mounts": [],
+            },
+            "nodes": nodes,
+        }),
+    )
+}
+
+/// A linear workflow of `nodes` compute nodes `n1` … `nN` (maxSteps with room).
+pub fn linear_script(dir: &Path, name: &str, nodes: usize) -> PathBuf {
+    let ids: Vec<String> = (1..=nodes).map(|n| format!("n{n}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut topology = linear_topology(&refs);
+    topology["maxSteps"] = json!(nodes + 10);
+    write_script(
+        dir,
+        &format!("{name}.json"),
+        &json!({"workflowName": name, "topology": topology}),
+    )
+}
+
 /// The run view of `run_id`.
 pub async fn view(client: &mut Client, run_id: &str) -> Value {
     let response = client
