@@ -9,9 +9,9 @@ use pi_workflows_client::LiveView;
 use pi_workflows_client::{ClientError, Connection as Client, ContentFailure, RequestSpec};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{TestServer, loop_script, started, status, wait_settled};
+use support::{TestServer, loop_script, started, status, wait_settled, write_script};
 
 /// Why a view is not one coherent revision of `run_id` (empty when it is).
 /// Every fact it compares is written in one transaction, so a view built
