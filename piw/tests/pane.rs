@@ -120,7 +120,7 @@ fn piw_ends_when_its_terminal_goes_away() {
     }
     let _spinner = KillOnDrop(pid.clone());
     tmux.kill_server();
-    let gone = wait_for(
+    wait_for(
         "piw to end after its terminal went away",
         Duration::from_secs(10),
         || {
@@ -137,7 +137,6 @@ fn piw_ends_when_its_terminal_goes_away() {
             }
         },
     );
-    gone
 }
 
 /// A directory with the fake `herdr` (its calls are recorded next to it).
