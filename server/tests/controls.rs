@@ -268,10 +268,10 @@ fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'stati
         "answer" => ("checkpoint.answer", json!({"answer": {"approved": true}})),
         "submit" => {
             let (interaction_id, attempt_id) = interaction();
+            // The authority is filled in by `as_coordinator` (the session's epoch).
             (
                 "interaction.submit",
-                json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": "sub-1", "output": {"done": true},
-                       "authority": {"kind": "coordinator", "sessionId": "session-controls-1", "coordinatorEpoch": 1}}),
+                json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": "sub-1", "output": {"done": true}}),
             )
         }
         "update" => {
@@ -314,6 +314,36 @@ fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'stati
     }
 }
 
+/// Makes `client` the coordinator of `run_id`'s origin session, as the
+/// Pi extension does (`sessionView.get {coordinate: true}`), and returns
+/// the coordinator authority an origin-session submission carries.
+async fn as_coordinator(server: &TestServer, client: &mut Client, run_id: &str) -> Value {
+    let session: String = server
+        .db()
+        .query_row(
+            "SELECT origin_session_id FROM run_bindings WHERE run_id = ?1",
+            [run_id],
+            |row| row.get(0),
+        )
+        .expect("an interactive run's origin session");
+    let view = client
+        .request(&RequestSpec::read(
+            "sessionView.get",
+            None,
+            json!({ "sessionId": session, "coordinate": true }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(view.outcome, "accepted", "{:?}", view.frame);
+    let epoch = view.frame["receipt"]["coordinatorEpoch"].clone();
+    assert!(
+        epoch.is_u64(),
+        "the session view grants an epoch: {:?}",
+        view.frame
+    );
+    json!({"kind": "coordinator", "sessionId": session, "coordinatorEpoch": epoch})
+}
+
 fn controls_of(view: &Value) -> Vec<String> {
     view["display"]["controls"]
         .as_array()
@@ -338,8 +368,11 @@ async fn every_advertised_control_of_every_display_state_is_accepted() {
                 controls_of(&fresh).contains(&control),
                 "{state:?}: a second run in the same state offers {control}: {fresh}"
             );
-            let (operation, payload) = control_command(server, &run_id, &control);
+            let (operation, mut payload) = control_command(server, &run_id, &control);
             let mut client = server.client().await;
+            if operation == "interaction.submit" {
+                payload["authority"] = as_coordinator(server, &mut client, &run_id).await;
+            }
             let response = command(&mut client, operation, &run_id, payload).await;
             checked += 1;
             if response.outcome != "accepted" {
