@@ -214,7 +214,7 @@ describe("the extension in real Pi (rpc mode)", () => {
     assert.deepEqual([nothing.notifyType, nothing.message], ["warning", "No workflow is running."]);
   });
 
-  it("the model's workflow tool lists, answers the waiting checkpoint, and refuses a start the server cannot hold (nothing starts)", async (t) => {
+  it("the model's workflow tool lists, answers the waiting checkpoint, and starts a run the server holds for the turn (one run, queued)", async (t) => {
     const s = await setup(t, [
       { name: "after-tool", lastRole: "tool", reply: reply.text("Done with the workflow tool.") },
       { name: "list", when: "list the workflows", withTool: "workflow", reply: reply.toolCall("workflow", { action: "list" }) },
@@ -243,14 +243,17 @@ describe("the extension in real Pi (rpc mode)", () => {
     assert.equal(answered.isError, false, answered.text);
     await statusLine(pi, /^wf approve \[completed\]/, since);
 
-    const refused = await toolResult("please start slow");
-    assert.equal(refused.isError, true);
-    assert.match(refused.text, /^Workflow slow was not started: this pi-workflows server cannot hold a model-started run/);
+    // Saved before the tool reports it queued (held until the initiating
+    // turn settles: coordinator.test.ts follows the activation).
+    const queued = await toolResult("please start slow");
+    assert.equal(queued.isError, false, queued.text);
+    const runId = /^Workflow slow queued \(run ([^)\s]+)\)\.$/.exec(queued.text)?.[1];
+    assert.ok(runId, queued.text);
     const view = await s.server.connect();
     t.after(() => view.close());
     const runs = await view.request("runs.list", { limit: 10 });
-    const rows = (runs.receipt as { rows: { workflowName?: string }[] }).rows;
-    assert.equal(rows.filter((row) => row.workflowName === "slow").length, 0, JSON.stringify(rows));
+    const rows = (runs.receipt as { rows: { runId: string; workflowName?: string }[] }).rows;
+    assert.deepEqual(rows.filter((row) => row.workflowName === "slow").map((row) => row.runId), [runId], JSON.stringify(rows));
     assert.ok(s.fixture.mock.requests[0]?.tools.includes("workflow"), `offered tools: ${s.fixture.mock.requests[0]?.tools.join(",")}`);
   });
 

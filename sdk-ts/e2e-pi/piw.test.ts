@@ -102,8 +102,9 @@ describe("/piw in real Pi (rpc mode)", () => {
     t.after(() => rmSync(dir, { recursive: true, force: true }));
     const pane = await Tmux.start({ command: ["piw", "--herdr-pane"], cwd: dir, env: paneEnv, dir, cols: 120, rows: 32 });
     t.after(() => pane.kill());
-    const screen = await pane.waitForScreen(new RegExp(`^ piw .*${runId}`, "m"), 30_000);
-    assert.match(screen, /review/, screen);
+    // The header names the run while its view is still loading: wait for the graph's node.
+    const screen = await pane.waitForScreen(/review/, 30_000);
+    assert.match(screen, new RegExp(`^ piw .*${runId}`, "m"), screen);
     assert.deepEqual(herdr.calls().at(-1)?.argv, ["pane", "rename", "w1:p2", `piw · ${runId}`]);
 
     const again = await command(pi, "/piw below");
