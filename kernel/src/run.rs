@@ -1190,7 +1190,9 @@ pub(crate) fn finish_in(
         return Err(Rejection::Terminal { status: run.status });
     }
     let lease = match (&run.lease.claim, authority) {
-        (Some(_), Some(authority)) => claim::release(&run.lease, authority, now_ms)
+        // An authority is checked against the claim, also when there is none:
+        // a runner's authority never ends a run that holds no claim.
+        (_, Some(authority)) => claim::release(&run.lease, authority, now_ms)
             .map_err(|reason| Rejection::ClaimLost { reason })?,
         (Some(claim), None) if claim.is_live(now_ms) => {
             return Err(Rejection::ClaimHeld {

@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(value) => {
             let encoded = protocol::canonicalize(value).expect("a parsed value encodes");
             assert_eq!(encoded, data, "accepted text is its own canonical form");
-            assert!(value_depth(value) <= MAX_DEPTH, "accepted text is within the depth limit");
+            assert!(
+                value_depth(value) <= MAX_DEPTH,
+                "accepted text is within the depth limit"
+            );
         }
         Err(e) if e.code() == ErrorCode::NestingTooDeep => {
             assert!(protocol::canonical::check_depth(data).is_err());
@@ -35,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
                     assert!(value_depth(&value) <= MAX_DEPTH);
                 }
                 Err(e) => {
-                    assert_eq!(e.code(), ErrorCode::NestingTooDeep, "canonical output is canonical");
+                    assert_eq!(
+                        e.code(),
+                        ErrorCode::NestingTooDeep,
+                        "canonical output is canonical"
+                    );
                     assert!(value_depth(&value) > MAX_DEPTH);
                 }
             }

@@ -14,8 +14,12 @@ use pi_workflows_fuzz::for_each_frame;
 fuzz_target!(|data: &[u8]| {
     for_each_frame(data, |frame| {
         if let Ok(decoded) = protocol::decode_client_frame(frame) {
-            let encoded = protocol::encode_client(&decoded.message).expect("accepted frames encode");
-            assert_eq!(encoded, frame, "an accepted client frame re-encodes to its bytes");
+            let encoded =
+                protocol::encode_client(&decoded.message).expect("accepted frames encode");
+            assert_eq!(
+                encoded, frame,
+                "an accepted client frame re-encodes to its bytes"
+            );
             assert_eq!(
                 protocol::decode_client_frame(&encoded).as_ref(),
                 Ok(&decoded),

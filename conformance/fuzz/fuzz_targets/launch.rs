@@ -10,12 +10,18 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(launch) = protocol::decode_launch(data) {
         let encoded = protocol::encode_launch(&launch).expect("accepted envelopes encode");
-        assert_eq!(encoded, data, "an accepted launch envelope re-encodes to its bytes");
+        assert_eq!(
+            encoded, data,
+            "an accepted launch envelope re-encodes to its bytes"
+        );
         assert_eq!(protocol::decode_launch(&encoded), Ok(launch));
     }
     if let Ok(view) = protocol::decode_run_view(data) {
         let encoded = protocol::canonicalize_typed(&view).expect("accepted views encode");
-        assert_eq!(encoded, data, "an accepted run view re-encodes to its bytes");
+        assert_eq!(
+            encoded, data,
+            "an accepted run view re-encodes to its bytes"
+        );
         assert_eq!(protocol::decode_run_view(&encoded), Ok(view));
     }
 });

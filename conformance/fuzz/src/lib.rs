@@ -13,7 +13,9 @@ use serde_json::Value;
 /// would hand it to a `decode_*_frame` (which checks the framing itself).
 pub fn for_each_frame(data: &[u8], mut each: impl FnMut(&[u8])) {
     each(data);
-    let split = data.first().map_or(0, |&b| usize::from(b) % (data.len() + 1));
+    let split = data
+        .first()
+        .map_or(0, |&b| usize::from(b) % (data.len() + 1));
     let mut decoder = FrameDecoder::new();
     decoder.push(&data[..split]);
     let mut pushed_rest = false;

@@ -999,6 +999,37 @@ fn finish_by_a_stale_owner_changes_nothing() {
     );
 }
 
+/// Found by the `kernel_ops` fuzz target: a runner's authority ended a run
+/// that holds no claim (a queued run, a run parked by a drain), so a stale
+/// runner's `run.failed` could end a run it no longer owns whenever the
+/// shell did not check the claim first.
+#[test]
+fn finish_under_an_authority_needs_the_claim() {
+    let queued = reserved(1, 0);
+    let drained = park(&live(), &host_authority(1), ParkReason::Drained, 20)
+        .unwrap()
+        .facts;
+    let missing = Err(Rejection::ClaimLost {
+        reason: ClaimLostReason::MissingAuthority,
+    });
+    for agg in [&queued, &drained] {
+        for authority in [host_authority(0), host_authority(1), host_authority(2)] {
+            let failed = Terminal::Failed {
+                error: RunError {
+                    class: FailureClass::NodeFailed,
+                    reason: ReasonKind::RunnerFailed,
+                    node_id: None,
+                },
+            };
+            assert_eq!(finish(agg, Some(&authority), failed, 30), missing);
+            assert_eq!(
+                finish(agg, Some(&authority), Terminal::Completed, 30),
+                missing
+            );
+        }
+    }
+}
+
 #[test]
 fn finishing_a_running_run_whose_claim_expired_needs_a_control_claim() {
     let agg = live();
