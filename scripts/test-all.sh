@@ -4,8 +4,10 @@
 # the server binary, built just before them), codegen freshness, the Rust
 # workspace (unit, property and integration tests), the TypeScript end-to-end
 # tests (the real server binary with node runners), the real-Pi tests (Pi in
-# rpc mode and in its TUI through tmux, against a mock model), and both
-# protocol conformance runners with the comparison of their verdicts.
+# rpc mode and in its TUI through tmux, against a mock model), both
+# protocol conformance runners with the comparison of their verdicts (on the
+# corpus and on fast-check inputs), and the bounded run of the coverage-guided
+# fuzz targets (scripts/fuzz.sh ci).
 # Works on a clean clone: it installs the npm dependencies from the lock file
 # itself, and Pi with the Node 22 it needs (scripts/install-pi.sh). Exits
 # non-zero on the first failure.
@@ -81,7 +83,10 @@ timeout 300 cargo run --release -p model --locked --quiet
 step "Model checks: tests (limit 300 s)"
 timeout 300 cargo test --release -p model --locked
 
-step "protocol conformance: Rust and TypeScript runners, compared"
+step "protocol conformance: Rust and TypeScript runners, compared (corpus, then fast-check inputs)"
 scripts/conformance.sh
+
+step "fuzz: every libFuzzer target for 12 s on the committed corpus (scripts/fuzz.sh ci)"
+scripts/fuzz.sh ci 12
 
 printf '\nall suites passed\n'

@@ -6,6 +6,13 @@
 //! exits non-zero on any failure. `--emit-verdicts` writes one line per
 //! case (verdict, kind or error code, SHA-256 of the re-encoded bytes) for
 //! comparison with the TypeScript runner.
+//!
+//! `conformance-rs --decide` reads inputs from stdin instead, one per line
+//! as `CHANNEL<TAB>HEX` (a channel of the corpus, or `canonical` for
+//! `parse_canonical` alone), and prints the verdict of each, in order, in
+//! the same form (`accept<TAB>kind<TAB>sha256` or `reject<TAB>code`): the
+//! TypeScript fuzz comparison (`sdk-ts/tools/fuzz-parity.test.ts`) feeds it
+//! generated inputs.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -82,6 +89,13 @@ fn run_frames(channel: &str, input: &[u8]) -> Outcome {
             },
             input,
         ),
+        "canonical" => single(
+            &|b| {
+                let v = protocol::parse_canonical(b)?;
+                Ok(("canonical".to_string(), protocol::canonicalize(&v)?))
+            },
+            input,
+        ),
         "run-view" => single(
             &|b| {
                 let v = protocol::decode_run_view(b)?;
@@ -127,6 +141,43 @@ fn run_frames(channel: &str, input: &[u8]) -> Outcome {
             single(decode, &frames[0])
         }
     }
+}
+
+fn verdict_line(outcome: Outcome) -> String {
+    match outcome {
+        Outcome::Accept { kind, encoded } => {
+            format!("accept\t{kind}\t{}", hex(&Sha256::digest(&encoded)))
+        }
+        Outcome::Reject(code) => format!("reject\t{code}"),
+    }
+}
+
+/// `--decide`: one verdict line per `CHANNEL<TAB>HEX` line of stdin.
+fn decide_stdin() -> ExitCode {
+    let mut out = String::new();
+    for (n, line) in std::io::stdin().lines().enumerate() {
+        let Ok(line) = line else {
+            eprintln!("conformance-rs: stdin is not UTF-8 text");
+            return ExitCode::from(2);
+        };
+        let parsed = line.split_once('\t').and_then(|(channel, hex)| {
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| {
+                    hex.get(i..i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect::<Option<Vec<u8>>>()?;
+            Some((channel, bytes))
+        });
+        let Some((channel, bytes)) = parsed else {
+            eprintln!("conformance-rs: line {}: expected CHANNEL<TAB>HEX", n + 1);
+            return ExitCode::from(2);
+        };
+        let _ = writeln!(out, "{}", verdict_line(run_frames(channel, &bytes)));
+    }
+    print!("{out}");
+    ExitCode::SUCCESS
 }
 
 fn frame_cases(dir: &Path, report: &mut Report) -> Result<(), String> {
@@ -284,7 +335,10 @@ fn jcs_cases(dir: &Path, report: &mut Report) -> Result<(), String> {
 fn main() -> ExitCode {
     let mut fixtures = PathBuf::from("protocol/fixtures");
     let mut emit: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("--decide") {
+        return decide_stdin();
+    }
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next()) {
             ("--fixtures", Some(v)) => fixtures = PathBuf::from(v),

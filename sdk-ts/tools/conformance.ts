@@ -8,94 +8,14 @@
  * non-zero on any failure. --emit-verdicts writes the same verdict lines as
  * conformance-rs, so the two can be compared byte for byte.
  */
-import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 
-import {
-  FrameDecoder,
-  SafeError,
-  canonicalize,
-  clientKind,
-  decodeClientFrame,
-  decodeLaunch,
-  decodeRunView,
-  decodeRunnerFrame,
-  decodeServerFrame,
-  encodeClient,
-  encodeLaunch,
-  encodeRunView,
-  encodeRunner,
-  encodeServer,
-} from "../src/protocol/index.js";
+import { canonicalize } from "../src/protocol/index.js";
+import { runCase, sha256 } from "./verdicts.js";
 
 const ES6_100K_SHA256 = "22776e6d4b49fa294a0d0f349268e5c28808fe7e0cb2bcbe28f63894e494d4c7";
 const JCS_FILES = ["arrays", "french", "structures", "unicode", "values", "weird"];
-
-type Outcome = { accept: true; kind: string; encoded: Uint8Array } | { accept: false; code: string };
-type Decode = (bytes: Uint8Array) => { kind: string; encoded: Uint8Array };
-
-const sha256 = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
-
-function outcome(decode: Decode, bytes: Uint8Array): Outcome {
-  try {
-    const { kind, encoded } = decode(bytes);
-    return { accept: true, kind, encoded };
-  } catch (e) {
-    if (e instanceof SafeError) {
-      return { accept: false, code: e.code };
-    }
-    throw e;
-  }
-}
-
-const decoders: Record<string, Decode> = {
-  client: (b) => {
-    const m = decodeClientFrame(b);
-    return { kind: clientKind(m), encoded: encodeClient(m) };
-  },
-  runner: (b) => {
-    const m = decodeRunnerFrame(b);
-    return { kind: m.type, encoded: encodeRunner(m) };
-  },
-  server: (b) => {
-    const m = decodeServerFrame(b);
-    return { kind: m.type, encoded: encodeServer(m) };
-  },
-  launch: (b) => {
-    const m = decodeLaunch(b);
-    return { kind: `launch/${m.mode}`, encoded: encodeLaunch(m) };
-  },
-  "run-view": (b) => ({ kind: "run-view", encoded: encodeRunView(decodeRunView(b)) }),
-};
-
-function runCase(channel: string, input: Uint8Array): Outcome {
-  const decode = decoders[channel];
-  if (decode === undefined) {
-    return { accept: false, code: `corpus error: unknown channel ${channel}` };
-  }
-  if (channel === "launch" || channel === "run-view") {
-    return outcome(decode, input);
-  }
-  const decoder = new FrameDecoder();
-  const frames: Uint8Array[] = [];
-  try {
-    decoder.push(input);
-    for (let f = decoder.nextFrame(); f !== null; f = decoder.nextFrame()) {
-      frames.push(f);
-    }
-    decoder.finish();
-  } catch (e) {
-    if (e instanceof SafeError) {
-      return { accept: false, code: e.code };
-    }
-    throw e;
-  }
-  if (frames.length !== 1) {
-    return { accept: false, code: `corpus error: ${frames.length} frames in one case` };
-  }
-  return outcome(decode, frames[0]!);
-}
 
 class Report {
   passed = 0;
