@@ -184,7 +184,7 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "effects",
-            ci_unique_states: 207_525,
+            ci_unique_states: 201_533,
             run: effects,
             properties: || names(&EffectsModel::ci(EffectRules::Kernel)),
         },
