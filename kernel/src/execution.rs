@@ -184,8 +184,7 @@ fn resume_point(
     known_node(topology, &last.node_id)?;
     let record = route_from.ok_or(Rejection::RouteRecordMissing)?;
     check_record(record, &last.attempt_id, &last.node_id, last.outcome)?;
-    let own_steps = agg.steps.iter().any(|step| !step.carried);
-    let route = if !own_steps && agg.run.lineage.continuation_of.is_some() {
+    let route = if !agg.steps.has_own_steps() && agg.run.lineage.continuation_of.is_some() {
         routing::route_from_checkpoint(topology, &last.node_id, record)
     } else {
         routing::route(topology, &last.node_id, last.outcome, record)
@@ -520,7 +519,7 @@ fn record_step_in(tx: &mut Tx, outcome: NodeOutcome) {
         carried: false,
     };
     let (node_id, attempt_id) = (step.node_id.clone(), step.attempt_id.clone());
-    tx.agg.steps.push(step);
+    tx.agg.steps.record(step);
     tx.event(if outcome == NodeOutcome::Ok {
         RunEvent::NodeFinished {
             node_id,
@@ -571,6 +570,8 @@ fn apply_route_in(
     onward: Onward,
     node_failure: Option<ReasonKind>,
 ) -> Result<Dispatch, Rejection> {
+    // The run's first route fixes what its step summary watches.
+    tx.agg.steps.watch(topology);
     let terminal = match route {
         Route::Next(next) => match routing::check_step_limit(topology, &tx.agg.steps, &next) {
             Ok(()) => return continue_in(tx, authority, next, onward),
@@ -641,7 +642,7 @@ fn continue_in(
 ) -> Result<Dispatch, Rejection> {
     match onward {
         Onward::Dispatch(attempt_id) => {
-            let visit = next_visit(&tx.agg.steps, &next);
+            let visit = tx.agg.steps.next_visit(&next);
             Ok(start_attempt_in(tx, next, attempt_id, visit, 0))
         }
         Onward::Park => {
@@ -651,12 +652,6 @@ fn continue_in(
             })
         }
     }
-}
-
-/// 1 + the node's earlier steps in the run, carried ones included.
-fn next_visit(steps: &[StepRecord], node_id: &NodeId) -> u32 {
-    let earlier = steps.iter().filter(|step| &step.node_id == node_id).count();
-    u32::try_from(earlier).map_or(u32::MAX, |earlier| earlier.saturating_add(1))
 }
 
 fn start_attempt_in(
