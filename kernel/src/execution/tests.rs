@@ -11,7 +11,7 @@ use crate::message::{MessageRecord, StepReason};
 use crate::run::{ContinuationOf, Lineage};
 use crate::runner::{ExitKind, RunnerExit, RunnerStatus, decide_exit};
 use crate::steps::StepSummary;
-use crate::topology::NodeType;
+use crate::topology::{NodeTimeout, NodeType};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec;
@@ -738,6 +738,207 @@ fn node_started_for_another_attempt_or_a_stale_claim_is_refused() {
             reason: ClaimLostReason::Expired
         })
     );
+}
+
+// ---- finish_and_start: the fused commit ------------------------------------
+
+/// The current runner finishes the current attempt `ok` at `now_ms` through
+/// the fused transition.
+fn fused(
+    agg: &RunAggregate,
+    topology: &Topology,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch, Option<StartDeadline>), Rejection> {
+    let generation = agg.run.lease.generation.0;
+    let result = NodeResult {
+        outcome: NodeOutcome::Ok,
+        record: record(agg, NodeOutcome::Ok, json!({})),
+    };
+    finish_and_start(
+        agg,
+        topology,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        &current(agg).attempt_id.clone(),
+        result,
+        attempt_id(&alloc::format!("a-next-{now_ms}")),
+        now_ms,
+        TTL_MS,
+    )
+}
+
+/// `a → b` where `b` has `timeout`.
+fn then_timeout(timeout: NodeTimeout) -> Topology {
+    let mut topology = chain(&["a", "b"]);
+    topology.nodes[1].timeout = timeout;
+    topology
+}
+
+#[test]
+fn a_fused_commit_records_the_result_the_next_attempt_and_its_static_deadline() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 5_000 });
+    let agg = live(&topology);
+    let (transition, dispatch, deadline) = fused(&agg, &topology, 20).unwrap();
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: Some(5_020)
+        })
+    );
+    let next = current(&transition.facts);
+    assert_eq!(
+        dispatch,
+        Dispatch::RunNode {
+            node_id: id("b"),
+            attempt_id: next.attempt_id.clone(),
+            visit: 1
+        }
+    );
+    assert_eq!(
+        (next.status, next.deadline_at_ms),
+        (AttemptStatus::Active, Some(5_020))
+    );
+    assert_eq!(transition.facts.steps.count, 1, "the result is the step");
+    assert_eq!(
+        transition.facts.run.revision,
+        agg.run.revision.next(),
+        "one revision for the whole step"
+    );
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { at_ms: 5_020, reason: WakeReason::NodeDeadline { attempt_id }, .. }
+            if *attempt_id == next.attempt_id
+    )));
+    // `node.started` would add nothing durable: the deadline is recorded.
+    assert_eq!(
+        record_node_started(
+            &transition.facts,
+            &host_authority(1),
+            &runner_epoch(1),
+            &next.attempt_id,
+            Some(6_000),
+            21,
+            TTL_MS
+        ),
+        Err(Rejection::DeadlineAlreadyRecorded)
+    );
+}
+
+#[test]
+fn a_fused_commit_gives_the_engine_default_and_no_deadline_for_an_unbounded_node() {
+    let topology = then_timeout(NodeTimeout::EngineDefault);
+    let (transition, _, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    let at = 20 + crate::topology::DEFAULT_NODE_TIMEOUT_MS;
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: Some(at)
+        })
+    );
+    assert_eq!(current(&transition.facts).deadline_at_ms, Some(at));
+
+    let topology = then_timeout(NodeTimeout::Unbounded);
+    let (transition, _, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: None
+        })
+    );
+    assert_eq!(current(&transition.facts).deadline_at_ms, None);
+    assert!(!has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { .. }
+    )));
+}
+
+#[test]
+fn a_dynamic_timeout_is_left_to_node_started_before_anything_depends_on_it() {
+    let topology = then_timeout(NodeTimeout::Dynamic);
+    let (transition, _, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    assert_eq!(deadline, Some(StartDeadline::RunnerResolves));
+    let next = current(&transition.facts).clone();
+    assert_eq!(next.deadline_at_ms, None);
+    assert!(!has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { .. }
+    )));
+    let started = record_node_started(
+        &transition.facts,
+        &host_authority(1),
+        &runner_epoch(1),
+        &next.attempt_id,
+        Some(9_000),
+        25,
+        TTL_MS,
+    )
+    .unwrap();
+    assert_eq!(current(&started.facts).deadline_at_ms, Some(9_000));
+}
+
+#[test]
+fn a_fused_commit_that_dispatches_nothing_names_no_deadline() {
+    let topology = chain(&["a"]);
+    let (transition, dispatch, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Completed
+        }
+    );
+    assert_eq!(deadline, None);
+    assert_eq!(transition.facts.run.status, RunStatus::Completed);
+}
+
+#[test]
+fn a_fused_commit_refuses_what_node_finished_refuses_and_changes_nothing() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 5_000 });
+    let agg = live(&topology);
+    let stale = finish_and_start(
+        &agg,
+        &topology,
+        &host_authority(1),
+        &runner_epoch(1),
+        &attempt_id("other"),
+        NodeResult {
+            outcome: NodeOutcome::Ok,
+            record: record(&agg, NodeOutcome::Ok, json!({})),
+        },
+        attempt_id("a-next"),
+        20,
+        TTL_MS,
+    );
+    assert_eq!(stale.err(), Some(Rejection::StaleAttempt));
+    assert_eq!(
+        fused(&agg, &topology, 10 + TTL_MS).err(),
+        Some(Rejection::ClaimLost {
+            reason: ClaimLostReason::Expired
+        })
+    );
+}
+
+/// The fused commit is `node.finished` then `node.started` with the static
+/// deadline, in one transition: the same facts, except that the revision
+/// and outputs come from one commit.
+#[test]
+fn a_fused_commit_equals_node_finished_then_node_started_with_the_static_deadline() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 700 });
+    let agg = live(&topology);
+    let (fused_transition, fused_dispatch, _) = fused(&agg, &topology, 20).unwrap();
+    let (finished, dispatch) =
+        finish_as_runner(&agg, &topology, NodeOutcome::Ok, json!({}), 20).unwrap();
+    let started = record_node_started(
+        &finished.facts,
+        &host_authority(1),
+        &runner_epoch(1),
+        &current(&finished.facts).attempt_id.clone(),
+        Some(720),
+        20,
+        TTL_MS,
+    )
+    .unwrap();
+    assert_eq!(fused_dispatch, dispatch);
+    assert_eq!(fused_transition.facts, started.facts);
 }
 
 // ---- finish_attempt by the runner ------------------------------------------
