@@ -37,7 +37,7 @@ use crate::run::{
     RunError, RunRecord, RunStatus, Terminal, Tx,
 };
 use crate::runner::RunnerRecord;
-use crate::topology::Topology;
+use crate::topology::{NodeTimeout, Topology};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -184,8 +184,7 @@ fn resume_point(
     known_node(topology, &last.node_id)?;
     let record = route_from.ok_or(Rejection::RouteRecordMissing)?;
     check_record(record, &last.attempt_id, &last.node_id, last.outcome)?;
-    let own_steps = agg.steps.iter().any(|step| !step.carried);
-    let route = if !own_steps && agg.run.lineage.continuation_of.is_some() {
+    let route = if !agg.steps.has_own_steps() && agg.run.lineage.continuation_of.is_some() {
         routing::route_from_checkpoint(topology, &last.node_id, record)
     } else {
         routing::route(topology, &last.node_id, last.outcome, record)
@@ -274,6 +273,99 @@ pub fn finish_attempt(
     };
     let dispatch = settle_attempt_in(&mut tx, topology, &authority, result, onward, failure)?;
     Ok((tx.commit(), dispatch))
+}
+
+/// What a fused commit ([`finish_and_start`]) tells the runner about the
+/// deadline of the attempt it dispatched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum StartDeadline {
+    /// The node's timeout is static: the kernel resolved the deadline from
+    /// the dispatch time (`None` for a node without one) and it is durable
+    /// with the result, so `node.started` has nothing durable to add.
+    Committed { deadline_at_ms: Option<u64> },
+    /// The node's timeout is a function only the runner can evaluate: the
+    /// runner reports it in `node.started` ([`record_node_started`]) before
+    /// it proposes anything that depends on it (an interaction).
+    RunnerResolves,
+}
+
+/// `node.finished` / `node.failed` fused with the start of the next node:
+/// [`finish_attempt`] for the claim-holding runner (records the step,
+/// routes, checks the step limits, dispatches the next attempt), and in the
+/// same transition the dispatched attempt's deadline when the node's timeout
+/// is static (a wake at it is requested). One commit then holds the result,
+/// the next attempt and, for a static timeout, everything `node.started`
+/// used to add; the deadline is `now_ms` + the timeout, so it never ends
+/// later than one the runner would have resolved after receiving the reply.
+/// `None` when the reply dispatches no node.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "facts, authority and ids are all inputs"
+)]
+pub fn finish_and_start(
+    agg: &RunAggregate,
+    topology: &Topology,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    attempt_id: &AttemptId,
+    result: NodeResult,
+    next_attempt_id: AttemptId,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch, Option<StartDeadline>), Rejection> {
+    let mut tx = Tx::begin(agg, now_ms);
+    run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
+    current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
+    let onward = Onward::Dispatch(next_attempt_id);
+    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward, None)?;
+    let deadline = match &dispatch {
+        Dispatch::RunNode { node_id, .. } => {
+            Some(commit_static_deadline_in(&mut tx, topology, node_id)?)
+        }
+        Dispatch::Exit { .. } => None,
+    };
+    Ok((tx.commit(), dispatch, deadline))
+}
+
+/// Resolves the just-dispatched attempt's deadline from its node's static
+/// timeout (and asks for a wake at it), or leaves it to the runner.
+fn commit_static_deadline_in(
+    tx: &mut Tx,
+    topology: &Topology,
+    node_id: &NodeId,
+) -> Result<StartDeadline, Rejection> {
+    let node = topology
+        .node(node_id)
+        .ok_or_else(|| Rejection::UnknownNode {
+            node_id: node_id.clone(),
+        })?;
+    let deadline_at_ms = match node.timeout {
+        NodeTimeout::Dynamic => return Ok(StartDeadline::RunnerResolves),
+        NodeTimeout::Unbounded => None,
+        NodeTimeout::EngineDefault | NodeTimeout::Fixed { .. } => node
+            .timeout
+            .static_ms()
+            .map(|ms| tx.now_ms().saturating_add(ms)),
+    };
+    let attempt = tx
+        .agg
+        .attempt
+        .as_mut()
+        .expect("the dispatch started an attempt");
+    attempt.deadline_at_ms = deadline_at_ms;
+    if let Some(at_ms) = deadline_at_ms {
+        let reason = WakeReason::NodeDeadline {
+            attempt_id: attempt.attempt_id.clone(),
+        };
+        let run_id = tx.agg.run.run_id.clone();
+        tx.output(Output::Wake {
+            run_id,
+            at_ms,
+            reason,
+        });
+    }
+    Ok(StartDeadline::Committed { deadline_at_ms })
 }
 
 /// Where a notify node's content goes: one passive `notification` message
@@ -520,7 +612,7 @@ fn record_step_in(tx: &mut Tx, outcome: NodeOutcome) {
         carried: false,
     };
     let (node_id, attempt_id) = (step.node_id.clone(), step.attempt_id.clone());
-    tx.agg.steps.push(step);
+    tx.agg.steps.record(step);
     tx.event(if outcome == NodeOutcome::Ok {
         RunEvent::NodeFinished {
             node_id,
@@ -571,6 +663,8 @@ fn apply_route_in(
     onward: Onward,
     node_failure: Option<ReasonKind>,
 ) -> Result<Dispatch, Rejection> {
+    // The run's first route fixes what its step summary watches.
+    tx.agg.steps.watch(topology);
     let terminal = match route {
         Route::Next(next) => match routing::check_step_limit(topology, &tx.agg.steps, &next) {
             Ok(()) => return continue_in(tx, authority, next, onward),
@@ -641,7 +735,7 @@ fn continue_in(
 ) -> Result<Dispatch, Rejection> {
     match onward {
         Onward::Dispatch(attempt_id) => {
-            let visit = next_visit(&tx.agg.steps, &next);
+            let visit = tx.agg.steps.next_visit(&next);
             Ok(start_attempt_in(tx, next, attempt_id, visit, 0))
         }
         Onward::Park => {
@@ -651,12 +745,6 @@ fn continue_in(
             })
         }
     }
-}
-
-/// 1 + the node's earlier steps in the run, carried ones included.
-fn next_visit(steps: &[StepRecord], node_id: &NodeId) -> u32 {
-    let earlier = steps.iter().filter(|step| &step.node_id == node_id).count();
-    u32::try_from(earlier).map_or(u32::MAX, |earlier| earlier.saturating_add(1))
 }
 
 fn start_attempt_in(

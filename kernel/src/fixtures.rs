@@ -188,7 +188,7 @@ pub fn waiting_at_checkpoint(agg: &RunAggregate, checkpoint: &str, now_ms: u64) 
     let generation = agg.run.lease.generation.0;
     let mut tx = run::Tx::begin(agg, now_ms);
     if let Some(attempt) = tx.agg.attempt.take() {
-        tx.agg.steps.push(StepRecord {
+        tx.agg.steps.record(StepRecord {
             attempt_id: attempt.attempt_id,
             node_id: attempt.node_id,
             outcome: NodeOutcome::Ok,

@@ -39,5 +39,6 @@ pub mod run;
 pub mod runner;
 pub mod scheduler;
 pub mod session;
+pub mod steps;
 pub mod topology;
 pub mod updates;

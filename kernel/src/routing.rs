@@ -19,8 +19,9 @@
 //!   ([`check_step_limit`]). Include entry and exit transitions are not real
 //!   steps; carried and replayed steps are.
 
-use crate::attempt::{NodeOutcome, StepRecord};
+use crate::attempt::NodeOutcome;
 use crate::ids::NodeId;
+use crate::steps::StepSummary;
 use crate::topology::{Edge, NodeType, SwitchPath, SwitchSource, Topology};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -182,28 +183,13 @@ fn number_key(number: &serde_json::Number) -> String {
     alloc::format!("{number}")
 }
 
-fn is_real_step(topology: &Topology, node_id: &NodeId) -> bool {
-    topology
-        .node(node_id)
-        .is_none_or(|node| node.counts_as_step())
-}
-
-/// The real steps a run has taken: every finished step (carried and
-/// replayed included) except include entry and exit transitions.
-pub fn executed_steps(topology: &Topology, steps: &[StepRecord]) -> usize {
-    steps
-        .iter()
-        .filter(|step| is_real_step(topology, &step.node_id))
-        .count()
-}
-
-/// Checks that running `next` after `steps` stays within the root
-/// `maxSteps` and within the `maxSteps` of every mount `next` sits in
+/// Checks that running `next` after the summarised steps stays within the
+/// root `maxSteps` and within the `maxSteps` of every mount `next` sits in
 /// (counting the real steps since that mount's latest entry step).
 /// Entering a mount starts a new invocation of it.
 pub fn check_step_limit(
     topology: &Topology,
-    steps: &[StepRecord],
+    steps: &StepSummary,
     next: &NodeId,
 ) -> Result<(), RouteFailure> {
     let Some(next_node) = topology.node(next) else {
@@ -211,9 +197,9 @@ pub fn check_step_limit(
             error: RoutingError::UnknownNode,
         });
     };
-    let new = usize::from(next_node.counts_as_step());
+    let new = u64::from(next_node.counts_as_step());
     let limit = topology.root_max_steps();
-    if executed_steps(topology, steps) + new > limit as usize {
+    if u64::from(steps.real) + new > u64::from(limit) {
         return Err(RouteFailure::MaxSteps { limit });
     }
     for depth in 1..=next_node.mount_path.len() {
@@ -223,11 +209,7 @@ pub fn check_step_limit(
         let Some(limit) = mount.max_steps.filter(|_| mount.entry != *next) else {
             continue;
         };
-        let since_entry = steps
-            .iter()
-            .rposition(|step| step.node_id == mount.entry)
-            .map_or(steps, |entry| &steps[entry + 1..]);
-        if executed_steps(topology, since_entry) + new > limit as usize {
+        if u64::from(steps.real_since_entry(&mount.entry)) + new > u64::from(limit) {
             return Err(RouteFailure::MaxSteps { limit });
         }
     }

@@ -42,6 +42,7 @@ use crate::interaction::{self, InteractionRecord};
 use crate::message::{self, MessageKind, MessageRecord, MessageState, TerminalKind, TurnRecord};
 use crate::output::{LaunchCommand, Output, RunEvent, StopReason, Transition};
 use crate::runner::{RunnerRecord, RunnerStatus};
+use crate::steps::StepSummary;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
@@ -297,12 +298,13 @@ impl RunRecord {
 
 /// Everything one lifecycle transition may read or change, loaded by the
 /// shell in the write transaction. It is bounded: only unfinished and
-/// unsettled records are included, plus step summaries for routing.
+/// unsettled records are included, plus the bounded summary of the finished
+/// steps that routing reads ([`StepSummary`]), never the step list.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RunAggregate {
     pub run: RunRecord,
-    /// Finished attempts in order (carried ones first).
-    pub steps: Vec<StepRecord>,
+    /// What routing reads of the finished attempts (carried ones first).
+    pub steps: StepSummary,
     /// The one unfinished attempt, if any.
     pub attempt: Option<AttemptRecord>,
     /// Effects that are not applied, rejected or cancelled (ambiguous included).
@@ -322,7 +324,7 @@ impl RunAggregate {
     pub fn new(run: RunRecord) -> Self {
         Self {
             run,
-            steps: Vec::new(),
+            steps: StepSummary::default(),
             attempt: None,
             effects: Vec::new(),
             interaction: None,
@@ -373,7 +375,7 @@ impl RunAggregate {
     /// has an attempt of its own (unfinished, abandoned or finished) or an own
     /// step; otherwise `continue`, `restart` or `start` from its lineage.
     pub fn launch_command(&self) -> LaunchCommand {
-        let started = self.attempt.is_some() || self.steps.iter().any(|step| !step.carried);
+        let started = self.attempt.is_some() || self.steps.has_own_steps();
         if started {
             return LaunchCommand::Resume;
         }
@@ -1243,7 +1245,7 @@ pub(crate) fn finish_in(
             outcome,
             carried: false,
         };
-        tx.agg.steps.push(step);
+        tx.agg.steps.record(step);
     }
     if let Some(interaction) = tx.agg.interaction.as_mut() {
         *interaction = interaction::on_run_terminal(interaction);
@@ -1477,14 +1479,7 @@ pub fn reserve_continuation(
         mode: run.mode.clone(),
     };
     let mut child = reserve(new_run, lineage, &[], now_ms)?;
-    child.facts.steps = parent
-        .steps
-        .iter()
-        .map(|step| StepRecord {
-            carried: true,
-            ..step.clone()
-        })
-        .collect();
+    child.facts.steps = parent.steps.carried();
 
     let mut tx = Tx::begin(parent, now_ms);
     let run = &mut tx.agg.run;

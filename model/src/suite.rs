@@ -157,6 +157,19 @@ pub fn supervision_capacity_two() -> Report {
     )
 }
 
+/// The fused commit (`execution::finish_and_start`): one run under every
+/// fault of the supervision bounds (two runs in the deep mode).
+fn supervision_fused(mode: Mode) -> Report {
+    let model = match mode {
+        Mode::Ci => SupervisionModel::ci_fused(SupervisionRules::Kernel),
+        Mode::Deep => SupervisionModel {
+            runs: 2,
+            ..SupervisionModel::ci_fused(SupervisionRules::Kernel)
+        },
+    };
+    check("supervision-fused", model.bounds(), model, Stop::Exhaustive)
+}
+
 fn supervision_liveness(mode: Mode) -> Report {
     let model = match mode {
         Mode::Ci => SupervisionModel::fault_free(SupervisionRules::Kernel),
@@ -225,6 +238,12 @@ pub fn models() -> Vec<ModelEntry> {
             ci_unique_states: 413_856,
             run: supervision,
             properties: || names(&SupervisionModel::ci(SupervisionRules::Kernel)),
+        },
+        ModelEntry {
+            name: "supervision-fused",
+            ci_unique_states: 9_399,
+            run: supervision_fused,
+            properties: || names(&SupervisionModel::ci_fused(SupervisionRules::Kernel)),
         },
         ModelEntry {
             name: "supervision-liveness",

@@ -45,7 +45,6 @@ use kernel::receipt::{
     self, CommandOutcome, RunnerMessage, RunnerMessageDecision, RunnerMessageId,
     StoredRunnerMessage,
 };
-use kernel::routing;
 use kernel::run::{
     self, FailureClass, ParkReason, QueueStatus, Rejection, RunAggregate, RunStatus,
 };
@@ -61,6 +60,48 @@ pub const STEP: u64 = TTL / 2;
 
 /// The root step limit of the workflow.
 pub const MAX_STEPS: u32 = 2;
+
+/// The real steps of a run, recounted from the visits per node (a summary
+/// the model folds from the run's start holds every node), independent of
+/// the summary's own counter that the step limit reads.
+fn real_steps(topology: &Topology, agg: &RunAggregate) -> u32 {
+    agg.steps
+        .visits
+        .iter()
+        .filter(|(node_id, _)| {
+            topology
+                .node(node_id)
+                .is_none_or(|node| node.counts_as_step())
+        })
+        .map(|(_, visits)| visits)
+        .sum()
+}
+
+/// Every runner past `node.started` (or told by a fused commit that its
+/// deadline is committed) runs an attempt whose static deadline is durable.
+fn deadlines_durable(state: &SupervisionState) -> bool {
+    let topology = SupervisionModel::topology();
+    state.procs.iter().all(|proc| {
+        let Stage::Running {
+            attempt,
+            node,
+            started: true,
+        } = &proc.stage
+        else {
+            return true;
+        };
+        let static_timeout = topology
+            .node(node)
+            .is_some_and(|spec| spec.timeout.static_ms().is_some());
+        state.runs[proc.run as usize]
+            .attempt
+            .as_ref()
+            .filter(|current| {
+                &current.attempt_id == attempt && current.status == AttemptStatus::Active
+            })
+            .is_none_or(|current| !static_timeout || current.deadline_at_ms.is_some())
+    })
+}
 
 /// The kernel's rules, or the kernel with one check dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,6 +159,11 @@ pub struct SupervisionModel {
     /// Crashes and lost replies together (a reuse follows a lost reply).
     pub max_faults: u8,
     pub rules: SupervisionRules,
+    /// The runner reports results through the fused commit
+    /// (`execution::finish_and_start`): a node it is dispatched there with
+    /// a static timeout has its deadline committed already, so it sends no
+    /// `node.started`. Off: `finish_attempt`, then `node.started`.
+    pub fused: bool,
 }
 
 impl SupervisionModel {
@@ -134,6 +180,16 @@ impl SupervisionModel {
             max_reuses: 1,
             max_faults: 1,
             rules,
+            fused: false,
+        }
+    }
+
+    /// The CI configuration of the fused commit: one run with every fault.
+    pub fn ci_fused(rules: SupervisionRules) -> Self {
+        Self {
+            runs: 1,
+            fused: true,
+            ..Self::ci(rules)
         }
     }
 
@@ -192,6 +248,7 @@ impl SupervisionModel {
             max_reuses: 0,
             max_faults: 0,
             rules,
+            fused: false,
         }
     }
 
@@ -793,7 +850,7 @@ impl SupervisionModel {
                             Value::Null,
                         )
                     });
-                let attempt = AttemptId::new(format!("a{}.{}", msg.generation, agg.steps.len()));
+                let attempt = AttemptId::new(format!("a{}.{}", msg.generation, agg.steps.count));
                 execution::start_generation(
                     &agg,
                     &topology,
@@ -831,7 +888,28 @@ impl SupervisionModel {
                     ),
                 };
                 let next_attempt =
-                    AttemptId::new(format!("a{}.{}", msg.generation, agg.steps.len() + 1));
+                    AttemptId::new(format!("a{}.{}", msg.generation, agg.steps.count + 1));
+                if self.fused {
+                    return match execution::finish_and_start(
+                        &agg,
+                        &topology,
+                        &authority,
+                        &epoch,
+                        attempt,
+                        result,
+                        next_attempt,
+                        now,
+                        TTL,
+                    ) {
+                        Ok((transition, dispatch, _)) => {
+                            Ok((transition, Reply::Accepted(Some(dispatch))))
+                        }
+                        Err(Rejection::ClaimLost { .. } | Rejection::StaleRunner) => {
+                            Err(Reply::ClaimLost)
+                        }
+                        Err(_) => Err(Reply::Rejected),
+                    };
+                }
                 execution::finish_attempt(
                     &agg,
                     &topology,
@@ -956,7 +1034,11 @@ impl SupervisionModel {
     }
 
     /// The runner follows a reply.
-    fn follow(proc: &mut Proc, reply: &Reply) {
+    fn follow(&self, proc: &mut Proc, reply: &Reply) {
+        let answered_result = proc
+            .outstanding
+            .as_ref()
+            .is_some_and(|msg| matches!(msg.payload, Payload::Finished { .. }));
         proc.outstanding = None;
         match reply {
             Reply::Accepted(Some(Dispatch::RunNode {
@@ -964,11 +1046,20 @@ impl SupervisionModel {
                 attempt_id,
                 ..
             })) => {
+                // A fused commit made a static deadline durable with the result.
+                let committed = self.fused
+                    && answered_result
+                    && Self::topology()
+                        .node(node_id)
+                        .is_some_and(|node| node.timeout != NodeTimeout::Dynamic);
                 proc.stage = Stage::Running {
                     attempt: attempt_id.clone(),
                     node: node_id.clone(),
-                    started: false,
+                    started: committed,
                 };
+                if committed {
+                    return;
+                }
                 proc.outstanding = Some(Msg::new(
                     proc.run,
                     proc.generation,
@@ -1082,7 +1173,7 @@ impl SupervisionModel {
             if !attempt_in_place(agg) {
                 next.oracle.attempt_misplaced = true;
             }
-            if routing::executed_steps(&topology, &agg.steps) > MAX_STEPS as usize {
+            if real_steps(&topology, agg) > MAX_STEPS {
                 next.oracle.too_many_steps = true;
             }
             if agg
@@ -1311,7 +1402,7 @@ impl Model for SupervisionModel {
                     next.late.push(msg);
                     next.late.sort();
                 } else {
-                    Self::follow(&mut next.procs[p], &reply);
+                    self.follow(&mut next.procs[p], &reply);
                 }
             }
             A::DeliverLate(msg) => {
@@ -1438,7 +1529,7 @@ impl Model for SupervisionModel {
         state
             .runs
             .iter()
-            .all(|agg| routing::executed_steps(&topology, &agg.steps) <= MAX_STEPS as usize + 1)
+            .all(|agg| real_steps(&topology, agg) <= MAX_STEPS + 1)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -1456,6 +1547,10 @@ impl Model for SupervisionModel {
                 Property::always("steps never exceed maxSteps", |_, s: &SupervisionState| {
                     !s.oracle.too_many_steps
                 }),
+                Property::always(
+                    "a runner runs a node with a static timeout only once its deadline is durable",
+                    |_, s: &SupervisionState| deadlines_durable(s),
+                ),
                 Property::always(
                     "at most one live runner per run",
                     |_, s: &SupervisionState| !s.oracle.two_runners_for_a_run,
@@ -1580,7 +1675,7 @@ impl Summarize for SupervisionModel {
                     agg.run.park_reason,
                     agg.run.lease.generation.0,
                     agg.run.lease.claim.is_some(),
-                    agg.steps.len(),
+                    agg.steps.count,
                     agg.attempt
                         .as_ref()
                         .map(|a| (a.attempt_id.as_str().to_owned(), a.status)),

@@ -69,6 +69,11 @@ fn supervision_model_holds_with_its_pinned_state_count() {
 }
 
 #[test]
+fn supervision_fused_model_holds_with_its_pinned_state_count() {
+    holds_with_pinned_count("supervision-fused");
+}
+
+#[test]
 fn supervision_liveness_model_holds_with_its_pinned_state_count() {
     holds_with_pinned_count("supervision-liveness");
 }

@@ -101,6 +101,58 @@ async fn the_example_scripts_reach_their_terminal_states() {
     );
 }
 
+/// A mount's `maxSteps` bounds each invocation, counted from the mount's
+/// latest entry, and every visit number comes from the run's own steps:
+/// every runner message reads them from the state file's bounded step
+/// summary (`include_loop.json` names the ten steps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_limit_counts_from_the_latest_entry_across_runner_messages() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let run = started(&mut client, &script("include_loop.json")).await;
+    let view = wait_settled(&mut client, &run).await;
+    assert_eq!(status(&view), "failed", "{view}");
+    let steps: Vec<(String, u64)> = view["steps"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            (
+                step["nodeId"].as_str().unwrap().to_owned(),
+                step["visit"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64)> = [
+        ("a", 1),
+        ("m", 1),
+        ("m/work", 1),
+        ("m/work", 2),
+        ("m/__piw_exit_ok", 1),
+        ("b", 1),
+        ("a", 2),
+        ("m", 2),
+        ("m/work", 3),
+        ("m/work", 4),
+    ]
+    .iter()
+    .map(|(node, visit)| ((*node).to_owned(), *visit))
+    .collect();
+    assert_eq!(steps, expected, "{view}");
+    assert_eq!(view["failure"]["class"], "nodeFailed");
+    let db = server.db();
+    let reason: String = db
+        .query_row(
+            "SELECT error_reason FROM runs WHERE run_id = ?1",
+            [&run],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(reason, "maxSteps", "the mount's limit failed the run");
+    support::wait_quiescent(&db).await;
+    assert_eq!(support::consistency_violations(&db), Vec::<String>::new());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_waits_and_its_answer_starts_exactly_one_continuation() {
     let server = TestServer::start();

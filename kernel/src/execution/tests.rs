@@ -10,7 +10,8 @@ use crate::interaction::{InteractionKind, InteractionRecord};
 use crate::message::{MessageRecord, StepReason};
 use crate::run::{ContinuationOf, Lineage};
 use crate::runner::{ExitKind, RunnerExit, RunnerStatus, decide_exit};
-use crate::topology::NodeType;
+use crate::steps::StepSummary;
+use crate::topology::{NodeTimeout, NodeType};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec;
@@ -364,8 +365,7 @@ fn an_abandoned_attempt_is_rerun_with_the_same_visit_and_crash_retries() {
     assert_eq!(attempt.generation, Generation(2));
     assert_ne!(attempt.attempt_id, abandoned.attempt_id);
     assert_eq!(
-        rerun.steps.len(),
-        1,
+        rerun.steps.count, 1,
         "the abandoned attempt never became a step"
     );
 }
@@ -407,13 +407,19 @@ fn a_resumed_run_whose_last_step_was_its_checkpoint_waits_again() {
     .reload();
     let mut parked = reaped(&parked, stopped(StopReason::Parked), 21);
     parked.attempt = None;
-    parked.steps = vec![StepRecord {
-        attempt_id: attempt_id("a-1-start"),
-        node_id: id("gate"),
-        outcome: NodeOutcome::Ok,
-        carried: false,
-    }];
-    let record = step_record(&parked.steps[0], json!({"summary": "checkpoint"}));
+    parked.steps = StepSummary::of(
+        &topology,
+        &[StepRecord {
+            attempt_id: attempt_id("a-1-start"),
+            node_id: id("gate"),
+            outcome: NodeOutcome::Ok,
+            carried: false,
+        }],
+    );
+    let record = step_record(
+        parked.steps.last().unwrap(),
+        json!({"summary": "checkpoint"}),
+    );
     let (waiting, dispatch) = start(&parked, &topology, Some(&record));
     assert_eq!(
         dispatch,
@@ -436,7 +442,7 @@ fn continuation(checkpoint_output: Value) -> (RunAggregate, Value) {
         }),
         ..Lineage::default()
     };
-    child.steps = vec![
+    for step in [
         StepRecord {
             attempt_id: attempt_id("p-a"),
             node_id: id("a"),
@@ -449,8 +455,10 @@ fn continuation(checkpoint_output: Value) -> (RunAggregate, Value) {
             outcome: NodeOutcome::Ok,
             carried: true,
         },
-    ];
-    let record = step_record(&child.steps[1], checkpoint_output);
+    ] {
+        child.steps.record(step);
+    }
+    let record = step_record(child.steps.last().unwrap(), checkpoint_output);
     (child, record)
 }
 
@@ -732,6 +740,207 @@ fn node_started_for_another_attempt_or_a_stale_claim_is_refused() {
     );
 }
 
+// ---- finish_and_start: the fused commit ------------------------------------
+
+/// The current runner finishes the current attempt `ok` at `now_ms` through
+/// the fused transition.
+fn fused(
+    agg: &RunAggregate,
+    topology: &Topology,
+    now_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch, Option<StartDeadline>), Rejection> {
+    let generation = agg.run.lease.generation.0;
+    let result = NodeResult {
+        outcome: NodeOutcome::Ok,
+        record: record(agg, NodeOutcome::Ok, json!({})),
+    };
+    finish_and_start(
+        agg,
+        topology,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        &current(agg).attempt_id.clone(),
+        result,
+        attempt_id(&alloc::format!("a-next-{now_ms}")),
+        now_ms,
+        TTL_MS,
+    )
+}
+
+/// `a → b` where `b` has `timeout`.
+fn then_timeout(timeout: NodeTimeout) -> Topology {
+    let mut topology = chain(&["a", "b"]);
+    topology.nodes[1].timeout = timeout;
+    topology
+}
+
+#[test]
+fn a_fused_commit_records_the_result_the_next_attempt_and_its_static_deadline() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 5_000 });
+    let agg = live(&topology);
+    let (transition, dispatch, deadline) = fused(&agg, &topology, 20).unwrap();
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: Some(5_020)
+        })
+    );
+    let next = current(&transition.facts);
+    assert_eq!(
+        dispatch,
+        Dispatch::RunNode {
+            node_id: id("b"),
+            attempt_id: next.attempt_id.clone(),
+            visit: 1
+        }
+    );
+    assert_eq!(
+        (next.status, next.deadline_at_ms),
+        (AttemptStatus::Active, Some(5_020))
+    );
+    assert_eq!(transition.facts.steps.count, 1, "the result is the step");
+    assert_eq!(
+        transition.facts.run.revision,
+        agg.run.revision.next(),
+        "one revision for the whole step"
+    );
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { at_ms: 5_020, reason: WakeReason::NodeDeadline { attempt_id }, .. }
+            if *attempt_id == next.attempt_id
+    )));
+    // `node.started` would add nothing durable: the deadline is recorded.
+    assert_eq!(
+        record_node_started(
+            &transition.facts,
+            &host_authority(1),
+            &runner_epoch(1),
+            &next.attempt_id,
+            Some(6_000),
+            21,
+            TTL_MS
+        ),
+        Err(Rejection::DeadlineAlreadyRecorded)
+    );
+}
+
+#[test]
+fn a_fused_commit_gives_the_engine_default_and_no_deadline_for_an_unbounded_node() {
+    let topology = then_timeout(NodeTimeout::EngineDefault);
+    let (transition, _, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    let at = 20 + crate::topology::DEFAULT_NODE_TIMEOUT_MS;
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: Some(at)
+        })
+    );
+    assert_eq!(current(&transition.facts).deadline_at_ms, Some(at));
+
+    let topology = then_timeout(NodeTimeout::Unbounded);
+    let (transition, _, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: None
+        })
+    );
+    assert_eq!(current(&transition.facts).deadline_at_ms, None);
+    assert!(!has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { .. }
+    )));
+}
+
+#[test]
+fn a_dynamic_timeout_is_left_to_node_started_before_anything_depends_on_it() {
+    let topology = then_timeout(NodeTimeout::Dynamic);
+    let (transition, _, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    assert_eq!(deadline, Some(StartDeadline::RunnerResolves));
+    let next = current(&transition.facts).clone();
+    assert_eq!(next.deadline_at_ms, None);
+    assert!(!has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { .. }
+    )));
+    let started = record_node_started(
+        &transition.facts,
+        &host_authority(1),
+        &runner_epoch(1),
+        &next.attempt_id,
+        Some(9_000),
+        25,
+        TTL_MS,
+    )
+    .unwrap();
+    assert_eq!(current(&started.facts).deadline_at_ms, Some(9_000));
+}
+
+#[test]
+fn a_fused_commit_that_dispatches_nothing_names_no_deadline() {
+    let topology = chain(&["a"]);
+    let (transition, dispatch, deadline) = fused(&live(&topology), &topology, 20).unwrap();
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Completed
+        }
+    );
+    assert_eq!(deadline, None);
+    assert_eq!(transition.facts.run.status, RunStatus::Completed);
+}
+
+#[test]
+fn a_fused_commit_refuses_what_node_finished_refuses_and_changes_nothing() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 5_000 });
+    let agg = live(&topology);
+    let stale = finish_and_start(
+        &agg,
+        &topology,
+        &host_authority(1),
+        &runner_epoch(1),
+        &attempt_id("other"),
+        NodeResult {
+            outcome: NodeOutcome::Ok,
+            record: record(&agg, NodeOutcome::Ok, json!({})),
+        },
+        attempt_id("a-next"),
+        20,
+        TTL_MS,
+    );
+    assert_eq!(stale.err(), Some(Rejection::StaleAttempt));
+    assert_eq!(
+        fused(&agg, &topology, 10 + TTL_MS).err(),
+        Some(Rejection::ClaimLost {
+            reason: ClaimLostReason::Expired
+        })
+    );
+}
+
+/// The fused commit is `node.finished` then `node.started` with the static
+/// deadline, in one transition: the same facts, except that the revision
+/// and outputs come from one commit.
+#[test]
+fn a_fused_commit_equals_node_finished_then_node_started_with_the_static_deadline() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 700 });
+    let agg = live(&topology);
+    let (fused_transition, fused_dispatch, _) = fused(&agg, &topology, 20).unwrap();
+    let (finished, dispatch) =
+        finish_as_runner(&agg, &topology, NodeOutcome::Ok, json!({}), 20).unwrap();
+    let started = record_node_started(
+        &finished.facts,
+        &host_authority(1),
+        &runner_epoch(1),
+        &current(&finished.facts).attempt_id.clone(),
+        Some(720),
+        20,
+        TTL_MS,
+    )
+    .unwrap();
+    assert_eq!(fused_dispatch, dispatch);
+    assert_eq!(fused_transition.facts, started.facts);
+}
+
 // ---- finish_attempt by the runner ------------------------------------------
 
 #[test]
@@ -749,14 +958,15 @@ fn an_ok_node_dispatches_the_next_one_in_the_same_generation() {
             visit: 1
         }
     );
+    assert_eq!(next.steps.count, 1);
     assert_eq!(
-        next.steps,
-        vec![StepRecord {
+        next.steps.last(),
+        Some(&StepRecord {
             attempt_id: attempt_id("a-1-start"),
             node_id: id("a"),
             outcome: NodeOutcome::Ok,
             carried: false
-        }]
+        })
     );
     assert_eq!(current(next).status, AttemptStatus::Active);
     assert_eq!(next.run.revision, agg.run.revision.next());
@@ -808,8 +1018,7 @@ fn the_last_node_completes_the_run_and_releases_the_claim() {
         AttemptStatus::Finished(NodeOutcome::Ok)
     );
     assert_eq!(
-        done.steps.len(),
-        1,
+        done.steps.count, 1,
         "the finished attempt is one step, once"
     );
     assert!(has(&transition.outputs, |o| matches!(
@@ -946,7 +1155,7 @@ fn a_step_beyond_max_steps_fails_the_run() {
         }
     );
     let failed = transition.facts;
-    assert_eq!(failed.steps.len(), 2);
+    assert_eq!(failed.steps.count, 2);
     assert_eq!(failed.run.error.unwrap().reason, ReasonKind::MaxSteps);
 }
 
@@ -1164,7 +1373,7 @@ fn an_accepted_submission_parks_the_run_resume_ready_for_the_next_generation() {
         InteractionStatus::Accepted
     );
     assert_eq!(parked.messages[0].state, MessageState::Cancelled);
-    assert_eq!(parked.steps.len(), 1);
+    assert_eq!(parked.steps.count, 1);
     assert!(has(&transition.outputs, |o| matches!(o, Output::Schedule)));
     assert!(has(&transition.outputs, |o| matches!(
         o,
@@ -1446,7 +1655,8 @@ fn an_expired_node_with_a_timeout_edge_parks_for_the_recovery_node() {
     let parked = transition.facts.clone().reload();
     assert_eq!(pair(&parked), (RunStatus::Running, QueueStatus::Parked));
     assert_eq!(parked.run.park_reason, Some(ParkReason::ResumeReady));
-    assert_eq!(parked.steps[0].outcome, NodeOutcome::TimedOut);
+    assert_eq!(parked.steps.count, 1);
+    assert_eq!(parked.steps.last().unwrap().outcome, NodeOutcome::TimedOut);
     assert_eq!(
         count(&transition.outputs, |o| matches!(
             o,
@@ -1462,7 +1672,7 @@ fn an_expired_node_with_a_timeout_edge_parks_for_the_recovery_node() {
         "the stopped runner has not exited yet"
     );
     let parked = reaped(&parked, stopped(StopReason::NodeTimedOut), 302);
-    let last = parked.steps[0].clone();
+    let last = parked.steps.last().unwrap().clone();
     let route_from = step_record(&last, Value::Null);
     let (_, dispatch) = start(&parked, &topology, Some(&route_from));
     assert!(matches!(dispatch, Dispatch::RunNode { node_id, .. } if node_id == id("recover")));
@@ -1942,11 +2152,7 @@ fn check_invariants(world: &World) -> Result<(), TestCaseError> {
         "an active attempt exactly while a runner runs a node"
     );
     let limit = world.topology.root_max_steps() as usize;
-    prop_assert!(routing::executed_steps(&world.topology, &agg.steps) <= limit);
-    let mut seen = alloc::collections::BTreeSet::new();
-    for step in &agg.steps {
-        prop_assert!(seen.insert(&step.attempt_id), "an attempt finished twice");
-    }
+    prop_assert!(agg.steps.real as usize <= limit);
     Ok(())
 }
 
@@ -1986,8 +2192,16 @@ proptest! {
                     }
                     prop_assert!(after.run.revision >= before.run.revision);
                     prop_assert!(after.run.revision <= before.run.revision.next());
-                    // The shell writes every new step's attempt row, then the current attempt.
-                    for step in &after.steps[before.steps.len()..] {
+                    // The shell writes the new step's attempt row, then the current attempt.
+                    let new_steps = after.steps.count - before.steps.count;
+                    prop_assert!(new_steps <= 1, "one step per transition at most");
+                    if new_steps == 1 {
+                        let step = after.steps.last().expect("the new step");
+                        let earlier = world.attempt_rows.get(&step.attempt_id);
+                        prop_assert!(
+                            !matches!(earlier, Some(AttemptStatus::Finished(_))),
+                            "an attempt finished twice"
+                        );
                         let status = AttemptStatus::Finished(step.outcome);
                         world.attempt_rows.insert(step.attempt_id.clone(), status);
                     }
@@ -2045,8 +2259,8 @@ fn a_notification_finishes_the_node_and_adds_one_passive_message_in_the_origin_s
     let agg = start(&fixtures::reserved_interactive(1, 0), &topology, None).0;
     let (transition, dispatch) = notify(&agg, &topology, 1).unwrap();
     let facts = &transition.facts;
-    assert_eq!(facts.steps.len(), 1);
-    assert_eq!(facts.steps[0].outcome, NodeOutcome::Ok);
+    assert_eq!(facts.steps.count, 1);
+    assert_eq!(facts.steps.last().unwrap().outcome, NodeOutcome::Ok);
     let messages: Vec<_> = facts
         .messages
         .iter()
@@ -2072,7 +2286,7 @@ fn a_headless_notification_keeps_its_content_in_the_output_only() {
     let agg = live(&topology);
     let (transition, _) = notify(&agg, &topology, 1).unwrap();
     assert!(transition.facts.messages.is_empty());
-    assert_eq!(transition.facts.steps.len(), 1);
+    assert_eq!(transition.facts.steps.count, 1);
 }
 
 #[test]

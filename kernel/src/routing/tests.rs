@@ -1,4 +1,5 @@
 use super::*;
+use crate::attempt::StepRecord;
 use crate::fixtures::{chain, node, plain, result_record, switch};
 use crate::ids::AttemptId;
 use crate::topology::{IncludeTransition, Mount, NodeSpec};
@@ -6,6 +7,20 @@ use alloc::vec;
 use alloc::vec::Vec;
 use proptest::prelude::*;
 use serde_json::json;
+
+/// `check_step_limit` after the summary of `steps`.
+fn limit_after(
+    topology: &Topology,
+    steps: &[StepRecord],
+    next: &NodeId,
+) -> Result<(), RouteFailure> {
+    check_step_limit(topology, &StepSummary::of(topology, steps), next)
+}
+
+/// The real steps of `steps`, as the summary counts them.
+fn executed_steps(topology: &Topology, steps: &[StepRecord]) -> usize {
+    StepSummary::of(topology, steps).real as usize
+}
 
 fn id(text: &str) -> NodeId {
     NodeId::from(text)
@@ -276,10 +291,10 @@ fn the_root_limit_counts_every_real_step_including_carried_ones() {
     topology.max_steps = Some(3);
     let mut steps = vec![step("a"), step("b")];
     steps[0].carried = true;
-    assert_eq!(check_step_limit(&topology, &steps, &id("a")), Ok(()));
+    assert_eq!(limit_after(&topology, &steps, &id("a")), Ok(()));
     steps.push(step("a"));
     assert_eq!(
-        check_step_limit(&topology, &steps, &id("b")),
+        limit_after(&topology, &steps, &id("b")),
         Err(RouteFailure::MaxSteps { limit: 3 })
     );
 }
@@ -288,10 +303,10 @@ fn the_root_limit_counts_every_real_step_including_carried_ones() {
 fn the_default_root_limit_is_one_hundred() {
     let topology = chain(&["a"]);
     let steps: Vec<StepRecord> = (0..99).map(|_| step("a")).collect();
-    assert_eq!(check_step_limit(&topology, &steps, &id("a")), Ok(()));
+    assert_eq!(limit_after(&topology, &steps, &id("a")), Ok(()));
     let steps: Vec<StepRecord> = (0..100).map(|_| step("a")).collect();
     assert_eq!(
-        check_step_limit(&topology, &steps, &id("a")),
+        limit_after(&topology, &steps, &id("a")),
         Err(RouteFailure::MaxSteps { limit: 100 })
     );
 }
@@ -335,10 +350,10 @@ fn include_transitions_do_not_count_as_steps() {
     let topology = looping_include(None, 2);
     let steps = vec![step("a"), step("m")];
     assert_eq!(executed_steps(&topology, &steps), 1);
-    assert_eq!(check_step_limit(&topology, &steps, &id("m/work")), Ok(()));
+    assert_eq!(limit_after(&topology, &steps, &id("m/work")), Ok(()));
     let steps = vec![step("a"), step("m"), step("m/work")];
     assert_eq!(
-        check_step_limit(&topology, &steps, &id("m/__piw_exit_ok")),
+        limit_after(&topology, &steps, &id("m/__piw_exit_ok")),
         Ok(()),
         "an exit transition is not a step"
     );
@@ -349,28 +364,28 @@ fn a_mount_limit_bounds_one_invocation_since_its_latest_entry() {
     let topology = looping_include(Some(2), 100);
     let first = vec![step("a"), step("m"), step("m/work"), step("m/work")];
     assert_eq!(
-        check_step_limit(&topology, &first, &id("m/work")),
+        limit_after(&topology, &first, &id("m/work")),
         Err(RouteFailure::MaxSteps { limit: 2 })
     );
     assert_eq!(
-        check_step_limit(&topology, &first, &id("m/__piw_exit_ok")),
+        limit_after(&topology, &first, &id("m/__piw_exit_ok")),
         Ok(())
     );
     let mut again = first.clone();
     again.extend([step("m/__piw_exit_ok"), step("a")]);
     assert_eq!(
-        check_step_limit(&topology, &again, &id("m")),
+        limit_after(&topology, &again, &id("m")),
         Ok(()),
         "entering the mount again starts a new invocation"
     );
     again.push(step("m"));
-    assert_eq!(check_step_limit(&topology, &again, &id("m/work")), Ok(()));
+    assert_eq!(limit_after(&topology, &again, &id("m/work")), Ok(()));
 }
 
 #[test]
 fn an_unknown_next_node_is_a_routing_failure() {
     assert_eq!(
-        check_step_limit(&chain(&["a"]), &[], &id("ghost")),
+        limit_after(&chain(&["a"]), &[], &id("ghost")),
         Err(RouteFailure::Routing {
             error: RoutingError::UnknownNode
         })
@@ -400,7 +415,7 @@ fn drive(topology: &Topology, choices: &[(u8, bool)]) -> (Vec<StepRecord>, Route
             carried: false,
         });
         match route(topology, &current, outcome, &record) {
-            Route::Next(next) => match check_step_limit(topology, &steps, &next) {
+            Route::Next(next) => match limit_after(topology, &steps, &next) {
                 Ok(()) => current = next,
                 Err(failure) => return (steps, Route::Fail(failure)),
             },

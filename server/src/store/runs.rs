@@ -2,9 +2,14 @@
 //! lifecycle transition reads and changes).
 //!
 //! Invariants:
-//! - `load` reads only unfinished and unsettled records plus step summaries,
-//!   exactly what `RunAggregate::reload` keeps, so loading after a write gives
-//!   the same facts the kernel returned.
+//! - `load` reads only unfinished and unsettled records, exactly what
+//!   `RunAggregate::reload` keeps, plus the run's bounded step summary
+//!   (`kernel::steps`), read with indexed lookups whose number depends on
+//!   the topology, never on the run's length: it never reads the step list.
+//!   Loading after a write gives the same facts the kernel returned, except
+//!   the summary's visits, which hold the nodes the next transition needs.
+//! - A transition finishes at most one step; `write` gives it the next step
+//!   index, and a continuation copies its parent's finished rows as they are.
 //! - `write` writes only rows that changed between the loaded and the new
 //!   aggregate, plus one event row per `Output::Event`, inside the caller's
 //!   transaction.
@@ -25,6 +30,8 @@ use kernel::run::{
     TerminalOutcome,
 };
 use kernel::runner::{RunnerRecord, RunnerStatus};
+use kernel::steps::StepSummary;
+use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Loads the aggregate of `run_id`, or `None` when the run does not exist.
@@ -35,11 +42,11 @@ pub(crate) fn load(
     let Some(mut aggregate) = load_current(connection, run_id)? else {
         return Ok(None);
     };
-    aggregate.steps = load_steps(connection, run_id)?;
+    aggregate.steps = load_step_summary(connection, run_id, aggregate.attempt.as_ref())?;
     Ok(Some(aggregate))
 }
 
-/// The aggregate of `run_id` without its step summaries (`steps` empty):
+/// The aggregate of `run_id` without its step summary (`steps` empty):
 /// every other fact `load` reads, a bounded read whatever the run's length.
 /// For presentation, which reads the steps it shows from its own rows.
 pub(crate) fn load_current(
@@ -272,20 +279,122 @@ fn load_runner(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Opti
         .optional()
 }
 
-fn load_steps(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Vec<StepRecord>> {
-    let mut statement = connection.prepare_cached(
-        "SELECT attempt_id, node_id, outcome, carried FROM node_attempts
-         WHERE run_id = ?1 AND status = 'finished' ORDER BY seq",
-    )?;
-    let rows = statement.query_map(params![run_id.as_str()], |row| {
-        Ok(StepRecord {
-            attempt_id: AttemptId::new(row.get::<_, String>(0)?),
-            node_id: NodeId::new(row.get::<_, String>(1)?),
-            outcome: parse(&row.get::<_, String>(2)?)?,
-            carried: row.get::<_, i64>(3)? != 0,
-        })
-    })?;
-    rows.collect()
+/// The run's step summary: the latest finished step (its index is the
+/// count), then, with the run's topology, the visits of the nodes
+/// [`StepSummary::nodes_to_load`] names, and for each watched mount entry
+/// the real steps since its latest step. Every read is one indexed lookup.
+fn load_step_summary(
+    connection: &Connection,
+    run_id: &RunId,
+    attempt: Option<&AttemptRecord>,
+) -> rusqlite::Result<StepSummary> {
+    let topology = run_topology(connection, run_id)?;
+    let mut summary = topology
+        .as_deref()
+        .map_or_else(StepSummary::default, StepSummary::new);
+    let last = connection
+        .query_row_cached(
+            "SELECT attempt_id, node_id, outcome, carried, step_index FROM node_attempts
+             WHERE run_id = ?1 AND step_index IS NOT NULL ORDER BY step_index DESC LIMIT 1",
+            params![run_id.as_str()],
+            |row| {
+                Ok((
+                    StepRecord {
+                        attempt_id: AttemptId::new(row.get::<_, String>(0)?),
+                        node_id: NodeId::new(row.get::<_, String>(1)?),
+                        outcome: parse(&row.get::<_, String>(2)?)?,
+                        carried: row.get::<_, i64>(3)? != 0,
+                    },
+                    count_of(row.get(4)?),
+                ))
+            },
+        )
+        .optional()?;
+    let Some((last, count)) = last else {
+        return Ok(summary);
+    };
+    summary.count = count;
+    summary.real = count;
+    let Some(topology) = topology else {
+        // Nothing routes without a topology: the count and the latest step.
+        summary.last = Some(last);
+        return Ok(summary);
+    };
+    for node_id in StepSummary::nodes_to_load(&topology, Some(&last.node_id), attempt) {
+        if let Some((visits, _)) = latest_step_of(connection, run_id, node_id, None)? {
+            summary.visits.insert(node_id.clone(), visits);
+        }
+    }
+    let visits_of = |node_id: &NodeId| summary.visits.get(node_id).copied().unwrap_or(0);
+    let transition_steps: u32 = summary.transitions.iter().map(visits_of).sum();
+    summary.real = count.saturating_sub(transition_steps);
+    let mut since_entry = summary.since_entry.clone();
+    for (entry, since) in &mut since_entry {
+        let Some((_, entry_index)) = latest_step_of(connection, run_id, entry, None)? else {
+            continue;
+        };
+        let mut transitions_after = 0u32;
+        for transition in &summary.transitions {
+            let through = latest_step_of(connection, run_id, transition, Some(entry_index))?
+                .map_or(0, |(visits, _)| visits);
+            transitions_after += visits_of(transition).saturating_sub(through);
+        }
+        *since = Some(
+            count
+                .saturating_sub(entry_index)
+                .saturating_sub(transitions_after),
+        );
+    }
+    summary.since_entry = since_entry;
+    summary.last = Some(last);
+    Ok(summary)
+}
+
+/// The visit and step index of `node_id`'s latest finished step (up to
+/// step index `through`): its visit is the node's finished steps so far.
+fn latest_step_of(
+    connection: &Connection,
+    run_id: &RunId,
+    node_id: &NodeId,
+    through: Option<u32>,
+) -> rusqlite::Result<Option<(u32, u32)>> {
+    connection
+        .query_row_cached(
+            "SELECT visit, step_index FROM node_attempts
+             WHERE run_id = ?1 AND node_id = ?2 AND status = 'finished' AND step_index <= ?3
+             ORDER BY step_index DESC LIMIT 1",
+            params![
+                run_id.as_str(),
+                node_id.as_str(),
+                through.map_or(i64::MAX, i64::from)
+            ],
+            |row| Ok((count_of(row.get(0)?), count_of(row.get(1)?))),
+        )
+        .optional()
+}
+
+fn count_of(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// The parsed topology of the run's definition (cached by digest), if the
+/// run has one.
+fn run_topology(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<std::sync::Arc<Topology>>> {
+    let digest: Option<String> = connection
+        .query_row_cached(
+            "SELECT definition_digest FROM runs WHERE run_id = ?1",
+            params![run_id.as_str()],
+            |row| row.get(0),
+        )
+        .optional()?
+        .flatten();
+    match digest {
+        Some(digest) => super::meta::topology(connection, &digest),
+        None => Ok(None),
+    }
 }
 
 fn attempt_status(status: &str, outcome: Option<String>) -> rusqlite::Result<AttemptStatus> {
@@ -707,30 +816,45 @@ fn write_attempts(
     now_ms: u64,
 ) -> rusqlite::Result<()> {
     let run_id = &after.run.run_id;
-    // Carried steps of a new continuation: copy the parent's attempt rows.
-    if let (None, Some(parent)) = (before, after.run.lineage.continuation_of.as_ref()) {
-        for step in after.steps.iter().filter(|step| step.carried) {
+    // Carried steps of a new continuation: copy the parent's finished rows.
+    if let (None, Some(parent)) = (before, after.run.lineage.continuation_of.as_ref())
+        && !after.steps.is_empty()
+    {
+        connection.execute_cached(
+            "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
+                 started_at_ms, deadline_at_ms, finished_at_ms, crash_retries, status_detail, output_digest,
+                 error_message, action_json, step_index)
+             SELECT ?1, attempt_id, seq, node_id, visit, generation, status, outcome, 1, started_at_ms, deadline_at_ms,
+                    finished_at_ms, crash_retries, status_detail, output_digest, error_message, action_json, step_index
+             FROM node_attempts WHERE run_id = ?2 AND status = 'finished'",
+            params![run_id.as_str(), parent.parent_run_id.as_str()],
+        )?;
+    }
+    // The step the transition finished (an attempt that finished and was
+    // replaced by the next one is only the summary's latest step): finish
+    // its row first, so the next attempt never meets the one-unfinished-
+    // attempt index.
+    let known = before.map_or(0, |b| b.steps.count);
+    match after.steps.count.checked_sub(known) {
+        Some(0) => {}
+        Some(1) if before.is_some() => {
+            let step = after.steps.last().ok_or_else(|| unwritable("a new step"))?;
             connection.execute_cached(
-                "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
-                     started_at_ms, deadline_at_ms, finished_at_ms, crash_retries, status_detail, output_digest,
-                     error_message, action_json)
-                 SELECT ?1, attempt_id, seq, node_id, visit, generation, status, outcome, 1, started_at_ms, deadline_at_ms,
-                        finished_at_ms, crash_retries, status_detail, output_digest, error_message, action_json
-                 FROM node_attempts WHERE run_id = ?2 AND attempt_id = ?3",
-                params![run_id.as_str(), parent.parent_run_id.as_str(), step.attempt_id.as_str()],
+                "UPDATE node_attempts SET status = 'finished', outcome = ?3, finished_at_ms = COALESCE(finished_at_ms, ?4),
+                     step_index = ?5
+                 WHERE run_id = ?1 AND attempt_id = ?2 AND status != 'finished'",
+                params![
+                    run_id.as_str(),
+                    step.attempt_id.as_str(),
+                    name(&step.outcome),
+                    i64_of(now_ms),
+                    i64::from(after.steps.count)
+                ],
             )?;
         }
-    }
-    // Steps the transition finished (an attempt that finished and was
-    // replaced by the next one is only in `steps`): finish their rows first,
-    // so the next attempt never meets the one-unfinished-attempt index.
-    let known = before.map_or(0, |b| b.steps.len());
-    for step in after.steps.iter().skip(known).filter(|step| !step.carried) {
-        connection.execute_cached(
-            "UPDATE node_attempts SET status = 'finished', outcome = ?3, finished_at_ms = COALESCE(finished_at_ms, ?4)
-             WHERE run_id = ?1 AND attempt_id = ?2 AND status != 'finished'",
-            params![run_id.as_str(), step.attempt_id.as_str(), name(&step.outcome), i64_of(now_ms)],
-        )?;
+        // A continuation's carried steps, copied above.
+        Some(_) if before.is_none() && !after.steps.has_own_steps() => {}
+        _ => return Err(unwritable("more than one step in one transition")),
     }
     let Some(attempt) = &after.attempt else {
         return Ok(());
@@ -739,14 +863,19 @@ fn write_attempts(
         return Ok(());
     }
     let (status, outcome) = attempt_status_columns(attempt.status);
+    let step_index = after
+        .steps
+        .last()
+        .filter(|step| outcome.is_some() && step.attempt_id == attempt.attempt_id)
+        .map(|_| i64::from(after.steps.count));
     connection.execute_cached(
         "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status, outcome, carried,
-             started_at_ms, deadline_at_ms, finished_at_ms, crash_retries)
+             started_at_ms, deadline_at_ms, finished_at_ms, crash_retries, step_index)
          VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM node_attempts WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7, 0,
-                 ?8, ?9, ?10, ?11)
+                 ?8, ?9, ?10, ?11, ?12)
          ON CONFLICT (run_id, attempt_id) DO UPDATE SET status = excluded.status, outcome = excluded.outcome,
            deadline_at_ms = excluded.deadline_at_ms, finished_at_ms = excluded.finished_at_ms,
-           crash_retries = excluded.crash_retries",
+           crash_retries = excluded.crash_retries, step_index = COALESCE(node_attempts.step_index, excluded.step_index)",
         params![
             run_id.as_str(),
             attempt.attempt_id.as_str(),
@@ -759,6 +888,7 @@ fn write_attempts(
             attempt.deadline_at_ms.map(i64_of),
             attempt.finished_at_ms.map(i64_of),
             i64::from(attempt.crash_retries),
+            step_index,
         ],
     )?;
     Ok(())
@@ -897,6 +1027,23 @@ impl std::error::Error for MissingContent {}
 
 fn missing(kind: &'static str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(MissingContent(kind)))
+}
+
+/// Facts the kernel cannot have returned (its transitions finish at most
+/// one step), refused rather than written.
+#[derive(Debug)]
+struct Unwritable(&'static str);
+
+impl std::fmt::Display for Unwritable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the aggregate cannot be written: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unwritable {}
+
+fn unwritable(what: &'static str) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(Unwritable(what)))
 }
 
 /// The content digest of a new message, stored (in `blobs`) before the row

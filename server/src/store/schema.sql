@@ -1,5 +1,7 @@
--- pi-workflows-state, schema version 2 (version 1 kept the live view's node
--- list and step history as growing documents; it is refused as incompatible).
+-- pi-workflows-state, schema version 3 (version 1 kept the live view's node
+-- list and step history as growing documents; version 2 had no step index
+-- on node attempts, so a runner message read every finished step; both are
+-- refused as incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -7,7 +9,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 2),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 3),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -199,7 +201,10 @@ CREATE TABLE worker_messages (
 ) STRICT;
 
 -- Attempt ids are unique per run; a continuation carries its parent's steps
--- under the same attempt ids.
+-- under the same attempt ids (and step indexes). `step_index` is a finished
+-- attempt's place among the run's finished steps (1, 2, …; NULL until it
+-- finishes), so the latest one gives the count; `visit` of a node's latest
+-- finished step is the node's number of finished steps.
 CREATE TABLE node_attempts (
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   attempt_id TEXT NOT NULL,
@@ -218,10 +223,16 @@ CREATE TABLE node_attempts (
   output_digest BLOB REFERENCES blobs(digest),
   error_message TEXT,
   action_json TEXT,
+  step_index INTEGER CHECK (step_index IS NULL OR step_index >= 1),
   CHECK ((status = 'finished') = (outcome IS NOT NULL)),
   PRIMARY KEY (run_id, attempt_id),
-  UNIQUE (run_id, seq)
+  UNIQUE (run_id, seq),
+  UNIQUE (run_id, step_index)
 ) STRICT;
+-- A node's finished steps in order: the bounded step summary a runner
+-- message loads reads a node's latest one (or its latest up to an index).
+CREATE INDEX node_attempts_steps_by_node ON node_attempts(run_id, node_id, step_index)
+  WHERE status = 'finished';
 -- One active (unfinished) attempt per run.
 CREATE UNIQUE INDEX node_attempts_one_unfinished ON node_attempts(run_id)
   WHERE status IN ('active', 'waiting');
