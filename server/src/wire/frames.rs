@@ -11,7 +11,13 @@
 //!   not match its schema is a server defect: the check panics, naming the
 //!   channel and the message kind only (never a payload), so a test that
 //!   provokes it fails. Release builds skip the check.
+//! - A typed message ([`client_message`], [`event`]) is canonicalised from
+//!   its generated type directly, to the same bytes its JSON value gives.
 
+use protocol::generated::types::{
+    Availability, ClientEvent, ClientMessage, ClientSchemaId, SubscriptionId,
+};
+use serde::Serialize;
 use serde_json::Value;
 
 /// The channel a frame is sent on (what its schema is).
@@ -27,18 +33,51 @@ pub enum Channel {
 
 /// A client-channel frame (`\n`-terminated).
 pub fn client(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Client, value)
+    encode(Channel::Client, value, || kind(value))
+}
+
+/// A client-channel frame of a typed message (`\n`-terminated).
+pub fn client_message(message: &ClientMessage) -> Option<Vec<u8>> {
+    encode(Channel::Client, message, || message_kind(message))
+}
+
+/// The frame of one event of subscription `subscription_id`. An event that
+/// does not fit one frame (every page and view is bounded to fit) becomes
+/// an `unavailable` availability event of the same subscription, so its
+/// receiver is told; nothing is dropped silently.
+pub fn event(subscription_id: &SubscriptionId, revision: u64, event: ClientEvent) -> Vec<u8> {
+    let message = |event| {
+        Some(ClientMessage::Event {
+            event,
+            revision: protocol::generated::constrained::Revision::new(revision)?,
+            schema: ClientSchemaId::PiWorkflowsClientV1,
+            subscription_id: subscription_id.clone(),
+        })
+    };
+    if let Some(frame) = message(event).as_ref().and_then(client_message) {
+        return frame;
+    }
+    let substitute = ClientEvent::Availability {
+        reason: "frameTooLarge: the event did not fit one 1 MiB frame; report this server bug"
+            .parse()
+            .ok(),
+        state: Availability::Unavailable,
+    };
+    message(substitute)
+        .as_ref()
+        .and_then(client_message)
+        .unwrap_or_default()
 }
 
 /// A server-to-runner frame (`\n`-terminated).
 pub fn runner(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Runner, value)
+    encode(Channel::Runner, value, || kind(value))
 }
 
 /// A launch envelope frame (`\n`-terminated; the schema covers the bytes
 /// before the newline).
 pub fn launch(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Launch, value)
+    encode(Channel::Launch, value, || kind(value))
 }
 
 /// Whether `value` fits one frame once canonical (no schema check: the
@@ -47,20 +86,24 @@ pub fn fits(value: &Value) -> bool {
     canonical_frame(value).is_some()
 }
 
-fn canonical_frame(value: &Value) -> Option<Vec<u8>> {
-    let mut bytes = protocol::canonicalize(value).ok()?;
+fn canonical_frame<T: Serialize>(value: &T) -> Option<Vec<u8>> {
+    let mut bytes = protocol::canonicalize_typed(value).ok()?;
     bytes.push(b'\n');
     (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
 }
 
-fn encode(channel: Channel, value: &Value) -> Option<Vec<u8>> {
+fn encode<T: Serialize>(
+    channel: Channel,
+    value: &T,
+    kind: impl FnOnce() -> String,
+) -> Option<Vec<u8>> {
     let bytes = canonical_frame(value)?;
     if cfg!(debug_assertions)
         && let Err(error) = check(channel, &bytes)
     {
         panic!(
             "an outgoing {channel:?} frame ({}) does not match its schema: {}",
-            kind(value),
+            kind(),
             error.code()
         );
     }
@@ -92,6 +135,26 @@ fn kind(value: &Value) -> String {
         ),
         Some(other) => other.to_owned(),
         None => format!("launch/{}", field("mode")),
+    }
+}
+
+/// The message kind of a typed frame, for the panic message (no payload).
+fn message_kind(message: &ClientMessage) -> String {
+    match message {
+        ClientMessage::Hello { .. } => "hello".into(),
+        ClientMessage::Request { operation, .. } => format!("request/{operation}"),
+        ClientMessage::Response { operation, .. } => format!("response/{operation}"),
+        ClientMessage::Event { event, .. } => format!(
+            "event/{}",
+            match event {
+                ClientEvent::RunListSnapshot { .. } => "runListSnapshot",
+                ClientEvent::RunViewSnapshot { .. } => "runViewSnapshot",
+                ClientEvent::RunViewPatch { .. } => "runViewPatch",
+                ClientEvent::Page { .. } => "page",
+                ClientEvent::SessionMessages { .. } => "sessionMessages",
+                ClientEvent::Availability { .. } => "availability",
+            }
+        ),
     }
 }
 
