@@ -187,4 +187,105 @@ mod tests {
     fn debug_builds_panic_on_a_frame_off_its_schema() {
         let _ = client(&json!({ "schema": "pi-workflows.client.v1", "type": "event" }));
     }
+
+    /// A protocol fixture (canonical bytes) as a JSON value.
+    fn fixture(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    const REPLY: &str =
+        include_str!("../../../protocol/fixtures/frames/server/reply-result-content.canonical");
+    const LAUNCH: &str =
+        include_str!("../../../protocol/fixtures/frames/launch/launch-run.canonical");
+
+    #[test]
+    fn the_runner_and_launch_checks_refuse_a_planted_document_off_their_schema() {
+        let reply = fixture(REPLY);
+        assert_eq!(
+            check(Channel::Runner, &canonical_frame(&reply).unwrap()),
+            Ok(())
+        );
+        let mut planted = reply.clone();
+        planted["outcome"] = json!("maybe");
+        assert!(check(Channel::Runner, &canonical_frame(&planted).unwrap()).is_err());
+        let launch = fixture(LAUNCH);
+        assert_eq!(
+            check(Channel::Launch, &canonical_frame(&launch).unwrap()),
+            Ok(())
+        );
+        let mut planted = launch.clone();
+        planted["protocolVersion"] = json!(2);
+        assert!(check(Channel::Launch, &canonical_frame(&planted).unwrap()).is_err());
+        // A runner message is not a launch envelope, nor a client frame.
+        assert!(check(Channel::Launch, &canonical_frame(&reply).unwrap()).is_err());
+        assert!(check(Channel::Client, &canonical_frame(&reply).unwrap()).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "an outgoing Runner frame (reply) does not match its schema")]
+    fn debug_builds_panic_on_a_runner_frame_off_its_schema() {
+        let mut planted = fixture(REPLY);
+        planted["outcome"] = json!("maybe");
+        let _ = runner(&planted);
+    }
+
+    #[test]
+    #[should_panic(expected = "an outgoing Launch frame (launch/run) does not match its schema")]
+    fn debug_builds_panic_on_a_launch_frame_off_its_schema() {
+        let mut planted = fixture(LAUNCH);
+        planted["unexpected"] = json!(true);
+        let _ = launch(&planted);
+    }
+
+    /// A typed response whose receipt is not the receipt of its operation:
+    /// the generated type cannot say so (a receipt is any object), the
+    /// schema check does.
+    #[test]
+    #[should_panic(
+        expected = "an outgoing Client frame (response/server.status) does not match its schema"
+    )]
+    fn debug_builds_panic_on_a_typed_response_whose_receipt_is_off_its_schema() {
+        use protocol::generated::types::{CommandOutcome, JsonObject, Operation};
+        let receipt = json!({ "queued": "many" });
+        let _ = client_message(&ClientMessage::Response {
+            error: None,
+            operation: Operation::ServerStatus,
+            outcome: CommandOutcome::Accepted,
+            receipt: Some(JsonObject(receipt.as_object().unwrap().clone())),
+            request_id: "req-1".parse().unwrap(),
+            revision: None,
+            schema: ClientSchemaId::PiWorkflowsClientV1,
+        });
+    }
+
+    #[test]
+    fn an_event_that_does_not_fit_a_frame_tells_its_subscription() {
+        use protocol::generated::types::{PageCollection, ViewPage};
+        let subscription: SubscriptionId = "sub-abc".parse().unwrap();
+        let page = ViewPage {
+            checkpoint: None,
+            collection: PageCollection::Steps,
+            cursor: None,
+            items: vec![Value::String("x".repeat(protocol::MAX_FRAME_BYTES))],
+            next_cursor: None,
+            revision: protocol::generated::constrained::Revision::new(3).unwrap(),
+        };
+        let frame = event(&subscription, 3, ClientEvent::Page { page });
+        assert!(frame.len() < 1024, "the substitute is small");
+        let decoded = protocol::decode_client_frame(&frame).unwrap();
+        match decoded.message {
+            ClientMessage::Event {
+                event: ClientEvent::Availability { state, reason },
+                subscription_id,
+                revision,
+                ..
+            } => {
+                assert_eq!(state, Availability::Unavailable);
+                assert!(reason.unwrap().starts_with("frameTooLarge"));
+                assert_eq!(subscription_id, subscription);
+                assert_eq!(revision.get(), 3);
+            }
+            other => panic!("not an availability event: {other:?}"),
+        }
+    }
 }
