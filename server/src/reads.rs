@@ -144,9 +144,12 @@ pub fn view_page(
             offset,
             limit + 1,
         )?)?,
-        wire::PageCollection::Transitions => {
-            view_reads::transitions(connection, run_id, offset, limit + 1)?
-        }
+        wire::PageCollection::Transitions => values(view_reads::transitions(
+            connection,
+            run_id,
+            offset,
+            limit + 1,
+        )?)?,
         wire::PageCollection::Messages => values(view_reads::run_messages(
             connection,
             run_id,

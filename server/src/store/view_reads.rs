@@ -10,7 +10,6 @@ use crate::view::{OffSchema, to_wire};
 use kernel::ids::SessionId;
 use protocol::generated::types as wire;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Value, json};
 
 /// One stored run-list row: run id, presentation revision, header text.
 pub type ListRow = (String, i64, Option<String>);
@@ -50,7 +49,7 @@ pub(crate) fn transitions(
     run_id: &kernel::ids::RunId,
     offset: usize,
     limit: usize,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<wire::TransitionRecord>> {
     let mut statement = connection.prepare_cached(
         "SELECT seq, recorded_at_ms, kind, payload FROM events WHERE run_id = ?1 ORDER BY seq LIMIT ?2 OFFSET ?3",
     )?;
@@ -58,12 +57,16 @@ pub(crate) fn transitions(
         params![run_id.as_str(), limit as i64, offset as i64],
         |row| {
             let payload: String = row.get(3)?;
-            Ok(json!({
-                "seq": row.get::<_, i64>(0)?,
-                "atMs": row.get::<_, i64>(1)?,
-                "kind": row.get::<_, String>(2)?,
-                "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
-            }))
+            Ok(wire::TransitionRecord {
+                at_ms: crate::view::timestamp("atMs", row.get(1)?)?,
+                kind: to_wire("kind", row.get::<_, String>(2)?)?,
+                // The payload is the kernel event, stored as JSON.
+                payload: serde_json::from_str(&payload).map_err(|_| OffSchema("payload"))?,
+                seq: u64::try_from(row.get::<_, i64>(0)?)
+                    .ok()
+                    .and_then(protocol::generated::constrained::Sequence::new)
+                    .ok_or(OffSchema("seq"))?,
+            })
         },
     )?;
     rows.collect()
