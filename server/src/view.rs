@@ -314,7 +314,7 @@ fn graph_node(
 ) -> Result<wire::GraphNode, OffSchema> {
     Ok(wire::GraphNode {
         id: to_wire("id", &node.id)?,
-        node_type: to_wire("nodeType", &node.node_type)?,
+        node_type: to_wire("nodeType", node.node_type)?,
         state,
         visits: bounded::Count::new(visits).ok_or(OffSchema("visits"))?,
     })
@@ -503,7 +503,7 @@ pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Result<Header, OffS
                 .filter(|message| !message.is_empty())
                 .map_or_else(|| error_description(error), str::to_owned);
             Some(wire::RunFailure {
-                class: to_wire("failure.class", &error.class)?,
+                class: to_wire("failure.class", error.class)?,
                 message: to_wire(
                     "failure.message",
                     message.chars().take(512).collect::<String>(),
@@ -532,8 +532,8 @@ pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Result<Header, OffS
                 wire::ExecutionMode::Headless
             },
             paused: agg.run.paused,
-            queue: to_wire("status.queue", &agg.run.queue)?,
-            run: to_wire("status.run", &agg.run.status)?,
+            queue: to_wire("status.queue", agg.run.queue)?,
+            run: to_wire("status.run", agg.run.status)?,
         },
         title: facts
             .title
@@ -560,7 +560,7 @@ pub fn display_value(
         .map(|control| to_wire("controls", control))
         .collect::<Result<_, _>>()?;
     let fields = wire::DisplayFields {
-        activity: to_wire("activity", &display.activity)?,
+        activity: to_wire("activity", display.activity)?,
         controls: to_wire("controls", controls)?,
         current_node: display
             .current_node
@@ -570,7 +570,7 @@ pub fn display_value(
         reason: None,
         reason_content: None,
         reason_notice: None,
-        status: to_wire("status", &display.status)?,
+        status: to_wire("status", display.status)?,
         waiting_on: display
             .waiting_on
             .as_ref()
