@@ -12,10 +12,13 @@
 //!   reference from another run or another media type is unavailable.
 
 use crate::store::{view_facts, view_reads, viewer};
+use crate::view::{OffSchema, to_wire};
 use base64::Engine as _;
 use kernel::ids::{RunId, SessionId};
+use protocol::generated::types as wire;
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde::{Deserialize as _, Serialize};
+use serde_json::Value;
 
 /// Rows per run-list page unless the client asks for fewer.
 pub const LIST_PAGE: usize = 100;
@@ -29,6 +32,12 @@ pub const TERMINAL_RETENTION_MS: u64 = 60_000;
 /// Byte budget of the origin-session message window.
 pub const SESSION_WINDOW_BYTES: usize = 256 * 1024;
 
+/// A typed document as the JSON value a response carries (until the
+/// response builder takes typed receipts).
+fn as_value<T: Serialize>(document: &T) -> rusqlite::Result<Value> {
+    Ok(serde_json::to_value(document).map_err(|_| OffSchema("document"))?)
+}
+
 /// One page of the run list: rows, the next cursor and the list revision.
 pub fn run_list(
     connection: &Connection,
@@ -36,6 +45,19 @@ pub fn run_list(
     limit: usize,
     max_bytes: Option<usize>,
 ) -> rusqlite::Result<(Vec<Value>, Option<String>, u64)> {
+    let (rows, next, revision) = run_list_rows(connection, cursor, limit, max_bytes)?;
+    let rows = rows.iter().map(as_value).collect::<rusqlite::Result<_>>()?;
+    Ok((rows, next, revision))
+}
+
+/// One page of the run list as typed rows, the next cursor and the list
+/// revision.
+pub fn run_list_rows(
+    connection: &Connection,
+    cursor: Option<&str>,
+    limit: usize,
+    max_bytes: Option<usize>,
+) -> rusqlite::Result<(Vec<wire::RunListRow>, Option<String>, u64)> {
     let revision = view_reads::list_revision(connection)?;
     let (after_created, after_id) = cursor
         .and_then(|cursor| cursor.split_once(':'))
@@ -48,7 +70,7 @@ pub fn run_list(
     let mut next = None;
     let fetched = view_reads::list_rows(connection, after_created, &after_id, limit + 1)?;
     for (index, (run_id, presentation, header)) in fetched.iter().enumerate() {
-        let row = list_row(run_id, *presentation, header.as_deref());
+        let row = list_row(run_id, *presentation, header.as_deref())?;
         let size = crate::view::encoded_len(&row);
         if index == limit || (!rows.is_empty() && used + size > budget) {
             next = Some(String::new());
@@ -60,44 +82,37 @@ pub fn run_list(
     if next.is_some() {
         // The cursor names the last row included.
         if let Some(last) = rows.last() {
-            let created = last["createdAtMs"].as_u64().unwrap_or(0);
-            let id = last["runId"].as_str().unwrap_or_default();
-            next = Some(format!("{created}:{id}"));
+            next = Some(format!(
+                "{}:{}",
+                last.created_at_ms.get(),
+                last.run_id.as_str()
+            ));
         }
     }
     Ok((rows, next, revision.max(0) as u64))
 }
 
-fn list_row(run_id: &str, presentation: i64, header: Option<&str>) -> Value {
-    let header: Value = header
+/// A run-list row: the status facts of the run's stored header (whose
+/// reason is already bounded: a long one is a reference).
+fn list_row(
+    run_id: &str,
+    presentation: i64,
+    header: Option<&str>,
+) -> Result<wire::RunListRow, OffSchema> {
+    let header: crate::view::Header = header
         .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or(json!({}));
-    let mut row = json!({
-        "runId": run_id,
-        "revision": presentation.max(0),
-        "workflowName": header["workflowName"],
-        "status": header["status"],
-        "display": header["display"],
-        "createdAtMs": header["createdAtMs"],
-        "updatedAtMs": header["updatedAtMs"],
-    });
-    for key in ["title", "finishedAtMs"] {
-        if let Some(value) = header.get(key) {
-            row[key] = value.clone();
-        }
-    }
-    if let Some(reason) = row.pointer("/display/reason").and_then(Value::as_str)
-        && reason.chars().count() > crate::view::INLINE_REASON_CHARS
-    {
-        // The list row carries a bounded reason; the full one is in the run view.
-        row["display"]["reason"] = json!(
-            reason
-                .chars()
-                .take(crate::view::INLINE_REASON_CHARS)
-                .collect::<String>()
-        );
-    }
-    row
+        .ok_or(OffSchema("header"))?;
+    Ok(wire::RunListRow {
+        created_at_ms: header.created_at_ms,
+        display: header.display,
+        finished_at_ms: header.finished_at_ms,
+        revision: crate::view::revision(presentation.max(0) as u64)?,
+        run_id: to_wire("runId", run_id)?,
+        status: header.status,
+        title: header.title,
+        updated_at_ms: header.updated_at_ms,
+        workflow_name: header.workflow_name,
+    })
 }
 
 /// One page of a run-view collection.
@@ -115,12 +130,35 @@ pub fn view_page(
     let revision = viewer::presentation_revision(connection, run_id)?;
     let offset: usize = cursor.and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
     let limit = limit.clamp(1, 1000);
+    let collection: wire::PageCollection = to_wire("collection", collection)?;
+    fn values<T: Serialize>(items: Vec<T>) -> rusqlite::Result<Vec<Value>> {
+        items.iter().map(as_value).collect()
+    }
     let items: Vec<Value> = match collection {
-        "steps" => viewer::step_items(connection, run_id, offset, limit + 1)?,
-        "updates" => view_facts::update_page(connection, run_id, offset, limit + 1)?,
-        "transitions" => view_reads::transitions(connection, run_id, offset, limit + 1)?,
-        "messages" => view_reads::run_messages(connection, run_id, offset, limit + 1)?,
-        _ => Vec::new(),
+        wire::PageCollection::Steps => {
+            values(viewer::step_items(connection, run_id, offset, limit + 1)?)?
+        }
+        wire::PageCollection::Updates => values(view_facts::update_page(
+            connection,
+            run_id,
+            offset,
+            limit + 1,
+        )?)?,
+        wire::PageCollection::Transitions => values(view_reads::transitions(
+            connection,
+            run_id,
+            offset,
+            limit + 1,
+        )?)?,
+        wire::PageCollection::Messages => values(view_reads::run_messages(
+            connection,
+            run_id,
+            offset,
+            limit + 1,
+        )?)?,
+        // A run view pages no session events (they belong to a session,
+        // and `sessionEvents.record` stores none yet): the page is empty.
+        wire::PageCollection::SessionEvents => Vec::new(),
     };
     let fetched = items.len();
     let shown = crate::view::page_prefix(
@@ -128,18 +166,19 @@ pub fn view_page(
         limit,
         max_bytes.min(PAGE_BYTES),
     );
-    let more = shown < fetched;
-    let mut page = items;
-    page.truncate(shown);
-    let mut value = json!({ "collection": collection, "revision": revision, "items": page });
-    if let Some(cursor) = cursor {
-        value["cursor"] = json!(cursor);
-    }
-    if more {
-        value["nextCursor"] =
-            json!((offset + value["items"].as_array().map_or(0, Vec::len)).to_string());
-    }
-    Ok(Some(value))
+    let mut items = items;
+    items.truncate(shown);
+    let page = wire::ViewPage {
+        checkpoint: None,
+        collection,
+        cursor: cursor.map(|cursor| to_wire("cursor", cursor)).transpose()?,
+        items,
+        next_cursor: (shown < fetched)
+            .then(|| crate::view::cursor(offset + shown))
+            .transpose()?,
+        revision: crate::view::revision(revision)?,
+    };
+    Ok(Some(as_value(&page)?))
 }
 
 /// One chunk of referenced content of `run_id`.
@@ -150,15 +189,11 @@ pub fn content_chunk(
     offset: usize,
     length: usize,
 ) -> rusqlite::Result<Result<Value, &'static str>> {
-    let digest = reference
-        .get("digest")
-        .and_then(Value::as_str)
-        .and_then(|text| crate::effects::parse_digest(Some(text)));
-    let media_type = reference
-        .get("mediaType")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let Some(digest) = digest else {
+    let Ok(reference) = wire::ContentReference::deserialize(reference) else {
+        return Ok(Err("the reference is malformed"));
+    };
+    let media_type = reference.media_type.as_str();
+    let Some(digest) = crate::effects::parse_digest(Some(reference.digest.as_str())) else {
         return Ok(Err("the reference digest is malformed"));
     };
     // A workflow message's content is stored once, in `blobs`, under the run
@@ -179,17 +214,19 @@ pub fn content_chunk(
     let Some(bytes) = bytes else {
         return Ok(Err("no such content for this run and media type"));
     };
-    let (data, last) = match part_of(&bytes, reference, offset, length) {
+    let (data, last) = match part_of(&bytes, &reference, offset, length) {
         Ok(part) => part,
         Err(message) => return Ok(Err(message)),
     };
-    Ok(Ok(json!({
-        "reference": reference,
-        "digest": crate::ids::digest_text(&digest),
-        "offset": offset,
-        "data": data,
-        "final": last,
-    })))
+    let chunk = wire::ContentChunk {
+        data: to_wire("data", data)?,
+        digest: reference.digest.clone(),
+        final_: last,
+        offset: protocol::generated::constrained::ByteOffset::new(offset as u64)
+            .ok_or(OffSchema("offset"))?,
+        reference,
+    };
+    Ok(Ok(as_value(&chunk)?))
 }
 
 /// One part of stored content: base64 of at most `length` (and at most
@@ -197,11 +234,11 @@ pub fn content_chunk(
 /// reference must name the stored length; the offset must be inside it.
 pub fn part_of(
     bytes: &[u8],
-    reference: &Value,
+    reference: &wire::ContentReference,
     offset: usize,
     length: usize,
 ) -> Result<(String, bool), &'static str> {
-    if reference.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64) {
+    if reference.bytes.get() != bytes.len() as u64 {
         return Err("the reference length does not match the content");
     }
     if offset > bytes.len() {
@@ -214,10 +251,19 @@ pub fn part_of(
     Ok((data, end == bytes.len()))
 }
 
+/// The origin-session view from one consistent read, as the JSON value a
+/// response carries (see [`session_document`]).
+pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::Result<Value> {
+    as_value(&session_document(connection, session)?)
+}
+
 /// The origin-session view from one consistent read: the active run view
 /// (or the most recent terminal run while it is retained), the window of
 /// workflow messages with their complete count, and the session revision.
-pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::Result<Value> {
+pub fn session_document(
+    connection: &Connection,
+    session: &SessionId,
+) -> rusqlite::Result<wire::SessionView> {
     let now_ms = crate::clock::now_ms();
     let cleared_at = view_reads::cleared_at(connection, session)?;
     let retained: Option<String> = match view_reads::active_run(connection, session)? {
@@ -242,18 +288,21 @@ pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::R
         used += size;
         messages.push(message);
     }
-    let mut view = json!({
-        "sessionId": session.as_str(),
-        "revision": view_reads::session_revision(connection, session)?.max(0),
-        "messages": messages,
-        "messageCount": count,
-    });
-    if let Some(run_id) = retained
-        && let Some(run_view) = viewer::snapshot(connection, &RunId::new(run_id))?
-    {
-        view["activeRun"] = run_view;
-    }
-    Ok(view)
+    let active_run = match retained {
+        Some(run_id) => viewer::snapshot(connection, &RunId::new(run_id))?,
+        None => None,
+    };
+    Ok(wire::SessionView {
+        active_run,
+        coordinator_epoch: None,
+        message_count: crate::view::count("messageCount", count)?,
+        messages,
+        next_eligible_message_id: None,
+        revision: crate::view::revision(
+            view_reads::session_revision(connection, session)?.max(0) as u64
+        )?,
+        session_id: to_wire("sessionId", session)?,
+    })
 }
 
 /// `sessionView.clearTerminal`: hides the retained terminal run.

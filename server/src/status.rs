@@ -8,7 +8,9 @@ use crate::app::App;
 use crate::handlers::response;
 use kernel::ids::RunId;
 use protocol::ErrorCode;
-use serde_json::{Value, json};
+use protocol::generated::constrained::{Count, ServerEpoch};
+use protocol::generated::types::ServerStatus;
+use serde_json::Value;
 use std::sync::Arc;
 
 pub use crate::store::counts::{Counts, counts};
@@ -19,22 +21,32 @@ pub async fn respond(app: &Arc<App>, request_id: &str) -> Value {
         .store
         .read(|connection| counts(connection, crate::clock::now_ms()))
         .await;
-    match counts {
-        Ok(counts) => {
-            let mut receipt = serde_json::to_value(&counts).unwrap_or(json!({}));
-            receipt["serverEpoch"] = json!(app.epoch.0);
-            receipt["socketAvailable"] = json!(true);
-            receipt["activeRunners"] = json!(app.runners.live_count());
-            response(
-                request_id,
-                "server.status",
-                "accepted",
-                None,
-                Some(receipt),
-                None,
-            )
-        }
-        Err(_) => response(
+    let receipt = counts.ok().and_then(|counts| {
+        let count = Count::new;
+        let status = ServerStatus {
+            active_runners: count(app.runners.live_count() as u64)?,
+            ambiguous_effects: count(counts.ambiguous_effects)?,
+            expired_claims: count(counts.expired_claims)?,
+            parked: count(counts.parked)?,
+            pending_interactions: count(counts.pending_interactions)?,
+            queued: count(counts.queued)?,
+            running: count(counts.running)?,
+            server_epoch: ServerEpoch::new(app.epoch.0)?,
+            socket_available: true,
+            waiting: count(counts.waiting)?,
+        };
+        serde_json::to_value(status).ok()
+    });
+    match receipt {
+        Some(receipt) => response(
+            request_id,
+            "server.status",
+            "accepted",
+            None,
+            Some(receipt),
+            None,
+        ),
+        None => response(
             request_id,
             "server.status",
             "unavailable",
@@ -62,17 +74,14 @@ pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) 
     };
     let view = crate::view::build(app, run_id).await;
     match view {
-        Ok(Some(view)) => {
-            let revision = view.get("revision").and_then(Value::as_u64);
-            response(
-                request_id,
-                "run.view",
-                "accepted",
-                revision,
-                Some(view),
-                None,
-            )
-        }
+        Ok(Some(view)) => response(
+            request_id,
+            "run.view",
+            "accepted",
+            Some(view.revision.get()),
+            serde_json::to_value(&view).ok(),
+            None,
+        ),
         Ok(None) => response(
             request_id,
             "run.view",

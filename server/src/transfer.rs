@@ -17,66 +17,91 @@
 
 use crate::store::blobs::{self, Blob};
 use crate::supervisor::Runner;
+use crate::view::{OffSchema, to_wire};
+use protocol::generated::constrained::{ByteOffset, Generation};
+use protocol::generated::types::{
+    self as wire, CommandState, ContentReference, ReplyOutcome, SafeError, ServerMessage,
+    WorkerSchemaId,
+};
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde::Deserialize as _;
+use serde_json::Value;
 use std::sync::Arc;
 
 /// The reference to stored canonical JSON.
-fn reference_to(blob: &Blob) -> Value {
-    json!({
-        "digest": crate::ids::digest_text(&blob.digest),
-        "mediaType": blobs::JSON,
-        "bytes": blob.bytes.len(),
+fn reference_to(blob: &Blob) -> Result<ContentReference, OffSchema> {
+    crate::view::content_reference(&blob.digest, blobs::JSON, blob.bytes.len())
+}
+
+/// Canonical JSON bytes of a typed value with their digest.
+fn blob_of<T: serde::Serialize>(value: &T) -> Result<Blob, OffSchema> {
+    let bytes = protocol::canonicalize_typed(value).map_err(|_| OffSchema("state"))?;
+    Ok(Blob {
+        digest: crate::ids::sha256(&bytes),
+        bytes,
     })
 }
 
 /// `message` as it can be sent: unchanged when it fits a frame, otherwise
 /// with its unbounded value stored and referenced (inside the caller's
-/// transaction).
-pub(crate) fn fit(
-    connection: &Connection,
-    mut message: Value,
-    now_ms: u64,
-) -> rusqlite::Result<Value> {
+/// transaction). A message that is not a server-to-runner message (never
+/// expected) is returned as it is, for the frame check to refuse.
+pub(crate) fn fit(connection: &Connection, message: Value, now_ms: u64) -> rusqlite::Result<Value> {
     if crate::wire::frames::fits(&message) {
         return Ok(message);
     }
-    match message.get("type").and_then(Value::as_str) {
-        Some("command") => {
-            let state = message
-                .pointer_mut("/state/value")
-                .map(Value::take)
-                .unwrap_or(Value::Null);
-            let blob = Blob::json(&state);
+    let Ok(mut typed) = ServerMessage::deserialize(&message) else {
+        crate::log::line("an oversized answer to a runner is not a runner.v1 message");
+        return Ok(message);
+    };
+    match &mut typed {
+        ServerMessage::Command { state, .. } => match state {
+            CommandState::Inline { value } => {
+                let blob = blob_of(value)?;
+                blobs::put(connection, &blob, blobs::JSON, now_ms)?;
+                *state = CommandState::Reference {
+                    reference: reference_to(&blob)?,
+                };
+            }
+            // Already a reference: nothing unbounded is left in the command.
+            CommandState::Reference { .. } => {}
+        },
+        ServerMessage::Reply {
+            result,
+            result_content,
+            ..
+        } => {
+            let blob = Blob::json(result);
             blobs::put(connection, &blob, blobs::JSON, now_ms)?;
-            message["state"] = json!({ "kind": "reference", "reference": reference_to(&blob) });
+            *result = Value::Null;
+            *result_content = Some(reference_to(&blob)?);
         }
-        Some("reply") => {
-            let result = message
-                .get_mut("result")
-                .map(Value::take)
-                .unwrap_or(Value::Null);
-            let blob = Blob::json(&result);
-            blobs::put(connection, &blob, blobs::JSON, now_ms)?;
-            message["resultContent"] = reference_to(&blob);
-        }
-        _ => {}
+        // A chunk carries at most 512 KiB of content: it always fits.
+        ServerMessage::ContentChunk { .. } => {}
     }
-    Ok(message)
+    Ok(serde_json::to_value(&typed).map_err(|_| OffSchema("message"))?)
 }
 
 /// The content references a server-to-runner frame carries (canonical
 /// text), which the runner may then read.
 pub(crate) fn references(message: &Value) -> Vec<String> {
-    [
-        message.pointer("/state/reference"),
-        message.get("resultContent"),
-    ]
-    .into_iter()
-    .flatten()
-    .filter_map(|reference| protocol::canonicalize(reference).ok())
-    .filter_map(|bytes| String::from_utf8(bytes).ok())
-    .collect()
+    let reference = match ServerMessage::deserialize(message) {
+        Ok(ServerMessage::Command {
+            state: CommandState::Reference { reference },
+            ..
+        }) => Some(reference),
+        Ok(ServerMessage::Reply { result_content, .. }) => result_content,
+        Ok(ServerMessage::Command {
+            state: CommandState::Inline { .. },
+            ..
+        })
+        | Ok(ServerMessage::ContentChunk { .. })
+        | Err(_) => None,
+    };
+    reference
+        .map(|reference| crate::view::canonical_text(&reference))
+        .into_iter()
+        .collect()
 }
 
 /// Why a `content.read` is refused (static, bounded text).
@@ -104,7 +129,7 @@ impl ReadRefusal {
 pub fn part(
     issued: bool,
     stored: Option<&[u8]>,
-    reference: &Value,
+    reference: &ContentReference,
     offset: u64,
     length: u64,
 ) -> Result<(String, bool), ReadRefusal> {
@@ -126,18 +151,14 @@ pub(crate) async fn read(
     app: &Arc<crate::app::App>,
     runner: &Arc<Runner>,
     message_id: &str,
-    content: &protocol::generated::types::ContentReference,
+    content: &ContentReference,
     offset: u64,
     length: u64,
 ) -> Value {
     let digest = crate::effects::parse_digest(Some(content.digest.as_str()));
     // The reference as this server issued it (its canonical text is what
     // `issue` recorded) and as the chunk repeats it.
-    let reference = serde_json::to_value(content).unwrap_or(Value::Null);
-    let issued = protocol::canonicalize(&reference)
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .is_some_and(|text| runner.was_issued(&text));
+    let issued = runner.was_issued(&crate::view::canonical_text(content));
     let stored = match digest.filter(|_| issued) {
         Some(digest) => app
             .store
@@ -147,45 +168,69 @@ pub(crate) async fn read(
             .flatten(),
         None => None,
     };
-    let envelope = |kind: &str| {
-        json!({
-            "type": kind,
-            "schema": "pi-workflows.worker-launch.v1",
-            "runId": runner.run_id.as_str(),
-            "generation": runner.generation.0,
-            "runnerEpoch": runner.runner_epoch.as_str(),
-            "inReplyTo": message_id,
-        })
-    };
-    match part(issued, stored.as_deref(), &reference, offset, length) {
-        Ok((data, last)) => {
-            let mut chunk = envelope("content.chunk");
-            chunk["reference"] = reference;
-            chunk["offset"] = json!(offset);
-            chunk["data"] = json!(data);
-            chunk["final"] = json!(last);
-            chunk
-        }
-        Err(refusal) => {
-            let mut answer = envelope("reply");
-            answer["outcome"] = json!("rejected");
-            answer["result"] = Value::Null;
-            answer["error"] = json!({ "code": "contentUnavailable", "message": refusal.message() });
-            answer
+    let part = part(issued, stored.as_deref(), content, offset, length);
+    match answer(runner, message_id, content, offset, part) {
+        Ok(answer) => serde_json::to_value(&answer).unwrap_or(Value::Null),
+        Err(error) => {
+            // The frame check refuses the null answer; the runner gets a refusal.
+            crate::log::line(&format!("a content.read answer was not built: {error}"));
+            Value::Null
         }
     }
+}
+
+/// The `content.chunk` of `part`, or the `rejected` reply of its refusal.
+fn answer(
+    runner: &Runner,
+    message_id: &str,
+    reference: &ContentReference,
+    offset: u64,
+    part: Result<(String, bool), ReadRefusal>,
+) -> Result<ServerMessage, OffSchema> {
+    let generation = Generation::new(runner.generation.0).ok_or(OffSchema("generation"))?;
+    let in_reply_to: wire::MessageId = to_wire("inReplyTo", message_id)?;
+    let run_id: wire::RunId = to_wire("runId", &runner.run_id)?;
+    let runner_epoch: wire::RunnerEpoch = to_wire("runnerEpoch", runner.runner_epoch.as_str())?;
+    let schema = WorkerSchemaId::PiWorkflowsWorkerLaunchV1;
+    Ok(match part {
+        Ok((data, last)) => ServerMessage::ContentChunk {
+            data: to_wire("data", data)?,
+            final_: last,
+            generation,
+            in_reply_to,
+            offset: ByteOffset::new(offset).ok_or(OffSchema("offset"))?,
+            reference: reference.clone(),
+            run_id,
+            runner_epoch,
+            schema,
+        },
+        Err(refusal) => ServerMessage::Reply {
+            error: Some(SafeError {
+                code: wire::ErrorCode::ContentUnavailable,
+                message: to_wire("message", refusal.message())?,
+            }),
+            generation,
+            in_reply_to,
+            next: None,
+            outcome: ReplyOutcome::Rejected,
+            result: Value::Null,
+            result_content: None,
+            revision: None,
+            run_id,
+            runner_epoch,
+            schema,
+        },
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    fn reference(bytes: &[u8]) -> Value {
-        json!({
-            "digest": crate::ids::digest_text(&crate::ids::sha256(bytes)),
-            "mediaType": "application/json",
-            "bytes": bytes.len(),
-        })
+    fn reference(bytes: &[u8]) -> ContentReference {
+        crate::view::content_reference(&crate::ids::sha256(bytes), blobs::JSON, bytes.len())
+            .unwrap()
     }
 
     #[test]
@@ -235,8 +280,12 @@ mod tests {
             part(true, Some(&bytes), &good, u64::MAX, 10),
             Err(ReadRefusal::Range(_))
         ));
-        let mut wrong_length = good.clone();
-        wrong_length["bytes"] = json!(bytes.len() + 1);
+        let wrong_length = crate::view::content_reference(
+            &crate::ids::sha256(&bytes),
+            blobs::JSON,
+            bytes.len() + 1,
+        )
+        .unwrap();
         assert!(matches!(
             part(true, Some(&bytes), &wrong_length, 0, 10),
             Err(ReadRefusal::Range(_))
@@ -251,55 +300,79 @@ mod tests {
 
     /// The stored bytes behind a reference, checked against it.
     fn referenced(connection: &Connection, reference: &Value) -> Value {
-        let digest = crate::effects::parse_digest(reference["digest"].as_str()).unwrap();
+        let reference = ContentReference::deserialize(reference).unwrap();
+        let digest = crate::effects::parse_digest(Some(reference.digest.as_str())).unwrap();
         let bytes = blobs::get(connection, &digest).unwrap().unwrap();
-        assert_eq!(reference["bytes"], bytes.len());
-        assert_eq!(reference["mediaType"], "application/json");
+        assert_eq!(reference.bytes.get(), bytes.len() as u64);
+        assert_eq!(reference.media_type.as_str(), "application/json");
         protocol::content::json(&bytes).unwrap()
+    }
+
+    /// A complete `runner.v1` command carrying `state`.
+    fn command(state: Value) -> Value {
+        json!({
+            "schema": "pi-workflows.worker-launch.v1", "type": "command", "command": "resume",
+            "runId": "run-1", "generation": 1, "runnerEpoch": "epoch-1",
+            "node": { "nodeId": "a", "visit": 1, "attemptId": "att-1" },
+            "state": state,
+        })
+    }
+
+    /// A complete `runner.v1` reply carrying `result`.
+    fn reply(result: Value) -> Value {
+        json!({
+            "schema": "pi-workflows.worker-launch.v1", "type": "reply", "inReplyTo": "m1",
+            "runId": "run-1", "generation": 1, "runnerEpoch": "epoch-1",
+            "outcome": "adopted", "result": result,
+        })
     }
 
     #[test]
     fn a_message_that_fits_is_unchanged_and_an_oversized_one_moves_its_value_to_the_store() {
         let connection = store();
-        let small =
-            json!({ "type": "command", "state": { "kind": "inline", "value": { "steps": 1 } } });
+        let small = command(
+            json!({ "kind": "inline", "value": { "input": {}, "results": {}, "resultOrder": [], "steps": 1 } }),
+        );
+        assert!(
+            crate::wire::frames::runner(&small).is_some(),
+            "the fixture is on the schema"
+        );
         assert_eq!(fit(&connection, small.clone(), 1).unwrap(), small);
         assert_eq!(crate::store::blobs::count(&connection).unwrap(), 0);
 
         let state = json!({ "input": {}, "results": { "a": { "output": "s".repeat(1_200_000) } }, "resultOrder": ["a"], "steps": 1 });
-        let command = json!({ "type": "command", "command": "resume", "state": { "kind": "inline", "value": state } });
-        let fitted = fit(&connection, command, 1).unwrap();
+        let fitted = fit(
+            &connection,
+            command(json!({ "kind": "inline", "value": state })),
+            1,
+        )
+        .unwrap();
         assert_eq!(fitted["state"]["kind"], "reference");
-        assert!(
-            fitted.get("command").is_some(),
-            "the rest of the command stays"
-        );
-        assert!(crate::wire::frames::fits(&fitted));
+        assert_eq!(fitted["command"], "resume", "the rest of the command stays");
+        assert!(crate::wire::frames::runner(&fitted).is_some());
         assert_eq!(
             referenced(&connection, &fitted["state"]["reference"]),
             state
         );
 
         let result = json!({ "effectId": "e", "result": "r".repeat(1_100_000) });
-        let reply =
-            json!({ "type": "reply", "inReplyTo": "m1", "outcome": "adopted", "result": result });
-        let fitted = fit(&connection, reply, 1).unwrap();
+        let fitted = fit(&connection, reply(result.clone()), 1).unwrap();
         assert_eq!(fitted["result"], Value::Null);
         assert_eq!(fitted["outcome"], "adopted");
-        assert!(crate::wire::frames::fits(&fitted));
+        assert!(crate::wire::frames::runner(&fitted).is_some());
         assert_eq!(referenced(&connection, &fitted["resultContent"]), result);
     }
 
     #[test]
     fn only_an_oversized_field_moves_and_the_references_are_listed() {
-        let small = json!({ "type": "reply", "result": { "a": 1 } });
-        assert!(references(&small).is_empty());
-        let command = json!({ "type": "command", "state": { "kind": "reference", "reference": reference(b"x") } });
-        assert_eq!(references(&command).len(), 1);
-        let reply = json!({ "type": "reply", "result": null, "resultContent": reference(b"y") });
+        assert!(references(&reply(json!({ "a": 1 }))).is_empty());
+        let by_reference = json!({ "kind": "reference", "reference": reference(b"x") });
+        assert_eq!(references(&command(by_reference)).len(), 1);
+        let mut referencing = reply(Value::Null);
+        referencing["resultContent"] = serde_json::to_value(reference(b"y")).unwrap();
         assert_eq!(
-            references(&reply),
-            vec![String::from_utf8(protocol::canonicalize(&reference(b"y")).unwrap()).unwrap()]
+            references(&referencing),
+            vec![crate::view::canonical_text(&reference(b"y"))]
         );
     }
 }

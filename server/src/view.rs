@@ -19,13 +19,14 @@
 //!   rest is reached through `view.page` and the referenced graph history.
 
 use crate::app::App;
-use crate::store::codec_name;
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};
 use kernel::runner::ProtocolCheck;
 use kernel::topology::Topology;
-use serde_json::{Map, Value, json};
+use protocol::generated::constrained as bounded;
+use protocol::generated::types as wire;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Reasons longer than this many characters become a notice plus a reference.
@@ -46,15 +47,69 @@ pub const UPDATE_PAGE_BYTES: usize = 128 * 1024;
 /// A larger graph is refused when the workflow is resolved.
 pub const GRAPH_PROJECTION_BYTES: usize = 256 * 1024;
 
-/// The canonical (wire) length of a value.
-pub fn encoded_len(value: &Value) -> usize {
-    protocol::canonicalize(value).map_or(usize::MAX, |bytes| bytes.len())
+/// A stored fact that does not fit the view's schema (a server defect: the
+/// read or commit that builds the document fails instead of sending it).
+/// Names the field only, never its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffSchema(pub &'static str);
+
+impl std::fmt::Display for OffSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a view fact does not fit its schema: {}", self.0)
+    }
 }
 
-/// The canonical (wire) text of a value (empty when not encodable, never
-/// for the documents of a view).
-pub fn canonical_text(value: &Value) -> String {
-    protocol::canonicalize(value)
+impl std::error::Error for OffSchema {}
+
+impl From<OffSchema> for rusqlite::Error {
+    fn from(error: OffSchema) -> Self {
+        rusqlite::Error::ToSqlConversionFailure(Box::new(error))
+    }
+}
+
+/// `value` (a kernel id or enum, a stored name) as its wire type.
+pub fn to_wire<W: serde::de::DeserializeOwned>(
+    field: &'static str,
+    value: impl Serialize,
+) -> Result<W, OffSchema> {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|value| serde_json::from_value(value).ok())
+        .ok_or(OffSchema(field))
+}
+
+/// A stored millisecond timestamp as its wire type.
+pub fn timestamp(field: &'static str, ms: i64) -> Result<bounded::TimestampMs, OffSchema> {
+    u64::try_from(ms)
+        .ok()
+        .and_then(bounded::TimestampMs::new)
+        .ok_or(OffSchema(field))
+}
+
+/// A count as its wire type.
+pub fn count(field: &'static str, n: usize) -> Result<bounded::Count, OffSchema> {
+    bounded::Count::new(n as u64).ok_or(OffSchema(field))
+}
+
+/// A presentation revision as its wire type.
+pub fn revision(revision: u64) -> Result<bounded::Revision, OffSchema> {
+    bounded::Revision::new(revision).ok_or(OffSchema("revision"))
+}
+
+/// A page cursor (the position of the first item not shown).
+pub fn cursor(position: usize) -> Result<wire::Cursor, OffSchema> {
+    to_wire("nextCursor", position.to_string())
+}
+
+/// The canonical (wire) length of a document.
+pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+    protocol::canonicalize_typed(value).map_or(usize::MAX, |bytes| bytes.len())
+}
+
+/// The canonical (wire) text of a document (empty when not encodable,
+/// never for the documents of a view).
+pub fn canonical_text<T: Serialize>(value: &T) -> String {
+    protocol::canonicalize_typed(value)
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .unwrap_or_default()
@@ -90,7 +145,7 @@ pub fn step_fits(count: usize, used: usize, size: usize) -> bool {
 pub async fn build(
     app: &Arc<App>,
     run_id: RunId,
-) -> Result<Option<Value>, crate::store::StoreError> {
+) -> Result<Option<wire::RunView>, crate::store::StoreError> {
     app.store
         .read(move |connection| crate::store::viewer::snapshot(connection, &run_id))
         .await
@@ -120,30 +175,36 @@ pub struct StepDoc {
     /// The `seq` of its first attempt row.
     pub first_seq: u64,
     /// The outcome of its last attempt when that attempt finished.
-    pub outcome: Option<String>,
+    pub outcome: Option<wire::NodeOutcome>,
     /// The complete step document (every attempt).
-    pub value: Value,
+    pub value: wire::StepRecord,
 }
 
 impl StepDoc {
     /// A step that starts with `row`.
-    pub fn new(index: usize, row: &AttemptRow) -> Self {
-        let mut value = Map::new();
-        value.insert("seq".into(), json!(index));
-        value.insert("nodeId".into(), Value::String(row.node_id.clone()));
-        value.insert("visit".into(), json!(row.visit));
-        value.insert("attempts".into(), Value::Array(Vec::new()));
-        value.insert("startedAtMs".into(), json!(row.started_at_ms));
+    pub fn new(index: usize, row: &AttemptRow) -> Result<Self, OffSchema> {
+        let value = wire::StepRecord {
+            attempts: Vec::new(),
+            finished_at_ms: None,
+            node_id: to_wire("nodeId", &row.node_id)?,
+            outcome: None,
+            seq: bounded::Sequence::new(index as u64).ok_or(OffSchema("seq"))?,
+            started_at_ms: timestamp("startedAtMs", row.started_at_ms)?,
+            visit: u64::try_from(row.visit)
+                .ok()
+                .and_then(bounded::Visit::new)
+                .ok_or(OffSchema("visit"))?,
+        };
         let mut step = Self {
             index,
             node_id: row.node_id.clone(),
             visit: row.visit,
             first_seq: row.seq,
             outcome: None,
-            value: Value::Object(value),
+            value,
         };
-        step.add(row);
-        step
+        step.add(row)?;
+        Ok(step)
     }
 
     /// Whether `row` is another attempt of this step.
@@ -152,63 +213,70 @@ impl StepDoc {
     }
 
     /// Adds the next attempt row of this step.
-    pub fn add(&mut self, row: &AttemptRow) {
-        let object = self.value.as_object_mut().expect("a step object");
-        let attempts = object
-            .get_mut("attempts")
-            .and_then(Value::as_array_mut)
-            .expect("attempts array");
-        let mut attempt = json!({ "attemptId": row.attempt_id, "attemptNumber": attempts.len() + 1, "startedAtMs": row.started_at_ms });
-        if let Some(finished) = row.finished_at_ms {
-            attempt["finishedAtMs"] = json!(finished);
-        }
-        if let Some(outcome) = &row.outcome {
-            attempt["outcome"] = json!(outcome);
-        }
-        attempts.push(attempt);
+    pub fn add(&mut self, row: &AttemptRow) -> Result<(), OffSchema> {
+        let outcome: Option<wire::NodeOutcome> = row
+            .outcome
+            .as_ref()
+            .map(|outcome| to_wire("outcome", outcome))
+            .transpose()?;
+        let finished_at_ms = row
+            .finished_at_ms
+            .map(|ms| timestamp("finishedAtMs", ms))
+            .transpose()?;
+        let attempts = &mut self.value.attempts;
+        attempts.push(wire::AttemptRecord {
+            attempt_id: to_wire("attemptId", &row.attempt_id)?,
+            attempt_number: bounded::AttemptNumber::new(attempts.len() as u64 + 1)
+                .ok_or(OffSchema("attemptNumber"))?,
+            finished_at_ms,
+            outcome,
+            started_at_ms: timestamp("startedAtMs", row.started_at_ms)?,
+        });
         if row.status == "finished" {
-            object.insert("finishedAtMs".into(), json!(row.finished_at_ms));
-            object.insert("outcome".into(), json!(row.outcome));
-            self.outcome = row.outcome.clone();
+            self.value.finished_at_ms = finished_at_ms;
+            self.value.outcome = outcome;
+            self.outcome = outcome;
         } else {
-            object.remove("finishedAtMs");
-            object.remove("outcome");
+            self.value.finished_at_ms = None;
+            self.value.outcome = None;
             self.outcome = None;
         }
+        Ok(())
     }
 
     /// The step as a view shows it: its newest [`STEP_ATTEMPTS_SHOWN`]
     /// attempts (unchanged when it has no more).
-    pub fn shown(&self) -> Value {
-        shown_step(self.value.clone())
+    pub fn shown(&self) -> wire::StepRecord {
+        let mut step = self.value.clone();
+        if step.attempts.len() > STEP_ATTEMPTS_SHOWN {
+            step.attempts
+                .drain(..step.attempts.len() - STEP_ATTEMPTS_SHOWN);
+        }
+        step
+    }
+
+    /// Whether the view shows fewer attempts than the step has.
+    pub fn is_cut(&self) -> bool {
+        self.value.attempts.len() > STEP_ATTEMPTS_SHOWN
     }
 }
 
 /// Folds attempt rows (in `seq` order) into steps numbered from
 /// `first_index`: a row joins the step of its node visit (the last step,
 /// in practice: only the last step gets attempts), or starts the next step.
-pub fn fold_steps(rows: &[AttemptRow], first_index: usize) -> Vec<StepDoc> {
+pub fn fold_steps(rows: &[AttemptRow], first_index: usize) -> Result<Vec<StepDoc>, OffSchema> {
     let mut steps: Vec<StepDoc> = Vec::new();
     let mut index: std::collections::HashMap<(&str, i64), usize> = Default::default();
     for row in rows {
         match index.get(&(row.node_id.as_str(), row.visit)) {
-            Some(&at) => steps[at].add(row),
+            Some(&at) => steps[at].add(row)?,
             None => {
                 index.insert((row.node_id.as_str(), row.visit), steps.len());
-                steps.push(StepDoc::new(first_index + steps.len(), row));
+                steps.push(StepDoc::new(first_index + steps.len(), row)?);
             }
         }
     }
-    steps
-}
-
-fn shown_step(mut step: Value) -> Value {
-    if let Some(attempts) = step.get_mut("attempts").and_then(Value::as_array_mut)
-        && attempts.len() > STEP_ATTEMPTS_SHOWN
-    {
-        attempts.drain(..attempts.len() - STEP_ATTEMPTS_SHOWN);
-    }
-    step
+    Ok(steps)
 }
 
 /// A node's entry: its visits, and its state from its last step's outcome,
@@ -216,24 +284,40 @@ fn shown_step(mut step: Value) -> Value {
 pub fn node_entry(
     node: &kernel::topology::NodeSpec,
     visits: u64,
-    last_outcome: Option<&str>,
+    last_outcome: Option<wire::NodeOutcome>,
     agg: &RunAggregate,
-) -> Value {
+) -> Result<wire::GraphNode, OffSchema> {
+    use wire::{NodeOutcome as Outcome, NodeState as State};
     let unfinished = agg
         .attempt
         .as_ref()
         .filter(|attempt| attempt.status.is_unfinished() && attempt.node_id == node.id);
     let state = match (unfinished.map(|attempt| attempt.status), last_outcome) {
-        (Some(kernel::attempt::AttemptStatus::Waiting), _) => "waiting",
-        (Some(_), _) => "running",
-        (None, Some("ok")) if agg.run.waiting_on.as_ref() == Some(&node.id) => "waiting",
-        (None, Some("ok")) => "completed",
-        (None, Some("failed")) => "failed",
-        (None, Some("timed_out")) => "timed_out",
-        (None, Some("cancelled")) => "cancelled",
-        _ => "pending",
+        (Some(kernel::attempt::AttemptStatus::Waiting), _) => State::Waiting,
+        (Some(_), _) => State::Running,
+        (None, Some(Outcome::Ok)) if agg.run.waiting_on.as_ref() == Some(&node.id) => {
+            State::Waiting
+        }
+        (None, Some(Outcome::Ok)) => State::Completed,
+        (None, Some(Outcome::Failed)) => State::Failed,
+        (None, Some(Outcome::TimedOut)) => State::TimedOut,
+        (None, Some(Outcome::Cancelled)) => State::Cancelled,
+        (None, None) => State::Pending,
     };
-    json!({ "id": node.id.as_str(), "nodeType": codec_name(&node.node_type), "visits": visits, "state": state })
+    graph_node(node, visits, state)
+}
+
+fn graph_node(
+    node: &kernel::topology::NodeSpec,
+    visits: u64,
+    state: wire::NodeState,
+) -> Result<wire::GraphNode, OffSchema> {
+    Ok(wire::GraphNode {
+        id: to_wire("id", &node.id)?,
+        node_type: to_wire("nodeType", node.node_type)?,
+        state,
+        visits: bounded::Count::new(visits).ok_or(OffSchema("visits"))?,
+    })
 }
 
 /// The nodes whose entry depends on the run's unfinished attempt or its
@@ -262,141 +346,366 @@ pub struct HeaderFacts<'a> {
     pub title: Option<&'a str>,
     pub error_message: Option<&'a str>,
     /// The display object, its long reason already a reference.
-    pub display: Value,
-    pub definition: Value,
-    pub graph_history: Value,
+    pub display: bounded::Display,
+    pub definition: wire::ContentReference,
+    pub graph_history: wire::ContentReference,
+}
+
+/// The header of a run view: every [`wire::RunView`] field that is not the
+/// run id, the revision, a node, an edge, a step or an update (those are
+/// stored as their own rows). [`document`] moves each field into the
+/// generated `RunView`, so the compiler holds the two to the same types.
+/// Stored as `viewer_runs.header_json`; a patch replaces a field whole.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    #[serde(rename = "createdAtMs")]
+    pub created_at_ms: bounded::TimestampMs,
+    pub definition: wire::ContentReference,
+    pub display: bounded::Display,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<wire::RunFailure>,
+    #[serde(rename = "finishedAtMs", skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<bounded::TimestampMs>,
+    #[serde(rename = "graphHistory")]
+    pub graph_history: wire::ContentReference,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<wire::Lineage>,
+    pub status: wire::StatusFacts,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<wire::Title>,
+    #[serde(rename = "updatedAtMs")]
+    pub updated_at_ms: bounded::TimestampMs,
+    #[serde(rename = "workflowName")]
+    pub workflow_name: wire::WorkflowName,
+}
+
+impl Header {
+    /// The patch operations from `before` (none before the first revision)
+    /// to `self`: an `add` or `replace` per changed field in key order,
+    /// then a `remove` per field that went away.
+    pub fn diff(
+        &self,
+        before: Option<&Self>,
+        ops: &mut Vec<wire::PatchOp>,
+    ) -> Result<(), OffSchema> {
+        let mut removed = Vec::new();
+        let mut diff = Diff {
+            ops,
+            removed: &mut removed,
+        };
+        diff.field(
+            "/createdAtMs",
+            before.map(|b| &b.created_at_ms),
+            Some(&self.created_at_ms),
+        )?;
+        diff.field(
+            "/definition",
+            before.map(|b| &b.definition),
+            Some(&self.definition),
+        )?;
+        diff.field("/display", before.map(|b| &b.display), Some(&self.display))?;
+        diff.field(
+            "/failure",
+            before.and_then(|b| b.failure.as_ref()),
+            self.failure.as_ref(),
+        )?;
+        diff.field(
+            "/finishedAtMs",
+            before.and_then(|b| b.finished_at_ms.as_ref()),
+            self.finished_at_ms.as_ref(),
+        )?;
+        diff.field(
+            "/graphHistory",
+            before.map(|b| &b.graph_history),
+            Some(&self.graph_history),
+        )?;
+        diff.field(
+            "/lineage",
+            before.and_then(|b| b.lineage.as_ref()),
+            self.lineage.as_ref(),
+        )?;
+        diff.field("/status", before.map(|b| &b.status), Some(&self.status))?;
+        diff.field(
+            "/title",
+            before.and_then(|b| b.title.as_ref()),
+            self.title.as_ref(),
+        )?;
+        diff.field(
+            "/updatedAtMs",
+            before.map(|b| &b.updated_at_ms),
+            Some(&self.updated_at_ms),
+        )?;
+        diff.field(
+            "/workflowName",
+            before.map(|b| &b.workflow_name),
+            Some(&self.workflow_name),
+        )?;
+        ops.extend(removed);
+        Ok(())
+    }
+}
+
+/// The operations of a header diff, its removals kept for the end.
+struct Diff<'a> {
+    ops: &'a mut Vec<wire::PatchOp>,
+    removed: &'a mut Vec<wire::PatchOp>,
+}
+
+impl Diff<'_> {
+    fn field<T: Serialize + PartialEq>(
+        &mut self,
+        path: &'static str,
+        before: Option<&T>,
+        after: Option<&T>,
+    ) -> Result<(), OffSchema> {
+        let op = match (before, after) {
+            (Some(old), Some(new)) if old == new => return Ok(()),
+            (None, None) => return Ok(()),
+            (Some(_), Some(new)) => wire::PatchOp::Replace {
+                path: pointer(path)?,
+                value: patch_value(new)?,
+            },
+            (None, Some(new)) => wire::PatchOp::Add {
+                path: pointer(path)?,
+                value: patch_value(new)?,
+            },
+            (Some(_), None) => {
+                self.removed.push(wire::PatchOp::Remove {
+                    path: pointer(path)?,
+                });
+                return Ok(());
+            }
+        };
+        self.ops.push(op);
+        Ok(())
+    }
+}
+
+/// A JSON pointer into the view document.
+pub fn pointer(path: impl Into<String>) -> Result<wire::JsonPointer, OffSchema> {
+    wire::JsonPointer::try_from(path.into()).map_err(|_| OffSchema("path"))
+}
+
+/// The value of a patch operation (a typed document, as the patch's
+/// any-JSON `value`).
+pub fn patch_value<T: Serialize + ?Sized>(value: &T) -> Result<serde_json::Value, OffSchema> {
+    serde_json::to_value(value).map_err(|_| OffSchema("value"))
 }
 
 /// The header document: `status`, `display`, timestamps, `failure`,
 /// `title`, `workflowName`, `lineage` and the content references.
-pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Map<String, Value> {
-    let mut header = Map::new();
-    header.insert("workflowName".into(), json!(facts.workflow_name));
-    if let Some(title) = facts.title.filter(|title| !title.is_empty()) {
-        header.insert(
-            "title".into(),
-            json!(title.chars().take(200).collect::<String>()),
-        );
-    }
-    header.insert(
-        "status".into(),
-        json!({
-            "run": codec_name(&agg.run.status),
-            "queue": codec_name(&agg.run.queue),
-            "paused": agg.run.paused,
-            "executionMode": if agg.run.mode.origin_session().is_some() { "interactive" } else { "headless" },
-        }),
-    );
-    header.insert("display".into(), facts.display);
-    header.insert("createdAtMs".into(), json!(agg.run.created_at_ms));
-    header.insert("updatedAtMs".into(), json!(agg.run.updated_at_ms));
-    if let Some(finished) = agg.run.finished_at_ms {
-        header.insert("finishedAtMs".into(), json!(finished));
-    }
-    if let Some(error) = &agg.run.error {
-        let message = facts
-            .error_message
-            .filter(|message| !message.is_empty())
-            .map_or_else(|| error_description(error), str::to_owned);
-        header.insert(
-            "failure".into(),
-            json!({ "class": codec_name(&error.class), "message": message.chars().take(512).collect::<String>() }),
-        );
-    }
-    if let Some(lineage) = lineage_value(agg) {
-        header.insert("lineage".into(), lineage);
-    }
-    header.insert("definition".into(), facts.definition);
-    header.insert("graphHistory".into(), facts.graph_history);
-    header
+pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Result<Header, OffSchema> {
+    let failure = match &agg.run.error {
+        Some(error) => {
+            let message = facts
+                .error_message
+                .filter(|message| !message.is_empty())
+                .map_or_else(|| error_description(error), str::to_owned);
+            Some(wire::RunFailure {
+                class: to_wire("failure.class", error.class)?,
+                message: to_wire(
+                    "failure.message",
+                    message.chars().take(512).collect::<String>(),
+                )?,
+            })
+        }
+        None => None,
+    };
+    Ok(Header {
+        created_at_ms: bounded::TimestampMs::new(agg.run.created_at_ms)
+            .ok_or(OffSchema("createdAtMs"))?,
+        definition: facts.definition,
+        display: facts.display,
+        failure,
+        finished_at_ms: agg
+            .run
+            .finished_at_ms
+            .map(|ms| bounded::TimestampMs::new(ms).ok_or(OffSchema("finishedAtMs")))
+            .transpose()?,
+        graph_history: facts.graph_history,
+        lineage: lineage_value(agg)?,
+        status: wire::StatusFacts {
+            execution_mode: if agg.run.mode.origin_session().is_some() {
+                wire::ExecutionMode::Interactive
+            } else {
+                wire::ExecutionMode::Headless
+            },
+            paused: agg.run.paused,
+            queue: to_wire("status.queue", agg.run.queue)?,
+            run: to_wire("status.run", agg.run.status)?,
+        },
+        title: facts
+            .title
+            .filter(|title| !title.is_empty())
+            .map(|title| to_wire("title", title.chars().take(200).collect::<String>()))
+            .transpose()?,
+        updated_at_ms: bounded::TimestampMs::new(agg.run.updated_at_ms)
+            .ok_or(OffSchema("updatedAtMs"))?,
+        workflow_name: to_wire("workflowName", facts.workflow_name)?,
+    })
 }
 
-/// The display object from the kernel's reducer (its reason in words, not
-/// yet bounded).
+/// The display fields from the kernel's reducer, without their reason, and
+/// the reason in words (not yet bounded: [`bound_display`] places it).
 pub fn display_value(
     agg: &RunAggregate,
     outside: OutsideFacts,
     detail: &ReasonDetail<'_>,
-) -> Value {
+) -> Result<(wire::DisplayFields, Option<String>), OffSchema> {
     let display = display::display(&DisplayFacts::from_run(agg, outside));
-    let mut value = json!({
-        "status": codec_name(&display.status),
-        "activity": codec_name(&display.activity),
-        "controls": display.controls.iter().map(codec_name).collect::<Vec<_>>(),
-    });
-    if let Some(node) = &display.current_node {
-        value["currentNode"] = json!(node.as_str());
+    let controls: Vec<wire::Control> = display
+        .controls
+        .iter()
+        .map(|control| to_wire("controls", control))
+        .collect::<Result<_, _>>()?;
+    let fields = wire::DisplayFields {
+        activity: to_wire("activity", display.activity)?,
+        controls: to_wire("controls", controls)?,
+        current_node: display
+            .current_node
+            .as_ref()
+            .map(|node| to_wire("currentNode", node))
+            .transpose()?,
+        reason: None,
+        reason_content: None,
+        reason_notice: None,
+        status: to_wire("status", display.status)?,
+        waiting_on: display
+            .waiting_on
+            .as_ref()
+            .map(|node| to_wire("waitingOn", node))
+            .transpose()?,
+    };
+    let reason = display
+        .reason
+        .as_ref()
+        .map(|reason| reason_text(reason, detail));
+    Ok((fields, reason))
+}
+
+/// Whether a reason is too long to be inline (it becomes a reference).
+pub fn is_long_reason(reason: &str) -> bool {
+    reason.chars().count() > INLINE_REASON_CHARS
+}
+
+/// The display object: `reason` inline, or, for a long reason, its notice
+/// and `reference` (made by the caller from the reason's bytes).
+pub fn bound_display(
+    mut fields: wire::DisplayFields,
+    reason: Option<String>,
+    reference: Option<wire::ContentReference>,
+) -> Result<bounded::Display, OffSchema> {
+    match reference {
+        Some(reference) => {
+            fields.reason_notice = Some(to_wire(
+                "reasonNotice",
+                "The reason is longer than 16 KiB; read it through reasonContent.",
+            )?);
+            fields.reason_content = Some(reference);
+        }
+        None => {
+            fields.reason = reason.map(|reason| to_wire("reason", reason)).transpose()?;
+        }
     }
-    if let Some(node) = &display.waiting_on {
-        value["waitingOn"] = json!(node.as_str());
-    }
-    if let Some(reason) = display.reason.as_ref() {
-        value["reason"] = json!(reason_text(reason, detail));
-    }
-    value
+    bounded::Display::new(fields).map_err(|_| OffSchema("display"))
 }
 
 /// The inline step page: `items` (the leading shown steps), the total and
 /// the cursor of the first paged step.
-pub fn step_page(items: Vec<Value>, total: usize) -> Value {
+pub fn step_page(items: Vec<wire::StepRecord>, total: usize) -> Result<wire::StepPage, OffSchema> {
     let shown = items.len();
-    let mut page = json!({ "items": items, "total": total });
-    if total > shown {
-        page["nextCursor"] = json!(shown.to_string());
-    }
-    page
+    Ok(wire::StepPage {
+        items,
+        next_cursor: (total > shown).then(|| cursor(shown)).transpose()?,
+        total: count("steps.total", total)?,
+    })
 }
 
 /// The inline update page, exactly as a snapshot and a patch carry it.
-pub fn update_page(items: &[Value], total: usize) -> Value {
-    let mut page = json!({ "items": items, "total": total });
-    if total > items.len() {
-        page["nextCursor"] = json!(items.len().to_string());
-    }
-    page
+pub fn update_page(
+    items: Vec<wire::UpdateRecord>,
+    total: usize,
+) -> Result<wire::UpdatePage, OffSchema> {
+    let shown = items.len();
+    Ok(wire::UpdatePage {
+        items,
+        next_cursor: (total > shown).then(|| cursor(shown)).transpose()?,
+        total: count("updates.total", total)?,
+    })
 }
 
 /// Assembles the view document from its parts.
 pub fn document(
     run_id: &RunId,
     revision: u64,
-    header: &Map<String, Value>,
-    nodes: Vec<Value>,
+    header: Header,
+    nodes: Vec<wire::GraphNode>,
     topology: Option<&Topology>,
-    steps: Value,
-    updates: Value,
-) -> Value {
-    let mut view = Map::new();
-    view.insert("schema".into(), json!("pi-workflows.run-view.v1"));
-    view.insert("runId".into(), json!(run_id.as_str()));
-    view.insert("revision".into(), json!(revision));
-    for (key, value) in header {
-        view.insert(key.clone(), value.clone());
-    }
-    view.insert("nodes".into(), Value::Array(nodes));
-    view.insert("edges".into(), Value::Array(edges(topology)));
-    view.insert("steps".into(), steps);
-    view.insert("updates".into(), updates);
-    Value::Object(view)
+    steps: wire::StepPage,
+    updates: wire::UpdatePage,
+) -> Result<wire::RunView, OffSchema> {
+    let Header {
+        created_at_ms,
+        definition,
+        display,
+        failure,
+        finished_at_ms,
+        graph_history,
+        lineage,
+        status,
+        title,
+        updated_at_ms,
+        workflow_name,
+    } = header;
+    Ok(wire::RunView {
+        created_at_ms,
+        definition,
+        display,
+        edges: edges(topology)?,
+        failure,
+        finished_at_ms,
+        graph_history,
+        lineage,
+        nodes,
+        revision: self::revision(revision)?,
+        run_id: to_wire("runId", run_id)?,
+        schema: wire::RunViewSchemaId::PiWorkflowsRunViewV1,
+        status,
+        steps,
+        title,
+        updated_at_ms,
+        updates,
+        workflow_name,
+    })
 }
 
 /// The run's lineage, when it has any.
-pub fn lineage_value(agg: &RunAggregate) -> Option<Value> {
+pub fn lineage_value(agg: &RunAggregate) -> Result<Option<wire::Lineage>, OffSchema> {
     let lineage = &agg.run.lineage;
-    let mut value = Map::new();
-    if let Some(of) = &lineage.continuation_of {
-        value.insert(
-            "continuationOf".into(),
-            json!({ "runId": of.parent_run_id.as_str(), "checkpoint": of.checkpoint.as_str() }),
-        );
-    }
-    if let Some(child) = &lineage.continued_by {
-        value.insert("continuedBy".into(), json!(child.as_str()));
-    }
-    if let Some(restart) = &lineage.restart {
-        value.insert("restartOf".into(), json!(restart.parent_run_id.as_str()));
-    }
-    (!value.is_empty()).then_some(Value::Object(value))
+    let value = wire::Lineage {
+        continuation_of: lineage
+            .continuation_of
+            .as_ref()
+            .map(|of| {
+                Ok(wire::ContinuationOf {
+                    checkpoint: to_wire("lineage.continuationOf.checkpoint", &of.checkpoint)?,
+                    run_id: to_wire("lineage.continuationOf.runId", &of.parent_run_id)?,
+                })
+            })
+            .transpose()?,
+        continued_by: lineage
+            .continued_by
+            .as_ref()
+            .map(|child| to_wire("lineage.continuedBy", child))
+            .transpose()?,
+        restart_of: lineage
+            .restart
+            .as_ref()
+            .map(|restart| to_wire("lineage.restartOf", &restart.parent_run_id))
+            .transpose()?,
+    };
+    Ok((value != wire::Lineage::default()).then_some(value))
 }
 
 /// What a run error means, in words (the stored message adds the detail).
@@ -512,61 +821,64 @@ impl ContentRole {
 pub const RETAINED_CONTENTS: i64 = 16;
 
 /// A content reference to `bytes` bytes with `digest`.
-pub fn content_reference(digest: &kernel::ids::Digest, media_type: &str, bytes: usize) -> Value {
-    json!({ "digest": crate::ids::digest_text(digest), "mediaType": media_type, "bytes": bytes })
+pub fn content_reference(
+    digest: &kernel::ids::Digest,
+    media_type: &str,
+    bytes: usize,
+) -> Result<wire::ContentReference, OffSchema> {
+    Ok(wire::ContentReference {
+        bytes: bounded::ByteCount::new(bytes as u64).ok_or(OffSchema("bytes"))?,
+        digest: to_wire("digest", crate::ids::digest_text(digest))?,
+        media_type: to_wire("mediaType", media_type)?,
+    })
 }
 
-/// Moves a reason above the inline limit out of `display`: a notice plus
-/// `reference` (made by the caller from the reason's bytes).
-pub fn long_reason(display: &Value) -> Option<String> {
-    display
-        .get("reason")
-        .and_then(Value::as_str)
-        .filter(|reason| reason.chars().count() > INLINE_REASON_CHARS)
-        .map(str::to_owned)
-}
-
-/// Replaces the long reason of `display` with its notice and reference.
-pub fn bound_reason(display: &mut Value, reference: Value) {
-    let object = display.as_object_mut().expect("display is an object");
-    object.remove("reason");
-    object.insert(
-        "reasonNotice".into(),
-        json!("The reason is longer than 16 KiB; read it through reasonContent."),
-    );
-    object.insert("reasonContent".into(), reference);
-}
-
-pub fn edges(topology: Option<&Topology>) -> Vec<Value> {
+/// The graph's edges as a view shows them (a switch gives one labelled
+/// edge per case).
+pub fn edges(topology: Option<&Topology>) -> Result<Vec<wire::GraphEdge>, OffSchema> {
     let Some(topology) = topology else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let mut edges = Vec::new();
     for edge in &topology.edges {
         match edge {
-            kernel::topology::Edge::Plain { from, to } => {
-                edges.push(json!({ "from": from.as_str(), "to": to.as_str() }))
-            }
+            kernel::topology::Edge::Plain { from, to } => edges.push(wire::GraphEdge {
+                from: to_wire("edge.from", from)?,
+                label: None,
+                to: to_wire("edge.to", to)?,
+            }),
             kernel::topology::Edge::Switch { from, cases, .. } => {
                 for (case, to) in cases {
-                    edges.push(json!({ "from": from.as_str(), "to": to.as_str(), "label": case.chars().take(200).collect::<String>() }));
+                    edges.push(wire::GraphEdge {
+                        from: to_wire("edge.from", from)?,
+                        label: Some(to_wire(
+                            "edge.label",
+                            case.chars().take(200).collect::<String>(),
+                        )?),
+                        to: to_wire("edge.to", to)?,
+                    });
                 }
             }
         }
     }
-    edges
+    Ok(edges)
 }
 
 /// The encoded bytes of the `nodes` and `edges` a view of `topology` shows,
 /// at their largest (every node at its longest state and visit count).
+/// `usize::MAX` when a node or edge does not fit the view's schema.
 pub fn graph_projection_bytes(topology: &Topology) -> usize {
-    let nodes: usize = topology
+    let nodes: Result<usize, OffSchema> = topology
         .nodes
         .iter()
         .map(|node| {
-            encoded_len(&json!({ "id": node.id.as_str(), "nodeType": codec_name(&node.node_type), "visits": u32::MAX, "state": "completed" }))
+            graph_node(node, u64::from(u32::MAX), wire::NodeState::Completed)
+                .map(|entry| encoded_len(&entry))
         })
         .sum();
-    let edges: usize = edges(Some(topology)).iter().map(encoded_len).sum();
-    nodes + edges
+    let edges = edges(Some(topology)).map(|edges| edges.iter().map(encoded_len).sum::<usize>());
+    match (nodes, edges) {
+        (Ok(nodes), Ok(edges)) => nodes + edges,
+        _ => usize::MAX,
+    }
 }

@@ -19,8 +19,10 @@
 use crate::app::App;
 use crate::socket::{Outbox, frame};
 use crate::store::viewer;
+use crate::view::to_wire;
 use kernel::ids::{RunId, SessionId};
-use serde_json::{Value, json};
+use protocol::generated::types::{ClientEvent, SubscriptionId};
+use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast::error::RecvError;
@@ -41,7 +43,7 @@ struct SharedPatch {
     run_id: RunId,
     from: u64,
     to: u64,
-    payload: Arc<Value>,
+    payload: Arc<ClientEvent>,
 }
 
 /// How many computed patches the hub keeps.
@@ -60,7 +62,7 @@ impl Hub {
     /// Session messages are announced with the run change that carried them.
     pub fn publish_session(&self, _app: &Arc<App>, _session_id: &SessionId) {}
 
-    fn shared_patch(&self, run_id: &RunId, from: u64, to: u64) -> Option<Arc<Value>> {
+    fn shared_patch(&self, run_id: &RunId, from: u64, to: u64) -> Option<Arc<ClientEvent>> {
         let patches = self.patches.lock().expect("hub lock");
         patches
             .iter()
@@ -68,7 +70,7 @@ impl Hub {
             .map(|patch| patch.payload.clone())
     }
 
-    fn share_patch(&self, run_id: &RunId, from: u64, to: u64, payload: Arc<Value>) {
+    fn share_patch(&self, run_id: &RunId, from: u64, to: u64, payload: Arc<ClientEvent>) {
         let mut patches = self.patches.lock().expect("hub lock");
         if patches.len() == SHARED_PATCHES {
             patches.pop_front();
@@ -187,16 +189,6 @@ impl Subscriptions {
     }
 }
 
-fn event(subscription_id: &str, revision: u64, event: Value) -> Vec<u8> {
-    frame(&json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "event",
-        "subscriptionId": subscription_id,
-        "revision": revision,
-        "event": event,
-    }))
-}
-
 async fn follow(
     app: Arc<App>,
     outbox: Outbox,
@@ -204,6 +196,11 @@ async fn follow(
     target: Target,
     from_revision: Option<u64>,
 ) {
+    // The id was made by `start` on the id pattern.
+    let Ok(id) = to_wire::<SubscriptionId>("subscriptionId", &id) else {
+        crate::log::line("a subscription id does not fit its schema; the subscription ends");
+        return;
+    };
     // Subscribe before the first read so no commit between them is missed.
     let mut changes = app.store.subscribe();
     let mut cursor = from_revision;
@@ -266,7 +263,7 @@ fn relevant(target: &Target, changed: &RunId) -> bool {
 async fn deliver_run(
     app: &Arc<App>,
     outbox: &Outbox,
-    id: &str,
+    id: &SubscriptionId,
     run_id: &RunId,
     cursor: &mut Option<u64>,
     announced: Option<u64>,
@@ -277,7 +274,7 @@ async fn deliver_run(
     {
         *cursor = Some(to);
         return outbox
-            .send_and_drain(event(id, to, (*payload).clone()))
+            .send_and_drain(crate::wire::frames::event(id, to, (*payload).clone()))
             .await;
     }
     let run = run_id.clone();
@@ -292,73 +289,91 @@ async fn deliver_run(
             if let Some(from) = from
                 && let Some((revision, ops)) = viewer::patches_since(connection, &run, from)?
             {
-                let patch = json!({ "kind": "runViewPatch", "runId": run.as_str(), "baseRevision": from, "ops": ops });
+                let patch = ClientEvent::RunViewPatch {
+                    base_revision: crate::view::revision(from)?,
+                    ops,
+                    run_id: to_wire("runId", &run)?,
+                };
                 return Ok(Some((revision, patch)));
             }
             let view = viewer::snapshot(connection, &run)?;
-            Ok(view.map(|view| (current, json!({ "kind": "runViewSnapshot", "view": view }))))
+            Ok(view.map(|view| (current, ClientEvent::RunViewSnapshot { view })))
         })
         .await;
     match read {
         Ok(Some((revision, payload))) => {
             if let Some(from) = from
-                && payload["kind"] == "runViewPatch"
+                && matches!(payload, ClientEvent::RunViewPatch { .. })
             {
                 app.hub
                     .share_patch(run_id, from, revision, Arc::new(payload.clone()));
             }
             *cursor = Some(revision);
-            outbox.send_and_drain(event(id, revision, payload)).await
+            outbox
+                .send_and_drain(crate::wire::frames::event(id, revision, payload))
+                .await
         }
         Ok(None) => true,
         Err(_) => !outbox.is_closed(),
     }
 }
 
-async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Option<u64>) -> bool {
+async fn deliver_list(
+    app: &Arc<App>,
+    outbox: &Outbox,
+    id: &SubscriptionId,
+    cursor: &mut Option<u64>,
+) -> bool {
     let page = app
         .store
-        .read(|connection| crate::reads::run_list(connection, None, crate::reads::LIST_PAGE, None))
+        .read(|connection| {
+            let (rows, next_cursor, revision) =
+                crate::reads::run_list_rows(connection, None, crate::reads::LIST_PAGE, None)?;
+            let next_cursor = next_cursor
+                .map(|next| to_wire("nextCursor", next))
+                .transpose()?;
+            Ok((ClientEvent::RunListSnapshot { next_cursor, rows }, revision))
+        })
         .await;
-    let Ok((rows, next_cursor, revision)) = page else {
+    let Ok((payload, revision)) = page else {
         return !outbox.is_closed();
     };
     if *cursor == Some(revision) {
         return true;
     }
     *cursor = Some(revision);
-    let mut payload = json!({ "kind": "runListSnapshot", "rows": rows });
-    if let Some(next) = next_cursor {
-        payload["nextCursor"] = json!(next);
-    }
-    outbox.send_and_drain(event(id, revision, payload)).await
+    outbox
+        .send_and_drain(crate::wire::frames::event(id, revision, payload))
+        .await
 }
 
 async fn deliver_session(
     app: &Arc<App>,
     outbox: &Outbox,
-    id: &str,
+    id: &SubscriptionId,
     session_id: &SessionId,
     cursor: &mut Option<u64>,
 ) -> bool {
     let session = session_id.clone();
     let view = app
         .store
-        .read(move |connection| crate::reads::session_view(connection, &session))
+        .read(move |connection| crate::reads::session_document(connection, &session))
         .await;
     let Ok(view) = view else {
         return !outbox.is_closed();
     };
-    let revision = view.get("revision").and_then(Value::as_u64).unwrap_or(0);
+    let revision = view.revision.get();
     if *cursor == Some(revision) {
         return true;
     }
     *cursor = Some(revision);
-    let payload = json!({
-        "kind": "sessionMessages",
-        "sessionId": session_id.as_str(),
-        "messages": view["messages"],
-        "messageCount": view["messageCount"],
-    });
-    outbox.send_and_drain(event(id, revision, payload)).await
+    let payload = ClientEvent::SessionMessages {
+        message_count: view.message_count,
+        messages: view.messages,
+        next_eligible_message_id: None,
+        session_id: view.session_id,
+    };
+    outbox
+        .send_and_drain(crate::wire::frames::event(id, revision, payload))
+        .await
 }

@@ -7016,6 +7016,74 @@ pub struct TopologyNode {
     pub node_type: NodeType,
     pub timeout: TimeoutSpec,
 }
+///One lifecycle event of a run, oldest first: an item of the transitions page (view.page).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TransitionRecord {
+    #[serde(rename = "atMs")]
+    pub at_ms: super::constrained::TimestampMs,
+    ///The kind of the lifecycle event.
+    pub kind: TransitionRecordKind,
+    ///Any JSON value.
+    pub payload: ::serde_json::Value,
+    pub seq: super::constrained::Sequence,
+}
+///The kind of the lifecycle event.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct TransitionRecordKind(::std::string::String);
+impl ::std::ops::Deref for TransitionRecordKind {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<TransitionRecordKind> for ::std::string::String {
+    fn from(value: TransitionRecordKind) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for TransitionRecordKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^[A-Za-z][A-Za-z0-9_]{0,63}$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err("doesn't match pattern \"^[A-Za-z][A-Za-z0-9_]{0,63}$\"".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for TransitionRecordKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for TransitionRecordKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for TransitionRecordKind {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
 ///A workflow model-turn id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]

@@ -1565,6 +1565,16 @@ export interface TopologyNode {
   "timeout": TimeoutSpec;
 }
 
+/** One lifecycle event of a run, oldest first: an item of the transitions page (view.page). */
+export interface TransitionRecord {
+  "atMs": TimestampMs;
+  /** The kind of the lifecycle event. */
+  "kind": string;
+  /** Any JSON value. */
+  "payload": JsonValue;
+  "seq": Sequence;
+}
+
 /** The literal true (the property is omitted instead of false). */
 export type True = true;
 

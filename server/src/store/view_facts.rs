@@ -16,16 +16,16 @@ use crate::view::{self, AttemptRow, ContentRole, HeaderFacts, RETAINED_CONTENTS,
 use kernel::display::OutsideFacts;
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};
+use protocol::generated::types as wire;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Map, Value, json};
 
 /// The header of `agg`'s view with `graph_history` as its history reference.
 pub(crate) fn header(
     connection: &Connection,
     agg: &RunAggregate,
     meta: &meta::RunMeta,
-    graph_history: Value,
-) -> rusqlite::Result<Map<String, Value>> {
+    graph_history: wire::ContentReference,
+) -> rusqlite::Result<view::Header> {
     let run_id = &agg.run.run_id;
     let error_message: Option<String> = connection.query_row_cached(
         "SELECT error_message FROM runs WHERE run_id = ?1",
@@ -52,17 +52,21 @@ pub(crate) fn header(
             _ => None,
         },
     };
-    let mut display = view::display_value(agg, outside, &detail);
-    if let Some(reason) = view::long_reason(&display) {
-        let reference = store_content(
+    let (fields, reason) = view::display_value(agg, outside, &detail)?;
+    let reference = match reason
+        .as_deref()
+        .filter(|reason| view::is_long_reason(reason))
+    {
+        Some(reason) => Some(store_content(
             connection,
             run_id,
             reason.as_bytes(),
             "text/plain",
             ContentRole::Reason,
-        )?;
-        view::bound_reason(&mut display, reference);
-    }
+        )?),
+        None => None,
+    };
+    let display = view::bound_display(fields, reason, reference)?;
     let definition = definition_content(connection, run_id, &meta.definition_digest)?;
     Ok(view::header(
         agg,
@@ -74,7 +78,7 @@ pub(crate) fn header(
             definition,
             graph_history,
         },
-    ))
+    )?)
 }
 
 /// Whether `run.restart` would be accepted: the kernel's one restart rule
@@ -119,7 +123,7 @@ pub(crate) fn attempt_rows(
 pub(crate) fn updates(
     connection: &Connection,
     run_id: &RunId,
-) -> rusqlite::Result<(Vec<Value>, usize)> {
+) -> rusqlite::Result<(Vec<wire::UpdateRecord>, usize)> {
     let total: i64 = connection.query_row_cached(
         "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1",
         params![run_id.as_str()],
@@ -141,7 +145,7 @@ pub(crate) fn update_page(
     run_id: &RunId,
     offset: usize,
     limit: usize,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<wire::UpdateRecord>> {
     let mut statement = connection.prepare_cached(
         "SELECT update_id, attempt_id, seq, update_type, update_key, data_json FROM workflow_updates
          WHERE run_id = ?1 ORDER BY seq DESC, update_type, update_key LIMIT ?2 OFFSET ?3",
@@ -150,14 +154,19 @@ pub(crate) fn update_page(
         params![run_id.as_str(), limit as i64, offset as i64],
         |row| {
             let data: String = row.get(5)?;
-            Ok(json!({
-                "updateId": row.get::<_, String>(0)?,
-                "attemptId": row.get::<_, String>(1)?,
-                "seq": row.get::<_, i64>(2)?,
-                "type": row.get::<_, String>(3)?,
-                "key": row.get::<_, String>(4)?,
-                "data": serde_json::from_str::<Value>(&data).unwrap_or(Value::Null),
-            }))
+            let seq = row.get::<_, i64>(2)?;
+            Ok(wire::UpdateRecord {
+                attempt_id: view::to_wire("attemptId", row.get::<_, String>(1)?)?,
+                // The data is stored canonical; the page carries it as is.
+                data: serde_json::from_str(&data).map_err(|_| view::OffSchema("data"))?,
+                key: view::to_wire("key", row.get::<_, String>(4)?)?,
+                seq: u64::try_from(seq)
+                    .ok()
+                    .and_then(protocol::generated::constrained::Sequence::new)
+                    .ok_or(view::OffSchema("seq"))?,
+                type_: view::to_wire("type", row.get::<_, String>(3)?)?,
+                update_id: view::to_wire("updateId", row.get::<_, String>(0)?)?,
+            })
         },
     )?;
     rows.collect()
@@ -172,7 +181,7 @@ pub(crate) fn store_content(
     bytes: &[u8],
     media_type: &str,
     role: ContentRole,
-) -> rusqlite::Result<Value> {
+) -> rusqlite::Result<wire::ContentReference> {
     let digest = crate::ids::sha256(bytes);
     let inserted = connection.execute_cached(
         "INSERT INTO run_view_content (run_id, digest, media_type, role, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -186,7 +195,7 @@ pub(crate) fn store_content(
             params![run_id.as_str(), role.as_str(), RETAINED_CONTENTS],
         )?;
     }
-    Ok(view::content_reference(&digest, media_type, bytes.len()))
+    Ok(view::content_reference(&digest, media_type, bytes.len())?)
 }
 
 /// The reference to the run's complete definition (stored once per run).
@@ -194,7 +203,7 @@ fn definition_content(
     connection: &Connection,
     run_id: &RunId,
     definition_digest: &str,
-) -> rusqlite::Result<Value> {
+) -> rusqlite::Result<wire::ContentReference> {
     let stored: Option<(Vec<u8>, i64)> = connection
         .query_row_cached(
             "SELECT digest, length(bytes) FROM run_view_content WHERE run_id = ?1 AND role = 'definition'",
@@ -208,7 +217,7 @@ fn definition_content(
             &digest,
             "application/json",
             length.max(0) as usize,
-        ));
+        )?);
     }
     let topology_json: String = connection.query_row_cached(
         "SELECT topology_json FROM workflow_definitions WHERE definition_digest = ?1",

@@ -6,9 +6,10 @@
 //! each run's last presentation revision); it never loads run histories.
 
 use super::Cached as _;
+use crate::view::{OffSchema, to_wire};
 use kernel::ids::SessionId;
+use protocol::generated::types as wire;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Value, json};
 
 /// One stored run-list row: run id, presentation revision, header text.
 pub type ListRow = (String, i64, Option<String>);
@@ -48,7 +49,7 @@ pub(crate) fn transitions(
     run_id: &kernel::ids::RunId,
     offset: usize,
     limit: usize,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<wire::TransitionRecord>> {
     let mut statement = connection.prepare_cached(
         "SELECT seq, recorded_at_ms, kind, payload FROM events WHERE run_id = ?1 ORDER BY seq LIMIT ?2 OFFSET ?3",
     )?;
@@ -56,12 +57,16 @@ pub(crate) fn transitions(
         params![run_id.as_str(), limit as i64, offset as i64],
         |row| {
             let payload: String = row.get(3)?;
-            Ok(json!({
-                "seq": row.get::<_, i64>(0)?,
-                "atMs": row.get::<_, i64>(1)?,
-                "kind": row.get::<_, String>(2)?,
-                "payload": serde_json::from_str::<Value>(&payload).unwrap_or(Value::Null),
-            }))
+            Ok(wire::TransitionRecord {
+                at_ms: crate::view::timestamp("atMs", row.get(1)?)?,
+                kind: to_wire("kind", row.get::<_, String>(2)?)?,
+                // The payload is the kernel event, stored as JSON.
+                payload: serde_json::from_str(&payload).map_err(|_| OffSchema("payload"))?,
+                seq: u64::try_from(row.get::<_, i64>(0)?)
+                    .ok()
+                    .and_then(protocol::generated::constrained::Sequence::new)
+                    .ok_or(OffSchema("seq"))?,
+            })
         },
     )?;
     rows.collect()
@@ -73,7 +78,7 @@ pub(crate) fn run_messages(
     run_id: &kernel::ids::RunId,
     offset: usize,
     limit: usize,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<wire::WorkflowMessage>> {
     let mut statement = connection.prepare_cached(
         "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
                 b.media_type, length(b.bytes)
@@ -89,27 +94,38 @@ pub(crate) fn run_messages(
 
 /// A workflow message record with the reference to its stored content (a
 /// message is created with its content, so the join never drops one).
-fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
+fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<wire::WorkflowMessage> {
     let digest: Vec<u8> = row.get(5)?;
-    let mut message = json!({
-        "messageId": row.get::<_, String>(0)?,
-        "runId": row.get::<_, String>(1)?,
-        "kind": row.get::<_, String>(2)?,
-        "state": row.get::<_, String>(3)?,
-        "order": row.get::<_, i64>(4)?,
-        "content": {
-            "digest": format!("sha256:{}", hex::encode(digest)),
-            "mediaType": row.get::<_, String>(8)?,
-            "bytes": row.get::<_, i64>(9)?,
+    let order = row.get::<_, i64>(4)?;
+    Ok(wire::WorkflowMessage {
+        attempt_id: None,
+        content: wire::ContentReference {
+            bytes: u64::try_from(row.get::<_, i64>(9)?)
+                .ok()
+                .and_then(protocol::generated::constrained::ByteCount::new)
+                .ok_or(OffSchema("content.bytes"))?,
+            digest: to_wire("content.digest", format!("sha256:{}", hex::encode(digest)))?,
+            media_type: to_wire("content.mediaType", row.get::<_, String>(8)?)?,
         },
-    });
-    if let Some(reason) = row.get::<_, Option<String>>(6)? {
-        message["stepReason"] = json!(reason);
-    }
-    if let Some(entry) = row.get::<_, Option<String>>(7)? {
-        message["entryId"] = json!(entry);
-    }
-    Ok(message)
+        entry_id: row
+            .get::<_, Option<String>>(7)?
+            .map(|entry| to_wire("entryId", entry))
+            .transpose()?,
+        interaction_id: None,
+        kind: to_wire("kind", row.get::<_, String>(2)?)?,
+        message_id: to_wire("messageId", row.get::<_, String>(0)?)?,
+        node_id: None,
+        order: u64::try_from(order)
+            .ok()
+            .and_then(protocol::generated::constrained::Sequence::new)
+            .ok_or(OffSchema("order"))?,
+        run_id: to_wire("runId", row.get::<_, String>(1)?)?,
+        state: to_wire("state", row.get::<_, String>(3)?)?,
+        step_reason: row
+            .get::<_, Option<String>>(6)?
+            .map(|reason| to_wire("stepReason", reason))
+            .transpose()?,
+    })
 }
 
 /// When `session`'s retained terminal view was last cleared (0: never).
@@ -145,7 +161,7 @@ pub(crate) fn active_run(
 pub(crate) fn session_messages(
     connection: &Connection,
     session: &SessionId,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<wire::WorkflowMessage>> {
     let mut statement = connection.prepare_cached(
         "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
                 b.media_type, length(b.bytes)

@@ -31,10 +31,11 @@
 use super::Cached as _;
 use super::codec::i64_of;
 use super::{meta, runs, view_facts};
-use crate::view::{self, StepDoc};
+use crate::view::{self, OffSchema, StepDoc, patch_value, pointer};
 use kernel::ids::RunId;
+use protocol::generated::types::{self as wire, PatchOp};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use sha2::digest::common::hazmat::SerializableState as _;
 use sha2::{Digest as _, Sha256};
 use std::cell::RefCell;
@@ -95,7 +96,8 @@ pub(crate) fn flush(connection: &Connection) -> rusqlite::Result<Vec<(RunId, u64
 #[derive(Clone, Debug, Default)]
 struct Stored {
     revision: u64,
-    header: Map<String, Value>,
+    /// The header of the last revision (`None` before the first one).
+    header: Option<view::Header>,
     steps_total: usize,
     steps_inline: usize,
     steps_inline_bytes: usize,
@@ -122,8 +124,8 @@ fn stored(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Stored> {
                     revision: count(0)? as u64,
                     header: row
                         .get::<_, Option<String>>(1)?
-                        .and_then(|text| serde_json::from_str(&text).ok())
-                        .unwrap_or_default(),
+                        .map(|text| serde_json::from_str(&text).map_err(|_| OffSchema("header")))
+                        .transpose()?,
                     steps_total: count(2)?,
                     steps_inline: count(3)?,
                     steps_inline_bytes: count(4)?,
@@ -223,10 +225,7 @@ fn write_step(
 /// The canonical texts of a step: complete, and as shown.
 fn step_texts(step: &StepDoc) -> (String, String) {
     let document = view::canonical_text(&step.value);
-    let cut = step.value["attempts"]
-        .as_array()
-        .is_some_and(|attempts| attempts.len() > view::STEP_ATTEMPTS_SHOWN);
-    let shown = if cut {
+    let shown = if step.is_cut() {
         view::canonical_text(&step.shown())
     } else {
         document.clone()
@@ -234,15 +233,23 @@ fn step_texts(step: &StepDoc) -> (String, String) {
     (document, shown)
 }
 
-fn parse(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+/// A stored document (canonical text this module wrote) as its type.
+fn parse<T: serde::de::DeserializeOwned>(field: &'static str, text: &str) -> Result<T, OffSchema> {
+    serde_json::from_str(text).map_err(|_| OffSchema(field))
+}
+
+/// A stored node's last outcome.
+fn outcome_of(text: Option<String>) -> rusqlite::Result<Option<wire::NodeOutcome>> {
+    Ok(text
+        .map(|text| view::to_wire("last_outcome", text))
+        .transpose()?)
 }
 
 /// One node entry row.
 struct NodeRow {
     index: usize,
     visits: u64,
-    last_outcome: Option<String>,
+    last_outcome: Option<wire::NodeOutcome>,
     document: String,
 }
 
@@ -259,7 +266,7 @@ fn node_rows(
             NodeRow {
                 index: row.get::<_, i64>(1)?.max(0) as usize,
                 visits: row.get::<_, i64>(2)?.max(0) as u64,
-                last_outcome: row.get(3)?,
+                last_outcome: outcome_of(row.get(3)?)?,
                 document: row.get(4)?,
             },
         ))
@@ -280,7 +287,7 @@ fn node_row(
                 Ok(NodeRow {
                     index: row.get::<_, i64>(0)?.max(0) as usize,
                     visits: row.get::<_, i64>(1)?.max(0) as u64,
-                    last_outcome: row.get(2)?,
+                    last_outcome: outcome_of(row.get(2)?)?,
                     document: row.get(3)?,
                 })
             },
@@ -321,7 +328,7 @@ fn record(
         0
     };
     let rows = view_facts::attempt_rows(connection, run_id, from_seq)?;
-    let mut folded = view::fold_steps(&rows, before.steps_total.max(1));
+    let mut folded = view::fold_steps(&rows, before.steps_total.max(1))?;
     let mut whole = first;
     let continues = match (&last, folded.first()) {
         (None, _) => before.steps_total == 0,
@@ -357,12 +364,12 @@ fn record(
         after.history_state = None;
         after.history_prefix_bytes = 1;
         last = None;
-        folded = view::fold_steps(&view_facts::attempt_rows(connection, run_id, 0)?, 1);
+        folded = view::fold_steps(&view_facts::attempt_rows(connection, run_id, 0)?, 1)?;
     }
     let mut hasher = history_hasher(after.history_state.as_deref());
-    let mut history_changed = first || whole;
+    let mut history_changed = first || whole || before.header.is_none();
     // Per node: whether the step is a new visit, and its outcome.
-    let mut node_changes: Vec<(String, bool, Option<String>)> = Vec::new();
+    let mut node_changes: Vec<(String, bool, Option<wire::NodeOutcome>)> = Vec::new();
     let mut last_document = last.as_ref().map(|row| row.document.clone());
     for step in &folded {
         let (document, shown) = step_texts(step);
@@ -378,8 +385,8 @@ fn record(
             if old.document == document {
                 continue;
             }
-            step_ops.extend(page.last_changed(&old.shown, &shown));
-            node_changes.push((step.node_id.clone(), false, step.outcome.clone()));
+            step_ops.extend(page.last_changed(&old.shown, &shown)?);
+            node_changes.push((step.node_id.clone(), false, step.outcome));
         } else {
             // A new step: the previous last one is final from now on.
             if let Some(previous) = &last_document {
@@ -388,8 +395,8 @@ fn record(
                 after.history_prefix_bytes += previous.len() + 1;
             }
             after.steps_tail_seq = step.first_seq;
-            step_ops.extend(page.appended(&shown));
-            node_changes.push((step.node_id.clone(), true, step.outcome.clone()));
+            step_ops.extend(page.appended(&shown)?);
+            node_changes.push((step.node_id.clone(), true, step.outcome));
         }
         (
             after.steps_total,
@@ -424,13 +431,12 @@ fn record(
             params![run_id.as_str(), view::RETAINED_CONTENTS],
         )?;
         after.history_state = Some(hasher.serialize().to_vec());
-        view::content_reference(&digest, "application/json", bytes)
+        view::content_reference(&digest, "application/json", bytes)?
     } else {
-        before
-            .header
-            .get("graphHistory")
-            .cloned()
-            .unwrap_or(Value::Null)
+        match &before.header {
+            Some(header) => header.graph_history.clone(),
+            None => return Err(OffSchema("graphHistory").into()),
+        }
     };
 
     // Node entries: those the steps, the unfinished attempt or the
@@ -467,10 +473,10 @@ fn record(
         for (node, visit, outcome) in &node_changes {
             if let Some(row) = rows.get_mut(node) {
                 row.visits += u64::from(*visit);
-                row.last_outcome = outcome.clone();
+                row.last_outcome = *outcome;
             }
         }
-        let mut entries: Vec<(usize, Value)> = Vec::new();
+        let mut entries: Vec<(usize, wire::GraphNode)> = Vec::new();
         for (node_id, row) in &rows {
             let Some(node) = topology
                 .nodes
@@ -479,7 +485,7 @@ fn record(
             else {
                 continue;
             };
-            let entry = view::node_entry(node, row.visits, row.last_outcome.as_deref(), &agg);
+            let entry = view::node_entry(node, row.visits, row.last_outcome, &agg)?;
             let text = view::canonical_text(&entry);
             if text != row.document
                 || node_changes
@@ -488,37 +494,44 @@ fn record(
             {
                 connection.execute_cached(
                     "UPDATE viewer_nodes SET visits = ?3, last_outcome = ?4, document = ?5 WHERE run_id = ?1 AND node_index = ?2",
-                    params![run_id.as_str(), row.index as i64, row.visits as i64, row.last_outcome, text],
+                    params![
+                        run_id.as_str(),
+                        row.index as i64,
+                        row.visits as i64,
+                        row.last_outcome.as_ref().map(super::codec_name),
+                        text
+                    ],
                 )?;
             }
             if text != row.document && !whole {
-                item_ops.push(json!({ "op": "replace", "path": format!("/nodes/{}", row.index), "value": entry }));
+                item_ops.push(PatchOp::Replace {
+                    path: pointer(format!("/nodes/{}", row.index))?,
+                    value: patch_value(&entry)?,
+                });
             }
             entries.push((row.index, entry));
         }
         if whole {
             entries.sort_by_key(|(index, _)| *index);
-            let nodes: Vec<Value> = entries.into_iter().map(|(_, entry)| entry).collect();
-            item_ops.insert(0, json!({ "op": if first { "add" } else { "replace" }, "path": "/nodes", "value": nodes }));
+            let nodes: Vec<wire::GraphNode> = entries.into_iter().map(|(_, entry)| entry).collect();
+            item_ops.insert(0, whole_op(first, "/nodes", &nodes)?);
         }
     } else if first {
-        item_ops.push(json!({ "op": "add", "path": "/nodes", "value": [] }));
+        item_ops.push(whole_op(true, "/nodes", &Vec::<wire::GraphNode>::new())?);
     }
     after.hot_nodes = hot;
 
     let header = view_facts::header(connection, &agg, &meta, graph_history)?;
     let mut ops = Vec::new();
-    diff_header(&before.header, &header, &mut ops);
+    header.diff(before.header.as_ref(), &mut ops)?;
     ops.extend(item_ops);
     if whole {
         drop(step_ops);
         let page = step_page(connection, run_id, after.steps_inline, after.steps_total)?;
-        ops.push(
-            json!({ "op": if first { "add" } else { "replace" }, "path": "/steps", "value": page }),
-        );
+        ops.push(whole_op(first, "/steps", &page)?);
     } else {
         ops.extend(step_ops);
-        step_page_fields(&before, &after, &mut ops);
+        step_page_fields(&before, &after, &mut ops)?;
     }
     if marked.updates || first {
         let (items, total) = view_facts::updates(connection, run_id)?;
@@ -527,7 +540,11 @@ fn record(
             || before.updates_json.as_deref() != Some(text.as_str())
             || before.updates_total != total
         {
-            ops.push(json!({ "op": if first { "add" } else { "replace" }, "path": "/updates", "value": view::update_page(&items, total) }));
+            ops.push(whole_op(
+                first,
+                "/updates",
+                &view::update_page(items, total)?,
+            )?);
         }
         after.updates_json = Some(text);
         after.updates_total = total;
@@ -536,9 +553,12 @@ fn record(
         return Ok(None);
     }
     let revision = before.revision + 1;
-    ops.push(json!({ "op": "replace", "path": "/revision", "value": revision }));
+    ops.push(PatchOp::Replace {
+        path: pointer("/revision")?,
+        value: patch_value(&revision)?,
+    });
     after.revision = revision;
-    after.header = header;
+    after.header = Some(header);
     store(connection, run_id, &after, &ops)?;
     Ok(Some(revision))
 }
@@ -556,81 +576,100 @@ struct Page {
 impl Page {
     /// The last step's shown text changed from `old` to `new`: it stays,
     /// leaves or joins the inline page. Returns its item operation.
-    fn last_changed(&mut self, old: &str, new: &str) -> Option<Value> {
+    fn last_changed(&mut self, old: &str, new: &str) -> Result<Option<PatchOp>, OffSchema> {
         let n = self.total;
         if self.inline == n {
             let prefix = self.bytes - old.len().min(self.bytes);
             if view::step_fits(n - 1, prefix, new.len()) {
                 self.bytes = prefix + new.len();
-                return (old != new).then(|| {
-                    json!({ "op": "replace", "path": format!("/steps/items/{}", n - 1), "value": parse(new) })
-                });
+                if old == new {
+                    return Ok(None);
+                }
+                return Ok(Some(PatchOp::Replace {
+                    path: pointer(format!("/steps/items/{}", n - 1))?,
+                    value: parse("step", new)?,
+                }));
             }
             self.inline = n - 1;
             self.bytes = prefix;
-            return Some(json!({ "op": "remove", "path": format!("/steps/items/{}", n - 1) }));
+            return Ok(Some(PatchOp::Remove {
+                path: pointer(format!("/steps/items/{}", n - 1))?,
+            }));
         }
         if self.inline + 1 == n && view::step_fits(self.inline, self.bytes, new.len()) {
             self.inline = n;
             self.bytes += new.len();
-            return Some(json!({ "op": "append", "path": "/steps/items", "value": parse(new) }));
+            return Ok(Some(PatchOp::Append {
+                path: pointer("/steps/items")?,
+                value: parse("step", new)?,
+            }));
         }
-        None
+        Ok(None)
     }
 
     /// A new last step with `shown` text. Returns its item operation.
-    fn appended(&mut self, shown: &str) -> Option<Value> {
+    fn appended(&mut self, shown: &str) -> Result<Option<PatchOp>, OffSchema> {
         let n = self.total;
         self.total = n + 1;
         if self.inline == n && view::step_fits(n, self.bytes, shown.len()) {
             self.inline = n + 1;
             self.bytes += shown.len();
-            return Some(json!({ "op": "append", "path": "/steps/items", "value": parse(shown) }));
+            return Ok(Some(PatchOp::Append {
+                path: pointer("/steps/items")?,
+                value: parse("step", shown)?,
+            }));
         }
-        None
+        Ok(None)
     }
 }
 
 /// The `total` and `nextCursor` operations of the step page.
-fn step_page_fields(before: &Stored, after: &Stored, ops: &mut Vec<Value>) {
+fn step_page_fields(
+    before: &Stored,
+    after: &Stored,
+    ops: &mut Vec<PatchOp>,
+) -> Result<(), OffSchema> {
     if after.steps_total != before.steps_total {
-        ops.push(json!({ "op": "replace", "path": "/steps/total", "value": after.steps_total }));
+        ops.push(PatchOp::Replace {
+            path: pointer("/steps/total")?,
+            value: patch_value(&view::count("steps.total", after.steps_total)?)?,
+        });
     }
     let paged_before = before.steps_inline < before.steps_total;
     let paged_after = after.steps_inline < after.steps_total;
-    let cursor = after.steps_inline.to_string();
+    let cursor = || patch_value(&view::cursor(after.steps_inline)?);
+    let path = || pointer("/steps/nextCursor");
     match (paged_before, paged_after) {
-        (false, true) => {
-            ops.push(json!({ "op": "add", "path": "/steps/nextCursor", "value": cursor }))
-        }
-        (true, true) if before.steps_inline != after.steps_inline => {
-            ops.push(json!({ "op": "replace", "path": "/steps/nextCursor", "value": cursor }))
-        }
-        (true, false) => ops.push(json!({ "op": "remove", "path": "/steps/nextCursor" })),
-        _ => {}
+        (false, true) => ops.push(PatchOp::Add {
+            path: path()?,
+            value: cursor()?,
+        }),
+        (true, true) if before.steps_inline != after.steps_inline => ops.push(PatchOp::Replace {
+            path: path()?,
+            value: cursor()?,
+        }),
+        (true, false) => ops.push(PatchOp::Remove { path: path()? }),
+        (false, false) | (true, true) => {}
     }
+    Ok(())
 }
 
-fn diff_header(before: &Map<String, Value>, after: &Map<String, Value>, ops: &mut Vec<Value>) {
-    for (key, value) in after {
-        match before.get(key) {
-            Some(old) if old == value => {}
-            Some(_) => {
-                ops.push(json!({ "op": "replace", "path": format!("/{key}"), "value": value }))
-            }
-            None => ops.push(json!({ "op": "add", "path": format!("/{key}"), "value": value })),
-        }
-    }
-    for key in before.keys().filter(|key| !after.contains_key(*key)) {
-        ops.push(json!({ "op": "remove", "path": format!("/{key}") }));
-    }
+/// The operation that sets a whole member: `add` in the first revision,
+/// `replace` after it.
+fn whole_op<T: serde::Serialize>(first: bool, path: &str, value: &T) -> Result<PatchOp, OffSchema> {
+    let (path, value) = (pointer(path)?, patch_value(value)?);
+    Ok(if first {
+        PatchOp::Add { path, value }
+    } else {
+        PatchOp::Replace { path, value }
+    })
 }
 
 fn store(
     connection: &Connection,
     run_id: &RunId,
     after: &Stored,
-    ops: &[Value],
+    ops: &[PatchOp],
 ) -> rusqlite::Result<()> {
     fn text<T: serde::Serialize + ?Sized>(value: &T) -> String {
         serde_json::to_string(value).unwrap_or_default()
@@ -700,7 +739,7 @@ pub fn step_items(
     run_id: &RunId,
     offset: usize,
     limit: usize,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<wire::StepRecord>> {
     let mut statement = connection.prepare_cached(
         "SELECT shown FROM viewer_steps WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
@@ -708,7 +747,7 @@ pub fn step_items(
         params![run_id.as_str(), offset as i64, limit as i64],
         |row| row.get::<_, String>(0),
     )?;
-    rows.map(|text| text.map(|text| parse(&text))).collect()
+    rows.map(|text| Ok(parse("step", &text?)?)).collect()
 }
 
 fn step_page(
@@ -716,21 +755,25 @@ fn step_page(
     run_id: &RunId,
     inline: usize,
     total: usize,
-) -> rusqlite::Result<Value> {
+) -> rusqlite::Result<wire::StepPage> {
     Ok(view::step_page(
         step_items(connection, run_id, 0, inline)?,
         total,
-    ))
+    )?)
 }
 
 /// The run's view at its current presentation revision, assembled from the
 /// stored rows (a read: writes nothing). `None` when the run does not exist
 /// or has no revision yet.
-pub fn snapshot(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Option<Value>> {
+pub fn snapshot(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<wire::RunView>> {
     let before = stored(connection, run_id)?;
     if before.revision == 0 {
         return Ok(None);
     }
+    let header = before.header.clone().ok_or(OffSchema("header"))?;
     let Some(meta) = meta::load(connection, run_id)? else {
         return Ok(None);
     };
@@ -738,24 +781,23 @@ pub fn snapshot(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Opt
     let mut statement = connection.prepare_cached(
         "SELECT document FROM viewer_nodes WHERE run_id = ?1 ORDER BY node_index",
     )?;
-    let nodes: Vec<Value> = statement
+    let nodes: Vec<wire::GraphNode> = statement
         .query_map(params![run_id.as_str()], |row| row.get::<_, String>(0))?
-        .map(|text| text.map(|text| parse(&text)))
+        .map(|text| Ok(parse("node", &text?)?))
         .collect::<rusqlite::Result<_>>()?;
-    let updates: Vec<Value> = before
-        .updates_json
-        .as_deref()
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default();
+    let updates: Vec<wire::UpdateRecord> = match before.updates_json.as_deref() {
+        Some(text) => parse("updates", text)?,
+        None => Vec::new(),
+    };
     Ok(Some(view::document(
         run_id,
         before.revision,
-        &before.header,
+        header,
         nodes,
         topology.as_deref(),
         step_page(connection, run_id, before.steps_inline, before.steps_total)?,
-        view::update_page(&updates, before.updates_total),
-    )))
+        view::update_page(updates, before.updates_total)?,
+    )?))
 }
 
 /// The bytes of an advertised graph-history reference of `run_id`: its
@@ -810,19 +852,19 @@ pub fn rebuilt(
         return Ok(None);
     };
     let topology = meta::topology(connection, &meta.definition_digest)?;
-    let steps = view::fold_steps(&view_facts::attempt_rows(connection, run_id, 0)?, 1);
-    let complete: Vec<Value> = steps.iter().map(|step| step.value.clone()).collect();
-    let history = protocol::canonicalize(&Value::Array(complete)).unwrap_or_default();
+    let steps = view::fold_steps(&view_facts::attempt_rows(connection, run_id, 0)?, 1)?;
+    let complete: Vec<&wire::StepRecord> = steps.iter().map(|step| &step.value).collect();
+    let history = protocol::canonicalize_typed(&complete).unwrap_or_default();
     let digest = crate::ids::sha256(&history);
-    let graph_history = view::content_reference(&digest, "application/json", history.len());
+    let graph_history = view::content_reference(&digest, "application/json", history.len())?;
     let header = view_facts::header(connection, &agg, &meta, graph_history)?;
     let mut visits: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut last: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    let mut last: BTreeMap<&str, Option<wire::NodeOutcome>> = BTreeMap::new();
     for step in &steps {
         *visits.entry(step.node_id.as_str()).or_default() += 1;
-        last.insert(step.node_id.as_str(), step.outcome.as_deref());
+        last.insert(step.node_id.as_str(), step.outcome);
     }
-    let nodes: Vec<Value> = topology
+    let nodes: Vec<wire::GraphNode> = topology
         .as_deref()
         .map(|topology| {
             topology
@@ -837,29 +879,32 @@ pub fn rebuilt(
                         &agg,
                     )
                 })
-                .collect()
+                .collect::<Result<_, _>>()
         })
+        .transpose()?
         .unwrap_or_default();
-    let shown: Vec<Value> = steps.iter().map(StepDoc::shown).collect();
+    let shown: Vec<wire::StepRecord> = steps.iter().map(StepDoc::shown).collect();
     let inline = view::page_prefix(
         shown.iter().map(view::encoded_len),
         view::STEP_PAGE_LIMIT,
         view::STEP_PAGE_BYTES,
     );
     let total = shown.len();
-    let items: Vec<Value> = shown.into_iter().take(inline).collect();
+    let items: Vec<wire::StepRecord> = shown.into_iter().take(inline).collect();
     let (updates, updates_total) = view_facts::updates(connection, run_id)?;
     let revision = presentation_revision(connection, run_id)?;
+    let view = view::document(
+        run_id,
+        revision,
+        header,
+        nodes,
+        topology.as_deref(),
+        view::step_page(items, total)?,
+        view::update_page(updates, updates_total)?,
+    )?;
+    // The check compares documents, so it hands out the document itself.
     Ok(Some((
-        view::document(
-            run_id,
-            revision,
-            &header,
-            nodes,
-            topology.as_deref(),
-            view::step_page(items, total),
-            view::update_page(&updates, updates_total),
-        ),
+        serde_json::to_value(&view).map_err(|_| OffSchema("view"))?,
         history,
     )))
 }
@@ -875,7 +920,7 @@ pub fn patches_since(
     connection: &Connection,
     run_id: &RunId,
     from: u64,
-) -> rusqlite::Result<Option<(u64, Vec<Value>)>> {
+) -> rusqlite::Result<Option<(u64, Vec<PatchOp>)>> {
     let (current, floor): (i64, i64) = match connection
         .query_row_cached(
             "SELECT presentation_revision, retained_floor FROM viewer_runs WHERE run_id = ?1",
@@ -905,9 +950,7 @@ pub fn patches_since(
         if bytes > PATCH_BYTES {
             return Ok(None);
         }
-        if let Ok(Value::Array(items)) = serde_json::from_str(&patch) {
-            ops.extend(items);
-        }
+        ops.extend(parse::<Vec<PatchOp>>("patch", &patch)?);
     }
     Ok(Some((current, ops)))
 }
@@ -915,26 +958,47 @@ pub fn patches_since(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::generated::constrained as bounded;
 
-    /// A step document of about `bytes` bytes with `attempts` attempts.
-    fn step(seq: usize, attempts: usize, bytes: usize) -> Value {
-        let attempts: Vec<Value> = (1..=attempts)
-            .map(|number| json!({ "attemptId": format!("a{seq}-{number}"), "attemptNumber": number, "startedAtMs": 1 }))
+    /// A step document with `attempts` attempts and about `bytes` more
+    /// bytes of attempts (each about 150 bytes).
+    fn step(seq: usize, attempts: usize, bytes: usize) -> wire::StepRecord {
+        let pad = "p".repeat(100);
+        let attempts = (1..=attempts + bytes / 150)
+            .map(|number| wire::AttemptRecord {
+                attempt_id: view::to_wire("attemptId", format!("a{seq}-{number}-{pad}")).unwrap(),
+                attempt_number: bounded::AttemptNumber::new(number as u64).unwrap(),
+                finished_at_ms: None,
+                outcome: None,
+                started_at_ms: bounded::TimestampMs::new(1).unwrap(),
+            })
             .collect();
-        json!({ "seq": seq, "nodeId": format!("n{seq}-{}", "p".repeat(bytes)), "visit": 1, "startedAtMs": 1, "attempts": attempts })
+        wire::StepRecord {
+            attempts,
+            finished_at_ms: None,
+            node_id: view::to_wire("nodeId", format!("n{seq}")).unwrap(),
+            outcome: None,
+            seq: bounded::Sequence::new(seq as u64).unwrap(),
+            started_at_ms: bounded::TimestampMs::new(1).unwrap(),
+            visit: bounded::Visit::new(1).unwrap(),
+        }
     }
 
     /// The snapshot's step page of `steps`, from scratch.
-    fn snapshot_page(steps: &[String]) -> Value {
+    fn snapshot_page(steps: &[String]) -> wire::StepPage {
         let inline = view::page_prefix(
             steps.iter().map(String::len),
             view::STEP_PAGE_LIMIT,
             view::STEP_PAGE_BYTES,
         );
         view::step_page(
-            steps[..inline].iter().map(|text| parse(text)).collect(),
+            steps[..inline]
+                .iter()
+                .map(|text| parse("step", text).unwrap())
+                .collect(),
             steps.len(),
         )
+        .unwrap()
     }
 
     /// Every change a run makes to its steps (append, grow the last one past
@@ -973,7 +1037,7 @@ mod tests {
             inline: 0,
             bytes: 0,
         };
-        let mut document = json!({ "steps": snapshot_page(&steps) });
+        let mut document = serde_json::json!({ "steps": snapshot_page(&steps) });
         let (mut saw_removal, mut saw_rejoin) = (false, false);
         for change in changes {
             let before = page;
@@ -981,31 +1045,32 @@ mod tests {
                 Ok(text) => {
                     let old = steps.last().cloned().unwrap();
                     *steps.last_mut().unwrap() = text.clone();
-                    page.last_changed(&old, &text)
+                    page.last_changed(&old, &text).unwrap()
                 }
                 Err(text) => {
                     steps.push(text.clone());
-                    page.appended(&text)
+                    page.appended(&text).unwrap()
                 }
             };
-            saw_removal |= op.as_ref().is_some_and(|op| op["op"] == "remove");
+            saw_removal |= matches!(op, Some(PatchOp::Remove { .. }));
             saw_rejoin |= before.inline + 1 == before.total && page.inline == page.total;
-            let mut ops: Vec<Value> = op.into_iter().collect();
+            let mut ops: Vec<PatchOp> = op.into_iter().collect();
             let as_stored = |page: &Page| Stored {
                 steps_total: page.total,
                 steps_inline: page.inline,
                 ..Stored::default()
             };
-            step_page_fields(&as_stored(&before), &as_stored(&page), &mut ops);
-            pi_workflows_client::live::apply_patch(&mut document, &ops).unwrap();
+            step_page_fields(&as_stored(&before), &as_stored(&page), &mut ops).unwrap();
+            let values: Vec<Value> = ops.iter().map(|op| patch_value(op).unwrap()).collect();
+            pi_workflows_client::live::apply_patch(&mut document, &values).unwrap();
             let expected = snapshot_page(&steps);
             assert_eq!(
                 document["steps"],
-                expected,
+                patch_value(&expected).unwrap(),
                 "after {} steps: {ops:?}",
                 steps.len()
             );
-            let inline = expected["items"].as_array().unwrap().len();
+            let inline = expected.items.len();
             assert_eq!(page.inline, inline);
             assert_eq!(
                 page.bytes,
@@ -1033,20 +1098,18 @@ mod tests {
                 finished_at_ms: Some(2),
             })
             .collect();
-        let steps = view::fold_steps(&rows, 1);
+        let steps = view::fold_steps(&rows, 1).unwrap();
         assert_eq!(steps.len(), 1, "one node visit is one step");
         let (complete, shown) = step_texts(&steps[0]);
-        assert_eq!(
-            parse(&complete)["attempts"].as_array().unwrap().len(),
-            view::STEP_ATTEMPTS_SHOWN + 5
-        );
-        let shown = parse(&shown);
-        let attempts = shown["attempts"].as_array().unwrap();
+        let complete: wire::StepRecord = parse("step", &complete).unwrap();
+        assert_eq!(complete.attempts.len(), view::STEP_ATTEMPTS_SHOWN + 5);
+        let shown: wire::StepRecord = parse("step", &shown).unwrap();
+        let attempts = &shown.attempts;
         assert_eq!(attempts.len(), view::STEP_ATTEMPTS_SHOWN);
-        assert_eq!(attempts[0]["attemptNumber"], 6);
+        assert_eq!(attempts[0].attempt_number.get(), 6);
         assert_eq!(
-            attempts.last().unwrap()["attemptNumber"],
-            view::STEP_ATTEMPTS_SHOWN + 5
+            attempts.last().unwrap().attempt_number.get(),
+            view::STEP_ATTEMPTS_SHOWN as u64 + 5
         );
     }
 

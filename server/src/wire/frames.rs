@@ -11,7 +11,13 @@
 //!   not match its schema is a server defect: the check panics, naming the
 //!   channel and the message kind only (never a payload), so a test that
 //!   provokes it fails. Release builds skip the check.
+//! - A typed message ([`client_message`], [`event`]) is canonicalised from
+//!   its generated type directly, to the same bytes its JSON value gives.
 
+use protocol::generated::types::{
+    Availability, ClientEvent, ClientMessage, ClientSchemaId, SubscriptionId,
+};
+use serde::Serialize;
 use serde_json::Value;
 
 /// The channel a frame is sent on (what its schema is).
@@ -27,18 +33,51 @@ pub enum Channel {
 
 /// A client-channel frame (`\n`-terminated).
 pub fn client(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Client, value)
+    encode(Channel::Client, value, || kind(value))
+}
+
+/// A client-channel frame of a typed message (`\n`-terminated).
+pub fn client_message(message: &ClientMessage) -> Option<Vec<u8>> {
+    encode(Channel::Client, message, || message_kind(message))
+}
+
+/// The frame of one event of subscription `subscription_id`. An event that
+/// does not fit one frame (every page and view is bounded to fit) becomes
+/// an `unavailable` availability event of the same subscription, so its
+/// receiver is told; nothing is dropped silently.
+pub fn event(subscription_id: &SubscriptionId, revision: u64, event: ClientEvent) -> Vec<u8> {
+    let message = |event| {
+        Some(ClientMessage::Event {
+            event,
+            revision: protocol::generated::constrained::Revision::new(revision)?,
+            schema: ClientSchemaId::PiWorkflowsClientV1,
+            subscription_id: subscription_id.clone(),
+        })
+    };
+    if let Some(frame) = message(event).as_ref().and_then(client_message) {
+        return frame;
+    }
+    let substitute = ClientEvent::Availability {
+        reason: "frameTooLarge: the event did not fit one 1 MiB frame; report this server bug"
+            .parse()
+            .ok(),
+        state: Availability::Unavailable,
+    };
+    message(substitute)
+        .as_ref()
+        .and_then(client_message)
+        .unwrap_or_default()
 }
 
 /// A server-to-runner frame (`\n`-terminated).
 pub fn runner(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Runner, value)
+    encode(Channel::Runner, value, || kind(value))
 }
 
 /// A launch envelope frame (`\n`-terminated; the schema covers the bytes
 /// before the newline).
 pub fn launch(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Launch, value)
+    encode(Channel::Launch, value, || kind(value))
 }
 
 /// Whether `value` fits one frame once canonical (no schema check: the
@@ -47,20 +86,24 @@ pub fn fits(value: &Value) -> bool {
     canonical_frame(value).is_some()
 }
 
-fn canonical_frame(value: &Value) -> Option<Vec<u8>> {
-    let mut bytes = protocol::canonicalize(value).ok()?;
+fn canonical_frame<T: Serialize>(value: &T) -> Option<Vec<u8>> {
+    let mut bytes = protocol::canonicalize_typed(value).ok()?;
     bytes.push(b'\n');
     (bytes.len() <= protocol::MAX_FRAME_BYTES).then_some(bytes)
 }
 
-fn encode(channel: Channel, value: &Value) -> Option<Vec<u8>> {
+fn encode<T: Serialize>(
+    channel: Channel,
+    value: &T,
+    kind: impl FnOnce() -> String,
+) -> Option<Vec<u8>> {
     let bytes = canonical_frame(value)?;
     if cfg!(debug_assertions)
         && let Err(error) = check(channel, &bytes)
     {
         panic!(
             "an outgoing {channel:?} frame ({}) does not match its schema: {}",
-            kind(value),
+            kind(),
             error.code()
         );
     }
@@ -95,6 +138,26 @@ fn kind(value: &Value) -> String {
     }
 }
 
+/// The message kind of a typed frame, for the panic message (no payload).
+fn message_kind(message: &ClientMessage) -> String {
+    match message {
+        ClientMessage::Hello { .. } => "hello".into(),
+        ClientMessage::Request { operation, .. } => format!("request/{operation}"),
+        ClientMessage::Response { operation, .. } => format!("response/{operation}"),
+        ClientMessage::Event { event, .. } => format!(
+            "event/{}",
+            match event {
+                ClientEvent::RunListSnapshot { .. } => "runListSnapshot",
+                ClientEvent::RunViewSnapshot { .. } => "runViewSnapshot",
+                ClientEvent::RunViewPatch { .. } => "runViewPatch",
+                ClientEvent::Page { .. } => "page",
+                ClientEvent::SessionMessages { .. } => "sessionMessages",
+                ClientEvent::Availability { .. } => "availability",
+            }
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +186,106 @@ mod tests {
     #[should_panic(expected = "does not match its schema")]
     fn debug_builds_panic_on_a_frame_off_its_schema() {
         let _ = client(&json!({ "schema": "pi-workflows.client.v1", "type": "event" }));
+    }
+
+    /// A protocol fixture (canonical bytes) as a JSON value.
+    fn fixture(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    const REPLY: &str =
+        include_str!("../../../protocol/fixtures/frames/server/reply-result-content.canonical");
+    const LAUNCH: &str =
+        include_str!("../../../protocol/fixtures/frames/launch/launch-run.canonical");
+
+    #[test]
+    fn the_runner_and_launch_checks_refuse_a_planted_document_off_their_schema() {
+        let reply = fixture(REPLY);
+        assert_eq!(
+            check(Channel::Runner, &canonical_frame(&reply).unwrap()),
+            Ok(())
+        );
+        let mut planted = reply.clone();
+        planted["outcome"] = json!("maybe");
+        assert!(check(Channel::Runner, &canonical_frame(&planted).unwrap()).is_err());
+        let launch = fixture(LAUNCH);
+        assert_eq!(
+            check(Channel::Launch, &canonical_frame(&launch).unwrap()),
+            Ok(())
+        );
+        let mut planted = launch.clone();
+        planted["protocolVersion"] = json!(2);
+        assert!(check(Channel::Launch, &canonical_frame(&planted).unwrap()).is_err());
+        // A runner message is not a launch envelope, nor a client frame.
+        assert!(check(Channel::Launch, &canonical_frame(&reply).unwrap()).is_err());
+        assert!(check(Channel::Client, &canonical_frame(&reply).unwrap()).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "an outgoing Runner frame (reply) does not match its schema")]
+    fn debug_builds_panic_on_a_runner_frame_off_its_schema() {
+        let mut planted = fixture(REPLY);
+        planted["outcome"] = json!("maybe");
+        let _ = runner(&planted);
+    }
+
+    #[test]
+    #[should_panic(expected = "an outgoing Launch frame (launch/run) does not match its schema")]
+    fn debug_builds_panic_on_a_launch_frame_off_its_schema() {
+        let mut planted = fixture(LAUNCH);
+        planted["unexpected"] = json!(true);
+        let _ = launch(&planted);
+    }
+
+    /// A typed response whose receipt is not the receipt of its operation:
+    /// the generated type cannot say so (a receipt is any object), the
+    /// schema check does.
+    #[test]
+    #[should_panic(
+        expected = "an outgoing Client frame (response/server.status) does not match its schema"
+    )]
+    fn debug_builds_panic_on_a_typed_response_whose_receipt_is_off_its_schema() {
+        use protocol::generated::types::{CommandOutcome, JsonObject, Operation};
+        let receipt = json!({ "queued": "many" });
+        let _ = client_message(&ClientMessage::Response {
+            error: None,
+            operation: Operation::ServerStatus,
+            outcome: CommandOutcome::Accepted,
+            receipt: Some(JsonObject(receipt.as_object().unwrap().clone())),
+            request_id: "req-1".parse().unwrap(),
+            revision: None,
+            schema: ClientSchemaId::PiWorkflowsClientV1,
+        });
+    }
+
+    #[test]
+    fn an_event_that_does_not_fit_a_frame_tells_its_subscription() {
+        use protocol::generated::types::{PageCollection, ViewPage};
+        let subscription: SubscriptionId = "sub-abc".parse().unwrap();
+        let page = ViewPage {
+            checkpoint: None,
+            collection: PageCollection::Steps,
+            cursor: None,
+            items: vec![Value::String("x".repeat(protocol::MAX_FRAME_BYTES))],
+            next_cursor: None,
+            revision: protocol::generated::constrained::Revision::new(3).unwrap(),
+        };
+        let frame = event(&subscription, 3, ClientEvent::Page { page });
+        assert!(frame.len() < 1024, "the substitute is small");
+        let decoded = protocol::decode_client_frame(&frame).unwrap();
+        match decoded.message {
+            ClientMessage::Event {
+                event: ClientEvent::Availability { state, reason },
+                subscription_id,
+                revision,
+                ..
+            } => {
+                assert_eq!(state, Availability::Unavailable);
+                assert!(reason.unwrap().starts_with("frameTooLarge"));
+                assert_eq!(subscription_id, subscription);
+                assert_eq!(revision.get(), 3);
+            }
+            other => panic!("not an availability event: {other:?}"),
+        }
     }
 }
