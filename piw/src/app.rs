@@ -199,6 +199,8 @@ pub struct RunState {
     pub run_id: String,
     pub view: Option<Box<RunView>>,
     pub missing: Option<String>,
+    /// Why the view held is stale (one line), until the next view arrives.
+    pub stale: Option<String>,
     pub model: RunModel,
     pub topology: Option<Topology>,
     pub history: Option<(String, Vec<StepRecord>)>,
@@ -225,6 +227,7 @@ impl RunState {
             run_id: run_id.to_owned(),
             view: None,
             missing: None,
+            stale: None,
             model: RunModel::default(),
             topology: None,
             history: None,
@@ -313,6 +316,11 @@ struct Drag {
     column: u16,
     row: u16,
 }
+
+/// The graph title's line when the run's definition verified but is not a
+/// topology piw can read.
+pub const DEFINITION_UNREADABLE: &str =
+    "definition unreadable: no switch labels (install matching pi-workflows and piw versions)";
 
 /// The application state.
 #[derive(Debug)]
@@ -545,6 +553,11 @@ impl App {
                     run.missing = Some(line);
                 }
             }
+            SourceEvent::RunViewStale { run_id, line } => {
+                if let Some(run) = self.run.as_mut().filter(|run| run.run_id == run_id) {
+                    run.stale = Some(line);
+                }
+            }
             SourceEvent::Page { run_id, page } => {
                 let Some(run) = self.run.as_mut().filter(|run| run.run_id == run_id) else {
                     return;
@@ -600,6 +613,7 @@ impl App {
         };
         self.availability = Availability::Available;
         run.missing = None;
+        run.stale = None;
         for update in &view.updates.items {
             if update.type_.as_str() == "progress" {
                 run.eta.observe(
@@ -670,7 +684,16 @@ impl App {
         let state = match result {
             Ok(bytes) => {
                 if digest == view.definition.digest.as_str() {
-                    run.topology = serde_json::from_slice::<Topology>(&bytes).ok();
+                    match serde_json::from_slice::<Topology>(&bytes) {
+                        Ok(topology) => run.topology = Some(topology),
+                        Err(_) => {
+                            run.contents.insert(
+                                digest.to_owned(),
+                                ContentState::Failed(DEFINITION_UNREADABLE.into()),
+                            );
+                            return;
+                        }
+                    }
                 }
                 if digest == view.graph_history.digest.as_str() {
                     match serde_json::from_slice::<Vec<StepRecord>>(&bytes) {

@@ -11,7 +11,10 @@
 //!   `runList` subscription event (further rows read with `runs.list` from
 //!   that event's cursor); a run view is the subscription's snapshot folded
 //!   with its patches by the client's [`LiveView`] (a patch on another base
-//!   is never shown: the client re-subscribes); pages are `view.page`
+//!   is never shown: the client re-subscribes); a frame that cannot be
+//!   folded into a run view (a patch that does not apply, a document that is
+//!   no run view) is told to piw as a stale view, never dropped, and the
+//!   run is subscribed again from nothing for a fresh snapshot; pages are `view.page`
 //!   answers; content is the client's verified bytes.
 //! - Desired state survives any loss: the run list and the watched run are
 //!   subscribed again (the run from the revision piw holds) when the
@@ -30,8 +33,8 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use pi_workflows_client::{
-    CallOptions, ClientError, ClientOptions, Delivery, LiveView, RequestSpec, SubscriptionHandle,
-    WorkflowClient, ops,
+    CallOptions, ClientError, ClientOptions, Delivery, LiveError, LiveView, RequestSpec,
+    SubscriptionHandle, WorkflowClient, ops,
 };
 use protocol::generated::types::{
     ClientEvent, ContentReference, PageCollection, RunListRow, RunView, RunsListPayload,
@@ -53,6 +56,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub struct LiveSource {
     commands: mpsc::UnboundedSender<Command>,
     events: std_mpsc::Receiver<SourceEvent>,
+    /// Whether piw was told that the worker stopped.
+    worker_gone: bool,
 }
 
 impl LiveSource {
@@ -89,20 +94,57 @@ impl LiveSource {
                 runtime.block_on(worker.run(receiver));
             })
             .expect("the source thread starts");
-        Self { commands, events }
+        Self {
+            commands,
+            events,
+            worker_gone: false,
+        }
     }
 }
 
 impl Source for LiveSource {
     fn send(&mut self, command: Command) {
         // The worker ends only with the process; a failed send means it
-        // already stopped and there is nothing to tell.
+        // stopped, which `try_next` tells piw (once).
         let _ = self.commands.send(command);
     }
 
     fn try_next(&mut self) -> Option<SourceEvent> {
-        self.events.try_recv().ok()
+        match self.events.try_recv() {
+            Ok(event) => Some(event),
+            Err(std_mpsc::TryRecvError::Empty) => None,
+            // The worker stopped (it ends only with piw, so it failed):
+            // nothing on screen is current any more. Said once.
+            Err(std_mpsc::TryRecvError::Disconnected) => {
+                (!std::mem::replace(&mut self.worker_gone, true)).then(|| {
+                    SourceEvent::Availability(Availability::Unavailable(WORKER_GONE.into()))
+                })
+            }
+        }
     }
+}
+
+/// The line shown once the worker stopped.
+const WORKER_GONE: &str =
+    "piw's connection worker stopped; nothing shown is current: quit (q) and start piw again";
+
+/// Folds one event of the watched run's subscription into `live` and types
+/// the result; `Err` says in a few words why there is no view to show (the
+/// event is not a run-view event, its patch does not apply to the view held,
+/// or the folded document is not a run view). `live` is unchanged by a
+/// patch that does not apply.
+fn fold(live: &mut LiveView, event: &ClientEvent) -> Result<Box<RunView>, &'static str> {
+    live.apply_event(event).map_err(|error| match error {
+        LiveError::BaseMismatch { .. } => "a view change skipped a revision",
+        LiveError::BadOperation(_) => "a view change did not apply",
+        LiveError::NotRunView => "the run sent an event that is no view",
+    })?;
+    live.view()
+        // Typed straight from the folded document (no copy of it).
+        .map(<RunView as serde::Deserialize>::deserialize)
+        .and_then(Result::ok)
+        .map(Box::new)
+        .ok_or("the server sent a view piw cannot read")
 }
 
 /// The watched run.
@@ -298,21 +340,43 @@ impl Worker {
                 else {
                     return true;
                 };
-                if watched.live.apply_event(&event).is_err() {
-                    // Not a view event, or a patch on another base (the
-                    // client re-subscribes on gaps): nothing to show.
-                    return true;
-                }
-                match watched
-                    .live
-                    .view()
-                    // Typed straight from the folded document (no copy of it).
-                    .map(<RunView as serde::Deserialize>::deserialize)
-                {
-                    Some(Ok(view)) => (self.out)(SourceEvent::RunView(Box::new(view))),
-                    Some(Err(_)) | None => true,
+                match fold(&mut watched.live, &event) {
+                    Ok(view) => (self.out)(SourceEvent::RunView(view)),
+                    Err(what) => self.stale(what).await,
                 }
             }
+        }
+    }
+
+    /// The watched run's view could not be folded: tells piw that the view
+    /// it holds is stale and subscribes again from nothing (the server
+    /// answers with a fresh snapshot); `false` once piw is gone.
+    async fn stale(&mut self, what: &str) -> bool {
+        let Some(watched) = self.run.as_mut() else {
+            return true;
+        };
+        let run_id = watched.run_id.clone();
+        let revision = watched
+            .live
+            .revision()
+            .map_or_else(String::new, |revision| format!(" (revision {revision})"));
+        let handle = watched.handle.take();
+        watched.live = LiveView::new();
+        if let Some(handle) = handle {
+            // A lost connection already ended the server's subscription;
+            // the client forgot this one either way.
+            let _ = self.client.unsubscribe(handle).await;
+        }
+        let line = format!(
+            "{what}{revision}; asking for a fresh one (if this repeats, install matching \
+             pi-workflows and piw versions)"
+        );
+        if !(self.out)(SourceEvent::RunViewStale { run_id, line }) {
+            return false;
+        }
+        match self.subscribe_run().await {
+            Ok(()) => true,
+            Err(error) => self.tell_failure(&error),
         }
     }
 
@@ -492,5 +556,38 @@ impl Worker {
             outcome,
             line,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_worker_is_told_once_as_unavailable() {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let (sender, events) = std_mpsc::channel();
+        let mut source = LiveSource {
+            commands,
+            events,
+            worker_gone: false,
+        };
+        sender
+            .send(SourceEvent::Availability(Availability::Available))
+            .unwrap();
+        // The worker ends (a panic drops its sender and its receiver).
+        drop((sender, receiver));
+        source.send(Command::WatchRuns);
+        assert_eq!(
+            source.try_next(),
+            Some(SourceEvent::Availability(Availability::Available))
+        );
+        let told = source.try_next();
+        assert!(
+            matches!(&told, Some(SourceEvent::Availability(Availability::Unavailable(line)))
+                if line.contains("stopped") && line.contains("start piw again")),
+            "{told:?}"
+        );
+        assert_eq!(source.try_next(), None);
     }
 }

@@ -50,6 +50,12 @@ pub enum SourceEvent {
     RunView(Box<RunView>),
     /// A watched run does not exist: one line saying so.
     RunMissing { run_id: String, line: String },
+    /// A frame of the watched run's subscription could not be folded into a
+    /// run view (a patch that does not apply, or a document that is not a
+    /// run view): the view piw holds is stale until the next
+    /// [`SourceEvent::RunView`], and the source has asked the server for a
+    /// fresh snapshot. `line` says what happened and what to do next.
+    RunViewStale { run_id: String, line: String },
     /// One page of a run-view collection, as the server answered it.
     Page { run_id: String, page: ViewPage },
     /// A page could not be read: one line.

@@ -186,3 +186,55 @@ fn unavailable_and_version_mismatch_lines() {
     )));
     snapshot("detail_disconnected.80x24", &harness.render(80, 24));
 }
+
+#[test]
+fn a_stale_view_is_labelled_stale_with_its_line_until_a_fresh_view_arrives() {
+    let mut harness = run_harness("pipeline", "pipeline");
+    let run_id = harness.app.run.as_ref().unwrap().run_id.clone();
+    let live = harness.render(80, 24);
+    assert!(live.lines().next().unwrap().contains("● live"), "{live}");
+    harness.event(SourceEvent::RunViewStale {
+        run_id,
+        line: "the server sent a view piw cannot read (revision 9); asking for a fresh one (if this repeats, install matching pi-workflows and piw versions)".into(),
+    });
+    let screen = harness.render(80, 24);
+    snapshot("detail_stale.80x24", &screen);
+    let header = screen.lines().next().unwrap();
+    assert!(
+        header.contains("◌ stale") && !header.contains("● live"),
+        "{screen}"
+    );
+    let footer = screen.lines().rev().find(|l| !l.is_empty()).unwrap();
+    assert!(
+        footer.contains("stale view · the server sent a view piw cannot read"),
+        "{screen}"
+    );
+    // The fresh snapshot clears it.
+    harness.event(SourceEvent::RunView(Box::new(view("pipeline"))));
+    let again = harness.render(80, 24);
+    assert!(again.lines().next().unwrap().contains("● live"), "{again}");
+    assert!(!again.contains("stale"), "{again}");
+}
+
+#[test]
+fn a_definition_that_is_no_topology_is_named_in_the_graph_title() {
+    let junk = br#"{"not":"a topology"}"#.to_vec();
+    let mut view = view("pipeline");
+    view.definition = serde_json::from_value(serde_json::json!({
+        "digest": protocol::content::digest_text(&junk), "mediaType": "application/json",
+        "bytes": junk.len(),
+    }))
+    .unwrap();
+    let mut harness = Harness::new(Some(view.run_id.as_str()), view.updated_at_ms.get() + 4_000);
+    harness.source.contents.push(junk);
+    harness.event(SourceEvent::RunView(Box::new(view)));
+    let screen = harness.render(120, 32);
+    let title = screen.lines().find(|l| l.contains("graph ·")).unwrap();
+    assert!(
+        title.contains("definition unreadable: no switch labels"),
+        "{screen}"
+    );
+    // A definition that reads is not named.
+    let mut good = run_harness("pipeline", "pipeline");
+    assert!(!good.render(120, 32).contains("definition unreadable"));
+}

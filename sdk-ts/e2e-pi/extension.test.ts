@@ -139,6 +139,11 @@ function runIdOf(text: string): string {
   return match[1] as string;
 }
 
+/** The lines of an `strace -e trace=open,openat,openat2` log that open the state file or its WAL or shared memory. */
+function stateFileOpens(opens: readonly string[]): string[] {
+  return opens.filter((line) => /state\.sqlite|\.sqlite-wal|\.sqlite-shm/.test(line));
+}
+
 describe("the extension in real Pi (rpc mode)", () => {
   it("/workflow list names the project's workflows; /workflow <name> starts one that waits at its checkpoint; status and the widget show it; answer continues it to completion", async (t) => {
     const s = await setup(t);
@@ -335,12 +340,31 @@ describe("the extension in real Pi (rpc mode)", () => {
     const opens = readFileSync(trace, "utf8").split("\n").filter((line) => /open/.test(line));
     assert.ok(opens.some((line) => line.includes("dist/extension/index.js")), "the trace shows the extension being loaded");
     assert.ok(opens.some((line) => line.includes("server.sock") || line.includes("approve.workflow.ts")) || opens.length > 100, "the trace covers the session");
-    assert.deepEqual(
-      opens.filter((line) => /state\.sqlite|\.sqlite-wal|\.sqlite-shm/.test(line)),
-      [],
-    );
+    assert.deepEqual(stateFileOpens(opens), []);
     // The state file exists and the server (outside the trace) uses it.
     assert.equal(spawnSync("test", ["-f", join(s.server.home, "state.sqlite")]).status, 0);
+  });
+
+  it("the state.sqlite trace check fails when an extension in Pi's process tree opens the file (a planted open)", async (t) => {
+    const s = await setup(t);
+    const trace = join(s.server.root, "pi-planted.strace");
+    const planted = join(s.server.root, "planted-extension.ts");
+    // A planted extension beside ours: it opens the server's state file read-only at session start.
+    writeFileSync(
+      planted,
+      `import { closeSync, openSync } from "node:fs";
+export default function (pi: { on(event: "session_start", handler: () => void): void }) {
+  pi.on("session_start", () => closeSync(openSync(${JSON.stringify(join(s.server.home, "state.sqlite"))}, "r")));
+}
+`,
+    );
+    const pi = await s.fixture.spawnRpc({ extensions: [SDK_DIR, planted], cwd: s.project, env: s.env, prefix: ["strace", "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", trace] });
+    await workflow(pi, "list");
+    await pi.stop();
+    const opens = readFileSync(trace, "utf8").split("\n").filter((line) => /open/.test(line));
+    const found = stateFileOpens(opens);
+    assert.equal(found.length, 1, found.join("\n"));
+    assert.match(found[0] as string, /openat\(.*state\.sqlite", O_RDONLY/);
   });
 });
 

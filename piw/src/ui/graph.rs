@@ -103,6 +103,14 @@ pub(super) fn draw(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
         app.density.word(),
         if app.follow { "follow" } else { "free" }
     );
+    // A definition that could not be fetched or read: the graph says so.
+    if let Some(crate::app::ContentState::Failed(line)) = app
+        .run
+        .as_ref()
+        .and_then(|run| run.content(run.view.as_ref()?.definition.digest.as_str()))
+    {
+        title.push_str(&format!("· {line} "));
+    }
     if !app.replay.live {
         title.push_str(&format!(
             "· replay step {}/{} ",

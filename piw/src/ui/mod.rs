@@ -77,9 +77,16 @@ fn unavailable_screen(frame: &mut Frame<'_>, app: &App, area: Rect, line: &str) 
     frame.render_widget(Paragraph::new(text), rect);
 }
 
-/// The availability line, when the server is not current.
+/// The availability line, when the server is not current or the run view
+/// on screen is stale.
 pub(crate) fn availability_line(app: &App) -> Option<(String, Style)> {
     let theme = app.theme;
+    if let Some(line) = stale_line(app) {
+        return Some((
+            format!("stale view · {line}"),
+            theme.status(protocol::generated::types::DisplayStatus::Failed),
+        ));
+    }
     match &app.availability {
         Availability::Unavailable(line) | Availability::VersionMismatch(line) => Some((
             format!("disconnected · {line}"),
@@ -88,6 +95,13 @@ pub(crate) fn availability_line(app: &App) -> Option<(String, Style)> {
         Availability::Connecting => Some(("connecting…".into(), theme.dim())),
         Availability::Available => None,
     }
+}
+
+/// Why the run view on screen is stale, while it is.
+fn stale_line(app: &App) -> Option<&str> {
+    (app.screen == Screen::Run)
+        .then_some(app.run.as_ref()?.stale.as_deref())
+        .flatten()
 }
 
 /// The footer: a notice, the availability line, or key hints.
@@ -235,6 +249,10 @@ fn run_header(frame: &mut Frame<'_>, app: &App, area: Rect) {
     let (mode, style) = match (&app.availability, app.replay.live) {
         (Availability::Unavailable(_) | Availability::VersionMismatch(_), _) => (
             "○ disconnected ",
+            theme.status(protocol::generated::types::DisplayStatus::Failed),
+        ),
+        (_, true) if run.stale.is_some() => (
+            "◌ stale ",
             theme.status(protocol::generated::types::DisplayStatus::Failed),
         ),
         (_, true) => ("● live ", theme.path()),

@@ -26,7 +26,7 @@ import { WorkflowSession } from "./session.js";
 import { TOOL_DESCRIPTION, TOOL_NAME, WORKFLOW_TOOL_PARAMETERS } from "./tool.js";
 import { RESERVED_WORDS, USAGE } from "./grammar.js";
 import { WIDGET_KEY } from "./widget.js";
-import { registerPiw } from "./piw.js";
+import { herdrAvailable, registerPiw } from "./piw.js";
 
 export { WorkflowSession } from "./session.js";
 export { WorkflowMessageCoordinator } from "./coordinator.js";
@@ -85,6 +85,7 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
       sessionId: ctx.sessionManager.getSessionId(),
       projectPath: ctx.cwd,
       getLeafId: () => ctx.sessionManager.getLeafId(),
+      piwHint: herdrAvailable(),
     });
     // Recovery runs in the background: Pi's startup never waits for the server.
     void session.start();

@@ -51,6 +51,11 @@ export interface PiwOutcome {
   message: string;
 }
 
+/** Whether Pi runs inside Herdr (`HERDR_ENV=1`): piw opens in a pane and the widget names Ctrl+Shift+R. */
+export function herdrAvailable(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env["HERDR_ENV"] === "1";
+}
+
 /** The exact label of the pane that shows `runId`. */
 export function piwPaneLabel(runId: string): string {
   return `piw · ${runId}`;
@@ -87,7 +92,7 @@ export class PiwOpener {
 
   /** Whether Pi runs inside Herdr (the placement menu is offered only then). */
   get inHerdr(): boolean {
-    return this.env["HERDR_ENV"] === "1";
+    return herdrAvailable(this.env);
   }
 
   /** Opens or focuses the viewer of `target` (one open per run at a time). */

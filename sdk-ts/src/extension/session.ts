@@ -44,6 +44,8 @@ export interface WorkflowSessionOptions {
   pollMs?: number;
   /** Entry wait after a send (tests shorten it). */
   entryWait?: { attempts: number; delayMs: number };
+  /** Herdr is available: the widget names Ctrl+Shift+R piw. */
+  piwHint?: boolean;
 }
 
 /** What a tool call returns to Pi. */
@@ -204,7 +206,7 @@ export class WorkflowSession {
       this.scroll = 0;
     }
     const maxLines = this.options.ui.mode === "tui" ? COMPONENT_WIDGET_LINES : STRING_WIDGET_LINES;
-    const drawn = renderWidget(run, { nowMs: this.now(), maxLines, scroll: this.scroll });
+    const drawn = renderWidget(run, { nowMs: this.now(), maxLines, scroll: this.scroll, piwHint: this.options.piwHint === true });
     this.scroll = drawn.scroll;
     this.options.ui.setWidget(drawn.lines);
     this.options.ui.setStatus(statusLine(run));

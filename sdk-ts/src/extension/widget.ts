@@ -10,6 +10,8 @@
  * - At most `maxLines` lines (Pi cuts string widgets at 10): node rows are
  *   windowed around the active node (the display's current node, else its
  *   waiting node), and the scroll offset moves the window.
+ * - While Herdr is available the widget names `Ctrl+Shift+R piw` on its
+ *   last line (sharing the scroll hint's line when rows are hidden).
  */
 import type { DisplayStatus, GraphNode, NodeState, NodeType, RunView, StepRecord } from "../generated/types.js";
 
@@ -177,8 +179,15 @@ function footerLines(view: RunView): string[] {
   return lines;
 }
 
-/** The widget lines of `view` at `nowMs`, with the node window moved by `scroll` rows. */
-export function renderWidget(view: RunView, options: { nowMs: number; maxLines: number; scroll: number }): WidgetRender {
+/** The call to action for piw, shown while Herdr is available (reference §5.7). */
+export const PIW_HINT = "Ctrl+Shift+R piw";
+
+/**
+ * The widget lines of `view` at `nowMs`, with the node window moved by
+ * `scroll` rows. With `piwHint` (Herdr is available) the last line carries
+ * {@link PIW_HINT}: after the scroll hint when rows are hidden, else alone.
+ */
+export function renderWidget(view: RunView, options: { nowMs: number; maxLines: number; scroll: number; piwHint?: boolean }): WidgetRender {
   const head = header(view);
   let progress = progressLines(view);
   const footer = footerLines(view);
@@ -187,11 +196,13 @@ export function renderWidget(view: RunView, options: { nowMs: number; maxLines: 
   // Keep at least one node row (and its scroll hint) when space is short.
   while (progress.length > 0 && fixed() + Math.min(nodes.length, 2) > options.maxLines) progress = progress.slice(0, -1);
   let rows = Math.max(0, options.maxLines - fixed());
-  let hint = false;
-  if (nodes.length > rows) {
-    hint = true;
+  const piwHint = options.piwHint === true;
+  let hintLine = false;
+  if (nodes.length > rows || piwHint) {
+    hintLine = true;
     rows = Math.max(1, rows - 1);
   }
+  const hint = nodes.length > rows;
   rows = Math.min(rows, nodes.length);
   const activeId = activeNodeOf(view);
   let active = activeId === undefined ? -1 : nodes.findIndex((node) => node.id === activeId);
@@ -207,6 +218,12 @@ export function renderWidget(view: RunView, options: { nowMs: number; maxLines: 
   const shown = nodes.slice(start, start + rows).map((node) => nodeRow(node, view, options.nowMs));
   const lines = [head, ...shown, ...progress, ...footer];
   const hiddenRows = nodes.length - shown.length;
-  if (hint) lines.push(`  shift+↑/↓ scroll (${start > 0 ? `${start} above` : "top"}, ${nodes.length - start - shown.length > 0 ? `${nodes.length - start - shown.length} below` : "end"})`);
+  const piw = piwHint ? PIW_HINT : undefined;
+  if (hint) {
+    const scroll = `shift+↑/↓ scroll (${start > 0 ? `${start} above` : "top"}, ${nodes.length - start - shown.length > 0 ? `${nodes.length - start - shown.length} below` : "end"})`;
+    lines.push(`  ${[scroll, piw].filter((part) => part !== undefined).join(" · ")}`);
+  } else if (hintLine && piw !== undefined) {
+    lines.push(`  ${piw}`);
+  }
   return { lines: lines.slice(0, options.maxLines), hiddenRows, scroll: start - follow };
 }

@@ -1,0 +1,233 @@
+/**
+ * Workflow messages across the failures of a real Pi conversation (issue 14
+ * item 8): real Pi 1.6.0 in rpc mode with this package's extension, the real
+ * server binary, the node runner, the validation child and the mock model.
+ *
+ * - The server SIGKILLed mid-step and started again: the step message is
+ *   not sent again and the run completes.
+ * - A notify node's notification reaches the session without a model turn.
+ *
+ * A step turn is held open by a bash tool call that waits for a gate file
+ * the test creates, so each failure lands inside the exact turn.
+ * Run with `npm run test:pi` (after `scripts/install-pi.sh` and
+ * `cargo build -p server`).
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { type TestContext, describe, it } from "node:test";
+
+import { type MockRequest, type MockRule, reply, submitStep } from "../test-support/mock-model.js";
+import { MOCK_MODEL_ID, MOCK_PROVIDER, type PiFixture, type PiRecord, type PiRpc, piFixture, processAlive } from "../test-support/pi.js";
+import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+
+const REVIEW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "review",
+  startAt: "review",
+  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
+  nodes: {
+    review: agent({
+      prompt: ({ input }) => "Review the change: " + String((input as { task?: string } | null)?.task ?? ""),
+      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
+      validate: (output) => output,
+    }),
+    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
+  },
+  edges: [{ from: "review", to: "ship" }],
+});
+`;
+
+const NOTICE = "The release notes are ready for review.";
+const ANNOUNCE = `import { compute, defineWorkflow, notify } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "announce",
+  startAt: "announce",
+  nodes: {
+    announce: notify({ message: ${JSON.stringify(NOTICE)} }),
+    done: compute({ run: () => ({ announced: true }) }),
+  },
+  edges: [{ from: "announce", to: "done" }],
+});
+`;
+
+const STEP_CONTRACT = "Workflow step contract (workflow: review, step: review";
+const APPROVED = { verdict: "approve", reason: "the tests pass" };
+const RELEASED = "gate released";
+
+type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
+type Notify = Extract<UiRequest, { method: "notify" }>;
+
+interface Setup {
+  server: TestServer;
+  fixture: PiFixture;
+  project: string;
+  env: Record<string, string>;
+  gate: string;
+}
+
+/**
+ * The step turn: a bash call that waits for the gate file, then (after its
+ * result) the submission, then a closing text.
+ */
+function gatedRules(gate: string): MockRule[] {
+  return [
+    { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+    { name: "submit", lastRole: "tool", when: RELEASED, reply: submitStep(APPROVED) },
+    { name: "wait", lastRole: "user", when: STEP_CONTRACT, reply: reply.toolCall("bash", { command: `while [ ! -e ${gate} ]; do sleep 0.1; done; echo ${RELEASED}` }) },
+  ];
+}
+
+async function setup(t: TestContext, rules: (gate: string) => MockRule[] = gatedRules): Promise<Setup> {
+  const fixture = await piFixture(t, { rules: [] });
+  const gate = join(fixture.sandbox.root, "gate");
+  fixture.mock.setRules(rules(gate));
+  const server = await TestServer.start();
+  t.after(() => server.stop());
+  const project = server.project();
+  writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW);
+  writeFileSync(join(project, ".pi", "workflows", "announce.workflow.ts"), ANNOUNCE);
+  const env: Record<string, string> = { PI_WORKFLOWS_BIN: serverBinary() };
+  for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) env[key] = value;
+  return { server, fixture, project, env, gate };
+}
+
+function spawnWorkflowPi(s: Setup, args: string[] = []): Promise<PiRpc> {
+  return s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env, args });
+}
+
+const isUi =
+  <M extends UiRequest["method"]>(method: M, test: (request: Extract<UiRequest, { method: M }>) => boolean) =>
+  (record: PiRecord): boolean =>
+    record.type === "extension_ui_request" && record.method === method && test(record as Extract<UiRequest, { method: M }>);
+
+async function workflow(pi: PiRpc, args: string): Promise<Notify> {
+  const since = pi.mark();
+  assert.equal(await pi.prompt(`/workflow ${args}`), "handled");
+  return (await pi.waitFor(isUi("notify", () => true), { since, what: `the notification of /workflow ${args}`, timeoutMs: 30_000 })) as Notify;
+}
+
+async function widget(pi: PiRpc, pattern: RegExp, since = 0, timeoutMs = 60_000): Promise<void> {
+  await pi.waitFor(isUi("setWidget", (r) => (r.widgetLines ?? []).some((line) => pattern.test(line))), { since, what: `a widget line matching ${pattern}`, timeoutMs });
+}
+
+const runIdOf = (notify: Notify): string => {
+  const runId = /\(run ([^)\s]+)\)/.exec(notify.message)?.[1];
+  assert.ok(runId, notify.message);
+  return runId;
+};
+
+/** The custom messages of `customType` in Pi's session (its active branch as `get_entries` lists it). */
+async function customEntries(pi: PiRpc, customType: string): Promise<{ id: string; content?: unknown; details?: { runId?: string; stepReason?: string } }[]> {
+  const { entries } = await pi.getEntries();
+  return (entries as unknown as { id: string; type: string; customType?: string; content?: unknown; details?: { runId?: string; stepReason?: string } }[]).filter(
+    (entry) => entry.type === "custom_message" && entry.customType === customType,
+  );
+}
+
+const STEP_TYPE = "pi-workflows-agent-step";
+
+/** Records after `since` that show Pi sending a workflow message (any pi-workflows custom message) or starting a model run. */
+const sendsOrTurns = (pi: PiRpc, since: number): PiRecord[] =>
+  pi.records.slice(since).filter((record) => record.type === "agent_start" || (record.type !== "extension_ui_request" && JSON.stringify(record).includes('"customType":"pi-workflows-')));
+
+/** Model requests that a step message opened (the last user message carries the step contract). */
+const stepTurns = (requests: readonly MockRequest[]): MockRequest[] =>
+  requests.filter((request) => request.last?.role === "user" && request.last.text.includes(STEP_CONTRACT));
+
+async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Rows of a read-only query of the server's state file: only to explain a failure (the extension never opens it). */
+function diagnose(server: TestServer, query: string): string[][] {
+  const out = execFileSync("sqlite3", ["-readonly", "-separator", "\t", join(server.home, "state.sqlite"), query], { encoding: "utf8" });
+  return out.split("\n").filter((line) => line !== "").map((line) => line.split("\t"));
+}
+
+/** The pid of the server process serving `server`'s state directory (from /proc). */
+function serverPid(server: TestServer): number {
+  const pid = serverPidOrUndefined(server);
+  if (pid === undefined) throw new Error(`no server process for ${server.home}`);
+  return pid;
+}
+
+function serverPidOrUndefined(server: TestServer): number | undefined {
+  const binary = serverBinary();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+      if (argv[0] !== binary || argv[1] !== "server") continue;
+      const environ = readFileSync(`/proc/${entry}/environ`, "utf8").split("\0");
+      if (environ.includes(`PI_WORKFLOWS_HOME=${server.home}`)) return Number(entry);
+    } catch {
+      // The process ended while it was read: not the server.
+    }
+  }
+  return undefined;
+}
+
+/** Starts `/workflow review` and waits until the step turn is inside its gated bash call. */
+async function startGatedStep(s: Setup, pi: PiRpc): Promise<string> {
+  const started = await workflow(pi, "review fix the bug");
+  assert.equal(started.notifyType, "info", started.message);
+  await s.fixture.mock.waitForRequest((request) => request.rule === "wait", 60_000, "the step turn's model request");
+  await pi.waitFor((record) => record.type === "tool_execution_start", { what: "the gated bash call", timeoutMs: 30_000 });
+  return runIdOf(started);
+}
+
+describe("workflow messages across failures in real Pi", () => {
+  it("the server SIGKILLed mid-step and started again: no duplicate step message, and the run completes", async (t) => {
+    const s = await setup(t);
+    const pi = await spawnWorkflowPi(s);
+    const runId = await startGatedStep(s, pi);
+    const pid = serverPid(s.server);
+    process.kill(pid, "SIGKILL");
+    await until("the server to be gone", () => !processAlive(pid), 10_000);
+    // The extension's client starts a server on demand when its next request finds none; else the test starts one.
+    await until("the extension to start a server", () => serverPidOrUndefined(s.server) !== undefined, 5_000).catch(async () => {
+      assert.match(await s.server.cli(["server", "start"]), /pi-workflows server started/);
+    });
+    assert.notEqual(serverPid(s.server), pid, "a new server");
+    writeFileSync(s.gate, "");
+    let client: Awaited<ReturnType<TestServer["connect"]>> | undefined;
+    await until("the new server to answer", async () => {
+      client = await s.server.connect().catch(() => undefined);
+      return client !== undefined;
+    });
+    assert.ok(client);
+    t.after(() => client?.close());
+    const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish");
+    assert.equal(done.display.status, "completed", `${JSON.stringify(done.display)}\n${s.server.serverLog()}`);
+    await pi.waitFor((record) => record.type === "agent_settled", { what: "the step turn to settle", timeoutMs: 30_000 });
+    assert.equal((await customEntries(pi, STEP_TYPE)).length, 1, "one step message across the crash");
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
+    assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 1);
+  });
+
+  it("a notify node's notification reaches the session without a model turn", async (t) => {
+    const s = await setup(t, () => [{ name: "any", reply: reply.text("mock model: unexpected turn") }]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "announce");
+    assert.equal(started.notifyType, "info", started.message);
+    const runId = runIdOf(started);
+    await widget(pi, /^✓ workflow announce \[completed\]$/, since);
+    await until("the notification in the session", async () => (await customEntries(pi, "pi-workflows-notification")).length > 0);
+    const notes = await customEntries(pi, "pi-workflows-notification");
+    assert.equal(notes.length, 1, JSON.stringify(notes));
+    assert.ok(JSON.stringify(notes[0]?.content).includes(NOTICE), JSON.stringify(notes[0]));
+    assert.equal(notes[0]?.details?.runId, runId, JSON.stringify(notes[0]));
+    // Give a turn the time to start, if the notification opened one.
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    assert.equal(s.fixture.mock.requests.filter((request) => JSON.stringify(request.messages).includes(NOTICE)).length, 0, "no model request carries the notification");
+    assert.equal(pi.records.slice(since).filter((record) => record.type === "agent_start").length, 0, "no model turn");
+    assert.ok(!existsSync(s.gate));
+  });
+});
