@@ -157,6 +157,10 @@ pub fn supervision_capacity_two() -> Report {
     )
 }
 
+/// The property the fused commit adds a planted bug for.
+const FUSED_DEADLINE_PROPERTY: &str =
+    "a runner runs a node with a static timeout only once its deadline is durable";
+
 /// The fused commit (`execution::finish_and_start`): one run under every
 /// fault of the supervision bounds (two runs in the deep mode).
 fn supervision_fused(mode: Mode) -> Report {
@@ -243,7 +247,14 @@ pub fn models() -> Vec<ModelEntry> {
             name: "supervision-fused",
             ci_unique_states: 9_399,
             run: supervision_fused,
-            properties: || names(&SupervisionModel::ci_fused(SupervisionRules::Kernel)),
+            // It checks every supervision property; the planted bugs of the
+            // others target the `supervision` entry, this one's the deadline.
+            properties: || {
+                names(&SupervisionModel::ci_fused(SupervisionRules::Kernel))
+                    .into_iter()
+                    .filter(|(name, _)| *name == FUSED_DEADLINE_PROPERTY)
+                    .collect()
+            },
         },
         ModelEntry {
             name: "supervision-liveness",
@@ -456,6 +467,20 @@ pub fn mutations() -> Vec<Mutation> {
             "the runner-exit decision parks without abandoning the active attempt",
             "a run has at most one unfinished attempt, run by its current generation",
             SupervisionModel::ci(SupervisionRules::ParkKeepsAttempt)
+        ),
+        mutation!(
+            "started-drops-deadline",
+            "supervision",
+            "node.started records no deadline",
+            "a runner runs a node with a static timeout only once its deadline is durable",
+            SupervisionModel::ci(SupervisionRules::StartedDropsDeadline)
+        ),
+        mutation!(
+            "fused-drops-deadline",
+            "supervision-fused",
+            "the fused commit reports a static deadline it does not record",
+            "a runner runs a node with a static timeout only once its deadline is durable",
+            SupervisionModel::ci_fused(SupervisionRules::FusedDropsDeadline)
         ),
         mutation!(
             "no-step-limit",

@@ -137,6 +137,10 @@ pub enum SupervisionRules {
     /// runner has not exited yet is a candidate and is admitted again (the
     /// kernel before the fix of finding 1).
     AdmitBesideLiveRunner,
+    /// `node.started` records no deadline (the runner still proceeds).
+    StartedDropsDeadline,
+    /// The fused commit does not record the static deadline it reports.
+    FusedDropsDeadline,
 }
 
 /// The bounded configuration.
@@ -868,7 +872,7 @@ impl SupervisionModel {
                 &authority,
                 &epoch,
                 attempt,
-                Some(now + STEP),
+                Some(now + STEP).filter(|_| self.rules != SupervisionRules::StartedDropsDeadline),
                 now,
                 TTL,
             )
@@ -901,7 +905,13 @@ impl SupervisionModel {
                         now,
                         TTL,
                     ) {
-                        Ok((transition, dispatch, _)) => {
+                        Ok((mut transition, dispatch, _)) => {
+                            if self.rules == SupervisionRules::FusedDropsDeadline
+                                && let Some(attempt) = transition.facts.attempt.as_mut()
+                            {
+                                // Planted bug: the deadline is reported, not recorded.
+                                attempt.deadline_at_ms = None;
+                            }
                             Ok((transition, Reply::Accepted(Some(dispatch))))
                         }
                         Err(Rejection::ClaimLost { .. } | Rejection::StaleRunner) => {

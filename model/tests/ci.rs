@@ -308,6 +308,16 @@ fn a_terminal_run_keeping_open_turns_is_caught() {
     is_caught("terminal-keeps-turns");
 }
 
+#[test]
+fn node_started_without_a_deadline_is_caught() {
+    is_caught("started-drops-deadline");
+}
+
+#[test]
+fn a_fused_commit_that_drops_the_deadline_is_caught() {
+    is_caught("fused-drops-deadline");
+}
+
 /// Non-vacuity: each `always` and `eventually` property of every model is
 /// the target of at least one planted bug, and every target names a real
 /// property of its model.
