@@ -16,16 +16,16 @@
 //!   receipts, parks live runners at their last durable boundary, releases the
 //!   epoch lease and exits.
 
+use crate::children::admission::Scheduler;
+use crate::children::supervisor::Supervisor;
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::home;
 use crate::ids;
+use crate::presentation::hub::Hub;
 use crate::runner_logs::RunnerLogs;
-use crate::scheduler::Scheduler;
 use crate::store::{Commit, Store, StoreError};
-use crate::supervisor::Supervisor;
-use crate::timers::Timers;
-use crate::views::Hub;
+use crate::time::wakes::Timers;
 use kernel::claim::{ClaimRequest, OwnerKind};
 use kernel::ids::{OwnerId, ServerEpoch};
 use kernel::output::Output;
@@ -64,9 +64,9 @@ pub struct App {
     /// Notified after a submission's verdict commits (`submissions` waits on it).
     pub submission_settled: Notify,
     /// The process-local coordinator epochs of origin sessions.
-    pub coordinators: crate::coordinator::Coordinators,
+    pub coordinators: crate::client_api::coordinator::Coordinators,
     /// The validation children in flight (`validator`).
-    pub validations: crate::validator::Validations,
+    pub validations: crate::children::validator::Validations,
 }
 
 /// Why the server could not start.
@@ -145,8 +145,8 @@ impl App {
             stopping: AtomicBool::new(false),
             stop_requested: Notify::new(),
             submission_settled: Notify::new(),
-            coordinators: crate::coordinator::Coordinators::default(),
-            validations: crate::validator::Validations::default(),
+            coordinators: crate::client_api::coordinator::Coordinators::default(),
+            validations: crate::children::validator::Validations::default(),
         });
         Ok((app, lock))
     }

@@ -12,9 +12,11 @@
 //!   releases the epoch lease.
 
 use crate::app::{App, StartError};
+use crate::children::admission;
+use crate::client_api::socket;
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::{recovery, scheduler, socket, timers};
+use crate::time::{recovery, wakes};
 use kernel::output::{Step, StopReason};
 use kernel::run::ParkReason;
 use std::io::Write;
@@ -38,9 +40,9 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
     report_ready(&app, readiness);
-    tokio::spawn(scheduler::run(app.clone()));
-    tokio::spawn(timers::run_wakes(app.clone()));
-    tokio::spawn(timers::run_renewal(app.clone()));
+    tokio::spawn(admission::run(app.clone()));
+    tokio::spawn(wakes::run_wakes(app.clone()));
+    tokio::spawn(wakes::run_renewal(app.clone()));
     tokio::spawn(idle_watch(app.clone()));
     tokio::spawn(stop_on_signal(app.clone()));
     app.scheduler.notify();
@@ -96,7 +98,7 @@ async fn idle_watch(app: Arc<App>) {
         }
         let busy = app.clients.load(Ordering::SeqCst) > 0
             || app.runners.occupied() > 0
-            || timers::has_live_wakes(&app).await
+            || wakes::has_live_wakes(&app).await
             || has_unsettled_work(&app).await;
         if busy {
             idle_since = None;
@@ -138,7 +140,7 @@ async fn shutdown(app: &Arc<App>) {
 }
 
 /// Parks a live run at its last durable boundary and stops its runner.
-async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::supervisor::Runner>) {
+async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::children::supervisor::Runner>) {
     let run_id = runner.run_id.clone();
     let authority = runner.authority.clone();
     let parked = crate::shell::apply(app, run_id, move |_, before, now_ms| {
@@ -148,6 +150,6 @@ async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::supervisor::Runne
     // A run the kernel did not park (it no longer holds this runner's
     // claim) still loses its runner: the server is stopping.
     if !parked.changed() {
-        crate::supervisor::stop_runner(app, runner, StopReason::Parked);
+        crate::children::supervisor::stop_runner(app, runner, StopReason::Parked);
     }
 }

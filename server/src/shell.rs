@@ -5,7 +5,7 @@
 //! [`apply`] is that path for every decision that is not a client command
 //! or a runner message: node-deadline and claim-expiry wakes, startup
 //! recovery, scheduler admission, runner exits, shutdown parking and
-//! refused runner frames. Client commands (`handlers::command`, with their
+//! refused runner frames. Client commands (`client_api::command`, with their
 //! receipts) and runner messages (`runner_channel`, with runner-message
 //! receipts) run their own receipt job and write the kernel's decision with
 //! [`write_step`], the same in-transaction half.

@@ -31,7 +31,7 @@
 use super::Cached as _;
 use super::codec::i64_of;
 use super::{meta, runs, view_facts};
-use crate::view::{self, StepDoc};
+use crate::projection::run_view::{self as view, StepDoc};
 use kernel::ids::RunId;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};

@@ -16,7 +16,7 @@
 
 use crate::app::App;
 use crate::process::ProcessIdentity;
-use crate::runner_channel::kill_exact;
+use crate::runner_api::kill_exact;
 use crate::store::Commit;
 use kernel::ids::{RunId, RunnerEpochId};
 use kernel::runner::{ExitKind, RunnerExit};
@@ -34,8 +34,8 @@ pub async fn startup(app: &Arc<App>) {
     for (run_id, runner_epoch, _) in stale {
         orphaned(app, run_id, runner_epoch).await;
     }
-    crate::timers::schedule_expired(app).await;
-    crate::validator::resume_validating(app).await;
+    crate::time::wakes::schedule_expired(app).await;
+    crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
 }
 

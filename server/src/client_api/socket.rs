@@ -16,7 +16,7 @@
 //!   socket; while its requests are at that bound the server reads nothing
 //!   more from it (backpressure). A subscription waits until its last event
 //!   reached the socket before it prepares the next one, and a connection
-//!   has at most [`MAX_SUBSCRIPTIONS`](crate::views::MAX_SUBSCRIPTIONS).
+//!   has at most [`MAX_SUBSCRIPTIONS`](crate::presentation::hub::MAX_SUBSCRIPTIONS).
 //! - A connection is closed with one error frame when it stays over its
 //!   bound with no reply written for `PI_WORKFLOWS_STALLED_CLIENT_MS`
 //!   (`rateLimited`), leaves a frame or its hello unfinished for
@@ -30,9 +30,9 @@
 //!   never at once.
 
 use crate::app::{App, PACKAGE_VERSION};
+use crate::client_api;
 use crate::config::ConnectionLimits;
-use crate::handlers;
-use crate::views::Subscriptions;
+use crate::presentation::hub::Subscriptions;
 use bytes::BytesMut;
 use protocol::generated::types::{ClientMessage, HelloRole};
 use serde_json::{Value, json};
@@ -366,7 +366,7 @@ async fn connection(app: Arc<App>, stream: UnixStream, slot: Slot) {
     )
     .await;
     subscriptions.close_all();
-    crate::coordinator::disconnected(&app, outbox.connection_id());
+    crate::client_api::coordinator::disconnected(&app, outbox.connection_id());
     let mut abort = Some(abort);
     let closing = match end {
         End::Eof => None,
@@ -583,7 +583,7 @@ async fn read_frames(
                 let outbox = outbox.clone();
                 let subscriptions = subscriptions.clone();
                 tasks.spawn(async move {
-                    handlers::handle(
+                    client_api::handle(
                         &app,
                         decoded.message,
                         decoded.payload,

@@ -23,7 +23,7 @@
 //!   result (`session::report_turn`).
 
 use crate::app::App;
-use crate::handlers::response;
+use crate::client_api::response;
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, meta, runs, sessions, submissions};
@@ -137,7 +137,7 @@ pub async fn session_view(
     let view = app
         .store
         .write(move |connection| {
-            let mut view = crate::reads::session_view(connection, &session_id)?;
+            let mut view = crate::presentation::reads::session_view(connection, &session_id)?;
             add_step_sources(connection, &mut view)?;
             if coordinate {
                 let coordinators = &job_app.coordinators;

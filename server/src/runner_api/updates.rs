@@ -14,10 +14,10 @@
 //!   update receipt (`update_receipts`) is the command's receipt.
 
 use crate::app::App;
-use crate::handlers::response;
-use crate::runner_channel::{Answer, Refusal};
+use crate::children::supervisor::Runner;
+use crate::client_api::response;
+use crate::runner_api::{Answer, Refusal};
 use crate::store::{Commit, runs};
-use crate::supervisor::Runner;
 use kernel::ids::{
     AttemptId, Digest, Generation, IdempotencyKey, InteractionId, RunId, RunnerEpochId,
 };

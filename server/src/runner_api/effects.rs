@@ -5,10 +5,10 @@
 //! runner supplies only the effect type and the request digest, so two runs,
 //! two nodes or two visits never share a key.
 
-use crate::runner_channel::{Answer, Refusal};
+use crate::children::supervisor::Runner;
+use crate::runner_api::{Answer, Refusal};
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
-use crate::supervisor::Runner;
 use kernel::effect::{
     self, EffectRecord, EffectRejection, ReserveRequest, Reserved, SettleOutcome, SettleReport,
     Settled,

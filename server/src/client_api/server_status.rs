@@ -5,7 +5,7 @@
 //! claim tokens or their hashes, environment variables or credentials.
 
 use crate::app::App;
-use crate::handlers::response;
+use crate::client_api::response;
 use kernel::ids::RunId;
 use protocol::ErrorCode;
 use serde_json::{Value, json};
@@ -60,7 +60,7 @@ pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) 
             Some((ErrorCode::SchemaInvalid, "run.view needs a runId".into())),
         );
     };
-    let view = crate::view::build(app, run_id).await;
+    let view = crate::projection::run_view::build(app, run_id).await;
     match view {
         Ok(Some(view)) => {
             let revision = view.get("revision").and_then(Value::as_u64);

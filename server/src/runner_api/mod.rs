@@ -12,14 +12,19 @@
 //! - Routing comes from the kernel: the runner only proposes results.
 //! - Every answer is measured before it is stored and sent: a value that
 //!   would not fit one frame travels as a content reference
-//!   (`crate::transfer`), and the runner always gets an answer.
+//!   (`crate::runner_api::transfer`), and the runner always gets an answer.
+
+pub mod effects;
+pub mod interactions;
+pub mod transfer;
+pub mod updates;
 
 use crate::app::App;
+use crate::children::supervisor::{self, Runner};
 use crate::process::{self, ProcessIdentity};
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
-use crate::supervisor::{self, Runner};
 use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
 use kernel::ids::{AttemptId, Digest, Generation, RunId, RunnerEpochId};
@@ -494,8 +499,8 @@ impl From<Rejection> for Refusal {
 struct Blobs {
     output: Option<Blob>,
     result: Option<Blob>,
-    update: Option<crate::updates::EncodedUpdate>,
-    request: Option<crate::interactions::EncodedRequest>,
+    update: Option<crate::runner_api::updates::EncodedUpdate>,
+    request: Option<crate::runner_api::interactions::EncodedRequest>,
     /// A notification: its text and the message id it will get.
     notification: Option<(Blob, kernel::ids::MessageId)>,
 }
@@ -513,13 +518,15 @@ impl Blobs {
                 ..Self::default()
             },
             Decide::NodeUpdate { update, .. } => Self {
-                update: Some(crate::updates::EncodedUpdate::of(&update.data)),
+                update: Some(crate::runner_api::updates::EncodedUpdate::of(&update.data)),
                 ..Self::default()
             },
             Decide::InteractionRequested {
                 prompt, contract, ..
             } => Self {
-                request: Some(crate::interactions::EncodedRequest::of(prompt, contract)),
+                request: Some(crate::runner_api::interactions::EncodedRequest::of(
+                    prompt, contract,
+                )),
                 ..Self::default()
             },
             Decide::NotificationRequested { content, .. } => Self {
@@ -613,7 +620,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             offset,
             length,
         } => Handled::only(
-            crate::transfer::read(
+            crate::runner_api::transfer::read(
                 app,
                 runner,
                 &envelope.message_id,
@@ -648,7 +655,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
 /// replaced by a bounded refusal, so the runner always hears back.
 fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
     if let Some(frame) = crate::wire::frames::runner(value) {
-        runner.issue(crate::transfer::references(value));
+        runner.issue(crate::runner_api::transfer::references(value));
         runner.send(frame);
         return;
     }
@@ -857,7 +864,7 @@ fn decide_in(
     if let Some(extra) = extra {
         extra(connection)?;
     }
-    let answer = crate::transfer::fit(connection, answer, now_ms)?;
+    let answer = crate::runner_api::transfer::fit(connection, answer, now_ms)?;
     store_reply(
         connection,
         &incoming,
@@ -1131,7 +1138,7 @@ fn apply(
             effect_type,
             request_digest,
         } => {
-            let answer = crate::effects::reserve(
+            let answer = crate::runner_api::effects::reserve(
                 connection,
                 runner,
                 attempt_id,
@@ -1148,7 +1155,7 @@ fn apply(
             outcome,
             result: _,
         } => {
-            let answer = crate::effects::settle(
+            let answer = crate::runner_api::effects::settle(
                 connection,
                 runner,
                 effect_id,
@@ -1168,7 +1175,7 @@ fn apply(
             let Some(data) = blobs.update.as_ref() else {
                 return Ok(Err(Refusal::invalid("update data is missing")));
             };
-            let answer = crate::updates::runner_update(
+            let answer = crate::runner_api::updates::runner_update(
                 connection,
                 runner,
                 attempt_id,
@@ -1190,12 +1197,12 @@ fn apply(
             let Some(request) = blobs.request.as_ref() else {
                 return Ok(Err(Refusal::invalid("the request is incomplete")));
             };
-            let asked = crate::interactions::Asked {
+            let asked = crate::runner_api::interactions::Asked {
                 attempt_id,
                 kind,
                 deadline_at_ms,
             };
-            let answer = crate::interactions::requested(
+            let answer = crate::runner_api::interactions::requested(
                 connection, runner, asked, request, before, now_ms, ttl_ms,
             )?;
             // An interactive runner exits; a headless one runs the step in its own Pi child.

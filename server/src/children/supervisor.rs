@@ -14,7 +14,7 @@
 
 use crate::app::App;
 use crate::process::{self, ProcessIdentity};
-use crate::runner_channel;
+use crate::runner_api;
 use crate::store::Commit;
 use kernel::claim::Authority;
 use kernel::ids::{Generation, RunId, RunnerEpochId};
@@ -308,7 +308,7 @@ async fn spawn(app: &Arc<App>, runner: &Arc<Runner>) -> Result<Child, ()> {
     let launch = app
         .store
         .read(move |connection| {
-            runner_channel::launch_envelope(connection, &run_id, generation, &runner_epoch)
+            runner_api::launch_envelope(connection, &run_id, generation, &runner_epoch)
         })
         .await
         .ok()
@@ -411,11 +411,11 @@ async fn run_child(app: &Arc<App>, runner: &Arc<Runner>, mut child: Child) -> Ex
                 if runner.is_fenced() {
                     protocol_violation(app, runner);
                 } else {
-                    runner_channel::reject_frame(app, runner).await;
+                    runner_api::reject_frame(app, runner).await;
                 }
                 break;
             };
-            runner_channel::handle(app, runner, message).await;
+            runner_api::handle(app, runner, message).await;
         }
     }
     let status = child.wait().await.ok();
@@ -450,8 +450,8 @@ async fn finish(app: &Arc<App>, runner: &Arc<Runner>, exit: ExitReport) {
     {
         process::signal_own_group(identity.pid, Signal::SIGKILL);
     }
-    runner_channel::reap_registered(app, &runner.runner_epoch).await;
-    runner_channel::record_exit(app, runner, exit.kind, exit.code, exit.signal).await;
+    runner_api::reap_registered(app, &runner.runner_epoch).await;
+    runner_api::record_exit(app, runner, exit.kind, exit.code, exit.signal).await;
     app.runners.remove(&runner.runner_epoch);
     app.scheduler.notify();
 }

@@ -383,7 +383,7 @@ async fn record(
             let mut outputs = verdict.run.outputs;
             // An accepted origin-session submission finishes its waiting attempt here.
             if let Some(follow_up) = &verdict.follow_up {
-                outputs.extend(crate::coordinator::apply_attempt_follow_up(connection, &control, ttl_ms, follow_up, now_ms)?);
+                outputs.extend(crate::client_api::coordinator::apply_attempt_follow_up(connection, &control, ttl_ms, follow_up, now_ms)?);
             }
             Ok(Commit::Keep(outputs))
         })

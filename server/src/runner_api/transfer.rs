@@ -15,8 +15,8 @@
 //!   exact digest, length and media type it was given; anything else is a
 //!   bounded `contentUnavailable` refusal.
 
+use crate::children::supervisor::Runner;
 use crate::store::blobs::{self, Blob};
-use crate::supervisor::Runner;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -117,7 +117,8 @@ pub fn part(
     let offset = usize::try_from(offset)
         .map_err(|_| ReadRefusal::Range("the offset is past the end of the content"))?;
     let length = usize::try_from(length).unwrap_or(usize::MAX);
-    crate::reads::part_of(bytes, reference, offset, length).map_err(ReadRefusal::Range)
+    crate::presentation::reads::part_of(bytes, reference, offset, length)
+        .map_err(ReadRefusal::Range)
 }
 
 /// Answers one `content.read` of `runner`: a `content.chunk`, or a
@@ -130,7 +131,7 @@ pub(crate) async fn read(
     offset: u64,
     length: u64,
 ) -> Value {
-    let digest = crate::effects::parse_digest(Some(content.digest.as_str()));
+    let digest = crate::runner_api::effects::parse_digest(Some(content.digest.as_str()));
     // The reference as this server issued it (its canonical text is what
     // `issue` recorded) and as the chunk repeats it.
     let reference = serde_json::to_value(content).unwrap_or(Value::Null);
@@ -251,7 +252,8 @@ mod tests {
 
     /// The stored bytes behind a reference, checked against it.
     fn referenced(connection: &Connection, reference: &Value) -> Value {
-        let digest = crate::effects::parse_digest(reference["digest"].as_str()).unwrap();
+        let digest =
+            crate::runner_api::effects::parse_digest(reference["digest"].as_str()).unwrap();
         let bytes = blobs::get(connection, &digest).unwrap().unwrap();
         assert_eq!(reference["bytes"], bytes.len());
         assert_eq!(reference["mediaType"], "application/json");

@@ -49,7 +49,7 @@ pub fn run_list(
     let fetched = view_reads::list_rows(connection, after_created, &after_id, limit + 1)?;
     for (index, (run_id, presentation, header)) in fetched.iter().enumerate() {
         let row = list_row(run_id, *presentation, header.as_deref());
-        let size = crate::view::encoded_len(&row);
+        let size = crate::projection::run_view::encoded_len(&row);
         if index == limit || (!rows.is_empty() && used + size > budget) {
             next = Some(String::new());
             break;
@@ -87,13 +87,13 @@ fn list_row(run_id: &str, presentation: i64, header: Option<&str>) -> Value {
         }
     }
     if let Some(reason) = row.pointer("/display/reason").and_then(Value::as_str)
-        && reason.chars().count() > crate::view::INLINE_REASON_CHARS
+        && reason.chars().count() > crate::projection::run_view::INLINE_REASON_CHARS
     {
         // The list row carries a bounded reason; the full one is in the run view.
         row["display"]["reason"] = json!(
             reason
                 .chars()
-                .take(crate::view::INLINE_REASON_CHARS)
+                .take(crate::projection::run_view::INLINE_REASON_CHARS)
                 .collect::<String>()
         );
     }
@@ -123,8 +123,8 @@ pub fn view_page(
         _ => Vec::new(),
     };
     let fetched = items.len();
-    let shown = crate::view::page_prefix(
-        items.iter().map(crate::view::encoded_len),
+    let shown = crate::projection::run_view::page_prefix(
+        items.iter().map(crate::projection::run_view::encoded_len),
         limit,
         max_bytes.min(PAGE_BYTES),
     );
@@ -153,7 +153,7 @@ pub fn content_chunk(
     let digest = reference
         .get("digest")
         .and_then(Value::as_str)
-        .and_then(|text| crate::effects::parse_digest(Some(text)));
+        .and_then(|text| crate::runner_api::effects::parse_digest(Some(text)));
     let media_type = reference
         .get("mediaType")
         .and_then(Value::as_str)

@@ -17,7 +17,7 @@
 //!   its connection closed.
 
 use crate::app::App;
-use crate::socket::{Outbox, frame};
+use crate::client_api::socket::{Outbox, frame};
 use crate::store::viewer;
 use kernel::ids::{RunId, SessionId};
 use serde_json::{Value, json};
@@ -318,7 +318,14 @@ async fn deliver_run(
 async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Option<u64>) -> bool {
     let page = app
         .store
-        .read(|connection| crate::reads::run_list(connection, None, crate::reads::LIST_PAGE, None))
+        .read(|connection| {
+            crate::presentation::reads::run_list(
+                connection,
+                None,
+                crate::presentation::reads::LIST_PAGE,
+                None,
+            )
+        })
         .await;
     let Ok((rows, next_cursor, revision)) = page else {
         return !outbox.is_closed();
@@ -344,7 +351,7 @@ async fn deliver_session(
     let session = session_id.clone();
     let view = app
         .store
-        .read(move |connection| crate::reads::session_view(connection, &session))
+        .read(move |connection| crate::presentation::reads::session_view(connection, &session))
         .await;
     let Ok(view) = view else {
         return !outbox.is_closed();

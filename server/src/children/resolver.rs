@@ -153,7 +153,8 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
                     "the workflow graph is invalid (check startAt, edges and reachability)",
                 )
             })?;
-            if crate::view::graph_projection_bytes(&topology) > crate::view::GRAPH_PROJECTION_BYTES
+            if crate::projection::run_view::graph_projection_bytes(&topology)
+                > crate::projection::run_view::GRAPH_PROJECTION_BYTES
             {
                 return Err(ResolveError::new(
                     ErrorCode::ValidationFailed,

@@ -19,7 +19,7 @@
 //!   the receipt (no `host_commands` row).
 
 use crate::app::App;
-use crate::handlers::response;
+use crate::client_api::response;
 use crate::store::submissions::{self, Stored};
 use crate::store::{Commit, runs};
 use kernel::ids::{

@@ -65,7 +65,7 @@ async fn admit_round(app: &Arc<App>) {
         // A child in its live runner's slot needs no free one.
         validations.retain(|job| {
             if job.runner_is_live {
-                crate::validator::start(app, job.clone(), false);
+                crate::children::validator::start(app, job.clone(), false);
             }
             !job.runner_is_live
         });
@@ -94,7 +94,7 @@ async fn admit_round(app: &Arc<App>) {
                 .map(|at| validations.swap_remove(at));
             match validation {
                 Some(job) => {
-                    crate::validator::start(app, job, true);
+                    crate::children::validator::start(app, job, true);
                     admitted_any = true;
                 }
                 None => admitted_any |= admit(app, run_id).await,
@@ -111,9 +111,9 @@ async fn admit_round(app: &Arc<App>) {
 fn candidates(
     app: &App,
     connection: &rusqlite::Connection,
-) -> rusqlite::Result<(Vec<Candidate>, Vec<crate::validator::Job>)> {
+) -> rusqlite::Result<(Vec<Candidate>, Vec<crate::children::validator::Job>)> {
     let rows = runs::admission_candidates(connection)?;
-    let validations = crate::validator::waiting(app, connection)?;
+    let validations = crate::children::validator::waiting(app, connection)?;
     let mut candidates: Vec<Candidate> = validations
         .iter()
         .filter(|job| !job.runner_is_live)

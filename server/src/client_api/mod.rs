@@ -11,13 +11,18 @@
 //! - The receipt row commits in the same transaction as the change it
 //!   acknowledges; the response is sent only after that commit.
 
+pub mod coordinator;
+pub mod server_status;
+pub mod socket;
+pub mod submissions;
+
 use crate::app::App;
-use crate::resolver;
-use crate::socket::Outbox;
+use crate::children::resolver;
+use crate::client_api::socket::Outbox;
+use crate::presentation::hub::{MAX_SUBSCRIPTIONS, NotStarted, Subscriptions, Target};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::{Commit, commands, runs};
-use crate::views::{MAX_SUBSCRIPTIONS, NotStarted, Subscriptions, Target};
 use kernel::ids::{
     ClientId, Digest, IdempotencyKey, MessageId, RequestId, Revision, RunId, SessionId,
 };
@@ -107,7 +112,9 @@ pub async fn handle(
                             "the server is stopping; retry after it restarts".into(),
                         )),
                     );
-                    outbox.send_and_drain(crate::socket::frame(&refusal)).await;
+                    outbox
+                        .send_and_drain(crate::client_api::socket::frame(&refusal))
+                        .await;
                 }
                 return;
             }
@@ -115,7 +122,9 @@ pub async fn handle(
         _ => None,
     };
     if let Some(answer) = dispatch(app, message, payload, outbox, subscriptions).await {
-        outbox.send_and_drain(crate::socket::frame(&answer)).await;
+        outbox
+            .send_and_drain(crate::client_api::socket::frame(&answer))
+            .await;
     }
     drop(in_flight);
 }
@@ -163,9 +172,16 @@ async fn dispatch(
         RequestPayload::Subscribe(_) => {
             return subscribe(app, &request, outbox, subscriptions).await;
         }
-        RequestPayload::ServerStatus(_) => crate::status::respond(app, &request.request_id).await,
+        RequestPayload::ServerStatus(_) => {
+            crate::client_api::server_status::respond(app, &request.request_id).await
+        }
         RequestPayload::RunView(_) => {
-            crate::status::run_view(app, &request.request_id, request.run_id.as_ref()).await
+            crate::client_api::server_status::run_view(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+            )
+            .await
         }
         RequestPayload::ServerStop(_) => {
             app.request_stop();
@@ -197,8 +213,13 @@ async fn dispatch(
             }
         }
         RequestPayload::SessionViewGet(get) => {
-            crate::coordinator::session_view(app, &request.request_id, &get, outbox.connection_id())
-                .await
+            crate::client_api::coordinator::session_view(
+                app,
+                &request.request_id,
+                &get,
+                outbox.connection_id(),
+            )
+            .await
         }
         RequestPayload::SessionViewClearTerminal(_) => clear_terminal(app, &request).await,
         RequestPayload::WorkflowsList(_) => workflows_list(app, &request),
@@ -210,14 +231,26 @@ async fn dispatch(
         | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
         RequestPayload::WorkflowMessageReportBranch(report) => {
             let connection = outbox.connection_id();
-            crate::coordinator::report_branch(app, &request.request_id, &report, connection).await
+            crate::client_api::coordinator::report_branch(
+                app,
+                &request.request_id,
+                &report,
+                connection,
+            )
+            .await
         }
         RequestPayload::WorkflowTurnReport(report) => {
             let connection = outbox.connection_id();
-            crate::coordinator::report_turn(app, &request.request_id, &report, connection).await
+            crate::client_api::coordinator::report_turn(
+                app,
+                &request.request_id,
+                &report,
+                connection,
+            )
+            .await
         }
         RequestPayload::InteractionSubmit(submit) => {
-            crate::submissions::submit(
+            crate::client_api::submissions::submit(
                 app,
                 &request.request_id,
                 request.run_id.as_ref(),
@@ -227,7 +260,7 @@ async fn dispatch(
             .await
         }
         RequestPayload::InteractionUpdate(update) => {
-            crate::updates::tool_update(
+            crate::runner_api::updates::tool_update(
                 app,
                 &request.request_id,
                 request.run_id.as_ref(),
@@ -928,12 +961,12 @@ async fn runs_list(app: &Arc<App>, request: &Request) -> Value {
         .get("cursor")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let limit = number(&request.payload, "limit").unwrap_or(crate::reads::LIST_PAGE);
+    let limit = number(&request.payload, "limit").unwrap_or(crate::presentation::reads::LIST_PAGE);
     let max_bytes = number(&request.payload, "maxBytes");
     let page = app
         .store
         .read(move |connection| {
-            crate::reads::run_list(connection, cursor.as_deref(), limit, max_bytes)
+            crate::presentation::reads::run_list(connection, cursor.as_deref(), limit, max_bytes)
         })
         .await;
     match page {
@@ -969,8 +1002,11 @@ async fn view_page(app: &Arc<App>, request: &Request) -> Value {
                 .unwrap_or_default();
             let cursor = payload.get("cursor").and_then(Value::as_str);
             let limit = number(&payload, "limit").unwrap_or(100);
-            let max_bytes = number(&payload, "maxBytes").unwrap_or(crate::reads::PAGE_BYTES);
-            crate::reads::view_page(connection, &run_id, collection, cursor, limit, max_bytes)
+            let max_bytes =
+                number(&payload, "maxBytes").unwrap_or(crate::presentation::reads::PAGE_BYTES);
+            crate::presentation::reads::view_page(
+                connection, &run_id, collection, cursor, limit, max_bytes,
+            )
         })
         .await;
     match page {
@@ -1000,8 +1036,11 @@ async fn view_content(app: &Arc<App>, request: &Request) -> Value {
         .read(move |connection| {
             let reference = payload.get("reference").cloned().unwrap_or(Value::Null);
             let offset = number(&payload, "offset").unwrap_or(0);
-            let length = number(&payload, "length").unwrap_or(crate::reads::CHUNK_BYTES);
-            crate::reads::content_chunk(connection, &run_id, &reference, offset, length)
+            let length =
+                number(&payload, "length").unwrap_or(crate::presentation::reads::CHUNK_BYTES);
+            crate::presentation::reads::content_chunk(
+                connection, &run_id, &reference, offset, length,
+            )
         })
         .await;
     match chunk {
@@ -1108,7 +1147,7 @@ async fn clear_terminal(app: &Arc<App>, request: &Request) -> Value {
             .unwrap_or_default(),
     );
     let cleared = app.store.write(move |connection| {
-        crate::reads::clear_terminal(connection, &session)?;
+        crate::presentation::reads::clear_terminal(connection, &session)?;
         Ok(Commit::Keep(()))
     });
     match cleared.await {

@@ -1,0 +1,4 @@
+//! Presentation: live subscriptions and the reads clients page through.
+
+pub mod hub;
+pub mod reads;
