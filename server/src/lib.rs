@@ -15,10 +15,12 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod app;
+pub mod attempt_follow_up;
 pub mod children;
 pub mod client_api;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod discovery;
 pub mod fault;
 pub mod home;

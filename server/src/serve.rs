@@ -11,10 +11,11 @@
 //!   live runs at their last durable boundary, stops runner groups and
 //!   releases the epoch lease.
 
-use crate::app::{App, StartError};
+use crate::app::{self, StartError};
 use crate::children::admission;
 use crate::client_api::socket;
 use crate::config::Config;
+use crate::context::Context;
 use crate::fault::Faults;
 use crate::time::{recovery, wakes};
 use kernel::output::{Step, StopReason};
@@ -35,7 +36,7 @@ pub enum Readiness {
 
 /// Runs the server until it stops. Returns the one-line error on failure.
 pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result<(), StartError> {
-    let (app, lock) = App::open(config, faults).await?;
+    let (app, lock) = app::open(config, faults).await?;
     recovery::startup(&app).await;
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
@@ -52,7 +53,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     Ok(())
 }
 
-fn report_ready(app: &App, readiness: Readiness) {
+fn report_ready(app: &Context, readiness: Readiness) {
     match readiness {
         Readiness::Line => {
             let mut stdout = std::io::stdout();
@@ -69,7 +70,7 @@ fn report_ready(app: &App, readiness: Readiness) {
     }
 }
 
-async fn stop_on_signal(app: Arc<App>) {
+async fn stop_on_signal(app: Arc<Context>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut terminate), Ok(mut interrupt)) = (
         signal(SignalKind::terminate()),
@@ -85,7 +86,7 @@ async fn stop_on_signal(app: Arc<App>) {
 }
 
 /// Stops the server after the idle period with nothing to do.
-async fn idle_watch(app: Arc<App>) {
+async fn idle_watch(app: Arc<Context>) {
     let idle_limit = Duration::from_millis(app.config.idle_exit_ms);
     let mut idle_since: Option<Instant> = None;
     loop {
@@ -114,7 +115,7 @@ async fn idle_watch(app: Arc<App>) {
 
 /// Work that will need the server soon: runs waiting for admission, or running
 /// rows whose claims still have to expire and be recovered.
-async fn has_unsettled_work(app: &Arc<App>) -> bool {
+async fn has_unsettled_work(app: &Arc<Context>) -> bool {
     app.store
         .read(|connection| {
             let count = crate::store::runs::unsettled_run_count(connection)?;
@@ -124,7 +125,7 @@ async fn has_unsettled_work(app: &Arc<App>) -> bool {
         .unwrap_or(true)
 }
 
-async fn shutdown(app: &Arc<App>) {
+async fn shutdown(app: &Arc<Context>) {
     app.request_stop();
     app.drain_commands().await;
     for runner in app.runners.all() {
@@ -135,12 +136,12 @@ async fn shutdown(app: &Arc<App>) {
     while app.runners.live_count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    app.release_epoch().await;
+    app::release_epoch(app).await;
     let _ = std::fs::remove_file(app.config.socket_path());
 }
 
 /// Parks a live run at its last durable boundary and stops its runner.
-async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::children::supervisor::Runner>) {
+async fn park_for_shutdown(app: &Arc<Context>, runner: &Arc<crate::context::runners::Runner>) {
     let run_id = runner.run_id.clone();
     let authority = runner.authority.clone();
     let parked = crate::shell::apply(app, run_id, move |_, before, now_ms| {

@@ -5,7 +5,7 @@
 //! Invariant: the child runs in its own process group and is killed (with its
 //! group) when it answers, fails or misses its deadline.
 
-use crate::app::App;
+use crate::context::Context;
 use crate::process;
 use kernel::topology::Topology;
 use nix::sys::signal::Signal;
@@ -51,7 +51,7 @@ impl ResolveError {
 
 /// Resolves `workflow` for `project_path` with `input` in a child process.
 pub async fn resolve(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     project_path: &str,
     workflow: &str,
     input: &Value,

@@ -12,255 +12,52 @@
 //! - A runner's exit is decided by the kernel from committed facts
 //!   (`runner::decide_exit`); registered child groups are reaped after it.
 
-use crate::app::App;
+use crate::context::Context;
+use crate::context::runners::Runner;
 use crate::process::{self, ProcessIdentity};
-use crate::runner_api;
-use crate::store::Commit;
-use kernel::claim::Authority;
+use crate::store::{Commit, meta, processes};
 use kernel::ids::{Generation, RunId, RunnerEpochId};
 use kernel::output::{LaunchCommand, StopReason};
 use kernel::runner::{ExitKind, RunnerExit};
 use nix::sys::signal::Signal;
-use std::collections::{HashMap, HashSet};
+use rusqlite::Connection;
+use serde_json::{Value, json};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
-/// One supervised runner process.
-#[derive(Debug)]
-pub struct Runner {
-    pub run_id: RunId,
-    pub runner_epoch: RunnerEpochId,
-    pub generation: Generation,
-    /// The host authority the server holds for this runner's claim.
-    pub authority: Authority,
-    pub command: LaunchCommand,
-    outbox: mpsc::UnboundedSender<Vec<u8>>,
-    outbox_receiver: Mutex<Option<mpsc::UnboundedReceiver<Vec<u8>>>>,
-    identity: Mutex<Option<ProcessIdentity>>,
-    stop_reason: Mutex<Option<StopReason>>,
-    startup_missed: AtomicBool,
-    ready: AtomicBool,
-    /// Told that its claim is lost; it must exit.
-    fenced: AtomicBool,
-    /// The content references sent to this runner (canonical text): the
-    /// only content its `content.read` may ask for.
-    issued: Mutex<HashSet<String>>,
+/// Spawns the runner of a committed admission.
+pub fn launch(
+    app: &Arc<Context>,
+    run_id: RunId,
+    generation: Generation,
+    runner_epoch: RunnerEpochId,
+    command: LaunchCommand,
+) {
+    let Some(runner) = app
+        .runners
+        .register(run_id, generation, runner_epoch, command)
+    else {
+        // Not our admission (cannot happen): nothing to launch.
+        return;
+    };
+    tokio::spawn(supervise(app.clone(), runner));
 }
 
-impl Runner {
-    /// Remembers content references sent to this runner.
-    pub fn issue(&self, references: impl IntoIterator<Item = String>) {
-        self.issued.lock().expect("issued lock").extend(references);
-    }
-
-    /// Whether `reference` (canonical text) was sent to this runner.
-    pub fn was_issued(&self, reference: &str) -> bool {
-        self.issued.lock().expect("issued lock").contains(reference)
-    }
-
-    /// Sends one frame to the runner's stdin.
-    pub fn send(&self, frame: Vec<u8>) {
-        let _ = self.outbox.send(frame);
-    }
-
-    /// The recorded process identity, once spawned.
-    pub fn identity(&self) -> Option<ProcessIdentity> {
-        self.identity.lock().expect("identity lock").clone()
-    }
-
-    /// Marks the runner ready (its startup deadline no longer applies).
-    pub fn mark_ready(&self) {
-        self.ready.store(true, Ordering::SeqCst);
-    }
-
-    /// Marks the runner fenced: it lost its claim and must exit.
-    pub fn mark_fenced(&self) -> bool {
-        !self.fenced.swap(true, Ordering::SeqCst)
-    }
-
-    /// Whether the runner was told its claim is lost.
-    pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::SeqCst)
-    }
-}
-
-/// All runners of this server.
-#[derive(Debug, Default)]
-pub struct Supervisor {
-    inner: Mutex<Inner>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    /// Launches being admitted (no authority yet) or committed and about to
-    /// spawn (with their run and authority); both count against capacity.
-    prepared: HashMap<RunnerEpochId, Option<(RunId, Authority)>>,
-    runners: HashMap<RunnerEpochId, Arc<Runner>>,
-}
-
-impl Supervisor {
-    /// An empty supervisor.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Reserves a capacity slot for a runner epoch about to be admitted.
-    pub fn reserve_slot(&self, runner_epoch: RunnerEpochId) {
-        self.inner
-            .lock()
-            .expect("supervisor lock")
-            .prepared
-            .insert(runner_epoch, None);
-    }
-
-    /// Records the authority of an admission inside its write transaction
-    /// (on the writer thread, before the commit), so that every later job
-    /// sees the authority its committed claim names. A batch that does not
-    /// commit is followed by `forget`.
-    pub fn prepare(&self, runner_epoch: RunnerEpochId, run_id: RunId, authority: Authority) {
-        self.inner
-            .lock()
-            .expect("supervisor lock")
-            .prepared
-            .insert(runner_epoch, Some((run_id, authority)));
-    }
-
-    /// Forgets a prepared authority whose admission did not commit.
-    pub fn forget(&self, runner_epoch: &RunnerEpochId) {
-        self.inner
-            .lock()
-            .expect("supervisor lock")
-            .prepared
-            .remove(runner_epoch);
-    }
-
-    /// Live runners plus launches being prepared: what counts against capacity.
-    pub fn occupied(&self) -> usize {
-        let inner = self.inner.lock().expect("supervisor lock");
-        inner.runners.len() + inner.prepared.len()
-    }
-
-    /// Live runners.
-    pub fn live_count(&self) -> usize {
-        self.inner.lock().expect("supervisor lock").runners.len()
-    }
-
-    /// The live runner of `run_id`, if any.
-    pub fn runner_of(&self, run_id: &RunId) -> Option<Arc<Runner>> {
-        let inner = self.inner.lock().expect("supervisor lock");
-        inner
-            .runners
-            .values()
-            .find(|runner| &runner.run_id == run_id)
-            .cloned()
-    }
-
-    /// The host authority this server holds for `run_id`: its live runner's,
-    /// or that of an admission committed (or committing) before its launch.
-    /// Read it inside the write job that checks it: admissions record
-    /// theirs on the writer thread.
-    pub fn authority_for(&self, run_id: &RunId) -> Option<Authority> {
-        let inner = self.inner.lock().expect("supervisor lock");
-        inner
-            .prepared
-            .values()
-            .flatten()
-            .find(|(prepared_run, _)| prepared_run == run_id)
-            .map(|(_, authority)| authority.clone())
-            .or_else(|| {
-                inner
-                    .runners
-                    .values()
-                    .find(|runner| &runner.run_id == run_id)
-                    .map(|runner| runner.authority.clone())
-            })
-    }
-
-    /// Every live runner.
-    pub fn all(&self) -> Vec<Arc<Runner>> {
-        self.inner
-            .lock()
-            .expect("supervisor lock")
-            .runners
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    /// Spawns the runner of a committed admission.
-    pub fn launch(
-        &self,
-        app: &Arc<App>,
-        run_id: RunId,
-        generation: Generation,
-        runner_epoch: RunnerEpochId,
-        command: LaunchCommand,
-    ) {
-        let mut inner = self.inner.lock().expect("supervisor lock");
-        let Some(Some((_, authority))) = inner.prepared.remove(&runner_epoch) else {
-            // Not our admission (cannot happen): nothing to launch.
-            return;
-        };
-        let (outbox, receiver) = mpsc::unbounded_channel();
-        let runner = Arc::new(Runner {
-            run_id,
-            runner_epoch: runner_epoch.clone(),
-            generation,
-            authority,
-            command,
-            outbox,
-            outbox_receiver: Mutex::new(Some(receiver)),
-            identity: Mutex::new(None),
-            stop_reason: Mutex::new(None),
-            startup_missed: AtomicBool::new(false),
-            ready: AtomicBool::new(false),
-            fenced: AtomicBool::new(false),
-            issued: Mutex::new(HashSet::new()),
-        });
-        inner.runners.insert(runner_epoch, runner.clone());
-        drop(inner);
-        tokio::spawn(supervise(app.clone(), runner));
-    }
-
-    /// Stops a runner's process group for `reason` (SIGTERM, then SIGKILL).
-    pub fn stop(
-        &self,
-        app: &Arc<App>,
-        run_id: &RunId,
-        runner_epoch: &RunnerEpochId,
-        reason: StopReason,
-    ) {
-        let runner = {
-            let inner = self.inner.lock().expect("supervisor lock");
-            inner
-                .runners
-                .get(runner_epoch)
-                .filter(|runner| &runner.run_id == run_id)
-                .cloned()
-        };
-        if let Some(runner) = runner {
-            stop_runner(app, &runner, reason);
-        }
-    }
-
-    fn remove(&self, runner_epoch: &RunnerEpochId) {
-        self.inner
-            .lock()
-            .expect("supervisor lock")
-            .runners
-            .remove(runner_epoch);
+/// Stops a runner's process group for `reason` (SIGTERM, then SIGKILL).
+pub fn stop(app: &Arc<Context>, run_id: &RunId, runner_epoch: &RunnerEpochId, reason: StopReason) {
+    if let Some(runner) = app.runners.runner(run_id, runner_epoch) {
+        stop_runner(app, &runner, reason);
     }
 }
 
 /// SIGTERM now, SIGKILL after the grace period if the leader is still alive.
-pub fn stop_runner(app: &Arc<App>, runner: &Arc<Runner>, reason: StopReason) {
+pub fn stop_runner(app: &Arc<Context>, runner: &Arc<Runner>, reason: StopReason) {
     {
         let mut stop = runner.stop_reason.lock().expect("stop lock");
         if stop.is_none() {
@@ -280,7 +77,7 @@ pub fn stop_runner(app: &Arc<App>, runner: &Arc<Runner>, reason: StopReason) {
     });
 }
 
-async fn supervise(app: Arc<App>, runner: Arc<Runner>) {
+async fn supervise(app: Arc<Context>, runner: Arc<Runner>) {
     app.faults.hit(crate::fault::FaultPoint::BeforeSpawn);
     let exit = match spawn(&app, &runner).await {
         Ok(child) => run_child(&app, &runner, child).await,
@@ -301,15 +98,13 @@ struct ExitReport {
     signal: Option<i32>,
 }
 
-async fn spawn(app: &Arc<App>, runner: &Arc<Runner>) -> Result<Child, ()> {
+async fn spawn(app: &Arc<Context>, runner: &Arc<Runner>) -> Result<Child, ()> {
     let run_id = runner.run_id.clone();
     let generation = runner.generation;
     let runner_epoch = runner.runner_epoch.clone();
     let launch = app
         .store
-        .read(move |connection| {
-            runner_api::launch_envelope(connection, &run_id, generation, &runner_epoch)
-        })
+        .read(move |connection| launch_envelope(connection, &run_id, generation, &runner_epoch))
         .await
         .ok()
         .flatten()
@@ -364,7 +159,7 @@ fn existing_dir(project_path: &str, fallback: &std::path::Path) -> std::path::Pa
     }
 }
 
-async fn record_process(app: &Arc<App>, runner: &Arc<Runner>, identity: &ProcessIdentity) {
+async fn record_process(app: &Arc<Context>, runner: &Arc<Runner>, identity: &ProcessIdentity) {
     let runner_epoch = runner.runner_epoch.clone();
     let encoded = identity.encode();
     let pid = identity.pid;
@@ -382,7 +177,7 @@ async fn record_process(app: &Arc<App>, runner: &Arc<Runner>, identity: &Process
         .await;
 }
 
-async fn run_child(app: &Arc<App>, runner: &Arc<Runner>, mut child: Child) -> ExitReport {
+async fn run_child(app: &Arc<Context>, runner: &Arc<Runner>, mut child: Child) -> ExitReport {
     let deadline = Duration::from_millis(app.config.runner_ready_timeout_ms);
     let watchdog = {
         let app = app.clone();
@@ -411,11 +206,11 @@ async fn run_child(app: &Arc<App>, runner: &Arc<Runner>, mut child: Child) -> Ex
                 if runner.is_fenced() {
                     protocol_violation(app, runner);
                 } else {
-                    runner_api::reject_frame(app, runner).await;
+                    (app.ports.runner_frame_rejected)(app.clone(), runner.clone()).await;
                 }
                 break;
             };
-            runner_api::handle(app, runner, message).await;
+            (app.ports.runner_message)(app.clone(), runner.clone(), message).await;
         }
     }
     let status = child.wait().await.ok();
@@ -436,22 +231,22 @@ async fn run_child(app: &Arc<App>, runner: &Arc<Runner>, mut child: Child) -> Ex
     ExitReport { kind, code, signal }
 }
 
-fn protocol_violation(app: &Arc<App>, runner: &Arc<Runner>) {
+fn protocol_violation(app: &Arc<Context>, runner: &Arc<Runner>) {
     if let Some(identity) = runner.identity() {
         process::signal_group(&identity, Signal::SIGKILL);
     }
     let _ = app;
 }
 
-async fn finish(app: &Arc<App>, runner: &Arc<Runner>, exit: ExitReport) {
+async fn finish(app: &Arc<Context>, runner: &Arc<Runner>, exit: ExitReport) {
     // No member of the runner's group may outlive it.
     if let Some(identity) = runner.identity()
         && process::group_has_members(identity.pid)
     {
         process::signal_own_group(identity.pid, Signal::SIGKILL);
     }
-    runner_api::reap_registered(app, &runner.runner_epoch).await;
-    runner_api::record_exit(app, runner, exit.kind, exit.code, exit.signal).await;
+    reap_registered(app, &runner.runner_epoch).await;
+    record_exit(app, runner, exit.kind, exit.code, exit.signal).await;
     app.runners.remove(&runner.runner_epoch);
     app.scheduler.notify();
 }
@@ -462,4 +257,111 @@ pub fn runner_exit(runner: &Runner, kind: ExitKind) -> RunnerExit {
         runner_epoch: runner.runner_epoch.clone(),
         kind,
     }
+}
+
+/// The launch frame of a runner and the directory it runs in.
+#[derive(Debug)]
+pub struct LaunchFrame {
+    pub frame: Vec<u8>,
+    pub project_path: String,
+}
+
+/// Builds the run-mode launch envelope from committed facts.
+pub fn launch_envelope(
+    connection: &Connection,
+    run_id: &RunId,
+    generation: Generation,
+    runner_epoch: &RunnerEpochId,
+) -> rusqlite::Result<Option<LaunchFrame>> {
+    let Some(meta) = meta::load(connection, run_id)? else {
+        return Ok(None);
+    };
+    let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
+    let interactive = crate::store::runs::load(connection, run_id)?
+        .is_some_and(|agg| agg.run.mode.origin_session().is_some());
+    let mut launch = json!({
+        "schema": "pi-workflows.worker-launch.v1",
+        "mode": "run",
+        "runId": run_id.as_str(),
+        "generation": generation.0,
+        "runnerEpoch": runner_epoch.as_str(),
+        "projectPath": meta.project_path,
+        "workflowSource": source,
+        "definitionDigest": meta.definition_digest,
+        "inputHash": meta.input_hash,
+        "executionMode": if interactive { "interactive" } else { "headless" },
+        "protocolVersion": 1,
+    });
+    if let Some(model) = meta
+        .agent_model_json
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+    {
+        launch["agentModel"] = model;
+    }
+    Ok(
+        crate::wire::frames::launch(&launch).map(|frame| LaunchFrame {
+            frame,
+            project_path: meta.project_path,
+        }),
+    )
+}
+
+/// Kills the process groups a runner registered and forgets them.
+pub async fn reap_registered(app: &Arc<Context>, runner_epoch: &RunnerEpochId) {
+    let runner_epoch = runner_epoch.clone();
+    let rows = app
+        .store
+        .write(move |connection| {
+            Ok(Commit::Keep(processes::take_registered(
+                connection,
+                &runner_epoch,
+            )?))
+        })
+        .await
+        .unwrap_or_default();
+    for identity in rows.iter().filter_map(|text| ProcessIdentity::decode(text)) {
+        kill_exact(&identity);
+    }
+}
+
+/// SIGKILL to the exact process (its group when it leads one) and every
+/// descendant of that group, also those in groups of their own (the tools a
+/// headless Pi runs detached).
+pub fn kill_exact(identity: &ProcessIdentity) {
+    let descendants = if process::is_alive(identity) {
+        process::group_descendants(identity.pid)
+    } else {
+        Vec::new()
+    };
+    process::kill_identity(identity);
+    for descendant in &descendants {
+        process::kill_identity(descendant);
+    }
+}
+
+/// Records a runner's exit and lets the kernel decide what happens to the run.
+pub async fn record_exit(
+    app: &Arc<Context>,
+    runner: &Arc<Runner>,
+    kind: ExitKind,
+    code: Option<i32>,
+    signal: Option<i32>,
+) {
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let runner_for_job = runner.clone();
+    crate::shell::apply(
+        app,
+        runner.run_id.clone(),
+        move |connection, before, now_ms| {
+            processes::record_exit_status(connection, &runner_for_job.runner_epoch, code, signal)?;
+            let authority = (!runner_for_job.is_fenced()).then_some(&runner_for_job.authority);
+            let exit = runner_exit(&runner_for_job, kind);
+            Ok(kernel::runner::on_exit(
+                before, exit, authority, control, now_ms, ttl_ms,
+            ))
+        },
+    )
+    .await;
 }

@@ -13,7 +13,7 @@
 //!   `validator_stopped` when it ends without one. The kernel refuses any
 //!   later verdict as stale, so a recovered child that reports twice (or a
 //!   verdict after a restart already decided) changes nothing.
-//! - After a verdict commits, `App::submission_settled` wakes the waiting
+//! - After a verdict commits, `Context::submission_settled` wakes the waiting
 //!   `interaction.submit` responses.
 //! - Children are admitted by the scheduler (`scheduler.rs`) from the
 //!   durable `validating` rows, never started directly: at most one child
@@ -26,7 +26,7 @@
 //!   or its run ended while it validated) is abandoned as rejected
 //!   (`interaction::validation_abandoned`), so none stays `validating`.
 
-use crate::app::App;
+use crate::context::Context;
 use crate::process;
 use crate::store::blobs::Blob;
 use crate::store::submissions;
@@ -35,9 +35,8 @@ use kernel::ids::{InteractionId, RunId, SubmissionId};
 use kernel::interaction::{self, Verdict};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
@@ -55,27 +54,6 @@ enum Reported {
     Stopped,
 }
 
-/// The validation children in flight, by submission, with whether each
-/// takes an execution slot of its own.
-#[derive(Debug, Default)]
-pub struct Validations {
-    in_flight: Mutex<BTreeMap<SubmissionId, bool>>,
-}
-
-impl Validations {
-    /// The execution slots that children in flight take.
-    pub fn slots_taken(&self) -> usize {
-        let in_flight = self.in_flight.lock().expect("validations lock");
-        in_flight.values().filter(|takes_slot| **takes_slot).count()
-    }
-
-    /// Whether `submission_id` has a child in flight.
-    pub fn is_in_flight(&self, submission_id: &SubmissionId) -> bool {
-        let in_flight = self.in_flight.lock().expect("validations lock");
-        in_flight.contains_key(submission_id)
-    }
-}
-
 /// One validating submission the scheduler may admit.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -88,7 +66,7 @@ pub struct Job {
 }
 
 /// The validating submissions without a child in flight (the scheduler's candidates).
-pub fn waiting(app: &App, connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Job>> {
+pub fn waiting(app: &Context, connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     for (run_id, interaction_id, submission_id, submitted_at_ms) in
         submissions::validating(connection)?
@@ -112,7 +90,7 @@ pub fn waiting(app: &App, connection: &rusqlite::Connection) -> rusqlite::Result
 
 /// Starts the validation child of one admitted job (the scheduler's call);
 /// `takes_slot` says whether it counts against capacity while in flight.
-pub fn start(app: &Arc<App>, job: Job, takes_slot: bool) {
+pub fn start(app: &Arc<Context>, job: Job, takes_slot: bool) {
     {
         let mut in_flight = app.validations.in_flight.lock().expect("validations lock");
         if in_flight.contains_key(&job.submission_id) {
@@ -206,7 +184,7 @@ fn prepare(
 }
 
 async fn run_child(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     run_id: &RunId,
     interaction_id: &InteractionId,
     submission_id: &SubmissionId,
@@ -325,7 +303,7 @@ async fn run_child(
 
 /// Commits the verdict (or the stop) of one validating submission and wakes its waiters.
 async fn record(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     run_id: &RunId,
     interaction_id: &InteractionId,
     submission_id: &SubmissionId,
@@ -383,7 +361,7 @@ async fn record(
             let mut outputs = verdict.run.outputs;
             // An accepted origin-session submission finishes its waiting attempt here.
             if let Some(follow_up) = &verdict.follow_up {
-                outputs.extend(crate::client_api::coordinator::apply_attempt_follow_up(connection, &control, ttl_ms, follow_up, now_ms)?);
+                outputs.extend(crate::attempt_follow_up::apply(connection, &control, ttl_ms, follow_up, now_ms)?);
             }
             Ok(Commit::Keep(outputs))
         })
@@ -397,6 +375,6 @@ async fn record(
 /// Startup recovery step 9: every submission still `validating` gets a new
 /// child, admitted by the scheduler (no child of the previous server is in
 /// flight, so each is a candidate of the next admission round).
-pub async fn resume_validating(app: &Arc<App>) {
+pub async fn resume_validating(app: &Arc<Context>) {
     app.scheduler.notify();
 }

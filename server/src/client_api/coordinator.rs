@@ -17,29 +17,21 @@
 //!   follow-up it decided (an aborted turn's pause, a failed attempt after
 //!   too many unproductive turns) in the same transaction, before its
 //!   response. An accepted origin-session submission finishes its waiting
-//!   attempt in the transaction of its verdict ([`apply_attempt_follow_up`]).
+//!   attempt in the transaction of its verdict (`crate::attempt_follow_up`).
 //! - Branch and turn reports store no `host_commands` receipt: the turn id
 //!   and the message ids are their identities, and a repeat adopts the saved
 //!   result (`session::report_turn`).
 
-use crate::app::App;
 use crate::client_api::response;
-use crate::store::attempts::{self, AttemptResult};
-use crate::store::blobs::Blob;
-use crate::store::{Commit, meta, runs, sessions, submissions};
-use kernel::attempt::NodeOutcome;
-use kernel::attempt::ResultRecord;
-use kernel::claim::ClaimRequest;
-use kernel::ids::{
-    AttemptId, ConnectionId, CoordinatorEpoch, EntryId, MessageId, RunId, SessionId, TurnId,
-};
-use kernel::interaction::AttemptFollowUp;
+use crate::context::Context;
+use crate::store::{Commit, runs, sessions};
+use kernel::ids::{ConnectionId, CoordinatorEpoch, EntryId, MessageId, RunId, SessionId, TurnId};
 use kernel::message::{MessageState, TurnState};
 use kernel::output::Output;
 use kernel::reject::Coded;
 use kernel::session::{
-    self, BranchReport, CoordinatorFacts, RunFollowUp, SessionFacts, SessionRejection, StopReason,
-    TurnPhase, TurnReport,
+    self, BranchReport, RunFollowUp, SessionFacts, SessionRejection, StopReason, TurnPhase,
+    TurnReport,
 };
 use protocol::ErrorCode;
 use protocol::generated::types::{
@@ -47,40 +39,10 @@ use protocol::generated::types::{
 };
 use rusqlite::Connection;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-/// The process-local coordinator state of every origin session.
-#[derive(Debug, Default)]
-pub struct Coordinators {
-    sessions: Mutex<HashMap<SessionId, CoordinatorFacts>>,
-}
-
-impl Coordinators {
-    fn get(&self, session_id: &SessionId) -> CoordinatorFacts {
-        self.sessions
-            .lock()
-            .expect("coordinators lock")
-            .get(session_id)
-            .cloned()
-            .unwrap_or_else(|| CoordinatorFacts::new(session_id.clone()))
-    }
-
-    fn set(&self, facts: CoordinatorFacts) {
-        self.sessions
-            .lock()
-            .expect("coordinators lock")
-            .insert(facts.session_id.clone(), facts);
-    }
-
-    /// The active epoch of `session_id`, if a coordinator is connected.
-    pub fn active_epoch(&self, session_id: &SessionId) -> Option<CoordinatorEpoch> {
-        self.get(session_id).active.map(|active| active.epoch)
-    }
-}
+use std::sync::Arc;
 
 /// A connection closed: the epochs it owned end (open turns stay open).
-pub fn disconnected(app: &Arc<App>, connection_id: &ConnectionId) {
+pub fn disconnected(app: &Arc<Context>, connection_id: &ConnectionId) {
     let mut sessions = app.coordinators.sessions.lock().expect("coordinators lock");
     for facts in sessions.values_mut() {
         *facts = session::disconnect(facts, connection_id).facts;
@@ -94,7 +56,7 @@ fn refuse(request_id: &str, operation: &str, rejection: &SessionRejection) -> Va
     } else if code == ErrorCode::Conflict {
         "conflict".to_owned()
     } else {
-        crate::store::codec_name(&outcome)
+        crate::wire::codec_name(&outcome)
     };
     response(
         request_id,
@@ -125,7 +87,7 @@ fn unavailable(request_id: &str, operation: &str, error: &crate::store::StoreErr
 /// the next eligible message. Step messages name their request's attempt
 /// and node.
 pub async fn session_view(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     payload: &SessionViewGetPayload,
     connection_id: &ConnectionId,
@@ -202,7 +164,7 @@ fn add_step_sources(connection: &Connection, view: &mut Value) -> rusqlite::Resu
 
 /// `workflowMessage.reportBranch` from the active epoch.
 pub async fn report_branch(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     payload: &ReportBranchPayload,
     connection_id: &ConnectionId,
@@ -338,7 +300,7 @@ fn fresh_ids(count: usize) -> Vec<MessageId> {
 
 /// `workflowTurn.report`: one exact turn start or end from the active epoch.
 pub async fn report_turn(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     payload: &TurnReportPayload,
     connection_id: &ConnectionId,
@@ -418,7 +380,7 @@ pub async fn report_turn(
                 now_ms,
             )?);
             let mut receipt = json!({
-                "ownership": crate::store::codec_name(&reported.receipt.ownership),
+                "ownership": crate::wire::codec_name(&reported.receipt.ownership),
             });
             if let Some(turn) = &reported.receipt.turn {
                 receipt["turn"] = json!(turn.turn_id.as_str());
@@ -449,7 +411,7 @@ pub async fn report_turn(
 /// (after the session facts were written). A follow-up the run refuses (it
 /// became terminal or was paused meanwhile) changes nothing.
 fn apply_follow_ups(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     connection: &Connection,
     follow_ups: &[RunFollowUp],
     now_ms: u64,
@@ -476,7 +438,7 @@ fn apply_follow_ups(
                 }
             }
             RunFollowUp::Attempt { follow_up } => {
-                outputs.extend(apply_attempt_follow_up(
+                outputs.extend(crate::attempt_follow_up::apply(
                     connection,
                     &app.control,
                     app.config.claim_ttl_ms,
@@ -494,100 +456,4 @@ fn log_refused(what: &str, rejection: &kernel::run::Rejection) {
         "{what} was refused by the run: {}",
         rejection.message()
     ));
-}
-
-/// Finishes the waiting attempt of an interactive request on the server's
-/// control path (`Actor::Control`), in the caller's transaction: `ok` with
-/// the accepted submission's output, or `failed` after too many unproductive
-/// turns. The route parks the run `resumeReady` (the next generation runs
-/// the next node) or ends it.
-pub(crate) fn apply_attempt_follow_up(
-    connection: &Connection,
-    control: &ClaimRequest,
-    ttl_ms: u64,
-    follow_up: &AttemptFollowUp,
-    now_ms: u64,
-) -> rusqlite::Result<Vec<Output>> {
-    let (run_id, attempt_id) = match follow_up {
-        AttemptFollowUp::FinishOk {
-            run_id, attempt_id, ..
-        }
-        | AttemptFollowUp::Fail {
-            run_id, attempt_id, ..
-        } => (run_id, attempt_id),
-    };
-    let (Some(before), Some(meta)) = (
-        runs::load(connection, run_id)?,
-        meta::load(connection, run_id)?,
-    ) else {
-        return Ok(Vec::new());
-    };
-    let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
-        return Ok(Vec::new());
-    };
-    let Some(attempt) = before
-        .attempt
-        .clone()
-        .filter(|attempt| attempt.attempt_id == *attempt_id)
-    else {
-        return Ok(Vec::new());
-    };
-    let (outcome, output, error, failure) = match follow_up {
-        AttemptFollowUp::FinishOk { submission_id, .. } => {
-            let stored = submissions::stored(connection, submission_id)?;
-            let output = match stored.and_then(|stored| stored.accepted_output) {
-                Some(output) => Some(output),
-                None => submissions::payload(connection, submission_id)?,
-            };
-            (NodeOutcome::Ok, output, None, None)
-        }
-        AttemptFollowUp::Fail { reason, .. } => (
-            NodeOutcome::Failed,
-            None,
-            Some("the agent ended its turn without submitting the step's output three times"),
-            Some(*reason),
-        ),
-    };
-    let record = ResultRecord::of(&attempt, &topology, outcome, now_ms)
-        .output(output.as_ref())
-        .error(error)
-        .to_value();
-    let finished = kernel::execution::finish_attempt(
-        &before,
-        &topology,
-        kernel::execution::Actor::Control {
-            request: control.clone(),
-            failure,
-        },
-        attempt_id,
-        kernel::execution::NodeResult { outcome, record },
-        AttemptId::new(format!("att-{}", crate::ids::random_hex::<8>())),
-        now_ms,
-        ttl_ms,
-    );
-    match finished {
-        Ok((transition, _dispatch)) => {
-            runs::write(
-                connection,
-                Some(&before),
-                &transition.facts,
-                &transition.outputs,
-                now_ms,
-            )?;
-            let stored = AttemptResult {
-                output: output.as_ref().map(Blob::json),
-                error_message: error.map(str::to_owned),
-                ..AttemptResult::default()
-            };
-            attempts::record_result(connection, run_id, attempt_id, &stored, now_ms)?;
-            if let (Some(message), Some(_)) = (error, transition.facts.run.error.as_ref()) {
-                runs::record_error_message(connection, run_id, message)?;
-            }
-            Ok(transition.outputs)
-        }
-        Err(rejection) => {
-            log_refused("finishing an interactive attempt", &rejection);
-            Ok(Vec::new())
-        }
-    }
 }

@@ -16,13 +16,15 @@ pub mod server_status;
 pub mod socket;
 pub mod submissions;
 
-use crate::app::App;
+pub use crate::wire::client::response;
+
 use crate::children::resolver;
-use crate::client_api::socket::Outbox;
+use crate::context::Context;
 use crate::presentation::hub::{MAX_SUBSCRIPTIONS, NotStarted, Subscriptions, Target};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::{Commit, commands, runs};
+use crate::wire::client::Outbox;
 use kernel::ids::{
     ClientId, Digest, IdempotencyKey, MessageId, RequestId, Revision, RunId, SessionId,
 };
@@ -36,34 +38,6 @@ use protocol::{ErrorCode, RequestPayload};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-/// A response frame as JSON.
-pub fn response(
-    request_id: &str,
-    operation: &str,
-    outcome: &str,
-    revision: Option<u64>,
-    receipt: Option<Value>,
-    error: Option<(ErrorCode, String)>,
-) -> Value {
-    let mut value = json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "response",
-        "requestId": request_id,
-        "operation": operation,
-        "outcome": outcome,
-    });
-    if let Some(revision) = revision {
-        value["revision"] = json!(revision);
-    }
-    if let Some(receipt) = receipt {
-        value["receipt"] = receipt;
-    }
-    if let Some((code, message)) = error {
-        value["error"] = json!({ "code": code.to_string(), "message": message.chars().take(512).collect::<String>() });
-    }
-    value
-}
 
 /// One request's envelope fields.
 #[derive(Clone, Debug)]
@@ -82,7 +56,7 @@ struct Request {
 /// its response was written, so a stopping server first answers every
 /// command it accepted; one that arrives while stopping is refused.
 pub async fn handle(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     message: ClientMessage,
     payload: Option<RequestPayload>,
     outbox: &Outbox,
@@ -113,7 +87,7 @@ pub async fn handle(
                         )),
                     );
                     outbox
-                        .send_and_drain(crate::client_api::socket::frame(&refusal))
+                        .send_and_drain(crate::wire::client::frame(&refusal))
                         .await;
                 }
                 return;
@@ -123,7 +97,7 @@ pub async fn handle(
     };
     if let Some(answer) = dispatch(app, message, payload, outbox, subscriptions).await {
         outbox
-            .send_and_drain(crate::client_api::socket::frame(&answer))
+            .send_and_drain(crate::wire::client::frame(&answer))
             .await;
     }
     drop(in_flight);
@@ -131,7 +105,7 @@ pub async fn handle(
 
 /// Decides one request; `None` when the response is sent elsewhere.
 async fn dispatch(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     message: ClientMessage,
     payload: Option<RequestPayload>,
     outbox: &Outbox,
@@ -436,7 +410,7 @@ fn lookup(
                 .map(|(_, json)| json)
                 .unwrap_or_default();
             let body: Value = serde_json::from_str(&json_text).unwrap_or(Value::Null);
-            let outcome = crate::store::codec_name(&stored.adopted_outcome());
+            let outcome = crate::wire::codec_name(&stored.adopted_outcome());
             let error = body.get("error").and_then(|error| {
                 Some((
                     error.get("code")?.as_str()?.to_owned(),
@@ -462,7 +436,7 @@ fn lookup(
 }
 
 /// Runs one command job: receipt lookup, execution, receipt storage.
-async fn command<F>(app: &Arc<App>, request: Request, execute: F) -> Value
+async fn command<F>(app: &Arc<Context>, request: Request, execute: F) -> Value
 where
     F: FnOnce(&Connection, u64) -> rusqlite::Result<Executed> + Send + 'static,
 {
@@ -479,7 +453,7 @@ where
             }
             let now_ms = crate::clock::now_ms();
             let executed = execute(connection, now_ms)?;
-            let outcome = crate::store::codec_name(&executed.outcome);
+            let outcome = crate::wire::codec_name(&executed.outcome);
             let body = receipt_body(&executed);
             let mut value = response(
                 &request_for_job.request_id,
@@ -530,7 +504,7 @@ where
 
 // ---- run.start ---------------------------------------------------------------
 
-async fn run_start(app: &Arc<App>, request: Request) -> Value {
+async fn run_start(app: &Arc<Context>, request: Request) -> Value {
     let payload = &request.payload;
     let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
     let (Some(workflow), Some(project_path), Some(mode)) =
@@ -657,7 +631,7 @@ fn workflow_stem(workflow: &str) -> &str {
 }
 
 /// Answers from a stored receipt without executing, if one exists.
-async fn precheck(app: &Arc<App>, request: &Request) -> Option<Value> {
+async fn precheck(app: &Arc<Context>, request: &Request) -> Option<Value> {
     let identity = identity(request).ok()?;
     let request = request.clone();
     app.store
@@ -669,7 +643,7 @@ async fn precheck(app: &Arc<App>, request: &Request) -> Option<Value> {
 
 // ---- commands on one run -----------------------------------------------------
 
-async fn run_command(app: &Arc<App>, request: Request) -> Value {
+async fn run_command(app: &Arc<Context>, request: Request) -> Value {
     let Some(run_id) = request.run_id.clone() else {
         return response(
             &request.request_id,
@@ -749,7 +723,7 @@ fn control_receipt(agg: &RunAggregate) -> Value {
     json!({
         "runId": agg.run.run_id.as_str(),
         "revision": agg.run.revision.0,
-        "status": crate::store::codec_name(&agg.run.status),
+        "status": crate::wire::codec_name(&agg.run.status),
     })
 }
 
@@ -800,7 +774,7 @@ fn restart(
     let receipt = json!({
         "runId": before.run.run_id.as_str(),
         "revision": before.run.revision.0,
-        "status": crate::store::codec_name(&before.run.status),
+        "status": crate::wire::codec_name(&before.run.status),
         "newRunId": new_run_id.as_str(),
     });
     Ok(Executed::accepted(revision, receipt, outputs))
@@ -955,7 +929,7 @@ fn number(payload: &Value, key: &str) -> Option<usize> {
     payload.get(key).and_then(Value::as_u64).map(|n| n as usize)
 }
 
-async fn runs_list(app: &Arc<App>, request: &Request) -> Value {
+async fn runs_list(app: &Arc<Context>, request: &Request) -> Value {
     let cursor = request
         .payload
         .get("cursor")
@@ -988,7 +962,7 @@ async fn runs_list(app: &Arc<App>, request: &Request) -> Value {
     }
 }
 
-async fn view_page(app: &Arc<App>, request: &Request) -> Value {
+async fn view_page(app: &Arc<Context>, request: &Request) -> Value {
     let Some(run_id) = request.run_id.clone() else {
         return not_found(request, "view.page needs a runId");
     };
@@ -1026,7 +1000,7 @@ async fn view_page(app: &Arc<App>, request: &Request) -> Value {
     }
 }
 
-async fn view_content(app: &Arc<App>, request: &Request) -> Value {
+async fn view_content(app: &Arc<Context>, request: &Request) -> Value {
     let Some(run_id) = request.run_id.clone() else {
         return not_found(request, "view.content needs a runId");
     };
@@ -1067,7 +1041,7 @@ async fn view_content(app: &Arc<App>, request: &Request) -> Value {
 /// `subscribe`: the response (with the subscription id) is written before the
 /// subscription's first event; `None` because the subscription task sends it.
 async fn subscribe(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request: &Request,
     outbox: &Outbox,
     subscriptions: &Subscriptions,
@@ -1108,16 +1082,22 @@ async fn subscribe(
     }
     let from = request.payload.get("fromRevision").and_then(Value::as_u64);
     let request_id = request.request_id.clone();
-    let started = subscriptions.start(app, outbox, target, from, move |subscription_id| {
-        response(
-            &request_id,
-            "subscribe",
-            "accepted",
-            None,
-            Some(json!({ "subscriptionId": subscription_id })),
-            None,
-        )
-    });
+    let started = subscriptions.start(
+        &app.presentation,
+        outbox,
+        target,
+        from,
+        move |subscription_id| {
+            response(
+                &request_id,
+                "subscribe",
+                "accepted",
+                None,
+                Some(json!({ "subscriptionId": subscription_id })),
+                None,
+            )
+        },
+    );
     match started {
         Ok(_) => None,
         Err(NotStarted::Full) => Some(response(
@@ -1138,7 +1118,7 @@ async fn subscribe(
     }
 }
 
-async fn clear_terminal(app: &Arc<App>, request: &Request) -> Value {
+async fn clear_terminal(app: &Arc<Context>, request: &Request) -> Value {
     let session = SessionId::new(
         request
             .payload
@@ -1163,7 +1143,7 @@ async fn clear_terminal(app: &Arc<App>, request: &Request) -> Value {
     }
 }
 
-fn workflows_list(app: &Arc<App>, request: &Request) -> Value {
+fn workflows_list(app: &Arc<Context>, request: &Request) -> Value {
     let project = request
         .payload
         .get("projectPath")

@@ -6,7 +6,7 @@
 //!   runs (the origin session's active coordinator epoch: the session must
 //!   be the run's origin and the epoch its active one). An accepted
 //!   interactive submission finishes its waiting attempt in the verdict's
-//!   transaction (`coordinator::apply_attempt_follow_up`).
+//!   transaction (`crate::attempt_follow_up`).
 //! - The request is resolved from the exact interaction id (settled or not);
 //!   its run, attempt, authority (`check_authority`) and kind are checked
 //!   before any stored submission is looked up or anything changes.
@@ -18,8 +18,8 @@
 //!   the same key with another payload is a conflict. The submission row is
 //!   the receipt (no `host_commands` row).
 
-use crate::app::App;
 use crate::client_api::response;
+use crate::context::Context;
 use crate::store::submissions::{self, Stored};
 use crate::store::{Commit, runs};
 use kernel::ids::{
@@ -42,7 +42,7 @@ enum Decided {
 
 /// Handles one `interaction.submit` (the caller checked the schema).
 pub async fn submit(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     run_id: Option<&kernel::ids::RunId>,
     idempotency_key: Option<&str>,
@@ -157,7 +157,7 @@ pub async fn submit(
                     let outcome = if code == ErrorCode::Conflict {
                         "conflict".to_owned()
                     } else {
-                        crate::store::codec_name(&outcome)
+                        crate::wire::codec_name(&outcome)
                     };
                     refuse(&outcome, code, message)
                 }
@@ -222,7 +222,7 @@ fn unavailable(request_id: &str, error: &crate::store::StoreError) -> Value {
 fn receipt(stored: &Stored) -> Value {
     let mut receipt = json!({
         "submissionId": stored.record.submission_id.as_str(),
-        "outcome": crate::store::codec_name(&stored.record.outcome),
+        "outcome": crate::wire::codec_name(&stored.record.outcome),
     });
     if let Some(message) = &stored.error_message {
         receipt["error"] = json!({ "code": "validationFailed", "message": message });

@@ -16,9 +16,9 @@
 //!   connection has at most [`MAX_SUBSCRIPTIONS`], and none starts after
 //!   its connection closed.
 
-use crate::app::App;
-use crate::client_api::socket::{Outbox, frame};
+use super::Presentation;
 use crate::store::viewer;
+use crate::wire::client::{Outbox, frame};
 use kernel::ids::{RunId, SessionId};
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
@@ -55,10 +55,16 @@ impl Hub {
 
     /// Kernel `PublishRun` outputs need no work: the store announces every
     /// committed presentation revision itself, after the commit.
-    pub fn publish_run(&self, _app: &Arc<App>, _run_id: &RunId, _revision: kernel::ids::Revision) {}
+    pub fn publish_run(
+        &self,
+        _app: &Arc<Presentation>,
+        _run_id: &RunId,
+        _revision: kernel::ids::Revision,
+    ) {
+    }
 
     /// Session messages are announced with the run change that carried them.
-    pub fn publish_session(&self, _app: &Arc<App>, _session_id: &SessionId) {}
+    pub fn publish_session(&self, _app: &Arc<Presentation>, _session_id: &SessionId) {}
 
     fn shared_patch(&self, run_id: &RunId, from: u64, to: u64) -> Option<Arc<Value>> {
         let patches = self.patches.lock().expect("hub lock");
@@ -125,7 +131,7 @@ impl Subscriptions {
     /// response that `accepted` builds from the new subscription id.
     pub fn start(
         &self,
-        app: &Arc<App>,
+        app: &Arc<Presentation>,
         outbox: &Outbox,
         target: Target,
         from_revision: Option<u64>,
@@ -198,7 +204,7 @@ fn event(subscription_id: &str, revision: u64, event: Value) -> Vec<u8> {
 }
 
 async fn follow(
-    app: Arc<App>,
+    app: Arc<Presentation>,
     outbox: Outbox,
     id: String,
     target: Target,
@@ -264,7 +270,7 @@ fn relevant(target: &Target, changed: &RunId) -> bool {
 /// Sends what a run subscriber is missing: patches since its cursor when
 /// retained, otherwise a snapshot. Returns `false` when the connection closed.
 async fn deliver_run(
-    app: &Arc<App>,
+    app: &Arc<Presentation>,
     outbox: &Outbox,
     id: &str,
     run_id: &RunId,
@@ -315,7 +321,12 @@ async fn deliver_run(
     }
 }
 
-async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Option<u64>) -> bool {
+async fn deliver_list(
+    app: &Arc<Presentation>,
+    outbox: &Outbox,
+    id: &str,
+    cursor: &mut Option<u64>,
+) -> bool {
     let page = app
         .store
         .read(|connection| {
@@ -342,7 +353,7 @@ async fn deliver_list(app: &Arc<App>, outbox: &Outbox, id: &str, cursor: &mut Op
 }
 
 async fn deliver_session(
-    app: &Arc<App>,
+    app: &Arc<Presentation>,
     outbox: &Outbox,
     id: &str,
     session_id: &SessionId,

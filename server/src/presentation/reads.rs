@@ -153,7 +153,7 @@ pub fn content_chunk(
     let digest = reference
         .get("digest")
         .and_then(Value::as_str)
-        .and_then(|text| crate::runner_api::effects::parse_digest(Some(text)));
+        .and_then(|text| crate::ids::parse_digest(Some(text)));
     let media_type = reference
         .get("mediaType")
         .and_then(Value::as_str)

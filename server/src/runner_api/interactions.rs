@@ -5,7 +5,7 @@
 //! claim and the initial step message (with its prompt content) commit in one
 //! transaction; the runner then exits and the origin session does the work.
 
-use crate::children::supervisor::Runner;
+use crate::context::runners::Runner;
 use crate::runner_api::{Answer, Refusal};
 use crate::store::blobs::Blob;
 use crate::store::meta;

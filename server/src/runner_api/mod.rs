@@ -19,74 +19,27 @@ pub mod interactions;
 pub mod transfer;
 pub mod updates;
 
-use crate::app::App;
-use crate::children::supervisor::{self, Runner};
+use crate::children::supervisor;
+use crate::context::Context;
+use crate::context::runners::Runner;
 use crate::process::{self, ProcessIdentity};
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
 use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
-use kernel::ids::{AttemptId, Digest, Generation, RunId, RunnerEpochId};
+use kernel::ids::{AttemptId, Digest, RunId};
 use kernel::output::{LaunchCommand, Output, Step, StopReason, Transition};
 use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
 use kernel::reject::Coded;
 use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
-use kernel::runner::{ExitKind, ProtocolCheck};
+use kernel::runner::ProtocolCheck;
 use protocol::generated::types::{ActionReceipt, Content, ContentReference, RunnerMessage};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-/// The launch frame of a runner and the directory it runs in.
-#[derive(Debug)]
-pub struct LaunchFrame {
-    pub frame: Vec<u8>,
-    pub project_path: String,
-}
-
-/// Builds the run-mode launch envelope from committed facts.
-pub fn launch_envelope(
-    connection: &Connection,
-    run_id: &RunId,
-    generation: Generation,
-    runner_epoch: &RunnerEpochId,
-) -> rusqlite::Result<Option<LaunchFrame>> {
-    let Some(meta) = meta::load(connection, run_id)? else {
-        return Ok(None);
-    };
-    let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
-    let interactive = crate::store::runs::load(connection, run_id)?
-        .is_some_and(|agg| agg.run.mode.origin_session().is_some());
-    let mut launch = json!({
-        "schema": "pi-workflows.worker-launch.v1",
-        "mode": "run",
-        "runId": run_id.as_str(),
-        "generation": generation.0,
-        "runnerEpoch": runner_epoch.as_str(),
-        "projectPath": meta.project_path,
-        "workflowSource": source,
-        "definitionDigest": meta.definition_digest,
-        "inputHash": meta.input_hash,
-        "executionMode": if interactive { "interactive" } else { "headless" },
-        "protocolVersion": 1,
-    });
-    if let Some(model) = meta
-        .agent_model_json
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-    {
-        launch["agentModel"] = model;
-    }
-    Ok(
-        crate::wire::frames::launch(&launch).map(|frame| LaunchFrame {
-            frame,
-            project_path: meta.project_path,
-        }),
-    )
-}
 
 /// A runner message that the kernel decides inside one write transaction,
 /// with its typed fields (moved out of the generated `RunnerMessage` by the
@@ -582,7 +535,7 @@ impl Handled {
 }
 
 /// Handles one decoded runner message.
-pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage) {
+pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMessage) {
     let envelope = envelope(&message);
     // The stored receipt's digest covers the whole message as the runner
     // sent it (the decoder checked that the typed value round-trips).
@@ -674,7 +627,7 @@ fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
 }
 
 /// A runner that lost its claim must exit; it is stopped if it does not.
-fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
+fn fence(app: &Arc<Context>, runner: &Arc<Runner>) {
     if runner.mark_fenced() {
         supervisor::stop_runner(app, runner, StopReason::ClaimLost);
     }
@@ -682,7 +635,7 @@ fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
 
 /// A state-changing message decided by the kernel in one transaction.
 async fn decide(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
     envelope: Envelope,
@@ -725,7 +678,7 @@ async fn decide(
 
 fn decide_in(
     connection: &Connection,
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
     envelope: &Envelope,
@@ -886,7 +839,7 @@ fn decide_in(
 /// runner gets `claimLost` instead (claim loss is its own failure class).
 fn protocol_rejection(
     connection: &Connection,
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     before: &RunAggregate,
     check: ProtocolCheck,
@@ -936,7 +889,7 @@ fn protocol_rejection(
 /// `protocolRejected` and the runner stopped; a runner that no longer holds
 /// the live claim is only stopped. The frame has no trustworthy message id,
 /// so nothing is answered.
-pub async fn reject_frame(app: &Arc<App>, runner: &Arc<Runner>) {
+pub async fn reject_frame(app: &Arc<Context>, runner: &Arc<Runner>) {
     let runner_for_job = runner.clone();
     let ttl_ms = app.config.claim_ttl_ms;
     let parked = crate::shell::apply(app, runner.run_id.clone(), move |_, before, now_ms| {
@@ -990,7 +943,7 @@ fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Ex
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn apply(
     connection: &Connection,
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
     envelope: &Envelope,
@@ -1532,7 +1485,7 @@ fn store_run_error(connection: &Connection, run_id: &RunId, message: &str) -> ru
 
 /// `runner.progress`: register or unregister a child process group.
 async fn progress(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     envelope: &Envelope,
     register: bool,
@@ -1590,63 +1543,4 @@ async fn progress(
         )),
         _ => reject("registration needs a direct child of the runner and the live run claim"),
     }
-}
-
-/// Kills the process groups a runner registered and forgets them.
-pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
-    let runner_epoch = runner_epoch.clone();
-    let rows = app
-        .store
-        .write(move |connection| {
-            Ok(Commit::Keep(processes::take_registered(
-                connection,
-                &runner_epoch,
-            )?))
-        })
-        .await
-        .unwrap_or_default();
-    for identity in rows.iter().filter_map(|text| ProcessIdentity::decode(text)) {
-        kill_exact(&identity);
-    }
-}
-
-/// SIGKILL to the exact process (its group when it leads one) and every
-/// descendant of that group, also those in groups of their own (the tools a
-/// headless Pi runs detached).
-pub fn kill_exact(identity: &ProcessIdentity) {
-    let descendants = if process::is_alive(identity) {
-        process::group_descendants(identity.pid)
-    } else {
-        Vec::new()
-    };
-    process::kill_identity(identity);
-    for descendant in &descendants {
-        process::kill_identity(descendant);
-    }
-}
-
-/// Records a runner's exit and lets the kernel decide what happens to the run.
-pub async fn record_exit(
-    app: &Arc<App>,
-    runner: &Arc<Runner>,
-    kind: ExitKind,
-    code: Option<i32>,
-    signal: Option<i32>,
-) {
-    let control = app.control.clone();
-    let ttl_ms = app.config.claim_ttl_ms;
-    let runner_for_job = runner.clone();
-    crate::shell::apply(
-        app,
-        runner.run_id.clone(),
-        move |connection, before, now_ms| {
-            processes::record_exit_status(connection, &runner_for_job.runner_epoch, code, signal)?;
-            let authority = (!runner_for_job.is_fenced()).then_some(&runner_for_job.authority);
-            let exit = supervisor::runner_exit(&runner_for_job, kind);
-            Ok(kernel::runner::on_exit(
-                before, exit, authority, control, now_ms, ttl_ms,
-            ))
-        },
-    )
-    .await;
 }

@@ -15,7 +15,7 @@
 //!   exact digest, length and media type it was given; anything else is a
 //!   bounded `contentUnavailable` refusal.
 
-use crate::children::supervisor::Runner;
+use crate::context::runners::Runner;
 use crate::store::blobs::{self, Blob};
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -124,14 +124,14 @@ pub fn part(
 /// Answers one `content.read` of `runner`: a `content.chunk`, or a
 /// `rejected` reply with `contentUnavailable`.
 pub(crate) async fn read(
-    app: &Arc<crate::app::App>,
+    app: &Arc<crate::context::Context>,
     runner: &Arc<Runner>,
     message_id: &str,
     content: &protocol::generated::types::ContentReference,
     offset: u64,
     length: u64,
 ) -> Value {
-    let digest = crate::runner_api::effects::parse_digest(Some(content.digest.as_str()));
+    let digest = crate::ids::parse_digest(Some(content.digest.as_str()));
     // The reference as this server issued it (its canonical text is what
     // `issue` recorded) and as the chunk repeats it.
     let reference = serde_json::to_value(content).unwrap_or(Value::Null);
@@ -252,8 +252,7 @@ mod tests {
 
     /// The stored bytes behind a reference, checked against it.
     fn referenced(connection: &Connection, reference: &Value) -> Value {
-        let digest =
-            crate::runner_api::effects::parse_digest(reference["digest"].as_str()).unwrap();
+        let digest = crate::ids::parse_digest(reference["digest"].as_str()).unwrap();
         let bytes = blobs::get(connection, &digest).unwrap().unwrap();
         assert_eq!(reference["bytes"], bytes.len());
         assert_eq!(reference["mediaType"], "application/json");

@@ -1,0 +1,135 @@
+//! The client channel's outgoing side: response documents, frames that
+//! always reach their receiver (an oversized one becomes its bounded
+//! substitute), and the bounded queue of one connection.
+
+use protocol::ErrorCode;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+/// A response frame as JSON.
+pub fn response(
+    request_id: &str,
+    operation: &str,
+    outcome: &str,
+    revision: Option<u64>,
+    receipt: Option<Value>,
+    error: Option<(ErrorCode, String)>,
+) -> Value {
+    let mut value = json!({
+        "schema": "pi-workflows.client.v1",
+        "type": "response",
+        "requestId": request_id,
+        "operation": operation,
+        "outcome": outcome,
+    });
+    if let Some(revision) = revision {
+        value["revision"] = json!(revision);
+    }
+    if let Some(receipt) = receipt {
+        value["receipt"] = receipt;
+    }
+    if let Some((code, message)) = error {
+        value["error"] = json!({ "code": code.to_string(), "message": message.chars().take(512).collect::<String>() });
+    }
+    value
+}
+
+/// One frame on its way to the socket, with an optional drain notification.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) frame: Vec<u8>,
+    pub(crate) written: Option<oneshot::Sender<()>>,
+}
+
+/// The bounded write side of one connection.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    pub(crate) sender: mpsc::Sender<Outgoing>,
+    /// This connection's process-local id (the coordinator epochs' owner).
+    pub(crate) connection: kernel::ids::ConnectionId,
+}
+
+impl Outbox {
+    /// The id of the connection this outbox writes to.
+    pub fn connection_id(&self) -> &kernel::ids::ConnectionId {
+        &self.connection
+    }
+
+    /// Queues a frame; waits while the connection's queue is full. Returns
+    /// `false` when the connection is gone.
+    pub async fn send(&self, frame: Vec<u8>) -> bool {
+        self.sender
+            .send(Outgoing {
+                frame,
+                written: None,
+            })
+            .await
+            .is_ok()
+    }
+
+    /// Queues a frame and waits until it was written to the socket. Returns
+    /// `false` when the connection closed first.
+    pub async fn send_and_drain(&self, frame: Vec<u8>) -> bool {
+        let (written, done) = oneshot::channel();
+        if self
+            .sender
+            .send(Outgoing {
+                frame,
+                written: Some(written),
+            })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        done.await.is_ok()
+    }
+
+    /// Whether the connection is gone.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
+
+/// Encodes a client-channel message as a frame. Every page and view is
+/// bounded to fit one; should a message still not fit, its receiver is told
+/// so: a response becomes a `frameTooLarge` response to the same request
+/// id, an event an `unavailable` availability event of the same
+/// subscription. Nothing is dropped silently.
+pub fn frame(value: &Value) -> Vec<u8> {
+    if let Some(frame) = crate::wire::frames::client(value) {
+        return frame;
+    }
+    let substitute = match value.get("type").and_then(Value::as_str) {
+        Some("response") => json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "response",
+            "requestId": value["requestId"],
+            "operation": value["operation"],
+            "outcome": "unavailable",
+            "error": { "code": "frameTooLarge", "message": "the response did not fit one 1 MiB frame; report this server bug" },
+        }),
+        Some("event") => json!({
+            "schema": "pi-workflows.client.v1",
+            "type": "event",
+            "subscriptionId": value["subscriptionId"],
+            "revision": value["revision"],
+            "event": { "kind": "availability", "state": "unavailable", "reason": "frameTooLarge: the event did not fit one 1 MiB frame; report this server bug" },
+        }),
+        _ => return error_frame("internal", "the reply did not fit a frame"),
+    };
+    crate::wire::frames::client(&substitute)
+        .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
+}
+
+/// The bounded error frame sent before a connection closes.
+pub(crate) fn error_frame(code: &str, message: &str) -> Vec<u8> {
+    crate::wire::frames::client(&json!({
+        "schema": "pi-workflows.client.v1",
+        "type": "event",
+        "subscriptionId": "connection",
+        "revision": 0,
+        "event": { "kind": "availability", "state": "unavailable", "reason": format!("{code}: {message}") },
+    }))
+    .unwrap_or_default()
+}
