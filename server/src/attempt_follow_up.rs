@@ -86,23 +86,19 @@ pub(crate) fn apply(
     );
     match finished {
         Ok((transition, _dispatch)) => {
-            runs::write(
-                connection,
-                Some(&before),
-                &transition.facts,
-                &transition.outputs,
-                now_ms,
-            )?;
+            let run_failed = transition.facts.run.error.is_some();
+            let outputs =
+                crate::shell::write_transition(connection, Some(&before), transition, &[], now_ms)?;
             let stored = AttemptResult {
                 output: output.as_ref().map(Blob::json),
                 error_message: error.map(str::to_owned),
                 ..AttemptResult::default()
             };
             attempts::record_result(connection, run_id, attempt_id, &stored, now_ms)?;
-            if let (Some(message), Some(_)) = (error, transition.facts.run.error.as_ref()) {
+            if let (Some(message), Some(_)) = (error, run_failed.then_some(())) {
                 runs::record_error_message(connection, run_id, message)?;
             }
-            Ok(transition.outputs)
+            Ok(outputs)
         }
         Err(rejection) => {
             log_refused("finishing an interactive attempt", &rejection);

@@ -320,15 +320,12 @@ async fn record(
     };
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
-    let written = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+    let _ = crate::shell::transact(app, move |connection, now_ms| {
             let (Some(mut agg), Some(record)) = (
                 runs::load(connection, &run_id)?,
                 runs::interaction_by_id(connection, &interaction_id)?,
             ) else {
-                return Ok(Commit::Discard(Vec::new()));
+                return Ok(Commit::Discard(((), Vec::new())));
             };
             agg.interaction = Some(record);
             let stored = submissions::of_interaction(connection, &interaction_id)?;
@@ -345,30 +342,26 @@ async fn record(
                     return match interaction::validation_abandoned(&agg, &stored, &interaction_id, &submission_id) {
                         Ok(abandoned) => {
                             submissions::settle(connection, &abandoned, Some("the step's request closed before its validation finished"), None, now_ms)?;
-                            Ok(Commit::Keep(Vec::new()))
+                            Ok(Commit::Keep(((), Vec::new())))
                         }
-                        Err(_) => Ok(Commit::Discard(Vec::new())),
+                        Err(_) => Ok(Commit::Discard(((), Vec::new()))),
                     };
                 }
             };
-            runs::write(connection, Some(&agg), &verdict.run.facts, &verdict.run.outputs, now_ms)?;
+            let mut outputs = crate::shell::write_transition(connection, Some(&agg), verdict.run, &[], now_ms)?;
             let error = match &reported {
                 Reported::Rejected(message) => Some(message.as_str()),
                 Reported::Stopped => Some("the validation child stopped before it reported a verdict; submit the output again"),
                 Reported::Accepted(_) => None,
             };
             submissions::settle(connection, &verdict.submission, error, output_blob.as_ref(), now_ms)?;
-            let mut outputs = verdict.run.outputs;
             // An accepted origin-session submission finishes its waiting attempt here.
             if let Some(follow_up) = &verdict.follow_up {
                 outputs.extend(crate::attempt_follow_up::apply(connection, &control, ttl_ms, follow_up, now_ms)?);
             }
-            Ok(Commit::Keep(outputs))
+            Ok(Commit::Keep(((), outputs)))
         })
         .await;
-    if let Ok(outputs) = written {
-        app.perform(outputs);
-    }
     app.submission_settled.notify_waiters();
 }
 

@@ -42,9 +42,9 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// A connection closed: the epochs it owned end (open turns stay open).
-pub fn disconnected(app: &Arc<Context>, connection_id: &ConnectionId) {
-    let mut sessions = app.coordinators.sessions.lock().expect("coordinators lock");
-    for facts in sessions.values_mut() {
+pub async fn disconnected(app: &Arc<Context>, connection_id: &ConnectionId) {
+    let mut coordinators = app.coordinators.hold().await;
+    for facts in coordinators.every_session() {
         *facts = session::disconnect(facts, connection_id).facts;
     }
 }
@@ -94,35 +94,37 @@ pub async fn session_view(
 ) -> Value {
     let session_id = SessionId::new(payload.session_id.to_string());
     let coordinate = payload.coordinate == Some(true);
-    let job_app = app.clone();
     let connection_id = connection_id.clone();
-    let view = app
-        .store
-        .write(move |connection| {
-            let mut view = crate::presentation::reads::session_view(connection, &session_id)?;
-            add_step_sources(connection, &mut view)?;
-            if coordinate {
-                let coordinators = &job_app.coordinators;
-                let mut facts =
-                    session::connect(&coordinators.get(&session_id), connection_id.clone()).facts;
-                let epoch = facts.active.as_ref().map(|active| active.epoch);
-                if let Some(epoch) = epoch {
-                    view["coordinatorEpoch"] = json!(epoch.0);
-                    let session_facts = sessions::load(connection, &session_id, None)?;
-                    if let Ok(offered) =
-                        session::offer(&session_facts, &facts, &connection_id, epoch)
-                    {
-                        facts = offered.coordinator;
-                        if let Some(message_id) = offered.message_id {
-                            view["nextEligibleMessageId"] = json!(message_id.as_str());
-                        }
-                    }
+    let mut coordinators = app.coordinators.hold().await;
+    let before = coordinate.then(|| coordinators.get(&session_id));
+    let view = crate::shell::transact(app, move |connection, _now_ms| {
+        let mut view = crate::presentation::reads::session_view(connection, &session_id)?;
+        add_step_sources(connection, &mut view)?;
+        let Some(before) = before else {
+            return Ok(Commit::Keep(((view, None), Vec::new())));
+        };
+        let mut facts = session::connect(&before, connection_id.clone()).facts;
+        let epoch = facts.active.as_ref().map(|active| active.epoch);
+        if let Some(epoch) = epoch {
+            view["coordinatorEpoch"] = json!(epoch.0);
+            let session_facts = sessions::load(connection, &session_id, None)?;
+            if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
+                facts = offered.coordinator;
+                if let Some(message_id) = offered.message_id {
+                    view["nextEligibleMessageId"] = json!(message_id.as_str());
                 }
-                coordinators.set(facts);
             }
-            Ok(Commit::Keep(view))
-        })
-        .await;
+        }
+        Ok(Commit::Keep(((view, Some(facts)), Vec::new())))
+    })
+    .await
+    .map(|(view, next)| {
+        if let Some(next) = next {
+            coordinators.set(next);
+        }
+        view
+    });
+    drop(coordinators);
     match view {
         Ok(view) => {
             let revision = view.get("revision").and_then(Value::as_u64);
@@ -192,61 +194,60 @@ pub async fn report_branch(
     let job_app = app.clone();
     let connection_id = connection_id.clone();
     let request_id_owned = request_id.to_owned();
-    let decided = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let coordinator = job_app.coordinators.get(&session_id);
-            let before = sessions::load(connection, &session_id, None)?;
-            let new_ids = fresh_ids(before.runs.len() * 2);
-            let reported = match session::report_branch(
-                &before,
-                &coordinator,
-                &connection_id,
-                epoch,
-                &report,
-                &new_ids,
-                now_ms,
-            ) {
-                Ok(reported) => reported,
-                Err(rejection) => {
-                    return Ok(Commit::Discard((
-                        refuse(&request_id_owned, OPERATION, &rejection),
-                        Vec::new(),
-                    )));
-                }
-            };
-            let mut outputs = Vec::new();
-            let after = match reported.session {
-                Some(transition) => {
-                    sessions::write(connection, &before, &transition.facts, now_ms)?;
-                    outputs.extend(transition.outputs);
-                    transition.facts
-                }
-                None => before.clone(),
-            };
-            outputs.extend(apply_follow_ups(
-                &job_app,
-                connection,
-                &reported.follow_ups,
-                now_ms,
-            )?);
-            job_app.coordinators.set(reported.coordinator);
-            let receipt = branch_receipt(&before, &after);
-            let value = response(
-                &request_id_owned,
-                OPERATION,
-                "accepted",
-                None,
-                Some(receipt),
-                None,
-            );
-            Ok(Commit::Keep((value, outputs)))
-        })
-        .await;
+    let mut coordinators = app.coordinators.hold().await;
+    let coordinator = coordinators.get(&session_id);
+    let decided = crate::shell::transact(app, move |connection, now_ms| {
+        let before = sessions::load(connection, &session_id, None)?;
+        let new_ids = fresh_ids(before.runs.len() * 2);
+        let reported = match session::report_branch(
+            &before,
+            &coordinator,
+            &connection_id,
+            epoch,
+            &report,
+            &new_ids,
+            now_ms,
+        ) {
+            Ok(reported) => reported,
+            Err(rejection) => {
+                return Ok(Commit::Discard((
+                    (refuse(&request_id_owned, OPERATION, &rejection), None),
+                    Vec::new(),
+                )));
+            }
+        };
+        let mut outputs = Vec::new();
+        let after = match reported.session {
+            Some(transition) => {
+                sessions::write(connection, &before, &transition.facts, now_ms)?;
+                outputs.extend(transition.outputs);
+                transition.facts
+            }
+            None => before.clone(),
+        };
+        outputs.extend(apply_follow_ups(
+            &job_app,
+            connection,
+            &reported.follow_ups,
+            now_ms,
+        )?);
+        let receipt = branch_receipt(&before, &after);
+        let value = response(
+            &request_id_owned,
+            OPERATION,
+            "accepted",
+            None,
+            Some(receipt),
+            None,
+        );
+        Ok(Commit::Keep(((value, Some(reported.coordinator)), outputs)))
+    })
+    .await;
     match decided {
-        Ok((value, outputs)) => {
-            app.perform(outputs);
+        Ok((value, next)) => {
+            if let Some(next) = next {
+                coordinators.set(next);
+            }
             value
         }
         Err(error) => unavailable(request_id, OPERATION, &error),
@@ -344,63 +345,60 @@ pub async fn report_turn(
     let job_app = app.clone();
     let connection_id = connection_id.clone();
     let request_id_owned = request_id.to_owned();
-    let decided = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let coordinator = job_app.coordinators.get(&session_id);
-            let before = sessions::load(connection, &session_id, Some(&report.turn_id))?;
-            let new_ids = fresh_ids(1);
-            let reported = match session::report_turn(
-                &before,
-                &coordinator,
-                &connection_id,
-                epoch,
-                &report,
-                &new_ids,
-                now_ms,
-            ) {
-                Ok(reported) => reported,
-                Err(rejection) => {
-                    return Ok(Commit::Discard((
-                        refuse(&request_id_owned, OPERATION, &rejection),
-                        Vec::new(),
-                    )));
-                }
-            };
-            let mut outputs = Vec::new();
-            if let Some(transition) = reported.session {
-                sessions::write(connection, &before, &transition.facts, now_ms)?;
-                outputs.extend(transition.outputs);
+    // Held across the job: a takeover cannot commit between this read and it.
+    let coordinators = app.coordinators.hold().await;
+    let coordinator = coordinators.get(&session_id);
+    let decided = crate::shell::transact(app, move |connection, now_ms| {
+        let before = sessions::load(connection, &session_id, Some(&report.turn_id))?;
+        let new_ids = fresh_ids(1);
+        let reported = match session::report_turn(
+            &before,
+            &coordinator,
+            &connection_id,
+            epoch,
+            &report,
+            &new_ids,
+            now_ms,
+        ) {
+            Ok(reported) => reported,
+            Err(rejection) => {
+                return Ok(Commit::Discard((
+                    refuse(&request_id_owned, OPERATION, &rejection),
+                    Vec::new(),
+                )));
             }
-            outputs.extend(apply_follow_ups(
-                &job_app,
-                connection,
-                &reported.follow_ups,
-                now_ms,
-            )?);
-            let mut receipt = json!({
-                "ownership": crate::wire::codec_name(&reported.receipt.ownership),
-            });
-            if let Some(turn) = &reported.receipt.turn {
-                receipt["turn"] = json!(turn.turn_id.as_str());
-            }
-            let value = response(
-                &request_id_owned,
-                OPERATION,
-                "accepted",
-                None,
-                Some(receipt),
-                None,
-            );
-            Ok(Commit::Keep((value, outputs)))
-        })
-        .await;
-    match decided {
-        Ok((value, outputs)) => {
-            app.perform(outputs);
-            value
+        };
+        let mut outputs = Vec::new();
+        if let Some(transition) = reported.session {
+            sessions::write(connection, &before, &transition.facts, now_ms)?;
+            outputs.extend(transition.outputs);
         }
+        outputs.extend(apply_follow_ups(
+            &job_app,
+            connection,
+            &reported.follow_ups,
+            now_ms,
+        )?);
+        let mut receipt = json!({
+            "ownership": crate::wire::codec_name(&reported.receipt.ownership),
+        });
+        if let Some(turn) = &reported.receipt.turn {
+            receipt["turn"] = json!(turn.turn_id.as_str());
+        }
+        let value = response(
+            &request_id_owned,
+            OPERATION,
+            "accepted",
+            None,
+            Some(receipt),
+            None,
+        );
+        Ok(Commit::Keep((value, outputs)))
+    })
+    .await;
+    drop(coordinators);
+    match decided {
+        Ok(value) => value,
         Err(error) => unavailable(request_id, OPERATION, &error),
     }
 }

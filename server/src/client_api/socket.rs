@@ -268,7 +268,7 @@ async fn connection(app: Arc<Context>, stream: UnixStream, slot: Slot) {
     )
     .await;
     subscriptions.close_all();
-    crate::client_api::coordinator::disconnected(&app, outbox.connection_id());
+    crate::client_api::coordinator::disconnected(&app, outbox.connection_id()).await;
     let mut abort = Some(abort);
     let closing = match end {
         End::Eof => None,

@@ -73,7 +73,6 @@ pub async fn submit(
         } => Some(kernel::ids::CoordinatorEpoch(coordinator_epoch.get())),
         InteractionAuthority::Runner { .. } => None,
     };
-    let job_app = app.clone();
     let interaction_id = InteractionId::new(payload.interaction_id.to_string());
     let attempt_id = kernel::ids::AttemptId::new(payload.attempt_id.to_string());
     let authority = match &payload.authority {
@@ -95,10 +94,17 @@ pub async fn submit(
     };
     let payload_blob = submissions::payload_hash(&payload.output).1;
     let request_id_owned = request_id.to_owned();
-    let decided = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+    // The coordinator epoch enters the job as a fact, held (not re-read in
+    // the job) so that no takeover commits between this read and the job.
+    let coordinators = match coordinator_epoch {
+        Some(_) => Some(app.coordinators.hold().await),
+        None => None,
+    };
+    let active_epoch = match (&coordinators, &authority) {
+        (Some(held), SubmitAuthority::Coordinator { session_id }) => held.active_epoch(session_id),
+        _ => None,
+    };
+    let decided = crate::shell::transact(app, move |connection, now_ms| {
             let refuse = |outcome: &str, code: ErrorCode, message: &str| {
                 Ok(Commit::Discard((
                     Decided::Respond(response(&request_id_owned, "interaction.submit", outcome, None, None, Some((code, message.to_owned())))),
@@ -123,8 +129,8 @@ pub async fn submit(
                 let (code, message, _) = crate::wire::rejection(&rejection);
                 return refuse("rejected", code, message);
             }
-            if let (Some(epoch), SubmitAuthority::Coordinator { session_id }) = (coordinator_epoch, &authority)
-                && job_app.coordinators.active_epoch(session_id) != Some(epoch)
+            if let (Some(epoch), SubmitAuthority::Coordinator { .. }) = (coordinator_epoch, &authority)
+                && active_epoch != Some(epoch)
             {
                 return refuse(
                     "claimLost",
@@ -135,14 +141,14 @@ pub async fn submit(
             let stored = submissions::of_interaction(connection, &interaction_id)?;
             match interaction::submit(&agg, &stored, &interaction_id, new, now_ms) {
                 Ok(Submitted::Validating { run, submission }) => {
-                    runs::write(connection, Some(&agg), &run.facts, &run.outputs, now_ms)?;
+                    let outputs = crate::shell::write_transition(connection, Some(&agg), run, &[], now_ms)?;
                     submissions::insert(connection, &submission, &payload_blob, now_ms)?;
                     Ok(Commit::Keep((
                         Decided::Wait {
                             submission_id: submission.submission_id,
                             adopted: false,
                         },
-                        run.outputs,
+                        outputs,
                     )))
                 }
                 Ok(Submitted::Adopted(stored)) => Ok(Commit::Discard((
@@ -164,18 +170,13 @@ pub async fn submit(
             }
         })
         .await;
+    drop(coordinators);
     let (submission_id, adopted) = match decided {
-        Ok((Decided::Respond(value), _)) => return value,
-        Ok((
-            Decided::Wait {
-                submission_id,
-                adopted,
-            },
-            outputs,
-        )) => {
-            app.perform(outputs);
-            (submission_id, adopted)
-        }
+        Ok(Decided::Respond(value)) => return value,
+        Ok(Decided::Wait {
+            submission_id,
+            adopted,
+        }) => (submission_id, adopted),
         Err(error) => return unavailable(request_id, &error),
     };
     // The response waits for the durable outcome.
