@@ -34,6 +34,7 @@ use crate::store::{Commit, attempts, meta, runs};
 use kernel::ids::{InteractionId, RunId, SubmissionId};
 use kernel::interaction::{self, Verdict};
 use nix::sys::signal::Signal;
+use protocol::generated::types::RunnerMessage;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -246,12 +247,7 @@ async fn run_child(
             let Ok(message) = protocol::decode_runner_frame(&bytes) else {
                 break;
             };
-            let value = serde_json::to_value(&message).unwrap_or(Value::Null);
-            let message_id = value
-                .get("messageId")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let message_id = crate::wire::runner::envelope(&message).message_id;
             let reply = |outcome: &str| {
                 json!({
                     "type": "reply",
@@ -264,27 +260,42 @@ async fn run_child(
                     "result": null,
                 })
             };
-            let answer = match value.get("type").and_then(Value::as_str) {
-                Some("runner.ready") => {
+            let answer = match message {
+                RunnerMessage::RunnerReady { .. } => {
                     deadline = tokio::time::Instant::now() + VALIDATION_BOUND;
                     Some(prepared.command.clone())
                 }
-                Some("interaction.accepted") if matches!(reported, Reported::Stopped) => {
-                    reported =
-                        Reported::Accepted(value.get("output").cloned().unwrap_or(Value::Null));
+                RunnerMessage::InteractionAccepted { output, .. }
+                    if matches!(reported, Reported::Stopped) =>
+                {
+                    reported = Reported::Accepted(output);
                     Some(reply("accepted"))
                 }
-                Some("interaction.rejected") if matches!(reported, Reported::Stopped) => {
-                    let message = value
-                        .pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("the workflow's validate refused the output");
-                    reported = Reported::Rejected(message.to_owned());
+                RunnerMessage::InteractionRejected { error, .. }
+                    if matches!(reported, Reported::Stopped) =>
+                {
+                    reported = Reported::Rejected(error.message.to_string());
                     Some(reply("accepted"))
                 }
-                Some("runner.exiting") => break,
-                // Anything else is not part of a validation child's protocol.
-                _ => Some(reply("rejected")),
+                RunnerMessage::RunnerExiting { .. } => break,
+                // Not part of a validation child's protocol (or a second verdict).
+                RunnerMessage::InteractionAccepted { .. }
+                | RunnerMessage::InteractionRejected { .. }
+                | RunnerMessage::NodeStarted { .. }
+                | RunnerMessage::NodeUpdate { .. }
+                | RunnerMessage::NodeFinished { .. }
+                | RunnerMessage::NodeFailed { .. }
+                | RunnerMessage::RunParked { .. }
+                | RunnerMessage::RunFinished { .. }
+                | RunnerMessage::InteractionRequested { .. }
+                | RunnerMessage::NotificationRequested { .. }
+                | RunnerMessage::PresentationRequested { .. }
+                | RunnerMessage::EffectReserve { .. }
+                | RunnerMessage::EffectSettle { .. }
+                | RunnerMessage::RunnerProgress { .. }
+                | RunnerMessage::ContentRead { .. }
+                | RunnerMessage::ResolveResult { .. }
+                | RunnerMessage::ResolveFailed { .. } => Some(reply("rejected")),
             };
             if let Some(frame) = answer.as_ref().and_then(crate::wire::frames::runner)
                 && (input.write_all(&frame).await.is_err() || input.flush().await.is_err())

@@ -33,7 +33,11 @@ use kernel::receipt::{
     self, CommandIdentity, CommandOperation, CommandOutcome, Incoming, ReceiptDecision,
 };
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
-use protocol::generated::types::ClientMessage;
+use protocol::generated::types::{
+    ClientMessage, ExecutionMode as WireExecutionMode, RunStartPayload, RunsListPayload,
+    SessionPayload, SubscribePayload, SubscribeReceipt, SubscriptionTarget, ViewContentPayload,
+    ViewPagePayload, WorkflowsListPayload,
+};
 use protocol::{ErrorCode, RequestPayload};
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -143,8 +147,8 @@ async fn dispatch(
     // One arm per operation of the schema: a new operation does not compile
     // until it is handled here or answered `unavailable` on purpose.
     Some(match payload {
-        RequestPayload::Subscribe(_) => {
-            return subscribe(app, &request, outbox, subscriptions).await;
+        RequestPayload::Subscribe(subscribe_to) => {
+            return subscribe(app, &request, &subscribe_to, outbox, subscriptions).await;
         }
         RequestPayload::ServerStatus(_) => {
             crate::client_api::server_status::respond(app, &request.request_id).await
@@ -168,10 +172,10 @@ async fn dispatch(
                 None,
             )
         }
-        RequestPayload::RunStart(_) => run_start(app, request).await,
-        RequestPayload::RunsList(_) => runs_list(app, &request).await,
-        RequestPayload::ViewPage(_) => view_page(app, &request).await,
-        RequestPayload::ViewContent(_) => view_content(app, &request).await,
+        RequestPayload::RunStart(start) => run_start(app, request, start).await,
+        RequestPayload::RunsList(list) => runs_list(app, &request, &list).await,
+        RequestPayload::ViewPage(page) => view_page(app, &request, page).await,
+        RequestPayload::ViewContent(content) => view_content(app, &request, content).await,
         RequestPayload::Unsubscribe(unsubscribe) => {
             if subscriptions.stop(unsubscribe.subscription_id.as_str()) {
                 response(
@@ -195,14 +199,19 @@ async fn dispatch(
             )
             .await
         }
-        RequestPayload::SessionViewClearTerminal(_) => clear_terminal(app, &request).await,
-        RequestPayload::WorkflowsList(_) => workflows_list(app, &request),
-        RequestPayload::RunPause(_)
-        | RequestPayload::RunResume(_)
-        | RequestPayload::RunCancel(_)
-        | RequestPayload::RunRestart(_)
-        | RequestPayload::RunActivate(_)
-        | RequestPayload::CheckpointAnswer(_) => run_command(app, request).await,
+        RequestPayload::SessionViewClearTerminal(clear) => {
+            clear_terminal(app, &request, &clear).await
+        }
+        RequestPayload::WorkflowsList(list) => workflows_list(app, &request, &list),
+        RequestPayload::RunPause(_) => run_command(app, request, RunCommand::Pause).await,
+        RequestPayload::RunResume(_) => run_command(app, request, RunCommand::Resume).await,
+        RequestPayload::RunCancel(_) => run_command(app, request, RunCommand::Cancel).await,
+        RequestPayload::RunRestart(_) => run_command(app, request, RunCommand::Restart).await,
+        RequestPayload::RunActivate(_) => run_command(app, request, RunCommand::Activate).await,
+        RequestPayload::CheckpointAnswer(answer) => {
+            let answer = Blob::json(&answer.answer);
+            run_command(app, request, RunCommand::AnswerCheckpoint(answer)).await
+        }
         RequestPayload::WorkflowMessageReportBranch(report) => {
             let connection = outbox.connection_id();
             crate::client_api::coordinator::report_branch(
@@ -504,27 +513,15 @@ where
 
 // ---- run.start ---------------------------------------------------------------
 
-async fn run_start(app: &Arc<Context>, request: Request) -> Value {
-    let payload = &request.payload;
-    let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
-    let (Some(workflow), Some(project_path), Some(mode)) =
-        (text("workflow"), text("projectPath"), text("executionMode"))
-    else {
-        return response(
-            &request.request_id,
-            "run.start",
-            "rejected",
-            None,
-            None,
-            Some((ErrorCode::SchemaInvalid, "incomplete run.start".into())),
-        );
-    };
-    let origin = text("originSessionId");
-    let mode = match (mode.as_str(), origin) {
-        ("interactive", Some(session)) => ExecutionMode::Interactive {
+async fn run_start(app: &Arc<Context>, request: Request, payload: RunStartPayload) -> Value {
+    let workflow = payload.workflow.to_string();
+    let project_path = payload.project_path.to_string();
+    let origin = payload.origin_session_id.map(String::from);
+    let mode = match (payload.execution_mode, origin) {
+        (WireExecutionMode::Interactive, Some(session)) => ExecutionMode::Interactive {
             origin_session: SessionId::new(session),
         },
-        ("headless", None) => ExecutionMode::Headless,
+        (WireExecutionMode::Headless, None) => ExecutionMode::Headless,
         _ => {
             return response(
                 &request.request_id,
@@ -543,12 +540,14 @@ async fn run_start(app: &Arc<Context>, request: Request) -> Value {
     if let Some(adopted) = precheck(app, &request).await {
         return adopted;
     }
-    let held = payload.get("held").and_then(Value::as_bool) == Some(true);
-    let input = payload.get("input").cloned().unwrap_or(json!({}));
+    let held = payload.held == Some(true);
+    let input = payload.input;
     // The schema checked its fields; stored canonical, handed to every runner launch.
     let agent_model_json = payload
-        .get("agentModel")
-        .and_then(|model| protocol::canonicalize(model).ok())
+        .agent_model
+        .as_ref()
+        .and_then(|model| serde_json::to_value(model).ok())
+        .and_then(|model| protocol::canonicalize(&model).ok())
         .and_then(|bytes| String::from_utf8(bytes).ok());
     let resolved = resolver::resolve(app, &project_path, &workflow, &input).await;
     let prepared = resolved.map(|resolved| {
@@ -643,7 +642,18 @@ async fn precheck(app: &Arc<Context>, request: &Request) -> Option<Value> {
 
 // ---- commands on one run -----------------------------------------------------
 
-async fn run_command(app: &Arc<Context>, request: Request) -> Value {
+/// A command on one run, from its typed payload.
+#[derive(Debug)]
+enum RunCommand {
+    Pause,
+    Resume,
+    Cancel,
+    Restart,
+    Activate,
+    AnswerCheckpoint(Blob),
+}
+
+async fn run_command(app: &Arc<Context>, request: Request, run_command: RunCommand) -> Value {
     let Some(run_id) = request.run_id.clone() else {
         return response(
             &request.request_id,
@@ -660,10 +670,7 @@ async fn run_command(app: &Arc<Context>, request: Request) -> Value {
     let job_app = app.clone();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
-    let operation = request.operation.clone();
     let expected_revision = request.expected_revision;
-    let payload = request.payload.clone();
-    let answer_blob = payload.get("answer").map(Blob::json);
     command(app, request, move |connection, now_ms| {
         // Read on the writer thread, after every earlier admission's job.
         let host = job_app.runners.authority_for(&run_id);
@@ -677,26 +684,25 @@ async fn run_command(app: &Arc<Context>, request: Request) -> Value {
         if let Err(stale) = run::check_revision(&before.run, expected_revision) {
             return Ok(Executed::rejected(&stale));
         }
-        let decided = match operation.as_str() {
-            "run.pause" => run::pause(&before, host.as_ref(), control, now_ms, ttl_ms).map(Some),
-            "run.cancel" => run::cancel(&before, host.as_ref(), control, now_ms, ttl_ms).map(Some),
-            "run.resume" => {
+        let decided = match run_command {
+            RunCommand::Pause => run::pause(&before, host.as_ref(), control, now_ms, ttl_ms),
+            RunCommand::Cancel => run::cancel(&before, host.as_ref(), control, now_ms, ttl_ms),
+            RunCommand::Resume => {
                 let order = meta::next_message_order(connection, before.run.mode.origin_session())?;
                 let ids = run::ResumeIds {
                     resumed_message_id: MessageId::new(crate::ids::uuid()),
                     message_order: order,
                 };
-                run::resume(&before, ids, now_ms).map(Some)
+                run::resume(&before, ids, now_ms)
             }
-            "run.restart" => return restart(connection, &before, now_ms),
-            "run.activate" => run::activate(&before, now_ms).map(Some),
-            "checkpoint.answer" => {
-                return answer_checkpoint(connection, &before, answer_blob, now_ms);
+            RunCommand::Restart => return restart(connection, &before, now_ms),
+            RunCommand::Activate => run::activate(&before, now_ms),
+            RunCommand::AnswerCheckpoint(answer) => {
+                return answer_checkpoint(connection, &before, Some(answer), now_ms);
             }
-            _ => Ok(None),
         };
         match decided {
-            Ok(Some(transition)) => {
+            Ok(transition) => {
                 let revision = transition.facts.run.revision;
                 let receipt = control_receipt(&transition.facts);
                 let outputs = crate::shell::write_step(
@@ -708,11 +714,6 @@ async fn run_command(app: &Arc<Context>, request: Request) -> Value {
                 )?;
                 Ok(Executed::accepted(revision, receipt, outputs))
             }
-            Ok(None) => Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                ErrorCode::IllegalTransition,
-                "unknown command",
-            )),
             Err(rejection) => Ok(Executed::rejected(&rejection)),
         }
     })
@@ -925,18 +926,14 @@ fn unavailable(request: &Request) -> Value {
     )
 }
 
-fn number(payload: &Value, key: &str) -> Option<usize> {
-    payload.get(key).and_then(Value::as_u64).map(|n| n as usize)
-}
-
-async fn runs_list(app: &Arc<Context>, request: &Request) -> Value {
-    let cursor = request
-        .payload
-        .get("cursor")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let limit = number(&request.payload, "limit").unwrap_or(crate::presentation::reads::LIST_PAGE);
-    let max_bytes = number(&request.payload, "maxBytes");
+async fn runs_list(app: &Arc<Context>, request: &Request, payload: &RunsListPayload) -> Value {
+    let cursor = payload.cursor.clone().map(String::from);
+    let limit = payload
+        .limit
+        .map_or(crate::presentation::reads::LIST_PAGE, |limit| {
+            limit.get() as usize
+        });
+    let max_bytes = payload.max_bytes.map(|max| max.get() as usize);
     let page = app
         .store
         .read(move |connection| {
@@ -962,24 +959,24 @@ async fn runs_list(app: &Arc<Context>, request: &Request) -> Value {
     }
 }
 
-async fn view_page(app: &Arc<Context>, request: &Request) -> Value {
+async fn view_page(app: &Arc<Context>, request: &Request, payload: ViewPagePayload) -> Value {
     let Some(run_id) = request.run_id.clone() else {
         return not_found(request, "view.page needs a runId");
     };
-    let payload = request.payload.clone();
+    let collection = payload.collection.to_string();
+    let cursor = payload.cursor.map(String::from);
+    let limit = payload.limit.get() as usize;
+    let max_bytes = payload.max_bytes.get() as usize;
     let page = app
         .store
         .read(move |connection| {
-            let collection = payload
-                .get("collection")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let cursor = payload.get("cursor").and_then(Value::as_str);
-            let limit = number(&payload, "limit").unwrap_or(100);
-            let max_bytes =
-                number(&payload, "maxBytes").unwrap_or(crate::presentation::reads::PAGE_BYTES);
             crate::presentation::reads::view_page(
-                connection, &run_id, collection, cursor, limit, max_bytes,
+                connection,
+                &run_id,
+                &collection,
+                cursor.as_deref(),
+                limit,
+                max_bytes,
             )
         })
         .await;
@@ -1000,18 +997,17 @@ async fn view_page(app: &Arc<Context>, request: &Request) -> Value {
     }
 }
 
-async fn view_content(app: &Arc<Context>, request: &Request) -> Value {
+async fn view_content(app: &Arc<Context>, request: &Request, payload: ViewContentPayload) -> Value {
     let Some(run_id) = request.run_id.clone() else {
         return not_found(request, "view.content needs a runId");
     };
-    let payload = request.payload.clone();
+    // `presentation::reads` verifies references in their wire form.
+    let reference = serde_json::to_value(&payload.reference).unwrap_or(Value::Null);
+    let offset = payload.offset.get() as usize;
+    let length = payload.length.get() as usize;
     let chunk = app
         .store
         .read(move |connection| {
-            let reference = payload.get("reference").cloned().unwrap_or(Value::Null);
-            let offset = number(&payload, "offset").unwrap_or(0);
-            let length =
-                number(&payload, "length").unwrap_or(crate::presentation::reads::CHUNK_BYTES);
             crate::presentation::reads::content_chunk(
                 connection, &run_id, &reference, offset, length,
             )
@@ -1043,25 +1039,16 @@ async fn view_content(app: &Arc<Context>, request: &Request) -> Value {
 async fn subscribe(
     app: &Arc<Context>,
     request: &Request,
+    payload: &SubscribePayload,
     outbox: &Outbox,
     subscriptions: &Subscriptions,
 ) -> Option<Value> {
-    let target = &request.payload["target"];
-    let target = match target.get("kind").and_then(Value::as_str) {
-        Some("runList") => Target::RunList,
-        Some("run") => Target::Run(RunId::new(
-            target
-                .get("runId")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )),
-        Some("session") => Target::Session(SessionId::new(
-            target
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )),
-        _ => return Some(not_found(request, "unknown subscription target")),
+    let target = match &payload.target {
+        SubscriptionTarget::RunList => Target::RunList,
+        SubscriptionTarget::Run { run_id } => Target::Run(RunId::new(run_id.to_string())),
+        SubscriptionTarget::Session { session_id } => {
+            Target::Session(SessionId::new(session_id.to_string()))
+        }
     };
     if let Target::Run(run_id) = &target {
         let run_id = run_id.clone();
@@ -1080,7 +1067,7 @@ async fn subscribe(
             Err(_) => return Some(unavailable(request)),
         }
     }
-    let from = request.payload.get("fromRevision").and_then(Value::as_u64);
+    let from = payload.from_revision.map(|revision| revision.get());
     let request_id = request.request_id.clone();
     let started = subscriptions.start(
         &app.presentation,
@@ -1093,7 +1080,11 @@ async fn subscribe(
                 "subscribe",
                 "accepted",
                 None,
-                Some(json!({ "subscriptionId": subscription_id })),
+                subscription_id
+                    .parse()
+                    .ok()
+                    .map(|subscription_id| SubscribeReceipt { subscription_id })
+                    .and_then(|receipt| serde_json::to_value(receipt).ok()),
                 None,
             )
         },
@@ -1118,14 +1109,8 @@ async fn subscribe(
     }
 }
 
-async fn clear_terminal(app: &Arc<Context>, request: &Request) -> Value {
-    let session = SessionId::new(
-        request
-            .payload
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-    );
+async fn clear_terminal(app: &Arc<Context>, request: &Request, payload: &SessionPayload) -> Value {
+    let session = SessionId::new(payload.session_id.to_string());
     let cleared = app.store.write(move |connection| {
         crate::presentation::reads::clear_terminal(connection, &session)?;
         Ok(Commit::Keep(()))
@@ -1143,18 +1128,14 @@ async fn clear_terminal(app: &Arc<Context>, request: &Request) -> Value {
     }
 }
 
-fn workflows_list(app: &Arc<Context>, request: &Request) -> Value {
-    let project = request
-        .payload
-        .get("projectPath")
-        .and_then(Value::as_str)
-        .unwrap_or("/");
+fn workflows_list(app: &Arc<Context>, request: &Request, payload: &WorkflowsListPayload) -> Value {
+    let project = payload.project_path.as_str();
     let found = crate::discovery::discover(
         std::path::Path::new(project),
         app.config.user_home.as_deref(),
     );
-    let offset = number(&request.payload, "offset").unwrap_or(0);
-    let limit = number(&request.payload, "limit").unwrap_or(50);
+    let offset = payload.offset.map_or(0, |offset| offset.get() as usize);
+    let limit = payload.limit.map_or(50, |limit| limit.get() as usize);
     let page: Vec<Value> = found
         .iter()
         .skip(offset)

@@ -26,6 +26,7 @@ use crate::process::{self, ProcessIdentity};
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
+use crate::wire::runner::{Envelope, envelope};
 use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
 use kernel::ids::{AttemptId, Digest, RunId};
@@ -140,46 +141,6 @@ enum Route {
     },
     /// Not accepted on a run-mode channel of this server.
     NotOnThisChannel,
-}
-
-/// The common envelope fields of a runner message.
-struct Envelope {
-    run_id: String,
-    generation: u64,
-    runner_epoch: String,
-    message_id: String,
-    expected_revision: Option<u64>,
-}
-
-/// Reads the envelope of every variant (each has the same five fields).
-macro_rules! envelope_of {
-    ($message:expr; $($variant:ident),+ $(,)?) => {
-        match $message {
-            $(RunnerMessage::$variant {
-                run_id,
-                generation,
-                runner_epoch,
-                message_id,
-                expected_revision,
-                ..
-            } => Envelope {
-                run_id: run_id.to_string(),
-                generation: generation.get(),
-                runner_epoch: runner_epoch.to_string(),
-                message_id: message_id.to_string(),
-                expected_revision: expected_revision.map(|revision| revision.get()),
-            },)+
-        }
-    };
-}
-
-fn envelope(message: &RunnerMessage) -> Envelope {
-    envelope_of!(message;
-        RunnerReady, NodeStarted, NodeUpdate, NodeFinished, NodeFailed, RunParked,
-        RunFinished, InteractionRequested, InteractionAccepted, InteractionRejected,
-        NotificationRequested, PresentationRequested, EffectReserve, EffectSettle,
-        RunnerProgress, RunnerExiting, ContentRead, ResolveResult, ResolveFailed,
-    )
 }
 
 /// The route of one message, with its typed fields.

@@ -13,6 +13,7 @@
 pub mod client;
 pub mod frames;
 mod generated;
+pub mod runner;
 
 pub use generated::{command_operation, error_code};
 
