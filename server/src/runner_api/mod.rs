@@ -37,7 +37,10 @@ use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
 use kernel::runner::ProtocolCheck;
-use protocol::generated::types::{ActionReceipt, Content, ContentReference, RunnerMessage};
+use protocol::generated::constrained::{Generation, Revision, Visit};
+use protocol::generated::types::{
+    self as wire, ActionReceipt, Content, ContentReference, RunnerMessage,
+};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -313,6 +316,11 @@ const fn failure_class_of(class: protocol::generated::types::FailureClass) -> Fa
 }
 
 /// A reply to one runner message.
+/// A reply to one runner message, built as the generated
+/// `ServerMessage::Reply` (its `error`, `next` and `resultContent` are set
+/// by [`with_error`], [`with_next`] and `transfer::fit`). A value off its
+/// schema type is a server bug: logged, and the reply is `null`, which
+/// `wire::frames` refuses to send.
 fn reply(
     runner: &Runner,
     in_reply_to: &str,
@@ -320,24 +328,50 @@ fn reply(
     revision: Option<u64>,
     result: Value,
 ) -> Value {
-    let mut reply = json!({
-        "type": "reply",
-        "schema": "pi-workflows.worker-launch.v1",
-        "runId": runner.run_id.as_str(),
-        "generation": runner.generation.0,
-        "runnerEpoch": runner.runner_epoch.as_str(),
-        "inReplyTo": in_reply_to,
-        "outcome": outcome,
-        "result": result,
-    });
-    if let Some(revision) = revision {
-        reply["revision"] = json!(revision);
-    }
-    reply
+    let typed = || -> Option<wire::ServerMessage> {
+        Some(wire::ServerMessage::Reply {
+            error: None,
+            generation: Generation::new(runner.generation.0)?,
+            in_reply_to: in_reply_to.parse().ok()?,
+            next: None,
+            outcome: outcome.parse().ok()?,
+            result,
+            result_content: None,
+            revision: match revision {
+                Some(revision) => Some(Revision::new(revision)?),
+                None => None,
+            },
+            run_id: runner.run_id.as_str().parse().ok()?,
+            runner_epoch: runner.runner_epoch.as_str().parse().ok()?,
+            schema: wire::WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
+        })
+    };
+    typed()
+        .and_then(|reply| serde_json::to_value(reply).ok())
+        .unwrap_or_else(|| {
+            crate::log::line("a runner reply did not fit its schema type");
+            Value::Null
+        })
 }
 
 fn with_error(mut reply: Value, code: impl std::fmt::Display, message: &str) -> Value {
-    reply["error"] = json!({ "code": code.to_string(), "message": message });
+    let error = wire::SafeError {
+        code: code
+            .to_string()
+            .parse()
+            .unwrap_or(protocol::ErrorCode::Internal),
+        message: message
+            .chars()
+            .take(512)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| {
+                "the message could not be shown"
+                    .parse()
+                    .expect("a safe message")
+            }),
+    };
+    reply["error"] = serde_json::to_value(error).unwrap_or(Value::Null);
     reply
 }
 
@@ -347,24 +381,36 @@ fn with_next(mut reply: Value, dispatch: &Dispatch) -> Value {
 }
 
 fn next_of(dispatch: &Dispatch) -> Value {
-    match dispatch {
+    let next = match dispatch {
         Dispatch::RunNode {
             node_id,
             attempt_id,
             visit,
-        } => {
-            json!({ "kind": "runNode", "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit })
-        }
-        Dispatch::Exit { reason } => json!({ "kind": "exit", "reason": exit_reason(*reason) }),
-    }
+        } => (|| {
+            Some(wire::ReplyNext::RunNode {
+                attempt_id: attempt_id.as_str().parse().ok()?,
+                node_id: node_id.as_str().parse().ok()?,
+                visit: Visit::new(u64::from(*visit))?,
+            })
+        })(),
+        Dispatch::Exit { reason } => Some(wire::ReplyNext::Exit {
+            reason: wire_exit_reason(*reason),
+        }),
+    };
+    next.and_then(|next| serde_json::to_value(next).ok())
+        .unwrap_or(Value::Null)
 }
 
-fn exit_reason(reason: ExitReason) -> &'static str {
+/// The kernel's exit reason as the wire names it (a finished generation
+/// exits `finished` whatever its outcome).
+fn wire_exit_reason(reason: ExitReason) -> wire::ExitReason {
     match reason {
-        ExitReason::Completed | ExitReason::Failed | ExitReason::TimedOut => "finished",
-        ExitReason::Waiting => "waiting",
-        ExitReason::Cancelled => "cancelled",
-        ExitReason::Parked => "parked",
+        ExitReason::Completed | ExitReason::Failed | ExitReason::TimedOut => {
+            wire::ExitReason::Finished
+        }
+        ExitReason::Waiting => wire::ExitReason::Waiting,
+        ExitReason::Cancelled => wire::ExitReason::Cancelled,
+        ExitReason::Parked => wire::ExitReason::Parked,
     }
 }
 

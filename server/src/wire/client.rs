@@ -3,10 +3,18 @@
 //! substitute), and the bounded queue of one connection.
 
 use protocol::ErrorCode;
+use protocol::generated::constrained::Revision;
+use protocol::generated::types::{ClientMessage, ClientSchemaId, JsonObject, SafeError};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-/// A response frame as JSON.
+/// A response frame as JSON, built as the generated
+/// `ClientMessage::Response` (so every field has its schema type: the
+/// operation and outcome are the schema's enums, the request id its
+/// pattern, the error a `SafeError` of at most 512 characters). A value
+/// that does not fit its type is a server bug: it is logged and answered
+/// with nothing (`Value::Null`, which [`frame`] turns into an `internal`
+/// error event), never sent off its schema.
 pub fn response(
     request_id: &str,
     operation: &str,
@@ -15,23 +23,39 @@ pub fn response(
     receipt: Option<Value>,
     error: Option<(ErrorCode, String)>,
 ) -> Value {
-    let mut value = json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "response",
-        "requestId": request_id,
-        "operation": operation,
-        "outcome": outcome,
-    });
-    if let Some(revision) = revision {
-        value["revision"] = json!(revision);
+    let typed = || -> Option<ClientMessage> {
+        Some(ClientMessage::Response {
+            error: match error {
+                Some((code, message)) => Some(SafeError {
+                    code,
+                    message: message.chars().take(512).collect::<String>().parse().ok()?,
+                }),
+                None => None,
+            },
+            operation: operation.parse().ok()?,
+            outcome: outcome.parse().ok()?,
+            receipt: match receipt {
+                Some(Value::Object(fields)) => Some(JsonObject(fields)),
+                Some(_) => return None,
+                None => None,
+            },
+            request_id: request_id.parse().ok()?,
+            revision: match revision {
+                Some(revision) => Some(Revision::new(revision)?),
+                None => None,
+            },
+            schema: ClientSchemaId::PiWorkflowsClientV1,
+        })
+    };
+    match typed().and_then(|message| serde_json::to_value(message).ok()) {
+        Some(value) => value,
+        None => {
+            crate::log::line(&format!(
+                "a {operation} response did not fit its schema type; answered with an error event"
+            ));
+            Value::Null
+        }
     }
-    if let Some(receipt) = receipt {
-        value["receipt"] = receipt;
-    }
-    if let Some((code, message)) = error {
-        value["error"] = json!({ "code": code.to_string(), "message": message.chars().take(512).collect::<String>() });
-    }
-    value
 }
 
 /// One frame on its way to the socket, with an optional drain notification.
