@@ -22,9 +22,9 @@
 //!   and the message ids are their identities, and a repeat adopts the saved
 //!   result (`session::report_turn`).
 
-use crate::client_api::response;
 use crate::context::Context;
 use crate::store::{Commit, runs, sessions};
+use crate::wire::client::response;
 use kernel::ids::{ConnectionId, CoordinatorEpoch, EntryId, MessageId, RunId, SessionId, TurnId};
 use kernel::message::{MessageState, TurnState};
 use kernel::output::Output;

@@ -4,8 +4,8 @@
 //! never actor or session ids, project paths, prompts, outputs, payloads,
 //! claim tokens or their hashes, environment variables or credentials.
 
-use crate::client_api::response;
 use crate::context::Context;
+use crate::wire::client::response;
 use kernel::ids::RunId;
 use protocol::ErrorCode;
 use serde_json::{Value, json};

@@ -18,10 +18,10 @@
 //!   the same key with another payload is a conflict. The submission row is
 //!   the receipt (no `host_commands` row).
 
-use crate::client_api::response;
 use crate::context::Context;
 use crate::store::submissions::{self, Stored};
 use crate::store::{Commit, runs};
+use crate::wire::client::response;
 use kernel::ids::{
     Generation, IdempotencyKey, InteractionId, RunnerEpochId, SessionId, SubmissionId,
 };

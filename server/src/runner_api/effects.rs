@@ -6,7 +6,7 @@
 //! two nodes or two visits never share a key.
 
 use crate::context::runners::Runner;
-use crate::runner_api::{Answer, Refusal};
+use crate::runner_api::answer::{Answer, Refusal};
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
 use kernel::effect::{

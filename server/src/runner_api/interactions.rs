@@ -6,7 +6,7 @@
 //! transaction; the runner then exits and the origin session does the work.
 
 use crate::context::runners::Runner;
-use crate::runner_api::{Answer, Refusal};
+use crate::runner_api::answer::{Answer, Refusal};
 use crate::store::blobs::Blob;
 use crate::store::meta;
 use kernel::ids::{AttemptId, InteractionId, MessageId};

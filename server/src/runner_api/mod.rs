@@ -14,6 +14,7 @@
 //!   would not fit one frame travels as a content reference
 //!   (`crate::runner_api::transfer`), and the runner always gets an answer.
 
+pub mod answer;
 pub mod effects;
 pub mod interactions;
 pub mod transfer;
@@ -27,12 +28,12 @@ use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
 use crate::wire::runner::{Envelope, envelope};
+use answer::{Answer, Extra, Refusal};
 use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
 use kernel::ids::{AttemptId, Digest, RunId};
 use kernel::output::{LaunchCommand, Output, Step, StopReason, Transition};
 use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
-use kernel::reject::Coded;
 use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
@@ -411,46 +412,6 @@ fn wire_exit_reason(reason: ExitReason) -> wire::ExitReason {
         ExitReason::Waiting => wire::ExitReason::Waiting,
         ExitReason::Cancelled => wire::ExitReason::Cancelled,
         ExitReason::Parked => wire::ExitReason::Parked,
-    }
-}
-
-/// Why a runner message was refused: a closed wire code, a static message,
-/// whether the runner lost its claim (then it must exit), and the protocol
-/// check it failed, if any (then the run is parked `protocolRejected`).
-#[derive(Debug)]
-pub struct Refusal {
-    pub code: protocol::ErrorCode,
-    pub message: &'static str,
-    pub claim_lost: bool,
-    pub protocol: Option<ProtocolCheck>,
-}
-
-impl Refusal {
-    /// A message whose payload the server cannot act on (`schemaInvalid`).
-    pub(crate) fn invalid(message: &'static str) -> Self {
-        Self {
-            code: protocol::ErrorCode::SchemaInvalid,
-            message,
-            claim_lost: false,
-            protocol: None,
-        }
-    }
-
-    /// The refusal of any kernel rejection: its code, message and protocol
-    /// check come from the kernel (`kernel::reject`).
-    pub(crate) fn of<R: Coded>(rejection: &R) -> Self {
-        Self {
-            code: crate::wire::error_code(rejection.code()),
-            message: rejection.message(),
-            claim_lost: rejection.is_claim_loss(),
-            protocol: rejection.protocol_check(),
-        }
-    }
-}
-
-impl From<Rejection> for Refusal {
-    fn from(rejection: Rejection) -> Self {
-        Self::of(&rejection)
     }
 }
 
@@ -934,13 +895,7 @@ fn store_reply(
     Ok(())
 }
 
-/// A write that follows the aggregate write of the same job (rows the
-/// transition just created).
-pub(crate) type Extra = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()>>;
-/// A message decision: the transition to write, the reply's `result`, and a
-/// follow-up write.
-pub(crate) type Answer = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
-type Decided = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
+type Decided = Answer;
 
 fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Extra>) -> Decided {
     Ok((Some(transition), answer, extra))

@@ -15,7 +15,7 @@
 
 use crate::context::Context;
 use crate::context::runners::Runner;
-use crate::runner_api::{Answer, Refusal};
+use crate::runner_api::answer::{Answer, Refusal};
 use crate::store::{Commit, runs};
 use crate::wire::client::response;
 use kernel::ids::{
