@@ -37,9 +37,9 @@ use crate::context::Context;
 use crate::presentation::hub::Subscriptions;
 use crate::store::blobs::Blob;
 use crate::wire::client::Outbox;
-use crate::wire::client::response;
+use crate::wire::client::{receipt, response};
 use kernel::ids::RunId;
-use protocol::generated::types::ClientMessage;
+use protocol::generated::types::{ClientMessage, EmptyReceipt, ServerStopReceipt};
 use protocol::{ErrorCode, RequestPayload};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -157,7 +157,7 @@ async fn dispatch(
                 "server.stop",
                 "accepted",
                 None,
-                Some(json!({ "stopping": true })),
+                Some(receipt(&ServerStopReceipt { stopping: true })),
                 None,
             )
         }
@@ -172,7 +172,7 @@ async fn dispatch(
                     "unsubscribe",
                     "accepted",
                     None,
-                    Some(json!({})),
+                    Some(receipt(&EmptyReceipt {})),
                     None,
                 )
             } else {

@@ -149,7 +149,9 @@ pub(super) async fn clear_terminal(
             "sessionView.clearTerminal",
             "accepted",
             None,
-            Some(json!({})),
+            Some(crate::wire::client::receipt(
+                &protocol::generated::types::EmptyReceipt {},
+            )),
             None,
         ),
         Err(_) => unavailable(request),

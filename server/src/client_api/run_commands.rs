@@ -15,7 +15,9 @@ use kernel::output::Step;
 use kernel::receipt::CommandOutcome;
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
 use protocol::ErrorCode;
-use protocol::generated::types::{ExecutionMode as WireExecutionMode, RunStartPayload};
+use protocol::generated::types::{
+    ExecutionMode as WireExecutionMode, RunControlReceipt, RunStartPayload,
+};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -223,11 +225,14 @@ pub(super) async fn run_command(
 }
 
 pub(super) fn control_receipt(agg: &RunAggregate) -> Value {
-    json!({
-        "runId": agg.run.run_id.as_str(),
-        "revision": agg.run.revision.0,
-        "status": crate::wire::codec_name(&agg.run.status),
-    })
+    let typed = || {
+        Some(RunControlReceipt {
+            revision: protocol::generated::constrained::Revision::new(agg.run.revision.0)?,
+            run_id: agg.run.run_id.as_str().parse().ok()?,
+            status: crate::wire::codec_name(&agg.run.status).parse().ok()?,
+        })
+    };
+    typed().map_or(Value::Null, |typed| crate::wire::client::receipt(&typed))
 }
 
 /// `run.restart`: the kernel's restart rule over the run's terminal

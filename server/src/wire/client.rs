@@ -8,6 +8,12 @@ use protocol::generated::types::{ClientMessage, ClientSchemaId, JsonObject, Safe
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+/// A receipt of a generated receipt type, as the `receipt` of a response
+/// ([`response`] refuses anything but an object).
+pub fn receipt<T: serde::Serialize>(receipt: &T) -> Value {
+    serde_json::to_value(receipt).unwrap_or(Value::Null)
+}
+
 /// A response frame as JSON, built as the generated
 /// `ClientMessage::Response` (so every field has its schema type: the
 /// operation and outcome are the schema's enums, the request id its
