@@ -286,7 +286,7 @@ async fn recovery() -> (Duration, Duration) {
     server.kill();
     // The stalled runner would live forever: end it (the dead server cannot).
     if let Some(identity) = runner_identity(&server.db(), &running, 1) {
-        server::runner_channel::kill_exact(&identity);
+        server::children::supervisor::kill_exact(&identity);
     }
 
     // Clone the templates to 9,900 completed and 100 running runs.

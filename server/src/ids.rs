@@ -79,6 +79,13 @@ pub fn digest_text(digest: &Digest) -> String {
     format!("sha256:{}", hex::encode(digest.0))
 }
 
+/// Parses `sha256:<64 hex>`.
+pub(crate) fn parse_digest(text: Option<&str>) -> Option<kernel::ids::Digest> {
+    let hex = text?.strip_prefix("sha256:")?;
+    let bytes = hex::decode(hex).ok()?;
+    Some(kernel::ids::Digest(bytes.try_into().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,10 +11,13 @@
 //!   live runs at their last durable boundary, stops runner groups and
 //!   releases the epoch lease.
 
-use crate::app::{App, StartError};
+use crate::app::{self, StartError};
+use crate::children::admission;
+use crate::client_api::socket;
 use crate::config::Config;
+use crate::context::Context;
 use crate::fault::Faults;
-use crate::{recovery, scheduler, socket, timers};
+use crate::time::{recovery, wakes};
 use kernel::output::{Step, StopReason};
 use kernel::run::ParkReason;
 use std::io::Write;
@@ -33,14 +36,14 @@ pub enum Readiness {
 
 /// Runs the server until it stops. Returns the one-line error on failure.
 pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result<(), StartError> {
-    let (app, lock) = App::open(config, faults).await?;
+    let (app, lock) = app::open(config, faults).await?;
     recovery::startup(&app).await;
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
     report_ready(&app, readiness);
-    tokio::spawn(scheduler::run(app.clone()));
-    tokio::spawn(timers::run_wakes(app.clone()));
-    tokio::spawn(timers::run_renewal(app.clone()));
+    tokio::spawn(admission::run(app.clone()));
+    tokio::spawn(wakes::run_wakes(app.clone()));
+    tokio::spawn(wakes::run_renewal(app.clone()));
     tokio::spawn(idle_watch(app.clone()));
     tokio::spawn(stop_on_signal(app.clone()));
     app.scheduler.notify();
@@ -50,7 +53,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     Ok(())
 }
 
-fn report_ready(app: &App, readiness: Readiness) {
+fn report_ready(app: &Context, readiness: Readiness) {
     match readiness {
         Readiness::Line => {
             let mut stdout = std::io::stdout();
@@ -67,7 +70,7 @@ fn report_ready(app: &App, readiness: Readiness) {
     }
 }
 
-async fn stop_on_signal(app: Arc<App>) {
+async fn stop_on_signal(app: Arc<Context>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut terminate), Ok(mut interrupt)) = (
         signal(SignalKind::terminate()),
@@ -83,7 +86,7 @@ async fn stop_on_signal(app: Arc<App>) {
 }
 
 /// Stops the server after the idle period with nothing to do.
-async fn idle_watch(app: Arc<App>) {
+async fn idle_watch(app: Arc<Context>) {
     let idle_limit = Duration::from_millis(app.config.idle_exit_ms);
     let mut idle_since: Option<Instant> = None;
     loop {
@@ -96,7 +99,7 @@ async fn idle_watch(app: Arc<App>) {
         }
         let busy = app.clients.load(Ordering::SeqCst) > 0
             || app.runners.occupied() > 0
-            || timers::has_live_wakes(&app).await
+            || wakes::has_live_wakes(&app).await
             || has_unsettled_work(&app).await;
         if busy {
             idle_since = None;
@@ -112,7 +115,7 @@ async fn idle_watch(app: Arc<App>) {
 
 /// Work that will need the server soon: runs waiting for admission, or running
 /// rows whose claims still have to expire and be recovered.
-async fn has_unsettled_work(app: &Arc<App>) -> bool {
+async fn has_unsettled_work(app: &Arc<Context>) -> bool {
     app.store
         .read(|connection| {
             let count = crate::store::runs::unsettled_run_count(connection)?;
@@ -122,7 +125,7 @@ async fn has_unsettled_work(app: &Arc<App>) -> bool {
         .unwrap_or(true)
 }
 
-async fn shutdown(app: &Arc<App>) {
+async fn shutdown(app: &Arc<Context>) {
     app.request_stop();
     app.drain_commands().await;
     for runner in app.runners.all() {
@@ -133,12 +136,12 @@ async fn shutdown(app: &Arc<App>) {
     while app.runners.live_count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    app.release_epoch().await;
+    app::release_epoch(app).await;
     let _ = std::fs::remove_file(app.config.socket_path());
 }
 
 /// Parks a live run at its last durable boundary and stops its runner.
-async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::supervisor::Runner>) {
+async fn park_for_shutdown(app: &Arc<Context>, runner: &Arc<crate::context::runners::Runner>) {
     let run_id = runner.run_id.clone();
     let authority = runner.authority.clone();
     let parked = crate::shell::apply(app, run_id, move |_, before, now_ms| {
@@ -148,6 +151,6 @@ async fn park_for_shutdown(app: &Arc<App>, runner: &Arc<crate::supervisor::Runne
     // A run the kernel did not park (it no longer holds this runner's
     // claim) still loses its runner: the server is stopping.
     if !parked.changed() {
-        crate::supervisor::stop_runner(app, runner, StopReason::Parked);
+        crate::children::supervisor::stop_runner(app, runner, StopReason::Parked);
     }
 }

@@ -5,10 +5,14 @@
 //! [`apply`] is that path for every decision that is not a client command
 //! or a runner message: node-deadline and claim-expiry wakes, startup
 //! recovery, scheduler admission, runner exits, shutdown parking and
-//! refused runner frames. Client commands (`handlers::command`, with their
+//! refused runner frames. Client commands (`client_api::command`, with their
 //! receipts) and runner messages (`runner_channel`, with runner-message
 //! receipts) run their own receipt job and write the kernel's decision with
-//! [`write_step`], the same in-transaction half.
+//! [`write_step`], the same in-transaction half. Decisions that are not one
+//! run's step (a submission and its verdict, a coordinator's report) run
+//! through [`transact`]: the same load → kernel → write → commit → perform,
+//! with the job's own answer; their transitions are written with
+//! [`write_transition`].
 //!
 //! Invariants:
 //! - The shell decides nothing here: the closure returns the kernel's
@@ -24,7 +28,7 @@
 //!   the import graph.
 
 use crate::store::blobs::Blob;
-use crate::store::{Commit, Store, runs};
+use crate::store::{Commit, Store, StoreError, runs};
 use kernel::ids::{MessageId, RunId};
 use kernel::output::{Output, Step, Transition};
 use kernel::run::{Rejection, RunAggregate};
@@ -109,6 +113,29 @@ pub(crate) fn write_transition(
     Ok(transition.outputs)
 }
 
+/// Load → decide → write → commit → perform, for a job that answers `R`:
+/// `job` gets the connection and `now_ms`, and returns `Commit::Keep((answer,
+/// outputs))` to commit or `Commit::Discard((answer, _))` to write nothing.
+/// The outputs of a kept job are performed after its commit; a discarded
+/// job's are dropped (nothing it decided was written).
+pub(crate) async fn transact<R, J>(app: &impl Shell, job: J) -> Result<R, StoreError>
+where
+    R: Send + 'static,
+    J: FnOnce(&Connection, u64) -> rusqlite::Result<Commit<(R, Vec<Output>)>> + Send + 'static,
+{
+    let (answer, outputs) = app
+        .store()
+        .write(move |connection| {
+            Ok(match job(connection, crate::clock::now_ms())? {
+                Commit::Keep(kept) => Commit::Keep(kept),
+                Commit::Discard((answer, _not_written)) => Commit::Discard((answer, Vec::new())),
+            })
+        })
+        .await?;
+    app.perform(outputs);
+    Ok(answer)
+}
+
 /// Load → decide → write → commit → perform, for the run `run_id`.
 pub(crate) async fn apply<D>(app: &impl Shell, run_id: RunId, decide: D) -> Applied
 where
@@ -125,35 +152,26 @@ where
     D: FnOnce(&Connection, &RunAggregate, u64) -> rusqlite::Result<Decided> + Send + 'static,
     T: FnOnce(&Connection, &RunAggregate) -> rusqlite::Result<()> + Send + 'static,
 {
-    let result = app
-        .store()
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let Some(before) = runs::load(connection, &run_id)? else {
-                return Ok(Commit::Discard((Applied::Missing, Vec::new())));
-            };
-            let step = match decide(connection, &before, now_ms)? {
-                Ok(step) => step,
-                Err(_) => return Ok(Commit::Keep((Applied::Rejected, Vec::new()))),
-            };
-            let applied = match &step {
-                Step::Apply(_) => Applied::Changed,
-                Step::Defer { .. } => Applied::Deferred,
-                Step::Nothing => Applied::Nothing,
-            };
-            let (facts, outputs) = step.into_outputs(&before.run.run_id);
-            if let Some(facts) = &facts {
-                runs::write(connection, Some(&before), facts, &outputs, now_ms)?;
-                then(connection, facts)?;
-            }
-            Ok(Commit::Keep((applied, outputs)))
-        })
-        .await;
-    match result {
-        Ok((applied, outputs)) => {
-            app.perform(outputs);
-            applied
+    transact(app, move |connection, now_ms| {
+        let Some(before) = runs::load(connection, &run_id)? else {
+            return Ok(Commit::Discard((Applied::Missing, Vec::new())));
+        };
+        let step = match decide(connection, &before, now_ms)? {
+            Ok(step) => step,
+            Err(_) => return Ok(Commit::Keep((Applied::Rejected, Vec::new()))),
+        };
+        let applied = match &step {
+            Step::Apply(_) => Applied::Changed,
+            Step::Defer { .. } => Applied::Deferred,
+            Step::Nothing => Applied::Nothing,
+        };
+        let (facts, outputs) = step.into_outputs(&before.run.run_id);
+        if let Some(facts) = &facts {
+            runs::write(connection, Some(&before), facts, &outputs, now_ms)?;
+            then(connection, facts)?;
         }
-        Err(_) => Applied::Unavailable,
-    }
+        Ok(Commit::Keep((applied, outputs)))
+    })
+    .await
+    .unwrap_or(Applied::Unavailable)
 }

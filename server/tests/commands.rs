@@ -385,7 +385,7 @@ async fn raw_connection(server: &TestServer) -> UnixStream {
     let mut stream = UnixStream::connect(server.socket()).await.unwrap();
     let hello = json!({
         "schema": "pi-workflows.client.v1", "type": "hello", "role": "client",
-        "clientId": "raw", "protocolVersion": 1, "packageVersion": server::app::PACKAGE_VERSION,
+        "clientId": "raw", "protocolVersion": 1, "packageVersion": server::wire::PACKAGE_VERSION,
     });
     let mut bytes = protocol::canonicalize(&hello).unwrap();
     bytes.push(b'\n');

@@ -9,14 +9,7 @@ use rusqlite::types::{FromSql, FromSqlError, ValueRef};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// The serde name of a unit-like enum value (`RunStatus::TimedOut` → `timed_out`).
-pub(crate) fn name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(text)) => text,
-        Ok(other) => other.to_string(),
-        Err(_) => String::new(),
-    }
-}
+pub(crate) use crate::wire::codec_name as name;
 
 /// Parses a stored enum name back into its kernel value.
 pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> rusqlite::Result<T> {

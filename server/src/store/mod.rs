@@ -31,9 +31,8 @@
 pub mod attempts;
 pub mod blobs;
 mod codec;
-pub mod counts;
-pub(crate) use codec::name as codec_name;
 pub mod commands;
+pub mod counts;
 pub mod decisions;
 mod disk;
 pub mod host;

@@ -12,7 +12,9 @@
 
 use super::Cached as _;
 use super::{meta, runs};
-use crate::view::{self, AttemptRow, ContentRole, HeaderFacts, RETAINED_CONTENTS, ReasonDetail};
+use crate::projection::run_view::{
+    self as view, AttemptRow, ContentRole, HeaderFacts, RETAINED_CONTENTS, ReasonDetail,
+};
 use kernel::display::OutsideFacts;
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};

@@ -6,7 +6,7 @@
 //! each run's last presentation revision); it never loads run histories.
 
 use super::Cached as _;
-use crate::view::{OffSchema, to_wire};
+use crate::projection::run_view::{OffSchema, to_wire};
 use kernel::ids::SessionId;
 use protocol::generated::types as wire;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -58,7 +58,7 @@ pub(crate) fn transitions(
         |row| {
             let payload: String = row.get(3)?;
             Ok(wire::TransitionRecord {
-                at_ms: crate::view::timestamp("atMs", row.get(1)?)?,
+                at_ms: crate::projection::run_view::timestamp("atMs", row.get(1)?)?,
                 kind: to_wire("kind", row.get::<_, String>(2)?)?,
                 // The payload is the kernel event, stored as JSON.
                 payload: serde_json::from_str(&payload).map_err(|_| OffSchema("payload"))?,

@@ -31,7 +31,7 @@
 use super::Cached as _;
 use super::codec::i64_of;
 use super::{meta, runs, view_facts};
-use crate::view::{self, OffSchema, StepDoc, patch_value, pointer};
+use crate::projection::run_view::{self as view, OffSchema, StepDoc, patch_value, pointer};
 use kernel::ids::RunId;
 use protocol::generated::types::{self as wire, PatchOp};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -498,7 +498,7 @@ fn record(
                         run_id.as_str(),
                         row.index as i64,
                         row.visits as i64,
-                        row.last_outcome.as_ref().map(super::codec_name),
+                        row.last_outcome.as_ref().map(crate::wire::codec_name),
                         text
                     ],
                 )?;

@@ -304,7 +304,7 @@ impl Drop for TestServer {
             .iter()
             .filter_map(|text| server::process::ProcessIdentity::decode(text))
         {
-            server::runner_channel::kill_exact(&identity);
+            server::children::supervisor::kill_exact(&identity);
         }
     }
 }

@@ -11,8 +11,8 @@
 //! - Content is served only under its exact run id, digest and media type; a
 //!   reference from another run or another media type is unavailable.
 
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::{view_facts, view_reads, viewer};
-use crate::view::{OffSchema, to_wire};
 use base64::Engine as _;
 use kernel::ids::{RunId, SessionId};
 use protocol::generated::types as wire;
@@ -71,7 +71,7 @@ pub fn run_list_rows(
     let fetched = view_reads::list_rows(connection, after_created, &after_id, limit + 1)?;
     for (index, (run_id, presentation, header)) in fetched.iter().enumerate() {
         let row = list_row(run_id, *presentation, header.as_deref())?;
-        let size = crate::view::encoded_len(&row);
+        let size = crate::projection::run_view::encoded_len(&row);
         if index == limit || (!rows.is_empty() && used + size > budget) {
             next = Some(String::new());
             break;
@@ -99,14 +99,14 @@ fn list_row(
     presentation: i64,
     header: Option<&str>,
 ) -> Result<wire::RunListRow, OffSchema> {
-    let header: crate::view::Header = header
+    let header: crate::projection::run_view::Header = header
         .and_then(|text| serde_json::from_str(text).ok())
         .ok_or(OffSchema("header"))?;
     Ok(wire::RunListRow {
         created_at_ms: header.created_at_ms,
         display: header.display,
         finished_at_ms: header.finished_at_ms,
-        revision: crate::view::revision(presentation.max(0) as u64)?,
+        revision: crate::projection::run_view::revision(presentation.max(0) as u64)?,
         run_id: to_wire("runId", run_id)?,
         status: header.status,
         title: header.title,
@@ -161,8 +161,8 @@ pub fn view_page(
         wire::PageCollection::SessionEvents => Vec::new(),
     };
     let fetched = items.len();
-    let shown = crate::view::page_prefix(
-        items.iter().map(crate::view::encoded_len),
+    let shown = crate::projection::run_view::page_prefix(
+        items.iter().map(crate::projection::run_view::encoded_len),
         limit,
         max_bytes.min(PAGE_BYTES),
     );
@@ -174,9 +174,9 @@ pub fn view_page(
         cursor: cursor.map(|cursor| to_wire("cursor", cursor)).transpose()?,
         items,
         next_cursor: (shown < fetched)
-            .then(|| crate::view::cursor(offset + shown))
+            .then(|| crate::projection::run_view::cursor(offset + shown))
             .transpose()?,
-        revision: crate::view::revision(revision)?,
+        revision: crate::projection::run_view::revision(revision)?,
     };
     Ok(Some(as_value(&page)?))
 }
@@ -193,7 +193,7 @@ pub fn content_chunk(
         return Ok(Err("the reference is malformed"));
     };
     let media_type = reference.media_type.as_str();
-    let Some(digest) = crate::effects::parse_digest(Some(reference.digest.as_str())) else {
+    let Some(digest) = crate::ids::parse_digest(Some(reference.digest.as_str())) else {
         return Ok(Err("the reference digest is malformed"));
     };
     // A workflow message's content is stored once, in `blobs`, under the run
@@ -295,11 +295,11 @@ pub fn session_document(
     Ok(wire::SessionView {
         active_run,
         coordinator_epoch: None,
-        message_count: crate::view::count("messageCount", count)?,
+        message_count: crate::projection::run_view::count("messageCount", count)?,
         messages,
         next_eligible_message_id: None,
-        revision: crate::view::revision(
-            view_reads::session_revision(connection, session)?.max(0) as u64
+        revision: crate::projection::run_view::revision(
+            view_reads::session_revision(connection, session)?.max(0) as u64,
         )?,
         session_id: to_wire("sessionId", session)?,
     })

@@ -13,7 +13,7 @@
 //!   `validator_stopped` when it ends without one. The kernel refuses any
 //!   later verdict as stale, so a recovered child that reports twice (or a
 //!   verdict after a restart already decided) changes nothing.
-//! - After a verdict commits, `App::submission_settled` wakes the waiting
+//! - After a verdict commits, `Context::submission_settled` wakes the waiting
 //!   `interaction.submit` responses.
 //! - Children are admitted by the scheduler (`scheduler.rs`) from the
 //!   durable `validating` rows, never started directly: at most one child
@@ -26,7 +26,7 @@
 //!   or its run ended while it validated) is abandoned as rejected
 //!   (`interaction::validation_abandoned`), so none stays `validating`.
 
-use crate::app::App;
+use crate::context::Context;
 use crate::process;
 use crate::store::blobs::Blob;
 use crate::store::submissions;
@@ -34,10 +34,10 @@ use crate::store::{Commit, attempts, meta, runs};
 use kernel::ids::{InteractionId, RunId, SubmissionId};
 use kernel::interaction::{self, Verdict};
 use nix::sys::signal::Signal;
+use protocol::generated::types::RunnerMessage;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
@@ -55,27 +55,6 @@ enum Reported {
     Stopped,
 }
 
-/// The validation children in flight, by submission, with whether each
-/// takes an execution slot of its own.
-#[derive(Debug, Default)]
-pub struct Validations {
-    in_flight: Mutex<BTreeMap<SubmissionId, bool>>,
-}
-
-impl Validations {
-    /// The execution slots that children in flight take.
-    pub fn slots_taken(&self) -> usize {
-        let in_flight = self.in_flight.lock().expect("validations lock");
-        in_flight.values().filter(|takes_slot| **takes_slot).count()
-    }
-
-    /// Whether `submission_id` has a child in flight.
-    pub fn is_in_flight(&self, submission_id: &SubmissionId) -> bool {
-        let in_flight = self.in_flight.lock().expect("validations lock");
-        in_flight.contains_key(submission_id)
-    }
-}
-
 /// One validating submission the scheduler may admit.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -88,7 +67,7 @@ pub struct Job {
 }
 
 /// The validating submissions without a child in flight (the scheduler's candidates).
-pub fn waiting(app: &App, connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Job>> {
+pub fn waiting(app: &Context, connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     for (run_id, interaction_id, submission_id, submitted_at_ms) in
         submissions::validating(connection)?
@@ -112,7 +91,7 @@ pub fn waiting(app: &App, connection: &rusqlite::Connection) -> rusqlite::Result
 
 /// Starts the validation child of one admitted job (the scheduler's call);
 /// `takes_slot` says whether it counts against capacity while in flight.
-pub fn start(app: &Arc<App>, job: Job, takes_slot: bool) {
+pub fn start(app: &Arc<Context>, job: Job, takes_slot: bool) {
     {
         let mut in_flight = app.validations.in_flight.lock().expect("validations lock");
         if in_flight.contains_key(&job.submission_id) {
@@ -206,7 +185,7 @@ fn prepare(
 }
 
 async fn run_child(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     run_id: &RunId,
     interaction_id: &InteractionId,
     submission_id: &SubmissionId,
@@ -268,12 +247,7 @@ async fn run_child(
             let Ok(message) = protocol::decode_runner_frame(&bytes) else {
                 break;
             };
-            let value = serde_json::to_value(&message).unwrap_or(Value::Null);
-            let message_id = value
-                .get("messageId")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let message_id = crate::wire::runner::envelope(&message).message_id;
             let reply = |outcome: &str| {
                 json!({
                     "type": "reply",
@@ -286,27 +260,42 @@ async fn run_child(
                     "result": null,
                 })
             };
-            let answer = match value.get("type").and_then(Value::as_str) {
-                Some("runner.ready") => {
+            let answer = match message {
+                RunnerMessage::RunnerReady { .. } => {
                     deadline = tokio::time::Instant::now() + VALIDATION_BOUND;
                     Some(prepared.command.clone())
                 }
-                Some("interaction.accepted") if matches!(reported, Reported::Stopped) => {
-                    reported =
-                        Reported::Accepted(value.get("output").cloned().unwrap_or(Value::Null));
+                RunnerMessage::InteractionAccepted { output, .. }
+                    if matches!(reported, Reported::Stopped) =>
+                {
+                    reported = Reported::Accepted(output);
                     Some(reply("accepted"))
                 }
-                Some("interaction.rejected") if matches!(reported, Reported::Stopped) => {
-                    let message = value
-                        .pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("the workflow's validate refused the output");
-                    reported = Reported::Rejected(message.to_owned());
+                RunnerMessage::InteractionRejected { error, .. }
+                    if matches!(reported, Reported::Stopped) =>
+                {
+                    reported = Reported::Rejected(error.message.to_string());
                     Some(reply("accepted"))
                 }
-                Some("runner.exiting") => break,
-                // Anything else is not part of a validation child's protocol.
-                _ => Some(reply("rejected")),
+                RunnerMessage::RunnerExiting { .. } => break,
+                // Not part of a validation child's protocol (or a second verdict).
+                RunnerMessage::InteractionAccepted { .. }
+                | RunnerMessage::InteractionRejected { .. }
+                | RunnerMessage::NodeStarted { .. }
+                | RunnerMessage::NodeUpdate { .. }
+                | RunnerMessage::NodeFinished { .. }
+                | RunnerMessage::NodeFailed { .. }
+                | RunnerMessage::RunParked { .. }
+                | RunnerMessage::RunFinished { .. }
+                | RunnerMessage::InteractionRequested { .. }
+                | RunnerMessage::NotificationRequested { .. }
+                | RunnerMessage::PresentationRequested { .. }
+                | RunnerMessage::EffectReserve { .. }
+                | RunnerMessage::EffectSettle { .. }
+                | RunnerMessage::RunnerProgress { .. }
+                | RunnerMessage::ContentRead { .. }
+                | RunnerMessage::ResolveResult { .. }
+                | RunnerMessage::ResolveFailed { .. } => Some(reply("rejected")),
             };
             if let Some(frame) = answer.as_ref().and_then(crate::wire::frames::runner)
                 && (input.write_all(&frame).await.is_err() || input.flush().await.is_err())
@@ -325,7 +314,7 @@ async fn run_child(
 
 /// Commits the verdict (or the stop) of one validating submission and wakes its waiters.
 async fn record(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     run_id: &RunId,
     interaction_id: &InteractionId,
     submission_id: &SubmissionId,
@@ -342,15 +331,12 @@ async fn record(
     };
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
-    let written = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+    let _ = crate::shell::transact(app, move |connection, now_ms| {
             let (Some(mut agg), Some(record)) = (
                 runs::load(connection, &run_id)?,
                 runs::interaction_by_id(connection, &interaction_id)?,
             ) else {
-                return Ok(Commit::Discard(Vec::new()));
+                return Ok(Commit::Discard(((), Vec::new())));
             };
             agg.interaction = Some(record);
             let stored = submissions::of_interaction(connection, &interaction_id)?;
@@ -367,36 +353,32 @@ async fn record(
                     return match interaction::validation_abandoned(&agg, &stored, &interaction_id, &submission_id) {
                         Ok(abandoned) => {
                             submissions::settle(connection, &abandoned, Some("the step's request closed before its validation finished"), None, now_ms)?;
-                            Ok(Commit::Keep(Vec::new()))
+                            Ok(Commit::Keep(((), Vec::new())))
                         }
-                        Err(_) => Ok(Commit::Discard(Vec::new())),
+                        Err(_) => Ok(Commit::Discard(((), Vec::new()))),
                     };
                 }
             };
-            runs::write(connection, Some(&agg), &verdict.run.facts, &verdict.run.outputs, now_ms)?;
+            let mut outputs = crate::shell::write_transition(connection, Some(&agg), verdict.run, &[], now_ms)?;
             let error = match &reported {
                 Reported::Rejected(message) => Some(message.as_str()),
                 Reported::Stopped => Some("the validation child stopped before it reported a verdict; submit the output again"),
                 Reported::Accepted(_) => None,
             };
             submissions::settle(connection, &verdict.submission, error, output_blob.as_ref(), now_ms)?;
-            let mut outputs = verdict.run.outputs;
             // An accepted origin-session submission finishes its waiting attempt here.
             if let Some(follow_up) = &verdict.follow_up {
-                outputs.extend(crate::coordinator::apply_attempt_follow_up(connection, &control, ttl_ms, follow_up, now_ms)?);
+                outputs.extend(crate::attempt_follow_up::apply(connection, &control, ttl_ms, follow_up, now_ms)?);
             }
-            Ok(Commit::Keep(outputs))
+            Ok(Commit::Keep(((), outputs)))
         })
         .await;
-    if let Ok(outputs) = written {
-        app.perform(outputs);
-    }
     app.submission_settled.notify_waiters();
 }
 
 /// Startup recovery step 9: every submission still `validating` gets a new
 /// child, admitted by the scheduler (no child of the previous server is in
 /// flight, so each is a candidate of the next admission round).
-pub async fn resume_validating(app: &Arc<App>) {
+pub async fn resume_validating(app: &Arc<Context>) {
     app.scheduler.notify();
 }

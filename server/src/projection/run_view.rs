@@ -18,7 +18,6 @@
 //!   over 16 KiB are references, failure messages and titles are cut. The
 //!   rest is reached through `view.page` and the referenced graph history.
 
-use crate::app::App;
 use kernel::display::{self, DisplayFacts, DisplayReason, OutsideFacts};
 use kernel::ids::RunId;
 use kernel::run::{ParkReason, RunAggregate};
@@ -27,7 +26,6 @@ use kernel::topology::Topology;
 use protocol::generated::constrained as bounded;
 use protocol::generated::types as wire;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// Reasons longer than this many characters become a notice plus a reference.
 pub const INLINE_REASON_CHARS: usize = 16 * 1024;
@@ -139,16 +137,6 @@ pub fn page_prefix(
 /// `count` steps of `used` bytes (the first always does).
 pub fn step_fits(count: usize, used: usize, size: usize) -> bool {
     count == 0 || (count < STEP_PAGE_LIMIT && used.saturating_add(size) <= STEP_PAGE_BYTES)
-}
-
-/// The view builds its snapshot from the stored presentation rows.
-pub async fn build(
-    app: &Arc<App>,
-    run_id: RunId,
-) -> Result<Option<wire::RunView>, crate::store::StoreError> {
-    app.store
-        .read(move |connection| crate::store::viewer::snapshot(connection, &run_id))
-        .await
 }
 
 /// One attempt row of a run, as the graph history shows it.

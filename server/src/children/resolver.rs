@@ -5,11 +5,12 @@
 //! Invariant: the child runs in its own process group and is killed (with its
 //! group) when it answers, fails or misses its deadline.
 
-use crate::app::App;
+use crate::context::Context;
 use crate::process;
 use kernel::topology::Topology;
 use nix::sys::signal::Signal;
 use protocol::ErrorCode;
+use protocol::generated::types::{ResolveFailureCode, RunnerMessage};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -51,7 +52,7 @@ impl ResolveError {
 
 /// Resolves `workflow` for `project_path` with `input` in a child process.
 pub async fn resolve(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     project_path: &str,
     workflow: &str,
     input: &Value,
@@ -136,10 +137,18 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
             "the workflow runner sent an invalid frame",
         )
     })?;
-    let value = serde_json::to_value(&message).unwrap_or(Value::Null);
-    match value.get("type").and_then(Value::as_str) {
-        Some("resolve.result") => {
-            let topology_value = value.get("topology").cloned().unwrap_or(Value::Null);
+    match message {
+        RunnerMessage::ResolveResult {
+            definition_digest,
+            input,
+            title,
+            topology,
+            workflow_name,
+            workflow_source,
+            ..
+        } => {
+            // The wire topology is the kernel's, checked again by the kernel.
+            let topology_value = serde_json::to_value(&topology).unwrap_or(Value::Null);
             let topology: Topology =
                 serde_json::from_value(topology_value.clone()).map_err(|_| {
                     ResolveError::new(
@@ -153,38 +162,52 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
                     "the workflow graph is invalid (check startAt, edges and reachability)",
                 )
             })?;
-            if crate::view::graph_projection_bytes(&topology) > crate::view::GRAPH_PROJECTION_BYTES
+            if crate::projection::run_view::graph_projection_bytes(&topology)
+                > crate::projection::run_view::GRAPH_PROJECTION_BYTES
             {
                 return Err(ResolveError::new(
                     ErrorCode::ValidationFailed,
                     "the workflow graph is too large to show: its nodes and edges take more than 256 KiB in a run view; use fewer nodes or switch cases",
                 ));
             }
-            let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
             Ok(Resolved {
-                workflow_name: text("workflowName").unwrap_or_default(),
-                title: text("title"),
-                source: value.get("workflowSource").cloned().unwrap_or(Value::Null),
-                definition_digest: text("definitionDigest").unwrap_or_default(),
+                workflow_name: workflow_name.to_string(),
+                title: title.map(String::from),
+                source: serde_json::to_value(&workflow_source).unwrap_or(Value::Null),
+                definition_digest: definition_digest.to_string(),
                 topology_json: serde_json::to_string(&topology_value).unwrap_or_default(),
                 topology,
-                input: value.get("input").cloned().unwrap_or(Value::Null),
+                input,
             })
         }
-        Some("resolve.failed") => {
-            let code = match value.get("code").and_then(Value::as_str) {
-                Some("sourceNotFound") => ErrorCode::NotFound,
-                Some("invalidInput") => ErrorCode::ValidationFailed,
-                Some("sourceChanged") => ErrorCode::SourceChanged,
-                _ => ErrorCode::ValidationFailed,
+        RunnerMessage::ResolveFailed { code, message, .. } => {
+            let code = match code {
+                ResolveFailureCode::SourceNotFound => ErrorCode::NotFound,
+                ResolveFailureCode::SourceChanged => ErrorCode::SourceChanged,
+                ResolveFailureCode::InvalidInput
+                | ResolveFailureCode::CompileFailed
+                | ResolveFailureCode::InvalidDefinition => ErrorCode::ValidationFailed,
             };
-            let detail = value
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            Err(ResolveError::new(code, bounded(detail)))
+            Err(ResolveError::new(code, bounded(&message)))
         }
-        _ => Err(ResolveError::new(
+        // A resolve-mode child sends only its result or its failure.
+        RunnerMessage::RunnerReady { .. }
+        | RunnerMessage::NodeStarted { .. }
+        | RunnerMessage::NodeUpdate { .. }
+        | RunnerMessage::NodeFinished { .. }
+        | RunnerMessage::NodeFailed { .. }
+        | RunnerMessage::RunParked { .. }
+        | RunnerMessage::RunFinished { .. }
+        | RunnerMessage::InteractionRequested { .. }
+        | RunnerMessage::InteractionAccepted { .. }
+        | RunnerMessage::InteractionRejected { .. }
+        | RunnerMessage::NotificationRequested { .. }
+        | RunnerMessage::PresentationRequested { .. }
+        | RunnerMessage::EffectReserve { .. }
+        | RunnerMessage::EffectSettle { .. }
+        | RunnerMessage::RunnerProgress { .. }
+        | RunnerMessage::RunnerExiting { .. }
+        | RunnerMessage::ContentRead { .. } => Err(ResolveError::new(
             ErrorCode::Internal,
             "the workflow runner answered with an unexpected message",
         )),

@@ -5,10 +5,10 @@
 //! claim and the initial step message (with its prompt content) commit in one
 //! transaction; the runner then exits and the origin session does the work.
 
-use crate::runner_channel::{Answer, Refusal};
+use crate::context::runners::Runner;
+use crate::runner_api::answer::{Answer, Refusal};
 use crate::store::blobs::Blob;
 use crate::store::meta;
-use crate::supervisor::Runner;
 use kernel::ids::{AttemptId, InteractionId, MessageId};
 use kernel::interaction::{self, InteractionKind, RequestProposal, Requested};
 use kernel::run::RunAggregate;

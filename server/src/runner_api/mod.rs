@@ -12,76 +12,39 @@
 //! - Routing comes from the kernel: the runner only proposes results.
 //! - Every answer is measured before it is stored and sent: a value that
 //!   would not fit one frame travels as a content reference
-//!   (`crate::transfer`), and the runner always gets an answer.
+//!   (`crate::runner_api::transfer`), and the runner always gets an answer.
 
-use crate::app::App;
+pub mod answer;
+pub mod effects;
+pub mod interactions;
+pub mod transfer;
+pub mod updates;
+
+use crate::children::supervisor;
+use crate::context::Context;
+use crate::context::runners::Runner;
 use crate::process::{self, ProcessIdentity};
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
-use crate::supervisor::{self, Runner};
+use crate::wire::runner::{Envelope, envelope};
+use answer::{Answer, Extra, Refusal};
 use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
-use kernel::ids::{AttemptId, Digest, Generation, RunId, RunnerEpochId};
+use kernel::ids::{AttemptId, Digest, RunId};
 use kernel::output::{LaunchCommand, Output, Step, StopReason, Transition};
 use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
-use kernel::reject::Coded;
 use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
-use kernel::runner::{ExitKind, ProtocolCheck};
-use protocol::generated::types::{ActionReceipt, Content, ContentReference, RunnerMessage};
+use kernel::runner::ProtocolCheck;
+use protocol::generated::constrained::{Generation, Revision, Visit};
+use protocol::generated::types::{
+    self as wire, ActionReceipt, Content, ContentReference, RunnerMessage,
+};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-/// The launch frame of a runner and the directory it runs in.
-#[derive(Debug)]
-pub struct LaunchFrame {
-    pub frame: Vec<u8>,
-    pub project_path: String,
-}
-
-/// Builds the run-mode launch envelope from committed facts.
-pub fn launch_envelope(
-    connection: &Connection,
-    run_id: &RunId,
-    generation: Generation,
-    runner_epoch: &RunnerEpochId,
-) -> rusqlite::Result<Option<LaunchFrame>> {
-    let Some(meta) = meta::load(connection, run_id)? else {
-        return Ok(None);
-    };
-    let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
-    let interactive = crate::store::runs::load(connection, run_id)?
-        .is_some_and(|agg| agg.run.mode.origin_session().is_some());
-    let mut launch = json!({
-        "schema": "pi-workflows.worker-launch.v1",
-        "mode": "run",
-        "runId": run_id.as_str(),
-        "generation": generation.0,
-        "runnerEpoch": runner_epoch.as_str(),
-        "projectPath": meta.project_path,
-        "workflowSource": source,
-        "definitionDigest": meta.definition_digest,
-        "inputHash": meta.input_hash,
-        "executionMode": if interactive { "interactive" } else { "headless" },
-        "protocolVersion": 1,
-    });
-    if let Some(model) = meta
-        .agent_model_json
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-    {
-        launch["agentModel"] = model;
-    }
-    Ok(
-        crate::wire::frames::launch(&launch).map(|frame| LaunchFrame {
-            frame,
-            project_path: meta.project_path,
-        }),
-    )
-}
 
 /// A runner message that the kernel decides inside one write transaction,
 /// with its typed fields (moved out of the generated `RunnerMessage` by the
@@ -182,46 +145,6 @@ enum Route {
     },
     /// Not accepted on a run-mode channel of this server.
     NotOnThisChannel,
-}
-
-/// The common envelope fields of a runner message.
-struct Envelope {
-    run_id: String,
-    generation: u64,
-    runner_epoch: String,
-    message_id: String,
-    expected_revision: Option<u64>,
-}
-
-/// Reads the envelope of every variant (each has the same five fields).
-macro_rules! envelope_of {
-    ($message:expr; $($variant:ident),+ $(,)?) => {
-        match $message {
-            $(RunnerMessage::$variant {
-                run_id,
-                generation,
-                runner_epoch,
-                message_id,
-                expected_revision,
-                ..
-            } => Envelope {
-                run_id: run_id.to_string(),
-                generation: generation.get(),
-                runner_epoch: runner_epoch.to_string(),
-                message_id: message_id.to_string(),
-                expected_revision: expected_revision.map(|revision| revision.get()),
-            },)+
-        }
-    };
-}
-
-fn envelope(message: &RunnerMessage) -> Envelope {
-    envelope_of!(message;
-        RunnerReady, NodeStarted, NodeUpdate, NodeFinished, NodeFailed, RunParked,
-        RunFinished, InteractionRequested, InteractionAccepted, InteractionRejected,
-        NotificationRequested, PresentationRequested, EffectReserve, EffectSettle,
-        RunnerProgress, RunnerExiting, ContentRead, ResolveResult, ResolveFailed,
-    )
 }
 
 /// The route of one message, with its typed fields.
@@ -394,6 +317,11 @@ const fn failure_class_of(class: protocol::generated::types::FailureClass) -> Fa
 }
 
 /// A reply to one runner message.
+/// A reply to one runner message, built as the generated
+/// `ServerMessage::Reply` (its `error`, `next` and `resultContent` are set
+/// by [`with_error`], [`with_next`] and `transfer::fit`). A value off its
+/// schema type is a server bug: logged, and the reply is `null`, which
+/// `wire::frames` refuses to send.
 fn reply(
     runner: &Runner,
     in_reply_to: &str,
@@ -401,24 +329,50 @@ fn reply(
     revision: Option<u64>,
     result: Value,
 ) -> Value {
-    let mut reply = json!({
-        "type": "reply",
-        "schema": "pi-workflows.worker-launch.v1",
-        "runId": runner.run_id.as_str(),
-        "generation": runner.generation.0,
-        "runnerEpoch": runner.runner_epoch.as_str(),
-        "inReplyTo": in_reply_to,
-        "outcome": outcome,
-        "result": result,
-    });
-    if let Some(revision) = revision {
-        reply["revision"] = json!(revision);
-    }
-    reply
+    let typed = || -> Option<wire::ServerMessage> {
+        Some(wire::ServerMessage::Reply {
+            error: None,
+            generation: Generation::new(runner.generation.0)?,
+            in_reply_to: in_reply_to.parse().ok()?,
+            next: None,
+            outcome: outcome.parse().ok()?,
+            result,
+            result_content: None,
+            revision: match revision {
+                Some(revision) => Some(Revision::new(revision)?),
+                None => None,
+            },
+            run_id: runner.run_id.as_str().parse().ok()?,
+            runner_epoch: runner.runner_epoch.as_str().parse().ok()?,
+            schema: wire::WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
+        })
+    };
+    typed()
+        .and_then(|reply| serde_json::to_value(reply).ok())
+        .unwrap_or_else(|| {
+            crate::log::line("a runner reply did not fit its schema type");
+            Value::Null
+        })
 }
 
 fn with_error(mut reply: Value, code: impl std::fmt::Display, message: &str) -> Value {
-    reply["error"] = json!({ "code": code.to_string(), "message": message });
+    let error = wire::SafeError {
+        code: code
+            .to_string()
+            .parse()
+            .unwrap_or(protocol::ErrorCode::Internal),
+        message: message
+            .chars()
+            .take(512)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| {
+                "the message could not be shown"
+                    .parse()
+                    .expect("a safe message")
+            }),
+    };
+    reply["error"] = serde_json::to_value(error).unwrap_or(Value::Null);
     reply
 }
 
@@ -428,64 +382,36 @@ fn with_next(mut reply: Value, dispatch: &Dispatch) -> Value {
 }
 
 fn next_of(dispatch: &Dispatch) -> Value {
-    match dispatch {
+    let next = match dispatch {
         Dispatch::RunNode {
             node_id,
             attempt_id,
             visit,
-        } => {
-            json!({ "kind": "runNode", "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit })
-        }
-        Dispatch::Exit { reason } => json!({ "kind": "exit", "reason": exit_reason(*reason) }),
-    }
+        } => (|| {
+            Some(wire::ReplyNext::RunNode {
+                attempt_id: attempt_id.as_str().parse().ok()?,
+                node_id: node_id.as_str().parse().ok()?,
+                visit: Visit::new(u64::from(*visit))?,
+            })
+        })(),
+        Dispatch::Exit { reason } => Some(wire::ReplyNext::Exit {
+            reason: wire_exit_reason(*reason),
+        }),
+    };
+    next.and_then(|next| serde_json::to_value(next).ok())
+        .unwrap_or(Value::Null)
 }
 
-fn exit_reason(reason: ExitReason) -> &'static str {
+/// The kernel's exit reason as the wire names it (a finished generation
+/// exits `finished` whatever its outcome).
+fn wire_exit_reason(reason: ExitReason) -> wire::ExitReason {
     match reason {
-        ExitReason::Completed | ExitReason::Failed | ExitReason::TimedOut => "finished",
-        ExitReason::Waiting => "waiting",
-        ExitReason::Cancelled => "cancelled",
-        ExitReason::Parked => "parked",
-    }
-}
-
-/// Why a runner message was refused: a closed wire code, a static message,
-/// whether the runner lost its claim (then it must exit), and the protocol
-/// check it failed, if any (then the run is parked `protocolRejected`).
-#[derive(Debug)]
-pub struct Refusal {
-    pub code: protocol::ErrorCode,
-    pub message: &'static str,
-    pub claim_lost: bool,
-    pub protocol: Option<ProtocolCheck>,
-}
-
-impl Refusal {
-    /// A message whose payload the server cannot act on (`schemaInvalid`).
-    pub(crate) fn invalid(message: &'static str) -> Self {
-        Self {
-            code: protocol::ErrorCode::SchemaInvalid,
-            message,
-            claim_lost: false,
-            protocol: None,
+        ExitReason::Completed | ExitReason::Failed | ExitReason::TimedOut => {
+            wire::ExitReason::Finished
         }
-    }
-
-    /// The refusal of any kernel rejection: its code, message and protocol
-    /// check come from the kernel (`kernel::reject`).
-    pub(crate) fn of<R: Coded>(rejection: &R) -> Self {
-        Self {
-            code: crate::wire::error_code(rejection.code()),
-            message: rejection.message(),
-            claim_lost: rejection.is_claim_loss(),
-            protocol: rejection.protocol_check(),
-        }
-    }
-}
-
-impl From<Rejection> for Refusal {
-    fn from(rejection: Rejection) -> Self {
-        Self::of(&rejection)
+        ExitReason::Waiting => wire::ExitReason::Waiting,
+        ExitReason::Cancelled => wire::ExitReason::Cancelled,
+        ExitReason::Parked => wire::ExitReason::Parked,
     }
 }
 
@@ -494,8 +420,8 @@ impl From<Rejection> for Refusal {
 struct Blobs {
     output: Option<Blob>,
     result: Option<Blob>,
-    update: Option<crate::updates::EncodedUpdate>,
-    request: Option<crate::interactions::EncodedRequest>,
+    update: Option<crate::runner_api::updates::EncodedUpdate>,
+    request: Option<crate::runner_api::interactions::EncodedRequest>,
     /// A notification: its text and the message id it will get.
     notification: Option<(Blob, kernel::ids::MessageId)>,
 }
@@ -513,13 +439,15 @@ impl Blobs {
                 ..Self::default()
             },
             Decide::NodeUpdate { update, .. } => Self {
-                update: Some(crate::updates::EncodedUpdate::of(&update.data)),
+                update: Some(crate::runner_api::updates::EncodedUpdate::of(&update.data)),
                 ..Self::default()
             },
             Decide::InteractionRequested {
                 prompt, contract, ..
             } => Self {
-                request: Some(crate::interactions::EncodedRequest::of(prompt, contract)),
+                request: Some(crate::runner_api::interactions::EncodedRequest::of(
+                    prompt, contract,
+                )),
                 ..Self::default()
             },
             Decide::NotificationRequested { content, .. } => Self {
@@ -575,7 +503,7 @@ impl Handled {
 }
 
 /// Handles one decoded runner message.
-pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage) {
+pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMessage) {
     let envelope = envelope(&message);
     // The stored receipt's digest covers the whole message as the runner
     // sent it (the decoder checked that the typed value round-trips).
@@ -613,7 +541,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
             offset,
             length,
         } => Handled::only(
-            crate::transfer::read(
+            crate::runner_api::transfer::read(
                 app,
                 runner,
                 &envelope.message_id,
@@ -648,7 +576,7 @@ pub async fn handle(app: &Arc<App>, runner: &Arc<Runner>, message: RunnerMessage
 /// replaced by a bounded refusal, so the runner always hears back.
 fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
     if let Some(frame) = crate::wire::frames::runner(value) {
-        runner.issue(crate::transfer::references(value));
+        runner.issue(crate::runner_api::transfer::references(value));
         runner.send(frame);
         return;
     }
@@ -667,7 +595,7 @@ fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
 }
 
 /// A runner that lost its claim must exit; it is stopped if it does not.
-fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
+fn fence(app: &Arc<Context>, runner: &Arc<Runner>) {
     if runner.mark_fenced() {
         supervisor::stop_runner(app, runner, StopReason::ClaimLost);
     }
@@ -675,7 +603,7 @@ fn fence(app: &Arc<App>, runner: &Arc<Runner>) {
 
 /// A state-changing message decided by the kernel in one transaction.
 async fn decide(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
     envelope: Envelope,
@@ -718,7 +646,7 @@ async fn decide(
 
 fn decide_in(
     connection: &Connection,
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
     envelope: &Envelope,
@@ -857,7 +785,7 @@ fn decide_in(
     if let Some(extra) = extra {
         extra(connection)?;
     }
-    let answer = crate::transfer::fit(connection, answer, now_ms)?;
+    let answer = crate::runner_api::transfer::fit(connection, answer, now_ms)?;
     store_reply(
         connection,
         &incoming,
@@ -879,7 +807,7 @@ fn decide_in(
 /// runner gets `claimLost` instead (claim loss is its own failure class).
 fn protocol_rejection(
     connection: &Connection,
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     before: &RunAggregate,
     check: ProtocolCheck,
@@ -929,7 +857,7 @@ fn protocol_rejection(
 /// `protocolRejected` and the runner stopped; a runner that no longer holds
 /// the live claim is only stopped. The frame has no trustworthy message id,
 /// so nothing is answered.
-pub async fn reject_frame(app: &Arc<App>, runner: &Arc<Runner>) {
+pub async fn reject_frame(app: &Arc<Context>, runner: &Arc<Runner>) {
     let runner_for_job = runner.clone();
     let ttl_ms = app.config.claim_ttl_ms;
     let parked = crate::shell::apply(app, runner.run_id.clone(), move |_, before, now_ms| {
@@ -967,13 +895,7 @@ fn store_reply(
     Ok(())
 }
 
-/// A write that follows the aggregate write of the same job (rows the
-/// transition just created).
-pub(crate) type Extra = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()>>;
-/// A message decision: the transition to write, the reply's `result`, and a
-/// follow-up write.
-pub(crate) type Answer = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
-type Decided = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
+type Decided = Answer;
 
 fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Extra>) -> Decided {
     Ok((Some(transition), answer, extra))
@@ -983,7 +905,7 @@ fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Ex
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn apply(
     connection: &Connection,
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
     envelope: &Envelope,
@@ -1131,7 +1053,7 @@ fn apply(
             effect_type,
             request_digest,
         } => {
-            let answer = crate::effects::reserve(
+            let answer = crate::runner_api::effects::reserve(
                 connection,
                 runner,
                 attempt_id,
@@ -1148,7 +1070,7 @@ fn apply(
             outcome,
             result: _,
         } => {
-            let answer = crate::effects::settle(
+            let answer = crate::runner_api::effects::settle(
                 connection,
                 runner,
                 effect_id,
@@ -1168,7 +1090,7 @@ fn apply(
             let Some(data) = blobs.update.as_ref() else {
                 return Ok(Err(Refusal::invalid("update data is missing")));
             };
-            let answer = crate::updates::runner_update(
+            let answer = crate::runner_api::updates::runner_update(
                 connection,
                 runner,
                 attempt_id,
@@ -1190,12 +1112,12 @@ fn apply(
             let Some(request) = blobs.request.as_ref() else {
                 return Ok(Err(Refusal::invalid("the request is incomplete")));
             };
-            let asked = crate::interactions::Asked {
+            let asked = crate::runner_api::interactions::Asked {
                 attempt_id,
                 kind,
                 deadline_at_ms,
             };
-            let answer = crate::interactions::requested(
+            let answer = crate::runner_api::interactions::requested(
                 connection, runner, asked, request, before, now_ms, ttl_ms,
             )?;
             // An interactive runner exits; a headless one runs the step in its own Pi child.
@@ -1525,7 +1447,7 @@ fn store_run_error(connection: &Connection, run_id: &RunId, message: &str) -> ru
 
 /// `runner.progress`: register or unregister a child process group.
 async fn progress(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     runner: &Arc<Runner>,
     envelope: &Envelope,
     register: bool,
@@ -1583,63 +1505,4 @@ async fn progress(
         )),
         _ => reject("registration needs a direct child of the runner and the live run claim"),
     }
-}
-
-/// Kills the process groups a runner registered and forgets them.
-pub async fn reap_registered(app: &Arc<App>, runner_epoch: &RunnerEpochId) {
-    let runner_epoch = runner_epoch.clone();
-    let rows = app
-        .store
-        .write(move |connection| {
-            Ok(Commit::Keep(processes::take_registered(
-                connection,
-                &runner_epoch,
-            )?))
-        })
-        .await
-        .unwrap_or_default();
-    for identity in rows.iter().filter_map(|text| ProcessIdentity::decode(text)) {
-        kill_exact(&identity);
-    }
-}
-
-/// SIGKILL to the exact process (its group when it leads one) and every
-/// descendant of that group, also those in groups of their own (the tools a
-/// headless Pi runs detached).
-pub fn kill_exact(identity: &ProcessIdentity) {
-    let descendants = if process::is_alive(identity) {
-        process::group_descendants(identity.pid)
-    } else {
-        Vec::new()
-    };
-    process::kill_identity(identity);
-    for descendant in &descendants {
-        process::kill_identity(descendant);
-    }
-}
-
-/// Records a runner's exit and lets the kernel decide what happens to the run.
-pub async fn record_exit(
-    app: &Arc<App>,
-    runner: &Arc<Runner>,
-    kind: ExitKind,
-    code: Option<i32>,
-    signal: Option<i32>,
-) {
-    let control = app.control.clone();
-    let ttl_ms = app.config.claim_ttl_ms;
-    let runner_for_job = runner.clone();
-    crate::shell::apply(
-        app,
-        runner.run_id.clone(),
-        move |connection, before, now_ms| {
-            processes::record_exit_status(connection, &runner_for_job.runner_epoch, code, signal)?;
-            let authority = (!runner_for_job.is_fenced()).then_some(&runner_for_job.authority);
-            let exit = supervisor::runner_exit(&runner_for_job, kind);
-            Ok(kernel::runner::on_exit(
-                before, exit, authority, control, now_ms, ttl_ms,
-            ))
-        },
-    )
-    .await;
 }

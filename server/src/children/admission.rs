@@ -11,38 +11,18 @@
 //!   the durable `validating` rows); the one of a run whose live runner waits
 //!   for it works in that runner's slot (`validator`'s invariants).
 
-use crate::app::App;
+use crate::context::Context;
 use crate::store::runs;
 use kernel::claim::{Authority, OwnerKind};
 use kernel::ids::{OwnerId, RunId, RunnerEpochId};
 use kernel::output::Step;
 use kernel::scheduler::{Candidate, Capacity, WorkKind};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
-
-/// The scheduler's wake-up signal and rotation state.
-#[derive(Debug, Default)]
-pub struct Scheduler {
-    notify: Notify,
-    last_kind: Mutex<Option<WorkKind>>,
-}
-
-impl Scheduler {
-    /// A scheduler with nothing pending.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Asks for an admission round.
-    pub fn notify(&self) {
-        self.notify.notify_one();
-    }
-}
 
 /// Runs admission rounds until the server stops: on every notification and
 /// at least once a second.
-pub async fn run(app: Arc<App>) {
+pub async fn run(app: Arc<Context>) {
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), app.scheduler.notify.notified()).await;
         if app.is_stopping() {
@@ -52,7 +32,7 @@ pub async fn run(app: Arc<App>) {
     }
 }
 
-async fn admit_round(app: &Arc<App>) {
+async fn admit_round(app: &Arc<Context>) {
     loop {
         let reader = app.clone();
         let Ok((candidates, mut validations)) = app
@@ -65,7 +45,7 @@ async fn admit_round(app: &Arc<App>) {
         // A child in its live runner's slot needs no free one.
         validations.retain(|job| {
             if job.runner_is_live {
-                crate::validator::start(app, job.clone(), false);
+                crate::children::validator::start(app, job.clone(), false);
             }
             !job.runner_is_live
         });
@@ -94,7 +74,7 @@ async fn admit_round(app: &Arc<App>) {
                 .map(|at| validations.swap_remove(at));
             match validation {
                 Some(job) => {
-                    crate::validator::start(app, job, true);
+                    crate::children::validator::start(app, job, true);
                     admitted_any = true;
                 }
                 None => admitted_any |= admit(app, run_id).await,
@@ -109,11 +89,11 @@ async fn admit_round(app: &Arc<App>) {
 /// Runs that may be admissible, oldest first (the kernel decides), with the
 /// validation jobs waiting for a child (those that need a slot are candidates).
 fn candidates(
-    app: &App,
+    app: &Context,
     connection: &rusqlite::Connection,
-) -> rusqlite::Result<(Vec<Candidate>, Vec<crate::validator::Job>)> {
+) -> rusqlite::Result<(Vec<Candidate>, Vec<crate::children::validator::Job>)> {
     let rows = runs::admission_candidates(connection)?;
-    let validations = crate::validator::waiting(app, connection)?;
+    let validations = crate::children::validator::waiting(app, connection)?;
     let mut candidates: Vec<Candidate> = validations
         .iter()
         .filter(|job| !job.runner_is_live)
@@ -140,7 +120,7 @@ fn candidates(
 
 /// Admits one run: a new host claim and runner epoch, committed before the
 /// runner is spawned. Returns whether it was admitted.
-async fn admit(app: &Arc<App>, run_id: RunId) -> bool {
+async fn admit(app: &Arc<Context>, run_id: RunId) -> bool {
     let runner_epoch = RunnerEpochId::new(format!("re-{}", crate::ids::random_hex::<8>()));
     let token_hash = crate::ids::sha256(&crate::ids::random_bytes::<32>());
     app.runners.reserve_slot(runner_epoch.clone());

@@ -6,7 +6,7 @@
 //!   runs (the origin session's active coordinator epoch: the session must
 //!   be the run's origin and the epoch its active one). An accepted
 //!   interactive submission finishes its waiting attempt in the verdict's
-//!   transaction (`coordinator::apply_attempt_follow_up`).
+//!   transaction (`crate::attempt_follow_up`).
 //! - The request is resolved from the exact interaction id (settled or not);
 //!   its run, attempt, authority (`check_authority`) and kind are checked
 //!   before any stored submission is looked up or anything changes.
@@ -18,10 +18,10 @@
 //!   the same key with another payload is a conflict. The submission row is
 //!   the receipt (no `host_commands` row).
 
-use crate::app::App;
-use crate::handlers::response;
+use crate::context::Context;
 use crate::store::submissions::{self, Stored};
 use crate::store::{Commit, runs};
+use crate::wire::client::response;
 use kernel::ids::{
     Generation, IdempotencyKey, InteractionId, RunnerEpochId, SessionId, SubmissionId,
 };
@@ -42,7 +42,7 @@ enum Decided {
 
 /// Handles one `interaction.submit` (the caller checked the schema).
 pub async fn submit(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     run_id: Option<&kernel::ids::RunId>,
     idempotency_key: Option<&str>,
@@ -73,7 +73,6 @@ pub async fn submit(
         } => Some(kernel::ids::CoordinatorEpoch(coordinator_epoch.get())),
         InteractionAuthority::Runner { .. } => None,
     };
-    let job_app = app.clone();
     let interaction_id = InteractionId::new(payload.interaction_id.to_string());
     let attempt_id = kernel::ids::AttemptId::new(payload.attempt_id.to_string());
     let authority = match &payload.authority {
@@ -95,10 +94,17 @@ pub async fn submit(
     };
     let payload_blob = submissions::payload_hash(&payload.output).1;
     let request_id_owned = request_id.to_owned();
-    let decided = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+    // The coordinator epoch enters the job as a fact, held (not re-read in
+    // the job) so that no takeover commits between this read and the job.
+    let coordinators = match coordinator_epoch {
+        Some(_) => Some(app.coordinators.hold().await),
+        None => None,
+    };
+    let active_epoch = match (&coordinators, &authority) {
+        (Some(held), SubmitAuthority::Coordinator { session_id }) => held.active_epoch(session_id),
+        _ => None,
+    };
+    let decided = crate::shell::transact(app, move |connection, now_ms| {
             let refuse = |outcome: &str, code: ErrorCode, message: &str| {
                 Ok(Commit::Discard((
                     Decided::Respond(response(&request_id_owned, "interaction.submit", outcome, None, None, Some((code, message.to_owned())))),
@@ -123,8 +129,8 @@ pub async fn submit(
                 let (code, message, _) = crate::wire::rejection(&rejection);
                 return refuse("rejected", code, message);
             }
-            if let (Some(epoch), SubmitAuthority::Coordinator { session_id }) = (coordinator_epoch, &authority)
-                && job_app.coordinators.active_epoch(session_id) != Some(epoch)
+            if let (Some(epoch), SubmitAuthority::Coordinator { .. }) = (coordinator_epoch, &authority)
+                && active_epoch != Some(epoch)
             {
                 return refuse(
                     "claimLost",
@@ -135,14 +141,14 @@ pub async fn submit(
             let stored = submissions::of_interaction(connection, &interaction_id)?;
             match interaction::submit(&agg, &stored, &interaction_id, new, now_ms) {
                 Ok(Submitted::Validating { run, submission }) => {
-                    runs::write(connection, Some(&agg), &run.facts, &run.outputs, now_ms)?;
+                    let outputs = crate::shell::write_transition(connection, Some(&agg), run, &[], now_ms)?;
                     submissions::insert(connection, &submission, &payload_blob, now_ms)?;
                     Ok(Commit::Keep((
                         Decided::Wait {
                             submission_id: submission.submission_id,
                             adopted: false,
                         },
-                        run.outputs,
+                        outputs,
                     )))
                 }
                 Ok(Submitted::Adopted(stored)) => Ok(Commit::Discard((
@@ -157,25 +163,20 @@ pub async fn submit(
                     let outcome = if code == ErrorCode::Conflict {
                         "conflict".to_owned()
                     } else {
-                        crate::store::codec_name(&outcome)
+                        crate::wire::codec_name(&outcome)
                     };
                     refuse(&outcome, code, message)
                 }
             }
         })
         .await;
+    drop(coordinators);
     let (submission_id, adopted) = match decided {
-        Ok((Decided::Respond(value), _)) => return value,
-        Ok((
-            Decided::Wait {
-                submission_id,
-                adopted,
-            },
-            outputs,
-        )) => {
-            app.perform(outputs);
-            (submission_id, adopted)
-        }
+        Ok(Decided::Respond(value)) => return value,
+        Ok(Decided::Wait {
+            submission_id,
+            adopted,
+        }) => (submission_id, adopted),
         Err(error) => return unavailable(request_id, &error),
     };
     // The response waits for the durable outcome.
@@ -222,7 +223,7 @@ fn unavailable(request_id: &str, error: &crate::store::StoreError) -> Value {
 fn receipt(stored: &Stored) -> Value {
     let mut receipt = json!({
         "submissionId": stored.record.submission_id.as_str(),
-        "outcome": crate::store::codec_name(&stored.record.outcome),
+        "outcome": crate::wire::codec_name(&stored.record.outcome),
     });
     if let Some(message) = &stored.error_message {
         receipt["error"] = json!({ "code": "validationFailed", "message": message });

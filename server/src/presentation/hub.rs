@@ -16,10 +16,10 @@
 //!   connection has at most [`MAX_SUBSCRIPTIONS`], and none starts after
 //!   its connection closed.
 
-use crate::app::App;
-use crate::socket::{Outbox, frame};
+use super::Presentation;
+use crate::projection::run_view::to_wire;
 use crate::store::viewer;
-use crate::view::to_wire;
+use crate::wire::client::{Outbox, frame};
 use kernel::ids::{RunId, SessionId};
 use protocol::generated::types::{ClientEvent, SubscriptionId};
 use serde_json::Value;
@@ -57,10 +57,16 @@ impl Hub {
 
     /// Kernel `PublishRun` outputs need no work: the store announces every
     /// committed presentation revision itself, after the commit.
-    pub fn publish_run(&self, _app: &Arc<App>, _run_id: &RunId, _revision: kernel::ids::Revision) {}
+    pub fn publish_run(
+        &self,
+        _app: &Arc<Presentation>,
+        _run_id: &RunId,
+        _revision: kernel::ids::Revision,
+    ) {
+    }
 
     /// Session messages are announced with the run change that carried them.
-    pub fn publish_session(&self, _app: &Arc<App>, _session_id: &SessionId) {}
+    pub fn publish_session(&self, _app: &Arc<Presentation>, _session_id: &SessionId) {}
 
     fn shared_patch(&self, run_id: &RunId, from: u64, to: u64) -> Option<Arc<ClientEvent>> {
         let patches = self.patches.lock().expect("hub lock");
@@ -127,7 +133,7 @@ impl Subscriptions {
     /// response that `accepted` builds from the new subscription id.
     pub fn start(
         &self,
-        app: &Arc<App>,
+        app: &Arc<Presentation>,
         outbox: &Outbox,
         target: Target,
         from_revision: Option<u64>,
@@ -190,7 +196,7 @@ impl Subscriptions {
 }
 
 async fn follow(
-    app: Arc<App>,
+    app: Arc<Presentation>,
     outbox: Outbox,
     id: String,
     target: Target,
@@ -261,7 +267,7 @@ fn relevant(target: &Target, changed: &RunId) -> bool {
 /// Sends what a run subscriber is missing: patches since its cursor when
 /// retained, otherwise a snapshot. Returns `false` when the connection closed.
 async fn deliver_run(
-    app: &Arc<App>,
+    app: &Arc<Presentation>,
     outbox: &Outbox,
     id: &SubscriptionId,
     run_id: &RunId,
@@ -290,7 +296,7 @@ async fn deliver_run(
                 && let Some((revision, ops)) = viewer::patches_since(connection, &run, from)?
             {
                 let patch = ClientEvent::RunViewPatch {
-                    base_revision: crate::view::revision(from)?,
+                    base_revision: crate::projection::run_view::revision(from)?,
                     ops,
                     run_id: to_wire("runId", &run)?,
                 };
@@ -319,7 +325,7 @@ async fn deliver_run(
 }
 
 async fn deliver_list(
-    app: &Arc<App>,
+    app: &Arc<Presentation>,
     outbox: &Outbox,
     id: &SubscriptionId,
     cursor: &mut Option<u64>,
@@ -327,8 +333,12 @@ async fn deliver_list(
     let page = app
         .store
         .read(|connection| {
-            let (rows, next_cursor, revision) =
-                crate::reads::run_list_rows(connection, None, crate::reads::LIST_PAGE, None)?;
+            let (rows, next_cursor, revision) = crate::presentation::reads::run_list_rows(
+                connection,
+                None,
+                crate::presentation::reads::LIST_PAGE,
+                None,
+            )?;
             let next_cursor = next_cursor
                 .map(|next| to_wire("nextCursor", next))
                 .transpose()?;
@@ -348,7 +358,7 @@ async fn deliver_list(
 }
 
 async fn deliver_session(
-    app: &Arc<App>,
+    app: &Arc<Presentation>,
     outbox: &Outbox,
     id: &SubscriptionId,
     session_id: &SessionId,
@@ -357,7 +367,7 @@ async fn deliver_session(
     let session = session_id.clone();
     let view = app
         .store
-        .read(move |connection| crate::reads::session_document(connection, &session))
+        .read(move |connection| crate::presentation::reads::session_document(connection, &session))
         .await;
     let Ok(view) = view else {
         return !outbox.is_closed();

@@ -5,15 +5,15 @@
 //! runner supplies only the effect type and the request digest, so two runs,
 //! two nodes or two visits never share a key.
 
-use crate::runner_channel::{Answer, Refusal};
+use crate::context::runners::Runner;
+use crate::runner_api::answer::{Answer, Refusal};
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
-use crate::supervisor::Runner;
 use kernel::effect::{
     self, EffectRecord, EffectRejection, ReserveRequest, Reserved, SettleOutcome, SettleReport,
     Settled,
 };
-use kernel::ids::{AttemptId, Digest, EffectId};
+use kernel::ids::{AttemptId, EffectId};
 use kernel::run::RunAggregate;
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -30,7 +30,7 @@ pub(crate) fn reserve(
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Answer> {
-    let Some(fingerprint) = parse_digest(Some(request_digest)) else {
+    let Some(fingerprint) = crate::ids::parse_digest(Some(request_digest)) else {
         return Ok(Err(Refusal::invalid(
             "requestDigest is not a sha256 digest",
         )));
@@ -139,7 +139,7 @@ fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<V
         Some(digest) => blobs::get_json(connection, digest)?,
         None => Value::Null,
     };
-    let state = crate::store::codec_name(&effect.state);
+    let state = crate::wire::codec_name(&effect.state);
     Ok(json!({
         "effectId": effect.effect_id.as_str(),
         "state": state,
@@ -150,11 +150,4 @@ fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<V
 
 fn refusal(rejection: EffectRejection) -> Refusal {
     Refusal::of(&rejection)
-}
-
-/// Parses `sha256:<64 hex>`.
-pub(crate) fn parse_digest(text: Option<&str>) -> Option<Digest> {
-    let hex = text?.strip_prefix("sha256:")?;
-    let bytes = hex::decode(hex).ok()?;
-    Some(Digest(bytes.try_into().ok()?))
 }

@@ -15,79 +15,22 @@
 //! - Wakes are hints: each one re-reads committed facts and lets the kernel
 //!   decide, so a late or duplicate wake changes nothing.
 
-use crate::app::App;
+use crate::context::Context;
+use crate::context::wakes::Wake;
 use crate::shell::{self, Applied};
 use crate::store::{Commit, attempts, meta, runs};
 use kernel::execution::DEADLINE_MESSAGE;
 use kernel::ids::{AttemptId, RunId};
 use kernel::output::WakeReason;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
-
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Wake {
-    at_ms: u64,
-    run_id: RunId,
-    reason: WakeReason,
-}
-
-/// Pending wakes.
-#[derive(Debug, Default)]
-pub struct Timers {
-    heap: Mutex<BinaryHeap<Reverse<Wake>>>,
-    changed: Notify,
-}
-
-impl Timers {
-    /// No wakes yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Schedules a wake.
-    pub fn wake(&self, _app: &Arc<App>, run_id: RunId, at_ms: u64, reason: WakeReason) {
-        self.heap.lock().expect("timer lock").push(Reverse(Wake {
-            at_ms,
-            run_id,
-            reason,
-        }));
-        self.changed.notify_one();
-    }
-
-    /// How many wakes are scheduled.
-    pub fn pending(&self) -> usize {
-        self.heap.lock().expect("timer lock").len()
-    }
-
-    /// The scheduled wakes (run and reason), in no particular order.
-    fn scheduled(&self) -> Vec<(RunId, WakeReason)> {
-        self.heap
-            .lock()
-            .expect("timer lock")
-            .iter()
-            .map(|Reverse(wake)| (wake.run_id.clone(), wake.reason.clone()))
-            .collect()
-    }
-
-    fn next_due(&self, now_ms: u64) -> Result<Wake, Option<u64>> {
-        let mut heap = self.heap.lock().expect("timer lock");
-        match heap.peek() {
-            Some(Reverse(wake)) if wake.at_ms <= now_ms => Ok(heap.pop().expect("peeked").0),
-            Some(Reverse(wake)) => Err(Some(wake.at_ms)),
-            None => Err(None),
-        }
-    }
-}
 
 /// Whether a scheduled wake can still change something (keeps the server
 /// alive): a node deadline of a still-unfinished attempt, a claim expiry of
 /// a run that holds a claim, a decision deadline of a run that is not
 /// terminal. A wake that can only find nothing to do (its attempt finished,
 /// its run ended) does not keep an idle server running until it fires.
-pub async fn has_live_wakes(app: &Arc<App>) -> bool {
+pub async fn has_live_wakes(app: &Arc<Context>) -> bool {
     let scheduled = app.timers.scheduled();
     if scheduled.is_empty() {
         return false;
@@ -107,7 +50,7 @@ pub async fn has_live_wakes(app: &Arc<App>) -> bool {
 }
 
 /// Fires wakes as they come due.
-pub async fn run_wakes(app: Arc<App>) {
+pub async fn run_wakes(app: Arc<Context>) {
     loop {
         if app.is_stopping() {
             return;
@@ -129,7 +72,7 @@ pub async fn run_wakes(app: Arc<App>) {
     }
 }
 
-async fn fire(app: &Arc<App>, wake: Wake) {
+async fn fire(app: &Arc<Context>, wake: Wake) {
     match wake.reason {
         WakeReason::NodeDeadline { attempt_id } => {
             expire_node(app, wake.run_id, attempt_id).await;
@@ -143,7 +86,7 @@ async fn fire(app: &Arc<App>, wake: Wake) {
 
 /// A node-deadline wake: `kernel::execution::on_node_deadline` decides (it
 /// defers while the deadline or another owner's claim is still ahead).
-async fn expire_node(app: &Arc<App>, run_id: RunId, attempt_id: AttemptId) -> Applied {
+async fn expire_node(app: &Arc<Context>, run_id: RunId, attempt_id: AttemptId) -> Applied {
     let runners = app.clone();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
@@ -189,7 +132,7 @@ async fn expire_node(app: &Arc<App>, run_id: RunId, attempt_id: AttemptId) -> Ap
 /// A claim-expiry wake (or a claim startup found expired):
 /// `kernel::runner::on_claim_expired` decides, given whether this server
 /// supervises a runner of the run.
-async fn recover_stale(app: &Arc<App>, run_id: RunId) -> Applied {
+async fn recover_stale(app: &Arc<Context>, run_id: RunId) -> Applied {
     let supervised = app.runners.runner_of(&run_id).is_some();
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
@@ -203,7 +146,7 @@ async fn recover_stale(app: &Arc<App>, run_id: RunId) -> Applied {
 
 /// Renews live runners' claims (backup) and the server lease; schedules
 /// recovery of expired rows.
-pub async fn run_renewal(app: Arc<App>) {
+pub async fn run_renewal(app: Arc<Context>) {
     let interval = app
         .config
         .claim_renew_interval()
@@ -240,7 +183,7 @@ enum Renewal {
     NotStored,
 }
 
-async fn renew_epoch(app: &Arc<App>) -> Renewal {
+async fn renew_epoch(app: &Arc<Context>) -> Renewal {
     let epoch = app.epoch;
     let owner = app.server_owner.clone();
     let lease_ms = app.config.server_lease_ms;
@@ -262,7 +205,7 @@ async fn renew_epoch(app: &Arc<App>) -> Renewal {
         .unwrap_or(Renewal::NotStored)
 }
 
-async fn renew_claims(app: &Arc<App>) {
+async fn renew_claims(app: &Arc<Context>) {
     let runners: Vec<_> = app
         .runners
         .all()
@@ -301,7 +244,7 @@ async fn renew_claims(app: &Arc<App>) {
 }
 
 /// Finds running rows whose claims expired and schedules their recovery.
-pub async fn schedule_expired(app: &Arc<App>) {
+pub async fn schedule_expired(app: &Arc<Context>) {
     let expired = app
         .store
         .read(|connection| {
@@ -311,7 +254,6 @@ pub async fn schedule_expired(app: &Arc<App>) {
         .unwrap_or_default();
     let now_ms = crate::clock::now_ms();
     for run_id in expired {
-        app.timers
-            .wake(app, run_id, now_ms, WakeReason::ClaimExpiry);
+        app.timers.wake(run_id, now_ms, WakeReason::ClaimExpiry);
     }
 }

@@ -4,8 +4,8 @@
 //! never actor or session ids, project paths, prompts, outputs, payloads,
 //! claim tokens or their hashes, environment variables or credentials.
 
-use crate::app::App;
-use crate::handlers::response;
+use crate::context::Context;
+use crate::wire::client::response;
 use kernel::ids::RunId;
 use protocol::ErrorCode;
 use protocol::generated::constrained::{Count, ServerEpoch};
@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub use crate::store::counts::{Counts, counts};
 
 /// The `server.status` response.
-pub async fn respond(app: &Arc<App>, request_id: &str) -> Value {
+pub async fn respond(app: &Arc<Context>, request_id: &str) -> Value {
     let counts = app
         .store
         .read(|connection| counts(connection, crate::clock::now_ms()))
@@ -61,7 +61,7 @@ pub async fn respond(app: &Arc<App>, request_id: &str) -> Value {
 }
 
 /// The run status read (`run.view`): the live run view of one run.
-pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) -> Value {
+pub async fn run_view(app: &Arc<Context>, request_id: &str, run_id: Option<&RunId>) -> Value {
     let Some(run_id) = run_id.cloned() else {
         return response(
             request_id,
@@ -72,7 +72,10 @@ pub async fn run_view(app: &Arc<App>, request_id: &str, run_id: Option<&RunId>) 
             Some((ErrorCode::SchemaInvalid, "run.view needs a runId".into())),
         );
     };
-    let view = crate::view::build(app, run_id).await;
+    let view = app
+        .store
+        .read(move |connection| crate::store::viewer::snapshot(connection, &run_id))
+        .await;
     match view {
         Ok(Some(view)) => response(
             request_id,

@@ -1,6 +1,6 @@
 //! Startup recovery, in the seed's order for everything that does not need Pi.
 //!
-//! 1. The server epoch is taken (by `App::open`).
+//! 1. The server epoch is taken (by `Context::open`).
 //! 2. Runner records of earlier epochs are reaped when the exact process
 //!    (pid and start time) is still alive; registered child groups too.
 //! 3. Running rows and active attempts are found; an expired claim is
@@ -14,16 +14,16 @@
 //! 9. Every submission still `validating` gets a new validation child
 //!    (`validator::resume_validating`); the kernel takes only its first verdict.
 
-use crate::app::App;
+use crate::children::supervisor::kill_exact;
+use crate::context::Context;
 use crate::process::ProcessIdentity;
-use crate::runner_channel::kill_exact;
 use crate::store::Commit;
 use kernel::ids::{RunId, RunnerEpochId};
 use kernel::runner::{ExitKind, RunnerExit};
 use std::sync::Arc;
 
 /// Runs startup recovery.
-pub async fn startup(app: &Arc<App>) {
+pub async fn startup(app: &Arc<Context>) {
     let stale = app.store.read(stale_processes).await.unwrap_or_default();
     for identity in stale
         .iter()
@@ -34,8 +34,8 @@ pub async fn startup(app: &Arc<App>) {
     for (run_id, runner_epoch, _) in stale {
         orphaned(app, run_id, runner_epoch).await;
     }
-    crate::timers::schedule_expired(app).await;
-    crate::validator::resume_validating(app).await;
+    crate::time::wakes::schedule_expired(app).await;
+    crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
 }
 
@@ -69,7 +69,7 @@ fn stale_processes(connection: &rusqlite::Connection) -> rusqlite::Result<Vec<St
 
 /// Records an orphaned runner and lets the kernel decide its run; a claim that
 /// is still live is recovered when it expires.
-async fn orphaned(app: &Arc<App>, run_id: RunId, runner_epoch: RunnerEpochId) {
+async fn orphaned(app: &Arc<Context>, run_id: RunId, runner_epoch: RunnerEpochId) {
     if run_id.as_str().is_empty() {
         let _ = app
             .store

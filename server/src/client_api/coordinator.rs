@@ -17,29 +17,21 @@
 //!   follow-up it decided (an aborted turn's pause, a failed attempt after
 //!   too many unproductive turns) in the same transaction, before its
 //!   response. An accepted origin-session submission finishes its waiting
-//!   attempt in the transaction of its verdict ([`apply_attempt_follow_up`]).
+//!   attempt in the transaction of its verdict (`crate::attempt_follow_up`).
 //! - Branch and turn reports store no `host_commands` receipt: the turn id
 //!   and the message ids are their identities, and a repeat adopts the saved
 //!   result (`session::report_turn`).
 
-use crate::app::App;
-use crate::handlers::response;
-use crate::store::attempts::{self, AttemptResult};
-use crate::store::blobs::Blob;
-use crate::store::{Commit, meta, runs, sessions, submissions};
-use kernel::attempt::NodeOutcome;
-use kernel::attempt::ResultRecord;
-use kernel::claim::ClaimRequest;
-use kernel::ids::{
-    AttemptId, ConnectionId, CoordinatorEpoch, EntryId, MessageId, RunId, SessionId, TurnId,
-};
-use kernel::interaction::AttemptFollowUp;
+use crate::context::Context;
+use crate::store::{Commit, runs, sessions};
+use crate::wire::client::response;
+use kernel::ids::{ConnectionId, CoordinatorEpoch, EntryId, MessageId, RunId, SessionId, TurnId};
 use kernel::message::{MessageState, TurnState};
 use kernel::output::Output;
 use kernel::reject::Coded;
 use kernel::session::{
-    self, BranchReport, CoordinatorFacts, RunFollowUp, SessionFacts, SessionRejection, StopReason,
-    TurnPhase, TurnReport,
+    self, BranchReport, RunFollowUp, SessionFacts, SessionRejection, StopReason, TurnPhase,
+    TurnReport,
 };
 use protocol::ErrorCode;
 use protocol::generated::types::{
@@ -47,42 +39,12 @@ use protocol::generated::types::{
 };
 use rusqlite::Connection;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-/// The process-local coordinator state of every origin session.
-#[derive(Debug, Default)]
-pub struct Coordinators {
-    sessions: Mutex<HashMap<SessionId, CoordinatorFacts>>,
-}
-
-impl Coordinators {
-    fn get(&self, session_id: &SessionId) -> CoordinatorFacts {
-        self.sessions
-            .lock()
-            .expect("coordinators lock")
-            .get(session_id)
-            .cloned()
-            .unwrap_or_else(|| CoordinatorFacts::new(session_id.clone()))
-    }
-
-    fn set(&self, facts: CoordinatorFacts) {
-        self.sessions
-            .lock()
-            .expect("coordinators lock")
-            .insert(facts.session_id.clone(), facts);
-    }
-
-    /// The active epoch of `session_id`, if a coordinator is connected.
-    pub fn active_epoch(&self, session_id: &SessionId) -> Option<CoordinatorEpoch> {
-        self.get(session_id).active.map(|active| active.epoch)
-    }
-}
+use std::sync::Arc;
 
 /// A connection closed: the epochs it owned end (open turns stay open).
-pub fn disconnected(app: &Arc<App>, connection_id: &ConnectionId) {
-    let mut sessions = app.coordinators.sessions.lock().expect("coordinators lock");
-    for facts in sessions.values_mut() {
+pub async fn disconnected(app: &Arc<Context>, connection_id: &ConnectionId) {
+    let mut coordinators = app.coordinators.hold().await;
+    for facts in coordinators.every_session() {
         *facts = session::disconnect(facts, connection_id).facts;
     }
 }
@@ -94,7 +56,7 @@ fn refuse(request_id: &str, operation: &str, rejection: &SessionRejection) -> Va
     } else if code == ErrorCode::Conflict {
         "conflict".to_owned()
     } else {
-        crate::store::codec_name(&outcome)
+        crate::wire::codec_name(&outcome)
     };
     response(
         request_id,
@@ -125,42 +87,44 @@ fn unavailable(request_id: &str, operation: &str, error: &crate::store::StoreErr
 /// the next eligible message. Step messages name their request's attempt
 /// and node.
 pub async fn session_view(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     payload: &SessionViewGetPayload,
     connection_id: &ConnectionId,
 ) -> Value {
     let session_id = SessionId::new(payload.session_id.to_string());
     let coordinate = payload.coordinate == Some(true);
-    let job_app = app.clone();
     let connection_id = connection_id.clone();
-    let view = app
-        .store
-        .write(move |connection| {
-            let mut view = crate::reads::session_view(connection, &session_id)?;
-            add_step_sources(connection, &mut view)?;
-            if coordinate {
-                let coordinators = &job_app.coordinators;
-                let mut facts =
-                    session::connect(&coordinators.get(&session_id), connection_id.clone()).facts;
-                let epoch = facts.active.as_ref().map(|active| active.epoch);
-                if let Some(epoch) = epoch {
-                    view["coordinatorEpoch"] = json!(epoch.0);
-                    let session_facts = sessions::load(connection, &session_id, None)?;
-                    if let Ok(offered) =
-                        session::offer(&session_facts, &facts, &connection_id, epoch)
-                    {
-                        facts = offered.coordinator;
-                        if let Some(message_id) = offered.message_id {
-                            view["nextEligibleMessageId"] = json!(message_id.as_str());
-                        }
-                    }
+    let mut coordinators = app.coordinators.hold().await;
+    let before = coordinate.then(|| coordinators.get(&session_id));
+    let view = crate::shell::transact(app, move |connection, _now_ms| {
+        let mut view = crate::presentation::reads::session_view(connection, &session_id)?;
+        add_step_sources(connection, &mut view)?;
+        let Some(before) = before else {
+            return Ok(Commit::Keep(((view, None), Vec::new())));
+        };
+        let mut facts = session::connect(&before, connection_id.clone()).facts;
+        let epoch = facts.active.as_ref().map(|active| active.epoch);
+        if let Some(epoch) = epoch {
+            view["coordinatorEpoch"] = json!(epoch.0);
+            let session_facts = sessions::load(connection, &session_id, None)?;
+            if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
+                facts = offered.coordinator;
+                if let Some(message_id) = offered.message_id {
+                    view["nextEligibleMessageId"] = json!(message_id.as_str());
                 }
-                coordinators.set(facts);
             }
-            Ok(Commit::Keep(view))
-        })
-        .await;
+        }
+        Ok(Commit::Keep(((view, Some(facts)), Vec::new())))
+    })
+    .await
+    .map(|(view, next)| {
+        if let Some(next) = next {
+            coordinators.set(next);
+        }
+        view
+    });
+    drop(coordinators);
     match view {
         Ok(view) => {
             let revision = view.get("revision").and_then(Value::as_u64);
@@ -202,7 +166,7 @@ fn add_step_sources(connection: &Connection, view: &mut Value) -> rusqlite::Resu
 
 /// `workflowMessage.reportBranch` from the active epoch.
 pub async fn report_branch(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     payload: &ReportBranchPayload,
     connection_id: &ConnectionId,
@@ -230,61 +194,60 @@ pub async fn report_branch(
     let job_app = app.clone();
     let connection_id = connection_id.clone();
     let request_id_owned = request_id.to_owned();
-    let decided = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let coordinator = job_app.coordinators.get(&session_id);
-            let before = sessions::load(connection, &session_id, None)?;
-            let new_ids = fresh_ids(before.runs.len() * 2);
-            let reported = match session::report_branch(
-                &before,
-                &coordinator,
-                &connection_id,
-                epoch,
-                &report,
-                &new_ids,
-                now_ms,
-            ) {
-                Ok(reported) => reported,
-                Err(rejection) => {
-                    return Ok(Commit::Discard((
-                        refuse(&request_id_owned, OPERATION, &rejection),
-                        Vec::new(),
-                    )));
-                }
-            };
-            let mut outputs = Vec::new();
-            let after = match reported.session {
-                Some(transition) => {
-                    sessions::write(connection, &before, &transition.facts, now_ms)?;
-                    outputs.extend(transition.outputs);
-                    transition.facts
-                }
-                None => before.clone(),
-            };
-            outputs.extend(apply_follow_ups(
-                &job_app,
-                connection,
-                &reported.follow_ups,
-                now_ms,
-            )?);
-            job_app.coordinators.set(reported.coordinator);
-            let receipt = branch_receipt(&before, &after);
-            let value = response(
-                &request_id_owned,
-                OPERATION,
-                "accepted",
-                None,
-                Some(receipt),
-                None,
-            );
-            Ok(Commit::Keep((value, outputs)))
-        })
-        .await;
+    let mut coordinators = app.coordinators.hold().await;
+    let coordinator = coordinators.get(&session_id);
+    let decided = crate::shell::transact(app, move |connection, now_ms| {
+        let before = sessions::load(connection, &session_id, None)?;
+        let new_ids = fresh_ids(before.runs.len() * 2);
+        let reported = match session::report_branch(
+            &before,
+            &coordinator,
+            &connection_id,
+            epoch,
+            &report,
+            &new_ids,
+            now_ms,
+        ) {
+            Ok(reported) => reported,
+            Err(rejection) => {
+                return Ok(Commit::Discard((
+                    (refuse(&request_id_owned, OPERATION, &rejection), None),
+                    Vec::new(),
+                )));
+            }
+        };
+        let mut outputs = Vec::new();
+        let after = match reported.session {
+            Some(transition) => {
+                sessions::write(connection, &before, &transition.facts, now_ms)?;
+                outputs.extend(transition.outputs);
+                transition.facts
+            }
+            None => before.clone(),
+        };
+        outputs.extend(apply_follow_ups(
+            &job_app,
+            connection,
+            &reported.follow_ups,
+            now_ms,
+        )?);
+        let receipt = branch_receipt(&before, &after);
+        let value = response(
+            &request_id_owned,
+            OPERATION,
+            "accepted",
+            None,
+            Some(receipt),
+            None,
+        );
+        Ok(Commit::Keep(((value, Some(reported.coordinator)), outputs)))
+    })
+    .await;
     match decided {
-        Ok((value, outputs)) => {
-            app.perform(outputs);
+        Ok((value, next)) => {
+            if let Some(next) = next {
+                coordinators.set(next);
+            }
             value
         }
         Err(error) => unavailable(request_id, OPERATION, &error),
@@ -338,7 +301,7 @@ fn fresh_ids(count: usize) -> Vec<MessageId> {
 
 /// `workflowTurn.report`: one exact turn start or end from the active epoch.
 pub async fn report_turn(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     payload: &TurnReportPayload,
     connection_id: &ConnectionId,
@@ -382,63 +345,60 @@ pub async fn report_turn(
     let job_app = app.clone();
     let connection_id = connection_id.clone();
     let request_id_owned = request_id.to_owned();
-    let decided = app
-        .store
-        .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
-            let coordinator = job_app.coordinators.get(&session_id);
-            let before = sessions::load(connection, &session_id, Some(&report.turn_id))?;
-            let new_ids = fresh_ids(1);
-            let reported = match session::report_turn(
-                &before,
-                &coordinator,
-                &connection_id,
-                epoch,
-                &report,
-                &new_ids,
-                now_ms,
-            ) {
-                Ok(reported) => reported,
-                Err(rejection) => {
-                    return Ok(Commit::Discard((
-                        refuse(&request_id_owned, OPERATION, &rejection),
-                        Vec::new(),
-                    )));
-                }
-            };
-            let mut outputs = Vec::new();
-            if let Some(transition) = reported.session {
-                sessions::write(connection, &before, &transition.facts, now_ms)?;
-                outputs.extend(transition.outputs);
+    // Held across the job: a takeover cannot commit between this read and it.
+    let coordinators = app.coordinators.hold().await;
+    let coordinator = coordinators.get(&session_id);
+    let decided = crate::shell::transact(app, move |connection, now_ms| {
+        let before = sessions::load(connection, &session_id, Some(&report.turn_id))?;
+        let new_ids = fresh_ids(1);
+        let reported = match session::report_turn(
+            &before,
+            &coordinator,
+            &connection_id,
+            epoch,
+            &report,
+            &new_ids,
+            now_ms,
+        ) {
+            Ok(reported) => reported,
+            Err(rejection) => {
+                return Ok(Commit::Discard((
+                    refuse(&request_id_owned, OPERATION, &rejection),
+                    Vec::new(),
+                )));
             }
-            outputs.extend(apply_follow_ups(
-                &job_app,
-                connection,
-                &reported.follow_ups,
-                now_ms,
-            )?);
-            let mut receipt = json!({
-                "ownership": crate::store::codec_name(&reported.receipt.ownership),
-            });
-            if let Some(turn) = &reported.receipt.turn {
-                receipt["turn"] = json!(turn.turn_id.as_str());
-            }
-            let value = response(
-                &request_id_owned,
-                OPERATION,
-                "accepted",
-                None,
-                Some(receipt),
-                None,
-            );
-            Ok(Commit::Keep((value, outputs)))
-        })
-        .await;
-    match decided {
-        Ok((value, outputs)) => {
-            app.perform(outputs);
-            value
+        };
+        let mut outputs = Vec::new();
+        if let Some(transition) = reported.session {
+            sessions::write(connection, &before, &transition.facts, now_ms)?;
+            outputs.extend(transition.outputs);
         }
+        outputs.extend(apply_follow_ups(
+            &job_app,
+            connection,
+            &reported.follow_ups,
+            now_ms,
+        )?);
+        let mut receipt = json!({
+            "ownership": crate::wire::codec_name(&reported.receipt.ownership),
+        });
+        if let Some(turn) = &reported.receipt.turn {
+            receipt["turn"] = json!(turn.turn_id.as_str());
+        }
+        let value = response(
+            &request_id_owned,
+            OPERATION,
+            "accepted",
+            None,
+            Some(receipt),
+            None,
+        );
+        Ok(Commit::Keep((value, outputs)))
+    })
+    .await;
+    drop(coordinators);
+    match decided {
+        Ok(value) => value,
         Err(error) => unavailable(request_id, OPERATION, &error),
     }
 }
@@ -449,7 +409,7 @@ pub async fn report_turn(
 /// (after the session facts were written). A follow-up the run refuses (it
 /// became terminal or was paused meanwhile) changes nothing.
 fn apply_follow_ups(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     connection: &Connection,
     follow_ups: &[RunFollowUp],
     now_ms: u64,
@@ -476,7 +436,7 @@ fn apply_follow_ups(
                 }
             }
             RunFollowUp::Attempt { follow_up } => {
-                outputs.extend(apply_attempt_follow_up(
+                outputs.extend(crate::attempt_follow_up::apply(
                     connection,
                     &app.control,
                     app.config.claim_ttl_ms,
@@ -494,100 +454,4 @@ fn log_refused(what: &str, rejection: &kernel::run::Rejection) {
         "{what} was refused by the run: {}",
         rejection.message()
     ));
-}
-
-/// Finishes the waiting attempt of an interactive request on the server's
-/// control path (`Actor::Control`), in the caller's transaction: `ok` with
-/// the accepted submission's output, or `failed` after too many unproductive
-/// turns. The route parks the run `resumeReady` (the next generation runs
-/// the next node) or ends it.
-pub(crate) fn apply_attempt_follow_up(
-    connection: &Connection,
-    control: &ClaimRequest,
-    ttl_ms: u64,
-    follow_up: &AttemptFollowUp,
-    now_ms: u64,
-) -> rusqlite::Result<Vec<Output>> {
-    let (run_id, attempt_id) = match follow_up {
-        AttemptFollowUp::FinishOk {
-            run_id, attempt_id, ..
-        }
-        | AttemptFollowUp::Fail {
-            run_id, attempt_id, ..
-        } => (run_id, attempt_id),
-    };
-    let (Some(before), Some(meta)) = (
-        runs::load(connection, run_id)?,
-        meta::load(connection, run_id)?,
-    ) else {
-        return Ok(Vec::new());
-    };
-    let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
-        return Ok(Vec::new());
-    };
-    let Some(attempt) = before
-        .attempt
-        .clone()
-        .filter(|attempt| attempt.attempt_id == *attempt_id)
-    else {
-        return Ok(Vec::new());
-    };
-    let (outcome, output, error, failure) = match follow_up {
-        AttemptFollowUp::FinishOk { submission_id, .. } => {
-            let stored = submissions::stored(connection, submission_id)?;
-            let output = match stored.and_then(|stored| stored.accepted_output) {
-                Some(output) => Some(output),
-                None => submissions::payload(connection, submission_id)?,
-            };
-            (NodeOutcome::Ok, output, None, None)
-        }
-        AttemptFollowUp::Fail { reason, .. } => (
-            NodeOutcome::Failed,
-            None,
-            Some("the agent ended its turn without submitting the step's output three times"),
-            Some(*reason),
-        ),
-    };
-    let record = ResultRecord::of(&attempt, &topology, outcome, now_ms)
-        .output(output.as_ref())
-        .error(error)
-        .to_value();
-    let finished = kernel::execution::finish_attempt(
-        &before,
-        &topology,
-        kernel::execution::Actor::Control {
-            request: control.clone(),
-            failure,
-        },
-        attempt_id,
-        kernel::execution::NodeResult { outcome, record },
-        AttemptId::new(format!("att-{}", crate::ids::random_hex::<8>())),
-        now_ms,
-        ttl_ms,
-    );
-    match finished {
-        Ok((transition, _dispatch)) => {
-            runs::write(
-                connection,
-                Some(&before),
-                &transition.facts,
-                &transition.outputs,
-                now_ms,
-            )?;
-            let stored = AttemptResult {
-                output: output.as_ref().map(Blob::json),
-                error_message: error.map(str::to_owned),
-                ..AttemptResult::default()
-            };
-            attempts::record_result(connection, run_id, attempt_id, &stored, now_ms)?;
-            if let (Some(message), Some(_)) = (error, transition.facts.run.error.as_ref()) {
-                runs::record_error_message(connection, run_id, message)?;
-            }
-            Ok(transition.outputs)
-        }
-        Err(rejection) => {
-            log_refused("finishing an interactive attempt", &rejection);
-            Ok(Vec::new())
-        }
-    }
 }

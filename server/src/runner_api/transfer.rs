@@ -15,9 +15,9 @@
 //!   exact digest, length and media type it was given; anything else is a
 //!   bounded `contentUnavailable` refusal.
 
+use crate::context::runners::Runner;
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
-use crate::supervisor::Runner;
-use crate::view::{OffSchema, to_wire};
 use protocol::generated::constrained::{ByteOffset, Generation};
 use protocol::generated::types::{
     self as wire, CommandState, ContentReference, ReplyOutcome, SafeError, ServerMessage,
@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// The reference to stored canonical JSON.
 fn reference_to(blob: &Blob) -> Result<ContentReference, OffSchema> {
-    crate::view::content_reference(&blob.digest, blobs::JSON, blob.bytes.len())
+    crate::projection::run_view::content_reference(&blob.digest, blobs::JSON, blob.bytes.len())
 }
 
 /// Canonical JSON bytes of a typed value with their digest.
@@ -99,7 +99,7 @@ pub(crate) fn references(message: &Value) -> Vec<String> {
         | Err(_) => None,
     };
     reference
-        .map(|reference| crate::view::canonical_text(&reference))
+        .map(|reference| crate::projection::run_view::canonical_text(&reference))
         .into_iter()
         .collect()
 }
@@ -142,23 +142,24 @@ pub fn part(
     let offset = usize::try_from(offset)
         .map_err(|_| ReadRefusal::Range("the offset is past the end of the content"))?;
     let length = usize::try_from(length).unwrap_or(usize::MAX);
-    crate::reads::part_of(bytes, reference, offset, length).map_err(ReadRefusal::Range)
+    crate::presentation::reads::part_of(bytes, reference, offset, length)
+        .map_err(ReadRefusal::Range)
 }
 
 /// Answers one `content.read` of `runner`: a `content.chunk`, or a
 /// `rejected` reply with `contentUnavailable`.
 pub(crate) async fn read(
-    app: &Arc<crate::app::App>,
+    app: &Arc<crate::context::Context>,
     runner: &Arc<Runner>,
     message_id: &str,
     content: &ContentReference,
     offset: u64,
     length: u64,
 ) -> Value {
-    let digest = crate::effects::parse_digest(Some(content.digest.as_str()));
+    let digest = crate::ids::parse_digest(Some(content.digest.as_str()));
     // The reference as this server issued it (its canonical text is what
     // `issue` recorded) and as the chunk repeats it.
-    let issued = runner.was_issued(&crate::view::canonical_text(content));
+    let issued = runner.was_issued(&crate::projection::run_view::canonical_text(content));
     let stored = match digest.filter(|_| issued) {
         Some(digest) => app
             .store
@@ -229,8 +230,12 @@ mod tests {
     use serde_json::json;
 
     fn reference(bytes: &[u8]) -> ContentReference {
-        crate::view::content_reference(&crate::ids::sha256(bytes), blobs::JSON, bytes.len())
-            .unwrap()
+        crate::projection::run_view::content_reference(
+            &crate::ids::sha256(bytes),
+            blobs::JSON,
+            bytes.len(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -280,7 +285,7 @@ mod tests {
             part(true, Some(&bytes), &good, u64::MAX, 10),
             Err(ReadRefusal::Range(_))
         ));
-        let wrong_length = crate::view::content_reference(
+        let wrong_length = crate::projection::run_view::content_reference(
             &crate::ids::sha256(&bytes),
             blobs::JSON,
             bytes.len() + 1,
@@ -301,7 +306,7 @@ mod tests {
     /// The stored bytes behind a reference, checked against it.
     fn referenced(connection: &Connection, reference: &Value) -> Value {
         let reference = ContentReference::deserialize(reference).unwrap();
-        let digest = crate::effects::parse_digest(Some(reference.digest.as_str())).unwrap();
+        let digest = crate::ids::parse_digest(Some(reference.digest.as_str())).unwrap();
         let bytes = blobs::get(connection, &digest).unwrap().unwrap();
         assert_eq!(reference.bytes.get(), bytes.len() as u64);
         assert_eq!(reference.media_type.as_str(), "application/json");
@@ -372,7 +377,9 @@ mod tests {
         referencing["resultContent"] = serde_json::to_value(reference(b"y")).unwrap();
         assert_eq!(
             references(&referencing),
-            vec![crate::view::canonical_text(&reference(b"y"))]
+            vec![crate::projection::run_view::canonical_text(&reference(
+                b"y"
+            ))]
         );
     }
 }

@@ -13,11 +13,11 @@
 //!   the authority and the request's kind before the receipt lookup; the
 //!   update receipt (`update_receipts`) is the command's receipt.
 
-use crate::app::App;
-use crate::handlers::response;
-use crate::runner_channel::{Answer, Refusal};
+use crate::context::Context;
+use crate::context::runners::Runner;
+use crate::runner_api::answer::{Answer, Refusal};
 use crate::store::{Commit, runs};
-use crate::supervisor::Runner;
+use crate::wire::client::response;
 use kernel::ids::{
     AttemptId, Digest, Generation, IdempotencyKey, InteractionId, RunId, RunnerEpochId,
 };
@@ -144,7 +144,7 @@ fn refusal(rejection: UpdateRejection) -> Refusal {
 
 /// Handles one `interaction.update` (the caller checked the schema).
 pub async fn tool_update(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     request_id: &str,
     run_id: Option<&RunId>,
     idempotency_key: Option<&str>,
@@ -272,7 +272,7 @@ pub async fn tool_update(
                     let outcome = if code == ErrorCode::Conflict {
                         "conflict".to_owned()
                     } else {
-                        crate::store::codec_name(&outcome)
+                        crate::wire::codec_name(&outcome)
                     };
                     Ok(Commit::Discard((
                         Err((outcome, code, message.to_owned())),

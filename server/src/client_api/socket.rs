@@ -16,7 +16,7 @@
 //!   socket; while its requests are at that bound the server reads nothing
 //!   more from it (backpressure). A subscription waits until its last event
 //!   reached the socket before it prepares the next one, and a connection
-//!   has at most [`MAX_SUBSCRIPTIONS`](crate::views::MAX_SUBSCRIPTIONS).
+//!   has at most [`MAX_SUBSCRIPTIONS`](crate::presentation::hub::MAX_SUBSCRIPTIONS).
 //! - A connection is closed with one error frame when it stays over its
 //!   bound with no reply written for `PI_WORKFLOWS_STALLED_CLIENT_MS`
 //!   (`rateLimited`), leaves a frame or its hello unfinished for
@@ -29,13 +29,15 @@
 //!   retried after a back-off that doubles up to [`ACCEPT_BACKOFF_MAX`],
 //!   never at once.
 
-use crate::app::{App, PACKAGE_VERSION};
+use crate::client_api;
 use crate::config::ConnectionLimits;
-use crate::handlers;
-use crate::views::Subscriptions;
+use crate::context::Context;
+use crate::presentation::hub::Subscriptions;
+use crate::wire::PACKAGE_VERSION;
+use crate::wire::client::{Outbox, Outgoing, error_frame, frame};
 use bytes::BytesMut;
 use protocol::generated::types::{ClientMessage, HelloRole};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,7 +68,7 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Binds the socket, replacing a stale file left by a dead server (the
 /// caller holds the global lock, so no live server owns it).
-pub fn bind(app: &App) -> std::io::Result<UnixListener> {
+pub fn bind(app: &Context) -> std::io::Result<UnixListener> {
     let path = app.config.socket_path();
     if path.exists() {
         std::fs::remove_file(&path)?;
@@ -77,7 +79,7 @@ pub fn bind(app: &App) -> std::io::Result<UnixListener> {
 }
 
 /// Accepts connections until the server stops.
-pub async fn serve(app: Arc<App>, listener: UnixListener) {
+pub async fn serve(app: Arc<Context>, listener: UnixListener) {
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         tokio::select! {
@@ -106,15 +108,15 @@ pub async fn serve(app: Arc<App>, listener: UnixListener) {
     }
 }
 
-/// One served connection's place under the cap (`App::clients`).
+/// One served connection's place under the cap (`Context::clients`).
 #[derive(Debug)]
 struct Slot {
-    app: Arc<App>,
+    app: Arc<Context>,
 }
 
 impl Slot {
     /// Takes a place, or `None` when the server is at its connection cap.
-    fn take(app: &Arc<App>) -> Option<Self> {
+    fn take(app: &Arc<Context>) -> Option<Self> {
         let cap = app.config.connections.max_connections;
         let taken = app
             .clients
@@ -144,106 +146,6 @@ fn refuse(mut stream: UnixStream, cap: usize) {
         let _ = tokio::time::timeout(CLOSE_GRACE, stream.write_all(&refusal)).await;
         let _ = stream.shutdown().await;
     });
-}
-
-/// One frame on its way to the socket, with an optional drain notification.
-#[derive(Debug)]
-struct Outgoing {
-    frame: Vec<u8>,
-    written: Option<oneshot::Sender<()>>,
-}
-
-/// The bounded write side of one connection.
-#[derive(Clone, Debug)]
-pub struct Outbox {
-    sender: mpsc::Sender<Outgoing>,
-    /// This connection's process-local id (the coordinator epochs' owner).
-    connection: kernel::ids::ConnectionId,
-}
-
-impl Outbox {
-    /// The id of the connection this outbox writes to.
-    pub fn connection_id(&self) -> &kernel::ids::ConnectionId {
-        &self.connection
-    }
-
-    /// Queues a frame; waits while the connection's queue is full. Returns
-    /// `false` when the connection is gone.
-    pub async fn send(&self, frame: Vec<u8>) -> bool {
-        self.sender
-            .send(Outgoing {
-                frame,
-                written: None,
-            })
-            .await
-            .is_ok()
-    }
-
-    /// Queues a frame and waits until it was written to the socket. Returns
-    /// `false` when the connection closed first.
-    pub async fn send_and_drain(&self, frame: Vec<u8>) -> bool {
-        let (written, done) = oneshot::channel();
-        if self
-            .sender
-            .send(Outgoing {
-                frame,
-                written: Some(written),
-            })
-            .await
-            .is_err()
-        {
-            return false;
-        }
-        done.await.is_ok()
-    }
-
-    /// Whether the connection is gone.
-    pub fn is_closed(&self) -> bool {
-        self.sender.is_closed()
-    }
-}
-
-/// Encodes a client-channel message as a frame. Every page and view is
-/// bounded to fit one; should a message still not fit, its receiver is told
-/// so: a response becomes a `frameTooLarge` response to the same request
-/// id, an event an `unavailable` availability event of the same
-/// subscription. Nothing is dropped silently.
-pub fn frame(value: &Value) -> Vec<u8> {
-    if let Some(frame) = crate::wire::frames::client(value) {
-        return frame;
-    }
-    let substitute = match value.get("type").and_then(Value::as_str) {
-        Some("response") => json!({
-            "schema": "pi-workflows.client.v1",
-            "type": "response",
-            "requestId": value["requestId"],
-            "operation": value["operation"],
-            "outcome": "unavailable",
-            "error": { "code": "frameTooLarge", "message": "the response did not fit one 1 MiB frame; report this server bug" },
-        }),
-        Some("event") => json!({
-            "schema": "pi-workflows.client.v1",
-            "type": "event",
-            "subscriptionId": value["subscriptionId"],
-            "revision": value["revision"],
-            "event": { "kind": "availability", "state": "unavailable", "reason": "frameTooLarge: the event did not fit one 1 MiB frame; report this server bug" },
-        }),
-        _ => return error_frame("internal", "the reply did not fit a frame"),
-    };
-    crate::wire::frames::client(&substitute)
-        .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
-}
-
-/// The bounded error frame sent before a connection closes.
-fn error_frame(code: &str, message: &str) -> Vec<u8> {
-    crate::wire::frames::client(&json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "event",
-        "subscriptionId": "connection",
-        "revision": 0,
-        "event": { "kind": "availability", "state": "unavailable", "reason": format!("{code}: {message}") },
-    }))
-    .unwrap_or_default()
 }
 
 /// The closing frame of a connection that stopped reading its replies.
@@ -324,7 +226,7 @@ enum End {
     Abort(Vec<u8>),
 }
 
-async fn connection(app: Arc<App>, stream: UnixStream, slot: Slot) {
+async fn connection(app: Arc<Context>, stream: UnixStream, slot: Slot) {
     let limits = app.config.connections.clone();
     let (read, write) = stream.into_split();
     let (sender, pending) = mpsc::channel::<Outgoing>(OUTBOX_FRAMES);
@@ -366,7 +268,7 @@ async fn connection(app: Arc<App>, stream: UnixStream, slot: Slot) {
     )
     .await;
     subscriptions.close_all();
-    crate::coordinator::disconnected(&app, outbox.connection_id());
+    crate::client_api::coordinator::disconnected(&app, outbox.connection_id()).await;
     let mut abort = Some(abort);
     let closing = match end {
         End::Eof => None,
@@ -474,7 +376,7 @@ async fn write_frames(
 
 /// Reads frames and starts their requests until the connection ends.
 async fn read_frames(
-    app: &Arc<App>,
+    app: &Arc<Context>,
     mut read: OwnedReadHalf,
     outbox: &Outbox,
     subscriptions: &Subscriptions,
@@ -583,7 +485,7 @@ async fn read_frames(
                 let outbox = outbox.clone();
                 let subscriptions = subscriptions.clone();
                 tasks.spawn(async move {
-                    handlers::handle(
+                    client_api::handle(
                         &app,
                         decoded.message,
                         decoded.payload,

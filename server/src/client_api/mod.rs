@@ -1,0 +1,272 @@
+//! Client requests: each state-changing command is decided against its
+//! durable receipt, executed by the kernel, and answered after its commit.
+//!
+//! Invariants:
+//! - The durable fingerprint is every command field except the transport
+//!   request id; an exact retry with a new request id adopts the stored
+//!   receipt, and another payload under a used key or request id conflicts.
+//! - Only durable outcomes (`accepted`, `rejected`, `notFound`) store a
+//!   receipt; transient ones (`claimLost`, `unavailable`, `conflict`) do not,
+//!   so a later retry can still succeed.
+//! - The receipt row commits in the same transaction as the change it
+//!   acknowledges; the response is sent only after that commit.
+//!
+//! This module is the dispatch: one exhaustive match over the generated
+//! `RequestPayload` that hands each handler its typed payload. One module
+//! per concept below it: `receipts` (command identity, lookup and the
+//! receipt job), `run_commands`, `reads`, `subscriptions`, `coordinator`
+//! (origin sessions), `submissions` (`interaction.submit`),
+//! `server_status`, and `socket` (the listener and its connections).
+
+pub mod coordinator;
+mod reads;
+mod receipts;
+mod request;
+mod run_commands;
+pub mod server_status;
+pub mod socket;
+pub mod submissions;
+mod subscriptions;
+
+use reads::{clear_terminal, runs_list, view_content, view_page, workflows_list};
+use request::{Request, not_found, schema_invalid};
+use run_commands::{RunCommand, run_command, run_start};
+use subscriptions::subscribe;
+
+use crate::context::Context;
+use crate::presentation::hub::Subscriptions;
+use crate::store::blobs::Blob;
+use crate::wire::client::Outbox;
+use crate::wire::client::{receipt, response};
+use kernel::ids::RunId;
+use protocol::generated::types::{ClientMessage, EmptyReceipt, ServerStopReceipt};
+use protocol::{ErrorCode, RequestPayload};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Handles one request and writes its response. A state-changing command
+/// (one with an idempotency key) counts as in flight from its arrival until
+/// its response was written, so a stopping server first answers every
+/// command it accepted; one that arrives while stopping is refused.
+pub async fn handle(
+    app: &Arc<Context>,
+    message: ClientMessage,
+    payload: Option<RequestPayload>,
+    outbox: &Outbox,
+    subscriptions: &Subscriptions,
+) {
+    let in_flight = match &message {
+        ClientMessage::Request {
+            idempotency_key: Some(_),
+            ..
+        } => match app.begin_command() {
+            Some(guard) => Some(guard),
+            None => {
+                if let ClientMessage::Request {
+                    request_id,
+                    operation,
+                    ..
+                } = &message
+                {
+                    let refusal = response(
+                        request_id.as_str(),
+                        &operation.to_string(),
+                        "unavailable",
+                        None,
+                        None,
+                        Some((
+                            ErrorCode::Unavailable,
+                            "the server is stopping; retry after it restarts".into(),
+                        )),
+                    );
+                    outbox
+                        .send_and_drain(crate::wire::client::frame(&refusal))
+                        .await;
+                }
+                return;
+            }
+        },
+        _ => None,
+    };
+    if let Some(answer) = dispatch(app, message, payload, outbox, subscriptions).await {
+        outbox
+            .send_and_drain(crate::wire::client::frame(&answer))
+            .await;
+    }
+    drop(in_flight);
+}
+
+/// Decides one request; `None` when the response is sent elsewhere.
+async fn dispatch(
+    app: &Arc<Context>,
+    message: ClientMessage,
+    payload: Option<RequestPayload>,
+    outbox: &Outbox,
+    subscriptions: &Subscriptions,
+) -> Option<Value> {
+    let ClientMessage::Request {
+        request_id,
+        client_id,
+        operation,
+        run_id,
+        expected_revision,
+        idempotency_key,
+        ..
+    } = message
+    else {
+        return None;
+    };
+    let payload_value = payload
+        .as_ref()
+        .and_then(|payload| serde_json::to_value(payload).ok())
+        .unwrap_or(json!({}));
+    let request = Request {
+        request_id: request_id.to_string(),
+        client_id: client_id.to_string(),
+        operation: operation.to_string(),
+        run_id: run_id.map(|id| RunId::new(id.to_string())),
+        expected_revision: expected_revision.map(|revision| revision.get()),
+        idempotency_key: idempotency_key.map(|key| key.to_string()),
+        payload: payload_value,
+    };
+    let Some(payload) = payload else {
+        // `decode_client_frame` gives every request its typed payload.
+        return Some(schema_invalid(&request, "the request has no payload"));
+    };
+    // One arm per operation of the schema: a new operation does not compile
+    // until it is handled here or answered `unavailable` on purpose.
+    Some(match payload {
+        RequestPayload::Subscribe(subscribe_to) => {
+            return subscribe(app, &request, &subscribe_to, outbox, subscriptions).await;
+        }
+        RequestPayload::ServerStatus(_) => {
+            crate::client_api::server_status::respond(app, &request.request_id).await
+        }
+        RequestPayload::RunView(_) => {
+            crate::client_api::server_status::run_view(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+            )
+            .await
+        }
+        RequestPayload::ServerStop(_) => {
+            app.request_stop();
+            response(
+                &request.request_id,
+                "server.stop",
+                "accepted",
+                None,
+                Some(receipt(&ServerStopReceipt { stopping: true })),
+                None,
+            )
+        }
+        RequestPayload::RunStart(start) => run_start(app, request, start).await,
+        RequestPayload::RunsList(list) => runs_list(app, &request, &list).await,
+        RequestPayload::ViewPage(page) => view_page(app, &request, page).await,
+        RequestPayload::ViewContent(content) => view_content(app, &request, content).await,
+        RequestPayload::Unsubscribe(unsubscribe) => {
+            if subscriptions.stop(unsubscribe.subscription_id.as_str()) {
+                response(
+                    &request.request_id,
+                    "unsubscribe",
+                    "accepted",
+                    None,
+                    Some(receipt(&EmptyReceipt {})),
+                    None,
+                )
+            } else {
+                not_found(&request, "no such subscription on this connection")
+            }
+        }
+        RequestPayload::SessionViewGet(get) => {
+            crate::client_api::coordinator::session_view(
+                app,
+                &request.request_id,
+                &get,
+                outbox.connection_id(),
+            )
+            .await
+        }
+        RequestPayload::SessionViewClearTerminal(clear) => {
+            clear_terminal(app, &request, &clear).await
+        }
+        RequestPayload::WorkflowsList(list) => workflows_list(app, &request, &list),
+        RequestPayload::RunPause(_) => run_command(app, request, RunCommand::Pause).await,
+        RequestPayload::RunResume(_) => run_command(app, request, RunCommand::Resume).await,
+        RequestPayload::RunCancel(_) => run_command(app, request, RunCommand::Cancel).await,
+        RequestPayload::RunRestart(_) => run_command(app, request, RunCommand::Restart).await,
+        RequestPayload::RunActivate(_) => run_command(app, request, RunCommand::Activate).await,
+        RequestPayload::CheckpointAnswer(answer) => {
+            let answer = Blob::json(&answer.answer);
+            run_command(app, request, RunCommand::AnswerCheckpoint(answer)).await
+        }
+        RequestPayload::WorkflowMessageReportBranch(report) => {
+            let connection = outbox.connection_id();
+            crate::client_api::coordinator::report_branch(
+                app,
+                &request.request_id,
+                &report,
+                connection,
+            )
+            .await
+        }
+        RequestPayload::WorkflowTurnReport(report) => {
+            let connection = outbox.connection_id();
+            crate::client_api::coordinator::report_turn(
+                app,
+                &request.request_id,
+                &report,
+                connection,
+            )
+            .await
+        }
+        RequestPayload::InteractionSubmit(submit) => {
+            crate::client_api::submissions::submit(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+                request.idempotency_key.as_deref(),
+                &submit,
+            )
+            .await
+        }
+        RequestPayload::InteractionUpdate(update) => {
+            crate::runner_api::updates::tool_update(
+                app,
+                &request.request_id,
+                request.run_id.as_ref(),
+                request.idempotency_key.as_deref(),
+                &update,
+            )
+            .await
+        }
+        // Operations of the schema this server version does not implement:
+        // answered `unavailable`, and never advertised as a control.
+        RequestPayload::DecisionAnswer(_)
+        | RequestPayload::EffectRecover(_)
+        | RequestPayload::SettingsUpdate(_)
+        | RequestPayload::FollowUpAdd(_)
+        | RequestPayload::FollowUpCancel(_)
+        | RequestPayload::ResourceApply(_)
+        | RequestPayload::ResourceReconcile(_)
+        | RequestPayload::ResourceDelete(_)
+        | RequestPayload::SessionEventsRecord(_)
+        | RequestPayload::StateVerify(_)
+        | RequestPayload::StateBackup(_)
+        | RequestPayload::StatePrune(_)
+        | RequestPayload::ChannelStatus(_)
+        | RequestPayload::ChannelReload(_)
+        | RequestPayload::ChannelRecover(_) => response(
+            &request.request_id,
+            &request.operation,
+            "unavailable",
+            None,
+            None,
+            Some((
+                ErrorCode::Unavailable,
+                "this operation is not available in this server version".into(),
+            )),
+        ),
+    })
+}

@@ -1,0 +1,250 @@
+//! Command receipts: the durable identity and fingerprint of a
+//! state-changing command, the receipt lookup (adopt, conflict, execute),
+//! and the one receipt job that executes, records and commits a command
+//! before its response.
+//!
+//! Invariants: see `client_api` (the fingerprint is every command field
+//! except the transport request id; only durable outcomes store a receipt;
+//! the receipt commits with the change it acknowledges).
+
+use super::request::{Request, schema_invalid};
+use crate::context::Context;
+use crate::store::{Commit, commands};
+use crate::wire::client::response;
+use kernel::ids::{ClientId, Digest, IdempotencyKey, RequestId, Revision};
+use kernel::output::Output;
+use kernel::receipt::{
+    self, CommandIdentity, CommandOperation, CommandOutcome, Incoming, ReceiptDecision,
+};
+use protocol::ErrorCode;
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// What a command's execution decided.
+#[derive(Debug)]
+pub(super) struct Executed {
+    pub(super) outcome: CommandOutcome,
+    pub(super) revision: Option<Revision>,
+    pub(super) receipt: Option<Value>,
+    pub(super) error: Option<(protocol::ErrorCode, String)>,
+    pub(super) outputs: Vec<Output>,
+}
+
+impl Executed {
+    pub(super) fn accepted(revision: Revision, receipt: Value, outputs: Vec<Output>) -> Self {
+        Self {
+            outcome: CommandOutcome::Accepted,
+            revision: Some(revision),
+            receipt: Some(receipt),
+            error: None,
+            outputs,
+        }
+    }
+
+    pub(super) fn refused(
+        outcome: CommandOutcome,
+        code: protocol::ErrorCode,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            outcome,
+            revision: None,
+            receipt: None,
+            error: Some((code, message.into())),
+            outputs: Vec::new(),
+        }
+    }
+
+    /// A kernel rejection: its code, message and outcome come from the
+    /// kernel (`kernel::reject`), never from a table here.
+    pub(super) fn rejected<R: kernel::reject::Coded>(rejection: &R) -> Self {
+        let (code, message, outcome) = crate::wire::rejection(rejection);
+        Self::refused(outcome, code, message)
+    }
+}
+
+/// The durable identity and its fingerprint, computed before any transaction.
+pub(super) struct Identity {
+    pub(super) incoming: Incoming,
+    pub(super) fingerprint: Digest,
+}
+
+pub(super) fn identity(request: &Request) -> Result<Identity, Value> {
+    let operation = CommandOperation::from_wire(&request.operation);
+    let (Some(operation), Some(key)) = (operation, request.idempotency_key.clone()) else {
+        return Err(schema_invalid(
+            request,
+            "state-changing requests need an idempotencyKey",
+        ));
+    };
+    let payload_bytes = protocol::canonicalize(&request.payload).unwrap_or_default();
+    let identity = CommandIdentity {
+        client_id: ClientId::new(request.client_id.clone()),
+        operation,
+        idempotency_key: IdempotencyKey::new(key),
+        run_id: request.run_id.clone(),
+        expected_revision: request.expected_revision.map(Revision),
+        payload_digest: crate::ids::sha256(&payload_bytes),
+    };
+    let fingerprint_bytes =
+        protocol::canonicalize(&serde_json::to_value(&identity).unwrap_or_default())
+            .unwrap_or_default();
+    Ok(Identity {
+        fingerprint: crate::ids::sha256(&fingerprint_bytes),
+        incoming: Incoming {
+            request_id: RequestId::new(request.request_id.clone()),
+            identity,
+        },
+    })
+}
+
+/// The stored body of a receipt: what a retry's response repeats.
+pub(super) fn receipt_body(executed: &Executed) -> Value {
+    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code.to_string(), "message": message})) })
+}
+
+/// Looks up the stored receipt of a command: `Some(response)` when it is
+/// adopted or conflicts, `None` when it must execute.
+pub(super) fn lookup(
+    connection: &Connection,
+    request: &Request,
+    identity: &Identity,
+) -> rusqlite::Result<Option<Value>> {
+    let incoming = &identity.incoming;
+    let by_request = commands::by_request_id(
+        connection,
+        &incoming.identity.client_id,
+        &incoming.request_id,
+    )?;
+    let by_key = commands::by_key(
+        connection,
+        &incoming.identity.client_id,
+        &incoming.identity.idempotency_key,
+    )?;
+    let decision = receipt::decide(
+        by_request.as_ref().map(|(row, _)| row),
+        by_key.as_ref().map(|(row, _)| row),
+        incoming,
+    );
+    Ok(match decision {
+        ReceiptDecision::Execute => None,
+        ReceiptDecision::Conflict(_) => Some(response(
+            &request.request_id,
+            &request.operation,
+            "conflict",
+            None,
+            None,
+            Some((
+                ErrorCode::Conflict,
+                "this idempotency key or request id was already used for another request".into(),
+            )),
+        )),
+        ReceiptDecision::Adopt(stored) => {
+            let json_text = by_request
+                .or(by_key)
+                .map(|(_, json)| json)
+                .unwrap_or_default();
+            let body: Value = serde_json::from_str(&json_text).unwrap_or(Value::Null);
+            let outcome = crate::wire::codec_name(&stored.adopted_outcome());
+            let error = body.get("error").and_then(|error| {
+                Some((
+                    error.get("code")?.as_str()?.to_owned(),
+                    error.get("message")?.as_str()?.to_owned(),
+                ))
+            });
+            let mut value = response(
+                &request.request_id,
+                &request.operation,
+                &outcome,
+                stored.revision.map(|revision| revision.0),
+                body.get("receipt")
+                    .filter(|receipt| !receipt.is_null())
+                    .cloned(),
+                None,
+            );
+            if let Some((code, message)) = error {
+                value["error"] = json!({ "code": code.to_string(), "message": message });
+            }
+            Some(value)
+        }
+    })
+}
+
+/// Runs one command job: receipt lookup, execution, receipt storage.
+pub(super) async fn command<F>(app: &Arc<Context>, request: Request, execute: F) -> Value
+where
+    F: FnOnce(&Connection, u64) -> rusqlite::Result<Executed> + Send + 'static,
+{
+    let identity = match identity(&request) {
+        Ok(identity) => identity,
+        Err(response) => return response,
+    };
+    let request_for_job = request.clone();
+    let result = app
+        .store
+        .write(move |connection| {
+            if let Some(response) = lookup(connection, &request_for_job, &identity)? {
+                return Ok(Commit::Discard((response, Vec::new(), false)));
+            }
+            let now_ms = crate::clock::now_ms();
+            let executed = execute(connection, now_ms)?;
+            let outcome = crate::wire::codec_name(&executed.outcome);
+            let body = receipt_body(&executed);
+            let mut value = response(
+                &request_for_job.request_id,
+                &request_for_job.operation,
+                &outcome,
+                executed.revision.map(|revision| revision.0),
+                executed.receipt.clone(),
+                None,
+            );
+            if let Some((code, message)) = &executed.error {
+                value["error"] = json!({ "code": code.to_string(), "message": message });
+            }
+            let body_text = serde_json::to_string(&body).unwrap_or_default();
+            let digest = crate::ids::sha256(body_text.as_bytes());
+            match receipt::record(
+                &identity.incoming,
+                executed.outcome,
+                executed.revision,
+                digest,
+                now_ms,
+            ) {
+                Some(stored) => {
+                    commands::insert(connection, &stored, &identity.fingerprint, &body_text)?;
+                    Ok(Commit::Keep((value, executed.outputs, true)))
+                }
+                None => Ok(Commit::Discard((value, Vec::new(), false))),
+            }
+        })
+        .await;
+    match result {
+        Ok((value, outputs, stored)) => {
+            if stored {
+                app.faults.hit(crate::fault::FaultPoint::AfterReceipt);
+            }
+            app.perform(outputs);
+            value
+        }
+        Err(error) => response(
+            &request.request_id,
+            &request.operation,
+            "unavailable",
+            None,
+            None,
+            Some(error.refusal()),
+        ),
+    }
+}
+
+/// Answers from a stored receipt without executing, if one exists.
+pub(super) async fn precheck(app: &Arc<Context>, request: &Request) -> Option<Value> {
+    let identity = identity(request).ok()?;
+    let request = request.clone();
+    app.store
+        .read(move |connection| lookup(connection, &request, &identity))
+        .await
+        .ok()
+        .flatten()
+}

@@ -1,0 +1,407 @@
+//! Commands on runs: `run.start` (resolve, reserve, admit), `run.pause`,
+//! `run.resume`, `run.cancel`, `run.restart`, `run.activate` and
+//! `checkpoint.answer`, each decided by `kernel::run` inside its receipt job.
+
+use super::receipts::{Executed, command, precheck};
+use super::request::Request;
+use crate::children::resolver;
+use crate::context::Context;
+use crate::store::blobs::{self, Blob};
+use crate::store::meta::{self, RunMeta};
+use crate::store::runs;
+use crate::wire::client::response;
+use kernel::ids::{Digest, MessageId, RunId, SessionId};
+use kernel::output::Step;
+use kernel::receipt::CommandOutcome;
+use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
+use protocol::ErrorCode;
+use protocol::generated::types::{
+    ExecutionMode as WireExecutionMode, RunControlReceipt, RunStartPayload,
+};
+use rusqlite::Connection;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+pub(super) async fn run_start(
+    app: &Arc<Context>,
+    request: Request,
+    payload: RunStartPayload,
+) -> Value {
+    let workflow = payload.workflow.to_string();
+    let project_path = payload.project_path.to_string();
+    let origin = payload.origin_session_id.map(String::from);
+    let mode = match (payload.execution_mode, origin) {
+        (WireExecutionMode::Interactive, Some(session)) => ExecutionMode::Interactive {
+            origin_session: SessionId::new(session),
+        },
+        (WireExecutionMode::Headless, None) => ExecutionMode::Headless,
+        _ => {
+            return response(
+                &request.request_id,
+                "run.start",
+                "rejected",
+                None,
+                None,
+                Some((
+                    ErrorCode::SchemaInvalid,
+                    "interactive runs need originSessionId; headless runs take none".into(),
+                )),
+            );
+        }
+    };
+    // A retry of a start that already committed adopts it without resolving again.
+    if let Some(adopted) = precheck(app, &request).await {
+        return adopted;
+    }
+    let held = payload.held == Some(true);
+    let input = payload.input;
+    // The schema checked its fields; stored canonical, handed to every runner launch.
+    let agent_model_json = payload
+        .agent_model
+        .as_ref()
+        .and_then(|model| serde_json::to_value(model).ok())
+        .and_then(|model| protocol::canonicalize(&model).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    let resolved = resolver::resolve(app, &project_path, &workflow, &input).await;
+    let prepared = resolved.map(|resolved| {
+        let input_blob = Blob::json(&resolved.input);
+        let source_json = serde_json::to_string(&resolved.source).unwrap_or_default();
+        (resolved, input_blob, source_json)
+    });
+    let run_id = RunId::new(crate::ids::run_id(
+        workflow_stem(&workflow),
+        crate::clock::now_ms(),
+    ));
+    command(app, request, move |connection, now_ms| {
+        let (resolved, input_blob, source_json) = match prepared {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                return Ok(Executed::refused(
+                    CommandOutcome::Rejected,
+                    error.code,
+                    error.message,
+                ));
+            }
+        };
+        let project_id = meta::ensure_project(connection, &project_path, now_ms)?;
+        meta::put_definition(
+            connection,
+            &resolved.definition_digest,
+            &resolved.workflow_name,
+            &resolved.topology_json,
+            now_ms,
+        )?;
+        blobs::put(connection, &input_blob, blobs::JSON, now_ms)?;
+        let session_runs = match &mode {
+            ExecutionMode::Interactive { origin_session } => {
+                meta::session_runs(connection, origin_session)?
+            }
+            ExecutionMode::Headless => Vec::new(),
+        };
+        let new_run = NewRun {
+            run_id: run_id.clone(),
+            mode: mode.clone(),
+        };
+        let reserve = if held {
+            run::reserve_held
+        } else {
+            run::reserve
+        };
+        let reserved = match reserve(new_run, Lineage::default(), &session_runs, now_ms) {
+            Ok(reserved) => reserved,
+            Err(rejection) => return Ok(Executed::rejected(&rejection)),
+        };
+        let meta = RunMeta {
+            run_id: run_id.clone(),
+            project_id,
+            project_path: project_path.clone(),
+            workflow_name: resolved.workflow_name.clone(),
+            workflow_ref: workflow.clone(),
+            title: resolved.title.clone(),
+            definition_digest: resolved.definition_digest.clone(),
+            input_digest: input_blob.digest,
+            input_hash: crate::ids::digest_text(&input_blob.digest),
+            source_json,
+            agent_model_json: agent_model_json.clone(),
+        };
+        meta::insert_run(connection, &meta, &mode, None, now_ms)?;
+        let revision = reserved.facts.run.revision;
+        let outputs = crate::shell::write_transition(connection, None, reserved, &[], now_ms)?;
+        let receipt = json!({ "runId": run_id.as_str(), "revision": revision.0 });
+        Ok(Executed::accepted(revision, receipt, outputs))
+    })
+    .await
+}
+
+/// The name part of a workflow reference (for the run id slug): a file's
+/// workflow name, a built-in's id, or the name itself.
+pub(super) fn workflow_stem(workflow: &str) -> &str {
+    let file = workflow.rsplit(['/', '\\']).next().unwrap_or(workflow);
+    crate::discovery::workflow_name_of(file)
+        .unwrap_or(file)
+        .trim_start_matches("builtin:")
+}
+
+/// A command on one run, from its typed payload.
+#[derive(Debug)]
+pub(super) enum RunCommand {
+    Pause,
+    Resume,
+    Cancel,
+    Restart,
+    Activate,
+    AnswerCheckpoint(Blob),
+}
+
+pub(super) async fn run_command(
+    app: &Arc<Context>,
+    request: Request,
+    run_command: RunCommand,
+) -> Value {
+    let Some(run_id) = request.run_id.clone() else {
+        return response(
+            &request.request_id,
+            &request.operation,
+            "rejected",
+            None,
+            None,
+            Some((
+                ErrorCode::SchemaInvalid,
+                "this operation needs a runId".into(),
+            )),
+        );
+    };
+    let job_app = app.clone();
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let expected_revision = request.expected_revision;
+    command(app, request, move |connection, now_ms| {
+        // Read on the writer thread, after every earlier admission's job.
+        let host = job_app.runners.authority_for(&run_id);
+        let Some(before) = runs::load(connection, &run_id)? else {
+            return Ok(Executed::refused(
+                CommandOutcome::NotFound,
+                ErrorCode::NotFound,
+                "no run with this id; check `pi-workflows runs`",
+            ));
+        };
+        if let Err(stale) = run::check_revision(&before.run, expected_revision) {
+            return Ok(Executed::rejected(&stale));
+        }
+        let decided = match run_command {
+            RunCommand::Pause => run::pause(&before, host.as_ref(), control, now_ms, ttl_ms),
+            RunCommand::Cancel => run::cancel(&before, host.as_ref(), control, now_ms, ttl_ms),
+            RunCommand::Resume => {
+                let order = meta::next_message_order(connection, before.run.mode.origin_session())?;
+                let ids = run::ResumeIds {
+                    resumed_message_id: MessageId::new(crate::ids::uuid()),
+                    message_order: order,
+                };
+                run::resume(&before, ids, now_ms)
+            }
+            RunCommand::Restart => return restart(connection, &before, now_ms),
+            RunCommand::Activate => run::activate(&before, now_ms),
+            RunCommand::AnswerCheckpoint(answer) => {
+                return answer_checkpoint(connection, &before, Some(answer), now_ms);
+            }
+        };
+        match decided {
+            Ok(transition) => {
+                let revision = transition.facts.run.revision;
+                let receipt = control_receipt(&transition.facts);
+                let outputs = crate::shell::write_step(
+                    connection,
+                    &before,
+                    Step::Apply(transition),
+                    &[],
+                    now_ms,
+                )?;
+                Ok(Executed::accepted(revision, receipt, outputs))
+            }
+            Err(rejection) => Ok(Executed::rejected(&rejection)),
+        }
+    })
+    .await
+}
+
+pub(super) fn control_receipt(agg: &RunAggregate) -> Value {
+    let typed = || {
+        Some(RunControlReceipt {
+            revision: protocol::generated::constrained::Revision::new(agg.run.revision.0)?,
+            run_id: agg.run.run_id.as_str().parse().ok()?,
+            status: crate::wire::codec_name(&agg.run.status).parse().ok()?,
+        })
+    };
+    typed().map_or(Value::Null, |typed| crate::wire::client::receipt(&typed))
+}
+
+/// `run.restart`: the kernel's restart rule over the run's terminal
+/// fingerprint and its whole chain, read in this transaction.
+pub(super) fn restart(
+    connection: &Connection,
+    before: &RunAggregate,
+    now_ms: u64,
+) -> rusqlite::Result<Executed> {
+    let (Some((fingerprint, chain)), Some(meta)) = (
+        runs::restart_facts(connection, &before.run)?,
+        meta::load(connection, &before.run.run_id)?,
+    ) else {
+        return Ok(Executed::refused(
+            CommandOutcome::NotFound,
+            ErrorCode::NotFound,
+            "no run with this id; check `pi-workflows runs`",
+        ));
+    };
+    let new_run_id = RunId::new(crate::ids::run_id(&meta.workflow_name, now_ms));
+    let session_runs = match before.run.mode.origin_session() {
+        Some(session) => meta::session_runs(connection, session)?,
+        None => Vec::new(),
+    };
+    let source = run::RestartSource {
+        run: &before.run,
+        terminal_fingerprint: fingerprint,
+        chain: &chain,
+    };
+    let new_run = NewRun {
+        run_id: new_run_id.clone(),
+        mode: before.run.mode.clone(),
+    };
+    let transition = match run::restart(source, new_run, &session_runs, now_ms) {
+        Ok(transition) => transition,
+        Err(rejection) => return Ok(Executed::rejected(&rejection)),
+    };
+    let new_meta = RunMeta {
+        run_id: new_run_id.clone(),
+        ..meta
+    };
+    meta::insert_run(connection, &new_meta, &before.run.mode, None, now_ms)?;
+    let revision = transition.facts.run.revision;
+    let outputs = crate::shell::write_transition(connection, None, transition, &[], now_ms)?;
+    // Whether the chain's other runs may restart changed with this one.
+    runs::mark_restart_chain(connection, before.run.restart_root())?;
+    let receipt = json!({
+        "runId": before.run.run_id.as_str(),
+        "revision": before.run.revision.0,
+        "status": crate::wire::codec_name(&before.run.status),
+        "newRunId": new_run_id.as_str(),
+    });
+    Ok(Executed::accepted(revision, receipt, outputs))
+}
+
+/// `checkpoint.answer`: the answer becomes the continuation's input.
+pub(super) fn answer_checkpoint(
+    connection: &Connection,
+    parent: &RunAggregate,
+    answer: Option<Blob>,
+    now_ms: u64,
+) -> rusqlite::Result<Executed> {
+    let (Some(answer), Some(meta)) = (answer, meta::load(connection, &parent.run.run_id)?) else {
+        return Ok(Executed::refused(
+            CommandOutcome::Rejected,
+            ErrorCode::SchemaInvalid,
+            "checkpoint.answer needs an answer",
+        ));
+    };
+    let child_run_id = RunId::new(format!(
+        "continuation-{}",
+        &hex::encode(crate::ids::sha256(parent.run.run_id.as_str().as_bytes()).0)[..24]
+    ));
+    let wanted = continuation_identity(
+        &meta,
+        &child_run_id,
+        &answer.digest,
+        &parent.run.run_id,
+        parent.run.mode.origin_session(),
+    );
+    let existing = match &parent.run.lineage.continued_by {
+        Some(child) => match meta::load(connection, child)? {
+            Some(child_meta) => runs::load(connection, child)?.map(|child_agg| {
+                continuation_identity(
+                    &child_meta,
+                    child,
+                    &child_meta.input_digest,
+                    &parent.run.run_id,
+                    child_agg.run.mode.origin_session(),
+                )
+            }),
+            None => None,
+        },
+        None => None,
+    };
+    let protected = crate::store::decisions::for_checkpoint(connection, parent)?;
+    let prepared = kernel::decision::answer_checkpoint(
+        parent,
+        protected.as_ref(),
+        existing.as_ref(),
+        &wanted,
+        now_ms,
+    );
+    match prepared {
+        Ok(kernel::decision::PrepareOutcome::Adopted { child_run_id }) => {
+            let receipt = json!({ "continuationRunId": child_run_id.as_str() });
+            Ok(Executed::accepted(parent.run.revision, receipt, Vec::new()))
+        }
+        Ok(kernel::decision::PrepareOutcome::Prepared(reserved)) => {
+            blobs::put(connection, &answer, blobs::JSON, now_ms)?;
+            let child_meta = RunMeta {
+                run_id: child_run_id.clone(),
+                input_digest: answer.digest,
+                input_hash: crate::ids::digest_text(&answer.digest),
+                ..meta
+            };
+            let checkpoint = parent
+                .run
+                .waiting_on
+                .clone()
+                .map(|node| node.0)
+                .unwrap_or_default();
+            meta::insert_run(
+                connection,
+                &child_meta,
+                &parent.run.mode,
+                Some((&parent.run.run_id, &checkpoint)),
+                now_ms,
+            )?;
+            let revision = reserved.parent.facts.run.revision;
+            let mut outputs = crate::shell::write_transition(
+                connection,
+                Some(parent),
+                reserved.parent,
+                &[],
+                now_ms,
+            )?;
+            outputs.extend(crate::shell::write_transition(
+                connection,
+                None,
+                reserved.child,
+                &[],
+                now_ms,
+            )?);
+            let receipt = json!({ "continuationRunId": child_run_id.as_str() });
+            Ok(Executed::accepted(revision, receipt, outputs))
+        }
+        // Every refusal keeps its own code (`kernel::reject`): a protected
+        // decision is `decisionRequired`, another answer `conflict`, a run
+        // refusal the run's code.
+        Err(rejection) => Ok(Executed::rejected(&rejection)),
+    }
+}
+
+/// The continuation identity of `child_run_id` from the stored metadata
+/// (`kernel::decision::ContinuationIdentity::of` hashes it).
+pub(super) fn continuation_identity(
+    meta: &RunMeta,
+    child_run_id: &RunId,
+    input_digest: &Digest,
+    parent_run_id: &RunId,
+    owning_session: Option<&SessionId>,
+) -> kernel::decision::ContinuationIdentity {
+    kernel::decision::ContinuationIdentity::of(kernel::decision::ContinuationFacts {
+        child_run_id,
+        parent_run_id,
+        owning_session,
+        workflow_source: &meta.source_json,
+        definition_digest: &meta.definition_digest,
+        input_digest: *input_digest,
+    })
+}

@@ -1,0 +1,3 @@
+//! Pure projections of committed facts into wire documents.
+
+pub mod run_view;
