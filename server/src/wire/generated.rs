@@ -72,7 +72,9 @@ pub const fn command_operation(operation: Operation) -> Option<CommandOperation>
         Operation::Subscribe => None,
         Operation::Unsubscribe => None,
         Operation::SessionViewGet => None,
-        Operation::SessionViewClearTerminal => Some(CommandOperation::SessionViewClearTerminal),
+        Operation::SessionViewClearTerminal => {
+            Some(CommandOperation::SessionViewClearTerminal)
+        }
         Operation::SessionEventsRecord => None,
         Operation::WorkflowMessageReportBranch => None,
         Operation::WorkflowTurnReport => None,
