@@ -9,11 +9,8 @@
  * - Two Pi processes on one session: the newer connection takes the
  *   coordinator epoch, and the fenced one never sends a workflow message or
  *   starts a turn afterwards.
- * - Pi restarted mid-step (killed as the step's turn starts): the step
+ * - Pi restarted mid-step (killed inside the step's turn): the step
  *   message appears once and the run continues in the new process.
- *
- * The last two fail today for server-side reasons; they are in the last
- * describe block.
  *
  * A step turn is held open by a bash tool call that waits for a gate file
  * the test creates, so each failure lands inside the exact turn.
@@ -240,8 +237,7 @@ describe("workflow messages across failures in real Pi", () => {
   });
 });
 
-// Issue 14 item 8 bullets that fail today for a server-side reason (see the report of branch s24-piwext).
-describe("workflow messages across failures in real Pi (server fixes pending)", () => {
+describe("workflow messages across two Pi processes in real Pi", () => {
   it("two Pi processes on one session: the second takes the coordinator epoch and only it sends; the fenced one sends no message and starts no turn", async (t) => {
     const s = await setup(t);
     const first = await spawnWorkflowPi(s);
@@ -285,20 +281,23 @@ describe("workflow messages across failures in real Pi (server fixes pending)", 
   it("Pi restarted mid-step: the step message appears once and the run continues in the new process", async (t) => {
     const s = await setup(t);
     const first = await spawnWorkflowPi(s);
-    const started = await workflow(first, "review fix the bug");
-    assert.equal(started.notifyType, "info", started.message);
-    const runId = runIdOf(started);
+    const runId = await startGatedStep(s, first);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    // Pi dies inside the step's exact turn, once the server recorded that turn. The step entry and the
+    // turn's assistant message are in the session file then (Pi writes a new session's file only once it
+    // holds a user or assistant message, so a kill before the first assistant message leaves no file and
+    // the next process opens another session, whose run this is not).
+    await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
     const sessionFile = first.state?.sessionFile;
     assert.ok(sessionFile);
-    // Pi dies as the step message's turn starts (the step entry is in the session file).
-    await first.waitFor((record) => record.type === "agent_start", { what: "the step turn to start", timeoutMs: 30_000 });
     process.kill(-first.pid, "SIGKILL");
     await first.exited;
+    assert.ok(existsSync(sessionFile), "the killed Pi's session file holds its step turn");
 
     writeFileSync(s.gate, "");
     const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
-    const client = await s.server.connect();
-    t.after(() => client.close());
+    assert.equal(second.state?.sessionId, first.state?.sessionId, "one session");
     const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish").catch(async (error: unknown) => {
       const records = second.records.filter((r) => r.type !== "extension_ui_request").map((r) => r.type);
       throw new Error(
