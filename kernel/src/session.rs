@@ -3,7 +3,9 @@
 //!
 //! Invariants:
 //! - At most one coordinator epoch is active per session. Epochs only grow;
-//!   a new connection fences the previous one. Only the active epoch is
+//!   a new connection fences the previous one, and a fenced connection stays
+//!   fenced while another connection is active (its later reads are not new
+//!   connections and take no epoch back). Only the active epoch is
 //!   offered a message or may report, and it must report the active branch
 //!   before it is offered a message or reports a turn.
 //! - One message is offered at a time: while the offered message is still
@@ -322,6 +324,9 @@ pub struct CoordinatorFacts {
     pub active: Option<ActiveCoordinator>,
     /// The last epoch issued; the next connection gets the one after it.
     pub last_epoch: CoordinatorEpoch,
+    /// Open connections a newer connection replaced: none of them becomes
+    /// the coordinator again while another connection is active.
+    pub fenced: Vec<ConnectionId>,
 }
 
 impl CoordinatorFacts {
@@ -331,6 +336,7 @@ impl CoordinatorFacts {
             session_id,
             active: None,
             last_epoch: CoordinatorEpoch(0),
+            fenced: Vec::new(),
         }
     }
 }
@@ -355,20 +361,32 @@ pub enum SessionRejection {
 
 /// A new connection becomes the session's one active coordinator with the
 /// next epoch; the previous connection, if any, is fenced. A repeat from the
-/// active connection keeps its epoch.
+/// active connection keeps its epoch. A fenced connection gets no epoch
+/// while another connection is active (nothing changes): only a new
+/// connection replaces the active one, so two open Pi processes cannot take
+/// the epoch from each other by reading the session view in turn. When no
+/// connection is active, any connection may become the coordinator.
 pub fn connect(
     coordinator: &CoordinatorFacts,
     connection_id: ConnectionId,
 ) -> Transition<CoordinatorFacts> {
-    let already = coordinator
-        .active
-        .as_ref()
-        .is_some_and(|active| active.connection_id == connection_id);
-    if already {
+    let active = coordinator.active.as_ref();
+    let already = active.is_some_and(|active| active.connection_id == connection_id);
+    let fenced = active.is_some() && coordinator.fenced.contains(&connection_id);
+    if already || fenced {
         return Transition::new(coordinator.clone());
     }
     let epoch = coordinator.last_epoch.next();
     debug_assert!(epoch > coordinator.last_epoch, "epochs only grow");
+    let mut fenced: Vec<ConnectionId> = coordinator
+        .fenced
+        .iter()
+        .filter(|fenced| **fenced != connection_id)
+        .cloned()
+        .collect();
+    if let Some(previous) = active {
+        fenced.push(previous.connection_id.clone());
+    }
     let next = CoordinatorFacts {
         session_id: coordinator.session_id.clone(),
         active: Some(ActiveCoordinator {
@@ -378,13 +396,27 @@ pub fn connect(
             offered: None,
         }),
         last_epoch: epoch,
+        fenced,
     };
     let session_id = next.session_id.clone();
     Transition::new(next).with(Output::PublishSession { session_id })
 }
 
-/// A connection closed: its epoch ends if it was the active one. Open turns
-/// stay open; the next coordinator's branch report decides about them.
+/// The epoch `connection_id` owns, when it is the active coordinator.
+pub fn epoch_of(
+    coordinator: &CoordinatorFacts,
+    connection_id: &ConnectionId,
+) -> Option<CoordinatorEpoch> {
+    coordinator
+        .active
+        .as_ref()
+        .filter(|active| active.connection_id == *connection_id)
+        .map(|active| active.epoch)
+}
+
+/// A connection closed: its epoch ends if it was the active one, and it is
+/// no longer remembered as fenced. Open turns stay open; the next
+/// coordinator's branch report decides about them.
 pub fn disconnect(
     coordinator: &CoordinatorFacts,
     connection_id: &ConnectionId,
@@ -393,11 +425,21 @@ pub fn disconnect(
         .active
         .as_ref()
         .is_some_and(|active| active.connection_id == *connection_id);
+    let fenced: Vec<ConnectionId> = coordinator
+        .fenced
+        .iter()
+        .filter(|fenced| *fenced != connection_id)
+        .cloned()
+        .collect();
     if !is_active {
-        return Transition::new(coordinator.clone());
+        return Transition::new(CoordinatorFacts {
+            fenced,
+            ..coordinator.clone()
+        });
     }
     let next = CoordinatorFacts {
         active: None,
+        fenced,
         ..coordinator.clone()
     };
     let session_id = next.session_id.clone();

@@ -74,6 +74,9 @@ pub enum MessageRules {
     CounterPastLimit,
     /// Ending the run leaves its open turns open.
     TerminalKeepsTurns,
+    /// `session::connect` forgets fenced connections: a fenced connection's
+    /// next session-view read takes the epoch back.
+    FencedRetakesEpoch,
 }
 
 /// Which half of the behaviour a configuration explores. Both run the same
@@ -98,6 +101,9 @@ pub struct MessagesModel {
     /// Connections made (by either Pi process).
     pub max_connects: u8,
     pub max_disconnects: u8,
+    /// Session-view reads (`sessionView.get {coordinate: true}`, the
+    /// extension's poll) on a connection that already has an epoch.
+    pub max_rereads: u8,
     /// Pi crashes (with a send or without).
     pub max_crashes: u8,
     /// Model turns Pi starts (a send starts one; input may start more).
@@ -120,6 +126,7 @@ impl MessagesModel {
                 pis: 2,
                 max_connects: 3,
                 max_disconnects: 1,
+                max_rereads: 1,
                 max_crashes: 1,
                 max_turns: 2,
                 max_repeats: 0,
@@ -133,6 +140,7 @@ impl MessagesModel {
                 pis: 1,
                 max_connects: 2,
                 max_disconnects: 1,
+                max_rereads: 0,
                 max_crashes: 0,
                 max_turns: 3,
                 max_repeats: 1,
@@ -161,10 +169,11 @@ impl MessagesModel {
     /// A one-line description of the bounds.
     pub fn bounds(&self) -> String {
         format!(
-            "1 session, 1 interactive run, {} Pi process(es), connects<={}, disconnects<={}, Pi crashes<={}, turns<={}, repeated end reports<={}, branch changes<={}, resumes<={}, submissions<={}",
+            "1 session, 1 interactive run, {} Pi process(es), connects<={}, disconnects<={}, re-reads<={}, Pi crashes<={}, turns<={}, repeated end reports<={}, branch changes<={}, resumes<={}, submissions<={}",
             self.pis,
             self.max_connects,
             self.max_disconnects,
+            self.max_rereads,
             self.max_crashes,
             self.max_turns,
             self.max_repeats,
@@ -218,6 +227,7 @@ pub struct Oracle {
     pub stale_cleared_newer: bool,
     pub counter_wrong: bool,
     pub projections_disagree: bool,
+    pub fenced_retook_epoch: bool,
     // Witnesses.
     pub adopted_after_crash: bool,
     pub reminder_created: bool,
@@ -244,6 +254,7 @@ pub struct MessagesState {
     pub pis: [Pi; 2],
     pub connects: u8,
     pub disconnects: u8,
+    pub rereads: u8,
     pub crashes: u8,
     pub turns_started: u8,
     pub repeats: u8,
@@ -258,6 +269,8 @@ pub struct MessagesState {
 pub enum MessagesAction {
     Connect(u8),
     Disconnect(u8),
+    /// The connection reads the session view again to coordinate (its poll).
+    Reread(u8),
     /// Pi crashes; a pending send, if any, is persisted or lost.
     Crash(u8),
     ReportBranch(u8),
@@ -287,6 +300,11 @@ impl fmt::Display for MessagesAction {
         match self {
             Self::Connect(p) => write!(f, "{} connects: session::connect", pi(p)),
             Self::Disconnect(p) => write!(f, "{} disconnects: session::disconnect", pi(p)),
+            Self::Reread(p) => write!(
+                f,
+                "{} reads the session view again: session::connect",
+                pi(p)
+            ),
             Self::Crash(p) => write!(f, "{} crashes", pi(p)),
             Self::ReportBranch(p) => write!(f, "{}: session::report_branch", pi(p)),
             Self::Offer(p) => write!(f, "{}: session::offer", pi(p)),
@@ -877,6 +895,7 @@ impl Model for MessagesModel {
             pis: [pi.clone(), pi],
             connects: 0,
             disconnects: 0,
+            rereads: 0,
             crashes: 0,
             turns_started: 0,
             repeats: 0,
@@ -903,6 +922,16 @@ impl Model for MessagesModel {
                 Some(_) => {
                     if state.disconnects < self.max_disconnects {
                         out.push(A::Disconnect(p));
+                    }
+                    // A fenced connection reads the view again while another
+                    // connection is active (the active one's read changes
+                    // nothing). Under the kernel's rules the read changes
+                    // nothing either, so it adds no state.
+                    if state.rereads < self.max_rereads
+                        && state.coordinator.active.is_some()
+                        && session::epoch_of(&state.coordinator, &connection(p)).is_none()
+                    {
+                        out.push(A::Reread(p));
                     }
                     out.push(A::ReportBranch(p));
                     if pi.queued.is_none() && !pi.busy() {
@@ -984,6 +1013,30 @@ impl Model for MessagesModel {
                 pi.epoch = next.coordinator.active.as_ref().map(|a| a.epoch);
                 pi.queued = None;
                 next.connects += 1;
+            }
+            A::Reread(p) => {
+                let mut before = state.coordinator.clone();
+                if self.rules == MessageRules::FencedRetakesEpoch {
+                    before.fenced.clear();
+                }
+                let was_fenced = session::epoch_of(&before, &connection(p)).is_none();
+                next.coordinator = session::connect(&before, connection(p)).facts;
+                next.oracle.fenced_retook_epoch |= was_fenced
+                    && before.active.is_some()
+                    && session::epoch_of(&next.coordinator, &connection(p)).is_some();
+                // The view names an epoch only to its owner; a fenced
+                // connection keeps the one it had and learns of the fence
+                // from its next report.
+                if let Some(epoch) = session::epoch_of(&next.coordinator, &connection(p)) {
+                    let pi = &mut next.pis[p as usize];
+                    if pi.epoch != Some(epoch) {
+                        pi.queued = None;
+                    }
+                    pi.epoch = Some(epoch);
+                }
+                if next.coordinator != state.coordinator {
+                    next.rereads += 1;
+                }
             }
             A::Disconnect(p) => {
                 next.coordinator = session::disconnect(&state.coordinator, &connection(p)).facts;
@@ -1210,6 +1263,10 @@ impl Model for MessagesModel {
                 Property::always(
                     "at most one active coordinator epoch per origin session: only the newest connection's reports are accepted",
                     |_, s: &MessagesState| !s.oracle.stale_accepted,
+                ),
+                Property::always(
+                    "a fenced connection stays fenced while another connection is active: its session-view reads take no epoch",
+                    |_, s: &MessagesState| !s.oracle.fenced_retook_epoch,
                 ),
                 Property::always(
                     "only the active epoch is offered messages",

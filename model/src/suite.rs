@@ -574,6 +574,13 @@ pub fn mutations() -> Vec<Mutation> {
             MessagesModel::ci(Focus::Delivery, MessageRules::NoCoordinatorEpochCheck)
         ),
         mutation!(
+            "fenced-retakes-epoch",
+            "messages",
+            "session::connect forgets fenced connections, so a fenced connection's next session-view read takes the epoch back",
+            "a fenced connection stays fenced while another connection is active: its session-view reads take no epoch",
+            MessagesModel::ci(Focus::Delivery, MessageRules::FencedRetakesEpoch)
+        ),
+        mutation!(
             "old-epoch-still-offered",
             "messages",
             "session::offer serves any connection, not only the active epoch",

@@ -274,6 +274,11 @@ fn reports_without_the_coordinator_epoch_check_are_caught() {
 }
 
 #[test]
+fn a_fenced_connection_retaking_the_epoch_is_caught() {
+    is_caught("fenced-retakes-epoch");
+}
+
+#[test]
 fn offers_to_an_old_epoch_are_caught() {
     is_caught("old-epoch-still-offered");
 }

@@ -6,6 +6,11 @@
  * - The server SIGKILLed mid-step and started again: the step message is
  *   not sent again and the run completes.
  * - A notify node's notification reaches the session without a model turn.
+ * - Two Pi processes on one session: the newer connection takes the
+ *   coordinator epoch, and the fenced one never sends a workflow message or
+ *   starts a turn afterwards.
+ * - Pi restarted mid-step (killed inside the step's turn): the step
+ *   message appears once and the run continues in the new process.
  *
  * A step turn is held open by a bash tool call that waits for a gate file
  * the test creates, so each failure lands inside the exact turn.
@@ -229,5 +234,87 @@ describe("workflow messages across failures in real Pi", () => {
     assert.equal(s.fixture.mock.requests.filter((request) => JSON.stringify(request.messages).includes(NOTICE)).length, 0, "no model request carries the notification");
     assert.equal(pi.records.slice(since).filter((record) => record.type === "agent_start").length, 0, "no model turn");
     assert.ok(!existsSync(s.gate));
+  });
+});
+
+describe("workflow messages across two Pi processes in real Pi", () => {
+  it("two Pi processes on one session: the second takes the coordinator epoch and only it sends; the fenced one sends no message and starts no turn", async (t) => {
+    const s = await setup(t);
+    const first = await spawnWorkflowPi(s);
+    const runId = await startGatedStep(s, first);
+    // Escape in the first process (inside the gated bash call) pauses the run through its turn report.
+    await first.abort();
+    // The resumed step's turn submits at once.
+    s.fixture.mock.setRules([
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    await client.waitFor(runId, (view) => view.display.status === "paused", 30_000, "paused");
+    await first.waitFor((record) => record.type === "agent_settled", { what: "the aborted turn to settle", timeoutMs: 30_000 });
+    assert.equal((await customEntries(first, STEP_TYPE)).length, 1);
+
+    // A second Pi opens the same session file: its connection takes the epoch.
+    const sessionFile = first.state?.sessionFile;
+    assert.ok(sessionFile, "the first Pi has a session file");
+    const fenced = first.mark();
+    const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
+    assert.equal(second.state?.sessionId, first.state?.sessionId, "one session");
+    await widget(second, /^⏸ workflow review \[paused\]$/);
+    // Let the first process's once-per-second recovery run a few times.
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+
+    const resumed = second.mark();
+    await s.server.cli(["resume", runId]);
+    await widget(second, /^✓ workflow review \[completed\]$/, resumed);
+    await second.waitFor((record) => record.type === "agent_settled", { since: resumed, what: "the resumed turn to settle", timeoutMs: 30_000 });
+    assert.equal((await client.view(runId)).display.status, "completed");
+    // The second process sent the resumed step and ran its turn ...
+    assert.equal(second.records.slice(resumed).filter((record) => record.type === "agent_start").length, 1);
+    assert.equal((await customEntries(second, STEP_TYPE)).length, 2, "the first process's step (from the file) and the resumed one");
+    // ... and the fenced process sent nothing and started no turn.
+    assert.deepEqual(sendsOrTurns(first, fenced), []);
+    assert.equal((await customEntries(first, STEP_TYPE)).length, 1);
+  });
+
+  it("Pi restarted mid-step: the step message appears once and the run continues in the new process", async (t) => {
+    const s = await setup(t);
+    const first = await spawnWorkflowPi(s);
+    const runId = await startGatedStep(s, first);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    // Pi dies inside the step's exact turn, once the server recorded that turn. The step entry and the
+    // turn's assistant message are in the session file then (Pi writes a new session's file only once it
+    // holds a user or assistant message, so a kill before the first assistant message leaves no file and
+    // the next process opens another session, whose run this is not).
+    await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
+    const sessionFile = first.state?.sessionFile;
+    assert.ok(sessionFile);
+    process.kill(-first.pid, "SIGKILL");
+    await first.exited;
+    assert.ok(existsSync(sessionFile), "the killed Pi's session file holds its step turn");
+
+    writeFileSync(s.gate, "");
+    const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
+    assert.equal(second.state?.sessionId, first.state?.sessionId, "one session");
+    const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish").catch(async (error: unknown) => {
+      const records = second.records.filter((r) => r.type !== "extension_ui_request").map((r) => r.type);
+      throw new Error(
+        `${String(error)}\nthe second Pi's records (no UI): ${records.join(",")}\nits step messages: ${(await customEntries(second, STEP_TYPE)).map((e) => e.details?.stepReason).join(",")}\n` +
+          `the server's messages (diagnosis only): ${JSON.stringify(diagnose(s.server, "SELECT kind, step_reason, state FROM workflow_messages"))}\n` +
+          `its turns: ${JSON.stringify(diagnose(s.server, "SELECT state, ended_at_ms IS NOT NULL FROM workflow_turns"))}`,
+      );
+    });
+    assert.equal(done.display.status, "completed", JSON.stringify(done.display));
+    // The step message is in the session once (the new process adopted it from the file and did not send it
+    // again); the lost turn of the killed process is followed by the one reminder the unproductive-turn rule makes.
+    const steps = await customEntries(second, STEP_TYPE);
+    assert.deepEqual(
+      steps.map((entry) => entry.details?.stepReason),
+      ["initial", "reminder"],
+      JSON.stringify(steps.map((entry) => entry.details)),
+    );
+    assert.equal(new Set(steps.map((entry) => JSON.stringify(entry.details))).size, steps.length, "no message twice");
   });
 });

@@ -252,6 +252,50 @@ fn a_repeated_connect_keeps_the_epoch() {
 }
 
 #[test]
+fn a_fenced_connection_stays_fenced_while_another_is_active() {
+    let first = connect(&CoordinatorFacts::new(SessionId::from("s-1")), conn(1)).facts;
+    let second = connect(&first, conn(2)).facts;
+    assert_eq!(second.fenced, vec![conn(1)]);
+    // The fenced connection reads the session view again (it polls): no
+    // epoch comes back to it and the active one keeps its epoch.
+    let reread = connect(&second, conn(1));
+    assert_eq!(reread.facts, second);
+    assert!(reread.outputs.is_empty());
+    assert_eq!(epoch_of(&reread.facts, &conn(1)), None);
+    assert_eq!(epoch_of(&reread.facts, &conn(2)), Some(CoordinatorEpoch(2)));
+    assert_eq!(
+        check(&reread.facts, &conn(1), E1),
+        Err(SessionRejection::StaleCoordinator)
+    );
+    // A third, new connection still replaces the active one.
+    let third = connect(&reread.facts, conn(3)).facts;
+    assert_eq!(epoch_of(&third, &conn(3)), Some(CoordinatorEpoch(3)));
+    assert_eq!(third.fenced, vec![conn(1), conn(2)]);
+    assert_eq!(connect(&third, conn(2)).facts, third);
+}
+
+#[test]
+fn a_fenced_connection_coordinates_again_once_no_connection_is_active() {
+    let first = connect(&CoordinatorFacts::new(SessionId::from("s-1")), conn(1)).facts;
+    let second = connect(&first, conn(2)).facts;
+    let gone = disconnect(&second, &conn(2)).facts;
+    assert_eq!(gone.active, None);
+    let back = connect(&gone, conn(1)).facts;
+    assert_eq!(epoch_of(&back, &conn(1)), Some(CoordinatorEpoch(3)));
+    assert!(back.fenced.is_empty());
+}
+
+#[test]
+fn a_closed_fenced_connection_is_forgotten() {
+    let first = connect(&CoordinatorFacts::new(SessionId::from("s-1")), conn(1)).facts;
+    let second = connect(&first, conn(2)).facts;
+    let closed = disconnect(&second, &conn(1));
+    assert!(closed.facts.fenced.is_empty());
+    assert_eq!(closed.facts.active, second.active);
+    assert!(closed.outputs.is_empty());
+}
+
+#[test]
 fn disconnect_ends_only_the_active_epoch_and_epochs_never_repeat() {
     let first = connect(&CoordinatorFacts::new(SessionId::from("s-1")), conn(1)).facts;
     let unrelated = disconnect(&first, &conn(9));

@@ -6,8 +6,9 @@
 //! Invariants:
 //! - Coordinator epochs are process-local (never durable): a server restart
 //!   and a closed connection end them. `sessionView.get {coordinate: true}`
-//!   makes the reading connection the session's active coordinator
-//!   (`session::connect`, fencing the previous one); the view then names its
+//!   makes a new reading connection the session's active coordinator
+//!   (`session::connect`, fencing the previous one, which stays fenced while
+//!   another connection is active); the view then names its
 //!   epoch, and `nextEligibleMessageId` only to that epoch after its branch
 //!   report (`session::offer`).
 //! - Every decision that reads the epochs runs inside the store's one write
@@ -104,7 +105,8 @@ pub async fn session_view(
             return Ok(Commit::Keep(((view, None), Vec::new())));
         };
         let mut facts = session::connect(&before, connection_id.clone()).facts;
-        let epoch = facts.active.as_ref().map(|active| active.epoch);
+        // A fenced connection is given no epoch (and so no message).
+        let epoch = session::epoch_of(&facts, &connection_id);
         if let Some(epoch) = epoch {
             view["coordinatorEpoch"] = json!(epoch.0);
             let session_facts = sessions::load(connection, &session_id, None)?;
