@@ -35,7 +35,7 @@ use kernel::session::{
 };
 use protocol::ErrorCode;
 use protocol::generated::types::{
-    ReportBranchPayload, SessionViewGetPayload, TurnPhase as WirePhase, TurnReportPayload,
+    ReportBranchPayload, SessionView, SessionViewGetPayload, TurnPhase as WirePhase, TurnReportPayload,
 };
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -98,7 +98,7 @@ pub async fn session_view(
     let mut coordinators = app.coordinators.hold().await;
     let before = coordinate.then(|| coordinators.get(&session_id));
     let view = crate::shell::transact(app, move |connection, _now_ms| {
-        let mut view = crate::presentation::reads::session_view(connection, &session_id)?;
+        let mut view = crate::presentation::reads::session_document(connection, &session_id)?;
         add_step_sources(connection, &mut view)?;
         let Some(before) = before else {
             return Ok(Commit::Keep(((view, None), Vec::new())));
@@ -106,12 +106,16 @@ pub async fn session_view(
         let mut facts = session::connect(&before, connection_id.clone()).facts;
         let epoch = facts.active.as_ref().map(|active| active.epoch);
         if let Some(epoch) = epoch {
-            view["coordinatorEpoch"] = json!(epoch.0);
+            view.coordinator_epoch = Some(
+                protocol::generated::constrained::CoordinatorEpoch::new(epoch.0)
+                    .ok_or(crate::projection::run_view::OffSchema("coordinatorEpoch"))?,
+            );
             let session_facts = sessions::load(connection, &session_id, None)?;
             if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
                 facts = offered.coordinator;
                 if let Some(message_id) = offered.message_id {
-                    view["nextEligibleMessageId"] = json!(message_id.as_str());
+                    view.next_eligible_message_id =
+                        Some(crate::projection::run_view::to_wire("messageId", message_id.as_str())?);
                 }
             }
         }
@@ -126,37 +130,30 @@ pub async fn session_view(
     });
     drop(coordinators);
     match view {
-        Ok(view) => {
-            let revision = view.get("revision").and_then(Value::as_u64);
-            response(
-                request_id,
-                "sessionView.get",
-                "accepted",
-                revision,
-                Some(view),
-                None,
-            )
-        }
+        Ok(view) => response(
+            request_id,
+            "sessionView.get",
+            "accepted",
+            Some(view.revision.get()),
+            Some(crate::wire::client::receipt(&view)),
+            None,
+        ),
         Err(error) => unavailable(request_id, "sessionView.get", &error),
     }
 }
 
 /// Adds `interactionId`, `attemptId` and `nodeId` to every step message.
-fn add_step_sources(connection: &Connection, view: &mut Value) -> rusqlite::Result<()> {
-    let Some(messages) = view.get_mut("messages").and_then(Value::as_array_mut) else {
-        return Ok(());
-    };
-    for message in messages {
-        if message.get("kind").and_then(Value::as_str) != Some("step") {
+fn add_step_sources(connection: &Connection, view: &mut SessionView) -> rusqlite::Result<()> {
+    use crate::projection::run_view::to_wire;
+    for message in &mut view.messages {
+        if message.kind != protocol::generated::types::MessageKind::Step {
             continue;
         }
-        let Some(id) = message.get("messageId").and_then(Value::as_str) else {
-            continue;
-        };
-        if let Some(source) = sessions::step_source(connection, &MessageId::new(id.to_owned()))? {
-            message["interactionId"] = json!(source.interaction_id.as_str());
-            message["attemptId"] = json!(source.attempt_id.as_str());
-            message["nodeId"] = json!(source.node_id.as_str());
+        let id = MessageId::new(message.message_id.to_string());
+        if let Some(source) = sessions::step_source(connection, &id)? {
+            message.interaction_id = Some(to_wire("interactionId", source.interaction_id.as_str())?);
+            message.attempt_id = Some(to_wire("attemptId", source.attempt_id.as_str())?);
+            message.node_id = Some(to_wire("nodeId", source.node_id.as_str())?);
         }
     }
     Ok(())
