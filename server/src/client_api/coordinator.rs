@@ -35,10 +35,11 @@ use kernel::session::{
 };
 use protocol::ErrorCode;
 use protocol::generated::types::{
-    ReportBranchPayload, SessionView, SessionViewGetPayload, TurnPhase as WirePhase, TurnReportPayload,
+    ReportBranchPayload, ReportBranchReceipt, SessionView, SessionViewGetPayload,
+    TurnPhase as WirePhase, TurnReportPayload, TurnReportReceipt,
 };
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// A connection closed: the epochs it owned end (open turns stay open).
@@ -228,13 +229,13 @@ pub async fn report_branch(
             &reported.follow_ups,
             now_ms,
         )?);
-        let receipt = branch_receipt(&before, &after);
+        let receipt = branch_receipt(&before, &after)?;
         let value = response(
             &request_id_owned,
             OPERATION,
             "accepted",
             None,
-            Some(receipt),
+            Some(crate::wire::client::receipt(&receipt)),
             None,
         );
         Ok(Commit::Keep(((value, Some(reported.coordinator)), outputs)))
@@ -252,7 +253,10 @@ pub async fn report_branch(
 }
 
 /// `{adopted, created, lostTurns}`: what the report changed.
-fn branch_receipt(before: &SessionFacts, after: &SessionFacts) -> Value {
+fn branch_receipt(
+    before: &SessionFacts,
+    after: &SessionFacts,
+) -> Result<ReportBranchReceipt, crate::projection::run_view::OffSchema> {
     let adopted = after
         .messages
         .iter()
@@ -285,7 +289,15 @@ fn branch_receipt(before: &SessionFacts, after: &SessionFacts) -> Value {
                 .any(|old| old.turn_id == turn.turn_id && old.state == TurnState::Open)
         })
         .count();
-    json!({ "adopted": adopted, "created": created, "lostTurns": lost })
+    let count = |field, count: usize| {
+        protocol::generated::constrained::Count::new(count as u64)
+            .ok_or(crate::projection::run_view::OffSchema(field))
+    };
+    Ok(ReportBranchReceipt {
+        adopted: count("adopted", adopted)?,
+        created: count("created", created)?,
+        lost_turns: count("lostTurns", lost)?,
+    })
 }
 
 fn fresh_ids(count: usize) -> Vec<MessageId> {
@@ -376,18 +388,22 @@ pub async fn report_turn(
             &reported.follow_ups,
             now_ms,
         )?);
-        let mut receipt = json!({
-            "ownership": crate::wire::codec_name(&reported.receipt.ownership),
-        });
-        if let Some(turn) = &reported.receipt.turn {
-            receipt["turn"] = json!(turn.turn_id.as_str());
-        }
+        use crate::projection::run_view::to_wire;
+        let receipt = TurnReportReceipt {
+            ownership: to_wire("ownership", reported.receipt.ownership)?,
+            turn: reported
+                .receipt
+                .turn
+                .as_ref()
+                .map(|turn| to_wire("turn", turn.turn_id.as_str()))
+                .transpose()?,
+        };
         let value = response(
             &request_id_owned,
             OPERATION,
             "accepted",
             None,
-            Some(receipt),
+            Some(crate::wire::client::receipt(&receipt)),
             None,
         );
         Ok(Commit::Keep((value, outputs)))
