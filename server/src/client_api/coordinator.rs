@@ -115,8 +115,10 @@ pub async fn session_view(
             if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
                 facts = offered.coordinator;
                 if let Some(message_id) = offered.message_id {
-                    view.next_eligible_message_id =
-                        Some(crate::projection::run_view::to_wire("messageId", message_id.as_str())?);
+                    view.next_eligible_message_id = Some(crate::projection::run_view::to_wire(
+                        "messageId",
+                        message_id.as_str(),
+                    )?);
                 }
             }
         }
@@ -152,7 +154,8 @@ fn add_step_sources(connection: &Connection, view: &mut SessionView) -> rusqlite
         }
         let id = MessageId::new(message.message_id.to_string());
         if let Some(source) = sessions::step_source(connection, &id)? {
-            message.interaction_id = Some(to_wire("interactionId", source.interaction_id.as_str())?);
+            message.interaction_id =
+                Some(to_wire("interactionId", source.interaction_id.as_str())?);
             message.attempt_id = Some(to_wire("attemptId", source.attempt_id.as_str())?);
             message.node_id = Some(to_wire("nodeId", source.node_id.as_str())?);
         }

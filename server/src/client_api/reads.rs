@@ -3,8 +3,8 @@
 
 use super::request::{Request, not_found, unavailable};
 use crate::context::Context;
-use crate::store::Commit;
 use crate::projection::run_view::to_wire;
+use crate::store::Commit;
 use crate::wire::client::{receipt as receipt_value, response};
 use kernel::ids::SessionId;
 use protocol::ErrorCode;

@@ -123,13 +123,10 @@ struct StoredError {
 pub(super) fn receipt_body(executed: &Executed) -> ReceiptBody {
     ReceiptBody {
         receipt: executed.receipt.clone(),
-        error: executed
-            .error
-            .as_ref()
-            .map(|(code, message)| StoredError {
-                code: *code,
-                message: message.clone(),
-            }),
+        error: executed.error.as_ref().map(|(code, message)| StoredError {
+            code: *code,
+            message: message.clone(),
+        }),
     }
 }
 

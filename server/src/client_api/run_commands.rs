@@ -6,10 +6,10 @@ use super::receipts::{Executed, command, precheck};
 use super::request::Request;
 use crate::children::resolver;
 use crate::context::Context;
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::runs;
-use crate::projection::run_view::{OffSchema, to_wire};
 use crate::wire::client::response;
 use kernel::ids::{Digest, MessageId, RunId, SessionId};
 use kernel::output::Step;
@@ -343,7 +343,11 @@ pub(super) fn answer_checkpoint(
             let receipt = CheckpointAnswerReceipt {
                 continuation_run_id: to_wire("continuationRunId", child_run_id.as_str())?,
             };
-            Ok(Executed::accepted(parent.run.revision, &receipt, Vec::new()))
+            Ok(Executed::accepted(
+                parent.run.revision,
+                &receipt,
+                Vec::new(),
+            ))
         }
         Ok(kernel::decision::PrepareOutcome::Prepared(reserved)) => {
             blobs::put(connection, &answer, blobs::JSON, now_ms)?;
