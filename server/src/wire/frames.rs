@@ -74,10 +74,25 @@ pub fn runner(value: &Value) -> Option<Vec<u8>> {
     encode(Channel::Runner, value, || kind(value))
 }
 
+/// A server-to-runner frame of a typed message (`\n`-terminated).
+pub fn server_message(message: &protocol::generated::types::ServerMessage) -> Option<Vec<u8>> {
+    use protocol::generated::types::ServerMessage;
+    encode(Channel::Runner, message, || {
+        match message {
+            ServerMessage::Command { .. } => "command",
+            ServerMessage::Reply { .. } => "reply",
+            ServerMessage::ContentChunk { .. } => "content.chunk",
+        }
+        .into()
+    })
+}
+
 /// A launch envelope frame (`\n`-terminated; the schema covers the bytes
 /// before the newline).
-pub fn launch(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Launch, value, || kind(value))
+pub fn launch(launch: &protocol::generated::types::WorkerLaunch) -> Option<Vec<u8>> {
+    encode(Channel::Launch, launch, || {
+        format!("{} launch", launch.mode)
+    })
 }
 
 /// Whether `value` fits one frame once canonical (no schema check: the
