@@ -291,3 +291,121 @@ fn the_cycle_check_finds_a_planted_cycle() {
     ]);
     assert!(cycles(&layered).is_empty());
 }
+
+/// The code of a file before its `#[cfg(test)]` module (test modules close
+/// their files), comment lines dropped.
+fn non_test_code(text: &str) -> Vec<&str> {
+    code_lines(text)
+        .take_while(|line| line.trim() != "#[cfg(test)]")
+        .collect()
+}
+
+/// Files that still build a wire document with `json!` (the results of
+/// their runner replies and the notification node's output have no schema
+/// type yet), with the number of lines. The list only shrinks: a file's count may not grow,
+/// and a file that has fewer lines than listed must lower its entry.
+const JSON_MACRO_REMAINING: [(&str, usize); 4] = [
+    ("runner_api/effects.rs", 3),
+    ("runner_api/interactions.rs", 2),
+    ("runner_api/mod.rs", 2),
+    ("runner_api/updates.rs", 1),
+];
+
+/// `json!(` lines per file of `server/src` outside `bin/` (the scripted
+/// runner is a test double) and outside test modules.
+fn json_macro_lines(files: &[(String, String)]) -> BTreeMap<String, usize> {
+    let mut listing = BTreeMap::new();
+    for (path, text) in files {
+        if path.starts_with("bin/") {
+            continue;
+        }
+        let count = non_test_code(text)
+            .iter()
+            .filter(|line| line.contains("json!("))
+            .count();
+        if count > 0 {
+            listing.insert(path.clone(), count);
+        }
+    }
+    listing
+}
+
+/// Where `listing` differs from the remaining list.
+fn json_macro_offenders(listing: &BTreeMap<String, usize>) -> Vec<String> {
+    let allowed: BTreeMap<&str, usize> = JSON_MACRO_REMAINING.into_iter().collect();
+    let mut offenders = Vec::new();
+    for (path, count) in listing {
+        match allowed.get(path.as_str()) {
+            None => offenders.push(format!(
+                "{path}: {count} json! lines; build wire documents from protocol::generated::types"
+            )),
+            Some(&most) if *count > most => offenders.push(format!(
+                "{path}: {count} json! lines, more than the {most} listed"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (path, most) in &allowed {
+        let count = listing.get(*path).copied().unwrap_or(0);
+        if count < *most {
+            offenders.push(format!(
+                "{path}: {count} json! lines, fewer than the {most} listed: lower its entry"
+            ));
+        }
+    }
+    offenders
+}
+
+fn all_sources() -> Vec<(String, String)> {
+    let root = source_root();
+    let mut all = Vec::new();
+    sources(&root, &root, &mut all);
+    all
+}
+
+#[test]
+fn wire_documents_are_built_from_generated_types() {
+    let listing = json_macro_lines(&all_sources());
+    println!("json! lines in server/src outside bin/ and test modules (file: lines):");
+    for (path, count) in &listing {
+        println!("  {path}: {count}");
+    }
+    let offenders = json_macro_offenders(&listing);
+    assert!(
+        offenders.is_empty(),
+        "hand-written json! wire documents:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn the_json_macro_check_finds_a_planted_document() {
+    let mut files = all_sources();
+    files.push((
+        "client_api/planted.rs".to_owned(),
+        "fn receipt() -> Value {\n    json!({ \"runId\": \"r1\" })\n}\n\n#[cfg(test)]\nmod tests {\n    fn fixture() { json!({}); }\n}\n"
+            .to_owned(),
+    ));
+    files.push((
+        "bin/planted.rs".to_owned(),
+        "fn scripted() { json!({}); }\n".to_owned(),
+    ));
+    let listing = json_macro_lines(&files);
+    assert_eq!(
+        listing.get("client_api/planted.rs"),
+        Some(&1),
+        "the test module is not counted"
+    );
+    assert_eq!(
+        listing.get("bin/planted.rs"),
+        None,
+        "the scripted runner is exempt"
+    );
+    let offenders = json_macro_offenders(&listing);
+    assert!(
+        offenders
+            .iter()
+            .any(|line| line.starts_with("client_api/planted.rs:")),
+        "the planted json! is reported: {offenders:?}"
+    );
+}

@@ -10,8 +10,11 @@ use crate::process;
 use kernel::topology::Topology;
 use nix::sys::signal::Signal;
 use protocol::ErrorCode;
-use protocol::generated::types::{ResolveFailureCode, RunnerMessage};
-use serde_json::{Value, json};
+use protocol::generated::constrained::{Generation, ProtocolVersion};
+use protocol::generated::types::{
+    LaunchMode, ResolveFailureCode, ResolveTarget, RunnerMessage, WorkerLaunch, WorkerSchemaId,
+};
+use serde_json::Value;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,22 +61,36 @@ pub async fn resolve(
     input: &Value,
 ) -> Result<Resolved, ResolveError> {
     let run_id = format!("resolve-{}", crate::ids::random_hex::<8>());
-    let launch = json!({
-        "schema": "pi-workflows.worker-launch.v1",
-        "mode": "resolve",
-        "runId": run_id,
-        "generation": 0,
-        "runnerEpoch": format!("{run_id}-0"),
-        "projectPath": project_path,
-        "protocolVersion": 1,
-        "resolve": { "workflow": workflow, "input": input },
-    });
-    let frame = crate::wire::frames::launch(&launch).ok_or_else(|| {
-        ResolveError::new(
-            ErrorCode::FrameTooLarge,
-            "the workflow input does not fit one 1 MiB frame",
-        )
-    })?;
+    let launch = || {
+        Some(WorkerLaunch {
+            agent_model: None,
+            definition_digest: None,
+            execution_mode: None,
+            generation: Generation::new(0)?,
+            input_hash: None,
+            mode: LaunchMode::Resolve,
+            project_path: project_path.parse().ok()?,
+            protocol_version: ProtocolVersion::new(1)?,
+            resolve: Some(ResolveTarget {
+                input: input.clone(),
+                workflow: workflow.parse().ok()?,
+            }),
+            run_id: run_id.parse().ok()?,
+            runner_epoch: format!("{run_id}-0").parse().ok()?,
+            schema: WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
+            validate: None,
+            workflow_source: None,
+        })
+    };
+    let frame = launch()
+        .as_ref()
+        .and_then(crate::wire::frames::launch)
+        .ok_or_else(|| {
+            ResolveError::new(
+                ErrorCode::FrameTooLarge,
+                "the workflow input does not fit one 1 MiB frame",
+            )
+        })?;
     let (program, args) = app.config.runner_command.split_first().ok_or_else(|| {
         ResolveError::new(
             ErrorCode::Unavailable,

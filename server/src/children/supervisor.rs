@@ -20,8 +20,9 @@ use kernel::ids::{Generation, RunId, RunnerEpochId};
 use kernel::output::{LaunchCommand, StopReason};
 use kernel::runner::{ExitKind, RunnerExit};
 use nix::sys::signal::Signal;
+use protocol::generated::constrained::ProtocolVersion;
+use protocol::generated::types::{ExecutionMode, LaunchMode, WorkerLaunch, WorkerSchemaId};
 use rusqlite::Connection;
-use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -276,35 +277,40 @@ pub fn launch_envelope(
     let Some(meta) = meta::load(connection, run_id)? else {
         return Ok(None);
     };
-    let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
     let interactive = crate::store::runs::load(connection, run_id)?
         .is_some_and(|agg| agg.run.mode.origin_session().is_some());
-    let mut launch = json!({
-        "schema": "pi-workflows.worker-launch.v1",
-        "mode": "run",
-        "runId": run_id.as_str(),
-        "generation": generation.0,
-        "runnerEpoch": runner_epoch.as_str(),
-        "projectPath": meta.project_path,
-        "workflowSource": source,
-        "definitionDigest": meta.definition_digest,
-        "inputHash": meta.input_hash,
-        "executionMode": if interactive { "interactive" } else { "headless" },
-        "protocolVersion": 1,
-    });
-    if let Some(model) = meta
-        .agent_model_json
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-    {
-        launch["agentModel"] = model;
-    }
-    Ok(
-        crate::wire::frames::launch(&launch).map(|frame| LaunchFrame {
+    let launch = || {
+        Some(WorkerLaunch {
+            agent_model: meta
+                .agent_model_json
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok()),
+            definition_digest: Some(meta.definition_digest.parse().ok()?),
+            execution_mode: Some(if interactive {
+                ExecutionMode::Interactive
+            } else {
+                ExecutionMode::Headless
+            }),
+            generation: protocol::generated::constrained::Generation::new(generation.0)?,
+            input_hash: Some(meta.input_hash.parse().ok()?),
+            mode: LaunchMode::Run,
+            project_path: meta.project_path.parse().ok()?,
+            protocol_version: ProtocolVersion::new(1)?,
+            resolve: None,
+            run_id: run_id.as_str().parse().ok()?,
+            runner_epoch: runner_epoch.as_str().parse().ok()?,
+            schema: WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
+            validate: None,
+            workflow_source: Some(serde_json::from_str(&meta.source_json).ok()?),
+        })
+    };
+    Ok(launch()
+        .as_ref()
+        .and_then(crate::wire::frames::launch)
+        .map(|frame| LaunchFrame {
             frame,
             project_path: meta.project_path,
-        }),
-    )
+        }))
 }
 
 /// Kills the process groups a runner registered and forgets them.

@@ -34,8 +34,12 @@ use crate::store::{Commit, attempts, meta, runs};
 use kernel::ids::{InteractionId, RunId, SubmissionId};
 use kernel::interaction::{self, Verdict};
 use nix::sys::signal::Signal;
-use protocol::generated::types::RunnerMessage;
-use serde_json::{Value, json};
+use protocol::generated::constrained::{Generation, ProtocolVersion};
+use protocol::generated::types::{
+    LaunchMode, ReplyOutcome, RunnerCommandKind, RunnerMessage, ServerMessage, ValidateTarget,
+    WorkerLaunch, WorkerSchemaId,
+};
+use serde_json::Value;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,7 +125,8 @@ pub fn start(app: &Arc<Context>, job: Job, takes_slot: bool) {
 /// The launch envelope and the command of the child.
 struct Prepared {
     launch: Vec<u8>,
-    command: Value,
+    command: ServerMessage,
+    generation: Generation,
     project_path: String,
 }
 
@@ -144,42 +149,52 @@ fn prepare(
         return Ok(None);
     };
     let state = attempts::run_state(connection, run_id, &meta.input_digest, &topology)?;
-    let source: Value = serde_json::from_str(&meta.source_json).unwrap_or(Value::Null);
     let generation = agg.run.lease.generation.0;
-    let launch = json!({
-        "schema": "pi-workflows.worker-launch.v1",
-        "mode": "validate",
-        "runId": run_id.as_str(),
-        "generation": generation,
-        "runnerEpoch": validator_epoch,
-        "projectPath": meta.project_path,
-        "workflowSource": source,
-        "definitionDigest": meta.definition_digest,
-        "protocolVersion": 1,
-        "validate": {
-            "nodeId": record.node_id.as_str(),
-            "attemptId": record.attempt_id.as_str(),
-            "interactionId": interaction_id.as_str(),
-            "submissionId": submission_id.as_str(),
-        },
-    });
-    let Some(launch) = crate::wire::frames::launch(&launch) else {
+    let launch = || {
+        Some(WorkerLaunch {
+            agent_model: None,
+            definition_digest: Some(meta.definition_digest.parse().ok()?),
+            execution_mode: None,
+            generation: Generation::new(generation)?,
+            input_hash: None,
+            mode: LaunchMode::Validate,
+            project_path: meta.project_path.parse().ok()?,
+            protocol_version: ProtocolVersion::new(1)?,
+            resolve: None,
+            run_id: run_id.as_str().parse().ok()?,
+            runner_epoch: validator_epoch.parse().ok()?,
+            schema: WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
+            validate: Some(ValidateTarget {
+                attempt_id: record.attempt_id.as_str().parse().ok()?,
+                interaction_id: interaction_id.as_str().parse().ok()?,
+                node_id: record.node_id.as_str().parse().ok()?,
+                submission_id: submission_id.as_str().parse().ok()?,
+            }),
+            workflow_source: Some(serde_json::from_str(&meta.source_json).ok()?),
+        })
+    };
+    let Some(launch) = launch().as_ref().and_then(crate::wire::frames::launch) else {
         return Ok(None);
     };
-    let command = json!({
-        "type": "command",
-        "schema": "pi-workflows.worker-launch.v1",
-        "runId": run_id.as_str(),
-        "generation": generation,
-        "runnerEpoch": validator_epoch,
-        "command": "validate",
-        "node": { "nodeId": record.node_id.as_str(), "attemptId": record.attempt_id.as_str(), "visit": 1 },
-        "state": { "kind": "inline", "value": state },
-        "submission": { "output": output },
-    });
+    let (Some(command), Some(generation)) = (
+        crate::wire::runner::command(
+            run_id.as_str(),
+            generation,
+            validator_epoch,
+            RunnerCommandKind::Validate,
+            (record.node_id.as_str(), record.attempt_id.as_str(), 1),
+            state,
+            None,
+            Some(output),
+        ),
+        Generation::new(generation),
+    ) else {
+        return Ok(None);
+    };
     Ok(Some(Prepared {
         launch,
         command,
+        generation,
         project_path: meta.project_path,
     }))
 }
@@ -248,16 +263,19 @@ async fn run_child(
                 break;
             };
             let message_id = crate::wire::runner::envelope(&message).message_id;
-            let reply = |outcome: &str| {
-                json!({
-                    "type": "reply",
-                    "schema": "pi-workflows.worker-launch.v1",
-                    "runId": run_id.as_str(),
-                    "generation": prepared.command["generation"],
-                    "runnerEpoch": validator_epoch,
-                    "inReplyTo": message_id,
-                    "outcome": outcome,
-                    "result": null,
+            let reply = |outcome: ReplyOutcome| {
+                Some(ServerMessage::Reply {
+                    error: None,
+                    generation: prepared.generation,
+                    in_reply_to: message_id.parse().ok()?,
+                    next: None,
+                    outcome,
+                    result: Value::Null,
+                    result_content: None,
+                    revision: None,
+                    run_id: run_id.as_str().parse().ok()?,
+                    runner_epoch: validator_epoch.parse().ok()?,
+                    schema: WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
                 })
             };
             let answer = match message {
@@ -269,13 +287,13 @@ async fn run_child(
                     if matches!(reported, Reported::Stopped) =>
                 {
                     reported = Reported::Accepted(output);
-                    Some(reply("accepted"))
+                    reply(ReplyOutcome::Accepted)
                 }
                 RunnerMessage::InteractionRejected { error, .. }
                     if matches!(reported, Reported::Stopped) =>
                 {
                     reported = Reported::Rejected(error.message.to_string());
-                    Some(reply("accepted"))
+                    reply(ReplyOutcome::Accepted)
                 }
                 RunnerMessage::RunnerExiting { .. } => break,
                 // Not part of a validation child's protocol (or a second verdict).
@@ -295,9 +313,11 @@ async fn run_child(
                 | RunnerMessage::RunnerProgress { .. }
                 | RunnerMessage::ContentRead { .. }
                 | RunnerMessage::ResolveResult { .. }
-                | RunnerMessage::ResolveFailed { .. } => Some(reply("rejected")),
+                | RunnerMessage::ResolveFailed { .. } => reply(ReplyOutcome::Rejected),
             };
-            if let Some(frame) = answer.as_ref().and_then(crate::wire::frames::runner)
+            if let Some(frame) = answer
+                .as_ref()
+                .and_then(crate::wire::frames::server_message)
                 && (input.write_all(&frame).await.is_err() || input.flush().await.is_err())
             {
                 break;

@@ -36,10 +36,11 @@ use kernel::session::{
 };
 use protocol::ErrorCode;
 use protocol::generated::types::{
-    ReportBranchPayload, SessionViewGetPayload, TurnPhase as WirePhase, TurnReportPayload,
+    ReportBranchPayload, ReportBranchReceipt, SessionView, SessionViewGetPayload,
+    TurnPhase as WirePhase, TurnReportPayload, TurnReportReceipt,
 };
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// A connection closed: the epochs it owned end (open turns stay open).
@@ -99,7 +100,7 @@ pub async fn session_view(
     let mut coordinators = app.coordinators.hold().await;
     let before = coordinate.then(|| coordinators.get(&session_id));
     let view = crate::shell::transact(app, move |connection, _now_ms| {
-        let mut view = crate::presentation::reads::session_view(connection, &session_id)?;
+        let mut view = crate::presentation::reads::session_document(connection, &session_id)?;
         add_step_sources(connection, &mut view)?;
         let Some(before) = before else {
             return Ok(Commit::Keep(((view, None), Vec::new())));
@@ -108,12 +109,18 @@ pub async fn session_view(
         // A fenced connection is given no epoch (and so no message).
         let epoch = session::epoch_of(&facts, &connection_id);
         if let Some(epoch) = epoch {
-            view["coordinatorEpoch"] = json!(epoch.0);
+            view.coordinator_epoch = Some(
+                protocol::generated::constrained::CoordinatorEpoch::new(epoch.0)
+                    .ok_or(crate::projection::run_view::OffSchema("coordinatorEpoch"))?,
+            );
             let session_facts = sessions::load(connection, &session_id, None)?;
             if let Ok(offered) = session::offer(&session_facts, &facts, &connection_id, epoch) {
                 facts = offered.coordinator;
                 if let Some(message_id) = offered.message_id {
-                    view["nextEligibleMessageId"] = json!(message_id.as_str());
+                    view.next_eligible_message_id = Some(crate::projection::run_view::to_wire(
+                        "messageId",
+                        message_id.as_str(),
+                    )?);
                 }
             }
         }
@@ -128,37 +135,31 @@ pub async fn session_view(
     });
     drop(coordinators);
     match view {
-        Ok(view) => {
-            let revision = view.get("revision").and_then(Value::as_u64);
-            response(
-                request_id,
-                "sessionView.get",
-                "accepted",
-                revision,
-                Some(view),
-                None,
-            )
-        }
+        Ok(view) => response(
+            request_id,
+            "sessionView.get",
+            "accepted",
+            Some(view.revision.get()),
+            Some(crate::wire::client::receipt(&view)),
+            None,
+        ),
         Err(error) => unavailable(request_id, "sessionView.get", &error),
     }
 }
 
 /// Adds `interactionId`, `attemptId` and `nodeId` to every step message.
-fn add_step_sources(connection: &Connection, view: &mut Value) -> rusqlite::Result<()> {
-    let Some(messages) = view.get_mut("messages").and_then(Value::as_array_mut) else {
-        return Ok(());
-    };
-    for message in messages {
-        if message.get("kind").and_then(Value::as_str) != Some("step") {
+fn add_step_sources(connection: &Connection, view: &mut SessionView) -> rusqlite::Result<()> {
+    use crate::projection::run_view::to_wire;
+    for message in &mut view.messages {
+        if message.kind != protocol::generated::types::MessageKind::Step {
             continue;
         }
-        let Some(id) = message.get("messageId").and_then(Value::as_str) else {
-            continue;
-        };
-        if let Some(source) = sessions::step_source(connection, &MessageId::new(id.to_owned()))? {
-            message["interactionId"] = json!(source.interaction_id.as_str());
-            message["attemptId"] = json!(source.attempt_id.as_str());
-            message["nodeId"] = json!(source.node_id.as_str());
+        let id = MessageId::new(message.message_id.to_string());
+        if let Some(source) = sessions::step_source(connection, &id)? {
+            message.interaction_id =
+                Some(to_wire("interactionId", source.interaction_id.as_str())?);
+            message.attempt_id = Some(to_wire("attemptId", source.attempt_id.as_str())?);
+            message.node_id = Some(to_wire("nodeId", source.node_id.as_str())?);
         }
     }
     Ok(())
@@ -233,13 +234,13 @@ pub async fn report_branch(
             &reported.follow_ups,
             now_ms,
         )?);
-        let receipt = branch_receipt(&before, &after);
+        let receipt = branch_receipt(&before, &after)?;
         let value = response(
             &request_id_owned,
             OPERATION,
             "accepted",
             None,
-            Some(receipt),
+            Some(crate::wire::client::receipt(&receipt)),
             None,
         );
         Ok(Commit::Keep(((value, Some(reported.coordinator)), outputs)))
@@ -257,7 +258,10 @@ pub async fn report_branch(
 }
 
 /// `{adopted, created, lostTurns}`: what the report changed.
-fn branch_receipt(before: &SessionFacts, after: &SessionFacts) -> Value {
+fn branch_receipt(
+    before: &SessionFacts,
+    after: &SessionFacts,
+) -> Result<ReportBranchReceipt, crate::projection::run_view::OffSchema> {
     let adopted = after
         .messages
         .iter()
@@ -290,7 +294,15 @@ fn branch_receipt(before: &SessionFacts, after: &SessionFacts) -> Value {
                 .any(|old| old.turn_id == turn.turn_id && old.state == TurnState::Open)
         })
         .count();
-    json!({ "adopted": adopted, "created": created, "lostTurns": lost })
+    let count = |field, count: usize| {
+        protocol::generated::constrained::Count::new(count as u64)
+            .ok_or(crate::projection::run_view::OffSchema(field))
+    };
+    Ok(ReportBranchReceipt {
+        adopted: count("adopted", adopted)?,
+        created: count("created", created)?,
+        lost_turns: count("lostTurns", lost)?,
+    })
 }
 
 fn fresh_ids(count: usize) -> Vec<MessageId> {
@@ -381,18 +393,22 @@ pub async fn report_turn(
             &reported.follow_ups,
             now_ms,
         )?);
-        let mut receipt = json!({
-            "ownership": crate::wire::codec_name(&reported.receipt.ownership),
-        });
-        if let Some(turn) = &reported.receipt.turn {
-            receipt["turn"] = json!(turn.turn_id.as_str());
-        }
+        use crate::projection::run_view::to_wire;
+        let receipt = TurnReportReceipt {
+            ownership: to_wire("ownership", reported.receipt.ownership)?,
+            turn: reported
+                .receipt
+                .turn
+                .as_ref()
+                .map(|turn| to_wire("turn", turn.turn_id.as_str()))
+                .transpose()?,
+        };
         let value = response(
             &request_id_owned,
             OPERATION,
             "accepted",
             None,
-            Some(receipt),
+            Some(crate::wire::client::receipt(&receipt)),
             None,
         );
         Ok(Commit::Keep((value, outputs)))

@@ -41,7 +41,7 @@ use crate::wire::client::{receipt, response};
 use kernel::ids::RunId;
 use protocol::generated::types::{ClientMessage, EmptyReceipt, ServerStopReceipt};
 use protocol::{ErrorCode, RequestPayload};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Handles one request and writes its response. A state-changing command
@@ -119,7 +119,7 @@ async fn dispatch(
     let payload_value = payload
         .as_ref()
         .and_then(|payload| serde_json::to_value(payload).ok())
-        .unwrap_or(json!({}));
+        .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
     let request = Request {
         request_id: request_id.to_string(),
         client_id: client_id.to_string(),

@@ -3,14 +3,17 @@
 
 use super::request::{Request, not_found, unavailable};
 use crate::context::Context;
+use crate::projection::run_view::to_wire;
 use crate::store::Commit;
-use crate::wire::client::response;
+use crate::wire::client::{receipt as receipt_value, response};
 use kernel::ids::SessionId;
 use protocol::ErrorCode;
+use protocol::generated::constrained::Count;
 use protocol::generated::types::{
-    RunsListPayload, SessionPayload, ViewContentPayload, ViewPagePayload, WorkflowsListPayload,
+    RunListReceipt, RunsListPayload, SessionPayload, ViewContentPayload, ViewPagePayload,
+    WorkflowListReceipt, WorkflowSummary, WorkflowsListPayload,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 pub(super) async fn runs_list(
@@ -28,24 +31,29 @@ pub(super) async fn runs_list(
     let page = app
         .store
         .read(move |connection| {
-            crate::presentation::reads::run_list(connection, cursor.as_deref(), limit, max_bytes)
+            let (rows, next, revision) = crate::presentation::reads::run_list_rows(
+                connection,
+                cursor.as_deref(),
+                limit,
+                max_bytes,
+            )?;
+            let receipt = RunListReceipt {
+                next_cursor: next.map(|next| to_wire("nextCursor", next)).transpose()?,
+                revision: crate::projection::run_view::revision(revision)?,
+                rows,
+            };
+            Ok((receipt, revision))
         })
         .await;
     match page {
-        Ok((rows, next, revision)) => {
-            let mut receipt = json!({ "revision": revision, "rows": rows });
-            if let Some(next) = next {
-                receipt["nextCursor"] = json!(next);
-            }
-            response(
-                &request.request_id,
-                "runs.list",
-                "accepted",
-                Some(revision),
-                Some(receipt),
-                None,
-            )
-        }
+        Ok((receipt, revision)) => response(
+            &request.request_id,
+            "runs.list",
+            "accepted",
+            Some(revision),
+            Some(receipt_value(&receipt)),
+            None,
+        ),
         Err(_) => unavailable(request),
     }
 }
@@ -76,17 +84,14 @@ pub(super) async fn view_page(
         })
         .await;
     match page {
-        Ok(Some(page)) => {
-            let revision = page.get("revision").and_then(Value::as_u64);
-            response(
-                &request.request_id,
-                "view.page",
-                "accepted",
-                revision,
-                Some(page),
-                None,
-            )
-        }
+        Ok(Some(page)) => response(
+            &request.request_id,
+            "view.page",
+            "accepted",
+            Some(page.revision.get()),
+            Some(receipt_value(&page)),
+            None,
+        ),
         Ok(None) => not_found(request, "no run with this id; check `pi-workflows runs`"),
         Err(_) => unavailable(request),
     }
@@ -100,15 +105,14 @@ pub(super) async fn view_content(
     let Some(run_id) = request.run_id.clone() else {
         return not_found(request, "view.content needs a runId");
     };
-    // `presentation::reads` verifies references in their wire form.
-    let reference = serde_json::to_value(&payload.reference).unwrap_or(Value::Null);
+    let reference = payload.reference;
     let offset = payload.offset.get() as usize;
     let length = payload.length.get() as usize;
     let chunk = app
         .store
         .read(move |connection| {
             crate::presentation::reads::content_chunk(
-                connection, &run_id, &reference, offset, length,
+                connection, &run_id, reference, offset, length,
             )
         })
         .await;
@@ -118,7 +122,7 @@ pub(super) async fn view_content(
             "view.content",
             "accepted",
             None,
-            Some(chunk),
+            Some(receipt_value(&chunk)),
             None,
         ),
         Ok(Err(message)) => response(
@@ -149,9 +153,7 @@ pub(super) async fn clear_terminal(
             "sessionView.clearTerminal",
             "accepted",
             None,
-            Some(crate::wire::client::receipt(
-                &protocol::generated::types::EmptyReceipt {},
-            )),
+            Some(receipt_value(&protocol::generated::types::EmptyReceipt {})),
             None,
         ),
         Err(_) => unavailable(request),
@@ -170,22 +172,38 @@ pub(super) fn workflows_list(
     );
     let offset = payload.offset.map_or(0, |offset| offset.get() as usize);
     let limit = payload.limit.map_or(50, |limit| limit.get() as usize);
-    let page: Vec<Value> = found
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|found| json!({ "name": found.name, "source": found.origin.as_str() }))
-        .collect();
-    let mut receipt = json!({ "workflows": page, "total": found.len() });
-    if offset + limit < found.len() {
-        receipt["nextOffset"] = json!(offset + limit);
+    let typed = || -> Option<WorkflowListReceipt> {
+        let workflows = found
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|found| {
+                Some(WorkflowSummary {
+                    name: found.name.parse().ok()?,
+                    source: found.origin.as_str().parse().ok()?,
+                    title: None,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(WorkflowListReceipt {
+            next_offset: if offset + limit < found.len() {
+                Some(Count::new((offset + limit) as u64)?)
+            } else {
+                None
+            },
+            total: Count::new(found.len() as u64)?,
+            workflows,
+        })
+    };
+    match typed() {
+        Some(receipt) => response(
+            &request.request_id,
+            "workflows.list",
+            "accepted",
+            None,
+            Some(receipt_value(&receipt)),
+            None,
+        ),
+        None => unavailable(request),
     }
-    response(
-        &request.request_id,
-        "workflows.list",
-        "accepted",
-        None,
-        Some(receipt),
-        None,
-    )
 }

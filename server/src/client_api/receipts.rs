@@ -18,7 +18,7 @@ use kernel::receipt::{
 };
 use protocol::ErrorCode;
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// What a command's execution decided.
@@ -32,11 +32,16 @@ pub(super) struct Executed {
 }
 
 impl Executed {
-    pub(super) fn accepted(revision: Revision, receipt: Value, outputs: Vec<Output>) -> Self {
+    /// An accepted command with its receipt of a generated receipt type.
+    pub(super) fn accepted<T: serde::Serialize>(
+        revision: Revision,
+        receipt: &T,
+        outputs: Vec<Output>,
+    ) -> Self {
         Self {
             outcome: CommandOutcome::Accepted,
             revision: Some(revision),
-            receipt: Some(receipt),
+            receipt: Some(crate::wire::client::receipt(receipt)),
             error: None,
             outputs,
         }
@@ -99,9 +104,30 @@ pub(super) fn identity(request: &Request) -> Result<Identity, Value> {
     })
 }
 
-/// The stored body of a receipt: what a retry's response repeats.
-pub(super) fn receipt_body(executed: &Executed) -> Value {
-    json!({ "receipt": executed.receipt, "error": executed.error.as_ref().map(|(code, message)| json!({"code": code.to_string(), "message": message})) })
+/// The stored body of a receipt: what a retry's response repeats (both
+/// fields are always written, `null` when absent).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct ReceiptBody {
+    receipt: Option<Value>,
+    error: Option<StoredError>,
+}
+
+/// The error of a stored receipt body.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredError {
+    code: ErrorCode,
+    message: String,
+}
+
+/// The stored body of `executed`.
+pub(super) fn receipt_body(executed: &Executed) -> ReceiptBody {
+    ReceiptBody {
+        receipt: executed.receipt.clone(),
+        error: executed.error.as_ref().map(|(code, message)| StoredError {
+            code: *code,
+            message: message.clone(),
+        }),
+    }
 }
 
 /// Looks up the stored receipt of a command: `Some(response)` when it is
@@ -145,28 +171,17 @@ pub(super) fn lookup(
                 .or(by_key)
                 .map(|(_, json)| json)
                 .unwrap_or_default();
-            let body: Value = serde_json::from_str(&json_text).unwrap_or(Value::Null);
+            let body: Option<ReceiptBody> = serde_json::from_str(&json_text).ok();
             let outcome = crate::wire::codec_name(&stored.adopted_outcome());
-            let error = body.get("error").and_then(|error| {
-                Some((
-                    error.get("code")?.as_str()?.to_owned(),
-                    error.get("message")?.as_str()?.to_owned(),
-                ))
-            });
-            let mut value = response(
+            let (receipt, error) = body.map_or((None, None), |body| (body.receipt, body.error));
+            Some(response(
                 &request.request_id,
                 &request.operation,
                 &outcome,
                 stored.revision.map(|revision| revision.0),
-                body.get("receipt")
-                    .filter(|receipt| !receipt.is_null())
-                    .cloned(),
-                None,
-            );
-            if let Some((code, message)) = error {
-                value["error"] = json!({ "code": code.to_string(), "message": message });
-            }
-            Some(value)
+                receipt.filter(|receipt| !receipt.is_null()),
+                error.map(|error| (error.code, error.message)),
+            ))
         }
     })
 }
@@ -191,17 +206,14 @@ where
             let executed = execute(connection, now_ms)?;
             let outcome = crate::wire::codec_name(&executed.outcome);
             let body = receipt_body(&executed);
-            let mut value = response(
+            let value = response(
                 &request_for_job.request_id,
                 &request_for_job.operation,
                 &outcome,
                 executed.revision.map(|revision| revision.0),
                 executed.receipt.clone(),
-                None,
+                executed.error.clone(),
             );
-            if let Some((code, message)) = &executed.error {
-                value["error"] = json!({ "code": code.to_string(), "message": message });
-            }
             let body_text = serde_json::to_string(&body).unwrap_or_default();
             let digest = crate::ids::sha256(body_text.as_bytes());
             match receipt::record(

@@ -6,6 +6,7 @@ use super::receipts::{Executed, command, precheck};
 use super::request::Request;
 use crate::children::resolver;
 use crate::context::Context;
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::runs;
@@ -16,10 +17,11 @@ use kernel::receipt::CommandOutcome;
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
 use protocol::ErrorCode;
 use protocol::generated::types::{
-    ExecutionMode as WireExecutionMode, RunControlReceipt, RunStartPayload,
+    CheckpointAnswerReceipt, ExecutionMode as WireExecutionMode, RunControlReceipt,
+    RunRestartReceipt, RunStartPayload, RunStartReceipt,
 };
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 pub(super) async fn run_start(
@@ -127,8 +129,11 @@ pub(super) async fn run_start(
         meta::insert_run(connection, &meta, &mode, None, now_ms)?;
         let revision = reserved.facts.run.revision;
         let outputs = crate::shell::write_transition(connection, None, reserved, &[], now_ms)?;
-        let receipt = json!({ "runId": run_id.as_str(), "revision": revision.0 });
-        Ok(Executed::accepted(revision, receipt, outputs))
+        let receipt = RunStartReceipt {
+            revision: crate::projection::run_view::revision(revision.0)?,
+            run_id: to_wire("runId", run_id.as_str())?,
+        };
+        Ok(Executed::accepted(revision, &receipt, outputs))
     })
     .await
 }
@@ -208,7 +213,7 @@ pub(super) async fn run_command(
         match decided {
             Ok(transition) => {
                 let revision = transition.facts.run.revision;
-                let receipt = control_receipt(&transition.facts);
+                let receipt = control_receipt(&transition.facts)?;
                 let outputs = crate::shell::write_step(
                     connection,
                     &before,
@@ -216,7 +221,7 @@ pub(super) async fn run_command(
                     &[],
                     now_ms,
                 )?;
-                Ok(Executed::accepted(revision, receipt, outputs))
+                Ok(Executed::accepted(revision, &receipt, outputs))
             }
             Err(rejection) => Ok(Executed::rejected(&rejection)),
         }
@@ -224,15 +229,12 @@ pub(super) async fn run_command(
     .await
 }
 
-pub(super) fn control_receipt(agg: &RunAggregate) -> Value {
-    let typed = || {
-        Some(RunControlReceipt {
-            revision: protocol::generated::constrained::Revision::new(agg.run.revision.0)?,
-            run_id: agg.run.run_id.as_str().parse().ok()?,
-            status: crate::wire::codec_name(&agg.run.status).parse().ok()?,
-        })
-    };
-    typed().map_or(Value::Null, |typed| crate::wire::client::receipt(&typed))
+pub(super) fn control_receipt(agg: &RunAggregate) -> Result<RunControlReceipt, OffSchema> {
+    Ok(RunControlReceipt {
+        revision: crate::projection::run_view::revision(agg.run.revision.0)?,
+        run_id: to_wire("runId", agg.run.run_id.as_str())?,
+        status: to_wire("status", agg.run.status)?,
+    })
 }
 
 /// `run.restart`: the kernel's restart rule over the run's terminal
@@ -279,13 +281,13 @@ pub(super) fn restart(
     let outputs = crate::shell::write_transition(connection, None, transition, &[], now_ms)?;
     // Whether the chain's other runs may restart changed with this one.
     runs::mark_restart_chain(connection, before.run.restart_root())?;
-    let receipt = json!({
-        "runId": before.run.run_id.as_str(),
-        "revision": before.run.revision.0,
-        "status": crate::wire::codec_name(&before.run.status),
-        "newRunId": new_run_id.as_str(),
-    });
-    Ok(Executed::accepted(revision, receipt, outputs))
+    let receipt = RunRestartReceipt {
+        new_run_id: to_wire("newRunId", new_run_id.as_str())?,
+        revision: crate::projection::run_view::revision(before.run.revision.0)?,
+        run_id: to_wire("runId", before.run.run_id.as_str())?,
+        status: to_wire("status", before.run.status)?,
+    };
+    Ok(Executed::accepted(revision, &receipt, outputs))
 }
 
 /// `checkpoint.answer`: the answer becomes the continuation's input.
@@ -338,8 +340,14 @@ pub(super) fn answer_checkpoint(
     );
     match prepared {
         Ok(kernel::decision::PrepareOutcome::Adopted { child_run_id }) => {
-            let receipt = json!({ "continuationRunId": child_run_id.as_str() });
-            Ok(Executed::accepted(parent.run.revision, receipt, Vec::new()))
+            let receipt = CheckpointAnswerReceipt {
+                continuation_run_id: to_wire("continuationRunId", child_run_id.as_str())?,
+            };
+            Ok(Executed::accepted(
+                parent.run.revision,
+                &receipt,
+                Vec::new(),
+            ))
         }
         Ok(kernel::decision::PrepareOutcome::Prepared(reserved)) => {
             blobs::put(connection, &answer, blobs::JSON, now_ms)?;
@@ -377,8 +385,10 @@ pub(super) fn answer_checkpoint(
                 &[],
                 now_ms,
             )?);
-            let receipt = json!({ "continuationRunId": child_run_id.as_str() });
-            Ok(Executed::accepted(revision, receipt, outputs))
+            let receipt = CheckpointAnswerReceipt {
+                continuation_run_id: to_wire("continuationRunId", child_run_id.as_str())?,
+            };
+            Ok(Executed::accepted(revision, &receipt, outputs))
         }
         // Every refusal keeps its own code (`kernel::reject`): a protected
         // decision is `decisionRequired`, another answer `conflict`, a run

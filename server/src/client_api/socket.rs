@@ -37,7 +37,6 @@ use crate::wire::PACKAGE_VERSION;
 use crate::wire::client::{Outbox, Outgoing, error_frame, frame};
 use bytes::BytesMut;
 use protocol::generated::types::{ClientMessage, HelloRole};
-use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,6 +148,24 @@ fn refuse(mut stream: UnixStream, cap: usize) {
 }
 
 /// The closing frame of a connection that stopped reading its replies.
+/// The server's hello: the first frame on every connection.
+fn server_hello(server_epoch: u64) -> Vec<u8> {
+    let hello = || {
+        Some(ClientMessage::Hello {
+            client_id: None,
+            package_version: PACKAGE_VERSION.parse().ok()?,
+            protocol_version: protocol::generated::constrained::ProtocolVersion::new(1)?,
+            role: HelloRole::Server,
+            schema: protocol::generated::types::ClientSchemaId::PiWorkflowsClientV1,
+            server_epoch: protocol::generated::constrained::ServerEpoch::new(server_epoch),
+        })
+    };
+    hello()
+        .as_ref()
+        .and_then(crate::wire::frames::client_message)
+        .unwrap_or_else(|| error_frame("internal", "the server hello did not fit its schema"))
+}
+
 fn stalled_frame(limits: &ConnectionLimits) -> Vec<u8> {
     error_frame(
         "rateLimited",
@@ -246,14 +263,7 @@ async fn connection(app: Arc<Context>, stream: UnixStream, slot: Slot) {
             crate::ids::random_hex::<8>()
         )),
     };
-    let hello = frame(&json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "hello",
-        "role": "server",
-        "protocolVersion": 1,
-        "packageVersion": PACKAGE_VERSION,
-        "serverEpoch": app.epoch.0,
-    }));
+    let hello = server_hello(app.epoch.0);
     outbox.send(hello).await;
     let subscriptions = Subscriptions::new();
     let mut tasks = JoinSet::new();
@@ -463,17 +473,19 @@ async fn read_frames(
                     ));
                 }
                 if package_version.as_str() != PACKAGE_VERSION {
-                    return End::Close(frame(&json!({
-                        "schema": "pi-workflows.client.v1",
-                        "type": "response",
-                        "requestId": "hello",
-                        "operation": "server.status",
-                        "outcome": "unavailable",
-                        "error": {
-                            "code": "packageVersionMismatch",
-                            "message": format!("this server is pi-workflows {PACKAGE_VERSION}; install matching pi-workflows packages"),
-                        },
-                    })));
+                    return End::Close(frame(&crate::wire::client::response(
+                        "hello",
+                        "server.status",
+                        "unavailable",
+                        None,
+                        None,
+                        Some((
+                            protocol::ErrorCode::PackageVersionMismatch,
+                            format!(
+                                "this server is pi-workflows {PACKAGE_VERSION}; install matching pi-workflows packages"
+                            ),
+                        )),
+                    )));
                 }
                 greeted = true;
             }
@@ -574,6 +586,7 @@ async fn request_slot(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_message_over_one_frame_becomes_a_bounded_answer_to_the_same_requester() {
@@ -592,7 +605,10 @@ mod tests {
 
         let event = json!({
             "schema": "pi-workflows.client.v1", "type": "event", "subscriptionId": "sub-1",
-            "revision": 4, "event": { "kind": "page", "page": { "pad": big } },
+            "revision": 4,
+            "event": { "kind": "page", "page": {
+                "collection": "steps", "items": [{ "pad": big }], "revision": 4,
+            } },
         });
         let decoded = protocol::decode_client_frame(&frame(&event)).expect("a valid frame");
         let value = serde_json::to_value(&decoded.message).unwrap();

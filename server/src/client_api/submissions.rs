@@ -27,8 +27,11 @@ use kernel::ids::{
 };
 use kernel::interaction::{self, NewSubmission, SubmissionOutcome, SubmitAuthority, Submitted};
 use protocol::ErrorCode;
-use protocol::generated::types::{InteractionAuthority, InteractionSubmitPayload};
-use serde_json::{Value, json};
+use protocol::generated::types::{
+    AcceptedSubmission, InteractionAuthority, InteractionSubmitPayload, InteractionSubmitReceipt,
+    SafeError,
+};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// How the job ended: the submission to wait for, or the response now.
@@ -219,17 +222,25 @@ fn unavailable(request_id: &str, error: &crate::store::StoreError) -> Value {
     )
 }
 
-/// The receipt of a settled submission.
+/// The receipt of a settled submission (`Value::Null`, which `response`
+/// answers as off its schema, should a stored fact not fit its type).
 fn receipt(stored: &Stored) -> Value {
-    let mut receipt = json!({
-        "submissionId": stored.record.submission_id.as_str(),
-        "outcome": crate::wire::codec_name(&stored.record.outcome),
-    });
-    if let Some(message) = &stored.error_message {
-        receipt["error"] = json!({ "code": "validationFailed", "message": message });
-    }
-    if let Some(output) = &stored.accepted_output {
-        receipt["accepted"] = json!({ "output": output });
-    }
-    receipt
+    let typed = || -> Option<InteractionSubmitReceipt> {
+        Some(InteractionSubmitReceipt {
+            accepted: stored
+                .accepted_output
+                .clone()
+                .map(|output| AcceptedSubmission { output }),
+            error: match &stored.error_message {
+                Some(message) => Some(SafeError {
+                    code: ErrorCode::ValidationFailed,
+                    message: message.chars().take(512).collect::<String>().parse().ok()?,
+                }),
+                None => None,
+            },
+            outcome: crate::projection::run_view::to_wire("outcome", stored.record.outcome).ok()?,
+            submission_id: stored.record.submission_id.as_str().parse().ok()?,
+        })
+    };
+    typed().map_or(Value::Null, |typed| crate::wire::client::receipt(&typed))
 }

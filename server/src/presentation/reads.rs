@@ -17,7 +17,7 @@ use base64::Engine as _;
 use kernel::ids::{RunId, SessionId};
 use protocol::generated::types as wire;
 use rusqlite::Connection;
-use serde::{Deserialize as _, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 /// Rows per run-list page unless the client asks for fewer.
@@ -31,24 +31,6 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 pub const TERMINAL_RETENTION_MS: u64 = 60_000;
 /// Byte budget of the origin-session message window.
 pub const SESSION_WINDOW_BYTES: usize = 256 * 1024;
-
-/// A typed document as the JSON value a response carries (until the
-/// response builder takes typed receipts).
-fn as_value<T: Serialize>(document: &T) -> rusqlite::Result<Value> {
-    Ok(serde_json::to_value(document).map_err(|_| OffSchema("document"))?)
-}
-
-/// One page of the run list: rows, the next cursor and the list revision.
-pub fn run_list(
-    connection: &Connection,
-    cursor: Option<&str>,
-    limit: usize,
-    max_bytes: Option<usize>,
-) -> rusqlite::Result<(Vec<Value>, Option<String>, u64)> {
-    let (rows, next, revision) = run_list_rows(connection, cursor, limit, max_bytes)?;
-    let rows = rows.iter().map(as_value).collect::<rusqlite::Result<_>>()?;
-    Ok((rows, next, revision))
-}
 
 /// One page of the run list as typed rows, the next cursor and the list
 /// revision.
@@ -123,7 +105,7 @@ pub fn view_page(
     cursor: Option<&str>,
     limit: usize,
     max_bytes: usize,
-) -> rusqlite::Result<Option<Value>> {
+) -> rusqlite::Result<Option<wire::ViewPage>> {
     if crate::store::runs::load_current(connection, run_id)?.is_none() {
         return Ok(None);
     }
@@ -131,8 +113,13 @@ pub fn view_page(
     let offset: usize = cursor.and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
     let limit = limit.clamp(1, 1000);
     let collection: wire::PageCollection = to_wire("collection", collection)?;
+    // A page's items are any JSON in the schema (each collection has its
+    // own item type): the typed items become values here.
     fn values<T: Serialize>(items: Vec<T>) -> rusqlite::Result<Vec<Value>> {
-        items.iter().map(as_value).collect()
+        items
+            .iter()
+            .map(|item| Ok(serde_json::to_value(item).map_err(|_| OffSchema("item"))?))
+            .collect()
     }
     let items: Vec<Value> = match collection {
         wire::PageCollection::Steps => {
@@ -178,20 +165,17 @@ pub fn view_page(
             .transpose()?,
         revision: crate::projection::run_view::revision(revision)?,
     };
-    Ok(Some(as_value(&page)?))
+    Ok(Some(page))
 }
 
 /// One chunk of referenced content of `run_id`.
 pub fn content_chunk(
     connection: &Connection,
     run_id: &RunId,
-    reference: &Value,
+    reference: wire::ContentReference,
     offset: usize,
     length: usize,
-) -> rusqlite::Result<Result<Value, &'static str>> {
-    let Ok(reference) = wire::ContentReference::deserialize(reference) else {
-        return Ok(Err("the reference is malformed"));
-    };
+) -> rusqlite::Result<Result<wire::ContentChunk, &'static str>> {
     let media_type = reference.media_type.as_str();
     let Some(digest) = crate::ids::parse_digest(Some(reference.digest.as_str())) else {
         return Ok(Err("the reference digest is malformed"));
@@ -226,7 +210,7 @@ pub fn content_chunk(
             .ok_or(OffSchema("offset"))?,
         reference,
     };
-    Ok(Ok(as_value(&chunk)?))
+    Ok(Ok(chunk))
 }
 
 /// One part of stored content: base64 of at most `length` (and at most
@@ -249,12 +233,6 @@ pub fn part_of(
         .min(bytes.len());
     let data = base64::engine::general_purpose::STANDARD.encode(&bytes[offset..end]);
     Ok((data, end == bytes.len()))
-}
-
-/// The origin-session view from one consistent read, as the JSON value a
-/// response carries (see [`session_document`]).
-pub fn session_view(connection: &Connection, session: &SessionId) -> rusqlite::Result<Value> {
-    as_value(&session_document(connection, session)?)
 }
 
 /// The origin-session view from one consistent read: the active run view

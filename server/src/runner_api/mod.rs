@@ -1215,20 +1215,27 @@ fn ready(
         } => {
             let state =
                 attempts::run_state(connection, &runner.run_id, &meta.input_digest, &topology)?;
-            let mut command = json!({
-                "type": "command",
-                "schema": "pi-workflows.worker-launch.v1",
-                "runId": runner.run_id.as_str(),
-                "generation": runner.generation.0,
-                "runnerEpoch": runner.runner_epoch.as_str(),
-                "command": command_name(&runner.command),
-                "node": { "nodeId": node_id.as_str(), "attemptId": attempt_id.as_str(), "visit": visit },
-                "state": { "kind": "inline", "value": state },
-            });
-            if let LaunchCommand::Continue { parent_run_id, .. } = &runner.command {
-                command["parentRunId"] = json!(parent_run_id.as_str());
-            }
-            command
+            let parent_run_id = match &runner.command {
+                LaunchCommand::Continue { parent_run_id, .. } => Some(parent_run_id.as_str()),
+                LaunchCommand::Start | LaunchCommand::Resume | LaunchCommand::Restart { .. } => {
+                    None
+                }
+            };
+            crate::wire::runner::command(
+                runner.run_id.as_str(),
+                runner.generation.0,
+                runner.runner_epoch.as_str(),
+                command_kind(&runner.command),
+                (node_id.as_str(), attempt_id.as_str(), u64::from(*visit)),
+                state,
+                parent_run_id,
+                None,
+            )
+            .and_then(|command| serde_json::to_value(command).ok())
+            .unwrap_or_else(|| {
+                crate::log::line("a runner command did not fit its schema type");
+                Value::Null
+            })
         }
         Dispatch::Exit { .. } => with_next(
             reply(runner, message_id, "accepted", Some(revision), Value::Null),
@@ -1238,12 +1245,12 @@ fn ready(
     Ok(decided(transition, answer, None))
 }
 
-fn command_name(command: &LaunchCommand) -> &'static str {
+fn command_kind(command: &LaunchCommand) -> wire::RunnerCommandKind {
     match command {
-        LaunchCommand::Start => "start",
-        LaunchCommand::Resume => "resume",
-        LaunchCommand::Continue { .. } => "continue",
-        LaunchCommand::Restart { .. } => "restart",
+        LaunchCommand::Start => wire::RunnerCommandKind::Start,
+        LaunchCommand::Resume => wire::RunnerCommandKind::Resume,
+        LaunchCommand::Continue { .. } => wire::RunnerCommandKind::Continue,
+        LaunchCommand::Restart { .. } => wire::RunnerCommandKind::Restart,
     }
 }
 

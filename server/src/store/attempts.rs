@@ -13,7 +13,7 @@ use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::ids::{AttemptId, Digest, NodeId, RunId};
 use kernel::topology::Topology;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// The stored payload of a finished attempt.
 #[derive(Debug, Default)]
@@ -145,7 +145,8 @@ pub(crate) fn run_state(
     run_id: &RunId,
     input_digest: &Digest,
     topology: &Topology,
-) -> rusqlite::Result<Value> {
+) -> rusqlite::Result<protocol::generated::types::RunState> {
+    use crate::projection::run_view::{OffSchema, to_wire};
     let input = blobs::get_json(connection, input_digest)?;
     let mut statement = connection.prepare_cached(
         "SELECT attempt_id, node_id, outcome, started_at_ms, finished_at_ms, output_digest, error_message
@@ -164,12 +165,16 @@ pub(crate) fn run_state(
         result_order.push(node_id.clone());
         results.insert(node_id, record);
     }
-    Ok(json!({
-        "input": input,
-        "results": results,
-        "resultOrder": result_order,
-        "steps": steps,
-    }))
+    Ok(protocol::generated::types::RunState {
+        input,
+        result_order: result_order
+            .iter()
+            .map(|id| to_wire("resultOrder", id))
+            .collect::<Result<_, _>>()?,
+        results: protocol::generated::types::JsonObject(results),
+        steps: protocol::generated::constrained::Count::new(steps as u64)
+            .ok_or(OffSchema("steps"))?,
+    })
 }
 
 /// The final output of a completed run: the output of its last `ok` step.

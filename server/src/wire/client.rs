@@ -4,8 +4,11 @@
 
 use protocol::ErrorCode;
 use protocol::generated::constrained::Revision;
-use protocol::generated::types::{ClientMessage, ClientSchemaId, JsonObject, SafeError};
-use serde_json::{Value, json};
+use protocol::generated::types::{
+    Availability, ClientEvent, ClientMessage, ClientSchemaId, CommandOutcome, JsonObject, SafeError,
+};
+use serde::Deserialize as _;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 /// A receipt of a generated receipt type, as the `receipt` of a response
@@ -130,36 +133,54 @@ pub fn frame(value: &Value) -> Vec<u8> {
     if let Some(frame) = crate::wire::frames::client(value) {
         return frame;
     }
-    let substitute = match value.get("type").and_then(Value::as_str) {
-        Some("response") => json!({
-            "schema": "pi-workflows.client.v1",
-            "type": "response",
-            "requestId": value["requestId"],
-            "operation": value["operation"],
-            "outcome": "unavailable",
-            "error": { "code": "frameTooLarge", "message": "the response did not fit one 1 MiB frame; report this server bug" },
-        }),
-        Some("event") => json!({
-            "schema": "pi-workflows.client.v1",
-            "type": "event",
-            "subscriptionId": value["subscriptionId"],
-            "revision": value["revision"],
-            "event": { "kind": "availability", "state": "unavailable", "reason": "frameTooLarge: the event did not fit one 1 MiB frame; report this server bug" },
-        }),
-        _ => return error_frame("internal", "the reply did not fit a frame"),
-    };
-    crate::wire::frames::client(&substitute)
-        .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
+    match ClientMessage::deserialize(value) {
+        Ok(ClientMessage::Response {
+            request_id,
+            operation,
+            ..
+        }) => {
+            let substitute = || {
+                Some(ClientMessage::Response {
+                    error: Some(SafeError {
+                        code: ErrorCode::FrameTooLarge,
+                        message: "the response did not fit one 1 MiB frame; report this server bug"
+                            .parse()
+                            .ok()?,
+                    }),
+                    operation,
+                    outcome: CommandOutcome::Unavailable,
+                    receipt: None,
+                    request_id,
+                    revision: None,
+                    schema: ClientSchemaId::PiWorkflowsClientV1,
+                })
+            };
+            substitute()
+                .as_ref()
+                .and_then(crate::wire::frames::client_message)
+                .unwrap_or_else(|| error_frame("internal", "the reply did not fit a frame"))
+        }
+        // `frames::event` substitutes an event that does not fit.
+        Ok(ClientMessage::Event {
+            event,
+            revision,
+            subscription_id,
+            ..
+        }) => crate::wire::frames::event(&subscription_id, revision.get(), event),
+        Ok(ClientMessage::Hello { .. } | ClientMessage::Request { .. }) | Err(_) => {
+            error_frame("internal", "the reply did not fit a frame")
+        }
+    }
 }
 
 /// The bounded error frame sent before a connection closes.
 pub(crate) fn error_frame(code: &str, message: &str) -> Vec<u8> {
-    crate::wire::frames::client(&json!({
-        "schema": "pi-workflows.client.v1",
-        "type": "event",
-        "subscriptionId": "connection",
-        "revision": 0,
-        "event": { "kind": "availability", "state": "unavailable", "reason": format!("{code}: {message}") },
-    }))
-    .unwrap_or_default()
+    let event = ClientEvent::Availability {
+        reason: format!("{code}: {message}").parse().ok(),
+        state: Availability::Unavailable,
+    };
+    match "connection".parse() {
+        Ok(subscription_id) => crate::wire::frames::event(&subscription_id, 0, event),
+        Err(_) => Vec::new(),
+    }
 }
