@@ -62,6 +62,31 @@ impl EncodedUpdate {
             text: String::from_utf8(bytes).unwrap_or_default(),
         }
     }
+
+    /// The kernel's input for publishing this data under `key` (a fresh
+    /// update id), the same for a runner's `node.update` and the tool's
+    /// `interaction.update`.
+    fn input(
+        &self,
+        key: &str,
+        attempt_id: AttemptId,
+        update_type: String,
+        update_key: String,
+    ) -> UpdateInput {
+        UpdateInput {
+            idempotency_key: IdempotencyKey::new(key),
+            update_id: UpdateId::new(format!("upd_{}", crate::ids::random_hex::<8>())),
+            attempt_id,
+            update_type,
+            key: update_key,
+            data: UpdateData {
+                kind: self.kind,
+                encoded_bytes: self.text.len() as u64,
+                depth: self.depth,
+                digest: self.digest,
+            },
+        }
+    }
 }
 
 /// The nesting depth of a JSON value: arrays and objects count one level
@@ -97,19 +122,7 @@ pub(crate) fn runner_update(
         runner_epoch: runner.runner_epoch.clone(),
         ttl_ms,
     };
-    let input = UpdateInput {
-        idempotency_key: IdempotencyKey::new(key),
-        update_id: UpdateId::new(format!("upd_{}", crate::ids::random_hex::<8>())),
-        attempt_id,
-        update_type,
-        key: update_key,
-        data: UpdateData {
-            kind: data.kind,
-            encoded_bytes: data.text.len() as u64,
-            depth: data.depth,
-            digest: data.digest,
-        },
-    };
+    let input = data.input(key, attempt_id, update_type, update_key);
     let lookup = UpdateLookup {
         by_idempotency_key: loaded.stored.as_ref(),
         pair_is_current: loaded.pair_is_current,
@@ -228,19 +241,7 @@ pub async fn tool_update(
                 &update_key,
                 now_ms,
             )?;
-            let input = UpdateInput {
-                idempotency_key: IdempotencyKey::new(key.as_str()),
-                update_id: UpdateId::new(format!("upd_{}", crate::ids::random_hex::<8>())),
-                attempt_id,
-                update_type,
-                key: update_key,
-                data: UpdateData {
-                    kind: data.kind,
-                    encoded_bytes: data.text.len() as u64,
-                    depth: data.depth,
-                    digest: data.digest,
-                },
-            };
+            let input = data.input(&key, attempt_id, update_type, update_key);
             let lookup = UpdateLookup {
                 by_idempotency_key: loaded.stored.as_ref(),
                 pair_is_current: loaded.pair_is_current,
