@@ -14,7 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step line says how long the suite has run so far (CI's limit is 30
+# minutes on 2 cores), so the log shows where the time goes.
+started_at=$SECONDS
+step() { printf '\n==> [%ds] %s\n' "$((SECONDS - started_at))" "$*"; }
 
 step "test tools (strace for the checkpoint-kill test and piw's open trace, unshare for the full-disk tests, tmux for piw's and Pi's TUI tests)"
 # server/tests/storage_faults.rs kills the server inside a checkpoint write
@@ -89,4 +92,4 @@ scripts/conformance.sh
 step "fuzz: every libFuzzer target for 12 s on the committed corpus (scripts/fuzz.sh ci)"
 scripts/fuzz.sh ci 12
 
-printf '\nall suites passed\n'
+printf '\nall suites passed in %ds\n' "$((SECONDS - started_at))"
