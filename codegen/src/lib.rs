@@ -67,9 +67,10 @@ pub fn generate(root: &Path) -> Result<Vec<Output>, String> {
     out.push(Output {
         path: PathBuf::from("sdk-ts/src/generated/types.ts"),
         contents: format!(
-            "// {HEADER}\n\n{}{}",
+            "// {HEADER}\n\n{}{}\n{}",
             ts::generate(&bundle)?,
-            wire::ts_state_changing(&bundle)?
+            wire::ts_state_changing(&bundle)?,
+            wire::ts_reply_results(&bundle)?
         ),
     });
     for channel in VALIDATOR_CHANNELS {

@@ -119,7 +119,8 @@ fn for_typify(bundle: &Bundle, value: &Value) -> Result<Value, String> {
                     | "not"
                     | "$schema"
                     | "$id"
-                    | crate::wire::STATE_CHANGING => {}
+                    | crate::wire::STATE_CHANGING
+                    | crate::wire::REPLY_RESULT => {}
                     "$ref" => {
                         let name = bundle.ref_name(v.as_str().ok_or("$ref")?)?;
                         out.insert(k.clone(), Value::String(format!("#/$defs/{name}")));

@@ -10,6 +10,8 @@
 //! - arrays with `uniqueItems`, `minItems` or `maxItems` are `$defs` entries;
 //! - unions are an inline `oneOf` of titled objects with
 //!   `additionalProperties: false` and a required `const` tag property;
+//! - a nullable value is `oneOf: [{$ref}, {type: null}]`, only as a required
+//!   property (Rust `Option<T>` written as `null`, TypeScript `T | null`);
 //! - an optional property is never an array, a map, or any-JSON (`{}`): the
 //!   Rust types would accept `[]`/`{}`/`null` there differently from ajv;
 //! - `allOf` appears only as the `if {P const} then {Q $ref}` correlation.
@@ -172,6 +174,10 @@ impl Bundle {
                 "{at}: type arrays ({types:?}) are not in the profile"
             ));
         }
+        if let Some(reference) = nullable(schema) {
+            self.ref_name(reference)?;
+            return Ok(());
+        }
         let ty = obj.get("type").and_then(Value::as_str);
         match ty {
             Some("integer") => {
@@ -226,6 +232,10 @@ impl Bundle {
             for (prop, s) in props {
                 let here = format!("{at}.{prop}");
                 self.check_schema(&here, s, false, titles)?;
+                if nullable(s).is_some() && !required.contains(prop.as_str()) {
+                    // Absent and `null` would be one Rust `None`.
+                    return Err(format!("{here}: a nullable property must be required"));
+                }
                 if !required.contains(prop.as_str()) {
                     // Inline arrays and maps become `Vec`/`Map` fields that
                     // typify defaults when absent (so `[]` re-encodes as
@@ -367,6 +377,23 @@ impl Bundle {
             }
         }
         Ok(out)
+    }
+}
+
+/// The `$ref` of a nullable value: `oneOf: [{$ref}, {type: null}]` (nothing
+/// else beside it but a description).
+pub fn nullable(schema: &Value) -> Option<&str> {
+    let obj = schema.as_object()?;
+    if obj.keys().any(|k| k != "oneOf" && k != "description") {
+        return None;
+    }
+    match obj.get("oneOf")?.as_array()?.as_slice() {
+        [reference, null] if null == &serde_json::json!({ "type": "null" }) => {
+            let reference = reference.as_object()?;
+            (reference.len() == 1).then_some(())?;
+            reference.get("$ref")?.as_str()
+        }
+        _ => None,
     }
 }
 

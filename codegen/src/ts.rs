@@ -26,6 +26,9 @@ fn type_expr(bundle: &Bundle, schema: &Value) -> Result<String, String> {
     if let Some(c) = schema.get("const") {
         return Ok(c.to_string());
     }
+    if let Some(reference) = crate::schema::nullable(schema) {
+        return Ok(format!("{} | null", bundle.ref_name(reference)?));
+    }
     if let Some(values) = enum_values(schema) {
         return Ok(values
             .iter()

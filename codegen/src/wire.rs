@@ -9,11 +9,19 @@
 //!   kernel's enums to `protocol`'s (a new code does not compile until both
 //!   sides have it);
 //! - the `STATE_CHANGING_OPERATIONS` constant of the TypeScript types
-//!   ([`ts_state_changing`]).
+//!   ([`ts_state_changing`]);
+//! - the `ReplyResultByMessageType` map and `REPLY_RESULT_TYPES` of the
+//!   TypeScript types ([`ts_reply_results`]).
 //!
 //! `x-stateChanging` is an annotation on `client.v1`'s `Operation` enum: the
 //! list of operations that store a durable receipt. Codegen checks that
 //! every listed name is one of the enum's values.
+//!
+//! `x-replyResult` is an annotation on a variant of `runner.v1`'s
+//! `RunnerMessage`: the types the `result` of an accepted reply to that
+//! message may have (a reply names no message type, so the schema cannot
+//! correlate them with `if/then`). Codegen checks that every name is a
+//! closed object of the bundle.
 
 use std::fmt::Write as _;
 
@@ -24,6 +32,52 @@ use crate::schema::{Bundle, enum_values};
 
 /// The annotation that lists the state-changing operations.
 pub const STATE_CHANGING: &str = "x-stateChanging";
+
+/// The annotation that names the result types of a runner message's reply.
+pub const REPLY_RESULT: &str = "x-replyResult";
+
+/// `(message type, result type names)` of every `RunnerMessage` variant
+/// with `x-replyResult`, in schema order.
+pub fn reply_results(bundle: &Bundle) -> Result<Vec<(String, Vec<String>)>, String> {
+    let variants = bundle
+        .defs
+        .get("RunnerMessage")
+        .and_then(|message| message.get("oneOf"))
+        .and_then(Value::as_array)
+        .ok_or("$defs/RunnerMessage must be a union")?;
+    let mut out = Vec::new();
+    for variant in variants {
+        let Some(names) = variant.get(REPLY_RESULT) else {
+            continue;
+        };
+        let title = variant["title"].as_str().unwrap_or_default();
+        let (_, message_type) = crate::schema::variant_tag(variant)
+            .ok_or_else(|| format!("RunnerMessage/{title}: no tag"))?;
+        let names = names
+            .as_array()
+            .filter(|names| !names.is_empty())
+            .ok_or_else(|| format!("RunnerMessage/{title}: {REPLY_RESULT} must list type names"))?
+            .iter()
+            .map(|name| {
+                let name = name
+                    .as_str()
+                    .ok_or_else(|| format!("RunnerMessage/{title}: {REPLY_RESULT}"))?;
+                let closed = bundle.defs.get(name).is_some_and(|def| {
+                    def.get("type").and_then(Value::as_str) == Some("object")
+                        && def.get("additionalProperties") == Some(&Value::Bool(false))
+                });
+                if !closed {
+                    return Err(format!(
+                        "RunnerMessage/{title}: {REPLY_RESULT} names {name}, not a closed object of the schemas"
+                    ));
+                }
+                Ok(name.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        out.push((message_type, names));
+    }
+    Ok(out)
+}
 
 fn values_of(bundle: &Bundle, name: &str) -> Result<Vec<String>, String> {
     let def = bundle
@@ -155,4 +209,30 @@ pub fn ts_state_changing(bundle: &Bundle) -> Result<String, String> {
         "/** The operations that store a durable receipt (`x-stateChanging` on client.v1's Operation): they get an idempotency key. */\n\
          export const STATE_CHANGING_OPERATIONS: ReadonlySet<Operation> = new Set<Operation>([\n{list}]);\n"
     ))
+}
+
+/// The TypeScript map of reply results (appended to `types.ts`).
+pub fn ts_reply_results(bundle: &Bundle) -> Result<String, String> {
+    let results = reply_results(bundle)?;
+    let mut s = String::from(
+        "/** The `result` of an accepted reply, by the type of the runner message it answers (`x-replyResult` on runner.v1's RunnerMessage variants); every other reply's result is null. */\n\
+         export interface ReplyResultByMessageType {\n",
+    );
+    for (message, names) in &results {
+        let _ = writeln!(s, "  {message:?}: {};", names.join(" | "));
+    }
+    s.push_str(
+        "}\n\n/** The result type names of each message of ReplyResultByMessageType (the runner validators have a `validate<Name>` for each). */\n\
+         export const REPLY_RESULT_TYPES: { readonly [T in keyof ReplyResultByMessageType]: readonly string[] } = {\n",
+    );
+    for (message, names) in &results {
+        let list = names
+            .iter()
+            .map(|name| format!("{name:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(s, "  {message:?}: [{list}],");
+    }
+    s.push_str("};\n");
+    Ok(s)
 }

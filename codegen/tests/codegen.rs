@@ -99,4 +99,46 @@ fn the_profile_check_rejects_what_the_generators_cannot_keep_in_agreement() {
             .unwrap_err()
             .contains("type arrays")
     );
+    // A nullable property must be required: absent and null would be one
+    // Rust `None`.
+    let optional_nullable = serde_json::json!({"type":"object","additionalProperties":false,"required":[],
+        "properties":{"id":{"oneOf":[{"$ref":"common.v1.schema.json#/$defs/MessageId"},{"type":"null"}]}}});
+    assert!(
+        with_def("client", "EmptyPayload", optional_nullable)
+            .unwrap_err()
+            .contains("nullable property must be required")
+    );
+    let null_beside_two = serde_json::json!({"type":"object","additionalProperties":false,"required":["id"],
+        "properties":{"id":{"oneOf":[{"$ref":"common.v1.schema.json#/$defs/MessageId"},
+            {"$ref":"common.v1.schema.json#/$defs/RunId"},{"type":"null"}]}}});
+    assert!(with_def("client", "EmptyPayload", null_beside_two).is_err());
+}
+
+/// The reply result types of the real schemas, and an `x-replyResult` that
+/// names no closed object is refused.
+#[test]
+fn reply_results_name_closed_objects_of_the_schemas() {
+    let bundle = Bundle::load(&codegen::repo_root().join("protocol")).expect("schemas load");
+    let results = codegen::wire::reply_results(&bundle).expect("the annotation is in the profile");
+    assert_eq!(
+        results
+            .iter()
+            .map(|(message, names)| format!("{message}: {}", names.join(" | ")))
+            .collect::<Vec<_>>(),
+        [
+            "node.update: NodeUpdateResult",
+            "interaction.requested: InteractionRequestResult",
+            "notification.requested: NotificationResult",
+            "effect.reserve: EffectReservation | EffectAdoption",
+            "effect.settle: EffectSettlement | EffectAdoption",
+        ]
+    );
+    let mut message = bundle.defs["RunnerMessage"].clone();
+    message["oneOf"][0]["x-replyResult"] = serde_json::json!(["SettleState"]);
+    let planted = with_def("runner", "RunnerMessage", message).expect("the schemas load");
+    assert!(
+        codegen::wire::reply_results(&planted)
+            .unwrap_err()
+            .contains("names SettleState, not a closed object")
+    );
 }

@@ -29,6 +29,15 @@ if (!dir || !Object.hasOwn(CHANNELS, channel ?? "")) {
   console.error(`usage: compile-validators.mjs <protocol-dir> <${Object.keys(CHANNELS).join("|")}>`);
   process.exit(2);
 }
+// The runner also checks the result of an accepted reply against the types
+// its message's x-replyResult names (codegen checks the names): one
+// validate<Name> per named type.
+const runnerSchema = JSON.parse(fs.readFileSync(path.join(dir, "runner.v1.schema.json"), "utf8"));
+for (const variant of runnerSchema.$defs.RunnerMessage.oneOf) {
+  for (const name of variant["x-replyResult"] ?? []) {
+    CHANNELS.runner[`validate${name}`] = `${BASE}runner.v1.schema.json#/$defs/${name}`;
+  }
+}
 const ajv = new Ajv2020({
   strict: true,
   strictTypes: true,
@@ -40,6 +49,8 @@ const ajv = new Ajv2020({
 });
 // client.v1's Operation lists its state-changing operations (codegen reads it).
 ajv.addKeyword({ keyword: "x-stateChanging", schemaType: "array" });
+// runner.v1's RunnerMessage variants name their reply result types.
+ajv.addKeyword({ keyword: "x-replyResult", schemaType: "array" });
 for (const name of ["common", "run-view", "client", "runner"]) {
   const schema = JSON.parse(fs.readFileSync(path.join(dir, `${name}.v1.schema.json`), "utf8"));
   ajv.addSchema(schema);

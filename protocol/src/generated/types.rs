@@ -353,6 +353,57 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentModelThinking {
         value.parse()
     }
 }
+///The state of an effect the runner applies now.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ApplyingState {
+    #[serde(rename = "applying")]
+    Applying,
+}
+impl ::std::fmt::Display for ApplyingState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Applying => f.write_str("applying"),
+        }
+    }
+}
+impl ::std::str::FromStr for ApplyingState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "applying" => Ok(Self::Applying),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ApplyingState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ApplyingState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
 ///A node attempt id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -1677,6 +1728,18 @@ impl ::std::convert::TryFrom<::std::string::String> for DisplayStatus {
         value.parse()
     }
 }
+///The result of an effect.reserve or effect.settle whose effect already settled: the runner does not apply it again and uses the stored result (null when none was stored).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EffectAdoption {
+    #[serde(rename = "attemptNumber")]
+    pub attempt_number: super::constrained::AttemptNumber,
+    #[serde(rename = "effectId")]
+    pub effect_id: EffectId,
+    ///Any JSON value.
+    pub result: ::serde_json::Value,
+    pub state: SettleState,
+}
 ///A managed effect id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -1752,6 +1815,24 @@ pub struct EffectRecoverReceipt {
     #[serde(rename = "effectId")]
     pub effect_id: EffectId,
     pub state: EffectState,
+}
+///The result of an accepted effect.reserve: the runner applies the effect now, as attempt attemptNumber of the key the engine made.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EffectReservation {
+    #[serde(rename = "attemptNumber")]
+    pub attempt_number: super::constrained::AttemptNumber,
+    #[serde(rename = "effectId")]
+    pub effect_id: EffectId,
+    pub state: ApplyingState,
+}
+///The result of an accepted effect.settle: the state the effect settled to.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EffectSettlement {
+    #[serde(rename = "effectId")]
+    pub effect_id: EffectId,
+    pub state: SettleState,
 }
 ///The state of a managed effect.
 #[derive(
@@ -2850,6 +2931,13 @@ impl ::std::convert::TryFrom<::std::string::String> for InteractionKind {
         value.parse()
     }
 }
+///The result of an accepted interaction.requested: the request's id.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InteractionRequestResult {
+    #[serde(rename = "interactionId")]
+    pub interaction_id: InteractionId,
+}
 ///Submit the output of a pending interaction; the response settles after validation.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -3701,6 +3789,14 @@ pub struct NodeUpdate {
     #[serde(rename = "type")]
     pub type_: UpdateType,
 }
+///The result of an accepted node.update: the stored update and its sequence number (the run revision it made).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeUpdateResult {
+    pub seq: super::constrained::Sequence,
+    #[serde(rename = "updateId")]
+    pub update_id: UpdateId,
+}
 ///A notification kind.
 #[derive(
     ::serde::Deserialize,
@@ -3755,6 +3851,23 @@ impl ::std::convert::TryFrom<::std::string::String> for NotificationKind {
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///The result of an accepted notification.requested, which is also the notify node's output: the notification message and its origin session for an interactive run; for a headless run (no session to notify) both are null and text keeps the message.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationResult {
+    #[serde(
+        rename = "notificationId",
+        deserialize_with = "::std::option::Option::deserialize"
+    )]
+    pub notification_id: ::std::option::Option<MessageId>,
+    #[serde(
+        rename = "targetSessionId",
+        deserialize_with = "::std::option::Option::deserialize"
+    )]
+    pub target_session_id: ::std::option::Option<SessionId>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub text: ::std::option::Option<InlineText>,
 }
 ///The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS.
 #[derive(
@@ -5949,7 +6062,7 @@ The one explicit command after runner.ready. continue names the waiting checkpoi
     },
     /**Reply
 
-The reply to one runner message. result is null when the message has none. A result that would not fit one frame is null and travels as resultContent: a digest-bound reference to its canonical JSON (application/json), read with content.read.*/
+The reply to one runner message. result is null, except in an accepted reply to a message whose variant has x-replyResult: then it is one of the types named there (codegen turns the annotation into the SDK's ReplyResultByMessageType and its checks). A result that would not fit one frame is null and travels as resultContent: a digest-bound reference to its canonical JSON (application/json), read with content.read.*/
     #[serde(rename = "reply")]
     Reply {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -5960,7 +6073,7 @@ The reply to one runner message. result is null when the message has none. A res
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         next: ::std::option::Option<ReplyNext>,
         outcome: ReplyOutcome,
-        ///Any JSON value.
+        ///Any JSON value (see the reply's description).
         result: ::serde_json::Value,
         #[serde(
             rename = "resultContent",

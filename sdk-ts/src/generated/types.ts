@@ -33,6 +33,12 @@ export interface AgentModel {
   "thinking"?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh";
 }
 
+/** The state of an effect the runner applies now. */
+export type ApplyingState = "applying";
+
+/** Every value of ApplyingState, in schema order. */
+export const ApplyingStateValues: readonly ApplyingState[] = ["applying"];
+
 /** A node attempt id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type AttemptId = string;
 
@@ -352,6 +358,15 @@ export const DisplayStatusValues: readonly DisplayStatus[] = ["queued", "running
 /** A duration in milliseconds. Capped at 2^53-1. */
 export type DurationMs = number;
 
+/** The result of an effect.reserve or effect.settle whose effect already settled: the runner does not apply it again and uses the stored result (null when none was stored). */
+export interface EffectAdoption {
+  "attemptNumber": AttemptNumber;
+  "effectId": EffectId;
+  /** Any JSON value. */
+  "result": JsonValue;
+  "state": SettleState;
+}
+
 /** A managed effect id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type EffectId = string;
 
@@ -366,6 +381,19 @@ export interface EffectRecoverReceipt {
   "attemptNumber": AttemptNumber;
   "effectId": EffectId;
   "state": EffectState;
+}
+
+/** The result of an accepted effect.reserve: the runner applies the effect now, as attempt attemptNumber of the key the engine made. */
+export interface EffectReservation {
+  "attemptNumber": AttemptNumber;
+  "effectId": EffectId;
+  "state": ApplyingState;
+}
+
+/** The result of an accepted effect.settle: the state the effect settled to. */
+export interface EffectSettlement {
+  "effectId": EffectId;
+  "state": SettleState;
 }
 
 /** The state of a managed effect. */
@@ -491,6 +519,11 @@ export type InteractionKind = "agent" | "checkpoint" | "decision" | "visibleResp
 /** Every value of InteractionKind, in schema order. */
 export const InteractionKindValues: readonly InteractionKind[] = ["agent", "checkpoint", "decision", "visibleResponse"];
 
+/** The result of an accepted interaction.requested: the request's id. */
+export interface InteractionRequestResult {
+  "interactionId": InteractionId;
+}
+
 /** Submit the output of a pending interaction; the response settles after validation. */
 export interface InteractionSubmitPayload {
   "attemptId": AttemptId;
@@ -609,11 +642,24 @@ export interface NodeUpdate {
   "type": UpdateType;
 }
 
+/** The result of an accepted node.update: the stored update and its sequence number (the run revision it made). */
+export interface NodeUpdateResult {
+  "seq": Sequence;
+  "updateId": UpdateId;
+}
+
 /** A notification kind. */
 export type NotificationKind = "progress" | "final";
 
 /** Every value of NotificationKind, in schema order. */
 export const NotificationKindValues: readonly NotificationKind[] = ["progress", "final"];
+
+/** The result of an accepted notification.requested, which is also the notify node's output: the notification message and its origin session for an interactive run; for a headless run (no session to notify) both are null and text keeps the message. */
+export interface NotificationResult {
+  "notificationId": MessageId | null;
+  "targetSessionId": SessionId | null;
+  "text"?: InlineText;
+}
 
 /** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
 export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
@@ -1228,14 +1274,14 @@ export interface RunnerCommand {
   "type": "command";
 }
 
-/** The reply to one runner message. result is null when the message has none. A result that would not fit one frame is null and travels as resultContent: a digest-bound reference to its canonical JSON (application/json), read with content.read. */
+/** The reply to one runner message. result is null, except in an accepted reply to a message whose variant has x-replyResult: then it is one of the types named there (codegen turns the annotation into the SDK's ReplyResultByMessageType and its checks). A result that would not fit one frame is null and travels as resultContent: a digest-bound reference to its canonical JSON (application/json), read with content.read. */
 export interface Reply {
   "error"?: SafeError;
   "generation": Generation;
   "inReplyTo": MessageId;
   "next"?: ReplyNext;
   "outcome": ReplyOutcome;
-  /** Any JSON value. */
+  /** Any JSON value (see the reply's description). */
   "result": JsonValue;
   "resultContent"?: ContentReference;
   "revision"?: Revision;
@@ -1872,3 +1918,21 @@ export const STATE_CHANGING_OPERATIONS: ReadonlySet<Operation> = new Set<Operati
   "channel.reload",
   "channel.recover",
 ]);
+
+/** The `result` of an accepted reply, by the type of the runner message it answers (`x-replyResult` on runner.v1's RunnerMessage variants); every other reply's result is null. */
+export interface ReplyResultByMessageType {
+  "node.update": NodeUpdateResult;
+  "interaction.requested": InteractionRequestResult;
+  "notification.requested": NotificationResult;
+  "effect.reserve": EffectReservation | EffectAdoption;
+  "effect.settle": EffectSettlement | EffectAdoption;
+}
+
+/** The result type names of each message of ReplyResultByMessageType (the runner validators have a `validate<Name>` for each). */
+export const REPLY_RESULT_TYPES: { readonly [T in keyof ReplyResultByMessageType]: readonly string[] } = {
+  "node.update": ["NodeUpdateResult"],
+  "interaction.requested": ["InteractionRequestResult"],
+  "notification.requested": ["NotificationResult"],
+  "effect.reserve": ["EffectReservation", "EffectAdoption"],
+  "effect.settle": ["EffectSettlement", "EffectAdoption"],
+};
