@@ -245,6 +245,44 @@ pub enum RunEvent {
     },
 }
 
+impl RunEvent {
+    /// The event's `kind` as stored (its serde tag), for the events table's
+    /// `kind` column (one arm each: a new event names its kind here).
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Reserved => "reserved",
+            Self::Admitted { .. } => "admitted",
+            Self::RunnerReady { .. } => "runnerReady",
+            Self::NodeStarted { .. } => "nodeStarted",
+            Self::NodeFinished { .. } => "nodeFinished",
+            Self::NodeFailed { .. } => "nodeFailed",
+            Self::Parked { .. } => "parked",
+            Self::Waiting { .. } => "waiting",
+            Self::Paused => "paused",
+            Self::Resumed => "resumed",
+            Self::Cancelled => "cancelled",
+            Self::Completed => "completed",
+            Self::Failed { .. } => "failed",
+            Self::TimedOut => "timedOut",
+            Self::Restarted { .. } => "restarted",
+            Self::Continued { .. } => "continued",
+            Self::ControlClaimed { .. } => "controlClaimed",
+            Self::EffectAmbiguous { .. } => "effectAmbiguous",
+            Self::EffectApplying { .. } => "effectApplying",
+            Self::EffectSettled { .. } => "effectSettled",
+            Self::EffectRecovered { .. } => "effectRecovered",
+            Self::DecisionAccepted { .. } => "decisionAccepted",
+            Self::DecisionExpired { .. } => "decisionExpired",
+            Self::RunnerExited { .. } => "runnerExited",
+            Self::ProtocolRejected { .. } => "protocolRejected",
+            Self::UpdatePublished { .. } => "updatePublished",
+            Self::InteractionRequested { .. } => "interactionRequested",
+            Self::SubmissionAccepted { .. } => "submissionAccepted",
+            Self::SubmissionRejected { .. } => "submissionRejected",
+        }
+    }
+}
+
 /// Something the shell must do.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
@@ -286,4 +324,121 @@ pub enum Output {
     Schedule,
     /// Ask for an automatic retention sweep once the server is idle.
     RequestRetentionSweep,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Digest, EffectId};
+    use alloc::vec;
+
+    /// One event of every kind.
+    fn every_event() -> Vec<RunEvent> {
+        let attempt = || AttemptId::new("att-1");
+        let node = || NodeId::new("a");
+        let interaction = || InteractionId::new("int-1");
+        let submission = || SubmissionId::new("sub-1");
+        vec![
+            RunEvent::Reserved,
+            RunEvent::Admitted {
+                generation: Generation(1),
+            },
+            RunEvent::RunnerReady {
+                runner_epoch: RunnerEpochId::new("epoch-1"),
+            },
+            RunEvent::NodeStarted {
+                node_id: node(),
+                attempt_id: attempt(),
+            },
+            RunEvent::NodeFinished {
+                node_id: node(),
+                attempt_id: attempt(),
+            },
+            RunEvent::NodeFailed {
+                node_id: node(),
+                attempt_id: attempt(),
+            },
+            RunEvent::Parked {
+                reason: crate::run::ParkReason::Drained,
+            },
+            RunEvent::Waiting { node_id: node() },
+            RunEvent::Paused,
+            RunEvent::Resumed,
+            RunEvent::Cancelled,
+            RunEvent::Completed,
+            RunEvent::Failed {
+                class: crate::run::FailureClass::NodeFailed,
+            },
+            RunEvent::TimedOut,
+            RunEvent::Restarted {
+                new_run_id: RunId::new("run-2"),
+            },
+            RunEvent::Continued {
+                continuation_run_id: RunId::new("run-3"),
+            },
+            RunEvent::ControlClaimed {
+                generation: Generation(2),
+            },
+            RunEvent::EffectAmbiguous {
+                effect_type: "http".into(),
+            },
+            RunEvent::EffectApplying {
+                effect_id: EffectId::new("eff-1"),
+                attempt_number: 1,
+            },
+            RunEvent::EffectSettled {
+                effect_id: EffectId::new("eff-1"),
+                state: crate::effect::EffectState::Applied,
+            },
+            RunEvent::EffectRecovered {
+                effect_id: EffectId::new("eff-1"),
+                action: crate::effect::RecoveryAction::Confirm,
+            },
+            RunEvent::DecisionAccepted {
+                decision_id: crate::ids::DecisionId::new("dec-1"),
+                provenance: crate::decision::Provenance::Human,
+            },
+            RunEvent::DecisionExpired {
+                decision_id: crate::ids::DecisionId::new("dec-1"),
+            },
+            RunEvent::RunnerExited {
+                runner_epoch: RunnerEpochId::new("epoch-1"),
+                outcome: crate::runner::RunnerOutcome::Exited,
+            },
+            RunEvent::ProtocolRejected {
+                check: crate::runner::ProtocolCheck::Schema,
+            },
+            RunEvent::UpdatePublished {
+                update_id: crate::updates::UpdateId::new("upd_1"),
+                update_type: "progress".into(),
+                key: "k".into(),
+                data_digest: Digest([0; 32]),
+            },
+            RunEvent::InteractionRequested {
+                interaction_id: interaction(),
+                attempt_id: attempt(),
+            },
+            RunEvent::SubmissionAccepted {
+                interaction_id: interaction(),
+                submission_id: submission(),
+            },
+            RunEvent::SubmissionRejected {
+                interaction_id: interaction(),
+                submission_id: submission(),
+                cause: crate::interaction::RejectionCause::Invalid,
+            },
+        ]
+    }
+
+    #[test]
+    fn an_events_kind_is_its_stored_tag() {
+        for event in every_event() {
+            let stored = serde_json::to_value(&event).unwrap();
+            assert_eq!(
+                stored.get("kind").and_then(serde_json::Value::as_str),
+                Some(event.kind()),
+                "{event:?}"
+            );
+        }
+    }
 }

@@ -1229,23 +1229,12 @@ pub(crate) fn write_events(
             statement.execute(params![
                 run_id.as_str(),
                 i64_of(now_ms),
-                event_kind(event),
+                event.kind(),
                 json(event)
             ])?;
         }
     }
     Ok(())
-}
-
-fn event_kind(event: &RunEvent) -> String {
-    match serde_json::to_value(event) {
-        Ok(serde_json::Value::Object(map)) => map
-            .get("kind")
-            .and_then(|kind| kind.as_str())
-            .unwrap_or("event")
-            .to_owned(),
-        _ => "event".to_owned(),
-    }
 }
 
 /// Stores the message text of a run's terminal error beside its class.
