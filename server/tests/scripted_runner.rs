@@ -824,7 +824,8 @@ fn a_crash_while_applying_leaves_the_effect_unsettled() {
     runner.reply(
         &reserve,
         "accepted",
-        json!({"effectId": "effect-1", "state": "reserved", "attemptNumber": 2}),
+        // An operator retry: the effect's second attempt applies now.
+        json!({"effectId": "effect-1", "state": "applying", "attemptNumber": 2}),
         None,
     );
     runner.expect_exit(3);

@@ -1,5 +1,5 @@
 //! What a runner-message handler answers: the transition to write, the
-//! reply's `result` and a follow-up write ([`Answer`]), or why the message
+//! reply's typed `result` and a follow-up write ([`Answer`]), or why the message
 //! was refused ([`Refusal`], its code from the kernel's rejection). Shared
 //! by the dispatcher (`runner_api`) and its sub-handlers, so none of them
 //! depends on the dispatcher.
@@ -9,14 +9,16 @@ use kernel::reject::Coded;
 use kernel::run::{Rejection, RunAggregate};
 use kernel::runner::ProtocolCheck;
 use rusqlite::Connection;
-use serde_json::Value;
+
+use crate::runner_api::reply::ReplyResult;
 
 /// A write that follows the aggregate write of the same job (rows the
 /// transition just created).
 pub(crate) type Extra = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()>>;
 /// A message decision: the transition to write, the reply's `result`, and a
 /// follow-up write.
-pub(crate) type Answer = Result<(Option<Transition<RunAggregate>>, Value, Option<Extra>), Refusal>;
+pub(crate) type Answer =
+    Result<(Option<Transition<RunAggregate>>, ReplyResult, Option<Extra>), Refusal>;
 
 /// Why a runner message was refused: a closed wire code, a static message,
 /// whether the runner lost its claim (then it must exit), and the protocol

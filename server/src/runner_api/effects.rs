@@ -6,17 +6,23 @@
 //! two nodes or two visits never share a key.
 
 use crate::context::runners::Runner;
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::runner_api::answer::{Answer, Refusal};
+use crate::runner_api::reply::ReplyResult;
 use crate::store::blobs::{self, Blob};
 use crate::store::runs;
 use kernel::effect::{
-    self, EffectRecord, EffectRejection, ReserveRequest, Reserved, SettleOutcome, SettleReport,
-    Settled,
+    self, EffectRecord, EffectRejection, EffectState, ReserveRequest, Reserved, SettleOutcome,
+    SettleReport, Settled,
 };
 use kernel::ids::{AttemptId, EffectId};
 use kernel::run::RunAggregate;
+use protocol::generated::constrained::AttemptNumber;
+use protocol::generated::types::{
+    ApplyingState, EffectAdoption, EffectReservation, EffectSettlement, SettleState,
+};
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Decides one `effect.reserve` of the runner.
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
@@ -65,11 +71,18 @@ pub(crate) fn reserve(
             transition,
             effect_id,
             attempt_number,
-        }) => Ok((
-            Some(transition),
-            json!({ "effectId": effect_id.as_str(), "state": "applying", "attemptNumber": attempt_number }),
-            None,
-        )),
+        }) => {
+            let reservation = EffectReservation {
+                attempt_number: attempt_number_of(attempt_number)?,
+                effect_id: to_wire("effectId", effect_id.as_str())?,
+                state: ApplyingState::Applying,
+            };
+            Ok((
+                Some(transition),
+                ReplyResult::EffectReservation(reservation),
+                None,
+            ))
+        }
         Ok(Reserved::Adopt { effect }) => Ok((None, adopted(connection, &effect)?, None)),
         Err(rejection) => Err(refusal(rejection)),
     })
@@ -116,14 +129,16 @@ pub(crate) fn settle(
     Ok(match decided {
         Ok(Settled::Commit(transition)) => {
             blobs::put(connection, &result, blobs::JSON, now_ms)?;
-            let state = if outcome == SettleOutcome::Applied {
-                "applied"
-            } else {
-                "rejected"
+            let settlement = EffectSettlement {
+                effect_id: to_wire("effectId", effect_id.as_str())?,
+                state: match outcome {
+                    SettleOutcome::Applied => SettleState::Applied,
+                    SettleOutcome::Rejected => SettleState::Rejected,
+                },
             };
             Ok((
                 Some(transition),
-                json!({ "effectId": effect_id.as_str(), "state": state }),
+                ReplyResult::EffectSettlement(settlement),
                 None,
             ))
         }
@@ -133,19 +148,33 @@ pub(crate) fn settle(
 }
 
 /// The reply result for an effect that already settled: the runner skips
-/// execution and uses the stored result.
-fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<Value> {
+/// execution and uses the stored result. The kernel adopts only an
+/// `applied` or `rejected` effect; any other state here is a server bug and
+/// fails the message's transaction.
+fn adopted(connection: &Connection, effect: &EffectRecord) -> rusqlite::Result<ReplyResult> {
+    let state = match effect.state {
+        EffectState::Applied => SettleState::Applied,
+        EffectState::Rejected => SettleState::Rejected,
+        EffectState::Reserved
+        | EffectState::Applying
+        | EffectState::Cancelled
+        | EffectState::Ambiguous => return Err(OffSchema("state").into()),
+    };
     let result = match &effect.result_digest {
         Some(digest) => blobs::get_json(connection, digest)?,
         None => Value::Null,
     };
-    let state = crate::wire::codec_name(&effect.state);
-    Ok(json!({
-        "effectId": effect.effect_id.as_str(),
-        "state": state,
-        "attemptNumber": effect.attempt_number,
-        "result": result,
+    Ok(ReplyResult::EffectAdoption(EffectAdoption {
+        attempt_number: attempt_number_of(effect.attempt_number)?,
+        effect_id: to_wire("effectId", effect.effect_id.as_str())?,
+        result,
+        state,
     }))
+}
+
+/// An effect's attempt number as the wire types it (from 1).
+fn attempt_number_of(attempt_number: u32) -> Result<AttemptNumber, OffSchema> {
+    AttemptNumber::new(u64::from(attempt_number)).ok_or(OffSchema("attemptNumber"))
 }
 
 fn refusal(rejection: EffectRejection) -> Refusal {

@@ -6,15 +6,17 @@
 //! transaction; the runner then exits and the origin session does the work.
 
 use crate::context::runners::Runner;
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::runner_api::answer::{Answer, Refusal};
+use crate::runner_api::reply::ReplyResult;
 use crate::store::blobs::Blob;
 use crate::store::meta;
 use kernel::ids::{AttemptId, InteractionId, MessageId};
 use kernel::interaction::{self, InteractionKind, RequestProposal, Requested};
 use kernel::run::RunAggregate;
-use protocol::generated::types::Content;
+use protocol::generated::types::{Content, InteractionRequestResult};
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The prompt and contract of a request, encoded before the transaction,
 /// and the id its initial step message gets.
@@ -70,32 +72,34 @@ pub(crate) fn requested(
         message_id: message_id.clone(),
         message_order: order,
     };
-    Ok(
-        match interaction::request(
-            before,
-            &runner.authority,
-            &runner.runner_epoch,
-            proposal,
-            now_ms,
-            ttl_ms,
-        ) {
-            Ok(Requested::Created(transition)) => {
-                let interaction_id = transition
-                    .facts
-                    .interaction
-                    .as_ref()
-                    .map(|record| record.interaction_id.0.clone());
-                let result = json!({ "interactionId": interaction_id });
-                // The initial step message is written with the prompt as its
-                // content (`EncodedRequest::message_id`).
-                Ok((Some(transition), result, None))
-            }
-            Ok(Requested::Adopted(record)) => Ok((
-                None,
-                json!({ "interactionId": record.interaction_id.0 }),
-                None,
-            )),
-            Err(rejection) => Err(Refusal::of(&rejection)),
-        },
-    )
+    let decided = interaction::request(
+        before,
+        &runner.authority,
+        &runner.runner_epoch,
+        proposal,
+        now_ms,
+        ttl_ms,
+    );
+    Ok(match decided {
+        Ok(Requested::Created(transition)) => {
+            // The new request is in the transition's facts (a transition
+            // without it would be a kernel bug: the message's transaction
+            // fails). The initial step message is written with the prompt
+            // as its content (`EncodedRequest::message_id`).
+            let Some(record) = transition.facts.interaction.as_ref() else {
+                return Err(OffSchema("interactionId").into());
+            };
+            let result = result_of(&record.interaction_id)?;
+            Ok((Some(transition), result, None))
+        }
+        Ok(Requested::Adopted(record)) => Ok((None, result_of(&record.interaction_id)?, None)),
+        Err(rejection) => Err(Refusal::of(&rejection)),
+    })
+}
+
+/// The reply result naming a request.
+fn result_of(interaction_id: &InteractionId) -> rusqlite::Result<ReplyResult> {
+    Ok(ReplyResult::InteractionRequest(InteractionRequestResult {
+        interaction_id: to_wire("interactionId", interaction_id.as_str())?,
+    }))
 }

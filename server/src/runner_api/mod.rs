@@ -17,6 +17,7 @@
 pub mod answer;
 pub mod effects;
 pub mod interactions;
+pub mod reply;
 pub mod transfer;
 pub mod updates;
 
@@ -24,6 +25,7 @@ use crate::children::supervisor;
 use crate::context::Context;
 use crate::context::runners::Runner;
 use crate::process::{self, ProcessIdentity};
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
@@ -38,12 +40,14 @@ use kernel::run::{
     self, FailureClass, ParkReason, ReasonKind, Rejection, RunAggregate, RunError, Terminal,
 };
 use kernel::runner::ProtocolCheck;
-use protocol::generated::constrained::{Generation, Revision, Visit};
+use protocol::ErrorCode;
 use protocol::generated::types::{
-    self as wire, ActionReceipt, Content, ContentReference, RunnerMessage,
+    self as wire, ActionReceipt, Content, ContentReference, NotificationResult, ReplyOutcome,
+    RunnerMessage, ServerMessage,
 };
+use reply::{Addressee, ReplyResult, with_next};
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// A runner message that the kernel decides inside one write transaction,
@@ -316,105 +320,6 @@ const fn failure_class_of(class: protocol::generated::types::FailureClass) -> Fa
     }
 }
 
-/// A reply to one runner message.
-/// A reply to one runner message, built as the generated
-/// `ServerMessage::Reply` (its `error`, `next` and `resultContent` are set
-/// by [`with_error`], [`with_next`] and `transfer::fit`). A value off its
-/// schema type is a server bug: logged, and the reply is `null`, which
-/// `wire::frames` refuses to send.
-fn reply(
-    runner: &Runner,
-    in_reply_to: &str,
-    outcome: &str,
-    revision: Option<u64>,
-    result: Value,
-) -> Value {
-    let typed = || -> Option<wire::ServerMessage> {
-        Some(wire::ServerMessage::Reply {
-            error: None,
-            generation: Generation::new(runner.generation.0)?,
-            in_reply_to: in_reply_to.parse().ok()?,
-            next: None,
-            outcome: outcome.parse().ok()?,
-            result,
-            result_content: None,
-            revision: match revision {
-                Some(revision) => Some(Revision::new(revision)?),
-                None => None,
-            },
-            run_id: runner.run_id.as_str().parse().ok()?,
-            runner_epoch: runner.runner_epoch.as_str().parse().ok()?,
-            schema: wire::WorkerSchemaId::PiWorkflowsWorkerLaunchV1,
-        })
-    };
-    typed()
-        .and_then(|reply| serde_json::to_value(reply).ok())
-        .unwrap_or_else(|| {
-            crate::log::line("a runner reply did not fit its schema type");
-            Value::Null
-        })
-}
-
-fn with_error(mut reply: Value, code: impl std::fmt::Display, message: &str) -> Value {
-    let error = wire::SafeError {
-        code: code
-            .to_string()
-            .parse()
-            .unwrap_or(protocol::ErrorCode::Internal),
-        message: message
-            .chars()
-            .take(512)
-            .collect::<String>()
-            .parse()
-            .unwrap_or_else(|_| {
-                "the message could not be shown"
-                    .parse()
-                    .expect("a safe message")
-            }),
-    };
-    reply["error"] = serde_json::to_value(error).unwrap_or(Value::Null);
-    reply
-}
-
-fn with_next(mut reply: Value, dispatch: &Dispatch) -> Value {
-    reply["next"] = next_of(dispatch);
-    reply
-}
-
-fn next_of(dispatch: &Dispatch) -> Value {
-    let next = match dispatch {
-        Dispatch::RunNode {
-            node_id,
-            attempt_id,
-            visit,
-        } => (|| {
-            Some(wire::ReplyNext::RunNode {
-                attempt_id: attempt_id.as_str().parse().ok()?,
-                node_id: node_id.as_str().parse().ok()?,
-                visit: Visit::new(u64::from(*visit))?,
-            })
-        })(),
-        Dispatch::Exit { reason } => Some(wire::ReplyNext::Exit {
-            reason: wire_exit_reason(*reason),
-        }),
-    };
-    next.and_then(|next| serde_json::to_value(next).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// The kernel's exit reason as the wire names it (a finished generation
-/// exits `finished` whatever its outcome).
-fn wire_exit_reason(reason: ExitReason) -> wire::ExitReason {
-    match reason {
-        ExitReason::Completed | ExitReason::Failed | ExitReason::TimedOut => {
-            wire::ExitReason::Finished
-        }
-        ExitReason::Waiting => wire::ExitReason::Waiting,
-        ExitReason::Cancelled => wire::ExitReason::Cancelled,
-        ExitReason::Parked => wire::ExitReason::Parked,
-    }
-}
-
 /// Values a message carries that are hashed before its transaction.
 #[derive(Debug, Default)]
 struct Blobs {
@@ -484,16 +389,17 @@ impl Blobs {
     }
 }
 
-/// What a message job produced: the reply, the outputs to perform, and
-/// whether the runner lost its claim.
+/// What a message job produced: the answer (a reply, or the command after
+/// `runner.ready`), the outputs to perform, and whether the runner lost its
+/// claim.
 struct Handled {
-    reply: Value,
+    reply: ServerMessage,
     outputs: Vec<Output>,
     claim_lost: bool,
 }
 
 impl Handled {
-    fn only(reply: Value) -> Self {
+    fn only(reply: ServerMessage) -> Self {
         Self {
             reply,
             outputs: Vec::new(),
@@ -505,6 +411,18 @@ impl Handled {
 /// Handles one decoded runner message.
 pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMessage) {
     let envelope = envelope(&message);
+    let to = match Addressee::of(runner, &envelope.message_id) {
+        Ok(to) => to,
+        Err(error) => {
+            // The runner's ids come from this server and the message id
+            // from the schema decoder: never expected.
+            crate::log::line(&format!(
+                "a message of run generation {} cannot be answered: {error}",
+                runner.generation
+            ));
+            return;
+        }
+    };
     // The stored receipt's digest covers the whole message as the runner
     // sent it (the decoder checked that the typed value round-trips).
     let payload_digest =
@@ -513,70 +431,56 @@ pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMes
         || envelope.generation != runner.generation.0
         || envelope.runner_epoch != runner.runner_epoch.as_str();
     if foreign || runner.is_fenced() {
-        let answer = with_error(
-            reply(runner, &envelope.message_id, "claimLost", None, Value::Null),
-            "claimLost",
+        let answer = to.refusal(
+            ReplyOutcome::ClaimLost,
+            ErrorCode::ClaimLost,
             "another generation owns the run or the claim expired",
         );
-        send(runner, &envelope.message_id, &answer);
+        send(runner, &to, answer);
         fence(app, runner);
         return;
     }
-    let message_id = envelope.message_id.clone();
     let handled = match route(message) {
-        Route::Exiting => Handled::only(reply(
-            runner,
-            &envelope.message_id,
-            "accepted",
-            None,
-            Value::Null,
-        )),
+        Route::Exiting => Handled::only(to.accepted(None, ReplyResult::Nothing)),
         Route::Progress {
             register,
             pid,
             start_identity,
-        } => progress(app, runner, &envelope, register, pid, start_identity).await,
+        } => progress(app, runner, &to, register, pid, start_identity).await,
         Route::ContentRead {
             reference,
             offset,
             length,
         } => Handled::only(
-            crate::runner_api::transfer::read(
-                app,
-                runner,
-                &envelope.message_id,
-                &reference,
-                offset,
-                length,
-            )
-            .await,
+            crate::runner_api::transfer::read(app, runner, &to, &reference, offset, length).await,
         ),
-        Route::NotOnThisChannel => Handled::only(with_error(
-            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-            "illegalTransition",
+        Route::NotOnThisChannel => Handled::only(to.refusal(
+            ReplyOutcome::Rejected,
+            ErrorCode::IllegalTransition,
             "this message kind is not accepted on a run-mode channel of this server",
         )),
         Route::Decide(decide_message) => {
-            decide(app, runner, decide_message, envelope, payload_digest).await
+            decide(app, runner, decide_message, &to, envelope, payload_digest).await
         }
     };
     app.perform(handled.outputs);
-    if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
-        runner.mark_ready();
+    match &handled.reply {
+        ServerMessage::Command { .. } => runner.mark_ready(),
+        ServerMessage::Reply { .. } | ServerMessage::ContentChunk { .. } => {}
     }
-    send(runner, &message_id, &handled.reply);
+    send(runner, &to, handled.reply);
     if handled.claim_lost {
         fence(app, runner);
     }
 }
 
-/// Sends the answer to message `in_reply_to`. Content it references may be
-/// read by this runner from now on. An answer that still does not fit a
+/// Sends the answer to the message `to` names. Content it references may
+/// be read by this runner from now on. An answer that still does not fit a
 /// frame (never expected: `transfer::fit` moved its unbounded value) is
 /// replaced by a bounded refusal, so the runner always hears back.
-fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
-    if let Some(frame) = crate::wire::frames::runner(value) {
-        runner.issue(crate::runner_api::transfer::references(value));
+fn send(runner: &Runner, to: &Addressee, answer: ServerMessage) {
+    if let Some(frame) = crate::wire::frames::server_message(&answer) {
+        runner.issue(crate::runner_api::transfer::references(&answer));
         runner.send(frame);
         return;
     }
@@ -584,12 +488,12 @@ fn send(runner: &Runner, in_reply_to: &str, value: &Value) {
         "an answer to run generation {} did not fit one frame; the runner gets a refusal",
         runner.generation
     ));
-    let refusal = with_error(
-        reply(runner, in_reply_to, "rejected", None, Value::Null),
-        "frameTooLarge",
+    let refusal = to.refusal(
+        ReplyOutcome::Rejected,
+        ErrorCode::FrameTooLarge,
         "the server's answer did not fit one frame",
     );
-    if let Some(frame) = crate::wire::frames::runner(&refusal) {
+    if let Some(frame) = crate::wire::frames::server_message(&refusal) {
         runner.send(frame);
     }
 }
@@ -606,14 +510,15 @@ async fn decide(
     app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
+    to: &Addressee,
     envelope: Envelope,
     payload_digest: Digest,
 ) -> Handled {
     let kind = message.wire();
     let blobs = Blobs::of(&message);
-    let message_id = envelope.message_id.clone();
     let app_for_job = app.clone();
     let runner_for_job = runner.clone();
+    let to_for_job = to.clone();
     let outcome = app
         .store
         .write(move |connection| {
@@ -622,6 +527,7 @@ async fn decide(
                 &app_for_job,
                 &runner_for_job,
                 message,
+                &to_for_job,
                 &envelope,
                 payload_digest,
                 &blobs,
@@ -635,20 +541,22 @@ async fn decide(
                 "a {} message of run generation {} could not be stored: {error}",
                 kind, runner.generation
             ));
-            Handled::only(with_error(
-                reply(runner, &message_id, "rejected", None, Value::Null),
-                "internal",
+            Handled::only(to.refusal(
+                ReplyOutcome::Rejected,
+                ErrorCode::Internal,
                 "the server could not store this message; retry it",
             ))
         }
     }
 }
 
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn decide_in(
     connection: &Connection,
     app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
+    to: &Addressee,
     envelope: &Envelope,
     payload_digest: Digest,
     blobs: &Blobs,
@@ -666,16 +574,26 @@ fn decide_in(
         match receipt::decide_runner_message(stored.as_ref().map(|(row, _)| row), &incoming) {
             RunnerMessageDecision::Adopt(_) => {
                 let reply_json = stored.map(|(_, json)| json).unwrap_or_default();
-                let reply = serde_json::from_str(&reply_json).unwrap_or(Value::Null);
-                return Ok(Commit::Discard(Handled::only(reply)));
+                let answer = reply::stored(&reply_json).unwrap_or_else(|| {
+                    crate::log::line(&format!(
+                        "a stored reply of run generation {} is not a runner.v1 message",
+                        runner.generation
+                    ));
+                    to.refusal(
+                        ReplyOutcome::Rejected,
+                        ErrorCode::Internal,
+                        "the stored reply to this message could not be read",
+                    )
+                });
+                return Ok(Commit::Discard(Handled::only(answer)));
             }
             RunnerMessageDecision::Conflict => true,
             RunnerMessageDecision::Execute => false,
         };
     let Some(before) = runs::load(connection, &runner.run_id)? else {
-        return Ok(Commit::Discard(Handled::only(with_error(
-            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-            "notFound",
+        return Ok(Commit::Discard(Handled::only(to.refusal(
+            ReplyOutcome::Rejected,
+            ErrorCode::NotFound,
             "the run does not exist",
         ))));
     };
@@ -685,11 +603,7 @@ fn decide_in(
     // and must exit, whatever the kernel would have said about the payload.
     if let Err(reason) = kernel::claim::check(&before.run.lease, Some(&runner.authority), now_ms) {
         let refusal = Refusal::from(Rejection::ClaimLost { reason });
-        let answer = with_error(
-            reply(runner, &envelope.message_id, "claimLost", None, Value::Null),
-            refusal.code,
-            refusal.message,
-        );
+        let answer = to.refusal(ReplyOutcome::ClaimLost, refusal.code, refusal.message);
         return Ok(Commit::Discard(Handled {
             reply: answer,
             outputs: Vec::new(),
@@ -697,22 +611,17 @@ fn decide_in(
         }));
     }
     // The protocol's idempotency and revision checks, before the payload.
-    let rejected = |code: &'static str, message: &'static str| {
-        with_error(
-            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-            code,
-            message,
-        )
-    };
     if conflict {
-        let answer = rejected(
-            "conflict",
+        let answer = to.refusal(
+            ReplyOutcome::Rejected,
+            ErrorCode::Conflict,
             "the message id was already used for another message; the run is parked (protocolRejected)",
         );
         return protocol_rejection(
             connection,
             app,
             runner,
+            to,
             &before,
             ProtocolCheck::Idempotency,
             answer,
@@ -721,32 +630,24 @@ fn decide_in(
     }
     if let Err(stale) = kernel::run::check_revision(&before.run, envelope.expected_revision) {
         let refusal = Refusal::from(stale);
-        let answer = with_error(
-            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-            refusal.code,
-            refusal.message,
-        );
+        let answer = to.refusal(ReplyOutcome::Rejected, refusal.code, refusal.message);
         let check = refusal.protocol.unwrap_or(ProtocolCheck::Revision);
-        return protocol_rejection(connection, app, runner, &before, check, answer, now_ms);
+        return protocol_rejection(connection, app, runner, to, &before, check, answer, now_ms);
     }
-    let decided = apply(
-        connection, app, runner, message, envelope, &before, blobs, now_ms,
-    )?;
+    let decided = apply(connection, app, runner, message, to, &before, blobs, now_ms)?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,
         Err(refusal) => {
             let outcome = if refusal.claim_lost {
-                "claimLost"
+                ReplyOutcome::ClaimLost
             } else {
-                "rejected"
+                ReplyOutcome::Rejected
             };
-            let answer = with_error(
-                reply(runner, &envelope.message_id, outcome, None, Value::Null),
-                refusal.code,
-                refusal.message,
-            );
+            let answer = to.refusal(outcome, refusal.code, refusal.message);
             if let Some(check) = refusal.protocol.filter(|_| !refusal.claim_lost) {
-                return protocol_rejection(connection, app, runner, &before, check, answer, now_ms);
+                return protocol_rejection(
+                    connection, app, runner, to, &before, check, answer, now_ms,
+                );
             }
             if refusal.claim_lost {
                 return Ok(Commit::Discard(Handled {
@@ -805,13 +706,15 @@ fn decide_in(
 /// `protocolRejected` (`runner::protocol_rejected`) and stops the runner; the
 /// message changes nothing else and gets `answer`. Without the live claim the
 /// runner gets `claimLost` instead (claim loss is its own failure class).
+#[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn protocol_rejection(
     connection: &Connection,
     app: &Arc<Context>,
     runner: &Arc<Runner>,
+    to: &Addressee,
     before: &RunAggregate,
     check: ProtocolCheck,
-    answer: Value,
+    answer: ServerMessage,
     now_ms: u64,
 ) -> rusqlite::Result<Commit<Handled>> {
     let decided = kernel::runner::protocol_rejected(
@@ -834,15 +737,7 @@ fn protocol_rejection(
         }
         Err(rejection) => {
             let refusal = Refusal::from(rejection);
-            let in_reply_to = answer
-                .get("inReplyTo")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let answer = with_error(
-                reply(runner, in_reply_to, "claimLost", None, Value::Null),
-                refusal.code,
-                refusal.message,
-            );
+            let answer = to.refusal(ReplyOutcome::ClaimLost, refusal.code, refusal.message);
             Ok(Commit::Discard(Handled {
                 reply: answer,
                 outputs: Vec::new(),
@@ -882,10 +777,10 @@ fn store_reply(
     incoming: &receipt::RunnerMessage,
     outcome: CommandOutcome,
     revision: Option<kernel::ids::Revision>,
-    answer: &Value,
+    answer: &ServerMessage,
     now_ms: u64,
 ) -> rusqlite::Result<()> {
-    let reply_json = serde_json::to_string(answer).unwrap_or_default();
+    let reply_json = reply::to_stored(answer);
     let reply_digest = crate::ids::sha256(reply_json.as_bytes());
     if let Some(stored) =
         receipt::record_runner_message(incoming, outcome, revision, reply_digest, now_ms)
@@ -895,9 +790,23 @@ fn store_reply(
     Ok(())
 }
 
-type Decided = Answer;
+/// A decided message: the transition to write, the whole answer (a reply,
+/// or the command after `runner.ready`) and a follow-up write; or why it
+/// was refused.
+type Decided = Result<
+    (
+        Option<Transition<RunAggregate>>,
+        ServerMessage,
+        Option<Extra>,
+    ),
+    Refusal,
+>;
 
-fn decided(transition: Transition<RunAggregate>, answer: Value, extra: Option<Extra>) -> Decided {
+fn decided(
+    transition: Transition<RunAggregate>,
+    answer: ServerMessage,
+    extra: Option<Extra>,
+) -> Decided {
     Ok((Some(transition), answer, extra))
 }
 
@@ -908,7 +817,7 @@ fn apply(
     app: &Arc<Context>,
     runner: &Arc<Runner>,
     message: Decide,
-    envelope: &Envelope,
+    to: &Addressee,
     before: &RunAggregate,
     blobs: &Blobs,
     now_ms: u64,
@@ -916,9 +825,8 @@ fn apply(
     let ttl_ms = app.config.claim_ttl_ms;
     let authority = &runner.authority;
     let epoch = &runner.runner_epoch;
-    let message_id = envelope.message_id.as_str();
     Ok(match message {
-        Decide::RunnerReady => ready(connection, runner, before, message_id, now_ms, ttl_ms)?,
+        Decide::RunnerReady => ready(connection, runner, to, before, now_ms, ttl_ms)?,
         Decide::NodeStarted {
             attempt_id,
             deadline_at_ms,
@@ -948,7 +856,7 @@ fn apply(
                     });
                     decided(
                         transition,
-                        reply(runner, message_id, "accepted", Some(revision), Value::Null),
+                        to.accepted(Some(revision), ReplyResult::Nothing),
                         extra,
                     )
                 }
@@ -967,7 +875,7 @@ fn apply(
             finish(
                 connection,
                 runner,
-                message_id,
+                to,
                 before,
                 Finished {
                     attempt_id,
@@ -989,7 +897,7 @@ fn apply(
         } => finish(
             connection,
             runner,
-            message_id,
+            to,
             before,
             Finished {
                 attempt_id,
@@ -1005,7 +913,7 @@ fn apply(
         Decide::RunParked { reason } => match run::park(before, authority, reason, now_ms) {
             Ok(transition) => {
                 let revision = transition.facts.run.revision.0;
-                let answer = reply(runner, message_id, "accepted", Some(revision), Value::Null);
+                let answer = to.accepted(Some(revision), ReplyResult::Nothing);
                 decided(
                     transition,
                     with_next(
@@ -1033,7 +941,7 @@ fn apply(
                     let extra: Extra = Box::new(move |connection: &Connection| {
                         store_run_error(connection, &run_id, &message)
                     });
-                    let answer = reply(runner, message_id, "accepted", Some(revision), Value::Null);
+                    let answer = to.accepted(Some(revision), ReplyResult::Nothing);
                     decided(
                         transition,
                         with_next(
@@ -1063,7 +971,7 @@ fn apply(
                 now_ms,
                 ttl_ms,
             )?;
-            answered(runner, message_id, before, answer, None)
+            answered(to, before, answer, None)
         }
         Decide::EffectSettle {
             effect_id,
@@ -1080,7 +988,7 @@ fn apply(
                 now_ms,
                 ttl_ms,
             )?;
-            answered(runner, message_id, before, answer, None)
+            answered(to, before, answer, None)
         }
         Decide::NodeUpdate {
             attempt_id,
@@ -1101,7 +1009,7 @@ fn apply(
                 now_ms,
                 ttl_ms,
             )?;
-            answered(runner, message_id, before, answer, None)
+            answered(to, before, answer, None)
         }
         Decide::InteractionRequested {
             attempt_id,
@@ -1125,13 +1033,7 @@ fn apply(
                 reason: ExitReason::Waiting,
             };
             let interactive = before.run.mode.origin_session().is_some();
-            answered(
-                runner,
-                message_id,
-                before,
-                answer,
-                interactive.then_some(&exit),
-            )
+            answered(to, before, answer, interactive.then_some(&exit))
         }
         Decide::NotificationRequested { attempt_id, .. } => {
             let Some(notification) = blobs.notification.clone() else {
@@ -1142,7 +1044,7 @@ fn apply(
             notify(
                 connection,
                 runner,
-                message_id,
+                to,
                 before,
                 attempt_id,
                 notification,
@@ -1156,8 +1058,7 @@ fn apply(
 /// Wraps a module's answer into the reply (with `next` when the runner must
 /// stop after it).
 fn answered(
-    runner: &Runner,
-    message_id: &str,
+    to: &Addressee,
     before: &RunAggregate,
     answer: Answer,
     next: Option<&Dispatch>,
@@ -1167,7 +1068,7 @@ fn answered(
         .as_ref()
         .map_or(before.run.revision, |t| t.facts.run.revision)
         .0;
-    let mut answer = reply(runner, message_id, "accepted", Some(revision), result);
+    let mut answer = to.accepted(Some(revision), result);
     if let Some(next) = next {
         answer = with_next(answer, next);
     }
@@ -1179,8 +1080,8 @@ fn answered(
 fn ready(
     connection: &Connection,
     runner: &Arc<Runner>,
+    to: &Addressee,
     before: &RunAggregate,
-    message_id: &str,
     now_ms: u64,
     ttl_ms: u64,
 ) -> rusqlite::Result<Decided> {
@@ -1221,6 +1122,7 @@ fn ready(
                     None
                 }
             };
+            // A fact off its schema type fails the transaction.
             crate::wire::runner::command(
                 runner.run_id.as_str(),
                 runner.generation.0,
@@ -1231,16 +1133,11 @@ fn ready(
                 parent_run_id,
                 None,
             )
-            .and_then(|command| serde_json::to_value(command).ok())
-            .unwrap_or_else(|| {
-                crate::log::line("a runner command did not fit its schema type");
-                Value::Null
-            })
+            .ok_or(OffSchema("command"))?
         }
-        Dispatch::Exit { .. } => with_next(
-            reply(runner, message_id, "accepted", Some(revision), Value::Null),
-            &dispatch,
-        ),
+        Dispatch::Exit { .. } => {
+            with_next(to.accepted(Some(revision), ReplyResult::Nothing), &dispatch)
+        }
     };
     Ok(decided(transition, answer, None))
 }
@@ -1268,7 +1165,7 @@ struct Finished {
 fn finish(
     connection: &Connection,
     runner: &Arc<Runner>,
-    message_id: &str,
+    to: &Addressee,
     before: &RunAggregate,
     finished: Finished,
     output_blob: Option<&Blob>,
@@ -1345,10 +1242,7 @@ fn finish(
         }
         Ok(())
     });
-    let answer = with_next(
-        reply(runner, message_id, "accepted", Some(revision), Value::Null),
-        &dispatch,
-    );
+    let answer = with_next(to.accepted(Some(revision), ReplyResult::Nothing), &dispatch);
     Ok(decided(transition, answer, Some(extra)))
 }
 
@@ -1358,7 +1252,7 @@ fn finish(
 fn notify(
     connection: &Connection,
     runner: &Arc<Runner>,
-    in_reply_to: &str,
+    to: &Addressee,
     before: &RunAggregate,
     attempt_id: AttemptId,
     (content, message_id): (Blob, kernel::ids::MessageId),
@@ -1381,23 +1275,22 @@ fn notify(
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
-    let session = before
-        .run
-        .mode
-        .origin_session()
-        .map(|session| session.as_str().to_owned());
     // An interactive run's receipt names its notification message; a headless
     // run has no session to notify, so its output keeps the text instead.
-    let output = match &session {
-        Some(session) => {
-            json!({ "notificationId": message_id.as_str(), "targetSessionId": session })
-        }
-        None => json!({
-            "notificationId": null,
-            "targetSessionId": null,
-            "text": String::from_utf8_lossy(&content.bytes),
-        }),
+    let receipt = match before.run.mode.origin_session() {
+        Some(session) => NotificationResult {
+            notification_id: Some(to_wire("notificationId", message_id.as_str())?),
+            target_session_id: Some(to_wire("targetSessionId", session.as_str())?),
+            text: None,
+        },
+        None => NotificationResult {
+            notification_id: None,
+            target_session_id: None,
+            text: Some(to_wire("text", String::from_utf8_lossy(&content.bytes))?),
+        },
     };
+    // The receipt is also the node's output.
+    let output = serde_json::to_value(&receipt).map_err(|_| OffSchema("output"))?;
     let record = ResultRecord::of(attempt, &topology, NodeOutcome::Ok, now_ms)
         .output(Some(&output))
         .to_value();
@@ -1436,7 +1329,7 @@ fn notify(
     });
     let revision = transition.facts.run.revision.0;
     let answer = with_next(
-        reply(runner, in_reply_to, "accepted", Some(revision), output),
+        to.accepted(Some(revision), ReplyResult::Notification(receipt)),
         &dispatch,
     );
     Ok(decided(transition, answer, Some(extra)))
@@ -1456,7 +1349,7 @@ fn store_run_error(connection: &Connection, run_id: &RunId, message: &str) -> ru
 async fn progress(
     app: &Arc<Context>,
     runner: &Arc<Runner>,
-    envelope: &Envelope,
+    to: &Addressee,
     register: bool,
     pid: u64,
     start: String,
@@ -1470,9 +1363,9 @@ async fn progress(
         })
     });
     let reject = |message: &'static str| {
-        Handled::only(with_error(
-            reply(runner, &envelope.message_id, "rejected", None, Value::Null),
-            "illegalTransition",
+        Handled::only(to.refusal(
+            ReplyOutcome::Rejected,
+            ErrorCode::IllegalTransition,
             message,
         ))
     };
@@ -1503,13 +1396,7 @@ async fn progress(
         })
         .await;
     match registered {
-        Ok(true) => Handled::only(reply(
-            runner,
-            &envelope.message_id,
-            "accepted",
-            None,
-            Value::Null,
-        )),
+        Ok(true) => Handled::only(to.accepted(None, ReplyResult::Nothing)),
         _ => reject("registration needs a direct child of the runner and the live run claim"),
     }
 }

@@ -17,14 +17,12 @@
 
 use crate::context::runners::Runner;
 use crate::projection::run_view::{OffSchema, to_wire};
+use crate::runner_api::reply::Addressee;
 use crate::store::blobs::{self, Blob};
-use protocol::generated::constrained::{ByteOffset, Generation};
-use protocol::generated::types::{
-    self as wire, CommandState, ContentReference, ReplyOutcome, SafeError, ServerMessage,
-    WorkerSchemaId,
-};
+use protocol::ErrorCode;
+use protocol::generated::constrained::ByteOffset;
+use protocol::generated::types::{CommandState, ContentReference, ReplyOutcome, ServerMessage};
 use rusqlite::Connection;
-use serde::Deserialize as _;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -44,17 +42,16 @@ fn blob_of<T: serde::Serialize>(value: &T) -> Result<Blob, OffSchema> {
 
 /// `message` as it can be sent: unchanged when it fits a frame, otherwise
 /// with its unbounded value stored and referenced (inside the caller's
-/// transaction). A message that is not a server-to-runner message (never
-/// expected) is returned as it is, for the frame check to refuse.
-pub(crate) fn fit(connection: &Connection, message: Value, now_ms: u64) -> rusqlite::Result<Value> {
+/// transaction).
+pub(crate) fn fit(
+    connection: &Connection,
+    mut message: ServerMessage,
+    now_ms: u64,
+) -> rusqlite::Result<ServerMessage> {
     if crate::wire::frames::fits(&message) {
         return Ok(message);
     }
-    let Ok(mut typed) = ServerMessage::deserialize(&message) else {
-        crate::log::line("an oversized answer to a runner is not a runner.v1 message");
-        return Ok(message);
-    };
-    match &mut typed {
+    match &mut message {
         ServerMessage::Command { state, .. } => match state {
             CommandState::Inline { value } => {
                 let blob = blob_of(value)?;
@@ -79,24 +76,23 @@ pub(crate) fn fit(connection: &Connection, message: Value, now_ms: u64) -> rusql
         // A chunk carries at most 512 KiB of content: it always fits.
         ServerMessage::ContentChunk { .. } => {}
     }
-    Ok(serde_json::to_value(&typed).map_err(|_| OffSchema("message"))?)
+    Ok(message)
 }
 
 /// The content references a server-to-runner frame carries (canonical
 /// text), which the runner may then read.
-pub(crate) fn references(message: &Value) -> Vec<String> {
-    let reference = match ServerMessage::deserialize(message) {
-        Ok(ServerMessage::Command {
+pub(crate) fn references(message: &ServerMessage) -> Vec<String> {
+    let reference = match message {
+        ServerMessage::Command {
             state: CommandState::Reference { reference },
             ..
-        }) => Some(reference),
-        Ok(ServerMessage::Reply { result_content, .. }) => result_content,
-        Ok(ServerMessage::Command {
+        } => Some(reference),
+        ServerMessage::Reply { result_content, .. } => result_content.as_ref(),
+        ServerMessage::Command {
             state: CommandState::Inline { .. },
             ..
-        })
-        | Ok(ServerMessage::ContentChunk { .. })
-        | Err(_) => None,
+        }
+        | ServerMessage::ContentChunk { .. } => None,
     };
     reference
         .map(|reference| crate::projection::run_view::canonical_text(&reference))
@@ -151,11 +147,11 @@ pub fn part(
 pub(crate) async fn read(
     app: &Arc<crate::context::Context>,
     runner: &Arc<Runner>,
-    message_id: &str,
+    to: &Addressee,
     content: &ContentReference,
     offset: u64,
     length: u64,
-) -> Value {
+) -> ServerMessage {
     let digest = crate::ids::parse_digest(Some(content.digest.as_str()));
     // The reference as this server issued it (its canonical text is what
     // `issue` recorded) and as the chunk repeats it.
@@ -169,59 +165,37 @@ pub(crate) async fn read(
             .flatten(),
         None => None,
     };
-    let part = part(issued, stored.as_deref(), content, offset, length);
-    match answer(runner, message_id, content, offset, part) {
-        Ok(answer) => serde_json::to_value(&answer).unwrap_or(Value::Null),
-        Err(error) => {
-            // The frame check refuses the null answer; the runner gets a refusal.
+    match part(issued, stored.as_deref(), content, offset, length) {
+        Ok((data, last)) => chunk(to, content, offset, data, last).unwrap_or_else(|error| {
             crate::log::line(&format!("a content.read answer was not built: {error}"));
-            Value::Null
-        }
+            to.refusal(
+                ReplyOutcome::Rejected,
+                ErrorCode::Internal,
+                "the server could not answer this read",
+            )
+        }),
+        Err(refusal) => to.refusal(
+            ReplyOutcome::Rejected,
+            ErrorCode::ContentUnavailable,
+            refusal.message(),
+        ),
     }
 }
 
-/// The `content.chunk` of `part`, or the `rejected` reply of its refusal.
-fn answer(
-    runner: &Runner,
-    message_id: &str,
+/// The `content.chunk` of one part.
+fn chunk(
+    to: &Addressee,
     reference: &ContentReference,
     offset: u64,
-    part: Result<(String, bool), ReadRefusal>,
+    data: String,
+    last: bool,
 ) -> Result<ServerMessage, OffSchema> {
-    let generation = Generation::new(runner.generation.0).ok_or(OffSchema("generation"))?;
-    let in_reply_to: wire::MessageId = to_wire("inReplyTo", message_id)?;
-    let run_id: wire::RunId = to_wire("runId", &runner.run_id)?;
-    let runner_epoch: wire::RunnerEpoch = to_wire("runnerEpoch", runner.runner_epoch.as_str())?;
-    let schema = WorkerSchemaId::PiWorkflowsWorkerLaunchV1;
-    Ok(match part {
-        Ok((data, last)) => ServerMessage::ContentChunk {
-            data: to_wire("data", data)?,
-            final_: last,
-            generation,
-            in_reply_to,
-            offset: ByteOffset::new(offset).ok_or(OffSchema("offset"))?,
-            reference: reference.clone(),
-            run_id,
-            runner_epoch,
-            schema,
-        },
-        Err(refusal) => ServerMessage::Reply {
-            error: Some(SafeError {
-                code: wire::ErrorCode::ContentUnavailable,
-                message: to_wire("message", refusal.message())?,
-            }),
-            generation,
-            in_reply_to,
-            next: None,
-            outcome: ReplyOutcome::Rejected,
-            result: Value::Null,
-            result_content: None,
-            revision: None,
-            run_id,
-            runner_epoch,
-            schema,
-        },
-    })
+    Ok(to.content_chunk(
+        reference.clone(),
+        ByteOffset::new(offset).ok_or(OffSchema("offset"))?,
+        to_wire("data", data)?,
+        last,
+    ))
 }
 
 #[cfg(test)]
@@ -305,7 +279,7 @@ mod tests {
 
     /// The stored bytes behind a reference, checked against it.
     fn referenced(connection: &Connection, reference: &Value) -> Value {
-        let reference = ContentReference::deserialize(reference).unwrap();
+        let reference: ContentReference = serde_json::from_value(reference.clone()).unwrap();
         let digest = crate::ids::parse_digest(Some(reference.digest.as_str())).unwrap();
         let bytes = blobs::get(connection, &digest).unwrap().unwrap();
         assert_eq!(reference.bytes.get(), bytes.len() as u64);
@@ -314,22 +288,29 @@ mod tests {
     }
 
     /// A complete `runner.v1` command carrying `state`.
-    fn command(state: Value) -> Value {
-        json!({
+    fn command(state: Value) -> ServerMessage {
+        serde_json::from_value(json!({
             "schema": "pi-workflows.worker-launch.v1", "type": "command", "command": "resume",
             "runId": "run-1", "generation": 1, "runnerEpoch": "epoch-1",
             "node": { "nodeId": "a", "visit": 1, "attemptId": "att-1" },
             "state": state,
-        })
+        }))
+        .unwrap()
     }
 
     /// A complete `runner.v1` reply carrying `result`.
-    fn reply(result: Value) -> Value {
-        json!({
+    fn reply(result: Value) -> ServerMessage {
+        serde_json::from_value(json!({
             "schema": "pi-workflows.worker-launch.v1", "type": "reply", "inReplyTo": "m1",
             "runId": "run-1", "generation": 1, "runnerEpoch": "epoch-1",
             "outcome": "adopted", "result": result,
-        })
+        }))
+        .unwrap()
+    }
+
+    /// A message as JSON, to look at its fields.
+    fn json_of(message: &ServerMessage) -> Value {
+        serde_json::to_value(message).unwrap()
     }
 
     #[test]
@@ -339,7 +320,7 @@ mod tests {
             json!({ "kind": "inline", "value": { "input": {}, "results": {}, "resultOrder": [], "steps": 1 } }),
         );
         assert!(
-            crate::wire::frames::runner(&small).is_some(),
+            crate::wire::frames::server_message(&small).is_some(),
             "the fixture is on the schema"
         );
         assert_eq!(fit(&connection, small.clone(), 1).unwrap(), small);
@@ -352,9 +333,10 @@ mod tests {
             1,
         )
         .unwrap();
+        assert!(crate::wire::frames::server_message(&fitted).is_some());
+        let fitted = json_of(&fitted);
         assert_eq!(fitted["state"]["kind"], "reference");
         assert_eq!(fitted["command"], "resume", "the rest of the command stays");
-        assert!(crate::wire::frames::runner(&fitted).is_some());
         assert_eq!(
             referenced(&connection, &fitted["state"]["reference"]),
             state
@@ -362,9 +344,10 @@ mod tests {
 
         let result = json!({ "effectId": "e", "result": "r".repeat(1_100_000) });
         let fitted = fit(&connection, reply(result.clone()), 1).unwrap();
+        assert!(crate::wire::frames::server_message(&fitted).is_some());
+        let fitted = json_of(&fitted);
         assert_eq!(fitted["result"], Value::Null);
         assert_eq!(fitted["outcome"], "adopted");
-        assert!(crate::wire::frames::runner(&fitted).is_some());
         assert_eq!(referenced(&connection, &fitted["resultContent"]), result);
     }
 
@@ -374,7 +357,9 @@ mod tests {
         let by_reference = json!({ "kind": "reference", "reference": reference(b"x") });
         assert_eq!(references(&command(by_reference)).len(), 1);
         let mut referencing = reply(Value::Null);
-        referencing["resultContent"] = serde_json::to_value(reference(b"y")).unwrap();
+        if let ServerMessage::Reply { result_content, .. } = &mut referencing {
+            *result_content = Some(reference(b"y"));
+        }
         assert_eq!(
             references(&referencing),
             vec![crate::projection::run_view::canonical_text(&reference(

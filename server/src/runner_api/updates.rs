@@ -15,7 +15,9 @@
 
 use crate::context::Context;
 use crate::context::runners::Runner;
+use crate::projection::run_view::{OffSchema, to_wire};
 use crate::runner_api::answer::{Answer, Refusal};
+use crate::runner_api::reply::ReplyResult;
 use crate::store::{Commit, runs};
 use crate::wire::client::response;
 use kernel::ids::{
@@ -28,9 +30,12 @@ use kernel::updates::{
     UpdateRejection, UpdateSource,
 };
 use protocol::ErrorCode;
-use protocol::generated::types::{InteractionAuthority, InteractionUpdatePayload};
+use protocol::generated::constrained::Sequence;
+use protocol::generated::types::{
+    InteractionAuthority, InteractionUpdatePayload, InteractionUpdateReceipt, NodeUpdateResult,
+};
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// The update data, encoded and hashed before the transaction.
@@ -129,13 +134,15 @@ pub(crate) fn runner_update(
     };
     Ok(
         match updates::publish(before, &loaded.facts, lookup, &source, input, now_ms) {
-            Ok(UpdateDecision::Replayed(receipt)) => Ok((None, receipt_value(&receipt), None)),
+            Ok(UpdateDecision::Replayed(receipt)) => {
+                Ok((None, node_update_result(&receipt)?, None))
+            }
             Ok(UpdateDecision::Accepted(transition)) => {
                 let updated = &transition.facts;
                 crate::store::updates::write_accepted(
                     connection, run_id, key, updated, &data.text,
                 )?;
-                let result = receipt_value(&updated.receipt);
+                let result = node_update_result(&updated.receipt)?;
                 let run = Transition {
                     facts: updated.run.clone(),
                     outputs: transition.outputs,
@@ -147,8 +154,21 @@ pub(crate) fn runner_update(
     )
 }
 
-fn receipt_value(receipt: &UpdateReceipt) -> Value {
-    json!({ "updateId": receipt.update_id.0, "seq": receipt.seq.0 })
+/// A stored update as the result of the runner's `node.update` reply.
+fn node_update_result(receipt: &UpdateReceipt) -> Result<ReplyResult, OffSchema> {
+    Ok(ReplyResult::NodeUpdate(NodeUpdateResult {
+        seq: Sequence::new(receipt.seq.0).ok_or(OffSchema("seq"))?,
+        update_id: to_wire("updateId", &receipt.update_id.0)?,
+    }))
+}
+
+/// A stored update as the receipt of the tool's `interaction.update`.
+fn tool_update_receipt(receipt: &UpdateReceipt) -> Result<Value, OffSchema> {
+    let typed = InteractionUpdateReceipt {
+        seq: Sequence::new(receipt.seq.0).ok_or(OffSchema("seq"))?,
+        update_id: to_wire("updateId", &receipt.update_id.0)?,
+    };
+    serde_json::to_value(typed).map_err(|_| OffSchema("receipt"))
 }
 
 fn refusal(rejection: UpdateRejection) -> Refusal {
@@ -248,7 +268,7 @@ pub async fn tool_update(
             };
             match updates::publish(&before, &loaded.facts, lookup, &source, input, now_ms) {
                 Ok(UpdateDecision::Replayed(receipt)) => Ok(Commit::Discard((
-                    Ok(("adopted", receipt_value(&receipt))),
+                    Ok(("adopted", tool_update_receipt(&receipt)?)),
                     Vec::new(),
                 ))),
                 Ok(UpdateDecision::Accepted(transition)) => {
@@ -263,8 +283,9 @@ pub async fn tool_update(
                         &transition.outputs,
                         now_ms,
                     )?;
+                    let receipt = tool_update_receipt(&updated.receipt)?;
                     Ok(Commit::Keep((
-                        Ok(("accepted", receipt_value(&updated.receipt))),
+                        Ok(("accepted", receipt)),
                         transition.outputs,
                     )))
                 }

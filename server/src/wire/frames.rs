@@ -17,7 +17,7 @@
 use protocol::generated::types::{
     Availability, ClientEvent, ClientMessage, ClientSchemaId, SubscriptionId,
 };
-use serde::Serialize;
+use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
 
 /// The channel a frame is sent on (what its schema is).
@@ -33,7 +33,7 @@ pub enum Channel {
 
 /// A client-channel frame (`\n`-terminated).
 pub fn client(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Client, value, || kind(value))
+    encode(Channel::Client, value, || client_kind(value))
 }
 
 /// A client-channel frame of a typed message (`\n`-terminated).
@@ -69,11 +69,6 @@ pub fn event(subscription_id: &SubscriptionId, revision: u64, event: ClientEvent
         .unwrap_or_default()
 }
 
-/// A server-to-runner frame (`\n`-terminated).
-pub fn runner(value: &Value) -> Option<Vec<u8>> {
-    encode(Channel::Runner, value, || kind(value))
-}
-
 /// A server-to-runner frame of a typed message (`\n`-terminated).
 pub fn server_message(message: &protocol::generated::types::ServerMessage) -> Option<Vec<u8>> {
     use protocol::generated::types::ServerMessage;
@@ -97,7 +92,7 @@ pub fn launch(launch: &protocol::generated::types::WorkerLaunch) -> Option<Vec<u
 
 /// Whether `value` fits one frame once canonical (no schema check: the
 /// frame is checked when it is built to be sent).
-pub fn fits(value: &Value) -> bool {
+pub fn fits<T: Serialize>(value: &T) -> bool {
     canonical_frame(value).is_some()
 }
 
@@ -136,20 +131,12 @@ pub fn check(channel: Channel, bytes: &[u8]) -> Result<(), protocol::SafeError> 
     }
 }
 
-/// The message kind of a frame, for the panic message (no payload).
-fn kind(value: &Value) -> String {
-    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or("?");
-    match value.get("type").and_then(Value::as_str) {
-        Some("response") => format!("response/{}", field("operation")),
-        Some("event") => format!(
-            "event/{}",
-            value
-                .pointer("/event/kind")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-        ),
-        Some(other) => other.to_owned(),
-        None => format!("launch/{}", field("mode")),
+/// The message kind of a client frame built as JSON, for the panic message
+/// (no payload): read through the generated type, or named as off the type.
+fn client_kind(value: &Value) -> String {
+    match ClientMessage::deserialize(value) {
+        Ok(message) => message_kind(&message),
+        Err(_) => "a value that is no ClientMessage".into(),
     }
 }
 
@@ -236,12 +223,23 @@ mod tests {
         assert!(check(Channel::Client, &canonical_frame(&reply).unwrap()).is_err());
     }
 
+    /// A typed reply the generated type holds but the frame check refuses:
+    /// its result nests deeper than the protocol's 64 levels.
     #[test]
     #[should_panic(expected = "an outgoing Runner frame (reply) does not match its schema")]
     fn debug_builds_panic_on_a_runner_frame_off_its_schema() {
-        let mut planted = fixture(REPLY);
-        planted["outcome"] = json!("maybe");
-        let _ = runner(&planted);
+        let mut planted: protocol::generated::types::ServerMessage =
+            serde_json::from_value(fixture(REPLY)).expect("the fixture is a ServerMessage");
+        if let protocol::generated::types::ServerMessage::Reply {
+            result,
+            result_content,
+            ..
+        } = &mut planted
+        {
+            *result_content = None;
+            *result = (0..70).fold(json!(1), |inner, _| json!([inner]));
+        }
+        let _ = server_message(&planted);
     }
 
     /// A launch envelope is built as the generated `WorkerLaunch` (the

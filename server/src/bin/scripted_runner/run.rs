@@ -15,10 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use protocol::WorkerLaunch;
 use protocol::canonicalize;
 use protocol::generated::types::{
-    EffectState, NodeFailureOutcome, NodeUpdate, ReplyOutcome, SourceIdentity, TimeoutSpec,
-    Topology, WorkflowSource,
+    ApplyingState, EffectAdoption, EffectReservation, EffectState, NodeFailureOutcome, NodeUpdate,
+    ReplyOutcome, SettleState, SourceIdentity, TimeoutSpec, Topology, WorkflowSource,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use base64::Engine as _;
@@ -341,19 +340,33 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                     error: reply_error(&reply, "the effect reservation was refused"),
                 };
             }
-            let reservation: Reservation = serde_json::from_value(reply.result.clone())
-                .unwrap_or_else(|e| {
-                    log!("effect.reserve result: {e}");
-                    std::process::exit(EXIT_PROTOCOL);
-                });
-            let id = reservation.effect_id;
-            let result = match reservation.state {
-                EffectState::Applied => {
+            let reservation = Reservation::of(&reply.result);
+            let id = reservation.effect_id();
+            let result = match reservation {
+                Reservation::Adopt(EffectAdoption {
+                    state: SettleState::Applied,
+                    result,
+                    ..
+                }) => {
                     log!("effect {id} is already applied; not applying it again");
-                    reservation.result.unwrap_or(Value::Null)
+                    result
                 }
-                EffectState::Reserved | EffectState::Applying => {
-                    let attempt_number = reservation.attempt_number;
+                Reservation::Adopt(EffectAdoption {
+                    state: SettleState::Rejected,
+                    ..
+                }) => {
+                    log!("effect {id} is rejected; failing the node");
+                    return End::Failed {
+                        outcome: NodeFailureOutcome::Failed,
+                        error: safe_error("conflict", "the effect cannot be applied"),
+                    };
+                }
+                Reservation::Apply(EffectReservation {
+                    attempt_number,
+                    state: ApplyingState::Applying,
+                    ..
+                }) => {
+                    let attempt_number = attempt_number.get();
                     if let Some(apply_log) = &effect.apply_log {
                         append_line(
                             &attempt.base.join(apply_log),
@@ -387,13 +400,6 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                         };
                     }
                     result
-                }
-                state => {
-                    log!("effect {id} is {state}; failing the node");
-                    return End::Failed {
-                        outcome: NodeFailureOutcome::Failed,
-                        error: safe_error("conflict", "the effect cannot be applied"),
-                    };
                 }
             };
             if effect.receipt {
@@ -542,15 +548,35 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
     }
 }
 
-/// The `effect.reserve` reply's `result`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Reservation {
-    effect_id: String,
-    state: EffectState,
-    attempt_number: u64,
-    #[serde(default)]
-    result: Option<Value>,
+/// The `effect.reserve` reply's `result`: one of the two types its
+/// `x-replyResult` names (an adoption carries `result`, a reservation does
+/// not, and neither takes the other's fields, so at most one reads).
+#[derive(Debug)]
+enum Reservation {
+    Apply(EffectReservation),
+    Adopt(EffectAdoption),
+}
+
+impl Reservation {
+    /// Reads the result; anything else is a protocol error of the server.
+    fn of(result: &Value) -> Self {
+        if let Ok(adoption) = serde_json::from_value(result.clone()) {
+            return Self::Adopt(adoption);
+        }
+        serde_json::from_value(result.clone())
+            .map(Self::Apply)
+            .unwrap_or_else(|e| {
+                log!("effect.reserve result is neither an EffectReservation nor an EffectAdoption: {e}");
+                std::process::exit(EXIT_PROTOCOL);
+            })
+    }
+
+    fn effect_id(&self) -> String {
+        match self {
+            Self::Apply(reservation) => reservation.effect_id.to_string(),
+            Self::Adopt(adoption) => adoption.effect_id.to_string(),
+        }
+    }
 }
 
 /// Appends one line to the apply log (tests count real applications).
