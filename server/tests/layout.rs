@@ -1,7 +1,10 @@
 //! The shape of `server/src`, read from its source text: where SQL lives,
-//! how server paths log, and the import graph between top-level modules.
+//! how server paths log, the import graph between top-level modules, and
+//! that wire documents are built and read through generated types.
 //!
-//! SQL outside `store/`, `eprintln!` and import cycles have no exceptions.
+//! SQL outside `store/`, `eprintln!`, import cycles, `json!` documents and
+//! JSON fields read by name (outside `bin/` and test modules) have no
+//! exceptions.
 //! Each prints the listing it checked.
 //! The source root is `$CARGO_MANIFEST_DIR/src`, read when the test runs.
 
@@ -300,17 +303,6 @@ fn non_test_code(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Files that still build a wire document with `json!` (the results of
-/// their runner replies and the notification node's output have no schema
-/// type yet), with the number of lines. The list only shrinks: a file's count may not grow,
-/// and a file that has fewer lines than listed must lower its entry.
-const JSON_MACRO_REMAINING: [(&str, usize); 4] = [
-    ("runner_api/effects.rs", 3),
-    ("runner_api/interactions.rs", 2),
-    ("runner_api/mod.rs", 2),
-    ("runner_api/updates.rs", 1),
-];
-
 /// `json!(` lines per file of `server/src` outside `bin/` (the scripted
 /// runner is a test double) and outside test modules.
 fn json_macro_lines(files: &[(String, String)]) -> BTreeMap<String, usize> {
@@ -330,32 +322,6 @@ fn json_macro_lines(files: &[(String, String)]) -> BTreeMap<String, usize> {
     listing
 }
 
-/// Where `listing` differs from the remaining list.
-fn json_macro_offenders(listing: &BTreeMap<String, usize>) -> Vec<String> {
-    let allowed: BTreeMap<&str, usize> = JSON_MACRO_REMAINING.into_iter().collect();
-    let mut offenders = Vec::new();
-    for (path, count) in listing {
-        match allowed.get(path.as_str()) {
-            None => offenders.push(format!(
-                "{path}: {count} json! lines; build wire documents from protocol::generated::types"
-            )),
-            Some(&most) if *count > most => offenders.push(format!(
-                "{path}: {count} json! lines, more than the {most} listed"
-            )),
-            Some(_) => {}
-        }
-    }
-    for (path, most) in &allowed {
-        let count = listing.get(*path).copied().unwrap_or(0);
-        if count < *most {
-            offenders.push(format!(
-                "{path}: {count} json! lines, fewer than the {most} listed: lower its entry"
-            ));
-        }
-    }
-    offenders
-}
-
 fn all_sources() -> Vec<(String, String)> {
     let root = source_root();
     let mut all = Vec::new();
@@ -370,11 +336,9 @@ fn wire_documents_are_built_from_generated_types() {
     for (path, count) in &listing {
         println!("  {path}: {count}");
     }
-    let offenders = json_macro_offenders(&listing);
     assert!(
-        offenders.is_empty(),
-        "hand-written json! wire documents:\n{}",
-        offenders.join("\n")
+        listing.is_empty(),
+        "hand-written json! documents; build wire documents from protocol::generated::types: {listing:?}"
     );
 }
 
@@ -394,18 +358,107 @@ fn the_json_macro_check_finds_a_planted_document() {
     assert_eq!(
         listing.get("client_api/planted.rs"),
         Some(&1),
-        "the test module is not counted"
+        "the planted json! is found, its test module's is not"
     );
     assert_eq!(
         listing.get("bin/planted.rs"),
         None,
         "the scripted runner is exempt"
     );
-    let offenders = json_macro_offenders(&listing);
+}
+
+/// Ways of reading a JSON value's field by its name: `.get("…")`,
+/// `.pointer(…)` and indexing with a string literal (`value["…"]`; an array
+/// literal such as `vec!["…"]` or `&["…"]` follows no name and is not one).
+fn field_reads(line: &str) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    if line.contains(".get(\"") {
+        found.push(".get(\"…\")");
+    }
+    if line.contains(".pointer(") {
+        found.push(".pointer(…)");
+    }
+    let bytes = line.as_bytes();
+    let indexes = bytes.windows(3).any(|window| {
+        (window[0].is_ascii_alphanumeric() || matches!(window[0], b'_' | b')' | b']'))
+            && window[1] == b'['
+            && window[2] == b'"'
+    });
+    if indexes {
+        found.push("x[\"…\"]");
+    }
+    found
+}
+
+/// Lines outside `bin/` and test modules that read a JSON field by name.
+fn field_read_offenders(files: &[(String, String)]) -> Vec<String> {
+    let mut offenders = Vec::new();
+    for (path, text) in files {
+        if path.starts_with("bin/") {
+            continue;
+        }
+        for line in non_test_code(text) {
+            let reads = field_reads(line);
+            if !reads.is_empty() {
+                offenders.push(format!("{path}: {} in `{}`", reads.join(", "), line.trim()));
+            }
+        }
+    }
+    offenders
+}
+
+/// Decoded frames and stored documents are read through their generated
+/// types (an exhaustive match over a typed value), never by looking a field
+/// up by name in a `serde_json::Value`.
+#[test]
+fn no_server_path_reads_a_json_field_by_name() {
+    let offenders = field_read_offenders(&all_sources());
+    println!("JSON fields read by name in server/src outside bin/ and test modules:");
+    for offender in &offenders {
+        println!("  {offender}");
+    }
     assert!(
-        offenders
-            .iter()
-            .any(|line| line.starts_with("client_api/planted.rs:")),
-        "the planted json! is reported: {offenders:?}"
+        offenders.is_empty(),
+        "read these values through their generated types:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn the_field_read_check_finds_a_planted_read() {
+    let mut files = all_sources();
+    files.push((
+        "runner_api/planted.rs".to_owned(),
+        [
+            "fn kind(reply: &Value) -> Option<&str> {",
+            "    reply.get(\"type\").and_then(Value::as_str)",
+            "}",
+            "fn event(value: &Value) -> &Value { value.pointer(\"/event/kind\").unwrap() }",
+            "fn outcome(reply: &Value) -> &Value { &reply[\"outcome\"] }",
+            "fn names() -> Vec<&'static str> { vec![\"a\", \"b\"] }",
+            "#[cfg(test)]",
+            "mod tests {",
+            "    fn fixture(value: &Value) { let _ = &value[\"runId\"]; }",
+            "}",
+        ]
+        .join("\n"),
+    ));
+    files.push((
+        "bin/planted.rs".to_owned(),
+        "fn scripted(value: &Value) { let _ = value.get(\"result\"); }\n".to_owned(),
+    ));
+    let offenders = field_read_offenders(&files);
+    let planted: Vec<&String> = offenders
+        .iter()
+        .filter(|line| line.starts_with("runner_api/planted.rs:"))
+        .collect();
+    assert_eq!(
+        planted.len(),
+        3,
+        "the .get, .pointer and index reads are found; the vec! literal and the test module are not: {planted:?}"
+    );
+    assert!(
+        !offenders.iter().any(|line| line.starts_with("bin/")),
+        "the scripted runner is exempt"
     );
 }
