@@ -18,6 +18,7 @@ import { after, before, describe, it } from "node:test";
 import type { ContentReference, RunnerMessage, ServerMessage, WorkerLaunch } from "../src/generated/types.js";
 import { canonicalString } from "../src/protocol/canonical.js";
 import { digestOf } from "../src/protocol/content.js";
+import { SafeError } from "../src/protocol/errors.js";
 import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch, encodeServer } from "../src/protocol/messages.js";
 import { ContentReadError, MAX_REFERENCED_BYTES, RunnerChannel } from "../src/runner/channel.js";
@@ -100,6 +101,53 @@ const bigState = {
   steps: 3,
 };
 
+describe("typed reply results on the runner channel", () => {
+  /** The reply to the first `type` message, with `outcome` and `result`. */
+  const answering =
+    (type: RunnerMessage["type"], outcome: "accepted" | "rejected", result: unknown) =>
+    (message: RunnerMessage): ServerMessage | undefined =>
+      message.type === type ? ({ ...envelope, type: "reply", inReplyTo: message.messageId, outcome, result } as ServerMessage) : undefined;
+  const reserve = { attemptId: "att-1", effectType: "function", requestDigest: digestOf(new Uint8Array()) } as const;
+
+  it("an accepted reply carries the result type x-replyResult names for its message", async () => {
+    const reservation = { effectId: "e1", state: "applying", attemptNumber: 1 };
+    const { channel } = wired(new Uint8Array(), honest, answering("effect.reserve", "accepted", reservation));
+    const reply = await channel.request("effect.reserve", reserve);
+    assert.equal(reply.outcome, "accepted");
+    if (reply.outcome !== "accepted") return;
+    assert.deepEqual(reply.result, reservation);
+    assert.equal(reply.result.state, "applying");
+    const update = { updateId: "upd_1", seq: 4 };
+    const updated = wired(new Uint8Array(), honest, answering("node.update", "accepted", update)).channel;
+    const receipt = await updated.request("node.update", { attemptId: "att-1", update: { type: "progress", key: "k", data: 1 }, idempotencyKey: "att-1:u1" });
+    assert.deepEqual(receipt.result, update);
+  });
+
+  it("a result off the types its message names, or a result on a refusal, is refused as schemaInvalid", async () => {
+    const cases: [string, RunnerMessage["type"], "accepted" | "rejected", unknown][] = [
+      ["a settlement answering effect.reserve", "effect.reserve", "accepted", { effectId: "e1", state: "applied" }],
+      ["an unknown field", "effect.reserve", "accepted", { effectId: "e1", state: "applying", attemptNumber: 1, extra: true }],
+      ["no result where one is named", "node.update", "accepted", null],
+      ["a result where none is named", "node.finished", "accepted", { updateId: "upd_1", seq: 1 }],
+      ["a result on a refusal", "effect.reserve", "rejected", { effectId: "e1", state: "applying", attemptNumber: 1 }],
+    ];
+    for (const [what, type, outcome, result] of cases) {
+      const { channel } = wired(new Uint8Array(), honest, answering(type, outcome, result));
+      const fields =
+        type === "effect.reserve"
+          ? reserve
+          : type === "node.update"
+            ? { attemptId: "att-1", update: { type: "progress", key: "k", data: 1 }, idempotencyKey: "att-1:u1" }
+            : { attemptId: "att-1", output: null };
+      await assert.rejects(
+        channel.request(type, fields as never),
+        (error: unknown) => error instanceof SafeError && error.code === "schemaInvalid",
+        what,
+      );
+    }
+  });
+});
+
 describe("referenced content on the runner channel", () => {
   it("a referenced run state is read in parts of at most 512 KiB, verified and decoded", async () => {
     const bytes = encoder.encode(canonicalString(bigState));
@@ -128,7 +176,7 @@ describe("referenced content on the runner channel", () => {
     const reply = await channel.request("effect.reserve", { attemptId: "att-1", effectType: "function", requestDigest: digestOf(new Uint8Array()) });
     assert.equal(reply.outcome, "adopted");
     assert.deepEqual(reply.result, result);
-    assert.equal(reply.resultContent, undefined);
+    assert.equal("resultContent" in reply, false);
   });
 
   it("every unreadable reference is one bounded failure, and the channel keeps working", async () => {

@@ -12,6 +12,7 @@ export {
   clientKind,
   decodeClientFrame,
   decodeLaunch,
+  decodeReplyResult,
   decodeRunState,
   decodeRunView,
   decodeRunnerFrame,

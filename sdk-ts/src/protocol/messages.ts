@@ -11,9 +11,11 @@
  * and a workflow that imports the SDK loads none.
  */
 import { createRequire } from "node:module";
+import { REPLY_RESULT_TYPES } from "../generated/types.js";
 import type {
   ClientMessage,
   JsonValue,
+  ReplyResultByMessageType,
   RequestPayloadByOperation,
   ResponseReceiptByOperation,
   RunnerMessage,
@@ -29,7 +31,7 @@ import { MAX_FRAME_BYTES, frameContent } from "./framing.js";
 /** A compiled validator: true when `data` matches its schema (ajv leaves the reason in `errors`). */
 export type Validator = ((data: unknown) => boolean) & { errors?: unknown };
 
-/** `generated/runner-validators.cts`: runner.v1. */
+/** `generated/runner-validators.cts`: runner.v1 (and one `validate<Name>` per reply result type, read by name in `decodeReplyResult`). */
 interface RunnerValidators {
   validateRunnerMessage: Validator;
   validateServerMessage: Validator;
@@ -148,6 +150,21 @@ export function decodeRunView(bytes: Uint8Array): RunView {
  */
 export function decodeRunState(bytes: Uint8Array): RunState {
   return validated<RunState>(validators.validateRunState, parseCanonical(bytes));
+}
+
+/**
+ * The result of an accepted reply to a `type` message, checked against the
+ * types its schema variant's `x-replyResult` names (`REPLY_RESULT_TYPES`);
+ * `schemaInvalid` when it is none of them.
+ */
+export function decodeReplyResult<T extends keyof ReplyResultByMessageType>(type: T, result: JsonValue): ReplyResultByMessageType[T] {
+  const generated = runnerValidators() as unknown as Readonly<Record<string, Validator | undefined>>;
+  for (const name of REPLY_RESULT_TYPES[type]) {
+    const validate = generated[`validate${name}`];
+    if (validate === undefined) throw new Error(`the runner validators have no validate${name}; run \`cargo run -p codegen\``);
+    if (validate(result)) return result as unknown as ReplyResultByMessageType[T];
+  }
+  throw SCHEMA_INVALID();
 }
 
 /**

@@ -14,7 +14,10 @@
  * Values over one frame: a command's state (`{kind: reference}`) and a
  * reply's `resultContent` are digest-bound references, read here with
  * `content.read` in verified parts of at most 512 KiB (`PartAssembler`).
- * `request()` returns a reply with its referenced result read;
+ * `request()` returns a reply with its referenced result read and typed by
+ * the message it answers (`ReplyTo`): an accepted result is checked against
+ * the types the schema's `x-replyResult` names, any other result must be
+ * null (`schemaInvalid` otherwise);
  * `runState()` reads a command's state. Missing content, a bad range, a
  * wrong length or digest, another media type, JSON that is not canonical or
  * not a run state, or a value over 256 MiB is one `ContentReadError`
@@ -28,6 +31,7 @@ import type {
   ErrorCode,
   JsonValue,
   Reply,
+  ReplyResultByMessageType,
   RunnerCommand,
   RunnerMessage,
   RunState,
@@ -38,13 +42,43 @@ import { MAX_DEPTH, canonicalString, canonicalize, jsonDepth, nestingDepth, pars
 import { PartAssembler, type PartRequest } from "../protocol/content.js";
 import { SafeError } from "../protocol/errors.js";
 import { FrameDecoder, MAX_FRAME_BYTES, frameContent } from "../protocol/framing.js";
-import { decodeLaunch, decodeRunState, decodeServerFrame, encodeRunner } from "../protocol/messages.js";
+import { REPLY_RESULT_TYPES } from "../generated/types.js";
+import { SCHEMA_INVALID } from "../protocol/errors.js";
+import { decodeLaunch, decodeReplyResult, decodeRunState, decodeServerFrame, encodeRunner } from "../protocol/messages.js";
 
 /** The fields of a runner message without the common envelope. */
 export type Fields<T extends RunnerMessage["type"]> = Omit<
   Extract<RunnerMessage, { type: T }>,
   "type" | "schema" | "runId" | "generation" | "runnerEpoch" | "messageId"
 >;
+
+/** The result of an accepted reply to a `T` message: a type `x-replyResult` names, or null for a message without one. */
+export type ReplyResultOf<T extends RunnerMessage["type"]> = T extends keyof ReplyResultByMessageType ? ReplyResultByMessageType[T] : null;
+
+/** A reply to a `T` message, its referenced result read: an accepted (or adopted) reply carries `ReplyResultOf<T>`, a refusal a null result. */
+export type ReplyTo<T extends RunnerMessage["type"]> =
+  | (Omit<Reply, "outcome" | "result" | "resultContent"> & { outcome: "accepted" | "adopted"; result: ReplyResultOf<T> })
+  | (Omit<Reply, "outcome" | "result" | "resultContent"> & { outcome: "rejected" | "claimLost"; result: null });
+
+/** A reply to any runner message (its result one of the typed results or null). */
+export type RunnerReply = ReplyTo<RunnerMessage["type"]>;
+
+/** Whether the schema names result types for the accepted reply to a `type` message. */
+function hasReplyResult(type: RunnerMessage["type"]): type is keyof ReplyResultByMessageType {
+  return Object.hasOwn(REPLY_RESULT_TYPES, type);
+}
+
+/** `reply` to a `type` message with its result checked and typed (`schemaInvalid` when the result is off the schema). */
+function typedReply<T extends RunnerMessage["type"]>(type: T, reply: Omit<Reply, "resultContent">): ReplyTo<T> {
+  const { outcome, result } = reply;
+  if (outcome === "accepted" || outcome === "adopted") {
+    if (hasReplyResult(type)) return { ...reply, outcome, result: decodeReplyResult(type, result) as ReplyResultOf<T> };
+    if (result === null) return { ...reply, outcome, result: null as ReplyResultOf<T> };
+    throw SCHEMA_INVALID();
+  }
+  if (result !== null) throw SCHEMA_INVALID();
+  return { ...reply, outcome, result: null };
+}
 
 /** What the server asks for after `runner.ready`: a command, or a reply whose `next` decides. */
 export type Dispatch = { kind: "command"; command: RunnerCommand } | { kind: "reply"; reply: Reply };
@@ -353,9 +387,11 @@ export class RunnerChannel {
   /**
    * Writes a message and waits for its reply. A result the server sent as
    * `resultContent` is read and verified first (`ContentReadError` when it
-   * cannot be), so the reply's `result` is always the value itself.
+   * cannot be), so the reply's `result` is always the value itself, typed
+   * by `type` and checked against the schema (`SafeError` `schemaInvalid`
+   * when it is off it).
    */
-  async request<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<Reply> {
+  async request<T extends RunnerMessage["type"]>(type: T, fields: Fields<T>): Promise<ReplyTo<T>> {
     if (this.closedError) throw this.closedError;
     // Register before writing: the reply may arrive before `send` resolves.
     const nextId = `${this.launch.runnerEpoch}-m${this.counter + 1}`;
@@ -369,8 +405,8 @@ export class RunnerChannel {
     }
     if (sent !== nextId) throw new Error("message ids went out of order");
     const answer = await reply;
-    if (answer.resultContent === undefined) return answer;
     const { resultContent, ...rest } = answer;
+    if (resultContent === undefined) return typedReply(type, rest);
     const bytes = await this.readContent(resultContent);
     let result: JsonValue;
     try {
@@ -378,7 +414,7 @@ export class RunnerChannel {
     } catch {
       throw new ContentReadError("schemaInvalid", "the referenced reply result is not canonical JSON");
     }
-    return { ...rest, result };
+    return typedReply(type, { ...rest, result });
   }
 
   /** The run state of a command: inline, or read and verified from its reference. */

@@ -22,10 +22,10 @@ import type {
   UpdateReceipt,
   WorkflowUpdate,
 } from "../authoring/types.js";
-import type { ActionReceipt, NodeFailureOutcome, Reply, SafeError } from "../generated/types.js";
+import type { ActionReceipt, NodeFailureOutcome, SafeError } from "../generated/types.js";
 import { canonicalString } from "../protocol/canonical.js";
 import { sha256Digest } from "../authoring/compile.js";
-import { type Fields, FrameRefused, type RunnerChannel, refusalReason } from "./channel.js";
+import { type Fields, FrameRefused, type ReplyTo, type RunnerChannel, type RunnerReply, refusalReason } from "./channel.js";
 import { buildDecisionRequest } from "./decision.js";
 import { HeadlessStepFailed, PI_STOP_GRACE_MS, type PiCommand, PiUnavailable, resolvePi, runHeadlessStep } from "./pi.js";
 import { processStartIdentity, resolveExecution, runShell } from "./shell.js";
@@ -58,11 +58,14 @@ export interface AttemptTarget {
   visit: number;
 }
 
+/** The accepted reply to `notification.requested`: the server recorded the notify node's result, its `NotificationResult`. */
+type Settled = Extract<ReplyTo<"notification.requested">, { outcome: "accepted" | "adopted" }>;
+
 /** What the runner does after an attempt. */
 export type AfterAttempt =
-  | { kind: "reply"; reply: Reply }
+  | { kind: "reply"; reply: RunnerReply }
   /** The run needs nothing more from this process (for example an interactive request was accepted). */
-  | { kind: "exit"; reply: Reply };
+  | { kind: "exit"; reply: RunnerReply };
 
 /** A node failure with its outcome and wire error. */
 export class NodeFailure extends Error {
@@ -226,7 +229,7 @@ export class Executor {
     const startedAt = Date.now();
     this.running = target.attemptId;
     let deadlineTimer: NodeJS.Timeout | undefined;
-    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: Reply } | { settled: Reply };
+    let outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure } | { exit: RunnerReply } | { settled: Settled };
     try {
       if (!node) throw new NodeFailure("failed", "nodeFailed", `node ${target.nodeId} is not in the compiled workflow`);
       const ctx = this.context(node, target, controller.signal, node.transition === "entry" ? node.mountPath.slice(0, -1) : node.mountPath);
@@ -265,7 +268,7 @@ export class Executor {
       finishedAt: new Date(finishedAt).toISOString(),
       durationMs: finishedAt - startedAt,
     };
-    let reply: Reply;
+    let reply: RunnerReply;
     let result: NodeResult;
     if ("settled" in outcome) {
       // The server already recorded this attempt's result: its receipt.
@@ -297,7 +300,7 @@ export class Executor {
     target: AttemptTarget,
     base: Omit<NodeResult, "outcome" | "output" | "error">,
     outcome: { ok: true; output: unknown; action?: ActionReceipt } | { ok: false; failure: NodeFailure },
-  ): Promise<{ reply: Reply; result: NodeResult }> {
+  ): Promise<{ reply: RunnerReply; result: NodeResult }> {
     const channel = this.host.channel;
     let failure: NodeFailure;
     if (outcome.ok) {
@@ -358,7 +361,7 @@ export class Executor {
     node: CompiledNode,
     target: AttemptTarget,
     ctx: NodeContext,
-  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: Reply } | { settled: Reply }> {
+  ): Promise<{ output: unknown; action?: ActionReceipt } | { exit: RunnerReply } | { settled: Settled }> {
     const signal = ctx.signal;
     if (node.transition === "entry") return { output: await raceAbort(this.entry(node, target, ctx), signal) };
     if (node.transition === "exit") return { output: await raceAbort(this.exit(node, target), signal) };
@@ -432,7 +435,7 @@ export class Executor {
         throw new Error(`publishUpdate(): node ${target.nodeId} already finished; publish (and await) updates while the node runs`);
       }
       counter += 1;
-      let reply: Reply;
+      let reply: ReplyTo<"node.update">;
       try {
         reply = await this.host.channel.request("node.update", {
           attemptId: target.attemptId,
@@ -447,7 +450,7 @@ export class Executor {
       if (reply.outcome !== "accepted" && reply.outcome !== "adopted") {
         throw new Error(`update ${update.type}/${update.key} was rejected: ${reply.error?.code ?? reply.outcome}: ${reply.error?.message ?? ""}`);
       }
-      return reply.result as unknown as UpdateReceipt;
+      return reply.result;
     };
   }
 
@@ -472,20 +475,18 @@ export class Executor {
     if (reserved.outcome !== "accepted" && reserved.outcome !== "adopted") {
       throw new NodeFailure("failed", reserved.error?.code ?? "conflict", `the effect reservation was refused: ${reserved.error?.message ?? reserved.outcome}`);
     }
-    const reservation = reserved.result as { effectId: string; state: string; attemptNumber: number; result?: unknown };
-    if (reservation.state === "applied" || reservation.state === "rejected") {
+    // An EffectReservation (apply it now) or an EffectAdoption (it already settled).
+    const reservation = reserved.result;
+    if (reservation.state !== "applying") {
       this.host.log(`effect ${reservation.effectId} already ${reservation.state}; using its stored result`);
-      return { effectId: reservation.effectId, state: reservation.state, result: reservation.result ?? null, adopted: true };
-    }
-    if (reservation.state !== "applying" && reservation.state !== "reserved") {
-      throw new NodeFailure("failed", "conflict", `the effect is ${reservation.state} and cannot be applied`);
+      return { effectId: reservation.effectId, state: reservation.state, result: reservation.result, adopted: true };
     }
     const applied = await apply();
-    const settle = (result: unknown): Promise<Reply> =>
+    const settle = (result: unknown): Promise<ReplyTo<"effect.settle">> =>
       channel.request("effect.settle", { effectId: reservation.effectId, state: applied.state, result: result as never });
     const tooDeep = applied.carries === undefined ? null : outputDepthProblem(applied.carries.value);
     let stored = tooDeep === null || applied.carries === undefined ? applied.result : applied.carries.instead(tooDeep);
-    let settled: Reply;
+    let settled: ReplyTo<"effect.settle">;
     try {
       settled = await settle(stored);
     } catch (error) {
@@ -609,7 +610,7 @@ export class Executor {
    * notification message, so the accepted reply ends the attempt and carries
    * the next instruction; no `node.finished` follows.
    */
-  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<Reply> {
+  private async notify(node: CompiledNode, target: AttemptTarget, options: NotifyOptions, ctx: NodeContext): Promise<Settled> {
     const raw = typeof options.message === "function" ? await options.message(ctx) : options.message;
     if (typeof raw !== "string" || raw.trim() === "") throw new NodeFailure("failed", "nodeFailed", `notify ${node.id}: the message must be a non-empty string`);
     const text = raw.trim();
@@ -634,7 +635,7 @@ export class Executor {
    * assistant-message step needs an origin session: a headless run fails it
    * with `headlessAssistantMessage` before anything starts.
    */
-  private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: Reply } | { output: unknown }> {
+  private async agent(node: CompiledNode, target: AttemptTarget, options: AgentOptions, ctx: NodeContext): Promise<{ exit: RunnerReply } | { output: unknown }> {
     const launch = this.host.channel.launch;
     const headless = launch.executionMode === "headless";
     const assistantMessage = typeof options.expectedOutput === "object";
@@ -684,8 +685,7 @@ export class Executor {
       throw new NodeFailure("failed", reply.error?.code ?? "nodeFailed", `agent ${node.id}: the server refused the agent step request: ${message}`);
     }
     if (pi === undefined) return { exit: reply };
-    const interactionId = (reply.result as { interactionId?: unknown } | undefined)?.interactionId;
-    if (typeof interactionId !== "string") throw new NodeFailure("failed", "nodeFailed", `agent ${node.id}: the server's reply names no interactive request`);
+    const interactionId = reply.result.interactionId;
     const model = { ...launch.agentModel, ...node.workflow.model, ...options.model };
     const channel = this.host.channel;
     this.host.log(`agent ${node.id}: headless pi (${pi.source}) for request ${interactionId}`);
@@ -727,7 +727,7 @@ export class Executor {
     node: CompiledNode,
     fields: Fields<"interaction.requested">,
     expectedOutput: unknown,
-  ): Promise<Reply> {
+  ): Promise<ReplyTo<"interaction.requested">> {
     try {
       return await this.host.channel.request("interaction.requested", fields);
     } catch (error) {
