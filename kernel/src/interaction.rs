@@ -11,9 +11,11 @@
 //!   message: the attempt stays `Active` under the live runner's claim, the
 //!   runner's own Pi child does the work, and the runner finishes the attempt
 //!   itself once a submission is accepted ([`finish_allowed`]).
-//! - A submission names its authority: the origin session for an
-//!   interactive run, the live runner (generation and epoch) for a headless
-//!   one ([`check_authority`]), checked before any receipt lookup.
+//! - A submission names its authority: the origin session and its active
+//!   coordinator epoch for an interactive run, the live runner (generation
+//!   and epoch) for a headless one ([`check_authority`]), checked before any
+//!   receipt lookup. A coordinator epoch that is not the session's active
+//!   one (a fenced or ended connection) is `StaleCoordinator`, a claim loss.
 //! - Pause is stored once, on the run; an interaction is paused exactly when
 //!   its run is paused ([`is_paused`]) and is never paused on its own.
 //! - One idempotency key names one payload: a repeat adopts the stored
@@ -29,8 +31,8 @@
 use crate::attempt::AttemptStatus;
 use crate::claim::Authority;
 use crate::ids::{
-    AttemptId, Digest, IdempotencyKey, InteractionId, MessageId, NodeId, RunId, RunnerEpochId,
-    SessionId, SubmissionId,
+    AttemptId, CoordinatorEpoch, Digest, IdempotencyKey, InteractionId, MessageId, NodeId, RunId,
+    RunnerEpochId, SessionId, SubmissionId,
 };
 use crate::message::{MessageKind, MessageRecord, MessageState, StepReason};
 use crate::output::{Output, RunEvent, Transition, WakeReason};
@@ -148,6 +150,9 @@ pub enum InteractionRejection {
     /// The submission names another authority than the run's (a runner for
     /// an interactive run, a session for a headless one, another session).
     WrongAuthority,
+    /// The origin session's coordinator epoch named is not its active one:
+    /// another connection coordinates the session now (or none does).
+    StaleCoordinator,
     /// A headless runner proposed the attempt's result before a submission
     /// was accepted.
     NotAccepted,
@@ -320,8 +325,12 @@ fn pending_record(
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum SubmitAuthority {
-    /// The origin session's coordinator (an interactive run).
-    Coordinator { session_id: SessionId },
+    /// The origin session's coordinator at `coordinator_epoch` (an
+    /// interactive run).
+    Coordinator {
+        session_id: SessionId,
+        coordinator_epoch: CoordinatorEpoch,
+    },
     /// The live runner of a headless run.
     Runner {
         generation: crate::ids::Generation,
@@ -330,15 +339,29 @@ pub enum SubmitAuthority {
 }
 
 /// Checks the authority of a submission against the run, before any receipt
-/// lookup: the origin session of an interactive run, or the live runner
-/// (same generation and epoch) of a headless one.
+/// lookup: the origin session of an interactive run at its active
+/// coordinator epoch, or the live runner (same generation and epoch) of a
+/// headless one. `active_coordinator` is the origin session's active epoch
+/// as the shell read it before the job (`None` when no connection
+/// coordinates the session; unused for a runner's submission).
 pub fn check_authority(
     agg: &RunAggregate,
     authority: &SubmitAuthority,
+    active_coordinator: Option<CoordinatorEpoch>,
 ) -> Result<(), InteractionRejection> {
     match (agg.run.mode.origin_session(), authority) {
-        (Some(origin), SubmitAuthority::Coordinator { session_id }) if origin == session_id => {
-            Ok(())
+        (
+            Some(origin),
+            SubmitAuthority::Coordinator {
+                session_id,
+                coordinator_epoch,
+            },
+        ) if origin == session_id => {
+            if active_coordinator == Some(*coordinator_epoch) {
+                Ok(())
+            } else {
+                Err(InteractionRejection::StaleCoordinator)
+            }
         }
         (
             None,

@@ -331,6 +331,7 @@ impl Coded for InteractionRejection {
         match self {
             Self::Run { rejection } => rejection.code(),
             Self::Headless => WireCode::NoOriginSession,
+            Self::StaleCoordinator => WireCode::ClaimLost,
             Self::NotActiveAttempt { .. } => WireCode::StaleAttempt,
             Self::RequestConflict { .. } | Self::SubmissionConflict { .. } => WireCode::Conflict,
             Self::UnknownInteraction { .. } => WireCode::NotFound,
@@ -361,6 +362,9 @@ impl Coded for InteractionRejection {
                 "the submission names another authority than its run's (the origin session of an interactive run, the live runner of a headless one)"
             }
             Self::NotAccepted => "the attempt's request has no accepted submission yet",
+            Self::StaleCoordinator => {
+                "another connection is the session's coordinator now; read the session view again"
+            }
         }
     }
 
@@ -370,6 +374,7 @@ impl Coded for InteractionRejection {
             Self::NotActiveAttempt { .. } | Self::NotAccepted => Some(ProtocolCheck::Attempt),
             Self::Headless
             | Self::WrongAuthority
+            | Self::StaleCoordinator
             | Self::RequestConflict { .. }
             | Self::UnknownInteraction { .. }
             | Self::NotSubmittedOutput

@@ -386,3 +386,77 @@ async fn every_advertised_control_of_every_display_state_is_accepted() {
     assert_eq!(refused, Vec::<String>::new(), "{checked} controls checked");
     assert!(checked >= 15, "every state offers its controls ({checked})");
 }
+
+/// An origin-session submission counts only from the session's active
+/// coordinator: once a second connection coordinates the session, the
+/// first one's epoch is stale and its submission is answered `claimLost`
+/// (the kernel's `StaleCoordinator`) and stores nothing; another session's
+/// is refused, and the active epoch's is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_submission_needs_the_active_coordinator_epoch() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let ask = one_node(
+        server.scratch(),
+        "ask",
+        "agent",
+        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
+    );
+    let run_id = start(&mut client, &ask, Some("session-epochs")).await;
+    wait_status(&mut client, &run_id, "waiting").await;
+    let (_, submit) = control_command(&server, &run_id, "submit");
+
+    let mut first = server.client().await;
+    let fenced = as_coordinator(&server, &mut first, &run_id).await;
+    let mut second = server.client().await;
+    let active = as_coordinator(&server, &mut second, &run_id).await;
+    assert_ne!(
+        fenced["coordinatorEpoch"], active["coordinatorEpoch"],
+        "the second connection coordinates at a new epoch"
+    );
+
+    let mut stale = submit.clone();
+    stale["authority"] = fenced;
+    let refused = command(&mut first, "interaction.submit", &run_id, stale).await;
+    assert_eq!(refused.outcome, "claimLost", "{:?}", refused.frame);
+    assert_eq!(refused.frame["error"]["code"], "claimLost");
+    let submissions: i64 = server
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = ?1",
+            [submit["interactionId"].as_str().unwrap()],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        submissions, 0,
+        "a stale coordinator's submission stores nothing"
+    );
+
+    let mut other_session = submit.clone();
+    other_session["authority"] = active.clone();
+    other_session["authority"]["sessionId"] = json!("another-session");
+    let wrong = command(&mut second, "interaction.submit", &run_id, other_session).await;
+    assert_eq!(wrong.outcome, "rejected", "{:?}", wrong.frame);
+    assert_eq!(wrong.frame["error"]["code"], "illegalTransition");
+
+    // The active epoch's submission is taken: stored, validated (the
+    // scripted runner's validation child reports no verdict, so its receipt
+    // says rejected) and answered at that durable outcome.
+    let mut current = submit.clone();
+    current["authority"] = active;
+    let accepted = command(&mut second, "interaction.submit", &run_id, current).await;
+    assert_eq!(accepted.outcome, "accepted", "{:?}", accepted.frame);
+    let submissions: i64 = server
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = ?1",
+            [submit["interactionId"].as_str().unwrap()],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        submissions, 1,
+        "the active coordinator's submission is stored"
+    );
+}

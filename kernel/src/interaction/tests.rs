@@ -6,6 +6,7 @@ use crate::fixtures::{
     runner_epoch, waiting_on_request,
 };
 use crate::ids::{Generation, MessageId};
+use crate::reject::Coded as _;
 use crate::run::{QueueStatus, ResumeIds, RunStatus};
 use alloc::vec::Vec;
 use proptest::prelude::*;
@@ -317,13 +318,13 @@ fn a_headless_submission_needs_the_live_runner_and_acceptance_leaves_the_finish_
         generation: agg.run.lease.generation,
         runner_epoch: runner.runner_epoch.clone(),
     };
-    assert_eq!(check_authority(&agg, &live), Ok(()));
+    assert_eq!(check_authority(&agg, &live, None), Ok(()));
     let stale = SubmitAuthority::Runner {
         generation: Generation(agg.run.lease.generation.0 + 1),
         runner_epoch: runner.runner_epoch.clone(),
     };
     assert_eq!(
-        check_authority(&agg, &stale),
+        check_authority(&agg, &stale, None),
         Err(Rejection::StaleRunner.into())
     );
     let other = SubmitAuthority::Runner {
@@ -331,14 +332,15 @@ fn a_headless_submission_needs_the_live_runner_and_acceptance_leaves_the_finish_
         runner_epoch: runner_epoch(9),
     };
     assert_eq!(
-        check_authority(&agg, &other),
+        check_authority(&agg, &other, None),
         Err(Rejection::StaleRunner.into())
     );
     let session = SubmitAuthority::Coordinator {
         session_id: SessionId::from("s-1"),
+        coordinator_epoch: CoordinatorEpoch(1),
     };
     assert_eq!(
-        check_authority(&agg, &session),
+        check_authority(&agg, &session, Some(CoordinatorEpoch(1))),
         Err(InteractionRejection::WrongAuthority)
     );
 
@@ -366,15 +368,64 @@ fn a_headless_submission_needs_the_live_runner_and_acceptance_leaves_the_finish_
 fn an_interactive_submission_needs_its_origin_session() {
     let agg = waiting_on_request(1, InteractionKind::SubmittedOutput);
     let origin = agg.run.mode.origin_session().cloned().unwrap();
-    assert_eq!(
-        check_authority(&agg, &SubmitAuthority::Coordinator { session_id: origin }),
-        Ok(())
-    );
+    let active = Some(CoordinatorEpoch(3));
+    let coordinator = SubmitAuthority::Coordinator {
+        session_id: origin,
+        coordinator_epoch: CoordinatorEpoch(3),
+    };
+    assert_eq!(check_authority(&agg, &coordinator, active), Ok(()));
     let other = SubmitAuthority::Coordinator {
         session_id: SessionId::from("another-session"),
+        coordinator_epoch: CoordinatorEpoch(3),
     };
     assert_eq!(
-        check_authority(&agg, &other),
+        check_authority(&agg, &other, active),
+        Err(InteractionRejection::WrongAuthority)
+    );
+    let live = SubmitAuthority::Runner {
+        generation: agg.run.lease.generation,
+        runner_epoch: runner_epoch(1),
+    };
+    assert_eq!(
+        check_authority(&agg, &live, active),
+        Err(InteractionRejection::WrongAuthority),
+        "an interactive run takes no runner's submission"
+    );
+}
+
+#[test]
+fn an_interactive_submission_needs_the_active_coordinator_epoch() {
+    let agg = waiting_on_request(1, InteractionKind::SubmittedOutput);
+    let origin = agg.run.mode.origin_session().cloned().unwrap();
+    let at = |epoch| SubmitAuthority::Coordinator {
+        session_id: origin.clone(),
+        coordinator_epoch: CoordinatorEpoch(epoch),
+    };
+    assert_eq!(
+        check_authority(&agg, &at(4), Some(CoordinatorEpoch(4))),
+        Ok(())
+    );
+    // A fenced connection (an older epoch) and one from a later epoch than
+    // the server knows are both stale.
+    for (epoch, active) in [(3, Some(4)), (5, Some(4)), (4, None)] {
+        assert_eq!(
+            check_authority(&agg, &at(epoch), active.map(CoordinatorEpoch)),
+            Err(InteractionRejection::StaleCoordinator),
+            "epoch {epoch} against the active {active:?}"
+        );
+    }
+    // A stale coordinator lost its claim: the wire says `claimLost`.
+    let rejection = InteractionRejection::StaleCoordinator;
+    assert_eq!(rejection.code(), crate::reject::WireCode::ClaimLost);
+    assert!(rejection.is_claim_loss());
+    assert_eq!(rejection.protocol_check(), None);
+    // Another session is refused as the wrong authority whatever its epoch.
+    let other = SubmitAuthority::Coordinator {
+        session_id: SessionId::from("another-session"),
+        coordinator_epoch: CoordinatorEpoch(4),
+    };
+    assert_eq!(
+        check_authority(&agg, &other, None),
         Err(InteractionRejection::WrongAuthority)
     );
 }

@@ -68,19 +68,15 @@ pub async fn submit(
             "interaction.submit needs a runId and an idempotencyKey",
         );
     };
-    // A coordinator submission must come from the session's active epoch
-    // (checked again, with the session ownership, in the transaction).
-    let coordinator_epoch = match &payload.authority {
-        InteractionAuthority::Coordinator {
-            coordinator_epoch, ..
-        } => Some(kernel::ids::CoordinatorEpoch(coordinator_epoch.get())),
-        InteractionAuthority::Runner { .. } => None,
-    };
     let interaction_id = InteractionId::new(payload.interaction_id.to_string());
     let attempt_id = kernel::ids::AttemptId::new(payload.attempt_id.to_string());
     let authority = match &payload.authority {
-        InteractionAuthority::Coordinator { session_id, .. } => SubmitAuthority::Coordinator {
+        InteractionAuthority::Coordinator {
+            session_id,
+            coordinator_epoch,
+        } => SubmitAuthority::Coordinator {
             session_id: SessionId::new(session_id.to_string()),
+            coordinator_epoch: kernel::ids::CoordinatorEpoch(coordinator_epoch.get()),
         },
         InteractionAuthority::Runner {
             generation,
@@ -97,14 +93,17 @@ pub async fn submit(
     };
     let payload_blob = submissions::payload_hash(&payload.output).1;
     let request_id_owned = request_id.to_owned();
-    // The coordinator epoch enters the job as a fact, held (not re-read in
-    // the job) so that no takeover commits between this read and the job.
-    let coordinators = match coordinator_epoch {
-        Some(_) => Some(app.coordinators.hold().await),
-        None => None,
+    // The session's active coordinator epoch enters the job as a fact,
+    // held (not re-read in the job) so that no takeover commits between
+    // this read and the job; the kernel compares it (`check_authority`).
+    let coordinators = match &authority {
+        SubmitAuthority::Coordinator { .. } => Some(app.coordinators.hold().await),
+        SubmitAuthority::Runner { .. } => None,
     };
-    let active_epoch = match (&coordinators, &authority) {
-        (Some(held), SubmitAuthority::Coordinator { session_id }) => held.active_epoch(session_id),
+    let active_coordinator = match (&coordinators, &authority) {
+        (Some(held), SubmitAuthority::Coordinator { session_id, .. }) => {
+            held.active_epoch(session_id)
+        }
         _ => None,
     };
     let decided = crate::shell::transact(app, move |connection, now_ms| {
@@ -128,18 +127,11 @@ pub async fn submit(
             }
             // The named request, settled or not: a repeat after settlement adopts.
             agg.interaction = Some(record);
-            if let Err(rejection) = interaction::check_authority(&agg, &authority) {
-                let (code, message, _) = crate::wire::rejection(&rejection);
-                return refuse("rejected", code, message);
-            }
-            if let (Some(epoch), SubmitAuthority::Coordinator { .. }) = (coordinator_epoch, &authority)
-                && active_epoch != Some(epoch)
-            {
-                return refuse(
-                    "claimLost",
-                    ErrorCode::ClaimLost,
-                    "another connection is the session's coordinator now; read the session view again",
-                );
+            if let Err(rejection) = interaction::check_authority(&agg, &authority, active_coordinator) {
+                // A claim-loss code answers `claimLost` (a stale coordinator
+                // epoch, a stale runner), any other `rejected`.
+                let (code, message, outcome) = crate::wire::rejection(&rejection);
+                return refuse(&crate::wire::codec_name(&outcome), code, message);
             }
             let stored = submissions::of_interaction(connection, &interaction_id)?;
             match interaction::submit(&agg, &stored, &interaction_id, new, now_ms) {
