@@ -3,9 +3,12 @@
 //!
 //! Invariants:
 //! - Only a missing `state.sqlite` starts a new database, and a new database
-//!   appears whole: it is built under a temporary name and linked into place
-//!   (never over an existing file) after its schema committed, so a crash
-//!   during creation leaves no empty or half-made `state.sqlite`.
+//!   appears whole: it is built under a temporary name, synced, and only then
+//!   linked into place (never over an existing file), so a crash during
+//!   creation leaves no empty or half-made `state.sqlite`. The build itself
+//!   keeps no journal and syncs nothing (its file is thrown away if anything
+//!   fails or crashes); the file is synced once, whole, and is in WAL mode
+//!   from its header on.
 //! - An existing file is verified read-only, the way SQLite recovers it:
 //!   when its `-wal` holds frames, through the WAL (a read-only open; it may
 //!   create or rebuild the `-shm` file, SQLite's index of the WAL, which
@@ -111,7 +114,8 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 // ---- creation ---------------------------------------------------------------
 
-/// Builds a new database under `<name>.creating` and links it into place.
+/// Builds a new database under `<name>.creating`, syncs it once and links it
+/// into place.
 fn create(path: &Path) -> Result<(), StoreError> {
     let building = with_suffix(path, ".creating");
     // Leftovers of a creation that crashed hold no runs (nothing was ever
@@ -119,10 +123,12 @@ fn create(path: &Path) -> Result<(), StoreError> {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let _ = std::fs::remove_file(with_suffix(&building, suffix));
     }
-    let built = build(&building);
-    let linked = built.and_then(|()| {
-        std::fs::hard_link(&building, path).map_err(|_| StoreError::Unusable(Unusable::Unreadable))
-    });
+    let linked = build(&building)
+        .and_then(|()| sync(&building))
+        .and_then(|()| {
+            std::fs::hard_link(&building, path)
+                .map_err(|_| StoreError::Unusable(Unusable::Unreadable))
+        });
     let _ = std::fs::remove_file(&building);
     linked?;
     if let Some(directory) = path.parent()
@@ -133,39 +139,50 @@ fn create(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Writes the schema into `building` with no journal and no syncs (a crash
+/// leaves a file that is never linked, and the next creation deletes it),
+/// then records WAL mode in its header, so the file is born in WAL mode.
 fn build(building: &Path) -> Result<(), StoreError> {
     let connection = Connection::open(building).map_err(|error| classify(&error, building))?;
     let created = (|| {
-        connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "FULL")?;
-        create_schema(&connection)
+        connection.pragma_update(None, "journal_mode", "OFF")?;
+        connection.pragma_update(None, "synchronous", "OFF")?;
+        create_schema(&connection)?;
+        connection.query_row("PRAGMA journal_mode = WAL", [], |row| {
+            row.get::<_, String>(0)
+        })
     })();
-    if let Err(error) = created {
-        return Err(classify(&error, building));
+    match created {
+        Ok(mode) if mode == "wal" => {}
+        Ok(_) => return Err(StoreError::Unusable(Unusable::Unreadable)),
+        Err(error) => return Err(classify(&error, building)),
     }
-    // Closing the only connection checkpoints the WAL and removes it.
     connection
         .close()
         .map_err(|(_, error)| classify(&error, building))
 }
 
+/// The one sync of a new database: its whole file, before it is linked.
+fn sync(building: &Path) -> Result<(), StoreError> {
+    std::fs::File::open(building)
+        .and_then(|file| file.sync_all())
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::StorageFull => StoreError::DiskFull {
+                needed_bytes: disk::ROOM_AGAIN_BYTES,
+            },
+            _ => StoreError::Unusable(Unusable::Unreadable),
+        })
+}
+
 fn create_schema(connection: &Connection) -> rusqlite::Result<()> {
     let now_ms = crate::clock::now_ms();
     connection.execute_batch("BEGIN IMMEDIATE")?;
-    let created = connection.execute_batch(schema::DDL).and_then(|()| {
-        connection.execute(
-            "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', ?3, ?1, ?2)",
-            rusqlite::params![ddl_digest(), now_ms as i64, schema::VERSION],
-        )
-    });
-    match created {
-        Ok(_) => connection.execute_batch("COMMIT")?,
-        Err(error) => {
-            let _ = connection.execute_batch("ROLLBACK");
-            return Err(error);
-        }
-    }
-    connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+    connection.execute_batch(schema::DDL)?;
+    connection.execute(
+        "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', ?3, ?1, ?2)",
+        rusqlite::params![ddl_digest(), now_ms as i64, schema::VERSION],
+    )?;
+    connection.execute_batch("COMMIT")
 }
 
 // ---- verification -------------------------------------------------------------
