@@ -561,9 +561,6 @@ pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMes
         }
     };
     app.perform(handled.outputs);
-    if handled.reply.get("type").and_then(Value::as_str) == Some("command") {
-        runner.mark_ready();
-    }
     send(runner, &message_id, &handled.reply);
     if handled.claim_lost {
         fence(app, runner);
