@@ -37,8 +37,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// How many compiled statements the writer connection keeps: more than the
-/// server has distinct SQL texts, so none is ever compiled twice.
+/// How many compiled statements a connection keeps: more than the server
+/// has distinct SQL texts, so none is ever compiled twice.
 const STATEMENT_CACHE_CAPACITY: usize = 256;
 
 /// The WAL is cut back to this size when SQLite restarts it after a
@@ -78,11 +78,29 @@ fn classify(error: &rusqlite::Error, path: &Path) -> StoreError {
     StoreError::Sqlite(super::clone_error(error))
 }
 
+/// Opens the reader's connection (see `reader`): read-only, on the database
+/// `open` opened for the writer.
+pub(super) fn reader(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection =
+        Connection::open_with_flags(path, flags).map_err(|error| classify(&error, path))?;
+    configure_statements(&connection).map_err(|error| classify(&error, path))?;
+    Ok(connection)
+}
+
 fn configure(connection: &Connection) -> rusqlite::Result<()> {
     connection.pragma_update(None, "journal_mode", "WAL")?;
     connection.pragma_update(None, "synchronous", "FULL")?;
     connection.pragma_update(None, "foreign_keys", "ON")?;
     connection.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT_BYTES)?;
+    configure_statements(connection)?;
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    Ok(())
+}
+
+/// What the writer's and the reader's connections share: temporary storage,
+/// the busy wait and how statements are compiled and kept.
+fn configure_statements(connection: &Connection) -> rusqlite::Result<()> {
     // Statement journals (one per job savepoint) and temporary sort trees
     // stay in memory: a job's savepoint journal above 64 KiB otherwise spills
     // to a new temporary file (open, write) inside the transaction. They are
@@ -97,7 +115,6 @@ fn configure(connection: &Connection) -> rusqlite::Result<()> {
     // recompiles it on each use anyway. Results are unaffected; plans are the
     // ones a fresh `prepare` (no values known yet) makes.
     connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     Ok(())
 }
 
