@@ -364,7 +364,13 @@ async fn a_runner_that_exits_before_progress_parks_and_is_not_claimed_again() {
 async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
     const RUNS: usize = 20;
     const MAX: i64 = 2;
-    let server = TestServer::start_with(&[("PI_WORKFLOWS_MAX_WORKERS", "2")]);
+    // The production claim lifetime: this test is about capacity, and a
+    // disk stall longer than the tests' 1.5 s claims would expire a live
+    // claim and hand its run to a second runner.
+    let server = TestServer::start_with(&[
+        ("PI_WORKFLOWS_MAX_WORKERS", "2"),
+        ("PI_WORKFLOWS_CLAIM_TTL_MS", "30000"),
+    ]);
     let script = write_script(
         server.scratch(),
         "sleepy.json",
@@ -433,7 +439,7 @@ async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
     }
     let mut client = server.client().await;
     for run_id in &run_ids {
-        let view = wait_view(&mut client, run_id, Duration::from_secs(60), |view| {
+        let view = wait_view(&mut client, run_id, SETTLE_TIMEOUT, |view| {
             status(view) == "completed"
         })
         .await;
