@@ -681,6 +681,57 @@ fn real_database() -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
 
+/// A `state.sqlite-wal` left behind when `state.sqlite` was moved away
+/// without it is refused, never replayed over a new database (SQLite cannot
+/// tell whose frames they are): no file is created or changed, and the
+/// message says where the WAL belongs. Moved beside its database, it is that
+/// database's again: the run it held is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wal_left_without_its_database_is_refused_and_left_untouched() {
+    let mut server = TestServer::start();
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script("linear.json")).await;
+    drop(client);
+    // Killed while its runner works: the run's commits are in the WAL.
+    server.kill();
+    assert!(wal_bytes(&server) > 0, "the crash left frames in the WAL");
+    let moved = server.scratch().join("moved");
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::rename(server.home.join("state.sqlite"), moved.join("state.sqlite")).unwrap();
+    let wal_before = file_bytes(&wal_path(&server));
+    let files_before = listing(&server.home);
+    let error = server
+        .spawn()
+        .expect_err("a WAL without its database must be refused");
+    assert_ne!(error, server::store::INCOMPATIBLE_STATE);
+    assert!(error.contains("state.sqlite-wal"), "{error}");
+    assert!(!error.contains('\n'), "{error}");
+    assert_eq!(
+        file_bytes(&wal_path(&server)),
+        wal_before,
+        "the WAL changed"
+    );
+    assert_eq!(listing(&server.home), files_before, "a file appeared");
+    for suffix in ["-wal", "-shm"] {
+        let name = format!("state.sqlite{suffix}");
+        if server.home.join(&name).exists() {
+            std::fs::rename(server.home.join(&name), moved.join(&name)).unwrap();
+        }
+    }
+    let db =
+        Connection::open_with_flags(moved.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM runs WHERE run_id = ?1",
+            [&run_id]
+        ),
+        1,
+        "the moved database with its WAL holds the run"
+    );
+}
+
 /// Only a missing file starts a new database: a zero-length `state.sqlite`
 /// is reported with its own message and left as it is.
 #[test]

@@ -146,6 +146,10 @@ pub enum StoreError {
     Damaged(Damage),
     /// `state.sqlite` is an empty file.
     Empty,
+    /// `state.sqlite` is missing but its `-wal` holds frames: they belong to
+    /// a database that was moved or deleted, and SQLite would apply them to
+    /// a new one.
+    WalWithoutDatabase,
     /// `state.sqlite` is not a usable SQLite file.
     Unusable(Unusable),
     /// The disk holding the database is full; about `needed_bytes` must be
@@ -196,6 +200,9 @@ impl std::fmt::Display for StoreError {
             }
             Self::Empty => f.write_str(
                 "state.sqlite in PI_WORKFLOWS_HOME is an empty file, not a Pi Workflows database, and was not changed; restore it from a backup, or delete it so that Pi Workflows creates a new database",
+            ),
+            Self::WalWithoutDatabase => f.write_str(
+                "state.sqlite in PI_WORKFLOWS_HOME is missing but its state.sqlite-wal is not: that file holds changes of a database that was moved or deleted, and a new database would take them for its own. Nothing was changed; move state.sqlite-wal and state.sqlite-shm to where state.sqlite went (or delete them if that database is gone for good), then start Pi Workflows again",
             ),
             Self::Unusable(Unusable::NotAFile) => f.write_str(
                 "state.sqlite in PI_WORKFLOWS_HOME is not a file and was not changed; move it away so that Pi Workflows can create its database there",

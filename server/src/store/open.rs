@@ -15,7 +15,9 @@
 //!   holds no data and is rebuilt on every recovery); otherwise the main
 //!   file alone, opened immutable, so no `-wal` or `-shm` file appears.
 //!   Verification never writes the main file or the WAL.
-//! - A refusal leaves the files as they were and names its one cause: an
+//! - A refusal leaves the files as they were and names its one cause: a
+//!   missing file whose `-wal` holds frames (they belong to a database that
+//!   was moved away, and SQLite would replay them over a new one), an
 //!   empty file, something that is not a file, a file that is not an SQLite
 //!   database, damage (SQLite's quick check fails, the file is shorter than
 //!   its own pages, or the schema differs from the one its DDL digest
@@ -48,7 +50,14 @@ const JOURNAL_SIZE_LIMIT_BYTES: i64 = 4 * 1024 * 1024;
 /// Opens (creating it if missing) the database at `path` for the writer.
 pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
     match std::fs::symlink_metadata(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => create(path)?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            // A WAL without its database: SQLite would replay its frames
+            // over the new file (it cannot tell whose they are).
+            if std::fs::metadata(with_suffix(path, "-wal")).is_ok_and(|wal| wal.len() > 0) {
+                return Err(StoreError::WalWithoutDatabase);
+            }
+            create(path)?;
+        }
         Err(_) => return Err(StoreError::Unusable(Unusable::Unreadable)),
         Ok(_) => {
             let verified = verify(path)?;
