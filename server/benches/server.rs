@@ -6,6 +6,9 @@
 //!
 //! Run: `cargo bench -p server --bench server` (release build). Set
 //! `PIW_BENCH_DIR` to measure on another disk (default: the system temp dir).
+//! `PIW_BENCH_SECTIONS=cold` runs only (d)'s cold start, and
+//! `PIW_BENCH_COLD_STARTS` sets its number of starts (default 5): to compare
+//! two server binaries in alternating runs.
 //!
 //! (a) command round trip through the socket with its durable receipt:
 //!     `run.pause` / `run.resume` pairs on a run that waits at a checkpoint
@@ -215,10 +218,19 @@ async fn steps(server: &TestServer) -> (Duration, Duration) {
     (longs[STEP_RUNS / 2], shorts[STEP_RUNS / 2])
 }
 
+/// How many cold starts (d) makes.
+fn cold_start_count() -> usize {
+    std::env::var("PIW_BENCH_COLD_STARTS")
+        .ok()
+        .and_then(|count| count.parse().ok())
+        .filter(|count| *count > 0)
+        .unwrap_or(COLD_STARTS)
+}
+
 /// (d) Spawn → ready line on an empty state directory.
 fn cold_starts() -> Stats {
     let mut samples = Vec::new();
-    for _ in 0..COLD_STARTS {
+    for _ in 0..cold_start_count() {
         let mut server = TestServer::new(&PRODUCTION);
         let started = Instant::now();
         server.spawn().expect("the server starts");
@@ -378,6 +390,17 @@ async fn recovery() -> (Duration, Duration) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if std::env::var("PIW_BENCH_SECTIONS").as_deref() == Ok("cold") {
+        let cold = cold_starts();
+        println!(
+            "(d) cold start to ready (empty state, {} starts): p50 {} / p99 {} / mean {}",
+            cold_start_count(),
+            ms(cold.p50),
+            ms(cold.p99),
+            ms(cold.mean)
+        );
+        return;
+    }
     let dir = bench_dir();
     // Same disk as the servers' state: the servers' temp dirs live beside it.
     let raw = raw_commits(dir.path(), RAW_COMMITS);
@@ -450,7 +473,8 @@ async fn main() {
         verdict(step_ratio <= 1.5)
     );
     println!(
-        "| (d) cold start to ready (empty state, {COLD_STARTS} starts) | p50 {} / max {} | — | — | — | |",
+        "| (d) cold start to ready (empty state, {} starts) | p50 {} / max {} | — | — | — | |",
+        cold_start_count(),
         ms(cold.p50),
         ms(cold.p99)
     );

@@ -37,7 +37,7 @@ pub enum Readiness {
 /// Runs the server until it stops. Returns the one-line error on failure.
 pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result<(), StartError> {
     let (app, lock) = app::open(config, faults).await?;
-    recovery::startup(&app).await;
+    recovery::startup(&app).await.map_err(StartError::State)?;
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
     report_ready(&app, readiness);

@@ -105,7 +105,7 @@ async fn crash_and_recover(fault: &str) {
 
     // The fault fires before the runs end.
     assert!(
-        server.wait_exit(Duration::from_secs(20)),
+        server.wait_exit(SETTLE_TIMEOUT),
         "the server did not crash at {fault}"
     );
     {
@@ -196,7 +196,7 @@ async fn crash_and_recover(fault: &str) {
     // applying when the server died.
     let mut client = server.client().await;
     for run_id in &run_ids {
-        let view = wait_view(&mut client, run_id, Duration::from_secs(30), |view| {
+        let view = wait_view(&mut client, run_id, SETTLE_TIMEOUT, |view| {
             matches!(status(view), "completed" | "ambiguous" | "failed")
         })
         .await;
@@ -310,12 +310,13 @@ fn script_path_linear(dir: &Path) -> std::path::PathBuf {
     )
 }
 
-// The counts of `before_commit`/`after_commit` include every store batch
-// (reads and timer renewals too), so where exactly they land varies from run
-// to run; two counts per point spread them over admission, runner messages
-// and effects. `before_spawn`/`after_spawn` count runner spawns, and
-// `after_reply` counts frames written to clients (1 is the first server
-// hello, 2 the first `run.start` response).
+// The counts of `before_commit`/`after_commit` include every write batch
+// (timer renewals too; reads run on the reader thread and count none), so
+// where exactly they land varies from run to run; two counts per point
+// spread them over admission, runner messages and effects.
+// `before_spawn`/`after_spawn` count runner spawns, and `after_reply` counts
+// frames written to clients (1 is the first server hello, 2 the first
+// `run.start` response).
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_before_commit_early_then_restart_recovers() {
@@ -378,7 +379,7 @@ async fn sweep_one(fault: String) -> bool {
             receipt = request_as_or_lost(&mut client, &spec).await;
         }
         assert!(
-            server.wait_exit(Duration::from_secs(10)),
+            server.wait_exit(SETTLE_TIMEOUT),
             "{fault}: the server did not crash"
         );
     }
@@ -491,7 +492,7 @@ async fn a_server_killed_while_an_effect_is_applying_parks_the_run_ambiguous() {
         .to_owned();
     {
         let db = server.db();
-        wait_for(Duration::from_secs(10), "the effect to be applying", || {
+        wait_for(SETTLE_TIMEOUT, "the effect to be applying", || {
             let applying = count(
                 &db,
                 "SELECT COUNT(*) FROM effects WHERE run_id = ?1 AND state = 'applying'",
@@ -508,7 +509,7 @@ async fn a_server_killed_while_an_effect_is_applying_parks_the_run_ambiguous() {
     let mut client = Client::connect(&server.socket(), &client_id)
         .await
         .expect("reconnect");
-    let view = wait_view(&mut client, &run_id, Duration::from_secs(20), |view| {
+    let view = wait_view(&mut client, &run_id, SETTLE_TIMEOUT, |view| {
         status(view) != "running"
     })
     .await;

@@ -1,10 +1,14 @@
-//! The version-1 DDL the server creates: its partial unique indexes refuse a
-//! second live row and allow the settled ones (the last line of defence
-//! behind the kernel's rules).
+//! The state file the server creates: it appears whole, in WAL mode, synced
+//! once before it is linked into place; and the DDL's partial unique indexes
+//! refuse a second live row and allow the settled ones (the last line of
+//! defence behind the kernel's rules).
 
 mod support;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 use support::*;
 
 /// A state file created by a real server, opened for writing with foreign
@@ -118,4 +122,160 @@ fn the_partial_unique_indexes_allow_one_live_row_and_any_settled_ones() {
     ok(&db, &effect("f1", 1));
     assert!(refused(&db, &effect("f2", 1)));
     ok(&db, &effect("f2", 2));
+}
+
+/// The files of a creation that crashed halfway: the start of a database
+/// and a journal and a WAL beside it.
+fn plant_a_crashed_creation(home: &Path) {
+    std::fs::create_dir_all(home).unwrap();
+    let mut half = b"SQLite format 3\0".to_vec();
+    half.resize(8192, 0xA5);
+    std::fs::write(home.join("state.sqlite.creating"), &half).unwrap();
+    for suffix in ["-journal", "-wal"] {
+        std::fs::write(
+            home.join(format!("state.sqlite.creating{suffix}")),
+            [0x5A; 4096],
+        )
+        .unwrap();
+    }
+}
+
+/// A new `state.sqlite` is whole on its own: a server that dies at its
+/// first commit (after the creation, before anything else is written)
+/// leaves a main file that is a complete database in WAL mode (header bytes
+/// 18 and 19 are 2) without any WAL, passes SQLite's check, holds its
+/// identity row, and starts the next server. The files of an earlier
+/// creation that crashed are deleted, never taken for the database.
+#[test]
+fn a_new_state_file_is_whole_in_wal_mode_and_replaces_a_crashed_creation() {
+    let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", "before_commit:1")]);
+    plant_a_crashed_creation(&server.home);
+    assert!(
+        server.spawn().is_err(),
+        "the server dies at its first commit, before its ready line"
+    );
+    for suffix in ["", "-journal", "-wal", "-shm"] {
+        let leftover = server.home.join(format!("state.sqlite.creating{suffix}"));
+        assert!(!leftover.exists(), "{} is left", leftover.display());
+    }
+    let database = server.home.join("state.sqlite");
+    let bytes = std::fs::read(&database).unwrap();
+    assert_eq!(&bytes[..16], b"SQLite format 3\0");
+    assert_eq!((bytes[18], bytes[19]), (2, 2), "WAL mode is in the header");
+    let wal = std::fs::metadata(server.home.join("state.sqlite-wal")).map_or(0, |meta| meta.len());
+    assert_eq!(wal, 0, "nothing was committed after the creation");
+    // The main file alone (opened immutable: no WAL is read) is the database.
+    let alone = Connection::open_with_flags(
+        format!("file:{}?mode=ro&immutable=1", database.display()),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    let check: String = alone
+        .query_row("PRAGMA quick_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let name: String = alone
+        .query_row(
+            "SELECT schema_name FROM schema_meta WHERE singleton = 1",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(name, "pi-workflows-state", "the identity row is there");
+    let pages: i64 = alone
+        .query_row("PRAGMA page_count", [], |row| row.get(0))
+        .unwrap();
+    let page_size: i64 = alone
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(
+        bytes.len() as i64,
+        pages * page_size,
+        "the file holds all its pages"
+    );
+    drop(alone);
+    server.remove_env("PI_WORKFLOWS_FAULT");
+    server.spawn().expect("the next server starts on it");
+    server.stop();
+}
+
+/// Creating the state file costs one sync: the new file is written with no
+/// journal and no per-page syncs, synced once whole, and only then linked
+/// into place (the directory is synced after the link). It is in WAL mode
+/// from its header on, so the writer that opens it has nothing to convert:
+/// until the ready line, no file of the database but its WAL is synced
+/// again. Traced with strace.
+#[test]
+fn a_new_state_file_is_synced_once_before_it_is_linked_into_place() {
+    let strace = ["strace", "/usr/bin/strace"]
+        .into_iter()
+        .find(|program| Command::new(program).arg("-V").output().is_ok())
+        .expect("this test needs strace (scripts/test-all.sh installs it)");
+    let mut server = TestServer::new(&[]);
+    let trace = server.scratch().join("strace.log");
+    let trace_text = trace.to_string_lossy().into_owned();
+    server
+        .spawn_under(&[
+            strace,
+            "-f",
+            "-qq",
+            "-y",
+            "-o",
+            &trace_text,
+            "-e",
+            "trace=fsync,fdatasync,sync_file_range,syncfs,link,linkat,rename,renameat,renameat2,write",
+            "--",
+        ])
+        .expect("the traced server starts");
+    // Stopped through its socket (a signal would reach strace, not the server).
+    let stopped = server.command().args(["server", "stop"]).output().unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    assert!(
+        server.wait_exit(Duration::from_secs(30)),
+        "strace ends with the server"
+    );
+    let log = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| !line.contains(" write(") || line.contains(" write(1<"))
+        .collect();
+    let shown = lines.join("\n");
+    let position = |what: &str, found: &dyn Fn(&str) -> bool| {
+        lines
+            .iter()
+            .position(|line| found(line))
+            .unwrap_or_else(|| panic!("no {what} in the trace:\n{shown}"))
+    };
+    let linked = position("link of the new file", &|line| {
+        line.contains("link") && line.contains("state.sqlite.creating")
+    });
+    let ready = position("ready line", &|line| line.contains("\"ready "));
+    let database_syncs = |range: &[&str]| -> Vec<String> {
+        range
+            .iter()
+            .filter(|line| line.contains("sync") && line.contains("/state.sqlite"))
+            .map(|line| line.split_once('<').map_or("", |(_, path)| path).to_owned())
+            .collect()
+    };
+    let before_link = database_syncs(&lines[..linked]);
+    assert_eq!(
+        before_link.len(),
+        1,
+        "syncs of the database before its link:\n{shown}"
+    );
+    assert!(
+        before_link[0].contains("/state.sqlite.creating>"),
+        "the one sync is the new file's:\n{shown}"
+    );
+    for synced in database_syncs(&lines[linked..ready]) {
+        assert!(
+            synced.contains("/state.sqlite-wal>"),
+            "after the link only the WAL is synced before the ready line:\n{shown}"
+        );
+    }
+    let syncs = lines[..ready]
+        .iter()
+        .filter(|line| line.contains("sync"))
+        .count();
+    eprintln!("{syncs} syncs before the ready line:\n{shown}");
 }

@@ -569,6 +569,76 @@ async fn a_write_whose_sql_fails_is_never_acknowledged() {
     }
 }
 
+/// Startup recovery that cannot read the runner records of the server that
+/// crashed refuses to start with the store's one line, instead of going on
+/// without orphan detection (which would leave their runs waiting forever).
+/// The records are made unreadable by zeroing the root page of
+/// `run_workers` after a SIGKILL left one live runner record there; the
+/// server opens the file (nothing it verifies at open reads that page).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_recovery_that_cannot_read_the_runner_records_refuses_to_start() {
+    let mut server = TestServer::start();
+    let script = write_script(
+        server.scratch(),
+        "stalled.json",
+        &json!({
+            "workflowName": "stalled",
+            "topology": linear_topology(&["a"]),
+            "nodes": {"a": [{"stall": true}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let runner = wait_for(Duration::from_secs(10), "the live runner record", || {
+        let db = server.db();
+        let ready = count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1 AND status = 'ready'",
+            [&run_id],
+        );
+        (ready == 1)
+            .then(|| runner_identity(&db, &run_id, 1))
+            .flatten()
+    })
+    .await;
+    server.kill();
+    server::children::supervisor::kill_exact(&runner);
+    let database = server.home.join("state.sqlite");
+    let (root, page_size): (i64, i64) = {
+        let connection = Connection::open(&database).unwrap();
+        connection
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let root = connection
+            .query_row(
+                "SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = 'run_workers'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        let page_size = connection
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap();
+        (root, page_size)
+    };
+    {
+        use std::io::{Seek as _, SeekFrom};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&database)
+            .unwrap();
+        file.seek(SeekFrom::Start(((root - 1) * page_size) as u64))
+            .unwrap();
+        file.write_all(&vec![0u8; page_size as usize]).unwrap();
+        file.sync_all().unwrap();
+    }
+    let error = server
+        .spawn()
+        .expect_err("a server that cannot read the runner records must not start");
+    assert!(error.contains("state database"), "{error}");
+    assert!(!error.contains('\n'), "{error}");
+}
+
 // ---- 5 and 1. empty, damaged and foreign state files ---------------------------
 
 /// Plants `bytes` as `state.sqlite` (or a directory) and returns the
@@ -609,6 +679,57 @@ fn real_database() -> Vec<u8> {
         .unwrap();
     drop(connection);
     std::fs::read(path).unwrap()
+}
+
+/// A `state.sqlite-wal` left behind when `state.sqlite` was moved away
+/// without it is refused, never replayed over a new database (SQLite cannot
+/// tell whose frames they are): no file is created or changed, and the
+/// message says where the WAL belongs. Moved beside its database, it is that
+/// database's again: the run it held is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wal_left_without_its_database_is_refused_and_left_untouched() {
+    let mut server = TestServer::start();
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script("linear.json")).await;
+    drop(client);
+    // Killed while its runner works: the run's commits are in the WAL.
+    server.kill();
+    assert!(wal_bytes(&server) > 0, "the crash left frames in the WAL");
+    let moved = server.scratch().join("moved");
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::rename(server.home.join("state.sqlite"), moved.join("state.sqlite")).unwrap();
+    let wal_before = file_bytes(&wal_path(&server));
+    let files_before = listing(&server.home);
+    let error = server
+        .spawn()
+        .expect_err("a WAL without its database must be refused");
+    assert_ne!(error, server::store::INCOMPATIBLE_STATE);
+    assert!(error.contains("state.sqlite-wal"), "{error}");
+    assert!(!error.contains('\n'), "{error}");
+    assert_eq!(
+        file_bytes(&wal_path(&server)),
+        wal_before,
+        "the WAL changed"
+    );
+    assert_eq!(listing(&server.home), files_before, "a file appeared");
+    for suffix in ["-wal", "-shm"] {
+        let name = format!("state.sqlite{suffix}");
+        if server.home.join(&name).exists() {
+            std::fs::rename(server.home.join(&name), moved.join(&name)).unwrap();
+        }
+    }
+    let db =
+        Connection::open_with_flags(moved.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM runs WHERE run_id = ?1",
+            [&run_id]
+        ),
+        1,
+        "the moved database with its WAL holds the run"
+    );
 }
 
 /// Only a missing file starts a new database: a zero-length `state.sqlite`

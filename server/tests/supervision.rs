@@ -364,7 +364,13 @@ async fn a_runner_that_exits_before_progress_parks_and_is_not_claimed_again() {
 async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
     const RUNS: usize = 20;
     const MAX: i64 = 2;
-    let server = TestServer::start_with(&[("PI_WORKFLOWS_MAX_WORKERS", "2")]);
+    // The production claim lifetime: this test is about capacity, and a
+    // disk stall longer than the tests' 1.5 s claims would expire a live
+    // claim and hand its run to a second runner.
+    let server = TestServer::start_with(&[
+        ("PI_WORKFLOWS_MAX_WORKERS", "2"),
+        ("PI_WORKFLOWS_CLAIM_TTL_MS", "30000"),
+    ]);
     let script = write_script(
         server.scratch(),
         "sleepy.json",
@@ -433,7 +439,7 @@ async fn the_capacity_limit_holds_under_twenty_concurrent_starts() {
     }
     let mut client = server.client().await;
     for run_id in &run_ids {
-        let view = wait_view(&mut client, run_id, Duration::from_secs(60), |view| {
+        let view = wait_view(&mut client, run_id, SETTLE_TIMEOUT, |view| {
             status(view) == "completed"
         })
         .await;
@@ -777,6 +783,87 @@ async fn a_busy_silent_runner_keeps_its_claim_for_three_ttls_and_completes() {
         ),
         0,
         "never recovered or parked"
+    );
+    wait_quiescent(&db).await;
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// The runner start-up deadline (`PI_WORKFLOWS_READY_TIMEOUT_MS`) ends when
+/// the runner's `runner.ready` frame arrives, not when the server has
+/// committed it. A runner says ready 1 s into a 2 s deadline while a test
+/// connection holds the state file's write lock (`BEGIN IMMEDIATE`, as a
+/// disk stall would hold a commit) for 3.5 s: the ready commit lands after
+/// the deadline, the runner is not killed, and the run completes with its
+/// one runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_ready_in_time_is_not_killed_while_the_server_commits_it_late() {
+    const DEADLINE_MS: i64 = 2000;
+    const HELD_MS: u64 = 3500;
+    let server = TestServer::start_with(&[
+        ("PI_WORKFLOWS_READY_TIMEOUT_MS", "2000"),
+        // Claims and the server lease outlive the held lock (this test is
+        // about the start-up deadline, not a lost claim).
+        ("PI_WORKFLOWS_CLAIM_TTL_MS", "30000"),
+        ("PI_WORKFLOWS_SERVER_LEASE_MS", "30000"),
+    ]);
+    let script = write_script(
+        server.scratch(),
+        "late.json",
+        &json!({
+            "workflowName": "late",
+            "topology": linear_topology(&["a"]),
+            "startup": {"readyDelayMs": 1000},
+            "nodes": {"a": [{"finish": {"a": true}}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    // The deadline starts once the runner's process is recorded; the runner
+    // waits 1 s before it says ready.
+    wait_for(
+        Duration::from_secs(10),
+        "the runner's process record",
+        || runner_identity(&db, &run_id, 1),
+    )
+    .await;
+    let path = server.home.join("state.sqlite");
+    let holder = std::thread::spawn(move || {
+        let writer = rusqlite::Connection::open(&path).unwrap();
+        writer.busy_timeout(Duration::from_secs(10)).unwrap();
+        writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::sleep(Duration::from_millis(HELD_MS));
+        writer.execute_batch("ROLLBACK").unwrap();
+    });
+    holder.join().unwrap();
+    // Completed, or parked (`runnerNoProgress` when the runner was killed).
+    let view = wait_view(&mut client, &run_id, Duration::from_secs(60), |view| {
+        status(view) == "completed" || view["status"]["queue"] == "parked"
+    })
+    .await;
+    let (launched, ready, outcome): (i64, Option<i64>, Option<String>) = db
+        .query_row(
+            "SELECT launched_at_ms, ready_at_ms, outcome FROM run_workers WHERE run_id = ?1 AND generation = 1",
+            [&run_id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(status(&view), "completed", "{view}");
+    let ready = ready.expect("the runner's ready is recorded");
+    assert!(
+        ready - launched > DEADLINE_MS,
+        "the ready commit was held past the deadline ({} ms after the launch)",
+        ready - launched
+    );
+    assert_ne!(outcome.as_deref(), Some("timedOut"));
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+            [&run_id]
+        ),
+        1,
+        "one runner"
     );
     wait_quiescent(&db).await;
     assert_eq!(consistency_violations(&db), Vec::<String>::new());

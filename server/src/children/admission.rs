@@ -14,9 +14,10 @@
 use crate::context::Context;
 use crate::store::runs;
 use kernel::claim::{Authority, OwnerKind};
-use kernel::ids::{OwnerId, RunId, RunnerEpochId};
+use kernel::ids::{OwnerId, RunId, RunnerEpochId, SubmissionId};
 use kernel::output::Step;
 use kernel::scheduler::{Candidate, Capacity, WorkKind};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,9 +36,13 @@ pub async fn run(app: Arc<Context>) {
 async fn admit_round(app: &Arc<Context>) {
     loop {
         let reader = app.clone();
+        // Taken before the read's snapshot: a child whose verdict commits
+        // after that snapshot still counts as in flight (its row still
+        // reads `validating` there), so it is never started twice.
+        let in_flight = app.validations.in_flight_now();
         let Ok((candidates, mut validations)) = app
             .store
-            .read(move |connection| candidates(&reader, connection))
+            .read(move |connection| candidates(&reader, &in_flight, connection))
             .await
         else {
             return;
@@ -90,10 +95,11 @@ async fn admit_round(app: &Arc<Context>) {
 /// validation jobs waiting for a child (those that need a slot are candidates).
 fn candidates(
     app: &Context,
+    in_flight: &BTreeSet<SubmissionId>,
     connection: &rusqlite::Connection,
 ) -> rusqlite::Result<(Vec<Candidate>, Vec<crate::children::validator::Job>)> {
     let rows = runs::admission_candidates(connection)?;
-    let validations = crate::children::validator::waiting(app, connection)?;
+    let validations = crate::children::validator::waiting(app, in_flight, connection)?;
     let mut candidates: Vec<Candidate> = validations
         .iter()
         .filter(|job| !job.runner_is_live)

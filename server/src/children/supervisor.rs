@@ -11,6 +11,9 @@
 //!   runner epoch of the pipe it came from before its payload is read.
 //! - A runner's exit is decided by the kernel from committed facts
 //!   (`runner::decide_exit`); registered child groups are reaped after it.
+//! - The start-up deadline (`PI_WORKFLOWS_READY_TIMEOUT_MS`) bounds the
+//!   runner, not the server: it ends when the `runner.ready` frame arrives,
+//!   however long its commit then takes.
 
 use crate::context::Context;
 use crate::context::runners::Runner;
@@ -21,7 +24,9 @@ use kernel::output::{LaunchCommand, StopReason};
 use kernel::runner::{ExitKind, RunnerExit};
 use nix::sys::signal::Signal;
 use protocol::generated::constrained::ProtocolVersion;
-use protocol::generated::types::{ExecutionMode, LaunchMode, WorkerLaunch, WorkerSchemaId};
+use protocol::generated::types::{
+    ExecutionMode, LaunchMode, RunnerMessage, WorkerLaunch, WorkerSchemaId,
+};
 use rusqlite::Connection;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -211,6 +216,11 @@ async fn run_child(app: &Arc<Context>, runner: &Arc<Runner>, mut child: Child) -
                 }
                 break;
             };
+            // The start-up deadline ends when `runner.ready` arrives: its
+            // commit may be held up (a disk stall) past the deadline.
+            if matches!(message, RunnerMessage::RunnerReady { .. }) {
+                runner.mark_ready();
+            }
             (app.ports.runner_message)(app.clone(), runner.clone(), message).await;
         }
     }

@@ -40,6 +40,7 @@ use protocol::generated::types::{
     WorkerLaunch, WorkerSchemaId,
 };
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,13 +71,19 @@ pub struct Job {
     pub runner_is_live: bool,
 }
 
-/// The validating submissions without a child in flight (the scheduler's candidates).
-pub fn waiting(app: &Context, connection: &rusqlite::Connection) -> rusqlite::Result<Vec<Job>> {
+/// The validating submissions without a child in flight (the scheduler's
+/// candidates); `in_flight` is the set of children in flight taken before
+/// this read's snapshot.
+pub fn waiting(
+    app: &Context,
+    in_flight: &BTreeSet<SubmissionId>,
+    connection: &rusqlite::Connection,
+) -> rusqlite::Result<Vec<Job>> {
     let mut jobs = Vec::new();
     for (run_id, interaction_id, submission_id, submitted_at_ms) in
         submissions::validating(connection)?
     {
-        if app.validations.is_in_flight(&submission_id) {
+        if in_flight.contains(&submission_id) {
             continue;
         }
         // A runner of this server (the durable record of a previous

@@ -1,7 +1,7 @@
 //! The validation children in flight (spawned by `children::validator`).
 
 use kernel::ids::SubmissionId;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 /// The validation children in flight, by submission, with whether each
@@ -18,9 +18,9 @@ impl Validations {
         in_flight.values().filter(|takes_slot| **takes_slot).count()
     }
 
-    /// Whether `submission_id` has a child in flight.
-    pub fn is_in_flight(&self, submission_id: &SubmissionId) -> bool {
+    /// The submissions that have a child in flight now.
+    pub fn in_flight_now(&self) -> BTreeSet<SubmissionId> {
         let in_flight = self.in_flight.lock().expect("validations lock");
-        in_flight.contains_key(submission_id)
+        in_flight.keys().cloned().collect()
     }
 }

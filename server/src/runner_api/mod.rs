@@ -464,10 +464,6 @@ pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMes
         }
     };
     app.perform(handled.outputs);
-    match &handled.reply {
-        ServerMessage::Command { .. } => runner.mark_ready(),
-        ServerMessage::Reply { .. } | ServerMessage::ContentChunk { .. } => {}
-    }
     send(runner, &to, handled.reply);
     if handled.claim_lost {
         fence(app, runner);

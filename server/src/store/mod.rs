@@ -1,5 +1,5 @@
 //! The SQLite store: one database file, one writer thread, group commit,
-//! and the WAL's checkpoints.
+//! the WAL's checkpoints, and one reader thread (`reader`).
 //!
 //! Invariants:
 //! - Only the writer thread opens the database for writing (`open` verifies
@@ -7,6 +7,9 @@
 //!   is a job: the handler's closure runs inside one `BEGIN IMMEDIATE`
 //!   transaction (its own savepoint when a kept job precedes it in the
 //!   commit) and its reply is sent only after `COMMIT` returned.
+//! - Reads (`Store::read`) never run on the writer thread: the reader runs
+//!   each one in its own snapshot on a read-only connection, beside the
+//!   writer's transactions, and sees every write whose reply came before it.
 //! - Jobs that arrive together share one commit (group commit); a job whose
 //!   closure discards rolls back only its own changes.
 //! - Any SQL error inside a job (its closure, its presentation flush, its
@@ -18,8 +21,8 @@
 //!   writer logs one line when a write first fails for it and one when a
 //!   write commits with `disk::ROOM_AGAIN_BYTES` free again (writes that fit
 //!   in the WAL's existing space may commit in between), and meanwhile
-//!   commits each job alone, so a read (which writes nothing) still
-//!   succeeds beside writes that cannot.
+//!   commits each job alone, so a job that writes nothing (a refused
+//!   command) still succeeds beside writes that cannot.
 //! - The WAL is checkpointed by the writer between jobs: truncated once the
 //!   writer has been idle for `IDLE_CHECKPOINT_AFTER` and the WAL holds at
 //!   least `CHECKPOINT_MIN_WAL_BYTES`, and checkpointed (without waiting for
@@ -39,6 +42,7 @@ pub mod host;
 pub mod meta;
 mod open;
 pub mod processes;
+mod reader;
 pub mod runs;
 pub mod schema;
 pub mod sessions;
@@ -77,6 +81,26 @@ const CHECKPOINT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The same failure is logged at most once in this period.
 const REPEATED_LOG_AFTER: Duration = Duration::from_secs(60);
+
+/// A thread's log of failures: the same line at most once per
+/// `REPEATED_LOG_AFTER`.
+#[derive(Debug, Default)]
+struct RepeatedLog {
+    last: Option<(String, Instant)>,
+}
+
+impl RepeatedLog {
+    fn line(&mut self, text: &str) {
+        if let Some((last, at)) = &self.last
+            && last == text
+            && at.elapsed() < REPEATED_LOG_AFTER
+        {
+            return;
+        }
+        crate::log::line(text);
+        self.last = Some((text.to_owned(), Instant::now()));
+    }
+}
 
 /// Statements through the connection's prepared-statement cache: each SQL
 /// text is compiled once per connection, not on every call. Same results and
@@ -122,6 +146,10 @@ pub enum StoreError {
     Damaged(Damage),
     /// `state.sqlite` is an empty file.
     Empty,
+    /// `state.sqlite` is missing but its `-wal` holds frames: they belong to
+    /// a database that was moved or deleted, and SQLite would apply them to
+    /// a new one.
+    WalWithoutDatabase,
     /// `state.sqlite` is not a usable SQLite file.
     Unusable(Unusable),
     /// The disk holding the database is full; about `needed_bytes` must be
@@ -172,6 +200,9 @@ impl std::fmt::Display for StoreError {
             }
             Self::Empty => f.write_str(
                 "state.sqlite in PI_WORKFLOWS_HOME is an empty file, not a Pi Workflows database, and was not changed; restore it from a backup, or delete it so that Pi Workflows creates a new database",
+            ),
+            Self::WalWithoutDatabase => f.write_str(
+                "state.sqlite in PI_WORKFLOWS_HOME is missing but its state.sqlite-wal is not: that file holds changes of a database that was moved or deleted, and a new database would take them for its own. Nothing was changed; move state.sqlite-wal and state.sqlite-shm to where state.sqlite went (or delete them if that database is gone for good), then start Pi Workflows again",
             ),
             Self::Unusable(Unusable::NotAFile) => f.write_str(
                 "state.sqlite in PI_WORKFLOWS_HOME is not a file and was not changed; move it away so that Pi Workflows can create its database there",
@@ -279,17 +310,17 @@ type ReplyFn = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 struct Job {
     run: WriteFn,
     reply: ReplyFn,
-    /// A read (`Store::read`): said so in the log.
-    read_only: bool,
 }
 
 /// A committed presentation change: the run and its new presentation revision.
 pub type Published = (kernel::ids::RunId, u64);
 
-/// A handle to the writer thread. Cloning shares the same thread.
+/// A handle to the writer and reader threads. Cloning shares the same
+/// threads.
 #[derive(Clone, Debug)]
 pub struct Store {
     jobs: mpsc::Sender<Job>,
+    reads: mpsc::Sender<reader::Read>,
     path: PathBuf,
     published: tokio::sync::broadcast::Sender<Published>,
 }
@@ -301,9 +332,11 @@ impl std::fmt::Debug for Job {
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path` and starts the writer thread.
+    /// Opens (or creates) the database at `path` and starts the writer and
+    /// reader threads.
     pub fn open(path: &Path, faults: crate::fault::Faults) -> Result<Self, StoreError> {
         let connection = open::open(path)?;
+        let reads = reader::start(open::reader(path)?)?;
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (published, _) = tokio::sync::broadcast::channel(4096);
         let writer = Writer::new(connection, path.to_path_buf(), faults, published.clone());
@@ -313,6 +346,7 @@ impl Store {
             .map_err(|_| StoreError::Closed)?;
         Ok(Self {
             jobs,
+            reads,
             path: path.to_path_buf(),
             published,
         })
@@ -336,26 +370,6 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
     {
-        self.submit(false, write).await
-    }
-
-    /// Runs a read inside the writer thread (a consistent snapshot of committed state).
-    pub async fn read<R, F>(&self, read: F) -> Result<R, StoreError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
-    {
-        self.submit(true, move |connection| {
-            read(connection).map(Commit::Discard)
-        })
-        .await
-    }
-
-    async fn submit<R, F>(&self, read_only: bool, write: F) -> Result<R, StoreError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
-    {
         let (sender, receiver) = oneshot::channel::<Result<R, StoreError>>();
         type Slot<R> = std::sync::Arc<std::sync::Mutex<Option<R>>>;
         let slot: Slot<R> = Default::default();
@@ -374,12 +388,28 @@ impl Store {
             let _ = sender.send(result);
         });
         self.jobs
-            .send(Job {
-                run,
-                reply,
-                read_only,
-            })
+            .send(Job { run, reply })
             .map_err(|_| StoreError::Closed)?;
+        receiver.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `read` on the reader thread in one snapshot of committed state
+    /// (see `reader`): it does not wait for the writer, and it sees every
+    /// write whose reply came before it was called. Any SQL error of the
+    /// read is the result instead.
+    pub async fn read<R, F>(&self, read: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+    {
+        let (sender, receiver) = oneshot::channel::<Result<R, StoreError>>();
+        let job: reader::Read = Box::new(move |connection| {
+            let result = reader::snapshot(connection, read);
+            let phrase = result.as_ref().err().map(log_phrase);
+            let _ = sender.send(result.map_err(StoreError::Sqlite));
+            phrase
+        });
+        self.reads.send(job).map_err(|_| StoreError::Closed)?;
         receiver.await.map_err(|_| StoreError::Closed)?
     }
 }
@@ -394,9 +424,7 @@ struct Writer {
     /// Whether the last write failed because the disk is full.
     disk_full: bool,
     checkpoints: Checkpoints,
-    /// The last failure logged, and when (repeats within
-    /// `REPEATED_LOG_AFTER` are not logged again).
-    last_logged: Option<(String, Instant)>,
+    log: RepeatedLog,
 }
 
 /// The WAL checkpoint schedule.
@@ -429,7 +457,7 @@ impl Writer {
                 last_passive: Instant::now(),
                 not_before: None,
             },
-            last_logged: None,
+            log: RepeatedLog::default(),
         }
     }
 
@@ -516,9 +544,8 @@ impl Writer {
                     needed_bytes: needed_bytes.unwrap_or(0),
                 }),
                 Some(error) => {
-                    let kind = if job.read_only { "read" } else { "write" };
-                    self.log_once(&format!(
-                        "a state {kind} failed ({}); its command was not stored",
+                    self.log.line(&format!(
+                        "a state write failed ({}); its command was not stored",
                         log_phrase(&error)
                     ));
                     Err(StoreError::Sqlite(error))
@@ -526,17 +553,6 @@ impl Writer {
             };
             (job.reply)(result);
         }
-    }
-
-    fn log_once(&mut self, text: &str) {
-        if let Some((last, at)) = &self.last_logged
-            && last == text
-            && at.elapsed() < REPEATED_LOG_AFTER
-        {
-            return;
-        }
-        crate::log::line(text);
-        self.last_logged = Some((text.to_owned(), Instant::now()));
     }
 
     fn wal_bytes(&self) -> u64 {
@@ -583,7 +599,7 @@ impl Writer {
             Err(error) => {
                 self.checkpoints.not_before = Some(Instant::now() + CHECKPOINT_RETRY_AFTER);
                 if !disk::is_full(&error, &self.path) {
-                    self.log_once(&format!(
+                    self.log.line(&format!(
                         "a WAL checkpoint failed ({}); it is retried later",
                         log_phrase(&error)
                     ));
@@ -776,7 +792,6 @@ mod tests {
                 Ok(keep)
             }),
             reply: Box::new(move |committed| replies.lock().expect("lock").push(committed.is_ok())),
-            read_only: false,
         }
     }
 
@@ -823,6 +838,79 @@ mod tests {
         assert!(connection.is_autocommit());
     }
 
+    /// A read runs beside a write transaction that has not committed: it
+    /// returns without waiting for the writer and sees only committed state.
+    /// And a read submitted after a write's reply sees that write, every
+    /// time, also while other writes commit around it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_does_not_wait_for_the_writer_and_sees_every_replied_write() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store =
+            Store::open(&dir.path().join("state.sqlite"), Default::default()).expect("open");
+        let insert = |connection: &Connection, path: &str| {
+            connection.execute_cached(
+                "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?1, 0)",
+                [path],
+            )
+        };
+        // The writer thread waits inside its transaction until `release`.
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (entered, inside) = oneshot::channel::<()>();
+        let held = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |connection| {
+                        insert(connection, "/held")?;
+                        let _ = entered.send(());
+                        let _ = released.recv();
+                        Ok(Commit::Keep(()))
+                    })
+                    .await
+            }
+        });
+        inside.await.expect("the write began");
+        let read = tokio::time::timeout(Duration::from_secs(5), store.read(|c| Ok(paths(c))))
+            .await
+            .expect("the read waited for the writer's transaction")
+            .expect("the read");
+        assert!(read.is_empty(), "an uncommitted write was seen: {read:?}");
+        release.send(()).expect("release the writer");
+        held.await.expect("join").expect("the held write commits");
+        assert_eq!(store.read(|c| Ok(paths(c))).await.expect("read"), ["/held"]);
+
+        // Writes committing all the time beside replied writes and their reads.
+        let background = tokio::spawn({
+            let store = store.clone();
+            async move {
+                for n in 0..200 {
+                    let path = format!("/background/{n:03}");
+                    store
+                        .write(move |connection| {
+                            insert(connection, &path)?;
+                            Ok(Commit::Keep(()))
+                        })
+                        .await
+                        .expect("a background write");
+                }
+            }
+        });
+        for n in 0..200 {
+            let path = format!("/replied/{n:03}");
+            let written = path.clone();
+            store
+                .write(move |connection| {
+                    insert(connection, &written)?;
+                    Ok(Commit::Keep(()))
+                })
+                .await
+                .expect("a write");
+            let seen = store.read(|c| Ok(paths(c))).await.expect("a read");
+            assert!(seen.contains(&path), "{path} was replied but not seen");
+        }
+        background.await.expect("background writes");
+    }
+
     /// A job whose statement fails is failed (never acknowledged) and leaves
     /// nothing; the jobs around it commit.
     #[test]
@@ -839,7 +927,6 @@ mod tests {
                 Ok(true)
             }),
             reply: Box::new(|_| {}),
-            read_only: false,
         };
         let mut batch = vec![
             job("/a", true, replies.clone()),

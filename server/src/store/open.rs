@@ -3,16 +3,21 @@
 //!
 //! Invariants:
 //! - Only a missing `state.sqlite` starts a new database, and a new database
-//!   appears whole: it is built under a temporary name and linked into place
-//!   (never over an existing file) after its schema committed, so a crash
-//!   during creation leaves no empty or half-made `state.sqlite`.
+//!   appears whole: it is built under a temporary name, synced, and only then
+//!   linked into place (never over an existing file), so a crash during
+//!   creation leaves no empty or half-made `state.sqlite`. The build itself
+//!   keeps no journal and syncs nothing (its file is thrown away if anything
+//!   fails or crashes); the file is synced once, whole, and is in WAL mode
+//!   from its header on.
 //! - An existing file is verified read-only, the way SQLite recovers it:
 //!   when its `-wal` holds frames, through the WAL (a read-only open; it may
 //!   create or rebuild the `-shm` file, SQLite's index of the WAL, which
 //!   holds no data and is rebuilt on every recovery); otherwise the main
 //!   file alone, opened immutable, so no `-wal` or `-shm` file appears.
 //!   Verification never writes the main file or the WAL.
-//! - A refusal leaves the files as they were and names its one cause: an
+//! - A refusal leaves the files as they were and names its one cause: a
+//!   missing file whose `-wal` holds frames (they belong to a database that
+//!   was moved away, and SQLite would replay them over a new one), an
 //!   empty file, something that is not a file, a file that is not an SQLite
 //!   database, damage (SQLite's quick check fails, the file is shorter than
 //!   its own pages, or the schema differs from the one its DDL digest
@@ -34,8 +39,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// How many compiled statements the writer connection keeps: more than the
-/// server has distinct SQL texts, so none is ever compiled twice.
+/// How many compiled statements a connection keeps: more than the server
+/// has distinct SQL texts, so none is ever compiled twice.
 const STATEMENT_CACHE_CAPACITY: usize = 256;
 
 /// The WAL is cut back to this size when SQLite restarts it after a
@@ -45,7 +50,14 @@ const JOURNAL_SIZE_LIMIT_BYTES: i64 = 4 * 1024 * 1024;
 /// Opens (creating it if missing) the database at `path` for the writer.
 pub(super) fn open(path: &Path) -> Result<Connection, StoreError> {
     match std::fs::symlink_metadata(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => create(path)?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            // A WAL without its database: SQLite would replay its frames
+            // over the new file (it cannot tell whose they are).
+            if std::fs::metadata(with_suffix(path, "-wal")).is_ok_and(|wal| wal.len() > 0) {
+                return Err(StoreError::WalWithoutDatabase);
+            }
+            create(path)?;
+        }
         Err(_) => return Err(StoreError::Unusable(Unusable::Unreadable)),
         Ok(_) => {
             let verified = verify(path)?;
@@ -75,11 +87,29 @@ fn classify(error: &rusqlite::Error, path: &Path) -> StoreError {
     StoreError::Sqlite(super::clone_error(error))
 }
 
+/// Opens the reader's connection (see `reader`): read-only, on the database
+/// `open` opened for the writer.
+pub(super) fn reader(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection =
+        Connection::open_with_flags(path, flags).map_err(|error| classify(&error, path))?;
+    configure_statements(&connection).map_err(|error| classify(&error, path))?;
+    Ok(connection)
+}
+
 fn configure(connection: &Connection) -> rusqlite::Result<()> {
     connection.pragma_update(None, "journal_mode", "WAL")?;
     connection.pragma_update(None, "synchronous", "FULL")?;
     connection.pragma_update(None, "foreign_keys", "ON")?;
     connection.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT_BYTES)?;
+    configure_statements(connection)?;
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    Ok(())
+}
+
+/// What the writer's and the reader's connections share: temporary storage,
+/// the busy wait and how statements are compiled and kept.
+fn configure_statements(connection: &Connection) -> rusqlite::Result<()> {
     // Statement journals (one per job savepoint) and temporary sort trees
     // stay in memory: a job's savepoint journal above 64 KiB otherwise spills
     // to a new temporary file (open, write) inside the transaction. They are
@@ -94,7 +124,6 @@ fn configure(connection: &Connection) -> rusqlite::Result<()> {
     // recompiles it on each use anyway. Results are unaffected; plans are the
     // ones a fresh `prepare` (no values known yet) makes.
     connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     Ok(())
 }
 
@@ -111,7 +140,8 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 // ---- creation ---------------------------------------------------------------
 
-/// Builds a new database under `<name>.creating` and links it into place.
+/// Builds a new database under `<name>.creating`, syncs it once and links it
+/// into place.
 fn create(path: &Path) -> Result<(), StoreError> {
     let building = with_suffix(path, ".creating");
     // Leftovers of a creation that crashed hold no runs (nothing was ever
@@ -119,10 +149,12 @@ fn create(path: &Path) -> Result<(), StoreError> {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let _ = std::fs::remove_file(with_suffix(&building, suffix));
     }
-    let built = build(&building);
-    let linked = built.and_then(|()| {
-        std::fs::hard_link(&building, path).map_err(|_| StoreError::Unusable(Unusable::Unreadable))
-    });
+    let linked = build(&building)
+        .and_then(|()| sync(&building))
+        .and_then(|()| {
+            std::fs::hard_link(&building, path)
+                .map_err(|_| StoreError::Unusable(Unusable::Unreadable))
+        });
     let _ = std::fs::remove_file(&building);
     linked?;
     if let Some(directory) = path.parent()
@@ -133,39 +165,50 @@ fn create(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Writes the schema into `building` with no journal and no syncs (a crash
+/// leaves a file that is never linked, and the next creation deletes it),
+/// then records WAL mode in its header, so the file is born in WAL mode.
 fn build(building: &Path) -> Result<(), StoreError> {
     let connection = Connection::open(building).map_err(|error| classify(&error, building))?;
     let created = (|| {
-        connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "FULL")?;
-        create_schema(&connection)
+        connection.pragma_update(None, "journal_mode", "OFF")?;
+        connection.pragma_update(None, "synchronous", "OFF")?;
+        create_schema(&connection)?;
+        connection.query_row("PRAGMA journal_mode = WAL", [], |row| {
+            row.get::<_, String>(0)
+        })
     })();
-    if let Err(error) = created {
-        return Err(classify(&error, building));
+    match created {
+        Ok(mode) if mode == "wal" => {}
+        Ok(_) => return Err(StoreError::Unusable(Unusable::Unreadable)),
+        Err(error) => return Err(classify(&error, building)),
     }
-    // Closing the only connection checkpoints the WAL and removes it.
     connection
         .close()
         .map_err(|(_, error)| classify(&error, building))
 }
 
+/// The one sync of a new database: its whole file, before it is linked.
+fn sync(building: &Path) -> Result<(), StoreError> {
+    std::fs::File::open(building)
+        .and_then(|file| file.sync_all())
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::StorageFull => StoreError::DiskFull {
+                needed_bytes: disk::ROOM_AGAIN_BYTES,
+            },
+            _ => StoreError::Unusable(Unusable::Unreadable),
+        })
+}
+
 fn create_schema(connection: &Connection) -> rusqlite::Result<()> {
     let now_ms = crate::clock::now_ms();
     connection.execute_batch("BEGIN IMMEDIATE")?;
-    let created = connection.execute_batch(schema::DDL).and_then(|()| {
-        connection.execute(
-            "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', ?3, ?1, ?2)",
-            rusqlite::params![ddl_digest(), now_ms as i64, schema::VERSION],
-        )
-    });
-    match created {
-        Ok(_) => connection.execute_batch("COMMIT")?,
-        Err(error) => {
-            let _ = connection.execute_batch("ROLLBACK");
-            return Err(error);
-        }
-    }
-    connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+    connection.execute_batch(schema::DDL)?;
+    connection.execute(
+        "INSERT INTO schema_meta (singleton, schema_name, schema_version, ddl_digest, created_at_ms) VALUES (1, 'pi-workflows-state', ?3, ?1, ?2)",
+        rusqlite::params![ddl_digest(), now_ms as i64, schema::VERSION],
+    )?;
+    connection.execute_batch("COMMIT")
 }
 
 // ---- verification -------------------------------------------------------------

@@ -2,7 +2,9 @@
 //!
 //! 1. The server epoch is taken (by `Context::open`).
 //! 2. Runner records of earlier epochs are reaped when the exact process
-//!    (pid and start time) is still alive; registered child groups too.
+//!    (pid and start time) is still alive; registered child groups too. A
+//!    server that cannot read these records does not start (never a silent
+//!    skip of orphan detection).
 //! 3. Running rows and active attempts are found; an expired claim is
 //!    recovered now, a live one when it expires (a new generation either way).
 //! 4. Effect state is read before work may repeat, and
@@ -17,14 +19,17 @@
 use crate::children::supervisor::kill_exact;
 use crate::context::Context;
 use crate::process::ProcessIdentity;
-use crate::store::Commit;
+use crate::store::{Commit, StoreError};
 use kernel::ids::{RunId, RunnerEpochId};
 use kernel::runner::{ExitKind, RunnerExit};
 use std::sync::Arc;
 
-/// Runs startup recovery.
-pub async fn startup(app: &Arc<Context>) {
-    let stale = app.store.read(stale_processes).await.unwrap_or_default();
+/// Runs startup recovery. A server that cannot read the runner records of
+/// the server before it refuses to start with the store's error: going on
+/// would skip orphan detection and leave their runs waiting for runners that
+/// are gone.
+pub async fn startup(app: &Arc<Context>) -> Result<(), StoreError> {
+    let stale = app.store.read(stale_processes).await?;
     for identity in stale
         .iter()
         .filter_map(|(_, _, identity)| identity.as_ref())
@@ -37,6 +42,7 @@ pub async fn startup(app: &Arc<Context>) {
     crate::time::wakes::schedule_expired(app).await;
     crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
+    Ok(())
 }
 
 type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);
