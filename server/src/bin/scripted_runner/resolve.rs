@@ -32,6 +32,7 @@ pub(crate) fn resolve(launch: &WorkerLaunch, mut stdin: Stdin) -> ! {
         Ok((mut fields, true)) => {
             fields["awaitsRun"] = json!(true);
             channel.send("resolve.result", fields);
+            log!("awaiting the run's launch");
             match stdin.launch() {
                 Ok(Some(run)) if run.mode == LaunchMode::Run => {
                     launched(&run);
