@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { after, before, describe, it } from "node:test";
 import { piInstall } from "../test-support/pi-install.js";
-import { RUNNER_BIN, type TestClient, TestServer } from "../test-support/server.js";
+import { RUNNER_BIN, type TestClient, TestServer, processAlive } from "../test-support/server.js";
 
 const SDK = '"@pi-workflows/sdk"';
 
@@ -63,7 +63,7 @@ class CountedServer {
   /** Waits until none of the runner processes started so far, but `except`, is alive. */
   async noneAliveBut(except: number[] = [], timeoutMs = 10_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    const living = (): number[] => this.spawned().filter((pid) => !except.includes(pid) && alive(pid));
+    const living = (): number[] => this.spawned().filter((pid) => !except.includes(pid) && processAlive(pid));
     while (living().length > 0) {
       if (Date.now() > deadline) throw new Error(`runner processes still alive: ${living().join(", ")}\n${this.server.serverLog()}`);
       await new Promise((r) => setTimeout(r, 25));
@@ -74,20 +74,6 @@ class CountedServer {
     const path = join(this.project, ".pi", "workflows", `${name}.workflow.ts`);
     writeFileSync(path, source);
     return path;
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  // A zombie is not alive: its process ended and waits to be reaped.
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
   }
 }
 

@@ -36,6 +36,7 @@ import { type PiInstall, piInstall } from "./pi-install.js";
 import { Tmux } from "./tmux.js";
 
 export { type PiInstall, piInstall } from "./pi-install.js";
+export { processAlive } from "./server.js";
 
 /** Every record Pi writes on stdout in rpc mode. */
 export type PiRecord =
@@ -261,19 +262,6 @@ function killGroup(pgid: number, signal: NodeJS.Signals): boolean {
 }
 
 /** Whether any process of the group is alive. */
-/** Whether process `pid` exists and is not a zombie. */
-export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
 
 export function groupAlive(pgid: number): boolean {
   try {

@@ -34,6 +34,20 @@ export function serverBinary(): string {
   return bin;
 }
 
+/** Whether process `pid` exists and is not a zombie (a zombie ended and waits to be reaped). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
 /** The scripted Rust runner next to the server binary. */
 export function scriptedRunnerBinary(): string {
   return join(resolve(serverBinary(), ".."), "pi-workflows-scripted-runner");
