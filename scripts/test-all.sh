@@ -67,11 +67,12 @@ PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" \
   PI_WORKFLOWS_SCRIPTED_RUNNER="$target_dir/debug/pi-workflows-scripted-runner" \
   cargo test --workspace --exclude model --locked
 
-step "sdk-ts: end-to-end tests (real server binary, node runners)"
-PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:e2e
-
 step "real Pi: install Pi and Node 22 into .e2e/pi (scripts/install-pi.sh)"
+# Before the end-to-end tests: they run the node runner on Node 22 too (type stripping).
 scripts/install-pi.sh
+
+step "sdk-ts: end-to-end tests (real server binary, node runners on Node 20 and Node 22)"
+PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:e2e
 
 step "sdk-ts: real-Pi tests (rpc mode and the TUI through tmux, against the mock model)"
 PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:pi

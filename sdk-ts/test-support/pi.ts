@@ -32,36 +32,11 @@ import type {
   RpcSessionState,
 } from "@earendil-works/pi-coding-agent";
 import { type MockModel, type MockRule, startMockModel } from "./mock-model.js";
-import { REPO_DIR } from "./server.js";
+import { type PiInstall, piInstall } from "./pi-install.js";
 import { Tmux } from "./tmux.js";
 
-/** Where the installed Pi and its Node 22 are. */
-export interface PiInstall {
-  node: string;
-  cli: string;
-  version: string;
-}
-
-const INSTALL_HINT = "run scripts/install-pi.sh (it installs Pi and Node 22 into .e2e/pi)";
-
-/** PI_E2E_NODE / PI_E2E_CLI when set, otherwise `.e2e/pi/env` written by `scripts/install-pi.sh`. */
-export function piInstall(): PiInstall {
-  const envFile = join(REPO_DIR, ".e2e", "pi", "env");
-  const fromFile: Record<string, string> = {};
-  if (existsSync(envFile)) {
-    for (const line of readFileSync(envFile, "utf8").split("\n")) {
-      const at = line.indexOf("=");
-      if (at > 0) fromFile[line.slice(0, at)] = line.slice(at + 1);
-    }
-  }
-  const node = process.env.PI_E2E_NODE ?? fromFile.PI_E2E_NODE;
-  const cli = process.env.PI_E2E_CLI ?? fromFile.PI_E2E_CLI;
-  if (node === undefined || cli === undefined) throw new Error(`real Pi is not installed: ${INSTALL_HINT}`);
-  for (const path of [node, cli]) {
-    if (!existsSync(path)) throw new Error(`${path} does not exist: ${INSTALL_HINT}`);
-  }
-  return { node, cli, version: process.env.PI_E2E_VERSION ?? fromFile.PI_E2E_VERSION ?? "unknown" };
-}
+export { type PiInstall, piInstall } from "./pi-install.js";
+export { processAlive } from "./server.js";
 
 /** Every record Pi writes on stdout in rpc mode. */
 export type PiRecord =
@@ -287,19 +262,6 @@ function killGroup(pgid: number, signal: NodeJS.Signals): boolean {
 }
 
 /** Whether any process of the group is alive. */
-/** Whether process `pid` exists and is not a zombie. */
-export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
-}
 
 export function groupAlive(pgid: number): boolean {
   try {

@@ -34,6 +34,20 @@ export function serverBinary(): string {
   return bin;
 }
 
+/** Whether process `pid` exists and is not a zombie (a zombie ended and waits to be reaped). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
+
 /** The scripted Rust runner next to the server binary. */
 export function scriptedRunnerBinary(): string {
   return join(resolve(serverBinary(), ".."), "pi-workflows-scripted-runner");
@@ -43,6 +57,8 @@ export interface ServerOptions {
   /** The runner command (default: `node <build>/src/runner/bin.js`). */
   runner?: string;
   env?: Record<string, string>;
+  /** The `pi-workflows` binary (default: `serverBinary()`), e.g. another version's for a benchmark's baseline. */
+  bin?: string;
 }
 
 /** One server with its own state directory. */
@@ -51,8 +67,10 @@ export class TestServer {
   readonly home: string;
   readonly userHome: string;
   readonly env: Record<string, string>;
+  private readonly bin: string;
 
   private constructor(options: ServerOptions) {
+    this.bin = options.bin ?? serverBinary();
     this.root = mkdtempSync(join(tmpdir(), "piw-e2e-"));
     this.home = join(this.root, "state");
     this.userHome = join(this.root, "home");
@@ -84,7 +102,7 @@ export class TestServer {
   /** Runs the CLI with this server's environment (in `cwd`, default this process's); resolves its stdout and stderr. */
   cli(args: string[], cwd?: string): Promise<string> {
     return new Promise((resolvePromise, reject) => {
-      execFile(serverBinary(), args, { env: this.env, timeout: 60_000, ...(cwd ? { cwd } : {}) }, (error, stdout, stderr) => {
+      execFile(this.bin, args, { env: this.env, timeout: 60_000, ...(cwd ? { cwd } : {}) }, (error, stdout, stderr) => {
         if (error) reject(new Error(`pi-workflows ${args.join(" ")}: ${error.message}\n${stdout}${stderr}`));
         else resolvePromise(stdout + stderr);
       });

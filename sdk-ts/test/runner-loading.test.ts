@@ -58,8 +58,8 @@ async function start(launch: WorkerLaunch, state: string, nodeArgs: string[] = [
     for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
       const message = decodeRunnerFrame(frame);
       messages.push(message);
-      // A run-mode runner waits for an answer to what it said first: EOF ends it (it exits).
-      if (message.type === "runner.ready" || message.type === "run.parked") child.stdin.end();
+      // A run-mode runner waits for an answer to what it said first, a resolver for its run's launch: EOF ends either (it exits).
+      if (message.type === "runner.ready" || message.type === "run.parked" || message.type === "resolve.result") child.stdin.end();
     }
   });
   child.stdin.write(encodeLaunch(launch));

@@ -44,6 +44,8 @@ async function runRunner(launch: WorkerLaunch, cwd: string): Promise<{ messages:
     for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
       const message = decodeRunnerFrame(frame);
       messages.push(message);
+      // A resolver waits for its run's launch: EOF says none follows (it exits 0).
+      if (message.type === "resolve.result") child.stdin.end();
       if (message.type === "run.parked") {
         child.stdin.write(
           `${JSON.stringify({ generation: launch.generation, inReplyTo: message.messageId, next: { kind: "exit", reason: "parked" }, outcome: "accepted", result: null, runId: launch.runId, runnerEpoch: launch.runnerEpoch, schema: "pi-workflows.worker-launch.v1", type: "reply" })}\n`,
@@ -108,6 +110,118 @@ describe("resolve mode", () => {
       assert.equal(failed.code, code, workflow);
       assert.match(failed.message, message, workflow);
     }
+  });
+});
+
+/**
+ * Resolves `workflow` in one runner process, then hands that process the run
+ * launch `handed(result)` makes (after `between` ran), answers its
+ * `runner.ready` with `command start` of the first node and every later
+ * message with `exit finished`, and collects what it writes.
+ */
+async function resolveThenRun(
+  root: string,
+  workflow: string,
+  handed: (result: Extract<RunnerMessage, { type: "resolve.result" }>) => WorkerLaunch,
+  between: () => void = () => undefined,
+): Promise<{ messages: RunnerMessage[]; code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [RUNNER_BIN], { cwd: root, stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, HOME: join(dir, "home"), PI_WORKFLOWS_HOME: join(dir, "state") } });
+  const messages: RunnerMessage[] = [];
+  const decoder = new FrameDecoder();
+  let stderr = "";
+  let run: WorkerLaunch | undefined;
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stdout.on("data", (chunk: Buffer) => {
+    decoder.push(chunk);
+    for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
+      const message = decodeRunnerFrame(frame);
+      messages.push(message);
+      if (message.type === "resolve.result") {
+        between();
+        run = handed(message);
+        child.stdin.write(encodeLaunch(run));
+        child.stdin.write("\n");
+        continue;
+      }
+      if (run === undefined || message.type === "runner.exiting") continue;
+      const envelope = { schema: "pi-workflows.worker-launch.v1", runId: run.runId, generation: run.generation, runnerEpoch: run.runnerEpoch };
+      const first = (messages.find((m) => m.type === "resolve.result") as Extract<RunnerMessage, { type: "resolve.result" }>).topology.startAt;
+      const answer =
+        message.type === "runner.ready"
+          ? { ...envelope, type: "command", command: "start", node: { nodeId: first, attemptId: "att-1", visit: 1 }, state: { kind: "inline", value: { input: {}, results: {}, resultOrder: [], steps: 0 } } }
+          : { ...envelope, type: "reply", inReplyTo: message.messageId, outcome: "accepted", result: null, next: { kind: "exit", reason: "finished" } };
+      child.stdin.write(`${canonicalString(answer)}\n`);
+    }
+  });
+  child.stdin.write(encodeLaunch({ ...launchBase(root), runId: "resolve-1", runnerEpoch: "resolve-1-0", generation: 0, mode: "resolve", resolve: { workflow, input: {} } }));
+  child.stdin.write("\n");
+  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+  return { messages, code, stderr };
+}
+
+/** The run launch of the run a resolve.result describes. */
+function runLaunchOf(root: string, result: Extract<RunnerMessage, { type: "resolve.result" }>): WorkerLaunch {
+  return { ...launchBase(root), runId: "run-7", runnerEpoch: "re-7", mode: "run", workflowSource: result.workflowSource, definitionDigest: result.definitionDigest, executionMode: "headless" };
+}
+
+describe("a resolver handed its run", () => {
+  const workflow = (name: string, marker: string): string => `import { appendFileSync } from "node:fs";
+import { compute, defineWorkflow } from "@pi-workflows/sdk";
+appendFileSync(${JSON.stringify(marker)}, "top level\\n");
+export default defineWorkflow({ name: ${JSON.stringify(name)}, startAt: "a", nodes: { a: compute({ run: () => { appendFileSync(${JSON.stringify(marker)}, "a\\n"); return { ok: true }; } }) } });
+`;
+
+  it("says it awaits the run, then runs the run launch it is handed in the same process without loading the workflow again", async () => {
+    const marker = join(dir, "handed.marker");
+    const root = project("handed", { "handed.workflow.ts": workflow("handed", marker) });
+    const { messages, code, stderr } = await resolveThenRun(root, "handed", (result) => runLaunchOf(root, result));
+    assert.equal(code, 0, stderr);
+    const result = messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
+    assert.equal(result.type, "resolve.result");
+    assert.equal(result.awaitsRun, true);
+    assert.equal(result.runId, "resolve-1");
+    const run = messages.slice(1);
+    assert.deepEqual(run.map((m) => m.type), ["runner.ready", "node.started", "node.finished", "runner.exiting"], stderr);
+    for (const message of run) {
+      assert.deepEqual([message.runId, message.runnerEpoch, message.generation], ["run-7", "re-7", 1], "the run's frames carry the run launch's envelope");
+    }
+    assert.deepEqual((run[2] as Extract<RunnerMessage, { type: "node.finished" }>).output, { ok: true });
+    assert.deepEqual(readFileSync(marker, "utf8").split("\n").filter(Boolean), ["top level", "a"], "the module was evaluated once, at resolution");
+    assert.equal(stderr.match(/loaded workflow modules:/g)?.length, 1, stderr);
+    assert.match(stderr, /launched: mode run, run run-7, generation 1, epoch re-7/);
+    assert.match(stderr, /start-up: .*run launch [\d.]+, verify [\d.]+, ready [\d.]+ \(ready [\d.]+ ms after the process started, [\d.]+ ms after its run launch\)/);
+  });
+
+  it("parks the run workflowSourceChanged when a source changed after the resolution, and runs no node", async () => {
+    const marker = join(dir, "changed.marker");
+    const root = project("changed", { "changed.workflow.ts": workflow("changed", marker) });
+    const path = join(root, ".pi", "workflows", "changed.workflow.ts");
+    const { messages, code, stderr } = await resolveThenRun(root, "changed", (result) => runLaunchOf(root, result), () => writeFileSync(path, `${readFileSync(path, "utf8")}// edited\n`));
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["resolve.result", "run.parked"], stderr);
+    assert.equal((messages[1] as Extract<RunnerMessage, { type: "run.parked" }>).reason, "workflowSourceChanged");
+    assert.deepEqual(readFileSync(marker, "utf8").split("\n").filter(Boolean), ["top level"], "no node ran");
+  });
+
+  it("parks the run when its launch names other sources than the ones it resolved", async () => {
+    const marker = join(dir, "other.marker");
+    const root = project("other", { "mine.workflow.ts": workflow("mine", marker), "theirs.workflow.ts": workflow("theirs", marker) });
+    const theirs = join(root, ".pi", "workflows", "theirs.workflow.ts");
+    const { messages, stderr } = await resolveThenRun(root, "mine", (result) => ({
+      ...runLaunchOf(root, result),
+      workflowSource: { root: { kind: "file", path: theirs, hash: sha256Digest(readFileSync(theirs)) }, mounted: [] },
+    }));
+    assert.deepEqual(messages.map((m) => m.type), ["resolve.result", "run.parked"], stderr);
+    assert.match(stderr, /the run launch names other sources than the ones resolved/);
+    assert.deepEqual(readFileSync(marker, "utf8").split("\n").filter(Boolean), ["top level"], "theirs was never loaded, no node ran");
+  });
+
+  it("exits 0 when stdin ends instead of a run launch", async () => {
+    const root = project("unhanded", { "plain.workflow.ts": workflow("plain", join(dir, "unhanded.marker")) });
+    const { messages, code, stderr } = await runRunner({ ...launchBase(root), mode: "resolve", resolve: { workflow: "plain", input: {} } }, root);
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(messages.map((m) => m.type), ["resolve.result"]);
+    assert.match(stderr, /no run launch followed the resolution/);
   });
 });
 

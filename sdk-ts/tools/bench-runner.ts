@@ -21,12 +21,26 @@
  *      first start of these bytes ever);
  *    - this runner with the transform cache a resolution filled (every run
  *      start: resolution precedes it and stores the transforms);
+ *    - a resolver handed its run: a process that resolved the workflow and
+ *      awaits its run, from the run launch written to its stdin to
+ *      `runner.ready` (what a fresh `run.start` admitted at once pays
+ *      instead of a second process's spawn → ready), with the CPU it used
+ *      meanwhile;
  *    - the scripted Rust runner.
  *    All on this Node (`process.execPath`): run the script under Node 22 to
  *    measure Node's type stripping, under Node 20 to measure jiti.
+ * 3. A 10-step run from `run.start` to completed (`BENCH_SECTIONS=start10`):
+ *    a 10-node compute chain started headless through a real server, timed
+ *    from just before the `run.start` request to the run view's
+ *    `finishedAtMs` (one machine, one clock), BENCH_REPEATS runs of each
+ *    variant interleaved: the node runner and the scripted runner on this
+ *    server, and, with BENCH_BEFORE_BIN (a `pi-workflows` binary of the
+ *    baseline, its scripted runner beside it) and BENCH_BASELINE (the
+ *    baseline's node runner, built as in 2), the same two on the baseline.
+ *    Prints the medians and the node / scripted ratio of each.
  *
- * BENCH_SECTIONS=steps,startup (default both). Needs `cargo build -p server`
- * (or PI_WORKFLOWS_BIN); prints tables.
+ * BENCH_SECTIONS=steps,startup,start10 (default steps,startup). Needs
+ * `cargo build -p server` (or PI_WORKFLOWS_BIN); prints tables.
  */
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -35,8 +49,9 @@ import { join } from "node:path";
 import { loadAndCompile } from "../src/runner/loader.js";
 import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
+import type { RunnerMessage } from "../src/generated/types.js";
 import { sha256Digest } from "../src/authoring/compile.js";
-import { RUNNER_BIN, SDK_DIR, TestServer, scriptedRunnerBinary } from "../test-support/server.js";
+import { RUNNER_BIN, SDK_DIR, type TestClient, TestServer, scriptedRunnerBinary, serverBinary } from "../test-support/server.js";
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 40);
@@ -161,6 +176,39 @@ async function startOnce(command: string[], launch: Uint8Array | null, cwd: stri
   return start;
 }
 
+/**
+ * Spawns a resolver of `workflow` (resolve mode), waits for its
+ * `resolve.result`, then measures from writing the run launch to its
+ * `runner.ready`: wall ms, and the CPU ms the process used in between.
+ */
+async function handedOnce(command: string[], resolveLaunch: Uint8Array, runLaunch: (result: Extract<RunnerMessage, { type: "resolve.result" }>) => Uint8Array, cwd: string, env: NodeJS.ProcessEnv): Promise<Start> {
+  const child = spawn(command[0] as string, command.slice(1), { cwd, env, stdio: ["pipe", "pipe", "ignore"] });
+  child.stdin.write(resolveLaunch);
+  child.stdin.write("\n");
+  const decoder = new FrameDecoder();
+  let handed: { at: number; cpu: number } | undefined;
+  const start = await new Promise<Start>((resolve, reject) => {
+    child.stdout.on("data", (chunk: Buffer) => {
+      decoder.push(chunk);
+      for (let frame = decoder.nextFrame(); frame !== null; frame = decoder.nextFrame()) {
+        const message = decodeRunnerFrame(frame);
+        if (message.type === "resolve.result" && handed === undefined) {
+          if (message.awaitsRun !== true) return reject(new Error("the resolver does not await its run"));
+          handed = { at: performance.now(), cpu: cpuMsOf(child.pid as number) };
+          child.stdin.write(runLaunch(message));
+          child.stdin.write("\n");
+        } else if (message.type === "runner.ready" && handed !== undefined) {
+          resolve({ wallMs: performance.now() - handed.at, cpuMs: cpuMsOf(child.pid as number) - handed.cpu });
+        } else reject(new Error(`unexpected ${message.type}`));
+      }
+    });
+    child.once("exit", () => reject(new Error(`${command.join(" ")} exited before it answered`)));
+  });
+  child.kill("SIGKILL");
+  await new Promise((resolve) => child.once("exit", resolve));
+  return start;
+}
+
 /** Builds the runner of git ref `ref` into `dir` (this package's node_modules, its own tsc) and returns its bin. */
 function buildBaseline(ref: string, dir: string): string {
   const repo = join(SDK_DIR, "..");
@@ -178,6 +226,8 @@ interface Variant {
   launch: (workflow: Workflow) => Uint8Array | null;
   /** The state directory (PI_WORKFLOWS_HOME) of one start. */
   home: () => string;
+  /** Measures a resolver handed its run instead of a spawn (its resolve launch; `launch` is then unused). */
+  handed?: (workflow: Workflow) => Uint8Array;
 }
 
 interface Workflow {
@@ -200,6 +250,17 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
       protocolVersion: 1,
       workflowSource: { root: { kind: "file", path, hash: sha256Digest(readFileSync(path)) }, mounted: [] },
       definitionDigest: digest,
+    });
+  const resolveLaunch = (path: string): Uint8Array =>
+    encodeLaunch({
+      schema: "pi-workflows.worker-launch.v1",
+      mode: "resolve",
+      runId: "bench-resolve",
+      generation: 0,
+      runnerEpoch: "bench-resolve-0",
+      projectPath: dir,
+      protocolVersion: 1,
+      resolve: { workflow: path, input: null },
     });
   const workflows: Workflow[] = [];
   for (const nodes of [1, 100]) {
@@ -226,6 +287,13 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
   variants.push(
     { name: "runner, empty transform cache", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: emptyHome },
     { name: "runner, transform cache warm", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: () => warm },
+    {
+      name: "resolver handed its run: run launch → runner.ready",
+      command: () => [process.execPath, RUNNER_BIN],
+      launch: () => null,
+      home: () => warm,
+      handed: (workflow) => resolveLaunch(workflow.path),
+    },
     { name: "scripted runner (Rust)", command: () => [scriptedRunnerBinary()], launch: (workflow) => launch(workflow.script, `sha256:${"0".repeat(64)}`), home: () => warm },
   );
   // One start of each workflow fills the warm cache, as the resolution before every run start does.
@@ -236,13 +304,91 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
       for (const variant of variants) {
         const key = `${variant.name}|${workflow.nodes}`;
         const home = variant.home();
-        const one = await startOnce(variant.command(workflow) as string[], variant.launch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: home });
+        const env = { ...process.env, PI_WORKFLOWS_HOME: home };
+        const one =
+          variant.handed === undefined
+            ? await startOnce(variant.command(workflow) as string[], variant.launch(workflow), dir, env)
+            : await handedOnce(variant.command(workflow) as string[], variant.handed(workflow), (result) => launch(result.workflowSource.root.kind === "file" ? result.workflowSource.root.path : workflow.path, result.definitionDigest), dir, env);
         if (home !== warm) rmSync(home, { recursive: true, force: true });
         samples.set(key, [...(samples.get(key) ?? []), one]);
       }
     }
   }
   return { variants, samples };
+}
+
+/** One way to run the 10-step chain: a server binary and a runner command. */
+interface StartVariant {
+  name: string;
+  bin: string;
+  /** The runner command. */
+  runner: string;
+  scripted: boolean;
+}
+
+/** `run.start` → completed of a 10-node chain, BENCH_REPEATS times per variant, interleaved; ms per run. */
+async function start10(variants: StartVariant[]): Promise<Map<string, number[]>> {
+  const servers = await Promise.all(variants.map((variant) => TestServer.start({ bin: variant.bin, runner: variant.runner, env: { PI_WORKFLOWS_RUNNER_JOURNAL: "" } })));
+  const out = new Map<string, number[]>();
+  try {
+    const clients = await Promise.all(servers.map((server) => server.connect()));
+    const refs = servers.map((server, at) => {
+      const project = server.project();
+      if (variants[at]?.scripted) {
+        writeFileSync(join(project, "chain10.json"), chainScript(10));
+        return { project, ref: "chain10.json" };
+      }
+      writeFileSync(join(project, ".pi", "workflows", "chain10.workflow.ts"), chainWorkflow(10));
+      return { project, ref: "chain10" };
+    });
+    // One unmeasured run each: the transform cache and the page cache are warm for every measured run.
+    for (let repeat = -1; repeat < REPEATS; repeat += 1) {
+      for (const [at, variant] of variants.entries()) {
+        const client = clients[at] as TestClient;
+        const { project, ref } = refs[at] as { project: string; ref: string };
+        const sent = Date.now();
+        const runId = await client.start(project, ref, {});
+        const view = await client.settled(runId, 120_000);
+        if (view.status.run !== "completed") throw new Error(`${variant.name}: ${view.status.run} ${JSON.stringify(view.failure ?? null)}`);
+        if (repeat >= 0) out.set(variant.name, [...(out.get(variant.name) ?? []), (view.finishedAtMs ?? 0) - sent]);
+      }
+    }
+    for (const client of clients) client.close();
+  } finally {
+    await Promise.all(servers.map((server) => server.stop()));
+  }
+  return out;
+}
+
+if (SECTIONS.has("start10")) {
+  const before = process.env.BENCH_BEFORE_BIN ?? "";
+  const variants: StartVariant[] = [
+    { name: "after: node runner", bin: serverBinary(), runner: `${process.execPath} ${RUNNER_BIN}`, scripted: false },
+    { name: "after: scripted runner", bin: serverBinary(), runner: scriptedRunnerBinary(), scripted: true },
+  ];
+  if (before !== "" && BASELINE !== "") {
+    const dir = mkdtempSync(join(tmpdir(), "piw-bench-start10-"));
+    const bin = buildBaseline(BASELINE, dir);
+    variants.push(
+      { name: `before (${BASELINE}): node runner`, bin: before, runner: `${process.execPath} ${bin}`, scripted: false },
+      { name: `before (${BASELINE}): scripted runner`, bin: before, runner: join(before, "..", "pi-workflows-scripted-runner"), scripted: true },
+    );
+  }
+  const runs = await start10(variants);
+  console.log(`a 10-step run, run.start → completed (${REPEATS} runs of each, interleaved; node ${process.version}; load ${loadavg().map((x) => x.toFixed(1)).join(" ")})`);
+  console.log("| variant | median ms | min ms | max ms |");
+  console.log("|---|---|---|---|");
+  for (const variant of variants) {
+    const ms = runs.get(variant.name) as number[];
+    console.log(`| ${variant.name} | ${median(ms).toFixed(0)} | ${Math.min(...ms).toFixed(0)} | ${Math.max(...ms).toFixed(0)} |`);
+  }
+  const ratio = (node: string, scripted: string): string => (median(runs.get(node) as number[]) / median(runs.get(scripted) as number[])).toFixed(2);
+  console.log(`node / scripted, after: ${ratio("after: node runner", "after: scripted runner")}x`);
+  if (variants.length > 2) {
+    console.log(`node / scripted, before: ${ratio(`before (${BASELINE}): node runner`, `before (${BASELINE}): scripted runner`)}x`);
+    console.log(`node runner, after / before: ${ratio("after: node runner", `before (${BASELINE}): node runner`)}x`);
+  }
+  console.log("");
 }
 
 if (SECTIONS.has("steps")) {

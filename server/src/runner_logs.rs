@@ -12,6 +12,9 @@
 //!   still writes.
 //! - Logs (and the temporary file a rewrite goes through) are mode 0600 in
 //!   the 0700 `host/logs/` directory.
+//! - A live log can be renamed (`LogName::rename`: a resolver handed its run
+//!   becomes that runner epoch's log); the copy keeps appending to the same
+//!   file under its new name, and the live set follows the rename.
 //! - Copying never blocks the process: a log that cannot be written (disk
 //!   full) drops what it cannot hold and keeps draining the pipe. After the
 //!   server dies, a process's later stderr writes fail (`EPIPE`) and are lost.
@@ -57,7 +60,7 @@ impl RunnerLogs {
             .insert(file_name.clone());
         let registered = Registered {
             live: self.live.clone(),
-            file_name: file_name.clone(),
+            file_name: Some(file_name.clone()),
         };
         self.prune();
         let log = CappedLog::open(self.dir.join(&file_name), LOG_CAP_BYTES)?;
@@ -66,8 +69,8 @@ impl RunnerLogs {
             Stdio::from(writer),
             Capture {
                 reader,
-                log,
-                registered,
+                shared: Arc::new(Mutex::new(Shared { log, registered })),
+                dir: self.dir.clone(),
             },
         ))
     }
@@ -111,40 +114,70 @@ impl RunnerLogs {
     }
 }
 
-/// A log's place in the live set; leaves it when dropped.
+/// A log's place in the live set, until it is released (or dropped).
 #[derive(Debug)]
 struct Registered {
     live: Arc<Mutex<HashSet<String>>>,
-    file_name: String,
+    file_name: Option<String>,
+}
+
+impl Registered {
+    /// Leaves the live set.
+    fn release(&mut self) {
+        if let Some(file_name) = self.file_name.take() {
+            self.live
+                .lock()
+                .expect("runner logs lock")
+                .remove(&file_name);
+        }
+    }
+
+    /// Moves the live entry to `file_name` (while still live).
+    fn rename(&mut self, file_name: String) {
+        if self.file_name.is_none() {
+            return;
+        }
+        let mut live = self.live.lock().expect("runner logs lock");
+        if let Some(old) = self.file_name.take() {
+            live.remove(&old);
+        }
+        live.insert(file_name.clone());
+        self.file_name = Some(file_name);
+    }
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.live
-            .lock()
-            .expect("runner logs lock")
-            .remove(&self.file_name);
+        self.release();
     }
+}
+
+/// A log and its live entry, shared by the copy thread and the log's name.
+#[derive(Debug)]
+struct Shared {
+    log: CappedLog,
+    registered: Registered,
 }
 
 /// The copy of one process's stderr into its log, not started yet.
 #[derive(Debug)]
 pub struct Capture {
     reader: io::PipeReader,
-    log: CappedLog,
-    registered: Registered,
+    shared: Arc<Mutex<Shared>>,
+    dir: PathBuf,
 }
 
 impl Capture {
     /// Copies the pipe into the log on a thread of its own until every
     /// writer of the pipe (the process and whatever inherited its stderr)
-    /// closed it.
-    pub fn start(self) {
+    /// closed it. Returns the log's name, to rename it while it is copied.
+    pub fn start(self) -> LogName {
         let Self {
             mut reader,
-            mut log,
-            registered,
+            shared,
+            dir,
         } = self;
+        let copy = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("runner-log".into())
             .spawn(move || {
@@ -155,17 +188,39 @@ impl Capture {
                         // A log that cannot be written loses these bytes; the
                         // pipe keeps draining so the process never blocks.
                         Ok(count) => {
-                            let _ = log.append(&chunk[..count]);
+                            let _ = copy.lock().expect("log lock").log.append(&chunk[..count]);
                         }
                         Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => break,
                     }
                 }
-                drop(registered);
+                copy.lock().expect("log lock").registered.release();
             });
         // Without a thread nobody reads the pipe: the process's stderr
         // writes then fail (the reader end was dropped with the closure).
         let _ = spawned;
+        LogName { shared, dir }
+    }
+}
+
+/// The name of a started log.
+#[derive(Debug)]
+pub struct LogName {
+    shared: Arc<Mutex<Shared>>,
+    dir: PathBuf,
+}
+
+impl LogName {
+    /// Renames the log to `<name>.log`: the file, where the copy appends
+    /// from now on, and its live entry.
+    pub fn rename(&self, name: &str) -> io::Result<()> {
+        let file_name = format!("{name}.log");
+        let to = self.dir.join(&file_name);
+        let mut shared = self.shared.lock().expect("log lock");
+        fs::rename(&shared.log.path, &to)?;
+        shared.log.path = to;
+        shared.registered.rename(file_name);
+        Ok(())
     }
 }
 
@@ -293,6 +348,39 @@ mod tests {
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.len() <= 1000, "{}", text.len());
         assert!(text.ends_with("999\n"));
+    }
+
+    #[test]
+    fn a_renamed_log_is_written_under_its_new_name_and_stays_live() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let logs = RunnerLogs::new(dir.path().to_path_buf());
+        let (stderr, capture) = logs.open("resolve-1").unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo before >&2; read line; echo after >&2"])
+            .stdin(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let name = capture.start();
+        let old = dir.path().join("resolve-1.log");
+        while !fs::read_to_string(&old)
+            .unwrap_or_default()
+            .contains("before")
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        name.rename("re-1").unwrap();
+        let live = || logs.live.lock().unwrap().clone();
+        assert_eq!(live(), HashSet::from(["re-1.log".to_owned()]));
+        child.stdin.take().unwrap().write_all(b"\n").unwrap();
+        child.wait().unwrap();
+        let new = dir.path().join("re-1.log");
+        while live().contains("re-1.log") {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(fs::read_to_string(&new).unwrap(), "before\nafter\n");
+        assert!(!old.exists());
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! - no effect was applied twice;
 //! - every receipt the client received before the crash is adopted by an
 //!   exact retry (same key, new request id), and a command without a receipt
-//!   can be retried and executes at most once.
+//!   can be retried and executes at most once;
+//! - no resolver process of the crashed server outlives it, also one that
+//!   was waiting for its run's launch (it reads EOF on its stdin and exits
+//!   before the new server starts; nothing recorded it to reap).
 
 mod support;
 
@@ -61,8 +64,36 @@ struct Sent {
     receipt: Option<Value>,
 }
 
-/// Runs one crash scenario at `fault` (`point:n`).
-async fn crash_and_recover(fault: &str) {
+/// The resolver processes a server started: the process id in each line of
+/// every `resolve-*.log` (a resolver handed its run has its log renamed to the
+/// runner epoch, and counts as that runner), and whether the log says it
+/// was waiting for its run's launch and never got it.
+fn resolvers(server: &TestServer) -> Vec<(u32, bool)> {
+    let Ok(entries) = std::fs::read_dir(server.home.join("host").join("logs")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("resolve-"))
+        .filter_map(|entry| {
+            let text = std::fs::read_to_string(entry.path()).ok()?;
+            let pid = text
+                .split("scripted-runner[")
+                .nth(1)?
+                .split(']')
+                .next()?
+                .parse()
+                .ok()?;
+            let waiting =
+                text.contains("awaiting the run's launch") && !text.contains("launched: mode run");
+            Some((pid, waiting))
+        })
+        .collect()
+}
+
+/// Runs one crash scenario at `fault` (`point:n`); returns how many resolvers
+/// were waiting for their run's launch when the server died.
+async fn crash_and_recover(fault: &str) -> usize {
     let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", fault)]);
     server.spawn().expect("the server starts");
     let script = effect_script(server.scratch());
@@ -143,6 +174,27 @@ async fn crash_and_recover(fault: &str) {
             "{fault}: crashed with {receipts} receipt(s) received, runs {states:?}, effects {effects:?}"
         );
     }
+    // A resolver left by the crash ends by itself: its stdin reached EOF.
+    let left = resolvers(&server);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: Vec<u32> = left
+            .iter()
+            .filter(|(pid, _)| {
+                server::process::identity(*pid).is_some_and(|id| server::process::is_alive(&id))
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{fault}: resolver processes {alive:?} outlived the crashed server"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let waiting = left.iter().filter(|(_, waiting)| *waiting).count();
     let old_runners: Vec<server::process::ProcessIdentity> = server
         .db()
         .prepare("SELECT pid_start_identity FROM run_workers WHERE pid_start_identity IS NOT NULL")
@@ -287,6 +339,7 @@ async fn crash_and_recover(fault: &str) {
             identity.pid
         );
     }
+    waiting
 }
 
 fn count_statuses(db: &rusqlite::Connection) -> Vec<String> {
@@ -338,9 +391,16 @@ async fn sigkill_after_commit_mid_run_then_restart_recovers() {
     crash_and_recover("after_commit:18").await;
 }
 
+/// The first run's admission takes its waiting resolver and the server dies
+/// before handing it the launch: the resolver exits on EOF, and the new
+/// server recovers the run with a fresh runner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_before_the_first_runner_spawn_then_restart_recovers() {
-    crash_and_recover("before_spawn:1").await;
+    let waiting = crash_and_recover("before_spawn:1").await;
+    assert!(
+        waiting >= 1,
+        "the first run's resolver waited for its launch"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

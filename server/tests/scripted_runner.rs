@@ -168,7 +168,25 @@ impl Project {
             stdin: Some(stdin),
             frames,
             log,
-            generation: launch["generation"].as_u64().unwrap(),
+            envelope: Envelope::of(launch),
+        }
+    }
+}
+
+/// The run id, generation and runner epoch of the launch a runner runs.
+#[derive(Debug)]
+struct Envelope {
+    run_id: Value,
+    generation: Value,
+    runner_epoch: Value,
+}
+
+impl Envelope {
+    fn of(launch: &Value) -> Self {
+        Self {
+            run_id: launch["runId"].clone(),
+            generation: launch["generation"].clone(),
+            runner_epoch: launch["runnerEpoch"].clone(),
         }
     }
 }
@@ -179,7 +197,8 @@ struct Runner {
     stdin: Option<ChildStdin>,
     frames: Receiver<Result<Value, String>>,
     log: PathBuf,
-    generation: u64,
+    /// What every frame must carry (the last launch it was given).
+    envelope: Envelope,
 }
 
 impl Runner {
@@ -197,9 +216,9 @@ impl Runner {
         match self.frames.recv_timeout(WAIT) {
             Ok(Ok(message)) => {
                 assert_eq!(message["schema"], "pi-workflows.worker-launch.v1");
-                assert_eq!(message["runId"], RUN);
-                assert_eq!(message["generation"], self.generation);
-                assert_eq!(message["runnerEpoch"], EPOCH);
+                assert_eq!(message["runId"], self.envelope.run_id);
+                assert_eq!(message["generation"], self.envelope.generation);
+                assert_eq!(message["runnerEpoch"], self.envelope.runner_epoch);
                 message
             }
             Ok(Err(e)) => panic!("invalid runner frame {e}\nlog:\n{}", self.log_text()),
@@ -244,14 +263,31 @@ impl Runner {
 
     fn send(&mut self, mut message: Value) {
         message["schema"] = json!("pi-workflows.worker-launch.v1");
-        message["runId"] = json!(RUN);
-        message["generation"] = json!(self.generation);
-        message["runnerEpoch"] = json!(EPOCH);
+        message["runId"] = self.envelope.run_id.clone();
+        message["generation"] = self.envelope.generation.clone();
+        message["runnerEpoch"] = self.envelope.runner_epoch.clone();
         let typed: ServerMessage = serde_json::from_value(message).unwrap();
         let bytes = encode_server(&typed).unwrap();
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(&bytes).unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Hands a resolver that awaits its run the run launch `launch`: from
+    /// now on its frames carry that launch's envelope.
+    fn hand(&mut self, launch: &Value) {
+        let typed: WorkerLaunch = serde_json::from_value(launch.clone()).unwrap();
+        let mut bytes = encode_launch(&typed).unwrap();
+        bytes.push(b'\n');
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(&bytes).unwrap();
+        stdin.flush().unwrap();
+        self.envelope = Envelope::of(launch);
+    }
+
+    /// Closes the runner's stdin (EOF).
+    fn close_stdin(&mut self) {
+        self.stdin = None;
     }
 
     fn command(&mut self, command: &str, node: &str, attempt: &str, visit: u64) {
@@ -392,8 +428,18 @@ fn resolve_sends_the_script_identity_topology_and_input() {
         canonical_digest(&script["topology"])
     );
     assert_eq!(result["input"], input);
+    assert_eq!(result["awaitsRun"], true);
+    // It waits for its run's launch; EOF instead ends it.
+    runner.expect_silence(Duration::from_millis(200));
+    assert!(runner.child.try_wait().unwrap().is_none(), "it waits");
+    runner.close_stdin();
     runner.expect_exit(0);
     runner.expect_closed();
+    assert!(
+        runner
+            .log_text()
+            .contains("no run launch followed the resolution")
+    );
 
     // Absolute, without a name or title: the file stem names it.
     let unnamed = project.script(
@@ -405,6 +451,7 @@ fn resolve_sends_the_script_identity_topology_and_input() {
     assert_eq!(result["workflowName"], "unnamed");
     assert!(result.get("title").is_none());
     assert_eq!(result["input"], Value::Null);
+    runner.close_stdin();
     runner.expect_exit(0);
 }
 
@@ -437,6 +484,72 @@ fn resolve_failures_carry_their_codes() {
         assert!(!failed["message"].as_str().unwrap().is_empty());
         runner.expect_exit(0);
     }
+}
+
+#[test]
+fn a_resolver_handed_its_run_launch_runs_it() {
+    let project = Project::new();
+    let path = project.script(
+        "one.json",
+        &one_node(json!([{"finish": {"done": 1}}]), json!({})),
+    );
+    let mut runner = project.spawn(&project.resolve_launch("one.json", json!({})));
+    let result = runner.expect("resolve.result");
+    assert_eq!(result["awaitsRun"], true);
+    // The server's run launch: another run id and epoch, generation 1.
+    let mut launch = project.run_launch(&path, 1);
+    launch["runId"] = json!("run-handed");
+    launch["runnerEpoch"] = json!("re-handed");
+    assert_eq!(launch["workflowSource"], result["workflowSource"]);
+    assert_eq!(launch["definitionDigest"], result["definitionDigest"]);
+    runner.hand(&launch);
+    let ready = runner.expect("runner.ready");
+    assert_eq!(
+        ready["messageId"], "re-handed-m1",
+        "message ids restart with the run's epoch"
+    );
+    runner.command("start", "a", "att-1", 1);
+    runner.expect("node.started");
+    let finished = runner.expect("node.finished");
+    assert_eq!(finished["output"], json!({"done": 1}));
+    runner.reply_exit(&finished, "finished");
+    runner.expect_exiting("finished");
+    let log = runner.log_text();
+    assert!(
+        log.contains("launched: mode run, run run-handed, generation 1, epoch re-handed"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_resolver_handed_its_run_after_the_script_changed_parks_it() {
+    let project = Project::new();
+    let script = one_node(json!([{"finish": {"done": 1}}]), json!({}));
+    let path = project.script("one.json", &script);
+    let mut runner = project.spawn(&project.resolve_launch("one.json", json!({})));
+    let result = runner.expect("resolve.result");
+    // The launch names the resolved hash; the file changes before it arrives.
+    let mut launch = project.run_launch(&path, 1);
+    launch["workflowSource"] = result["workflowSource"].clone();
+    let mut edited = script;
+    edited["title"] = json!("edited");
+    project.script("one.json", &edited);
+    runner.hand(&launch);
+    let parked = runner.expect("run.parked");
+    assert_eq!(parked["reason"], "workflowSourceChanged");
+    runner.expect_exit(0);
+}
+
+#[test]
+fn a_resolve_only_script_answers_without_awaiting_its_run() {
+    let project = Project::new();
+    let mut script = one_node(json!([]), json!({}));
+    script["resolveOnly"] = json!(true);
+    project.script("once.json", &script);
+    let mut runner = project.spawn(&project.resolve_launch("once.json", json!({})));
+    let result = runner.expect("resolve.result");
+    assert!(result.get("awaitsRun").is_none(), "{result}");
+    runner.expect_exit(0);
 }
 
 // ---------------------------------------------------- the example scripts
@@ -518,6 +631,7 @@ fn resolved_topology(project: &Project, name: &str) -> (PathBuf, Topology) {
     let path = project.example(name);
     let mut runner = project.spawn(&project.resolve_launch(name, json!({})));
     let result = runner.expect("resolve.result");
+    runner.close_stdin();
     runner.expect_exit(0);
     let topology: Topology = serde_json::from_value(result["topology"].clone()).unwrap();
     topology.validate().unwrap();

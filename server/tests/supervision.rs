@@ -864,6 +864,76 @@ async fn a_runner_ready_in_time_is_not_killed_while_the_server_commits_it_late()
         ),
         1,
         "one runner"
+/// A fresh `run.start` runs its first generation in the process that
+/// resolved it: the runner recorded for the run is the resolver, its log
+/// (renamed to the runner epoch) holds both launches, and no resolver log is
+/// left. A runner that does not offer to wait (`resolveOnly`) is ended after
+/// its answer and the run gets a fresh process, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_start_runs_in_the_process_that_resolved_it() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let db = server.db();
+    let logs_dir = server.home.join("host/logs");
+    let runner_of = |run_id: &str| -> (String, u32) {
+        db.query_row(
+            "SELECT runner_epoch, pid FROM run_workers WHERE run_id = ?1",
+            [run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap()
+    };
+    let resolver_logs = || {
+        std::fs::read_dir(&logs_dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with("resolve-"))
+            .count()
+    };
+
+    let handed = write_script(
+        server.scratch(),
+        "handed.json",
+        &json!({ "topology": linear_topology(&["a", "b"]) }),
+    );
+    let run_id = started(&mut client, &handed).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &run_id).await),
+        "completed"
+    );
+    let (epoch, pid) = runner_of(&run_id);
+    let log = std::fs::read_to_string(logs_dir.join(format!("{epoch}.log"))).unwrap();
+    let resolve_line = format!("scripted-runner[{pid}]: launched: mode resolve");
+    let run_line = format!(
+        "scripted-runner[{pid}]: launched: mode run, run {run_id}, generation 1, epoch {epoch}"
+    );
+    assert!(
+        log.contains(&resolve_line) && log.contains(&run_line),
+        "{log}"
+    );
+    assert_eq!(resolver_logs(), 0, "the resolver's log became the runner's");
+
+    let separate = write_script(
+        server.scratch(),
+        "separate.json",
+        &json!({ "topology": linear_topology(&["a", "b"]), "resolveOnly": true }),
+    );
+    let run_id = started(&mut client, &separate).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &run_id).await),
+        "completed"
+    );
+    let (epoch, pid) = runner_of(&run_id);
+    let log = std::fs::read_to_string(logs_dir.join(format!("{epoch}.log"))).unwrap();
+    assert!(!log.contains("launched: mode resolve"), "{log}");
+    assert!(
+        log.contains(&format!("scripted-runner[{pid}]: launched: mode run")),
+        "{log}"
+    );
+    assert_eq!(
+        resolver_logs(),
+        1,
+        "the resolver that did not wait kept its own log"
     );
     wait_quiescent(&db).await;
     assert_eq!(consistency_violations(&db), Vec::<String>::new());

@@ -5844,6 +5844,12 @@ Read one chunk of referenced content.*/
 A resolve-mode runner's result.*/
     #[serde(rename = "resolve.result")]
     ResolveResult {
+        ///The resolver stays alive and reads one more stdin line: the run launch of this run's first generation (then it runs it as a run-mode runner), or EOF (then it exits 0). Omitted by a resolver that exits after answering.
+        #[serde(
+            rename = "awaitsRun",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        awaits_run: ::std::option::Option<super::constrained::True>,
         #[serde(rename = "definitionDigest")]
         definition_digest: Digest,
         #[serde(

@@ -1200,6 +1200,8 @@ export interface ContentRead {
 
 /** A resolve-mode runner's result. */
 export interface ResolveResult {
+  /** The resolver stays alive and reads one more stdin line: the run launch of this run's first generation (then it runs it as a run-mode runner), or EOF (then it exits 0). Omitted by a resolver that exits after answering. */
+  "awaitsRun"?: True;
   "definitionDigest": Digest;
   "expectedRevision"?: Revision;
   "generation": Generation;

@@ -191,10 +191,21 @@ interface Pending {
   reject: (error: Error) => void;
 }
 
-/** Reads the launch envelope: the first line of `input`. Returns it and the decoder holding any bytes after it. */
-export function readLaunch(input: Readable): Promise<{ launch: WorkerLaunch; decoder: FrameDecoder }> {
-  const decoder = new FrameDecoder();
+/**
+ * Reads a launch envelope: the first line of `input`, or (a resolver waiting
+ * for its run, `decoder` holding what was read before) the next one.
+ * Returns it and the decoder holding any bytes after it; stdin's end before
+ * a whole envelope rejects with `ChannelClosedError`.
+ */
+export function readLaunch(input: Readable, decoder = new FrameDecoder()): Promise<{ launch: WorkerLaunch; decoder: FrameDecoder }> {
   return new Promise((resolve, reject) => {
+    try {
+      const buffered = decoder.nextFrame();
+      if (buffered !== null) return resolve({ launch: decodeLaunch(frameContent(buffered)), decoder });
+    } catch (error) {
+      return reject(error);
+    }
+    if (input.readableEnded) return reject(new ChannelClosedError("stdin closed before the launch envelope"));
     const cleanup = (): void => {
       input.off("data", onData);
       input.off("end", onEnd);
@@ -224,6 +235,8 @@ export function readLaunch(input: Readable): Promise<{ launch: WorkerLaunch; dec
     input.on("data", onData);
     input.once("end", onEnd);
     input.once("error", onError);
+    // A stream paused after an earlier envelope does not flow again by itself.
+    input.resume();
   });
 }
 

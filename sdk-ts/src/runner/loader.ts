@@ -11,8 +11,8 @@
  *   module hooks alias the SDK imports and hand Node each TypeScript file as
  *   plain JavaScript: from the transform cache, or stripped now and stored.
  *   Node itself then imports the module (one instance per file per process).
- *   A verified source (`rememberVerified`) is served from the bytes that were
- *   hashed, never re-read.
+ *   A verified source (`rememberVerified`), or at resolution a hashed one
+ *   (`hashFile`), is served from the bytes that were hashed, never re-read.
  * - jiti (Node 20, and whatever type stripping cannot load: enums,
  *   namespaces, parameter properties, relative imports without an
  *   extension, CommonJS globals). Babel, loaded only when needed, transforms
@@ -23,8 +23,9 @@
  * A native import that fails for any reason but the workflow's own
  * definition error is retried with jiti; if that fails too, jiti's error is
  * reported. (A module that failed while it was being evaluated runs its top
- * level a second time under jiti; top-level code already runs in every
- * runner process, resolve and run.)
+ * level a second time under jiti; top-level code runs in every runner
+ * process that loads the workflow: a resolver, which also runs the first
+ * generation of a fresh start, and every later run or validate process.)
  *
  * The transform cache (`transform-cache.ts`) is keyed by the exact bytes
  * transformed, so it never changes what runs; source identity is still
@@ -304,9 +305,16 @@ function loader(): Jiti {
 
 // --- loading --------------------------------------------------------------
 
-/** `sha256:<hex>` of a file's bytes. */
+/**
+ * `sha256:<hex>` of a file's bytes. With the native loader, the bytes of a
+ * file hashed before it was verified (resolution hashes what it loads) are
+ * remembered, so Node runs exactly the bytes whose hash the source identity
+ * records; bytes already verified are never replaced.
+ */
 export async function hashFile(path: string): Promise<string> {
-  return sha256Digest(await readFile(path));
+  const bytes = await readFile(path);
+  if (native && !verified.has(path)) verified.set(path, bytes);
+  return sha256Digest(bytes);
 }
 
 /** Loads a workflow file and returns its default export, which must be a `defineWorkflow` value. */

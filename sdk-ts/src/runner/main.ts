@@ -4,7 +4,12 @@
  *
  * - resolve mode: discover the reference, hash the sources, compile (no node
  *   callback runs), normalize the input, answer `resolve.result` or
- *   `resolve.failed`, exit 0.
+ *   `resolve.failed`. After `resolve.failed`, exit 0. A `resolve.result`
+ *   says `awaitsRun`: the process keeps the compiled workflow and reads one
+ *   more stdin line, the run launch of that run's first generation, and runs
+ *   it as run mode does, except that nothing loads again: the saved sources
+ *   must still verify and be the ones it compiled (otherwise the run parks
+ *   `workflowSourceChanged`). EOF instead of a launch: exit 0.
  * - run mode: verify the saved root and mounted hashes before loading any
  *   module (a mismatch parks the run `workflowSourceChanged`, exit 0); load;
  *   re-check the complete source map and the definition digest; send
@@ -40,12 +45,13 @@ import type {
 } from "../generated/types.js";
 import { defaultHome } from "../home.js";
 import { canonicalString } from "../protocol/canonical.js";
-import { ContentReadError, FrameRefused, RunnerChannel, readLaunch, refusalReason } from "./channel.js";
+import { ChannelClosedError, ContentReadError, FrameRefused, RunnerChannel, readLaunch, refusalReason } from "./channel.js";
 import { BUILTIN_WORKFLOWS, WorkflowNotFoundError, resolveWorkflowRef } from "./discovery.js";
 import { Executor, RESOLVE_BOUND_MS, safeMessage, withBound } from "./execute.js";
 import { WorkflowLoadError, configureLoading, fileCompileHost, hashFile, loadSummary, loadWorkflowFile, rememberVerified } from "./loader.js";
 import { liveGroups, signalGroup } from "./shell.js";
 import { MAX_INPUT_DEPTH, RunState, stateDepthProblem } from "./state.js";
+import type { FrameDecoder } from "../protocol/framing.js";
 import { TransformCache } from "./transform-cache.js";
 
 export const EXIT_OK = 0;
@@ -72,18 +78,27 @@ function milestone(name: string): void {
   milestones.push([name, performance.now()]);
 }
 
-/** `start-up: node 21.3, modules 35.1, launch 1.0, ... (ready 80.2 ms after the process started)`: each phase's own duration. */
+/**
+ * `start-up: node 21.3, modules 35.1, launch 1.0, ... (ready 80.2 ms after the process started)`: each phase's own duration.
+ * A resolver handed its run adds `run launch` (how long it waited for it) and ends `ready 2.1 ms after its run launch`.
+ */
 function startupLine(end: string): string {
   milestone(end);
   const bootstrap = (performance as unknown as { nodeTiming?: { bootstrapComplete?: number } }).nodeTiming?.bootstrapComplete ?? 0;
   let previous = bootstrap;
   const phases = [`node ${bootstrap.toFixed(1)}`];
+  let handed: number | undefined;
   for (const [name, at] of milestones) {
     phases.push(`${name} ${(at - previous).toFixed(1)}`);
+    if (name === RUN_LAUNCH) handed = at;
     previous = at;
   }
-  return `start-up: ${phases.join(", ")} (${end} ${previous.toFixed(1)} ms after the process started)`;
+  const since = handed === undefined ? "" : `, ${(previous - handed).toFixed(1)} ms after its run launch`;
+  return `start-up: ${phases.join(", ")} (${end} ${previous.toFixed(1)} ms after the process started${since})`;
 }
+
+/** The milestone of a resolver's run launch. */
+const RUN_LAUNCH = "run launch";
 
 function journal(runId: string): (record: Record<string, unknown>) => void {
   const path = process.env.PI_WORKFLOWS_RUNNER_JOURNAL;
@@ -151,12 +166,17 @@ function classify(error: unknown): Failure {
   return { code: "compileFailed", message };
 }
 
-/** Resolve mode: answers exactly one `resolve.result` or `resolve.failed`. */
-export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch): Promise<number> {
+/**
+ * Resolve mode: answers exactly one `resolve.result` or `resolve.failed`.
+ * Returns the compiled workflow it answered with (the result says
+ * `awaitsRun`: the caller waits for the run's launch), or null when it
+ * answered `resolve.failed` or could not answer.
+ */
+export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch): Promise<CompiledWorkflow | null> {
   const target = launch.resolve;
   if (!target) {
     log("resolve mode without `resolve`");
-    return EXIT_PROTOCOL;
+    return null;
   }
   let failure: Failure | undefined;
   try {
@@ -212,13 +232,14 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
         topology: compiled.topology,
         input: input as never,
         ...(title !== undefined && title !== "" ? { title } : {}),
+        awaitsRun: true as const,
       };
       const refused = channel.check("resolve.result", result);
       if (refused === null) {
         log(`resolved ${target.workflow} (${compiled.topology.nodes.length} nodes, ${compiled.definitionDigest})`);
         await channel.send("resolve.result", result);
         log(startupLine("resolved"));
-        return EXIT_OK;
+        return compiled;
       }
       // The wire cannot carry the resolved run: say whether its input or its workflow is the cause.
       failure =
@@ -232,7 +253,23 @@ export async function resolveMode(channel: RunnerChannel, launch: WorkerLaunch):
   }
   log(`resolve failed: ${failure.code}: ${failure.message}`);
   await channel.send("resolve.failed", { code: failure.code, message: safeMessage(failure.message) });
-  return EXIT_OK;
+  return null;
+}
+
+/**
+ * A resolver's wait for its run: the next stdin line is the run launch of
+ * the run it resolved (returned), or EOF (null: the server did not hand it
+ * a run, and the process exits 0). Nothing else is read meanwhile.
+ */
+async function awaitRunLaunch(input: Readable, decoder: FrameDecoder): Promise<WorkerLaunch | null> {
+  try {
+    const { launch } = await readLaunch(input, decoder);
+    milestone(RUN_LAUNCH);
+    return launch;
+  } catch (error) {
+    if (error instanceof ChannelClosedError) return null;
+    throw error;
+  }
 }
 
 /** The saved workflow, loaded only after its sources verify, and re-checked after loading. */
@@ -261,6 +298,25 @@ async function loadVerified(saved: WorkflowSource, launch: WorkerLaunch): Promis
     return { kind: "changed", when: "after", detail };
   }
   milestone("recheck");
+  return { kind: "loaded", compiled };
+}
+
+/**
+ * The workflow a resolver compiled, for the run it was handed: the saved
+ * sources (the hashes the server stored from this very resolution) are read
+ * and hashed again, and must be the sources and definition it compiled.
+ * Nothing loads: the modules that ran at resolution were the bytes hashed
+ * then (the native loader serves exactly those bytes; jiti's load was
+ * bracketed by the hash before and the check after it).
+ */
+async function keepResolved(saved: WorkflowSource, launch: WorkerLaunch, compiled: CompiledWorkflow): Promise<Loaded> {
+  const changed = await verifySources(saved);
+  milestone("verify");
+  if (changed !== null) return { kind: "changed", when: "before", detail: changed };
+  if (!sameSource(compiled.source, saved) || (launch.definitionDigest !== undefined && compiled.definitionDigest !== launch.definitionDigest)) {
+    const detail = sameSource(compiled.source, saved) ? "the definition digest differs" : "the run launch names other sources than the ones resolved";
+    return { kind: "changed", when: "after", detail };
+  }
   return { kind: "loaded", compiled };
 }
 
@@ -330,15 +386,19 @@ export async function validateMode(channel: RunnerChannel, launch: WorkerLaunch,
   return EXIT_OK;
 }
 
-/** Run mode: verify, load, ready, then run what the server names until it says exit. */
-export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stopSignal: AbortSignal): Promise<number> {
+/**
+ * Run mode: verify, load, ready, then run what the server names until it
+ * says exit. `resolved`: the workflow this process compiled as the run's
+ * resolver; it is verified again and kept instead of loaded (`keepResolved`).
+ */
+export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stopSignal: AbortSignal, resolved?: CompiledWorkflow): Promise<number> {
   const saved = launch.workflowSource;
   if (!saved) {
     log("run mode without `workflowSource`");
     return EXIT_PROTOCOL;
   }
   const record = journal(launch.runId);
-  const loaded = await loadVerified(saved, launch);
+  const loaded = resolved === undefined ? await loadVerified(saved, launch) : await keepResolved(saved, launch, resolved);
   if (loaded.kind === "changed") {
     log(`source changed ${loaded.when} loading (${loaded.detail}); parking`);
     record({ event: "parked", reason: "workflowSourceChanged", detail: loaded.detail });
@@ -438,22 +498,23 @@ async function flush(output: Writable): Promise<void> {
 export async function main(input: Readable = process.stdin, output: Writable = process.stdout): Promise<number> {
   milestone("modules");
   let launch: WorkerLaunch;
-  let channel: RunnerChannel;
+  let decoder: FrameDecoder;
   try {
-    const opened = await readLaunch(input);
-    launch = opened.launch;
-    channel = new RunnerChannel(launch, input, output, opened.decoder, log);
+    ({ launch, decoder } = await readLaunch(input));
   } catch (error) {
     log(`launch envelope: ${error instanceof Error ? error.message : String(error)}`);
     return EXIT_PROTOCOL;
   }
   milestone("launch");
-  log(`launched: mode ${launch.mode}, run ${launch.runId}, generation ${launch.generation}, epoch ${launch.runnerEpoch}`);
+  const launched = (launch: WorkerLaunch): void =>
+    log(`launched: mode ${launch.mode}, run ${launch.runId}, generation ${launch.generation}, epoch ${launch.runnerEpoch}`);
+  launched(launch);
   // One short-lived process per run: Node's type stripping where it has it, and the user-only transform cache.
   configureLoading({ native: true, cache: TransformCache.open(defaultHome()) });
   const stop = new AbortController();
+  let halt: (code: number, why: string) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => {
-    const halt = (code: number, why: string): void => {
+    halt = (code: number, why: string): void => {
       if (stop.signal.aborted) return;
       log(`stopping: ${why}`);
       const reason = new Error(why);
@@ -463,19 +524,38 @@ export async function main(input: Readable = process.stdin, output: Writable = p
     };
     process.once("SIGTERM", () => halt(EXIT_SIGNALLED, "SIGTERM"));
     process.once("SIGINT", () => halt(EXIT_SIGNALLED, "SIGINT"));
+  });
+  /** The channel of a run or validate launch: it reads the server's frames after the launch. */
+  const open = (launch: WorkerLaunch): RunnerChannel => {
+    const channel = new RunnerChannel(launch, input, output, decoder, log);
     channel.onClaimLost = () => halt(EXIT_CLAIM_LOST, "the claim is lost");
     channel.onClosed = (error) => halt(EXIT_CHANNEL_CLOSED, `channel closed: ${error.message}`);
-  });
-  channel.start();
+    channel.start();
+    return channel;
+  };
   const work = (async (): Promise<number> => {
     try {
       switch (launch.mode) {
-        case "resolve":
-          return await resolveMode(channel, launch);
+        case "resolve": {
+          // The resolver only writes: stdin stays unread until it waits for its run's launch.
+          const compiled = await resolveMode(new RunnerChannel(launch, input, output, decoder, log), launch);
+          if (compiled === null) return launch.resolve ? EXIT_OK : EXIT_PROTOCOL;
+          const run = await awaitRunLaunch(input, decoder);
+          if (run === null) {
+            log("no run launch followed the resolution (stdin closed): exiting");
+            return EXIT_OK;
+          }
+          launched(run);
+          if (run.mode !== "run") {
+            log(`a resolver runs only its run's launch, not mode ${run.mode}`);
+            return EXIT_PROTOCOL;
+          }
+          return await runMode(open(run), run, stop.signal, compiled);
+        }
         case "run":
-          return await runMode(channel, launch, stop.signal);
+          return await runMode(open(launch), launch, stop.signal);
         case "validate":
-          return await validateMode(channel, launch, stop.signal);
+          return await validateMode(open(launch), launch, stop.signal);
       }
     } catch (error) {
       if (stop.signal.aborted) return stopped;

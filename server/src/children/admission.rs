@@ -10,6 +10,11 @@
 //! - Validation children are admitted here too (`WorkKind::Validation`, from
 //!   the durable `validating` rows); the one of a run whose live runner waits
 //!   for it works in that runner's slot (`validator`'s invariants).
+//! - A resolver waiting for its run (`context::waiting`) is decided by the
+//!   first round that begins after its start committed: the round's
+//!   admission of the run hands it the launch (`supervisor::launch`), and a
+//!   round that does not admit the run ends it. No process waits for
+//!   capacity.
 
 use crate::context::Context;
 use crate::store::runs;
@@ -34,6 +39,13 @@ pub async fn run(app: Arc<Context>) {
 }
 
 async fn admit_round(app: &Arc<Context>) {
+    let offered = app.waiting.offered();
+    admit_all(app).await;
+    app.waiting.end(&offered);
+}
+
+/// Admits runs and validation children until capacity or candidates run out.
+async fn admit_all(app: &Arc<Context>) {
     loop {
         let reader = app.clone();
         // Taken before the read's snapshot: a child whose verdict commits

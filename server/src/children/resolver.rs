@@ -2,10 +2,16 @@
 //! discovers a workflow, hashes its sources, compiles it and returns the
 //! topology the kernel routes on. The server never loads workflow code.
 //!
-//! Invariant: the child runs in its own process group and is killed (with its
-//! group) when it answers, fails or misses its deadline.
+//! Invariants:
+//! - The child runs in its own process group and is killed (with its group)
+//!   when it fails, misses its deadline, or answers without `awaitsRun`.
+//! - A child that answered `resolve.result` with `awaitsRun` is returned as a
+//!   [`WaitingResolver`] (its stdout after that one frame unread, its stdin
+//!   open): the caller holds it for its run's first launch, and dropping it
+//!   kills its group (`context::waiting`).
 
 use crate::context::Context;
+use crate::context::waiting::{ResolverProcess, WaitingResolver};
 use crate::process;
 use kernel::topology::Topology;
 use nix::sys::signal::Signal;
@@ -24,7 +30,7 @@ use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
 /// A resolved workflow.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Resolved {
     pub workflow_name: String,
     pub title: Option<String>,
@@ -35,6 +41,8 @@ pub struct Resolved {
     pub topology_json: String,
     /// The normalized input.
     pub input: Value,
+    /// The resolving process, when it said it awaits its run's launch.
+    pub waiting: Option<WaitingResolver>,
 }
 
 /// Why resolution failed: a closed code and a one-line safe message.
@@ -111,7 +119,7 @@ pub async fn resolve(
         .stderr(stderr)
         .spawn()
         .map_err(|_| ResolveError::new(ErrorCode::Unavailable, "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows"))?;
-    log.start();
+    let log = log.start();
     let identity = child.id().and_then(process::identity);
     let mut stdin = child.stdin.take();
     if let Some(stdin) = stdin.as_mut() {
@@ -119,10 +127,10 @@ pub async fn resolve(
         let _ = stdin.flush().await;
     }
     let deadline = Duration::from_millis(app.config.runner_ready_timeout_ms);
-    let answer = match child.stdout.take() {
+    let (answer, frames) = match child.stdout.take() {
         Some(stdout) => {
             let mut frames = FramedRead::new(stdout, protocol::FrameCodec::new());
-            match tokio::time::timeout(deadline, frames.next()).await {
+            let answer = match tokio::time::timeout(deadline, frames.next()).await {
                 Ok(Some(Ok(bytes))) => decode(&bytes),
                 Ok(_) => Err(ResolveError::new(
                     ErrorCode::ValidationFailed,
@@ -132,22 +140,42 @@ pub async fn resolve(
                     ErrorCode::TimedOut,
                     "the workflow runner did not resolve the workflow in time",
                 )),
-            }
+            };
+            (answer, Some(frames))
         }
-        None => Err(ResolveError::new(
-            ErrorCode::Unavailable,
-            "cannot read from the workflow runner",
-        )),
+        None => (
+            Err(ResolveError::new(
+                ErrorCode::Unavailable,
+                "cannot read from the workflow runner",
+            )),
+            None,
+        ),
     };
-    drop(stdin);
-    if let Some(identity) = identity {
-        process::signal_group(&identity, Signal::SIGKILL);
+    match (answer, identity.clone(), stdin.take(), frames) {
+        // It awaits its run: the caller holds it (dropping it kills the group).
+        (Ok((mut resolved, true)), Some(identity), Some(stdin), Some(frames)) => {
+            resolved.waiting = Some(WaitingResolver::new(ResolverProcess {
+                child,
+                stdin,
+                frames,
+                identity,
+                log,
+            }));
+            Ok(resolved)
+        }
+        (answer, _, stdin, _) => {
+            drop(stdin);
+            if let Some(identity) = identity {
+                process::signal_group(&identity, Signal::SIGKILL);
+            }
+            let _ = child.wait().await;
+            answer.map(|(resolved, _)| resolved)
+        }
     }
-    let _ = child.wait().await;
-    answer
 }
 
-fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
+/// The resolved workflow, and whether its resolver awaits the run.
+fn decode(bytes: &[u8]) -> Result<(Resolved, bool), ResolveError> {
     let message = protocol::decode_runner_frame(bytes).map_err(|_| {
         ResolveError::new(
             ErrorCode::Internal,
@@ -156,6 +184,7 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
     })?;
     match message {
         RunnerMessage::ResolveResult {
+            awaits_run,
             definition_digest,
             input,
             title,
@@ -187,7 +216,7 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
                     "the workflow graph is too large to show: its nodes and edges take more than 256 KiB in a run view; use fewer nodes or switch cases",
                 ));
             }
-            Ok(Resolved {
+            let resolved = Resolved {
                 workflow_name: workflow_name.to_string(),
                 title: title.map(String::from),
                 source: serde_json::to_value(&workflow_source).unwrap_or(Value::Null),
@@ -195,7 +224,9 @@ fn decode(bytes: &[u8]) -> Result<Resolved, ResolveError> {
                 topology_json: serde_json::to_string(&topology_value).unwrap_or_default(),
                 topology,
                 input,
-            })
+                waiting: None,
+            };
+            Ok((resolved, awaits_run.is_some()))
         }
         RunnerMessage::ResolveFailed { code, message, .. } => {
             let code = match code {

@@ -2,8 +2,15 @@
 //!
 //! Invariants:
 //! - The runner epoch is recorded (by the admission transaction) before the
-//!   process is spawned; the process identity (pid + start time) is recorded
-//!   right after.
+//!   process is spawned or adopted; the process identity (pid + start time)
+//!   is recorded right after.
+//! - The launch of a new run's first generation (`LaunchCommand::Start`)
+//!   adopts the resolver that waits for it (`context::waiting`) instead of
+//!   spawning: the same launch envelope goes to its stdin, its identity is
+//!   recorded, its log becomes the runner epoch's, and from then on it is
+//!   supervised exactly as a spawned runner (ready deadline from the
+//!   launch, frames fenced by the launch's epoch, exit decided by the
+//!   kernel). A resolver that died while it waited is replaced by a spawn.
 //! - Each runner runs in its own process group. Stopping sends SIGTERM to the
 //!   group and SIGKILL after the grace period; a group is only signalled
 //!   while its leader is the exact process we spawned.
@@ -17,6 +24,7 @@
 
 use crate::context::Context;
 use crate::context::runners::Runner;
+use crate::context::waiting::WaitingResolver;
 use crate::process::{self, ProcessIdentity};
 use crate::store::{Commit, meta, processes};
 use kernel::ids::{Generation, RunId, RunnerEpochId};
@@ -33,7 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
@@ -45,6 +53,14 @@ pub fn launch(
     runner_epoch: RunnerEpochId,
     command: LaunchCommand,
 ) {
+    // The resolver of a fresh start waits for this launch (taken now, within
+    // the admission round that decides it).
+    let resolver = match command {
+        LaunchCommand::Start => app.waiting.take(&run_id),
+        LaunchCommand::Resume | LaunchCommand::Continue { .. } | LaunchCommand::Restart { .. } => {
+            None
+        }
+    };
     let Some(runner) = app
         .runners
         .register(run_id, generation, runner_epoch, command)
@@ -52,7 +68,7 @@ pub fn launch(
         // Not our admission (cannot happen): nothing to launch.
         return;
     };
-    tokio::spawn(supervise(app.clone(), runner));
+    tokio::spawn(supervise(app.clone(), runner, resolver));
 }
 
 /// Stops a runner's process group for `reason` (SIGTERM, then SIGKILL).
@@ -83,10 +99,14 @@ pub fn stop_runner(app: &Arc<Context>, runner: &Arc<Runner>, reason: StopReason)
     });
 }
 
-async fn supervise(app: Arc<Context>, runner: Arc<Runner>) {
+async fn supervise(app: Arc<Context>, runner: Arc<Runner>, resolver: Option<WaitingResolver>) {
     app.faults.hit(crate::fault::FaultPoint::BeforeSpawn);
-    let exit = match spawn(&app, &runner).await {
-        Ok(child) => run_child(&app, &runner, child).await,
+    let started = match resolver {
+        Some(resolver) => adopt(&app, &runner, resolver).await,
+        None => spawn(&app, &runner).await,
+    };
+    let exit = match started {
+        Ok((child, frames)) => run_child(&app, &runner, child, frames).await,
         Err(()) => ExitReport {
             kind: ExitKind::Abnormal,
             code: None,
@@ -104,17 +124,48 @@ struct ExitReport {
     signal: Option<i32>,
 }
 
-async fn spawn(app: &Arc<Context>, runner: &Arc<Runner>) -> Result<Child, ()> {
+/// A runner's stdout, read as frames.
+type Frames = FramedRead<ChildStdout, protocol::FrameCodec>;
+
+/// The run-mode launch envelope of `runner`, from committed facts.
+async fn read_launch(app: &Arc<Context>, runner: &Runner) -> Result<LaunchFrame, ()> {
     let run_id = runner.run_id.clone();
     let generation = runner.generation;
     let runner_epoch = runner.runner_epoch.clone();
-    let launch = app
-        .store
+    app.store
         .read(move |connection| launch_envelope(connection, &run_id, generation, &runner_epoch))
         .await
         .ok()
         .flatten()
-        .ok_or(())?;
+        .ok_or(())
+}
+
+/// Takes over the resolver that waits for this run: its identity, its log,
+/// then the launch on its stdin, as a spawned runner gets them.
+async fn adopt(
+    app: &Arc<Context>,
+    runner: &Arc<Runner>,
+    resolver: WaitingResolver,
+) -> Result<(Child, Frames), ()> {
+    let mut process = resolver.hand_over();
+    // From here every failure ends its group (`finish`).
+    *runner.identity.lock().expect("identity lock") = Some(process.identity.clone());
+    if !matches!(process.child.try_wait(), Ok(None)) {
+        crate::log::line("a resolver ended while it waited for its run; starting a fresh runner");
+        return spawn(app, runner).await;
+    }
+    let launch = read_launch(app, runner).await?;
+    if process.log.rename(runner.runner_epoch.as_str()).is_err() {
+        crate::log::line("cannot rename a resolver's log to its runner epoch");
+    }
+    record_process(app, runner, &process.identity).await;
+    app.faults.hit(crate::fault::FaultPoint::AfterSpawn);
+    feed(runner, process.stdin, launch.frame);
+    Ok((process.child, process.frames))
+}
+
+async fn spawn(app: &Arc<Context>, runner: &Arc<Runner>) -> Result<(Child, Frames), ()> {
+    let launch = read_launch(app, runner).await?;
     let (stderr, log) = app
         .runner_logs
         .open(runner.runner_epoch.as_str())
@@ -138,9 +189,15 @@ async fn spawn(app: &Arc<Context>, runner: &Arc<Runner>) -> Result<Child, ()> {
     *runner.identity.lock().expect("identity lock") = Some(identity.clone());
     record_process(app, runner, &identity).await;
     app.faults.hit(crate::fault::FaultPoint::AfterSpawn);
-    let mut stdin = child.stdin.take().ok_or(())?;
+    let stdin = child.stdin.take().ok_or(())?;
+    let stdout = child.stdout.take().ok_or(())?;
+    feed(runner, stdin, launch.frame);
+    Ok((child, FramedRead::new(stdout, protocol::FrameCodec::new())))
+}
+
+/// Writes the launch envelope, then every frame of the runner's outbox, to its stdin.
+fn feed(runner: &Runner, mut stdin: ChildStdin, first: Vec<u8>) {
     let receiver = runner.outbox_receiver.lock().expect("outbox lock").take();
-    let first = launch.frame;
     tokio::spawn(async move {
         if stdin.write_all(&first).await.is_err() {
             return;
@@ -153,7 +210,6 @@ async fn spawn(app: &Arc<Context>, runner: &Arc<Runner>) -> Result<Child, ()> {
             }
         }
     });
-    Ok(child)
 }
 
 fn existing_dir(project_path: &str, fallback: &std::path::Path) -> std::path::PathBuf {
@@ -183,7 +239,12 @@ async fn record_process(app: &Arc<Context>, runner: &Arc<Runner>, identity: &Pro
         .await;
 }
 
-async fn run_child(app: &Arc<Context>, runner: &Arc<Runner>, mut child: Child) -> ExitReport {
+async fn run_child(
+    app: &Arc<Context>,
+    runner: &Arc<Runner>,
+    mut child: Child,
+    mut frames: Frames,
+) -> ExitReport {
     let deadline = Duration::from_millis(app.config.runner_ready_timeout_ms);
     let watchdog = {
         let app = app.clone();
@@ -199,30 +260,27 @@ async fn run_child(app: &Arc<Context>, runner: &Arc<Runner>, mut child: Child) -
             }
         })
     };
-    if let Some(stdout) = child.stdout.take() {
-        let mut frames = FramedRead::new(stdout, protocol::FrameCodec::new());
-        while let Some(frame) = frames.next().await {
-            // A frame that is not a runner message fails the protocol's
-            // schema check: the run is parked `protocolRejected`, the runner
-            // stopped, and the channel ends.
-            let decoded = frame
-                .ok()
-                .and_then(|frame| protocol::decode_runner_frame(&frame).ok());
-            let Some(message) = decoded else {
-                if runner.is_fenced() {
-                    protocol_violation(app, runner);
-                } else {
-                    (app.ports.runner_frame_rejected)(app.clone(), runner.clone()).await;
-                }
-                break;
-            };
-            // The start-up deadline ends when `runner.ready` arrives: its
-            // commit may be held up (a disk stall) past the deadline.
-            if matches!(message, RunnerMessage::RunnerReady { .. }) {
-                runner.mark_ready();
+    while let Some(frame) = frames.next().await {
+        // A frame that is not a runner message fails the protocol's
+        // schema check: the run is parked `protocolRejected`, the runner
+        // stopped, and the channel ends.
+        let decoded = frame
+            .ok()
+            .and_then(|frame| protocol::decode_runner_frame(&frame).ok());
+        let Some(message) = decoded else {
+            if runner.is_fenced() {
+                protocol_violation(app, runner);
+            } else {
+                (app.ports.runner_frame_rejected)(app.clone(), runner.clone()).await;
             }
-            (app.ports.runner_message)(app.clone(), runner.clone(), message).await;
+            break;
+        };
+        // The start-up deadline ends when `runner.ready` arrives: its
+        // commit may be held up (a disk stall) past the deadline.
+        if matches!(message, RunnerMessage::RunnerReady { .. }) {
+            runner.mark_ready();
         }
+        (app.ports.runner_message)(app.clone(), runner.clone(), message).await;
     }
     let status = child.wait().await.ok();
     watchdog.abort();

@@ -191,16 +191,30 @@ pub(super) async fn command<F>(app: &Arc<Context>, request: Request, execute: F)
 where
     F: FnOnce(&Connection, u64) -> rusqlite::Result<Executed> + Send + 'static,
 {
+    command_committed(app, request, execute).await.0
+}
+
+/// [`command`], and the outcome this request executed and committed with
+/// its receipt: `None` when a stored receipt answered it (adopted or a
+/// conflict) or nothing was committed.
+pub(super) async fn command_committed<F>(
+    app: &Arc<Context>,
+    request: Request,
+    execute: F,
+) -> (Value, Option<CommandOutcome>)
+where
+    F: FnOnce(&Connection, u64) -> rusqlite::Result<Executed> + Send + 'static,
+{
     let identity = match identity(&request) {
         Ok(identity) => identity,
-        Err(response) => return response,
+        Err(response) => return (response, None),
     };
     let request_for_job = request.clone();
     let result = app
         .store
         .write(move |connection| {
             if let Some(response) = lookup(connection, &request_for_job, &identity)? {
-                return Ok(Commit::Discard((response, Vec::new(), false)));
+                return Ok(Commit::Discard((response, Vec::new(), None)));
             }
             let now_ms = crate::clock::now_ms();
             let executed = execute(connection, now_ms)?;
@@ -225,27 +239,34 @@ where
             ) {
                 Some(stored) => {
                     commands::insert(connection, &stored, &identity.fingerprint, &body_text)?;
-                    Ok(Commit::Keep((value, executed.outputs, true)))
+                    Ok(Commit::Keep((
+                        value,
+                        executed.outputs,
+                        Some(executed.outcome),
+                    )))
                 }
-                None => Ok(Commit::Discard((value, Vec::new(), false))),
+                None => Ok(Commit::Discard((value, Vec::new(), None))),
             }
         })
         .await;
     match result {
         Ok((value, outputs, stored)) => {
-            if stored {
+            if stored.is_some() {
                 app.faults.hit(crate::fault::FaultPoint::AfterReceipt);
             }
             app.perform(outputs);
-            value
+            (value, stored)
         }
-        Err(error) => response(
-            &request.request_id,
-            &request.operation,
-            "unavailable",
+        Err(error) => (
+            response(
+                &request.request_id,
+                &request.operation,
+                "unavailable",
+                None,
+                None,
+                Some(error.refusal()),
+            ),
             None,
-            None,
-            Some(error.refusal()),
         ),
     }
 }

@@ -2,7 +2,7 @@
 //! `run.resume`, `run.cancel`, `run.restart`, `run.activate` and
 //! `checkpoint.answer`, each decided by `kernel::run` inside its receipt job.
 
-use super::receipts::{Executed, command, precheck};
+use super::receipts::{Executed, command, command_committed, precheck};
 use super::request::Request;
 use crate::children::resolver;
 use crate::context::Context;
@@ -65,16 +65,23 @@ pub(super) async fn run_start(
         .and_then(|model| protocol::canonicalize(&model).ok())
         .and_then(|bytes| String::from_utf8(bytes).ok());
     let resolved = resolver::resolve(app, &project_path, &workflow, &input).await;
-    let prepared = resolved.map(|resolved| {
-        let input_blob = Blob::json(&resolved.input);
-        let source_json = serde_json::to_string(&resolved.source).unwrap_or_default();
-        (resolved, input_blob, source_json)
-    });
     let run_id = RunId::new(crate::ids::run_id(
         workflow_stem(&workflow),
         crate::clock::now_ms(),
     ));
-    command(app, request, move |connection, now_ms| {
+    let prepared = resolved.map(|mut resolved| {
+        // The resolver that awaits its run is held before the job, so the
+        // run's first admission (which may follow the commit at once) finds it.
+        if let Some(waiting) = resolved.waiting.take() {
+            app.waiting.hold(run_id.clone(), waiting);
+        }
+        let input_blob = Blob::json(&resolved.input);
+        let source_json = serde_json::to_string(&resolved.source).unwrap_or_default();
+        (resolved, input_blob, source_json)
+    });
+    let job_run_id = run_id.clone();
+    let (response, committed) = command_committed(app, request, move |connection, now_ms| {
+        let run_id = job_run_id;
         let (resolved, input_blob, source_json) = match prepared {
             Ok(prepared) => prepared,
             Err(error) => {
@@ -135,7 +142,26 @@ pub(super) async fn run_start(
         };
         Ok(Executed::accepted(revision, &receipt, outputs))
     })
-    .await
+    .await;
+    match committed {
+        // The run exists: the first admission round after this decides
+        // whether its resolver runs it or ends.
+        Some(CommandOutcome::Accepted) => {
+            app.waiting.committed(&run_id);
+            app.scheduler.notify();
+        }
+        // Refused, adopted, or not stored: no run for the resolver to run.
+        Some(
+            CommandOutcome::Adopted
+            | CommandOutcome::Rejected
+            | CommandOutcome::Conflict
+            | CommandOutcome::NotFound
+            | CommandOutcome::ClaimLost
+            | CommandOutcome::Unavailable,
+        )
+        | None => app.waiting.release(&run_id),
+    }
+    response
 }
 
 /// The name part of a workflow reference (for the run id slug): a file's

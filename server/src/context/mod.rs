@@ -2,7 +2,8 @@
 //! store, the server epoch and control claim, fault injection, the
 //! process's lifecycle (connected clients, commands in flight, stopping)
 //! and the in-memory registries (runners, wakes, admission signal,
-//! coordinator epochs, validations in flight).
+//! coordinator epochs, validations in flight, resolvers waiting for their
+//! run).
 //!
 //! Invariants:
 //! - It holds state, not behaviour: nothing here reaches a layer above it.
@@ -18,6 +19,7 @@ pub mod admission;
 pub mod coordinators;
 pub mod runners;
 pub mod validations;
+pub mod waiting;
 pub mod wakes;
 
 use crate::config::Config;
@@ -83,6 +85,8 @@ pub struct Context {
     pub coordinators: coordinators::Coordinators,
     /// The validation children in flight (`children::validator`).
     pub validations: validations::Validations,
+    /// Resolvers of fresh starts waiting for their run's launch.
+    pub waiting: waiting::Waiting,
 }
 
 /// What a server context is made of (`app.rs` opens them).
@@ -133,6 +137,7 @@ impl Context {
             submission_settled: Notify::new(),
             coordinators: coordinators::Coordinators::default(),
             validations: validations::Validations::default(),
+            waiting: waiting::Waiting::new(),
         })
     }
 

@@ -112,51 +112,77 @@ impl std::fmt::Debug for Incoming {
     }
 }
 
-/// Reads the launch envelope (the first stdin line) and starts the reader
-/// thread for the rest of stdin.
-pub(crate) fn open() -> Result<(WorkerLaunch, Channel), String> {
-    let mut stdin = io::stdin();
-    let mut decoder = FrameDecoder::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let first = loop {
-        match decoder.next_frame() {
-            Ok(Some(frame)) => break frame,
-            Ok(None) => {}
-            Err(e) => return Err(format!("launch envelope: {e}")),
+/// stdin, with what was read of it and not decoded yet.
+#[derive(Debug)]
+pub(crate) struct Stdin {
+    stdin: io::Stdin,
+    decoder: FrameDecoder,
+    buf: Vec<u8>,
+}
+
+impl Stdin {
+    pub(crate) fn new() -> Self {
+        Self {
+            stdin: io::stdin(),
+            decoder: FrameDecoder::new(),
+            buf: vec![0u8; 64 * 1024],
         }
-        match stdin.read(&mut buf) {
-            Ok(0) => return Err("stdin closed before the launch envelope".to_string()),
-            Ok(n) => decoder.push(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading stdin: {e}")),
+    }
+
+    /// Reads the next launch envelope: the first stdin line, or (a resolver
+    /// that awaits its run) the next one. `Ok(None)`: stdin ended first.
+    pub(crate) fn launch(&mut self) -> Result<Option<WorkerLaunch>, String> {
+        let frame = loop {
+            match self.decoder.next_frame() {
+                Ok(Some(frame)) => break frame,
+                Ok(None) => {}
+                Err(e) => return Err(format!("launch envelope: {e}")),
+            }
+            match self.stdin.read(&mut self.buf) {
+                Ok(0) => return Ok(None),
+                Ok(n) => self.decoder.push(&self.buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading stdin: {e}")),
+            }
+        };
+        let content = frame_content(&frame).map_err(|e| format!("launch envelope: {e}"))?;
+        decode_launch(content)
+            .map(Some)
+            .map_err(|e| format!("launch envelope: {e}"))
+    }
+}
+
+impl Channel {
+    /// The channel of `launch`: its frames carry the launch's run id,
+    /// generation and epoch; a reader thread decodes the server's frames
+    /// from `stdin` (without one, the channel only writes: a resolver's).
+    pub(crate) fn open(launch: &WorkerLaunch, stdin: Option<Stdin>) -> Self {
+        let (tx, frames) = mpsc::channel();
+        if let Some(stdin) = stdin {
+            thread::spawn(move || read_frames(stdin, &tx));
         }
-    };
-    let content = frame_content(&first).map_err(|e| format!("launch envelope: {e}"))?;
-    let launch = decode_launch(content).map_err(|e| format!("launch envelope: {e}"))?;
-    let (tx, frames) = mpsc::channel();
-    thread::spawn(move || read_frames(stdin, decoder, buf, &tx));
-    let channel = Channel {
-        run_id: json!(launch.run_id),
-        generation: json!(launch.generation),
-        runner_epoch: launch.runner_epoch.to_string(),
-        counter: 0,
-        frames,
-        duplicate_next: false,
-        keep_writing_after_claim_lost: false,
-        attempt_id: None,
-        state: None,
-    };
-    Ok((launch, channel))
+        Self {
+            run_id: json!(launch.run_id),
+            generation: json!(launch.generation),
+            runner_epoch: launch.runner_epoch.to_string(),
+            counter: 0,
+            frames,
+            duplicate_next: false,
+            keep_writing_after_claim_lost: false,
+            attempt_id: None,
+            state: None,
+        }
+    }
 }
 
 /// The reader thread: decodes server frames until end of stream or the
 /// first error (both end the channel).
-fn read_frames(
-    mut stdin: io::Stdin,
-    mut decoder: FrameDecoder,
-    mut buf: Vec<u8>,
-    tx: &mpsc::Sender<Incoming>,
-) {
+fn read_frames(input: Stdin, tx: &mpsc::Sender<Incoming>) {
+    let Stdin {
+        mut stdin,
+        mut decoder,
+        mut buf,
+    } = input;
     loop {
         loop {
             match decoder.next_frame() {

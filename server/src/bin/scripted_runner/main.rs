@@ -21,7 +21,8 @@
 //! `effect.settle`, `runner.progress`, `node.finished` and `node.failed`
 //! (one per copy of a duplicated message). It does not wait after
 //! `node.started` (a reply to it is skipped later), nor after
-//! `runner.exiting`, `run.parked` and `resolve.*` (it exits). A `claimLost`
+//! `runner.exiting`, `run.parked` and `resolve.*` (it exits, or after
+//! `resolve.result` waits for its run's launch). A `claimLost`
 //! reply to any message ends the runner (exit 3), see
 //! `keepWritingAfterClaimLost`.
 //!
@@ -36,7 +37,11 @@
 //!   it sends `resolve.result {workflowName, workflowSource: {root: {kind:
 //!   file, path, hash: "sha256:<hex of the file bytes>"}, mounted: []},
 //!   definitionDigest: "sha256:<hex of the topology's canonical JSON>",
-//!   topology, input (as given), title?}`. It exits 0 either way.
+//!   topology, input (as given), title?, awaitsRun: true}` and reads one
+//!   more stdin line: a run launch, which it runs in this process exactly as
+//!   run mode below (the source check included), or EOF, on which it exits
+//!   0. `"resolveOnly": true` leaves `awaitsRun` out and exits 0 after the
+//!   result, as after `resolve.failed`.
 //! - **run**: it re-hashes `workflowSource.root.path` (and any mounted
 //!   file); a missing or changed file is `run.parked {reason:
 //!   workflowSourceChanged}` and exit 0, before any node. Otherwise it
@@ -52,7 +57,7 @@
 //! ```json
 //! {"workflowName": "linear", "title": "optional", "comment": "ignored",
 //!  "topology": {"startAt": "a", "nodes": [...], "edges": [...], "mounts": []},
-//!  "rejectInput": false, "resolveDelayMs": 0,
+//!  "rejectInput": false, "resolveDelayMs": 0, "resolveOnly": false,
 //!  "startup": {"exitBeforeReady": 3, "readyDelayMs": 0, "exitAfterReady": 3,
 //!              "ignoreSigterm": false, "keepWritingAfterClaimLost": false},
 //!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]}}
@@ -165,13 +170,31 @@ pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
 }
 
 fn main() {
-    let (launch, channel) = match channel::open() {
-        Ok(opened) => opened,
+    let mut stdin = channel::Stdin::new();
+    let launch = match stdin.launch() {
+        Ok(Some(launch)) => launch,
+        Ok(None) => {
+            log!("stdin closed before the launch envelope");
+            std::process::exit(EXIT_PROTOCOL);
+        }
         Err(e) => {
             log!("{e}");
             std::process::exit(EXIT_PROTOCOL);
         }
     };
+    launched(&launch);
+    match launch.mode {
+        LaunchMode::Resolve => resolve::resolve(&launch, stdin),
+        LaunchMode::Run => run::run(&launch, channel::Channel::open(&launch, Some(stdin))),
+        LaunchMode::Validate => {
+            log!("validate mode is not scripted");
+            std::process::exit(EXIT_PROTOCOL);
+        }
+    }
+}
+
+/// Logs the launch this process got.
+pub(crate) fn launched(launch: &protocol::WorkerLaunch) {
     log!(
         "launched: mode {}, run {}, generation {}, epoch {}",
         launch.mode,
@@ -179,12 +202,4 @@ fn main() {
         launch.generation,
         launch.runner_epoch.as_str()
     );
-    match launch.mode {
-        LaunchMode::Resolve => resolve::resolve(&launch, channel),
-        LaunchMode::Run => run::run(&launch, channel),
-        LaunchMode::Validate => {
-            log!("validate mode is not scripted");
-            std::process::exit(EXIT_PROTOCOL);
-        }
-    }
 }

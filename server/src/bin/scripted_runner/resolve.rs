@@ -1,29 +1,56 @@
-//! Resolve mode: find the script, hash it, "compile" it, answer once, exit.
+//! Resolve mode: find the script, hash it, "compile" it, answer once; after
+//! a `resolve.result` (which says `awaitsRun` unless the script sets
+//! `"resolveOnly": true`) wait for the run's launch and run it (run mode,
+//! which verifies the script's hash again), or exit 0 on EOF.
 
 use std::path::{Path, PathBuf};
 
 use protocol::WorkerLaunch;
 use protocol::canonicalize_typed;
-use protocol::generated::types::{ResolveFailureCode, Title, Topology, WorkflowName};
+use protocol::generated::types::{LaunchMode, ResolveFailureCode, Title, Topology, WorkflowName};
 use serde_json::{Value, json};
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Stdin};
 use crate::script::Script;
-use crate::{EXIT_PROTOCOL, log, sha256_digest};
+use crate::{EXIT_PROTOCOL, launched, log, sha256_digest};
 
 /// Why resolution failed: the code and a static message (never payload
 /// text; the details go to the log).
 type Failure = (ResolveFailureCode, &'static str);
 
-pub(crate) fn resolve(launch: &WorkerLaunch, mut channel: Channel) -> ! {
+pub(crate) fn resolve(launch: &WorkerLaunch, mut stdin: Stdin) -> ! {
     let Some(target) = &launch.resolve else {
         log!("resolve mode without `resolve`");
         std::process::exit(EXIT_PROTOCOL);
     };
+    let mut channel = Channel::open(launch, None);
     let path = script_path(launch.project_path.as_str(), target.workflow.as_str());
     match compile(&path, &target.input) {
-        Ok(fields) => {
+        Ok((fields, false)) => {
             channel.send("resolve.result", fields);
+        }
+        Ok((mut fields, true)) => {
+            fields["awaitsRun"] = json!(true);
+            channel.send("resolve.result", fields);
+            log!("awaiting the run's launch");
+            match stdin.launch() {
+                Ok(Some(run)) if run.mode == LaunchMode::Run => {
+                    launched(&run);
+                    crate::run::run(&run, Channel::open(&run, Some(stdin)));
+                }
+                Ok(Some(other)) => {
+                    log!(
+                        "a resolver runs only its run's launch, not mode {}",
+                        other.mode
+                    );
+                    std::process::exit(EXIT_PROTOCOL);
+                }
+                Ok(None) => log!("no run launch followed the resolution (stdin closed): exiting"),
+                Err(e) => {
+                    log!("{e}");
+                    std::process::exit(EXIT_PROTOCOL);
+                }
+            }
         }
         Err((code, message)) => {
             log!("resolve failed: {code}");
@@ -39,8 +66,9 @@ pub(crate) fn script_path(project: &str, workflow: &str) -> PathBuf {
     Path::new(project).join(workflow)
 }
 
-/// The `resolve.result` fields (without the common ones).
-fn compile(path: &Path, input: &Value) -> Result<Value, Failure> {
+/// The `resolve.result` fields (without the common ones), and whether the
+/// resolver awaits its run.
+fn compile(path: &Path, input: &Value) -> Result<(Value, bool), Failure> {
     let not_found = (
         ResolveFailureCode::SourceNotFound,
         "the workflow script was not found",
@@ -109,7 +137,7 @@ fn compile(path: &Path, input: &Value) -> Result<Value, Failure> {
         fields["title"] = json!(title);
     }
     log!("resolved {}", path.display());
-    Ok(fields)
+    Ok((fields, !script.resolve_only))
 }
 
 fn file_stem(path: &Path) -> String {

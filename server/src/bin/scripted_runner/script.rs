@@ -33,6 +33,10 @@ pub(crate) struct Script {
     /// Resolve mode waits this long before it answers (a slow resolution).
     #[serde(default)]
     pub(crate) resolve_delay_ms: u64,
+    /// Resolve mode exits after its `resolve.result` instead of awaiting the
+    /// run (a runner that does not offer `awaitsRun`).
+    #[serde(default)]
+    pub(crate) resolve_only: bool,
     /// What happens before (and instead of) the first node.
     #[serde(default)]
     pub(crate) startup: Startup,
