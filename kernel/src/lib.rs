@@ -40,5 +40,6 @@ pub mod runner;
 pub mod scheduler;
 pub mod session;
 pub mod steps;
+pub mod terminal;
 pub mod topology;
 pub mod updates;

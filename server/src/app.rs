@@ -158,7 +158,10 @@ fn perform(context: &Arc<Context>, outputs: Vec<Output>) {
             // The committed `validating` row is the request: the
             // scheduler admits its child.
             Output::SpawnValidator { .. } => context.scheduler.notify(),
-            Output::BuildTerminalMessage { .. } | Output::RequestRetentionSweep => {
+            Output::BuildTerminalMessage { run_id } => {
+                crate::terminal_messages::spawn(context, run_id);
+            }
+            Output::RequestRetentionSweep => {
                 if let Some(name) = unperformed(&output) {
                     crate::log::line(&format!(
                         "the kernel asked for {name}, which this server version does not perform yet"
@@ -194,9 +197,9 @@ pub async fn release_epoch(context: &Context) {
 /// only shrinks), or `None` for the outputs [`perform`] performs.
 pub fn unperformed(output: &Output) -> Option<&'static str> {
     match output {
-        Output::BuildTerminalMessage { .. } => Some("BuildTerminalMessage"),
         Output::RequestRetentionSweep => Some("RequestRetentionSweep"),
-        Output::Event { .. }
+        Output::BuildTerminalMessage { .. }
+        | Output::Event { .. }
         | Output::SpawnValidator { .. }
         | Output::SpawnRunner { .. }
         | Output::StopRunner { .. }
@@ -264,6 +267,6 @@ mod tests {
             .iter()
             .filter_map(unperformed)
             .collect();
-        assert_eq!(names, ["BuildTerminalMessage", "RequestRetentionSweep"]);
+        assert_eq!(names, ["RequestRetentionSweep"]);
     }
 }

@@ -43,6 +43,7 @@ pub mod runs;
 pub mod schema;
 pub mod sessions;
 pub mod submissions;
+pub(crate) mod terminal;
 pub mod updates;
 pub mod view_facts;
 pub mod view_reads;

@@ -1050,8 +1050,9 @@ fn unwritable(what: &'static str) -> rusqlite::Error {
 /// that names it. A step presents its interaction's prompt: an initial step
 /// brings it (and records it as the interaction's prompt), a resumed step
 /// presents the same prompt again, a reminder puts a reminder line before
-/// it. A notification and a follow-up bring their own text. A decision and
-/// a terminal message state, in one line, what they are about. A kind
+/// it. A notification, a follow-up and a terminal message (built by
+/// `kernel::terminal`) bring their own text. A decision message states, in
+/// one line, what it is about. A kind
 /// without its content is an error: no message is ever stored without one.
 pub(crate) fn message_content(
     connection: &Connection,
@@ -1123,14 +1124,8 @@ pub(crate) fn message_content(
             );
             put(given.unwrap_or(&Blob::text(&text)))
         }
-        MessageKind::Terminal => {
-            let text = format!(
-                "Workflow run {} ended: {}.",
-                message.run_id.as_str(),
-                name(&after.run.status)
-            );
-            put(given.unwrap_or(&Blob::text(&text)))
-        }
+        // `kernel::terminal` writes every terminal message's content.
+        MessageKind::Terminal => given.map(put).unwrap_or(Err(missing("terminal"))),
     }
 }
 

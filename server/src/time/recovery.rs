@@ -10,7 +10,9 @@
 //!    resumption.
 //! 6. Pure and settled work becomes claimable (`recovered`) and the scheduler
 //!    admits it.
-//! 7. Pending interactive requests and workflow messages are left untouched.
+//! 7. Pending interactive requests and workflow messages are left untouched;
+//!    a terminal workflow message a crash left unbuilt is built
+//!    (`terminal_messages::build_missing`).
 //! 9. Every submission still `validating` gets a new validation child
 //!    (`validator::resume_validating`); the kernel takes only its first verdict.
 
@@ -34,6 +36,7 @@ pub async fn startup(app: &Arc<Context>) {
     for (run_id, runner_epoch, _) in stale {
         orphaned(app, run_id, runner_epoch).await;
     }
+    crate::terminal_messages::build_missing(app).await;
     crate::time::wakes::schedule_expired(app).await;
     crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
