@@ -86,7 +86,8 @@ pub async fn open(
     })?;
     let store = Store::open(&config.database_path(), faults.clone()).map_err(StartError::State)?;
     let server_owner = OwnerId::new(format!("server-{}", ids::random_hex::<8>()));
-    let epoch = take_epoch(&store, &server_owner, config.server_lease_ms, &lock).await?;
+    let (epoch, previous_host) =
+        take_epoch(&store, &server_owner, config.server_lease_ms, &lock).await?;
     let control = ClaimRequest {
         owner_kind: OwnerKind::Control,
         owner_id: OwnerId::new(format!("control-{}", epoch.0)),
@@ -100,6 +101,7 @@ pub async fn open(
         control,
         faults,
         ports: PORTS,
+        previous_host,
     });
     Ok((context, lock))
 }
@@ -211,13 +213,14 @@ pub fn unperformed(output: &Output) -> Option<&'static str> {
 }
 
 /// Takes the next server epoch; `_lock` is the held global lock that proves
-/// every earlier server process exited.
+/// every earlier server process exited. Returns it with the host facts the
+/// previous server left (recovery reads when it was last alive).
 async fn take_epoch(
     store: &Store,
     owner: &OwnerId,
     lease_ms: u64,
     _lock: &home::ServerLock,
-) -> Result<ServerEpoch, StartError> {
+) -> Result<(ServerEpoch, kernel::epoch::HostFacts), StartError> {
     let owner = owner.clone();
     store
         .write(move |connection| {
@@ -231,7 +234,7 @@ async fn take_epoch(
                 kernel::epoch::ServerLockHeld,
             );
             crate::store::host::write(connection, &next, now_ms)?;
-            Ok(Commit::Keep(next.epoch))
+            Ok(Commit::Keep((next.epoch, facts)))
         })
         .await
         .map_err(|error| match error {

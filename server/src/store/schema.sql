@@ -1,7 +1,8 @@
--- pi-workflows-state, schema version 3 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 4 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
--- on node attempts, so a runner message read every finished step; both are
--- refused as incompatible).
+-- on node attempts, so a runner message read every finished step; version 3
+-- counted an interactive node timeout on the wall clock, with no turn clock
+-- on its request; all are refused as incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -9,7 +10,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 3),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 4),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -276,6 +277,12 @@ CREATE TABLE interactive_requests (
   accepted_submission_id TEXT,
   unproductive_turn_ends INTEGER NOT NULL DEFAULT 0,
   revision INTEGER NOT NULL DEFAULT 1,
+  -- The node timeout in model-turn time (kernel::interaction::TurnClock):
+  -- the budget left at the request, the time stopped segments consumed,
+  -- and the start of the running segment.
+  clock_budget_ms INTEGER CHECK (clock_budget_ms IS NULL OR clock_budget_ms >= 0),
+  clock_consumed_ms INTEGER NOT NULL DEFAULT 0 CHECK (clock_consumed_ms >= 0),
+  clock_running_since_ms INTEGER,
   prompt_digest BLOB REFERENCES blobs(digest),
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL,
