@@ -16,6 +16,7 @@
 extern crate alloc;
 
 pub mod attempt;
+pub mod capture;
 pub mod claim;
 pub mod decision;
 pub mod display;

@@ -30,6 +30,7 @@
 
 pub mod attempts;
 pub mod blobs;
+pub(crate) mod capture;
 mod codec;
 pub mod commands;
 pub mod counts;

@@ -2,7 +2,8 @@
 -- list and step history as growing documents; version 2 had no step index
 -- on node attempts, so a runner message read every finished step; version 3
 -- counted an interactive node timeout on the wall clock, with no turn clock
--- on its request; all are refused as incompatible).
+-- on its request, and had no session capture; all are refused as
+-- incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -355,6 +356,28 @@ CREATE TABLE workflow_turns (
 ) STRICT;
 -- A run's open turns (every run load).
 CREATE INDEX workflow_turns_by_run ON workflow_turns(run_id, state, started_at_ms);
+
+-- A run's session capture (sessionEvents.record, kernel::capture): how many
+-- events it holds and the replay state after the last one.
+CREATE TABLE session_captures (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  events INTEGER NOT NULL CHECK (events >= 0 AND events <= 1000000),
+  replay_state_json TEXT NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- Captured Pi session events of a run's workflow turns, numbered run-wide
+-- from 1 without gaps; the digest is over the canonical {data, type}.
+-- Presentation only: never read into a run's state or a runner's command.
+CREATE TABLE session_events (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  run_seq INTEGER NOT NULL CHECK (run_seq >= 1),
+  event_type TEXT NOT NULL,
+  data_json TEXT NOT NULL CHECK (length(data_json) <= 65536),
+  digest BLOB NOT NULL CHECK (length(digest) = 32),
+  recorded_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, run_seq)
+) STRICT;
 
 -- The latest value per (type, key) of published workflow updates.
 CREATE TABLE workflow_updates (

@@ -692,6 +692,20 @@ pub const CONSISTENCY_CHECKS: &[Check] = &[
          WHERE v.presentation_revision - v.retained_floor
                <> (SELECT COUNT(DISTINCT presentation_revision) FROM viewer_deltas d WHERE d.run_id = v.run_id)",
     },
+    // Terminal messages (kernel::terminal) and session capture (kernel::capture).
+    Check {
+        message: "a terminal message of a run that is not an ended final leaf, or a second one",
+        sql: "SELECT m.message_id FROM workflow_messages m JOIN runs r USING (run_id)
+         WHERE m.kind = 'terminal' AND (r.status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
+             OR r.continued_by IS NOT NULL
+             OR (SELECT COUNT(*) FROM workflow_messages o WHERE o.run_id = m.run_id AND o.kind = 'terminal') > 1)",
+    },
+    Check {
+        message: "a session capture whose events are not numbered 1..n without gaps",
+        sql: "SELECT c.run_id FROM session_captures c
+         WHERE c.events <> (SELECT COUNT(*) FROM session_events e WHERE e.run_id = c.run_id)
+            OR c.events <> COALESCE((SELECT MAX(run_seq) FROM session_events e WHERE e.run_id = c.run_id), 0)",
+    },
     Check {
         message: "a stored run view that disagrees with its run",
         // `IS NOT`: a header that lacks the status (or is NULL) disagrees
