@@ -202,6 +202,21 @@ function serverPidOrUndefined(server: TestServer): number | undefined {
   return undefined;
 }
 
+/**
+ * SIGKILLs Pi inside the step's exact turn, once the server recorded that turn; its session file. The
+ * step entry and the turn's assistant message are in the file then (Pi writes a new session's file only
+ * once it holds a user or assistant message, so a kill before the first assistant message leaves no file
+ * and the next process opens another session, whose run this is not).
+ */
+async function killInsideTheStepTurn(client: Awaited<ReturnType<TestServer["connect"]>>, pi: PiRpc, runId: string): Promise<string> {
+  await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
+  const sessionFile = pi.state?.sessionFile;
+  assert.ok(sessionFile);
+  process.kill(-pi.pid, "SIGKILL");
+  await pi.exited;
+  return sessionFile;
+}
+
 /** Starts `/workflow review` and waits until the step turn is inside its gated bash call. */
 async function startGatedStep(s: Setup, pi: PiRpc): Promise<string> {
   const started = await workflow(pi, "review fix the bug");
@@ -315,15 +330,7 @@ describe("workflow messages across two Pi processes in real Pi", () => {
     const runId = await startGatedStep(s, first);
     const client = await s.server.connect();
     t.after(() => client.close());
-    // Pi dies inside the step's exact turn, once the server recorded that turn. The step entry and the
-    // turn's assistant message are in the session file then (Pi writes a new session's file only once it
-    // holds a user or assistant message, so a kill before the first assistant message leaves no file and
-    // the next process opens another session, whose run this is not).
-    await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
-    const sessionFile = first.state?.sessionFile;
-    assert.ok(sessionFile);
-    process.kill(-first.pid, "SIGKILL");
-    await first.exited;
+    const sessionFile = await killInsideTheStepTurn(client, first, runId);
     assert.ok(existsSync(sessionFile), "the killed Pi's session file holds its step turn");
 
     writeFileSync(s.gate, "");
@@ -363,12 +370,7 @@ describe("interactive deadlines in real Pi", () => {
     const runId = runIdOf(started);
     const client = await s.server.connect();
     t.after(() => client.close());
-    // Pi dies inside the step's turn (its session file holds the turn then).
-    await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
-    const sessionFile = first.state?.sessionFile;
-    assert.ok(sessionFile);
-    process.kill(-first.pid, "SIGKILL");
-    await first.exited;
+    const sessionFile = await killInsideTheStepTurn(client, first, runId);
     // At most this much turn time can have run before the kill.
     const ranMs = Date.now() - began;
     assert.ok(ranMs < QUICK_TIMEOUT_MS, `the first turn ran ${ranMs} ms: too slow a box for this test`);

@@ -342,17 +342,7 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
     let headless = started(&mut client, &script).await;
     let view = wait_settled(&mut client, &headless).await;
     assert_eq!(status(&view), "completed", "{view}");
-    let steps: Vec<(String, String)> = view["steps"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|step| {
-            (
-                step["nodeId"].as_str().unwrap_or_default().to_owned(),
-                step["outcome"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let steps: Vec<(String, String)> = step_outcomes(&view);
     assert_eq!(
         steps,
         [("a", "ok"), ("tell", "ok"), ("b", "ok")].map(|(n, o)| (n.to_owned(), o.to_owned())),
@@ -394,16 +384,7 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
         0,
         "a headless run has no session to notify"
     );
-    let session = client
-        .request(&RequestSpec::read(
-            "sessionView.get",
-            None,
-            json!({ "sessionId": SESSION }),
-        ))
-        .await
-        .unwrap()
-        .receipt
-        .unwrap();
+    let session = session_view(&mut client, SESSION).await;
     // The notification, then the run's terminal message (built after the
     // terminal commit, so it may still be on its way).
     let session = match session["messageCount"].as_u64() {
@@ -418,16 +399,7 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
                     .then_some(())
             })
             .await;
-            client
-                .request(&RequestSpec::read(
-                    "sessionView.get",
-                    None,
-                    json!({ "sessionId": SESSION }),
-                ))
-                .await
-                .unwrap()
-                .receipt
-                .unwrap()
+            session_view(&mut client, SESSION).await
         }
     };
     assert_eq!(session["messageCount"], 2, "{session}");
@@ -440,28 +412,6 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
     );
     support::wait_quiescent(&db).await;
     assert_eq!(support::consistency_violations(&db), Vec::<String>::new());
-}
-
-/// Starts `script` as an interactive run of origin session `session`.
-async fn started_interactive(
-    client: &mut pi_workflows_client::Connection,
-    script: &std::path::Path,
-    session: &str,
-) -> String {
-    let response = client
-        .request(&RequestSpec::command(
-            "run.start",
-            None,
-            json!({ "workflow": script.to_string_lossy(), "input": {"task": "ship it", "n": 1.5},
-                    "projectPath": "/tmp", "executionMode": "interactive", "originSessionId": session }),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
-    response.receipt.unwrap()["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 /// The terminal workflow messages of `session`: (message id, run id, state, content).
@@ -506,7 +456,13 @@ async fn a_terminal_message_reaches_only_the_final_leaf_of_a_continuation_chain(
     const SESSION: &str = "session-terminal";
     let server = TestServer::start();
     let mut client = server.client().await;
-    let parent = started_interactive(&mut client, &script("checkpoint.json"), SESSION).await;
+    let parent = started_interactive(
+        &mut client,
+        &script("checkpoint.json"),
+        SESSION,
+        json!({"task": "ship it", "n": 1.5}),
+    )
+    .await;
     let view = wait_settled(&mut client, &parent).await;
     assert_eq!(status(&view), "waiting", "{view}");
     let answer = RequestSpec::command(
@@ -566,16 +522,7 @@ async fn a_terminal_message_reaches_only_the_final_leaf_of_a_continuation_chain(
         "neither the settled parent nor a headless run gets one"
     );
 
-    let session = client
-        .request(&RequestSpec::read(
-            "sessionView.get",
-            None,
-            json!({ "sessionId": SESSION }),
-        ))
-        .await
-        .unwrap()
-        .receipt
-        .unwrap();
+    let session = session_view(&mut client, SESSION).await;
     assert_eq!(session["activeRun"]["runId"], leaf.as_str(), "{session}");
     let kinds: Vec<&str> = session["messages"]
         .as_array()
@@ -604,7 +551,7 @@ async fn startup_builds_a_terminal_message_a_crash_left_missing() {
     server.spawn().expect("the server starts");
     let run_id = {
         let mut client = server.client().await;
-        started_interactive(&mut client, &script("linear.json"), SESSION).await
+        started_interactive(&mut client, &script("linear.json"), SESSION, json!({})).await
     };
     assert!(
         server.wait_exit(Duration::from_secs(20)),

@@ -13,23 +13,6 @@ use support::*;
 
 const SESSION: &str = "session-capture";
 
-async fn start_interactive(client: &mut Client, script: &std::path::Path) -> String {
-    let response = client
-        .request(&RequestSpec::command(
-            "run.start",
-            None,
-            json!({ "workflow": script.to_string_lossy(), "input": {}, "projectPath": "/tmp",
-                    "executionMode": "interactive", "originSessionId": SESSION }),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
-    response.receipt.unwrap()["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Makes `client` the session's coordinator.
 async fn coordinate(client: &mut Client) {
     let view = client
@@ -119,7 +102,8 @@ async fn page(client: &mut Client, run_id: &str, cursor: Option<&str>, limit: u6
 async fn events_are_numbered_adopted_on_repeat_and_paged_with_replay_checkpoints() {
     let server = TestServer::start();
     let mut client = server.client().await;
-    let run_id = start_interactive(&mut client, &script("checkpoint.json")).await;
+    let run_id =
+        started_interactive(&mut client, &script("checkpoint.json"), SESSION, json!({})).await;
     assert_eq!(status(&wait_settled(&mut client, &run_id).await), "waiting");
     coordinate(&mut client).await;
 
@@ -202,7 +186,8 @@ async fn events_are_numbered_adopted_on_repeat_and_paged_with_replay_checkpoints
 async fn only_the_origin_sessions_coordinator_records_within_the_bounds() {
     let server = TestServer::start();
     let mut client = server.client().await;
-    let run_id = start_interactive(&mut client, &script("checkpoint.json")).await;
+    let run_id =
+        started_interactive(&mut client, &script("checkpoint.json"), SESSION, json!({})).await;
     assert_eq!(status(&wait_settled(&mut client, &run_id).await), "waiting");
 
     let uncoordinated = record(&mut client, &run_id, SESSION, events(1, 1, "x")).await;
@@ -253,7 +238,7 @@ async fn captured_events_never_reach_a_runner() {
     script["startup"] = json!({"recordState": "state.json"});
     let path = write_script(server.scratch(), "recorded.json", &script);
     let mut client = server.client().await;
-    let parent = start_interactive(&mut client, &path).await;
+    let parent = started_interactive(&mut client, &path, SESSION, json!({})).await;
     assert_eq!(status(&wait_settled(&mut client, &parent).await), "waiting");
     coordinate(&mut client).await;
     assert_eq!(

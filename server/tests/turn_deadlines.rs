@@ -49,23 +49,6 @@ fn ask_script(server: &TestServer, routed: bool) -> std::path::PathBuf {
     )
 }
 
-async fn start_interactive(client: &mut Client, script: &std::path::Path, session: &str) -> String {
-    let response = client
-        .request(&RequestSpec::command(
-            "run.start",
-            None,
-            json!({ "workflow": script.to_string_lossy(), "input": {}, "projectPath": "/tmp",
-                    "executionMode": "interactive", "originSessionId": session }),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
-    response.receipt.unwrap()["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// The request's turn clock as stored: (budget, consumed, running since).
 fn clock(server: &TestServer, run_id: &str) -> (Option<i64>, i64, Option<i64>) {
     server
@@ -164,6 +147,32 @@ async fn wait_terminal(client: &mut Client, run_id: &str) -> Value {
     .await
 }
 
+/// A reconnected coordinator reports the busy branch and the open turn's
+/// start again; the run then ends, no sooner than the `left_ms` of turn time
+/// its clock kept. The run's final view.
+async fn resume_until_terminal(
+    client: &mut Client,
+    session: &str,
+    step: &str,
+    run_id: &str,
+    left_ms: i64,
+) -> Value {
+    let (epoch, _) = coordinate(client, session).await;
+    report_busy_branch(client, session, &epoch, step).await;
+    let resumed = Instant::now();
+    assert_eq!(
+        report_turn_start(client, session, &epoch, step, run_id).await,
+        "active"
+    );
+    let view = wait_terminal(client, run_id).await;
+    let took = resumed.elapsed().as_millis() as i64;
+    assert!(
+        took >= left_ms,
+        "timed out {took} ms after the resume, with {left_ms} ms of turn time left"
+    );
+    view
+}
+
 async fn wait_waiting(client: &mut Client, run_id: &str) {
     let view = wait_settled(client, run_id).await;
     assert_eq!(status(&view), "waiting", "{view}");
@@ -182,7 +191,7 @@ async fn the_deadline_counts_only_reported_turn_time_and_a_disconnect_suspends_i
     let server = TestServer::start();
     let script = ask_script(&server, true);
     let mut client = server.client().await;
-    let run_id = start_interactive(&mut client, &script, SESSION).await;
+    let run_id = started_interactive(&mut client, &script, SESSION, json!({})).await;
     wait_waiting(&mut client, &run_id).await;
     let (budget, consumed, running) = clock(&server, &run_id);
     assert!(
@@ -236,32 +245,16 @@ async fn the_deadline_counts_only_reported_turn_time_and_a_disconnect_suspends_i
 
     // Pi reconnects, reports its branch and the open turn's start again.
     let mut client = server.client().await;
-    let (epoch, _) = coordinate(&mut client, SESSION).await;
-    report_busy_branch(&mut client, SESSION, &epoch, &step).await;
-    let resumed = Instant::now();
-    assert_eq!(
-        report_turn_start(&mut client, SESSION, &epoch, &step, &run_id).await,
-        "active"
-    );
-    let view = wait_terminal(&mut client, &run_id).await;
-    let left = budget.unwrap() - suspended;
-    let took = resumed.elapsed().as_millis() as i64;
-    assert!(
-        took >= left,
-        "timed out {took} ms after the resume, with {left} ms of turn time left"
-    );
+    let view = resume_until_terminal(
+        &mut client,
+        SESSION,
+        &step,
+        &run_id,
+        budget.unwrap() - suspended,
+    )
+    .await;
     assert_eq!(status(&view), "completed", "{view}");
-    let steps: Vec<(String, String)> = view["steps"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|step| {
-            (
-                step["nodeId"].as_str().unwrap().to_owned(),
-                step["outcome"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let steps: Vec<(String, String)> = step_outcomes(&view);
     assert_eq!(
         steps,
         [("ask", "timed_out"), ("late", "ok")].map(|(n, o)| (n.to_owned(), o.to_owned())),
@@ -302,7 +295,7 @@ async fn server_downtime_does_not_consume_the_deadline() {
     let started;
     {
         let mut client = server.client().await;
-        run_id = start_interactive(&mut client, &script, SESSION).await;
+        run_id = started_interactive(&mut client, &script, SESSION, json!({})).await;
         wait_waiting(&mut client, &run_id).await;
         let (epoch, message) = coordinate(&mut client, SESSION).await;
         step = message;
@@ -339,20 +332,14 @@ async fn server_downtime_does_not_consume_the_deadline() {
         "no reported turn since the restart: nothing consumed"
     );
 
-    let (epoch, _) = coordinate(&mut client, SESSION).await;
-    report_busy_branch(&mut client, SESSION, &epoch, &step).await;
-    let resumed = Instant::now();
-    assert_eq!(
-        report_turn_start(&mut client, SESSION, &epoch, &step, &run_id).await,
-        "active"
-    );
-    let view = wait_terminal(&mut client, &run_id).await;
-    let left = budget.unwrap() - consumed;
-    let took = resumed.elapsed().as_millis() as i64;
-    assert!(
-        took >= left,
-        "timed out after {took} ms with {left} ms left"
-    );
+    let view = resume_until_terminal(
+        &mut client,
+        SESSION,
+        &step,
+        &run_id,
+        budget.unwrap() - consumed,
+    )
+    .await;
     assert_eq!(status(&view), "timed_out", "{view}");
     let db = server.db();
     support::wait_quiescent(&db).await;

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::{
-    TestServer, count, loop_script, started, status, wait_for, wait_settled, write_script,
+    TestServer, count, loop_script, session_view, started, status, wait_for, wait_settled,
+    write_script,
 };
 
 /// Why a view is not one coherent revision of `run_id` (empty when it is).
@@ -744,16 +745,7 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
     ))
     .unwrap();
     assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
-    let window = client
-        .request(&RequestSpec::read(
-            "sessionView.get",
-            None,
-            json!({ "sessionId": SESSION }),
-        ))
-        .await
-        .unwrap()
-        .receipt
-        .unwrap();
+    let window = session_view(&mut client, SESSION).await;
     assert_eq!(window["messageCount"], 1);
     assert_eq!(window["messages"][0]["messageId"], "m-terminal");
     assert_eq!(
@@ -770,16 +762,7 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
     )
     .unwrap();
     assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
-    let window = client
-        .request(&RequestSpec::read(
-            "sessionView.get",
-            None,
-            json!({ "sessionId": SESSION }),
-        ))
-        .await
-        .unwrap()
-        .receipt
-        .unwrap();
+    let window = session_view(&mut client, SESSION).await;
     assert_eq!(window["messages"][0]["messageId"], "m-terminal", "{window}");
     assert_eq!(window["messages"][0]["state"], "sent", "{window}");
 
@@ -847,14 +830,6 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
         .unwrap();
     assert_eq!(cleared.outcome, "accepted", "{}", cleared.frame);
     assert_eq!(session_run(&mut client, SESSION).await, None);
-}
-
-/// The `sessionView.get` receipt of `session`.
-async fn session_view(client: &mut Client, session: &str) -> Value {
-    let spec = RequestSpec::read("sessionView.get", None, json!({ "sessionId": session }));
-    let response = client.request(&spec).await.unwrap();
-    assert_eq!(response.outcome, "accepted", "{}", response.frame);
-    response.receipt.unwrap()
 }
 
 /// The origin-session view lists every message the server creates, each with

@@ -64,7 +64,10 @@ pub(crate) fn rows(
     let Some(input) = super::blobs::get(connection, &meta.input_digest)? else {
         return Ok(None);
     };
-    let output = final_output_bytes(connection, &run.run_id)?;
+    let output = match super::attempts::final_output_digest(connection, &run.run_id)? {
+        Some(digest) => super::blobs::get(connection, &digest)?,
+        None => None,
+    };
     let error_message: Option<String> = connection.query_row_cached(
         "SELECT error_message FROM runs WHERE run_id = ?1",
         params![run.run_id.as_str()],
@@ -80,26 +83,6 @@ pub(crate) fn rows(
         restarts,
         earlier,
     }))
-}
-
-/// The stored bytes of the run's final output (the latest `ok` attempt's).
-fn final_output_bytes(
-    connection: &Connection,
-    run_id: &RunId,
-) -> rusqlite::Result<Option<Vec<u8>>> {
-    let digest: Option<super::codec::DigestColumn> = connection
-        .query_row_cached(
-            "SELECT output_digest FROM node_attempts WHERE run_id = ?1 AND status = 'finished' AND outcome = 'ok'
-             ORDER BY seq DESC LIMIT 1",
-            params![run_id.as_str()],
-            |row| row.get(0),
-        )
-        .optional()?
-        .flatten();
-    match super::blobs::digest_of(digest) {
-        Some(digest) => super::blobs::get(connection, &digest),
-        None => Ok(None),
-    }
 }
 
 /// The other terminal runs of `run`'s restart chain that were created before

@@ -422,6 +422,59 @@ pub async fn started(client: &mut Client, script: &Path) -> String {
         .to_owned()
 }
 
+/// Starts `script` as an interactive run of origin session `session` with
+/// `input` and returns its id (panics when refused).
+pub async fn started_interactive(
+    client: &mut Client,
+    script: &Path,
+    session: &str,
+    input: Value,
+) -> String {
+    let response = client
+        .request(&RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": script.to_string_lossy(), "input": input, "projectPath": "/tmp",
+                    "executionMode": "interactive", "originSessionId": session }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The origin-session view of `session` (`sessionView.get`, no coordination).
+pub async fn session_view(client: &mut Client, session: &str) -> Value {
+    let response = client
+        .request(&RequestSpec::read(
+            "sessionView.get",
+            None,
+            json!({ "sessionId": session }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt.unwrap()
+}
+
+/// A run view's steps as (node id, outcome), in order.
+pub fn step_outcomes(view: &Value) -> Vec<(String, String)> {
+    view["steps"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            (
+                step["nodeId"].as_str().unwrap_or_default().to_owned(),
+                step["outcome"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// A loop run: `start`, then `visits` rounds of `work` → `check`, then
 /// `done`: `2 * visits + 2` graph steps. Each `work` visit can publish an
 /// update of `update_chars` characters under its own key.
