@@ -264,7 +264,7 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "messages",
-            ci_unique_states: 528_270,
+            ci_unique_states: 699_730,
             run: messages,
             properties: || names(&MessagesModel::ci(Focus::Delivery, MessageRules::Kernel)),
         },
