@@ -117,6 +117,18 @@ pub fn release(
     })
 }
 
+/// The last instant the holder of `facts` is known to have been alive, as a
+/// starting server reads it before it takes the epoch: the release time
+/// after a clean stop, otherwise its last renewal (the lease expiry minus
+/// its lifetime `ttl_ms`). Work that counts only while the server runs
+/// (turn clocks) stops there.
+pub const fn last_alive_ms(facts: &HostFacts, ttl_ms: u64) -> u64 {
+    match facts.owner_id {
+        None => facts.lease_expires_at_ms,
+        Some(_) => facts.lease_expires_at_ms.saturating_sub(ttl_ms),
+    }
+}
+
 /// Accepts a message stamped with `message_epoch` only if it is the current epoch.
 pub fn accept_message(
     current: ServerEpoch,
@@ -142,6 +154,20 @@ mod tests {
 
     fn take_at(facts: &HostFacts, name: &str, now_ms: u64) -> HostFacts {
         take(facts, owner(name), now_ms, TTL, ServerLockHeld)
+    }
+
+    #[test]
+    fn the_last_sign_of_life_is_the_release_or_the_last_renewal() {
+        let taken = take_at(&HostFacts::default(), "s1", 0);
+        let renewed = renew(&taken, ServerEpoch(1), &owner("s1"), 30, TTL).unwrap();
+        assert_eq!(
+            last_alive_ms(&renewed, TTL),
+            30,
+            "crashed after renewing at 30"
+        );
+        let released = release(&renewed, ServerEpoch(1), &owner("s1"), 42).unwrap();
+        assert_eq!(last_alive_ms(&released, TTL), 42, "stopped cleanly at 42");
+        assert_eq!(last_alive_ms(&HostFacts::default(), TTL), 0);
     }
 
     #[test]

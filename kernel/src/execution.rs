@@ -426,7 +426,11 @@ pub fn finish_notification(
 }
 
 /// A node deadline passed (the shell's `Wake` fired): the attempt times out
-/// and is routed like [`finish_attempt`] — a `$result.outcome` switch may
+/// and is routed like [`finish_attempt`]. A waiting attempt's deadline is its
+/// origin-session request's [`crate::interaction::TurnClock`] (model-turn
+/// time); a stopped clock with time left never expires (the rejection names
+/// no deadline, so nothing is deferred: the next turn start arms a new
+/// wake). A `$result.outcome` switch may
 /// continue (the run parks `resumeReady` for the next generation), otherwise
 /// the run ends `timed_out`. An active attempt's runner is stopped
 /// (`NodeTimedOut`); the server presents its host authority for it, or takes
@@ -452,9 +456,28 @@ pub fn expire_node(
         .as_ref()
         .filter(|a| &a.attempt_id == attempt_id && a.status.is_unfinished())
         .ok_or(Rejection::StaleAttempt)?;
-    match attempt.deadline_at_ms {
-        Some(deadline_at_ms) if deadline_at_ms <= now_ms => {}
-        deadline_at_ms => return Err(Rejection::DeadlineNotReached { deadline_at_ms }),
+    // A waiting attempt's origin-session request counts model-turn time.
+    let clock = agg
+        .interaction
+        .as_ref()
+        .filter(|record| {
+            attempt.status == AttemptStatus::Waiting
+                && record.attempt_id == *attempt_id
+                && record.status == InteractionStatus::Pending
+                && record.target_session.is_some()
+        })
+        .map(|record| record.clock);
+    match clock {
+        Some(clock) if clock.expired(now_ms) => {}
+        Some(clock) => {
+            return Err(Rejection::DeadlineNotReached {
+                deadline_at_ms: clock.deadline_at_ms(now_ms),
+            });
+        }
+        None => match attempt.deadline_at_ms {
+            Some(deadline_at_ms) if deadline_at_ms <= now_ms => {}
+            deadline_at_ms => return Err(Rejection::DeadlineNotReached { deadline_at_ms }),
+        },
     }
     let record = ResultRecord::of(attempt, topology, NodeOutcome::TimedOut, now_ms)
         .error(Some(DEADLINE_MESSAGE))

@@ -27,6 +27,11 @@
 //!   Acceptance cancels the request's pending step messages.
 //! - This module never routes: an accepted submission returns
 //!   [`AttemptFollowUp::FinishOk`] for the execution module to apply.
+//! - An origin-session request's node timeout is model-turn time
+//!   ([`TurnClock`]): it counts only while a reported model turn of its step
+//!   message runs from the session's connected coordinator. Message
+//!   delivery, waiting, pause, a disconnect, a closed Pi session and server
+//!   downtime do not consume it; what a stopped segment consumed is kept.
 
 use crate::attempt::AttemptStatus;
 use crate::claim::Authority;
@@ -80,7 +85,106 @@ pub struct InteractionRecord {
     pub unproductive_turn_ends: u32,
     /// Increases when the request is presented again (resume after an aborted turn).
     pub revision: u32,
+    /// The node timeout in model-turn time (origin-session requests only).
+    pub clock: TurnClock,
     pub created_at_ms: u64,
+}
+
+/// The node timeout of an origin-session request, counted in model-turn
+/// time: a segment runs from a reported model turn's start (of the request's
+/// step message, from the session's connected coordinator) until that turn
+/// ends or is lost, the coordinator disconnects, the run pauses or the
+/// server stops; only running segments consume the budget.
+///
+/// Invariants: `consumed_ms` only grows; a stopped segment keeps what it
+/// consumed; a clock without a budget never expires.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnClock {
+    /// The node's time left when the request committed (its resolved
+    /// deadline minus the request time); `None`: no deadline.
+    pub budget_ms: Option<u64>,
+    /// Turn time consumed by stopped segments.
+    pub consumed_ms: u64,
+    /// The start of the running segment, if one runs.
+    pub running_since_ms: Option<u64>,
+}
+
+impl TurnClock {
+    /// A stopped clock with `budget_ms` to spend.
+    pub const fn new(budget_ms: Option<u64>) -> Self {
+        Self {
+            budget_ms,
+            consumed_ms: 0,
+            running_since_ms: None,
+        }
+    }
+
+    /// The clock of a request made at `now_ms` for an attempt whose resolved
+    /// wall-clock deadline is `deadline_at_ms`: the time left then.
+    pub fn at_request(deadline_at_ms: Option<u64>, now_ms: u64) -> Self {
+        Self::new(deadline_at_ms.map(|deadline| deadline.saturating_sub(now_ms)))
+    }
+
+    /// Whether a segment runs.
+    pub const fn is_running(&self) -> bool {
+        self.running_since_ms.is_some()
+    }
+
+    /// Turn time consumed up to `now_ms`.
+    pub fn used_ms(&self, now_ms: u64) -> u64 {
+        let running = self
+            .running_since_ms
+            .map_or(0, |since| now_ms.saturating_sub(since));
+        self.consumed_ms.saturating_add(running)
+    }
+
+    /// Whether the budget is spent at `now_ms`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.budget_ms
+            .is_some_and(|budget| self.used_ms(now_ms) >= budget)
+    }
+
+    /// When the budget is spent if the clock keeps running: `now_ms` once
+    /// it is spent, the end of the running segment's budget while one runs,
+    /// and `None` while the clock is stopped with time left (or has no
+    /// budget): a stopped clock cannot expire.
+    pub fn deadline_at_ms(&self, now_ms: u64) -> Option<u64> {
+        let budget = self.budget_ms?;
+        let left = budget.saturating_sub(self.used_ms(now_ms));
+        if left == 0 {
+            return Some(now_ms);
+        }
+        self.running_since_ms.map(|_| now_ms.saturating_add(left))
+    }
+
+    /// The clock with a segment running from `now_ms` (unchanged while one runs).
+    #[must_use]
+    pub const fn started(self, now_ms: u64) -> Self {
+        match self.running_since_ms {
+            Some(_) => self,
+            None => Self {
+                running_since_ms: Some(now_ms),
+                ..self
+            },
+        }
+    }
+
+    /// The clock with its running segment ended at `at_ms` (never before the
+    /// segment began), its time added to `consumed_ms`; unchanged while stopped.
+    #[must_use]
+    pub fn stopped(self, at_ms: u64) -> Self {
+        match self.running_since_ms {
+            Some(since) => Self {
+                budget_ms: self.budget_ms,
+                consumed_ms: self.consumed_ms.saturating_add(at_ms.saturating_sub(since)),
+                running_since_ms: None,
+            },
+            None => self,
+        }
+    }
 }
 
 /// The validation state of one submission.
@@ -212,9 +316,10 @@ pub enum Requested {
 /// The runner proposes `interaction.requested` for its `Active` attempt.
 ///
 /// The request is created pending (revision 1); the attempt waits with its
-/// resolved deadline; the run becomes `waiting/parked` and releases the claim;
-/// one pending `initial` step message is created. The shell wakes at the
-/// deadline, if any.
+/// resolved deadline, whose time left becomes the request's stopped
+/// [`TurnClock`]; the run becomes `waiting/parked` and releases the claim;
+/// one pending `initial` step message is created. The shell wakes at once
+/// only when no time is left (the clock otherwise starts with a turn).
 pub fn request(
     agg: &RunAggregate,
     authority: &Authority,
@@ -237,7 +342,11 @@ pub fn request(
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
     let (node_id, deadline_at_ms) = attempt_waits_in(&mut tx, &proposal)?;
     run::wait_in(&mut tx, authority, node_id.clone(), false)?;
-    let record = pending_record(agg, &proposal, node_id, Some(session_id.clone()), now_ms);
+    let mut record = pending_record(agg, &proposal, node_id, Some(session_id.clone()), now_ms);
+    record.clock = TurnClock::at_request(deadline_at_ms, now_ms);
+    // The clock starts with the step's first reported turn; only a budget
+    // already spent needs a wake now.
+    let wake_at = record.clock.deadline_at_ms(now_ms);
     let message = MessageRecord {
         message_id: proposal.message_id,
         session_id,
@@ -257,7 +366,7 @@ pub fn request(
         interaction_id: proposal.interaction_id,
         attempt_id: proposal.attempt_id.clone(),
     });
-    if let Some(at_ms) = deadline_at_ms {
+    if let Some(at_ms) = wake_at {
         let run_id = agg.run.run_id.clone();
         let reason = WakeReason::NodeDeadline {
             attempt_id: proposal.attempt_id,
@@ -317,6 +426,7 @@ fn pending_record(
         accepted_submission: None,
         unproductive_turn_ends: 0,
         revision: 1,
+        clock: TurnClock::new(None),
         created_at_ms: now_ms,
     }
 }

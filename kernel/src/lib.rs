@@ -16,6 +16,7 @@
 extern crate alloc;
 
 pub mod attempt;
+pub mod capture;
 pub mod claim;
 pub mod decision;
 pub mod display;
@@ -40,5 +41,6 @@ pub mod runner;
 pub mod scheduler;
 pub mod session;
 pub mod steps;
+pub mod terminal;
 pub mod topology;
 pub mod updates;

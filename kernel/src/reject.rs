@@ -14,6 +14,7 @@
 //!   outcome (nothing is stored, the runner must exit), every other code is
 //!   a durable `rejected`.
 
+use crate::capture::CaptureRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
 use crate::interaction::InteractionRejection;
@@ -417,6 +418,44 @@ impl Coded for SessionRejection {
             | Self::MissingNewId
             | Self::TurnConflict { .. }
             | Self::RunMismatch { .. } => None,
+        }
+    }
+}
+
+impl Coded for CaptureRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::NotOriginSession => WireCode::NoOriginSession,
+            Self::StaleCoordinator => WireCode::ClaimLost,
+            Self::BatchSize { .. } | Self::EventTooLarge { .. } => WireCode::SchemaInvalid,
+            Self::Gap { .. } | Self::RunFull => WireCode::IllegalTransition,
+            Self::Conflict { .. } => WireCode::Conflict,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::NotOriginSession => "the session is not the run's origin session",
+            Self::StaleCoordinator => "another connection is the session's coordinator now",
+            Self::BatchSize { .. } => "a batch holds 1 to 256 events",
+            Self::EventTooLarge { .. } => "an event's data is at most 64 KiB",
+            Self::Gap { .. } => {
+                "events are numbered from 1 without gaps; send from the next number"
+            }
+            Self::RunFull => "the run's capture holds its 1,000,000 events",
+            Self::Conflict { .. } => "another event is stored under this number",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::NotOriginSession
+            | Self::StaleCoordinator
+            | Self::BatchSize { .. }
+            | Self::EventTooLarge { .. }
+            | Self::Gap { .. }
+            | Self::RunFull
+            | Self::Conflict { .. } => None,
         }
     }
 }

@@ -1016,6 +1016,11 @@ pub(crate) fn dedup_stop(outputs: &mut Vec<Output>) {
 /// explicit pause and the aborted origin-session turn.
 pub(crate) fn set_pause_in(tx: &mut Tx) {
     tx.agg.run.paused = true;
+    // Paused time does not consume an interactive node timeout.
+    let now_ms = tx.now_ms();
+    if let Some(record) = tx.agg.interaction.as_mut() {
+        record.clock = record.clock.stopped(now_ms);
+    }
     if tx.agg.run.queue == QueueStatus::Parked && tx.agg.run.status == RunStatus::Running {
         tx.agg.run.park_reason.get_or_insert(ParkReason::Paused);
     }
@@ -1497,6 +1502,8 @@ pub fn reserve_continuation(
     tx.event(RunEvent::Continued {
         continuation_run_id: child_run_id,
     });
+    // Settled means completed: the completed event every completed run has.
+    tx.event(RunEvent::Completed);
     // A parent settled by its continuation gets no terminal message.
     Ok(ContinuationReserved {
         parent: tx.commit(),

@@ -29,6 +29,12 @@
 //!   a pending, unpaused submitted-output step with no accepted or validating
 //!   submission. 1 and 2 create a reminder; 3 fails the attempt, so it never
 //!   exceeds 3. An aborted turn pauses the run and is not counted.
+//! - A request's [`interaction::TurnClock`] runs exactly while one of its
+//!   step's turns is open and reported by the session's active coordinator:
+//!   a turn start (or its repeat from a new epoch) starts it, and the turn's
+//!   end or loss stops it, as do the coordinator's disconnect
+//!   ([`suspend_clocks`]) and a pause (`run`). A started clock asks for one
+//!   wake at its deadline.
 //! - Run-level consequences (pause, attempt failure) are returned as
 //!   [`RunFollowUp`]s for the shell to apply in the same transaction; this
 //!   module never changes a run's lifecycle. Terminal cleanup of messages and
@@ -43,7 +49,7 @@ use crate::interaction::{
     SubmissionOutcome, SubmissionRecord,
 };
 use crate::message::{MessageKind, MessageRecord, MessageState, StepReason, TurnRecord, TurnState};
-use crate::output::{Output, Transition};
+use crate::output::{Output, Transition, WakeReason};
 use crate::run::{ReasonKind, RunStatus};
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
@@ -732,12 +738,22 @@ fn start_turn(
     now_ms: u64,
 ) -> Result<TurnReported, SessionRejection> {
     if let Some(saved) = session.turn(&report.turn_id) {
-        let ownership = if saved.state == TurnState::Open {
-            TurnOwnership::Active
-        } else {
-            TurnOwnership::Settled
-        };
-        return Ok(unchanged(ownership, Some(saved)));
+        if saved.state != TurnState::Open {
+            return Ok(unchanged(TurnOwnership::Settled, Some(saved)));
+        }
+        // The repeat of an open turn's start (a new epoch after a
+        // reconnect): its step's clock runs again.
+        let mut tx = SessionTx::begin(session, new_ids, now_ms);
+        tx.start_clock(saved);
+        let (session, follow_ups) = tx.finish();
+        return Ok(TurnReported {
+            receipt: TurnReceipt {
+                ownership: TurnOwnership::Active,
+                turn: Some(saved.clone()),
+            },
+            session,
+            follow_ups,
+        });
     }
     let Some(message) = session.message(&report.message_id) else {
         return Ok(unchanged(TurnOwnership::Absent, None));
@@ -770,6 +786,7 @@ fn start_turn(
     let receipt = if still_open {
         tx.facts.turns.push(turn.clone());
         tx.changed = true;
+        tx.start_clock(&turn);
         TurnReceipt {
             ownership: TurnOwnership::Active,
             turn: Some(turn),
@@ -831,12 +848,43 @@ fn end_turn(
     })
 }
 
+/// The coordinator's connection closed (or the server stopped, at
+/// `stopped_at_ms`): every running [`interaction::TurnClock`] of the session
+/// stops there, keeping what it consumed. Nothing changes while another
+/// connection is the active coordinator (its reports decide about the open
+/// turns) or when no clock runs. Open turns stay open.
+pub fn suspend_clocks(
+    session: &SessionFacts,
+    coordinator: &CoordinatorFacts,
+    stopped_at_ms: u64,
+) -> Option<Transition<SessionFacts>> {
+    if coordinator.active.is_some() {
+        return None;
+    }
+    let mut facts = session.clone();
+    let mut changed = false;
+    for record in facts
+        .runs
+        .iter_mut()
+        .filter_map(|run| run.interaction.as_mut())
+    {
+        if record.clock.is_running() {
+            record.clock = record.clock.stopped(stopped_at_ms);
+            changed = true;
+        }
+    }
+    let session_id = facts.session_id.clone();
+    changed.then(|| Transition::new(facts).with(Output::PublishSession { session_id }))
+}
+
 /// Builds one session transition: mutations on a copy of the facts, the
-/// run-level follow-ups, and one `PublishSession` when anything changed.
+/// run-level follow-ups, the wakes of started clocks, and one
+/// `PublishSession` when anything changed.
 struct SessionTx<'ids> {
     facts: SessionFacts,
     new_ids: core::slice::Iter<'ids, MessageId>,
     follow_ups: Vec<RunFollowUp>,
+    wakes: Vec<Output>,
     changed: bool,
     now_ms: u64,
 }
@@ -847,6 +895,7 @@ impl<'ids> SessionTx<'ids> {
             facts: facts.clone(),
             new_ids: new_ids.iter(),
             follow_ups: Vec::new(),
+            wakes: Vec::new(),
             changed: false,
             now_ms,
         }
@@ -857,8 +906,63 @@ impl<'ids> SessionTx<'ids> {
             return (None, self.follow_ups);
         }
         let session_id = self.facts.session_id.clone();
-        let transition = Transition::new(self.facts).with(Output::PublishSession { session_id });
+        let mut transition = Transition::new(self.facts);
+        transition.outputs = self.wakes;
+        let transition = transition.with(Output::PublishSession { session_id });
         (Some(transition), self.follow_ups)
+    }
+
+    /// The pending, unpaused request whose step message `turn` runs.
+    fn turn_request(&mut self, turn: &TurnRecord) -> Option<&mut InteractionRecord> {
+        let interaction_id = self.step_source(turn)?;
+        let run = self.facts.run_mut(&turn.run_id)?;
+        if run.paused || run.status.is_terminal() {
+            return None;
+        }
+        run.interaction.as_mut().filter(|record| {
+            record.interaction_id == interaction_id && record.status == InteractionStatus::Pending
+        })
+    }
+
+    /// An open step turn runs its request's clock, with one wake at its deadline.
+    fn start_clock(&mut self, turn: &TurnRecord) {
+        let now_ms = self.now_ms;
+        let Some(record) = self.turn_request(turn) else {
+            return;
+        };
+        if record.clock.is_running() {
+            return;
+        }
+        record.clock = record.clock.started(now_ms);
+        let wake = record
+            .clock
+            .deadline_at_ms(now_ms)
+            .map(|at_ms| Output::Wake {
+                run_id: record.run_id.clone(),
+                at_ms,
+                reason: WakeReason::NodeDeadline {
+                    attempt_id: record.attempt_id.clone(),
+                },
+            });
+        self.wakes.extend(wake);
+        self.changed = true;
+    }
+
+    /// An ended step turn stops its request's clock.
+    fn stop_clock(&mut self, turn: &TurnRecord) {
+        let now_ms = self.now_ms;
+        let Some(interaction_id) = self.step_source(turn) else {
+            return;
+        };
+        let record = self
+            .facts
+            .run_mut(&turn.run_id)
+            .and_then(|run| run.interaction.as_mut())
+            .filter(|record| record.interaction_id == interaction_id);
+        if let Some(record) = record.filter(|record| record.clock.is_running()) {
+            record.clock = record.clock.stopped(now_ms);
+            self.changed = true;
+        }
     }
 
     /// A matching `Pending` or `Cancelled` message becomes `Sent`; a `Sent`
@@ -911,7 +1015,9 @@ impl<'ids> SessionTx<'ids> {
         turn.ended_at_ms = Some(self.now_ms);
         turn.response_entry_id = entry_id;
         self.changed = true;
-        turn.clone()
+        let ended = turn.clone();
+        self.stop_clock(&ended);
+        ended
     }
 
     fn step_source(&self, turn: &TurnRecord) -> Option<InteractionId> {

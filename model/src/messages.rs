@@ -18,6 +18,16 @@
 //! attempt (`execution::finish_attempt`). The user may change the branch
 //! (entries disappear).
 //!
+//! When a transition ends the run, the model performs its
+//! `BuildTerminalMessage` output as the shell does (`terminal::build`), and
+//! the server may restart once after the run ended (`ServerRestart`, the
+//! model's last step):
+//! coordinator memory is gone, every running turn clock is suspended
+//! (`session::suspend_clocks`) and the startup scan builds a missing
+//! terminal message again. A
+//! disconnect or crash of the active connection suspends the clocks too,
+//! as the shell does when the connection closes.
+//!
 //! The durable facts are the run aggregate and the session's
 //! `workflow_messages`, `workflow_turns` and `interactive_submissions` rows;
 //! the coordinator facts are server memory; each Pi process has its own
@@ -40,12 +50,13 @@ use kernel::interaction::{
 use kernel::message::{
     MessageKind, MessageRecord, MessageState, StepReason, TurnRecord, TurnState,
 };
-use kernel::output::Transition;
+use kernel::output::{Output, Transition};
 use kernel::run::{self, ReasonKind, RunAggregate, RunStatus};
 use kernel::session::{
     self, BranchReport, CoordinatorFacts, RunFollowUp, SessionFacts, SessionRun, StopReason,
     TurnPhase, TurnReport,
 };
+use kernel::terminal;
 use kernel::topology::Topology;
 use serde_json::Value;
 use stateright::{Model, Property};
@@ -77,6 +88,12 @@ pub enum MessageRules {
     /// `session::connect` forgets fenced connections: a fenced connection's
     /// next session-view read takes the epoch back.
     FencedRetakesEpoch,
+    /// A closed coordinator connection leaves its session's turn clocks
+    /// running (`session::suspend_clocks` is not applied).
+    DisconnectKeepsClock,
+    /// The terminal message is not keyed by its run: the builder does not
+    /// find the stored one and makes another under a fresh id.
+    TerminalMessageNotRunKeyed,
 }
 
 /// Which half of the behaviour a configuration explores. Both run the same
@@ -114,6 +131,8 @@ pub struct MessagesModel {
     pub max_branch_changes: u8,
     pub max_resumes: u8,
     pub max_submissions: u8,
+    /// Server restarts.
+    pub max_restarts: u8,
     pub rules: MessageRules,
 }
 
@@ -133,6 +152,7 @@ impl MessagesModel {
                 max_branch_changes: 1,
                 max_resumes: 0,
                 max_submissions: 0,
+                max_restarts: 0,
                 rules,
             },
             Focus::Turns => Self {
@@ -147,6 +167,7 @@ impl MessagesModel {
                 max_branch_changes: 1,
                 max_resumes: 1,
                 max_submissions: 1,
+                max_restarts: 1,
                 rules,
             },
         }
@@ -169,7 +190,7 @@ impl MessagesModel {
     /// A one-line description of the bounds.
     pub fn bounds(&self) -> String {
         format!(
-            "1 session, 1 interactive run, {} Pi process(es), connects<={}, disconnects<={}, re-reads<={}, Pi crashes<={}, turns<={}, repeated end reports<={}, branch changes<={}, resumes<={}, submissions<={}",
+            "1 session, 1 interactive run, {} Pi process(es), connects<={}, disconnects<={}, re-reads<={}, Pi crashes<={}, turns<={}, repeated end reports<={}, branch changes<={}, resumes<={}, submissions<={}, server restarts<={}",
             self.pis,
             self.max_connects,
             self.max_disconnects,
@@ -179,7 +200,8 @@ impl MessagesModel {
             self.max_repeats,
             self.max_branch_changes,
             self.max_resumes,
-            self.max_submissions
+            self.max_submissions,
+            self.max_restarts
         )
     }
 }
@@ -228,7 +250,15 @@ pub struct Oracle {
     pub counter_wrong: bool,
     pub projections_disagree: bool,
     pub fenced_retook_epoch: bool,
+    /// A pending request's clock runs without an open step turn from an
+    /// active coordinator on an unpaused run.
+    pub clock_outside_turn: bool,
+    /// A run has two terminal messages, or one it may not have.
+    pub terminal_wrong: bool,
     // Witnesses.
+    pub clock_ran: bool,
+    pub clock_suspended: bool,
+    pub terminal_turn: bool,
     pub adopted_after_crash: bool,
     pub reminder_created: bool,
     pub aborted_paused: bool,
@@ -261,6 +291,7 @@ pub struct MessagesState {
     pub branch_changes: u8,
     pub resumes: u8,
     pub submitted: u8,
+    pub restarts: u8,
     pub oracle: Oracle,
 }
 
@@ -292,6 +323,9 @@ pub enum MessagesAction {
     Resume,
     Submit(u8),
     ValidationAccepted,
+    /// The server stops and starts again: connections and epochs are gone,
+    /// running clocks are suspended, missing terminal messages are built.
+    ServerRestart,
 }
 
 impl fmt::Display for MessagesAction {
@@ -336,6 +370,10 @@ impl fmt::Display for MessagesAction {
             Self::ValidationAccepted => write!(
                 f,
                 "validator: interaction::validation_accepted + execution::finish_attempt(Control)"
+            ),
+            Self::ServerRestart => write!(
+                f,
+                "the server restarts: session::suspend_clocks + terminal::build for a missing message"
             ),
         }
     }
@@ -413,6 +451,10 @@ impl MessagesModel {
         next: &mut MessagesState,
         transition: Transition<RunAggregate>,
     ) {
+        let build_terminal = transition
+            .outputs
+            .iter()
+            .any(|output| matches!(output, Output::BuildTerminalMessage { .. }));
         let mut facts = transition.facts;
         if self.rules == MessageRules::TerminalKeepsTurns && facts.run.status.is_terminal() {
             // Planted bug: the terminal cleanup leaves open turns open.
@@ -442,6 +484,63 @@ impl MessagesModel {
         agg.messages.clear();
         agg.turns.clear();
         next.agg = agg;
+        if build_terminal {
+            // Performed after the commit, as the shell does.
+            self.build_terminal(next);
+        }
+    }
+
+    /// `terminal::build` for the run, over the stored messages (the shell's
+    /// `terminal_messages::build`, after the terminal commit and at startup).
+    fn build_terminal(&self, next: &mut MessagesState) {
+        let run = &next.agg.run;
+        let message_id = terminal::message_id(&run.run_id);
+        let existing = next
+            .messages
+            .iter()
+            .find(|m| m.message_id == message_id)
+            .filter(|_| self.rules != MessageRules::TerminalMessageNotRunKeyed)
+            .cloned();
+        let facts = terminal::TerminalFacts {
+            workflow_name: "ask",
+            workflow_ref: "ask.workflow.ts",
+            definition_digest: "sha256:ask",
+            input_json: "{}",
+            output_json: None,
+            error_message: None,
+            fingerprint: Digest::repeat(0),
+            restarts: &[],
+            earlier: &[],
+        };
+        let order = next.messages.iter().map(|m| m.order).max().unwrap_or(0) + 1;
+        if let Ok(built) = terminal::build(run, &facts, existing.as_ref(), order, NOW) {
+            let mut message = built.facts.message;
+            if self.rules == MessageRules::TerminalMessageNotRunKeyed {
+                // Planted bug: a fresh id, as other messages get.
+                message.message_id = MessageId::new(format!("m-{order}"));
+            }
+            next.messages.push(message);
+        }
+    }
+
+    /// The shell after the active coordinator's connection closed (or the
+    /// server stopped): `session::suspend_clocks`.
+    fn suspend_clocks(&self, next: &mut MessagesState) {
+        if self.rules == MessageRules::DisconnectKeepsClock {
+            // Planted bug: the clocks keep running.
+            return;
+        }
+        let running = next
+            .agg
+            .interaction
+            .as_ref()
+            .is_some_and(|i| i.clock.is_running());
+        if let Some(transition) =
+            session::suspend_clocks(&Self::session(next), &next.coordinator, NOW)
+        {
+            next.oracle.clock_suspended |= running;
+            Self::commit_session(next, transition.facts);
+        }
     }
 
     /// Writes committed session facts back (messages, turns, the request row).
@@ -856,7 +955,14 @@ impl MessagesModel {
                     MessageKind::Step { .. } | MessageKind::Decision { .. }
                 )
         });
-        let open_turn = next.turns.iter().any(|t| t.state == TurnState::Open);
+        // A terminal message's turn stays open after the run ended.
+        let open_turn = next.turns.iter().any(|t| {
+            t.state == TurnState::Open
+                && next
+                    .messages
+                    .iter()
+                    .any(|m| m.message_id == t.message_id && m.kind != MessageKind::Terminal)
+        });
         let waiting = next
             .agg
             .interaction
@@ -868,6 +974,42 @@ impl MessagesModel {
         {
             next.oracle.projections_disagree = true;
         }
+        // The turn clock runs only in a reported step turn of the active
+        // coordinator, on an unpaused run.
+        let clock_running = next
+            .agg
+            .interaction
+            .as_ref()
+            .is_some_and(|i| i.status == InteractionStatus::Pending && i.clock.is_running());
+        let step_turn_open = next.turns.iter().any(|t| {
+            t.state == TurnState::Open
+                && next
+                    .messages
+                    .iter()
+                    .any(|m| m.message_id == t.message_id && is_step(m))
+        });
+        if clock_running {
+            next.oracle.clock_ran = true;
+            if next.coordinator.active.is_none() || !step_turn_open || run.paused {
+                next.oracle.clock_outside_turn = true;
+            }
+        }
+        // One terminal message, and only for the ended run.
+        let terminal: Vec<&MessageRecord> = next
+            .messages
+            .iter()
+            .filter(|m| m.kind == MessageKind::Terminal)
+            .collect();
+        if terminal.len() > 1 || (!terminal.is_empty() && !run.status.is_terminal()) {
+            next.oracle.terminal_wrong = true;
+        }
+        if next
+            .turns
+            .iter()
+            .any(|t| terminal.iter().any(|m| m.message_id == t.message_id))
+        {
+            next.oracle.terminal_turn = true;
+        }
     }
 }
 
@@ -877,6 +1019,9 @@ impl Model for MessagesModel {
 
     fn init_states(&self) -> Vec<MessagesState> {
         let mut agg = fixtures::waiting_on_request(1, InteractionKind::SubmittedOutput);
+        if let Some(record) = agg.interaction.as_mut() {
+            record.clock = interaction::TurnClock::new(Some(60_000));
+        }
         let messages = core::mem::take(&mut agg.messages);
         let pi = Pi {
             alive: true,
@@ -902,12 +1047,19 @@ impl Model for MessagesModel {
             branch_changes: 0,
             resumes: 0,
             submitted: 0,
+            restarts: 0,
             oracle: Oracle::default(),
         }]
     }
 
     fn actions(&self, state: &MessagesState, out: &mut Vec<MessagesAction>) {
         use MessagesAction as A;
+        if state.restarts > 0 {
+            // The restart is the last step: what follows it (fresh
+            // connections to a session with no coordinator) is what the
+            // model explores from its initial state.
+            return;
+        }
         for p in 0..self.pis {
             let pi = &state.pis[p as usize];
             if !pi.alive {
@@ -1000,6 +1152,12 @@ impl Model for MessagesModel {
         {
             out.push(A::ValidationAccepted);
         }
+        // The server restarts once the run ended: the startup scan is what
+        // a restart adds to this model (a disconnect already suspends
+        // running clocks the way a restart does).
+        if state.restarts < self.max_restarts && state.agg.run.status.is_terminal() {
+            out.push(A::ServerRestart);
+        }
     }
 
     fn next_state(&self, state: &MessagesState, action: MessagesAction) -> Option<MessagesState> {
@@ -1040,6 +1198,7 @@ impl Model for MessagesModel {
             }
             A::Disconnect(p) => {
                 next.coordinator = session::disconnect(&state.coordinator, &connection(p)).facts;
+                self.suspend_clocks(&mut next);
                 let pi = &mut next.pis[p as usize];
                 pi.epoch = None;
                 pi.queued = None;
@@ -1047,6 +1206,7 @@ impl Model for MessagesModel {
             }
             A::Crash(p) => {
                 next.coordinator = session::disconnect(&state.coordinator, &connection(p)).facts;
+                self.suspend_clocks(&mut next);
                 next.pis[p as usize] = Pi {
                     alive: false,
                     epoch: None,
@@ -1129,6 +1289,7 @@ impl Model for MessagesModel {
                 if let A::SendThenCrash { .. } = action {
                     next.coordinator =
                         session::disconnect(&state.coordinator, &connection(p)).facts;
+                    self.suspend_clocks(&mut next);
                     next.pis[p as usize] = Pi {
                         alive: false,
                         epoch: None,
@@ -1252,6 +1413,18 @@ impl Model for MessagesModel {
                     self.follow_ups(&mut next, &[follow_up])?;
                 }
             }
+            A::ServerRestart => {
+                next.coordinator = CoordinatorFacts::new(kernel::ids::SessionId::from("s-1"));
+                for pi in &mut next.pis {
+                    pi.epoch = None;
+                    pi.queued = None;
+                }
+                self.suspend_clocks(&mut next);
+                if next.agg.run.status.is_terminal() {
+                    self.build_terminal(&mut next);
+                }
+                next.restarts += 1;
+            }
         }
         self.check_step(state, &mut next, action);
         Some(next)
@@ -1341,6 +1514,25 @@ impl Model for MessagesModel {
                 Property::sometimes(
                     "an accepted submission completes the run",
                     |_, s: &MessagesState| s.agg.run.status == RunStatus::Completed,
+                ),
+                Property::always(
+                    "a request's turn clock runs only during a reported step turn of the active coordinator on an unpaused run",
+                    |_, s: &MessagesState| !s.oracle.clock_outside_turn,
+                ),
+                Property::always(
+                    "a run has at most one terminal message, and only once it ended",
+                    |_, s: &MessagesState| !s.oracle.terminal_wrong,
+                ),
+                Property::sometimes("a step turn runs the clock", |_, s: &MessagesState| {
+                    s.oracle.clock_ran
+                }),
+                Property::sometimes(
+                    "a closed connection or a server restart suspends a running clock",
+                    |_, s: &MessagesState| s.oracle.clock_suspended,
+                ),
+                Property::sometimes(
+                    "the terminal message opens a model turn",
+                    |_, s: &MessagesState| s.oracle.terminal_turn,
                 ),
             ],
         }

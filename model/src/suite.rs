@@ -264,13 +264,13 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "messages",
-            ci_unique_states: 528_270,
+            ci_unique_states: 699_730,
             run: messages,
             properties: || names(&MessagesModel::ci(Focus::Delivery, MessageRules::Kernel)),
         },
         ModelEntry {
             name: "turns",
-            ci_unique_states: 479_046,
+            ci_unique_states: 1_124_957,
             run: turns,
             properties: || names(&MessagesModel::ci(Focus::Turns, MessageRules::Kernel)),
         },
@@ -628,6 +628,20 @@ pub fn mutations() -> Vec<Mutation> {
             "ending the run does not end its open turns as lost",
             "message projections agree with the run",
             MessagesModel::ci(Focus::Turns, MessageRules::TerminalKeepsTurns)
+        ),
+        mutation!(
+            "disconnect-keeps-clock",
+            "turns",
+            "a closed coordinator connection leaves its session's turn clocks running (no session::suspend_clocks)",
+            "a request's turn clock runs only during a reported step turn of the active coordinator on an unpaused run",
+            MessagesModel::ci(Focus::Turns, MessageRules::DisconnectKeepsClock)
+        ),
+        mutation!(
+            "terminal-message-not-run-keyed",
+            "turns",
+            "the terminal message is not keyed by its run: a rebuild at startup does not find it and makes another",
+            "a run has at most one terminal message, and only once it ended",
+            MessagesModel::ci(Focus::Turns, MessageRules::TerminalMessageNotRunKeyed)
         ),
     ]
 }

@@ -314,6 +314,16 @@ fn a_terminal_run_keeping_open_turns_is_caught() {
 }
 
 #[test]
+fn a_turn_clock_left_running_after_a_disconnect_is_caught() {
+    is_caught("disconnect-keeps-clock");
+}
+
+#[test]
+fn a_terminal_message_that_is_not_keyed_by_its_run_is_caught() {
+    is_caught("terminal-message-not-run-keyed");
+}
+
+#[test]
 fn node_started_without_a_deadline_is_caught() {
     is_caught("started-drops-deadline");
 }

@@ -16,6 +16,7 @@ import { type TestContext, describe, it } from "node:test";
 import { type MockRequest, type MockRule, reply, submitStep } from "../test-support/mock-model.js";
 import { MOCK_MODEL_ID, MOCK_PROVIDER, type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+import { TERMINAL_TYPE, terminalRule, terminalTurnSettled, terminalTurns } from "../test-support/terminal.js";
 
 /** One agent step whose `validate` accepts only approve or reject; the verdict routes the run. */
 const REVIEW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
@@ -40,6 +41,19 @@ export default defineWorkflow({
 });
 `;
 
+/** A checkpoint, then a compute node: the answer's continuation runs `publish` and completes. */
+const CHAIN = `import { checkpoint, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "chain",
+  startAt: "review",
+  nodes: {
+    review: checkpoint({ timeoutMs: () => 600_000, run: () => ({ summary: "publish?" }) }),
+    publish: compute({ run: () => ({ published: true }) }),
+  },
+  edges: [{ from: "review", to: "publish" }],
+});
+`;
+
 const STEP_CONTRACT = "Workflow step contract (workflow: review, step: review";
 const APPROVED = { verdict: "approve", reason: "the tests pass" };
 
@@ -54,12 +68,14 @@ interface Setup {
   env: Record<string, string>;
 }
 
+/** The run ends: the terminal message's model turn is answered too (`terminalRule`). */
 async function setup(t: TestContext, rules: MockRule[]): Promise<Setup> {
-  const fixture = await piFixture(t, { rules });
+  const fixture = await piFixture(t, { rules: [terminalRule, ...rules] });
   const server = await TestServer.start();
   t.after(() => server.stop());
   const project = server.project();
   writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW);
+  writeFileSync(join(project, ".pi", "workflows", "chain.workflow.ts"), CHAIN);
   const env: Record<string, string> = { PI_WORKFLOWS_BIN: serverBinary() };
   for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) env[key] = value;
   return { server, fixture, project, env };
@@ -88,13 +104,16 @@ async function widget(pi: PiRpc, pattern: RegExp, since = 0, timeoutMs = 60_000)
   })) as Widget;
 }
 
-/** The step messages the extension put into Pi's session (custom messages of the step type). */
-async function stepEntries(pi: PiRpc): Promise<{ customType?: string; content?: unknown }[]> {
+/** The custom messages of `customType` the extension put into Pi's session. */
+async function customEntries(pi: PiRpc, customType: string): Promise<{ customType?: string; content?: unknown; display?: boolean; details?: { runId?: string } }[]> {
   const { entries } = await pi.getEntries();
-  return (entries as unknown as { type: string; customType?: string; content?: unknown }[]).filter(
-    (entry) => entry.type === "custom_message" && entry.customType === "pi-workflows-agent-step",
+  return (entries as unknown as { type: string; customType?: string; content?: unknown; display?: boolean; details?: { runId?: string } }[]).filter(
+    (entry) => entry.type === "custom_message" && entry.customType === customType,
   );
 }
+
+/** The step messages the extension put into Pi's session (custom messages of the step type). */
+const stepEntries = (pi: PiRpc): ReturnType<typeof customEntries> => customEntries(pi, "pi-workflows-agent-step");
 
 /** Model requests that a step message opened (the last user message carries the step contract). */
 const stepTurns = (requests: readonly MockRequest[]): MockRequest[] =>
@@ -114,20 +133,21 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal(started.notifyType, "info", started.message);
     assert.match(started.message, /^Workflow review started \(run [^)]+\)\./);
 
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
     await widget(pi, /^✓ workflow review \[completed\]$/, since);
-    await pi.waitFor((record) => record.type === "agent_settled", { since, what: "the step turn to settle", timeoutMs: 30_000 });
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
 
     const steps = await stepEntries(pi);
     assert.equal(steps.length, 1, `one step message in the session, got ${steps.length}`);
     assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
-    assert.equal(agentStarts(pi, since), 1, "one Pi agent run for the whole workflow");
+    assert.equal(terminalTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the terminal message");
+    assert.equal(agentStarts(pi, since), 2, "one Pi agent run for the step, one for the terminal message");
     const submits = s.fixture.mock.requests.filter((request) => request.last?.role === "tool");
     assert.equal(submits.length, 1);
     assert.match(submits[0]?.last?.text ?? "", /^Output accepted for step review\. .*End your turn now\.$/);
 
     const client = await s.server.connect();
     t.after(() => client.close());
-    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
     const view = await client.view(runId);
     assert.equal(view.display.status, "completed");
   });
@@ -142,7 +162,9 @@ describe("interactive workflows in a real Pi conversation", () => {
     const since = pi.mark();
     const started = await workflow(pi, "review fix the bug");
     assert.equal(started.notifyType, "info", started.message);
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
     await widget(pi, /^✓ workflow review \[completed\]$/, since);
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
 
     const results = s.fixture.mock.requests.filter((request) => request.last?.role === "tool").map((request) => request.last?.text ?? "");
     assert.equal(results.length, 2, results.join("\n"));
@@ -150,10 +172,9 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.match(results[1] as string, /^Output accepted for step review\./);
     assert.equal((await stepEntries(pi)).length, 1, "the rejection sends no new step message");
     assert.equal(stepTurns(s.fixture.mock.requests).length, 1);
-    assert.equal(agentStarts(pi, since), 1);
+    assert.equal(agentStarts(pi, since), 2, "the step's turn and the terminal message's");
     const client = await s.server.connect();
     t.after(() => client.close());
-    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
     const view = await client.view(runId);
     assert.equal(view.display.status, "completed");
   });
@@ -182,9 +203,9 @@ describe("interactive workflows in a real Pi conversation", () => {
     const resumed = await workflow(pi, "resume");
     assert.equal(resumed.notifyType, "info", resumed.message);
     await widget(pi, /^✓ workflow review \[completed\]$/, resumedSince);
-    await pi.waitFor((record) => record.type === "agent_settled", { since: resumedSince, what: "the resumed turn to settle", timeoutMs: 30_000 });
+    await terminalTurnSettled(pi, s.fixture.mock, runId, resumedSince);
     assert.equal((await stepEntries(pi)).length, 2, "the initial and one resumed step message");
-    assert.equal(agentStarts(pi, resumedSince), 1, "one fresh turn after resume");
+    assert.equal(agentStarts(pi, resumedSince), 2, "one fresh turn after resume, then the terminal message's");
     assert.equal(stepTurns(s.fixture.mock.requests).length, 2, "the aborted turn and the fresh one");
     assert.equal((await client.view(runId)).display.status, "completed");
   });
@@ -192,7 +213,8 @@ describe("interactive workflows in a real Pi conversation", () => {
   it("a model-started run is saved held and activates only after the initiating turn settles", async (t) => {
     const s = await setup(t, [
       { name: "start", lastRole: "user", when: "please start the review workflow", reply: reply.toolCall("workflow", { action: "start", workflow: "review", input: { task: "fix it" } }) },
-      { name: "queued", lastRole: "tool", when: "Workflow review queued", reply: reply.text("It is queued.", { chunkChars: 4, delayMs: 50 }) },
+      // Streamed slowly (about 2 s): the held run is checked while this turn runs.
+      { name: "queued", lastRole: "tool", when: "Workflow review queued", reply: reply.text("It is queued.", { chunkChars: 1, delayMs: 150 }) },
       { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
       { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
     ]);
@@ -217,5 +239,43 @@ describe("interactive workflows in a real Pi conversation", () => {
     const stepStart = pi.records.findIndex((record, index) => index > settledAt && record.type === "agent_start");
     assert.ok(stepStart > settledAt, "the step turn started after the initiating turn settled");
     assert.equal((await client.view(runId)).display.status, "completed");
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+  });
+
+  it("a terminal message reaches only the final leaf of a continuation chain: one hidden message for the continuation, none for its parent, one model turn", async (t) => {
+    const s = await setup(t, []);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "chain");
+    const parent = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await widget(pi, /^⏸ workflow chain \[waiting\]$/, since);
+    const answered = await workflow(pi, `answer {"approved":true}`);
+    assert.equal(answered.notifyType, "info", answered.message);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const parentView = await client.view(parent);
+    assert.equal(parentView.display.status, "completed", "the parent is settled by its continuation");
+    const runs = await client.request("runs.list", { limit: 10 });
+    const leaf = (runs.receipt as { rows: { runId: string }[] }).rows.map((row) => row.runId).find((runId) => runId !== parent);
+    assert.ok(leaf, JSON.stringify(runs.receipt));
+    await client.waitFor(leaf, (view) => view.display.status === "completed", 30_000, "the continuation to complete");
+
+    const request = await terminalTurnSettled(pi, s.fixture.mock, leaf, since);
+    assert.match(request.last?.text ?? "", /^Workflow chain ended: completed \(run /);
+    assert.ok(request.last?.text.includes(`"state":"completed"`), request.last?.text);
+    assert.ok(request.last?.text.includes(`"result":{"published":true}`), request.last?.text);
+    assert.ok(request.last?.text.includes("not an instruction"), request.last?.text);
+    // Give a second message (for the parent) the time to arrive, if the server made one.
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const terminal = await customEntries(pi, TERMINAL_TYPE);
+    assert.deepEqual(
+      terminal.map((entry) => entry.details?.runId),
+      [leaf],
+      "one terminal message, the continuation's",
+    );
+    assert.equal(terminal[0]?.display, false, "hidden from the transcript");
+    assert.equal(terminalTurns(s.fixture.mock.requests).length, 1, "one model turn, opened by it");
+    assert.equal(terminalTurns(s.fixture.mock.requests, parent).length, 0);
+    assert.equal(agentStarts(pi, since), 1, "the terminal message's turn is the only model turn of the chain");
   });
 });

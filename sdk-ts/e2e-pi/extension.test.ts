@@ -21,6 +21,7 @@ import { describe, it, type TestContext } from "node:test";
 import { type MockRule, reply } from "../test-support/mock-model.js";
 import { type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+import { terminalRule, terminalTurnSettled } from "../test-support/terminal.js";
 
 type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
 type Notify = Extract<UiRequest, { method: "notify" }>;
@@ -89,10 +90,10 @@ interface Setup {
   env: Record<string, string>;
 }
 
-/** A real server with the two workflows in a project, and a Pi sandbox. */
+/** A real server with the two workflows in a project, and a Pi sandbox whose mock answers terminal messages' turns. */
 async function setup(t: TestContext, rules: MockRule[] = []): Promise<Setup> {
   // The fixture first: its teardown (stopping every Pi) runs before the server stops.
-  const fixture = await piFixture(t, { rules });
+  const fixture = await piFixture(t, { rules: [terminalRule, ...rules] });
   const server = await TestServer.start();
   t.after(() => server.stop());
   const project = server.project();
@@ -247,6 +248,8 @@ describe("the extension in real Pi (rpc mode)", () => {
     const answered = await toolResult("please approve it");
     assert.equal(answered.isError, false, answered.text);
     await statusLine(pi, /^wf approve \[completed\]/, since);
+    // The continuation's terminal message opens one model turn: let it settle before the next prompt.
+    await terminalTurnSettled(pi, s.fixture.mock, undefined, since);
 
     // Saved before the tool reports it queued (held until the initiating
     // turn settles: coordinator.test.ts follows the activation).

@@ -26,6 +26,7 @@ import { type TestContext, describe, it } from "node:test";
 import { type MockRequest, type MockRule, reply, submitStep } from "../test-support/mock-model.js";
 import { MOCK_MODEL_ID, MOCK_PROVIDER, type PiFixture, type PiRecord, type PiRpc, piFixture, processAlive } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+import { terminalRule, terminalTurnSettled, terminalTurns } from "../test-support/terminal.js";
 
 const REVIEW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
 export default defineWorkflow({
@@ -57,6 +58,27 @@ export default defineWorkflow({
 });
 `;
 
+/** REVIEW with a 6 s node timeout, and a route for its timeout. */
+const QUICK_TIMEOUT_MS = 6_000;
+const QUICK = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "quick",
+  startAt: "review",
+  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
+  nodes: {
+    review: agent({
+      prompt: () => "Review the change quickly.",
+      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
+      timeoutMs: ${QUICK_TIMEOUT_MS},
+      validate: (output) => output,
+    }),
+    late: compute({ run: () => ({ late: true }) }),
+  },
+  edges: [{ from: "review", switch: { on: "$result.outcome", cases: { timed_out: "late" } } }],
+});
+`;
+const QUICK_CONTRACT = "Workflow step contract (workflow: quick, step: review";
+
 const STEP_CONTRACT = "Workflow step contract (workflow: review, step: review";
 const APPROVED = { verdict: "approve", reason: "the tests pass" };
 const RELEASED = "gate released";
@@ -78,6 +100,7 @@ interface Setup {
  */
 function gatedRules(gate: string): MockRule[] {
   return [
+    terminalRule,
     { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
     { name: "submit", lastRole: "tool", when: RELEASED, reply: submitStep(APPROVED) },
     { name: "wait", lastRole: "user", when: STEP_CONTRACT, reply: reply.toolCall("bash", { command: `while [ ! -e ${gate} ]; do sleep 0.1; done; echo ${RELEASED}` }) },
@@ -93,6 +116,7 @@ async function setup(t: TestContext, rules: (gate: string) => MockRule[] = gated
   const project = server.project();
   writeFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), REVIEW);
   writeFileSync(join(project, ".pi", "workflows", "announce.workflow.ts"), ANNOUNCE);
+  writeFileSync(join(project, ".pi", "workflows", "quick.workflow.ts"), QUICK);
   const env: Record<string, string> = { PI_WORKFLOWS_BIN: serverBinary() };
   for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) env[key] = value;
   return { server, fixture, project, env, gate };
@@ -178,6 +202,21 @@ function serverPidOrUndefined(server: TestServer): number | undefined {
   return undefined;
 }
 
+/**
+ * SIGKILLs Pi inside the step's exact turn, once the server recorded that turn; its session file. The
+ * step entry and the turn's assistant message are in the file then (Pi writes a new session's file only
+ * once it holds a user or assistant message, so a kill before the first assistant message leaves no file
+ * and the next process opens another session, whose run this is not).
+ */
+async function killInsideTheStepTurn(client: Awaited<ReturnType<TestServer["connect"]>>, pi: PiRpc, runId: string): Promise<string> {
+  await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
+  const sessionFile = pi.state?.sessionFile;
+  assert.ok(sessionFile);
+  process.kill(-pi.pid, "SIGKILL");
+  await pi.exited;
+  return sessionFile;
+}
+
 /** Starts `/workflow review` and waits until the step turn is inside its gated bash call. */
 async function startGatedStep(s: Setup, pi: PiRpc): Promise<string> {
   const started = await workflow(pi, "review fix the bug");
@@ -210,14 +249,14 @@ describe("workflow messages across failures in real Pi", () => {
     t.after(() => client?.close());
     const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish");
     assert.equal(done.display.status, "completed", `${JSON.stringify(done.display)}\n${s.server.serverLog()}`);
-    await pi.waitFor((record) => record.type === "agent_settled", { what: "the step turn to settle", timeoutMs: 30_000 });
+    await terminalTurnSettled(pi, s.fixture.mock, runId);
     assert.equal((await customEntries(pi, STEP_TYPE)).length, 1, "one step message across the crash");
     assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
-    assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 1);
+    assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 2, "the step's turn and the terminal message's");
   });
 
   it("a notify node's notification reaches the session without a model turn", async (t) => {
-    const s = await setup(t, () => [{ name: "any", reply: reply.text("mock model: unexpected turn") }]);
+    const s = await setup(t, () => [terminalRule, { name: "any", reply: reply.text("mock model: unexpected turn") }]);
     const pi = await spawnWorkflowPi(s);
     const since = pi.mark();
     const started = await workflow(pi, "announce");
@@ -229,10 +268,16 @@ describe("workflow messages across failures in real Pi", () => {
     assert.equal(notes.length, 1, JSON.stringify(notes));
     assert.ok(JSON.stringify(notes[0]?.content).includes(NOTICE), JSON.stringify(notes[0]));
     assert.equal(notes[0]?.details?.runId, runId, JSON.stringify(notes[0]));
-    // Give a turn the time to start, if the notification opened one.
+    // The run's terminal message opens the one model turn; give another turn the time to start, if the notification opened one.
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
     await new Promise((resolve) => setTimeout(resolve, 2_000));
-    assert.equal(s.fixture.mock.requests.filter((request) => JSON.stringify(request.messages).includes(NOTICE)).length, 0, "no model request carries the notification");
-    assert.equal(pi.records.slice(since).filter((record) => record.type === "agent_start").length, 0, "no model turn");
+    assert.deepEqual(
+      s.fixture.mock.requests.map((request) => request.rule),
+      ["terminal"],
+      "the only model request is the terminal message's: none was opened by the notification",
+    );
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 1);
+    assert.equal(pi.records.slice(since).filter((record) => record.type === "agent_start").length, 1, "one model turn: the terminal message's");
     assert.ok(!existsSync(s.gate));
   });
 });
@@ -246,6 +291,7 @@ describe("workflow messages across two Pi processes in real Pi", () => {
     await first.abort();
     // The resumed step's turn submits at once.
     s.fixture.mock.setRules([
+      terminalRule,
       { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
       { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
     ]);
@@ -268,10 +314,10 @@ describe("workflow messages across two Pi processes in real Pi", () => {
     const resumed = second.mark();
     await s.server.cli(["resume", runId]);
     await widget(second, /^✓ workflow review \[completed\]$/, resumed);
-    await second.waitFor((record) => record.type === "agent_settled", { since: resumed, what: "the resumed turn to settle", timeoutMs: 30_000 });
+    await terminalTurnSettled(second, s.fixture.mock, runId, resumed);
     assert.equal((await client.view(runId)).display.status, "completed");
-    // The second process sent the resumed step and ran its turn ...
-    assert.equal(second.records.slice(resumed).filter((record) => record.type === "agent_start").length, 1);
+    // The second process sent the resumed step and ran its turn, then the terminal message's ...
+    assert.equal(second.records.slice(resumed).filter((record) => record.type === "agent_start").length, 2);
     assert.equal((await customEntries(second, STEP_TYPE)).length, 2, "the first process's step (from the file) and the resumed one");
     // ... and the fenced process sent nothing and started no turn.
     assert.deepEqual(sendsOrTurns(first, fenced), []);
@@ -284,15 +330,7 @@ describe("workflow messages across two Pi processes in real Pi", () => {
     const runId = await startGatedStep(s, first);
     const client = await s.server.connect();
     t.after(() => client.close());
-    // Pi dies inside the step's exact turn, once the server recorded that turn. The step entry and the
-    // turn's assistant message are in the session file then (Pi writes a new session's file only once it
-    // holds a user or assistant message, so a kill before the first assistant message leaves no file and
-    // the next process opens another session, whose run this is not).
-    await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
-    const sessionFile = first.state?.sessionFile;
-    assert.ok(sessionFile);
-    process.kill(-first.pid, "SIGKILL");
-    await first.exited;
+    const sessionFile = await killInsideTheStepTurn(client, first, runId);
     assert.ok(existsSync(sessionFile), "the killed Pi's session file holds its step turn");
 
     writeFileSync(s.gate, "");
@@ -316,5 +354,49 @@ describe("workflow messages across two Pi processes in real Pi", () => {
       JSON.stringify(steps.map((entry) => entry.details)),
     );
     assert.equal(new Set(steps.map((entry) => JSON.stringify(entry.details))).size, steps.length, "no message twice");
+  });
+});
+
+describe("interactive deadlines in real Pi", () => {
+  it("the deadline is not consumed while Pi is closed: the step waits far past its 6 s timeout, and times out only after reported turn time", async (t) => {
+    const s = await setup(t, (gate) => [
+      terminalRule,
+      { name: "wait", lastRole: "user", when: QUICK_CONTRACT, reply: reply.toolCall("bash", { command: `while [ ! -e ${gate} ]; do sleep 0.1; done; echo ${RELEASED}` }) },
+    ]);
+    const first = await spawnWorkflowPi(s);
+    const began = Date.now();
+    const started = await workflow(first, "quick");
+    assert.equal(started.notifyType, "info", started.message);
+    const runId = runIdOf(started);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const sessionFile = await killInsideTheStepTurn(client, first, runId);
+    // At most this much turn time can have run before the kill.
+    const ranMs = Date.now() - began;
+    assert.ok(ranMs < QUICK_TIMEOUT_MS, `the first turn ran ${ranMs} ms: too slow a box for this test`);
+
+    // Pi stays closed for longer than the whole timeout: nothing is consumed.
+    await new Promise((resolve) => setTimeout(resolve, QUICK_TIMEOUT_MS + 2_000));
+    // (The killed Pi's turn stays open, so the view still shows it running:
+    // only the next coordinator's branch report can prove it lost.)
+    const closed = await client.view(runId);
+    assert.ok(["waiting", "running"].includes(closed.display.status), `after Pi was closed past the timeout: ${JSON.stringify(closed.display)}`);
+    const unfinished = closed.steps.items.map((step) => `${step.nodeId}:${step.outcome ?? "unfinished"}`);
+    assert.deepEqual(unfinished, ["review:unfinished"], "the step has not timed out");
+
+    // Pi opens the session again: the lost turn is followed by a reminder whose
+    // turn (held in its gated bash call) runs the clock until the timeout.
+    const reopened = Date.now();
+    const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
+    assert.equal(second.state?.sessionId, first.state?.sessionId, "one session");
+    const done = await client.waitFor(runId, (view) => ["completed", "failed", "timed_out", "cancelled"].includes(view.display.status), 60_000, "the run to end");
+    const tookMs = Date.now() - reopened;
+    assert.equal(done.display.status, "completed", `the timeout routed to late: ${JSON.stringify(done.display)}`);
+    const outcomes = done.steps.items.map((step) => `${step.nodeId}:${step.outcome}`);
+    assert.deepEqual(outcomes, ["review:timed_out", "late:ok"], JSON.stringify(outcomes));
+    assert.ok(
+      tookMs >= QUICK_TIMEOUT_MS - ranMs,
+      `timed out ${tookMs} ms after Pi reopened, with at least ${QUICK_TIMEOUT_MS - ranMs} ms of turn time left`,
+    );
   });
 });

@@ -86,7 +86,8 @@ pub async fn open(
     })?;
     let store = Store::open(&config.database_path(), faults.clone()).map_err(StartError::State)?;
     let server_owner = OwnerId::new(format!("server-{}", ids::random_hex::<8>()));
-    let epoch = take_epoch(&store, &server_owner, config.server_lease_ms, &lock).await?;
+    let (epoch, previous_host) =
+        take_epoch(&store, &server_owner, config.server_lease_ms, &lock).await?;
     let control = ClaimRequest {
         owner_kind: OwnerKind::Control,
         owner_id: OwnerId::new(format!("control-{}", epoch.0)),
@@ -100,6 +101,7 @@ pub async fn open(
         control,
         faults,
         ports: PORTS,
+        previous_host,
     });
     Ok((context, lock))
 }
@@ -158,7 +160,10 @@ fn perform(context: &Arc<Context>, outputs: Vec<Output>) {
             // The committed `validating` row is the request: the
             // scheduler admits its child.
             Output::SpawnValidator { .. } => context.scheduler.notify(),
-            Output::BuildTerminalMessage { .. } | Output::RequestRetentionSweep => {
+            Output::BuildTerminalMessage { run_id } => {
+                crate::terminal_messages::spawn(context, run_id);
+            }
+            Output::RequestRetentionSweep => {
                 if let Some(name) = unperformed(&output) {
                     crate::log::line(&format!(
                         "the kernel asked for {name}, which this server version does not perform yet"
@@ -194,9 +199,9 @@ pub async fn release_epoch(context: &Context) {
 /// only shrinks), or `None` for the outputs [`perform`] performs.
 pub fn unperformed(output: &Output) -> Option<&'static str> {
     match output {
-        Output::BuildTerminalMessage { .. } => Some("BuildTerminalMessage"),
         Output::RequestRetentionSweep => Some("RequestRetentionSweep"),
-        Output::Event { .. }
+        Output::BuildTerminalMessage { .. }
+        | Output::Event { .. }
         | Output::SpawnValidator { .. }
         | Output::SpawnRunner { .. }
         | Output::StopRunner { .. }
@@ -208,13 +213,14 @@ pub fn unperformed(output: &Output) -> Option<&'static str> {
 }
 
 /// Takes the next server epoch; `_lock` is the held global lock that proves
-/// every earlier server process exited.
+/// every earlier server process exited. Returns it with the host facts the
+/// previous server left (recovery reads when it was last alive).
 async fn take_epoch(
     store: &Store,
     owner: &OwnerId,
     lease_ms: u64,
     _lock: &home::ServerLock,
-) -> Result<ServerEpoch, StartError> {
+) -> Result<(ServerEpoch, kernel::epoch::HostFacts), StartError> {
     let owner = owner.clone();
     store
         .write(move |connection| {
@@ -228,7 +234,7 @@ async fn take_epoch(
                 kernel::epoch::ServerLockHeld,
             );
             crate::store::host::write(connection, &next, now_ms)?;
-            Ok(Commit::Keep(next.epoch))
+            Ok(Commit::Keep((next.epoch, facts)))
         })
         .await
         .map_err(|error| match error {
@@ -264,6 +270,6 @@ mod tests {
             .iter()
             .filter_map(unperformed)
             .collect();
-        assert_eq!(names, ["BuildTerminalMessage", "RequestRetentionSweep"]);
+        assert_eq!(names, ["RequestRetentionSweep"]);
     }
 }

@@ -23,6 +23,9 @@ pub enum FaultPoint {
     AfterReceipt,
     /// After a reply was written to a client socket.
     AfterReply,
+    /// After a run's terminal state committed, before its terminal
+    /// workflow message is built (counts terminal commits).
+    BeforeTerminalMessage,
 }
 
 impl FaultPoint {
@@ -34,6 +37,7 @@ impl FaultPoint {
             "after_spawn" => Self::AfterSpawn,
             "after_receipt" => Self::AfterReceipt,
             "after_reply" => Self::AfterReply,
+            "before_terminal_message" => Self::BeforeTerminalMessage,
             _ => return None,
         })
     }

@@ -34,5 +34,6 @@ pub mod runner_logs;
 pub mod serve;
 pub mod shell;
 pub mod store;
+pub mod terminal_messages;
 pub mod time;
 pub mod wire;

@@ -73,6 +73,9 @@ const NO_PRESENTATION: &str = "a run without a presentation revision";
 const PATCH_OUTSIDE: &str = "a patch outside the retained revisions";
 const MISSING_PATCH: &str = "a retained revision without its patch";
 const VIEW_DISAGREES: &str = "a stored run view that disagrees with its run";
+const TERMINAL_MESSAGE: &str =
+    "a terminal message of a run that is not an ended final leaf, or a second one";
+const CAPTURE_GAP: &str = "a session capture whose events are not numbered 1..n without gaps";
 
 const PLANTED: &[Planted] = &[
     Planted {
@@ -343,6 +346,31 @@ const PLANTED: &[Planted] = &[
         trips: &[VIEW_DISAGREES],
         sql: "UPDATE viewer_runs SET header_json = json_remove(header_json, '$.status')
               WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'failing')",
+    },
+    Planted {
+        bug: "a terminal message built for a run that still waits",
+        trips: &[TERMINAL_MESSAGE],
+        sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
+                  state, created_at_ms, updated_at_ms)
+              SELECT 'terminal:' || run_id, 's-planted', run_id, 'terminal', zeroblob(32), 1, 'pending', 0, 0
+              FROM runs WHERE workflow_name = 'checkpoint'",
+    },
+    Planted {
+        bug: "a second terminal message for an ended run",
+        trips: &[TERMINAL_MESSAGE],
+        sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
+                  state, created_at_ms, updated_at_ms)
+              SELECT 'terminal-' || n || ':' || run_id, 's-planted', run_id, 'terminal', zeroblob(32), n, 'pending', 0, 0
+              FROM runs, (SELECT 1 AS n UNION SELECT 2) WHERE workflow_name = 'linear'",
+    },
+    Planted {
+        bug: "a captured event stored past a gap",
+        trips: &[CAPTURE_GAP],
+        sql: "INSERT INTO session_captures (run_id, events, replay_state_json, updated_at_ms)
+              SELECT run_id, 2, '{}', 0 FROM runs WHERE workflow_name = 'checkpoint';
+              INSERT INTO session_events (run_id, run_seq, event_type, data_json, digest, recorded_at_ms)
+              SELECT run_id, s, 'x', '{}', zeroblob(32), 0 FROM runs, (SELECT 1 AS s UNION SELECT 3)
+              WHERE workflow_name = 'checkpoint'",
     },
 ];
 

@@ -5,6 +5,7 @@ mod support;
 
 use pi_workflows_client::RequestSpec;
 use serde_json::json;
+use std::time::Duration;
 use support::*;
 
 #[test]
@@ -329,7 +330,8 @@ fn notify_script(server: &TestServer) -> std::path::PathBuf {
 /// A notify node finishes with its receipt as output: in a headless run the
 /// run completes and no message is made; in an interactive run one passive
 /// `notification` message with the notification text lands in the origin
-/// session in the same transaction as the node result.
+/// session in the same transaction as the node result, before the run's
+/// terminal message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_message() {
     const SESSION: &str = "session-notify";
@@ -340,17 +342,7 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
     let headless = started(&mut client, &script).await;
     let view = wait_settled(&mut client, &headless).await;
     assert_eq!(status(&view), "completed", "{view}");
-    let steps: Vec<(String, String)> = view["steps"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|step| {
-            (
-                step["nodeId"].as_str().unwrap_or_default().to_owned(),
-                step["outcome"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let steps: Vec<(String, String)> = step_outcomes(&view);
     assert_eq!(
         steps,
         [("a", "ok"), ("tell", "ok"), ("b", "ok")].map(|(n, o)| (n.to_owned(), o.to_owned())),
@@ -392,18 +384,27 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
         0,
         "a headless run has no session to notify"
     );
-    let session = client
-        .request(&RequestSpec::read(
-            "sessionView.get",
-            None,
-            json!({ "sessionId": SESSION }),
-        ))
-        .await
-        .unwrap()
-        .receipt
-        .unwrap();
-    assert_eq!(session["messageCount"], 1, "{session}");
+    let session = session_view(&mut client, SESSION).await;
+    // The notification, then the run's terminal message (built after the
+    // terminal commit, so it may still be on its way).
+    let session = match session["messageCount"].as_u64() {
+        Some(2) => session,
+        _ => {
+            wait_for(Duration::from_secs(10), "the terminal message", || {
+                (support::count(
+                    &db,
+                    "SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1 AND kind = 'terminal'",
+                    [&interactive],
+                ) == 1)
+                    .then_some(())
+            })
+            .await;
+            session_view(&mut client, SESSION).await
+        }
+    };
+    assert_eq!(session["messageCount"], 2, "{session}");
     assert_eq!(session["messages"][0]["kind"], "notification", "{session}");
+    assert_eq!(session["messages"][1]["kind"], "terminal", "{session}");
     assert_eq!(
         session["messages"][0]["content"]["bytes"],
         "The build is green.".len(),
@@ -411,4 +412,182 @@ async fn a_notify_node_completes_and_an_interactive_run_gets_its_notification_me
     );
     support::wait_quiescent(&db).await;
     assert_eq!(support::consistency_violations(&db), Vec::<String>::new());
+}
+
+/// The terminal workflow messages of `session`: (message id, run id, state, content).
+fn terminal_messages(
+    db: &rusqlite::Connection,
+    session: &str,
+) -> Vec<(String, String, String, String)> {
+    db.prepare(
+        "SELECT m.message_id, m.run_id, m.state, CAST(b.bytes AS TEXT)
+         FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+         WHERE m.session_id = ?1 AND m.kind = 'terminal' ORDER BY m.session_order",
+    )
+    .unwrap()
+    .query_map([session], |row| {
+        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// The facts block of a terminal message's content.
+fn terminal_facts(content: &str) -> serde_json::Value {
+    let block = content
+        .split("\n\n")
+        .nth(1)
+        .and_then(|part| part.split_once(":\n"))
+        .map(|(_, json)| json)
+        .unwrap_or_else(|| panic!("no facts block: {content}"));
+    serde_json::from_str(block).unwrap_or_else(|error| panic!("{error}: {block}"))
+}
+
+/// An interactive checkpoint run waits, its answer settles it by its
+/// continuation, and the continuation completes: only the continuation (the
+/// chain's final leaf) gets a terminal message, `terminal:<its run id>`,
+/// built after its terminal commit with its identity, exact input and
+/// result; the settled parent gets none, and a headless run none. The
+/// origin-session view keeps the finished leaf and shows its pending
+/// terminal message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_message_reaches_only_the_final_leaf_of_a_continuation_chain() {
+    const SESSION: &str = "session-terminal";
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let parent = started_interactive(
+        &mut client,
+        &script("checkpoint.json"),
+        SESSION,
+        json!({"task": "ship it", "n": 1.5}),
+    )
+    .await;
+    let view = wait_settled(&mut client, &parent).await;
+    assert_eq!(status(&view), "waiting", "{view}");
+    let answer = RequestSpec::command(
+        "checkpoint.answer",
+        Some(&parent),
+        json!({ "answer": { "approved": true } }),
+    );
+    let answered = client.request(&answer).await.unwrap();
+    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
+    let leaf = answered.receipt.unwrap()["continuationRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let view = wait_settled(&mut client, &leaf).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    let headless = started(&mut client, &script("linear.json")).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &headless).await),
+        "completed"
+    );
+
+    let db = server.db();
+    let messages = wait_for(Duration::from_secs(10), "the terminal message", || {
+        let found = terminal_messages(&db, SESSION);
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let (message_id, run_id, state, content) = &messages[0];
+    assert_eq!(message_id, &format!("terminal:{leaf}"));
+    assert_eq!(run_id, &leaf);
+    assert_eq!(state, "pending");
+    let facts = terminal_facts(content);
+    assert_eq!(facts["runId"], leaf.as_str());
+    assert_eq!(facts["state"], "completed");
+    assert_eq!(facts["workflowName"], "checkpoint");
+    assert_eq!(facts["result"], json!({"published": true}), "{content}");
+    assert_eq!(facts["restart"]["allowed"], false);
+    let stored_input: String = db
+        .query_row(
+            "SELECT CAST(b.bytes AS TEXT) FROM runs r JOIN blobs b ON b.digest = r.input_digest WHERE r.run_id = ?1",
+            [&leaf],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(
+        content.contains(&format!("\"input\":{stored_input},")),
+        "the exact stored input {stored_input}: {content}"
+    );
+    assert_eq!(
+        support::count(
+            &db,
+            "SELECT COUNT(*) FROM workflow_messages WHERE kind = 'terminal' AND run_id IN (?1, ?2)",
+            [&parent, &headless]
+        ),
+        0,
+        "neither the settled parent nor a headless run gets one"
+    );
+
+    let session = session_view(&mut client, SESSION).await;
+    assert_eq!(session["activeRun"]["runId"], leaf.as_str(), "{session}");
+    let kinds: Vec<&str> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|message| message["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["terminal"], "{session}");
+    assert_eq!(
+        session["messages"][0]["content"]["bytes"],
+        content.len(),
+        "{session}"
+    );
+    support::wait_quiescent(&db).await;
+    assert_eq!(support::consistency_violations(&db), Vec::<String>::new());
+}
+
+/// The server dies after an interactive run's terminal commit, before its
+/// terminal message (`before_terminal_message`): the run stays completed,
+/// the next server builds the missing message at startup, and a third start
+/// builds no second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_builds_a_terminal_message_a_crash_left_missing() {
+    const SESSION: &str = "session-crash";
+    let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", "before_terminal_message:1")]);
+    server.spawn().expect("the server starts");
+    let run_id = {
+        let mut client = server.client().await;
+        started_interactive(&mut client, &script("linear.json"), SESSION, json!({})).await
+    };
+    assert!(
+        server.wait_exit(Duration::from_secs(20)),
+        "the server did not stop before the terminal message"
+    );
+    {
+        let db = server.db();
+        let status: String = db
+            .query_row(
+                "SELECT status FROM runs WHERE run_id = ?1",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(status, "completed", "the terminal state committed first");
+        assert_eq!(terminal_messages(&db, SESSION), Vec::new());
+    }
+    server.remove_env("PI_WORKFLOWS_FAULT");
+    server.spawn().expect("the server restarts");
+    let _client = server.client().await;
+    let messages = terminal_messages(&server.db(), SESSION);
+    assert_eq!(messages.len(), 1, "built at startup: {messages:?}");
+    assert_eq!(messages[0].0, format!("terminal:{run_id}"));
+    assert_eq!(terminal_facts(&messages[0].3)["state"], "completed");
+
+    server.stop();
+    server.spawn().expect("a third start");
+    let _client = server.client().await;
+    assert_eq!(
+        terminal_messages(&server.db(), SESSION),
+        messages,
+        "no second terminal message"
+    );
+    support::wait_quiescent(&server.db()).await;
+    assert_eq!(
+        support::consistency_violations(&server.db()),
+        Vec::<String>::new()
+    );
 }

@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{TestServer, loop_script, started, status, wait_settled, write_script};
+use support::{
+    TestServer, count, loop_script, session_view, started, status, wait_for, wait_settled,
+    write_script,
+};
 
 /// Why a view is not one coherent revision of `run_id` (empty when it is).
 /// Every fact it compares is written in one transaction, so a view built
@@ -705,6 +708,25 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
         .unwrap()
     };
 
+    // The server builds the run's terminal message after the terminal
+    // commit; this test plants its own states of it, so it removes that one
+    // (the state between the terminal commit and the message).
+    wait_for(
+        Duration::from_secs(10),
+        "the built terminal message",
+        || {
+            (count(
+                &db,
+                "SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1 AND kind = 'terminal'",
+                [&first],
+            ) == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    db.execute("DELETE FROM workflow_messages WHERE run_id = ?1", [&first])
+        .unwrap();
+
     // Without a terminal message: visible for 60 seconds after it finished.
     assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
     db.execute(
@@ -723,16 +745,7 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
     ))
     .unwrap();
     assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
-    let window = client
-        .request(&RequestSpec::read(
-            "sessionView.get",
-            None,
-            json!({ "sessionId": SESSION }),
-        ))
-        .await
-        .unwrap()
-        .receipt
-        .unwrap();
+    let window = session_view(&mut client, SESSION).await;
     assert_eq!(window["messageCount"], 1);
     assert_eq!(window["messages"][0]["messageId"], "m-terminal");
     assert_eq!(
@@ -741,10 +754,21 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
     );
     assert_eq!(window["messages"][0]["content"]["bytes"], 18);
 
-    // Sent, its first turn open: kept.
+    // Sent, before its first turn: kept, and still in the window (the turn
+    // it opens is reported against it).
+    db.execute(
+        "UPDATE workflow_messages SET state = 'sent' WHERE message_id = 'm-terminal'",
+        [],
+    )
+    .unwrap();
+    assert_eq!(session_run(&mut client, SESSION).await, Some(first.clone()));
+    let window = session_view(&mut client, SESSION).await;
+    assert_eq!(window["messages"][0]["messageId"], "m-terminal", "{window}");
+    assert_eq!(window["messages"][0]["state"], "sent", "{window}");
+
+    // Its first turn open: kept.
     db.execute_batch(&format!(
-        "UPDATE workflow_messages SET state = 'sent' WHERE message_id = 'm-terminal';
-         INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms)
+        "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms)
          VALUES ('t-1', 'm-terminal', '{first}', '{SESSION}', 'open', 1);"
     ))
     .unwrap();
@@ -806,14 +830,6 @@ async fn a_terminal_run_stays_in_its_origin_session_until_its_terminal_turn_ende
         .unwrap();
     assert_eq!(cleared.outcome, "accepted", "{}", cleared.frame);
     assert_eq!(session_run(&mut client, SESSION).await, None);
-}
-
-/// The `sessionView.get` receipt of `session`.
-async fn session_view(client: &mut Client, session: &str) -> Value {
-    let spec = RequestSpec::read("sessionView.get", None, json!({ "sessionId": session }));
-    let response = client.request(&spec).await.unwrap();
-    assert_eq!(response.outcome, "accepted", "{}", response.frame);
-    response.receipt.unwrap()
 }
 
 /// The origin-session view lists every message the server creates, each with

@@ -679,6 +679,7 @@ fn interaction(kind: InteractionKind) -> InteractionRecord {
         accepted_submission: None,
         unproductive_turn_ends: 0,
         revision: 1,
+        clock: crate::interaction::TurnClock::default(),
         created_at_ms: 20,
     }
 }

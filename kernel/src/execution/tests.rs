@@ -6,7 +6,7 @@ use crate::fixtures::{
     result_record, runner_epoch, switch,
 };
 use crate::ids::{Digest, Generation, InteractionId, MessageId, RunId, SessionId};
-use crate::interaction::{InteractionKind, InteractionRecord};
+use crate::interaction::{InteractionKind, InteractionRecord, TurnClock};
 use crate::message::{MessageRecord, StepReason};
 use crate::run::{ContinuationOf, Lineage};
 use crate::runner::{ExitKind, RunnerExit, RunnerStatus, decide_exit};
@@ -146,6 +146,7 @@ fn interaction(agg: &RunAggregate) -> InteractionRecord {
         accepted_submission: None,
         unproductive_turn_ends: 0,
         revision: 1,
+        clock: TurnClock::default(),
         created_at_ms: 20,
     }
 }
@@ -176,7 +177,10 @@ fn waiting_interactive(topology: &Topology) -> RunAggregate {
     attempt.deadline_at_ms = Some(500);
     let node_id = attempt.node_id.clone();
     run::wait_in(&mut tx, &host_authority(1), node_id, false).unwrap();
-    tx.agg.interaction = Some(interaction(&agg));
+    let mut record = interaction(&agg);
+    // 480 ms of model-turn time left, in a turn running since the request.
+    record.clock = TurnClock::new(Some(480)).started(20);
+    tx.agg.interaction = Some(record);
     tx.agg.messages = vec![pending_step_message(&agg)];
     tx.commit().facts.reload()
 }
@@ -1780,7 +1784,9 @@ fn expiry_against_a_live_claim_needs_the_host_authority() {
 fn expiry_of_a_paused_waiting_attempt_is_refused() {
     let topology = chain(&["ask"]);
     let waiting = waiting_interactive(&topology);
-    let paused = run::pause(&waiting, None, control_request(), 30, TTL_MS)
+    // Paused after the budget ran out, before the wake: the timeout waits
+    // for resume.
+    let paused = run::pause(&waiting, None, control_request(), 510, TTL_MS)
         .unwrap()
         .facts
         .reload();
@@ -1788,6 +1794,52 @@ fn expiry_of_a_paused_waiting_attempt_is_refused() {
         expire(&paused, &topology, None, 600).map(|_| ()),
         Err(Rejection::Paused)
     );
+}
+
+#[test]
+fn a_waiting_attempts_deadline_is_model_turn_time() {
+    let topology = chain(&["ask"]);
+    let waiting = waiting_interactive(&topology);
+    assert_eq!(
+        expire(&waiting, &topology, None, 499).map(|_| ()),
+        Err(Rejection::DeadlineNotReached {
+            deadline_at_ms: Some(500)
+        }),
+        "a running clock defers to the end of its budget"
+    );
+    // Paused at 30: 10 ms consumed, the clock stopped. Wall-clock time
+    // passes without consuming it, and its wake finds nothing to defer to.
+    let paused = run::pause(&waiting, None, control_request(), 30, TTL_MS)
+        .unwrap()
+        .facts
+        .reload();
+    let clock = paused.interaction.as_ref().unwrap().clock;
+    assert_eq!(
+        clock,
+        TurnClock {
+            budget_ms: Some(480),
+            consumed_ms: 10,
+            running_since_ms: None
+        }
+    );
+    assert_eq!(
+        expire(&paused, &topology, None, 10_000).map(|_| ()),
+        Err(Rejection::DeadlineNotReached {
+            deadline_at_ms: None
+        })
+    );
+    // Running again from 1000, the budget ends 470 ms later.
+    let mut resumed = paused.clone();
+    resumed.run.paused = false;
+    resumed.interaction.as_mut().unwrap().clock = clock.started(1_000);
+    assert_eq!(
+        expire(&resumed, &topology, None, 1_469).map(|_| ()),
+        Err(Rejection::DeadlineNotReached {
+            deadline_at_ms: Some(1_470)
+        })
+    );
+    let (timed_out, _) = expire(&resumed, &topology, None, 1_470).unwrap();
+    assert_eq!(timed_out.facts.run.status, RunStatus::TimedOut);
 }
 
 // ---- property: random runner messages over random graphs -------------------

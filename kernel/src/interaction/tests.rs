@@ -119,14 +119,14 @@ fn request_waits_in_the_origin_session_and_releases_the_claim() {
             reason: StepReason::Initial
         }
     );
+    // The deadline becomes model-turn time: the time left at the request
+    // (500 − 20), on a stopped clock that no wake watches yet.
+    assert_eq!(record.clock, TurnClock::new(Some(480)));
     let outputs = &transition.outputs;
-    assert!(outputs.contains(&Output::Wake {
-        run_id: RunId::from("run-1"),
-        at_ms: 500,
-        reason: WakeReason::NodeDeadline {
-            attempt_id: attempt.attempt_id.clone()
-        },
-    }));
+    assert!(
+        !outputs.iter().any(|o| matches!(o, Output::Wake { .. })),
+        "the clock starts with the step's first turn: {outputs:?}"
+    );
     assert!(outputs.contains(&Output::PublishSession {
         session_id: SessionId::from("s-1")
     }));
@@ -161,18 +161,42 @@ fn a_request_lets_the_runner_exit_on_its_own() {
 }
 
 #[test]
-fn request_keeps_a_committed_deadline_and_wakes_only_with_one() {
+fn request_keeps_a_committed_deadline_and_wakes_only_when_no_time_is_left() {
     let mut agg = interactive_running(1);
     agg.attempt.as_mut().unwrap().deadline_at_ms = Some(300);
     let mut proposal = request_proposal(&agg, InteractionKind::SubmittedOutput);
     proposal.deadline_at_ms = Some(900);
     let transition = created(request_now(&agg, proposal));
+    assert_eq!(
+        transition.facts.interaction.as_ref().unwrap().clock,
+        TurnClock::new(Some(280)),
+        "the committed deadline wins: 300 − 20 left"
+    );
     assert_eq!(transition.facts.attempt.unwrap().deadline_at_ms, Some(300));
+    assert!(
+        !transition
+            .outputs
+            .iter()
+            .any(|o| matches!(o, Output::Wake { .. }))
+    );
+
+    // A deadline that passed before the request: no time is left, so the
+    // timeout path is woken at once.
+    let mut agg = interactive_running(1);
+    agg.attempt.as_mut().unwrap().deadline_at_ms = Some(15);
+    let transition = created(request_now(
+        &agg,
+        request_proposal(&agg, InteractionKind::SubmittedOutput),
+    ));
+    assert_eq!(
+        transition.facts.interaction.as_ref().unwrap().clock,
+        TurnClock::new(Some(0))
+    );
     assert!(
         transition
             .outputs
             .iter()
-            .any(|o| matches!(o, Output::Wake { at_ms: 300, .. }))
+            .any(|o| matches!(o, Output::Wake { at_ms: 20, .. }))
     );
 
     let agg = interactive_running(1);

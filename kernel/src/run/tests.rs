@@ -78,6 +78,7 @@ fn interaction(kind: InteractionKind) -> InteractionRecord {
         accepted_submission: None,
         unproductive_turn_ends: 0,
         revision: 1,
+        clock: crate::interaction::TurnClock::default(),
         created_at_ms: 0,
     }
 }
@@ -1362,6 +1363,16 @@ fn continuation_settles_the_parent_and_carries_its_steps() {
             Output::BuildTerminalMessage { .. }
         )),
         "a parent settled by its continuation gets no terminal message"
+    );
+    assert!(
+        has_output(&reserved.parent.outputs, |o| matches!(
+            o,
+            Output::Event {
+                event: RunEvent::Completed,
+                ..
+            }
+        )),
+        "a settled parent is completed, with its completed event"
     );
     let child = &reserved.child.facts;
     assert_eq!(pair(child), (RunStatus::Queued, QueueStatus::Queued));

@@ -1648,3 +1648,232 @@ fn a_sessions_next_message_order_follows_its_highest_stored_order() {
     assert_eq!(next_message_order(Some(1)), 2);
     assert_eq!(next_message_order(Some(41)), 42);
 }
+
+// ---- turn clocks (model-turn time) -----------------------------------------
+
+/// [`sent_step`] whose request has `budget` ms of model-turn time left.
+fn sent_step_with_budget(budget: u64) -> SessionFacts {
+    let mut session = sent_step();
+    run_mut(&mut session).interaction.as_mut().unwrap().clock =
+        interaction::TurnClock::new(Some(budget));
+    session
+}
+
+fn clock(session: &SessionFacts) -> interaction::TurnClock {
+    record(session).clock
+}
+
+fn deadline_wakes(outputs: &[Output]) -> Vec<u64> {
+    outputs
+        .iter()
+        .filter_map(|output| match output {
+            Output::Wake {
+                at_ms,
+                reason: WakeReason::NodeDeadline { .. },
+                ..
+            } => Some(*at_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_turn_clock_counts_only_its_running_segments() {
+    let fresh = interaction::TurnClock::new(Some(100));
+    assert!(!fresh.expired(1_000_000), "a stopped clock never runs out");
+    assert_eq!(fresh.deadline_at_ms(5), None);
+    let running = fresh.started(10);
+    assert_eq!(
+        running.started(20),
+        running,
+        "a running clock keeps its start"
+    );
+    assert_eq!(running.deadline_at_ms(30), Some(110));
+    let stopped = running.stopped(40);
+    assert_eq!(stopped.consumed_ms, 30);
+    assert_eq!(stopped.stopped(90), stopped);
+    assert_eq!(stopped.deadline_at_ms(500), None);
+    let again = stopped.started(500);
+    assert_eq!(again.deadline_at_ms(500), Some(570));
+    assert!(!again.expired(569));
+    assert!(again.expired(570));
+    assert_eq!(again.deadline_at_ms(600), Some(600), "spent: due now");
+    assert_eq!(
+        running.stopped(5).consumed_ms,
+        0,
+        "a segment never ends before it began"
+    );
+    assert!(
+        !interaction::TurnClock::new(None)
+            .started(0)
+            .expired(u64::MAX)
+    );
+    assert_eq!(
+        interaction::TurnClock::at_request(Some(300), 20),
+        interaction::TurnClock::new(Some(280))
+    );
+}
+
+#[test]
+fn a_step_turn_runs_its_requests_clock_and_its_end_stops_it() {
+    let session = sent_step_with_budget(1_000);
+    let (started, reported) = after(report(
+        &session,
+        &turn_report("m-1", "t-1", TurnPhase::Start),
+    ));
+    assert_eq!(clock(&started).running_since_ms, Some(60));
+    let outputs = &reported.session.as_ref().unwrap().outputs;
+    assert_eq!(
+        deadline_wakes(outputs),
+        vec![1_060],
+        "one wake at the deadline"
+    );
+
+    let ended = report_turn(
+        &started,
+        &ready(&started),
+        &conn(1),
+        E1,
+        &turn_report("m-1", "t-1", end(StopReason::Completed)),
+        &ids(),
+        460,
+    )
+    .unwrap();
+    let ended = ended.session.unwrap().facts;
+    assert_eq!(
+        clock(&ended),
+        interaction::TurnClock {
+            budget_ms: Some(1_000),
+            consumed_ms: 400,
+            running_since_ms: None
+        }
+    );
+}
+
+#[test]
+fn an_idle_branch_that_loses_the_turn_stops_the_clock() {
+    let session = sent_step_with_budget(1_000);
+    let (started, _) = after(report(
+        &session,
+        &turn_report("m-1", "t-1", TurnPhase::Start),
+    ));
+    let coordinator = ready(&started);
+    let reported = report_branch(
+        &started,
+        &coordinator,
+        &conn(1),
+        E1,
+        &idle(&["m-1"]),
+        &ids(),
+        260,
+    )
+    .unwrap();
+    let facts = reported.session.unwrap().facts;
+    assert_eq!(clock(&facts).running_since_ms, None);
+    assert_eq!(clock(&facts).consumed_ms, 200);
+}
+
+#[test]
+fn a_disconnect_suspends_the_clock_and_the_new_epochs_start_repeat_resumes_it() {
+    let session = sent_step_with_budget(1_000);
+    let coordinator = ready(&session);
+    let (started, _) = after(report_turn(
+        &session,
+        &coordinator,
+        &conn(1),
+        E1,
+        &turn_report("m-1", "t-1", TurnPhase::Start),
+        &ids(),
+        100,
+    ));
+    // While the connection is active, nothing is suspended.
+    assert_eq!(suspend_clocks(&started, &coordinator, 300), None);
+    let gone = disconnect(&coordinator, &conn(1)).facts;
+    let suspended = suspend_clocks(&started, &gone, 300).expect("the clock stops");
+    assert!(suspended.outputs.contains(&Output::PublishSession {
+        session_id: SessionId::from("s-1")
+    }));
+    let suspended = suspended.facts;
+    assert_eq!(clock(&suspended).consumed_ms, 200);
+    assert_eq!(clock(&suspended).running_since_ms, None);
+    assert_eq!(suspend_clocks(&suspended, &gone, 400), None, "nothing runs");
+    assert_eq!(
+        suspended.turns[0].state,
+        TurnState::Open,
+        "the turn stays open"
+    );
+
+    // A new connection reports the branch (busy), then repeats the open
+    // turn's start: the clock runs again with its 200 ms kept.
+    let next = connect(&gone, conn(2)).facts;
+    let e2 = CoordinatorEpoch(2);
+    let next = report_branch(&suspended, &next, &conn(2), e2, &busy(), &[], 5_000)
+        .unwrap()
+        .coordinator;
+    let repeat = report_turn(
+        &suspended,
+        &next,
+        &conn(2),
+        e2,
+        &turn_report("m-1", "t-1", TurnPhase::Start),
+        &ids(),
+        5_000,
+    )
+    .unwrap();
+    assert_eq!(repeat.receipt.ownership, TurnOwnership::Active);
+    let resumed = repeat.session.expect("the clock changed");
+    assert_eq!(deadline_wakes(&resumed.outputs), vec![5_800]);
+    assert_eq!(clock(&resumed.facts).running_since_ms, Some(5_000));
+    assert_eq!(clock(&resumed.facts).consumed_ms, 200);
+    // A second repeat changes nothing.
+    let again = report_turn(
+        &resumed.facts,
+        &next,
+        &conn(2),
+        e2,
+        &turn_report("m-1", "t-1", TurnPhase::Start),
+        &ids(),
+        5_100,
+    )
+    .unwrap();
+    assert_eq!(again.session, None);
+}
+
+#[test]
+fn an_aborted_turn_stops_the_clock_before_the_pause() {
+    let session = sent_step_with_budget(1_000);
+    let (started, _) = after(report(
+        &session,
+        &turn_report("m-1", "t-1", TurnPhase::Start),
+    ));
+    let aborted = report_turn(
+        &started,
+        &ready(&started),
+        &conn(1),
+        E1,
+        &turn_report("m-1", "t-1", end(StopReason::Aborted)),
+        &ids(),
+        90,
+    )
+    .unwrap();
+    let facts = aborted.session.unwrap().facts;
+    assert!(facts.runs[0].paused);
+    assert_eq!(clock(&facts).running_since_ms, None);
+    assert_eq!(clock(&facts).consumed_ms, 30);
+}
+
+#[test]
+fn a_terminal_or_decision_turn_runs_no_clock() {
+    let mut session = sent_step_with_budget(1_000);
+    push(
+        &mut session,
+        "term",
+        MessageKind::Terminal,
+        MessageState::Sent,
+    );
+    make_terminal(&mut session, TerminalKind::Completed);
+    let reported = report(&session, &turn_report("term", "t-9", TurnPhase::Start)).unwrap();
+    let facts = reported.session.unwrap();
+    assert!(deadline_wakes(&facts.outputs).is_empty());
+    assert!(!clock(&facts.facts).is_running());
+}

@@ -18,6 +18,7 @@
 //! (origin sessions), `submissions` (`interaction.submit`),
 //! `server_status`, and `socket` (the listener and its connections).
 
+mod capture;
 pub mod coordinator;
 mod reads;
 mod receipts;
@@ -211,6 +212,10 @@ async fn dispatch(
             )
             .await
         }
+        RequestPayload::SessionEventsRecord(batch) => {
+            let connection = outbox.connection_id();
+            crate::client_api::capture::record(app, &request.request_id, &batch, connection).await
+        }
         RequestPayload::WorkflowTurnReport(report) => {
             let connection = outbox.connection_id();
             crate::client_api::coordinator::report_turn(
@@ -251,7 +256,6 @@ async fn dispatch(
         | RequestPayload::ResourceApply(_)
         | RequestPayload::ResourceReconcile(_)
         | RequestPayload::ResourceDelete(_)
-        | RequestPayload::SessionEventsRecord(_)
         | RequestPayload::StateVerify(_)
         | RequestPayload::StateBackup(_)
         | RequestPayload::StatePrune(_)

@@ -64,6 +64,10 @@ pub struct Context {
     pub control: ClaimRequest,
     pub faults: Faults,
     pub ports: Ports,
+    /// The host facts the previous server left (taken before this epoch):
+    /// startup recovery stops work that counts only while a server runs at
+    /// the previous server's last sign of life (`kernel::epoch::last_alive_ms`).
+    pub previous_host: kernel::epoch::HostFacts,
     pub runners: runners::Runners,
     pub scheduler: admission::Scheduler,
     pub timers: wakes::Wakes,
@@ -99,6 +103,7 @@ pub struct Parts {
     pub control: ClaimRequest,
     pub faults: Faults,
     pub ports: Ports,
+    pub previous_host: kernel::epoch::HostFacts,
 }
 
 impl Context {
@@ -112,6 +117,7 @@ impl Context {
             control,
             faults,
             ports,
+            previous_host,
         } = parts;
         Arc::new(Self {
             runners: runners::Runners::new(),
@@ -129,6 +135,7 @@ impl Context {
             control,
             faults,
             ports,
+            previous_host,
             clients: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             in_flight_done: Notify::new(),

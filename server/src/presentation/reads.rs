@@ -29,6 +29,8 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 /// How long a terminal run stays in its origin-session view after the first
 /// turn of its terminal message ended (or after it finished, without one).
 pub const TERMINAL_RETENTION_MS: u64 = 60_000;
+/// Rows of a captured-session-event page at most.
+pub const SESSION_EVENTS_PAGE: usize = kernel::capture::MAX_BATCH;
 /// Byte budget of the origin-session message window.
 pub const SESSION_WINDOW_BYTES: usize = 256 * 1024;
 
@@ -111,8 +113,15 @@ pub fn view_page(
     }
     let revision = viewer::presentation_revision(connection, run_id)?;
     let offset: usize = cursor.and_then(|cursor| cursor.parse().ok()).unwrap_or(0);
-    let limit = limit.clamp(1, 1000);
     let collection: wire::PageCollection = to_wire("collection", collection)?;
+    let limit = match collection {
+        // Captured session events: at most 256 rows a read.
+        wire::PageCollection::SessionEvents => limit.clamp(1, SESSION_EVENTS_PAGE),
+        wire::PageCollection::Steps
+        | wire::PageCollection::Updates
+        | wire::PageCollection::Transitions
+        | wire::PageCollection::Messages => limit.clamp(1, 1000),
+    };
     // A page's items are any JSON in the schema (each collection has its
     // own item type): the typed items become values here.
     fn values<T: Serialize>(items: Vec<T>) -> rusqlite::Result<Vec<Value>> {
@@ -143,9 +152,12 @@ pub fn view_page(
             offset,
             limit + 1,
         )?)?,
-        // A run view pages no session events (they belong to a session,
-        // and `sessionEvents.record` stores none yet): the page is empty.
-        wire::PageCollection::SessionEvents => Vec::new(),
+        wire::PageCollection::SessionEvents => values(crate::store::capture::page(
+            connection,
+            run_id,
+            offset,
+            limit + 1,
+        )?)?,
     };
     let fetched = items.len();
     let shown = crate::projection::run_view::page_prefix(
@@ -155,8 +167,20 @@ pub fn view_page(
     );
     let mut items = items;
     items.truncate(shown);
+    // A session-event page names the replay checkpoint it may start from.
+    let checkpoint = match collection {
+        wire::PageCollection::SessionEvents => {
+            crate::store::capture::checkpoint_before(connection, run_id, offset)?
+                .map(|(digest, bytes)| checkpoint_reference(&digest, bytes))
+                .transpose()?
+        }
+        wire::PageCollection::Steps
+        | wire::PageCollection::Updates
+        | wire::PageCollection::Transitions
+        | wire::PageCollection::Messages => None,
+    };
     let page = wire::ViewPage {
-        checkpoint: None,
+        checkpoint,
         collection,
         cursor: cursor.map(|cursor| to_wire("cursor", cursor)).transpose()?,
         items,
@@ -166,6 +190,22 @@ pub fn view_page(
         revision: crate::projection::run_view::revision(revision)?,
     };
     Ok(Some(page))
+}
+
+/// The content reference of a stored replay checkpoint (canonical JSON).
+fn checkpoint_reference(
+    digest: &kernel::ids::Digest,
+    bytes: u64,
+) -> Result<wire::ContentReference, OffSchema> {
+    Ok(wire::ContentReference {
+        bytes: protocol::generated::constrained::ByteCount::new(bytes)
+            .ok_or(OffSchema("checkpoint.bytes"))?,
+        digest: to_wire(
+            "checkpoint.digest",
+            format!("sha256:{}", hex::encode(digest.0)),
+        )?,
+        media_type: to_wire("checkpoint.mediaType", crate::store::blobs::JSON)?,
+    })
 }
 
 /// One chunk of referenced content of `run_id`.
@@ -194,6 +234,13 @@ pub fn content_chunk(
         None => {
             crate::store::sessions::message_content_bytes(connection, run_id, &digest, media_type)?
         }
+    };
+    let bytes = match bytes {
+        Some(bytes) => Some(bytes),
+        None if media_type == crate::store::blobs::JSON => {
+            crate::store::capture::checkpoint_bytes(connection, run_id, &digest)?
+        }
+        None => None,
     };
     let Some(bytes) = bytes else {
         return Ok(Err("no such content for this run and media type"));

@@ -182,6 +182,17 @@ pub(crate) fn final_output(
     connection: &Connection,
     run_id: &RunId,
 ) -> rusqlite::Result<Option<Value>> {
+    match final_output_digest(connection, run_id)? {
+        Some(digest) => Ok(Some(blobs::get_json(connection, &digest)?)),
+        None => Ok(None),
+    }
+}
+
+/// The digest of the run's final output (its latest `ok` attempt's), if any.
+pub(crate) fn final_output_digest(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<Option<kernel::ids::Digest>> {
     let digest: Option<DigestColumn> = connection
         .query_row_cached(
             "SELECT output_digest FROM node_attempts WHERE run_id = ?1 AND status = 'finished' AND outcome = 'ok'
@@ -191,8 +202,5 @@ pub(crate) fn final_output(
         )
         .optional()?
         .flatten();
-    match blobs::digest_of(digest) {
-        Some(digest) => Ok(Some(blobs::get_json(connection, &digest)?)),
-        None => Ok(None),
-    }
+    Ok(blobs::digest_of(digest))
 }

@@ -33,6 +33,7 @@
 
 pub mod attempts;
 pub mod blobs;
+pub(crate) mod capture;
 mod codec;
 pub mod commands;
 pub mod counts;
@@ -47,6 +48,7 @@ pub mod runs;
 pub mod schema;
 pub mod sessions;
 pub mod submissions;
+pub(crate) mod terminal;
 pub mod updates;
 pub mod view_facts;
 pub mod view_reads;

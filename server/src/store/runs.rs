@@ -22,7 +22,7 @@ use kernel::claim::{Claim, LeaseFacts};
 use kernel::decision::{DecisionRecord, DecisionStatus, Provenance};
 use kernel::effect::{EffectKey, EffectRecord};
 use kernel::ids::*;
-use kernel::interaction::InteractionRecord;
+use kernel::interaction::{InteractionRecord, TurnClock};
 use kernel::message::{MessageKind, MessageRecord, StepReason, TurnRecord};
 use kernel::output::{Output, RunEvent};
 use kernel::run::{
@@ -478,7 +478,8 @@ pub(crate) fn effect_from_row(
 
 const INTERACTION_COLUMNS: &str =
     "interaction_id, attempt_id, node_id, target_session_id, kind, contract_hash, status,
-     accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, run_id";
+     accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, run_id,
+     clock_budget_ms, clock_consumed_ms, clock_running_since_ms";
 
 fn interaction_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<InteractionRecord> {
     Ok(InteractionRecord {
@@ -493,6 +494,11 @@ fn interaction_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Interaction
         accepted_submission: row.get::<_, Option<String>>(7)?.map(SubmissionId::new),
         unproductive_turn_ends: row.get::<_, i64>(8)? as u32,
         revision: row.get::<_, i64>(9)? as u32,
+        clock: TurnClock {
+            budget_ms: row.get::<_, Option<i64>>(12)?.map(u64_of),
+            consumed_ms: u64_of(row.get(13)?),
+            running_since_ms: row.get::<_, Option<i64>>(14)?.map(u64_of),
+        },
         created_at_ms: u64_of(row.get(10)?),
     })
 }
@@ -945,12 +951,15 @@ pub(crate) fn write_interaction(
 ) -> rusqlite::Result<()> {
     connection.execute_cached(
         "INSERT INTO interactive_requests (interaction_id, run_id, attempt_id, node_id, target_session_id, kind,
-             contract_hash, status, accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+             contract_hash, status, accepted_submission_id, unproductive_turn_ends, revision, created_at_ms, updated_at_ms,
+             clock_budget_ms, clock_consumed_ms, clock_running_since_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
          ON CONFLICT (interaction_id) DO UPDATE SET status = excluded.status,
            accepted_submission_id = excluded.accepted_submission_id,
            unproductive_turn_ends = excluded.unproductive_turn_ends, revision = excluded.revision,
-           updated_at_ms = excluded.updated_at_ms",
+           updated_at_ms = excluded.updated_at_ms, clock_budget_ms = excluded.clock_budget_ms,
+           clock_consumed_ms = excluded.clock_consumed_ms,
+           clock_running_since_ms = excluded.clock_running_since_ms",
         params![
             record.interaction_id.as_str(),
             record.run_id.as_str(),
@@ -965,6 +974,9 @@ pub(crate) fn write_interaction(
             i64::from(record.revision),
             i64_of(record.created_at_ms),
             i64_of(now_ms),
+            record.clock.budget_ms.map(i64_of),
+            i64_of(record.clock.consumed_ms),
+            record.clock.running_since_ms.map(i64_of),
         ],
     )?;
     Ok(())
@@ -1050,8 +1062,9 @@ fn unwritable(what: &'static str) -> rusqlite::Error {
 /// that names it. A step presents its interaction's prompt: an initial step
 /// brings it (and records it as the interaction's prompt), a resumed step
 /// presents the same prompt again, a reminder puts a reminder line before
-/// it. A notification and a follow-up bring their own text. A decision and
-/// a terminal message state, in one line, what they are about. A kind
+/// it. A notification, a follow-up and a terminal message (built by
+/// `kernel::terminal`) bring their own text. A decision message states, in
+/// one line, what it is about. A kind
 /// without its content is an error: no message is ever stored without one.
 pub(crate) fn message_content(
     connection: &Connection,
@@ -1123,14 +1136,8 @@ pub(crate) fn message_content(
             );
             put(given.unwrap_or(&Blob::text(&text)))
         }
-        MessageKind::Terminal => {
-            let text = format!(
-                "Workflow run {} ended: {}.",
-                message.run_id.as_str(),
-                name(&after.run.status)
-            );
-            put(given.unwrap_or(&Blob::text(&text)))
-        }
+        // `kernel::terminal` writes every terminal message's content.
+        MessageKind::Terminal => given.map(put).unwrap_or(Err(missing("terminal"))),
     }
 }
 

@@ -1,7 +1,9 @@
--- pi-workflows-state, schema version 3 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 4 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
--- on node attempts, so a runner message read every finished step; both are
--- refused as incompatible).
+-- on node attempts, so a runner message read every finished step; version 3
+-- counted an interactive node timeout on the wall clock, with no turn clock
+-- on its request, and had no session capture; all are refused as
+-- incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -9,7 +11,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 3),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 4),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -276,6 +278,12 @@ CREATE TABLE interactive_requests (
   accepted_submission_id TEXT,
   unproductive_turn_ends INTEGER NOT NULL DEFAULT 0,
   revision INTEGER NOT NULL DEFAULT 1,
+  -- The node timeout in model-turn time (kernel::interaction::TurnClock):
+  -- the budget left at the request, the time stopped segments consumed,
+  -- and the start of the running segment.
+  clock_budget_ms INTEGER CHECK (clock_budget_ms IS NULL OR clock_budget_ms >= 0),
+  clock_consumed_ms INTEGER NOT NULL DEFAULT 0 CHECK (clock_consumed_ms >= 0),
+  clock_running_since_ms INTEGER,
   prompt_digest BLOB REFERENCES blobs(digest),
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL,
@@ -348,6 +356,28 @@ CREATE TABLE workflow_turns (
 ) STRICT;
 -- A run's open turns (every run load).
 CREATE INDEX workflow_turns_by_run ON workflow_turns(run_id, state, started_at_ms);
+
+-- A run's session capture (sessionEvents.record, kernel::capture): how many
+-- events it holds and the replay state after the last one.
+CREATE TABLE session_captures (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  events INTEGER NOT NULL CHECK (events >= 0 AND events <= 1000000),
+  replay_state_json TEXT NOT NULL,
+  updated_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- Captured Pi session events of a run's workflow turns, numbered run-wide
+-- from 1 without gaps; the digest is over the canonical {data, type}.
+-- Presentation only: never read into a run's state or a runner's command.
+CREATE TABLE session_events (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  run_seq INTEGER NOT NULL CHECK (run_seq >= 1),
+  event_type TEXT NOT NULL,
+  data_json TEXT NOT NULL CHECK (length(data_json) <= 65536),
+  digest BLOB NOT NULL CHECK (length(digest) = 32),
+  recorded_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, run_seq)
+) STRICT;
 
 -- The latest value per (type, key) of published workflow updates.
 CREATE TABLE workflow_updates (

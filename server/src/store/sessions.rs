@@ -12,7 +12,7 @@
 //!   facts, inside the caller's transaction: new messages with their content
 //!   (derived as every other message's is, `runs::message_content`), changed
 //!   message states and entries, new or ended turns, and changed requests
-//!   (unproductive-turn count, revision, failure). A run's lifecycle is
+//!   (unproductive-turn count, revision, failure, turn clock). A run's lifecycle is
 //!   never written here (that is the follow-ups', through `runs::write`).
 //!   Every touched run is marked for the viewer, so session subscribers and
 //!   the run views see the change at commit.
@@ -202,4 +202,39 @@ pub(crate) fn message_content_bytes(
             |row| row.get(0),
         )
         .optional()
+}
+
+/// The origin sessions with a running turn clock (startup stops them: no
+/// coordinator survives a server restart).
+pub(crate) fn with_running_clocks(connection: &Connection) -> rusqlite::Result<Vec<SessionId>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT DISTINCT target_session_id FROM interactive_requests
+         WHERE status = 'pending' AND clock_running_since_ms IS NOT NULL AND target_session_id IS NOT NULL",
+    )?;
+    let rows = statement.query_map([], |row| Ok(SessionId::new(row.get::<_, String>(0)?)))?;
+    rows.collect()
+}
+
+/// The turn clock of every pending origin-session request with a deadline:
+/// its run, attempt and clock.
+pub(crate) fn pending_clocks(
+    connection: &Connection,
+) -> rusqlite::Result<Vec<(RunId, AttemptId, kernel::interaction::TurnClock)>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT run_id, attempt_id, clock_budget_ms, clock_consumed_ms, clock_running_since_ms
+         FROM interactive_requests
+         WHERE status = 'pending' AND target_session_id IS NOT NULL AND clock_budget_ms IS NOT NULL",
+    )?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            RunId::new(row.get::<_, String>(0)?),
+            AttemptId::new(row.get::<_, String>(1)?),
+            kernel::interaction::TurnClock {
+                budget_ms: row.get::<_, Option<i64>>(2)?.map(u64_of),
+                consumed_ms: u64_of(row.get(3)?),
+                running_since_ms: row.get::<_, Option<i64>>(4)?.map(u64_of),
+            },
+        ))
+    })?;
+    rows.collect()
 }

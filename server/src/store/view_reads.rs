@@ -156,8 +156,10 @@ pub(crate) fn active_run(
         .optional()
 }
 
-/// Every pending workflow message of the session and every sent one of a
-/// nonterminal run, in session order.
+/// Every pending workflow message of the session, every sent one of a
+/// nonterminal run, and every sent terminal or follow-up message whose first
+/// turn has not ended (the turn it opens is reported against it), in session
+/// order: the window `store::sessions::load` gives the kernel.
 pub(crate) fn session_messages(
     connection: &Connection,
     session: &SessionId,
@@ -167,8 +169,11 @@ pub(crate) fn session_messages(
                 b.media_type, length(b.bytes)
          FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
          WHERE m.session_id = ?1
-           AND (m.state = 'pending' OR (m.state = 'sent' AND m.run_id IN (
-                SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))))
+           AND (m.state = 'pending'
+                OR (m.state = 'sent' AND m.run_id IN (
+                    SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting')))
+                OR (m.state = 'sent' AND m.kind IN ('terminal', 'followUp') AND NOT EXISTS (
+                    SELECT 1 FROM workflow_turns t WHERE t.message_id = m.message_id AND t.state <> 'open')))
          ORDER BY m.session_order",
     )?;
     let rows = statement.query_map(params![session.as_str()], message_value)?;
@@ -195,8 +200,11 @@ pub(crate) fn session_revision(
     Ok(runs_revision + message_changes)
 }
 
-/// The most recent terminal run of the session while it stays visible (see
-/// `reads::session_view`).
+/// The most recent terminal run of the session while it stays visible: its
+/// terminal message is pending, sent before its first turn, or in its first
+/// turn, and for `retention_ms` after that turn ended (without a terminal
+/// message: for `retention_ms` after the run finished). See
+/// `reads::session_document`.
 pub(crate) fn retained_terminal(
     connection: &Connection,
     session: &SessionId,
@@ -218,6 +226,7 @@ pub(crate) fn retained_terminal(
                ORDER BY t.started_at_ms, t.turn_id LIMIT 1)
              SELECT run_id FROM latest
              WHERE EXISTS (SELECT 1 FROM terminal WHERE state = 'pending')
+                OR (EXISTS (SELECT 1 FROM terminal WHERE state = 'sent') AND NOT EXISTS (SELECT 1 FROM first_turn))
                 OR EXISTS (SELECT 1 FROM first_turn WHERE state = 'open' OR ended_at_ms + ?2 > ?3)
                 OR (NOT EXISTS (SELECT 1 FROM terminal) AND latest.finished_at_ms + ?2 > ?3)",
             params![

@@ -12,7 +12,15 @@
 //!    resumption.
 //! 6. Pure and settled work becomes claimable (`recovered`) and the scheduler
 //!    admits it.
-//! 7. Pending interactive requests and workflow messages are left untouched.
+//! 7. Pending interactive requests and workflow messages are left untouched;
+//!    a terminal workflow message a crash left unbuilt is built
+//!    (`terminal_messages::build_missing`).
+//! 8. Interactive node timeouts are model-turn time: every turn clock the
+//!    previous server left running stops at its last sign of life
+//!    (`kernel::epoch::last_alive_ms`), so server downtime consumes none,
+//!    and a request whose budget is already spent is woken now for its
+//!    timeout path, before other work is scheduled. A clock runs again only
+//!    when a reconnected coordinator reports its turn.
 //! 9. Every submission still `validating` gets a new validation child
 //!    (`validator::resume_validating`); the kernel takes only its first verdict.
 
@@ -21,6 +29,7 @@ use crate::context::Context;
 use crate::process::ProcessIdentity;
 use crate::store::{Commit, StoreError};
 use kernel::ids::{RunId, RunnerEpochId};
+use kernel::output::WakeReason;
 use kernel::runner::{ExitKind, RunnerExit};
 use std::sync::Arc;
 
@@ -39,10 +48,42 @@ pub async fn startup(app: &Arc<Context>) -> Result<(), StoreError> {
     for (run_id, runner_epoch, _) in stale {
         orphaned(app, run_id, runner_epoch).await;
     }
+    stop_turn_clocks(app).await;
+    crate::terminal_messages::build_missing(app).await;
     crate::time::wakes::schedule_expired(app).await;
     crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
     Ok(())
+}
+
+/// Recovery step 8 (see the module comment).
+async fn stop_turn_clocks(app: &Arc<Context>) {
+    let stopped_at = kernel::epoch::last_alive_ms(&app.previous_host, app.config.server_lease_ms);
+    let running = app
+        .store
+        .read(crate::store::sessions::with_running_clocks)
+        .await
+        .unwrap_or_default();
+    for session_id in running {
+        let nobody = kernel::session::CoordinatorFacts::new(session_id);
+        let stopped =
+            crate::client_api::coordinator::suspend_clocks(app, nobody, Some(stopped_at)).await;
+        if stopped.is_err() {
+            crate::log::line("a turn clock the previous server left running could not be stopped");
+        }
+    }
+    let clocks = app
+        .store
+        .read(crate::store::sessions::pending_clocks)
+        .await
+        .unwrap_or_default();
+    let now_ms = crate::clock::now_ms();
+    for (run_id, attempt_id, clock) in clocks {
+        if let Some(at_ms) = clock.deadline_at_ms(now_ms) {
+            app.timers
+                .wake(run_id, at_ms, WakeReason::NodeDeadline { attempt_id });
+        }
+    }
 }
 
 type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);

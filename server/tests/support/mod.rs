@@ -429,6 +429,59 @@ pub async fn started(client: &mut Client, script: &Path) -> String {
         .to_owned()
 }
 
+/// Starts `script` as an interactive run of origin session `session` with
+/// `input` and returns its id (panics when refused).
+pub async fn started_interactive(
+    client: &mut Client,
+    script: &Path,
+    session: &str,
+    input: Value,
+) -> String {
+    let response = client
+        .request(&RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": script.to_string_lossy(), "input": input, "projectPath": "/tmp",
+                    "executionMode": "interactive", "originSessionId": session }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt.unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The origin-session view of `session` (`sessionView.get`, no coordination).
+pub async fn session_view(client: &mut Client, session: &str) -> Value {
+    let response = client
+        .request(&RequestSpec::read(
+            "sessionView.get",
+            None,
+            json!({ "sessionId": session }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
+    response.receipt.unwrap()
+}
+
+/// A run view's steps as (node id, outcome), in order.
+pub fn step_outcomes(view: &Value) -> Vec<(String, String)> {
+    view["steps"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            (
+                step["nodeId"].as_str().unwrap_or_default().to_owned(),
+                step["outcome"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// A loop run: `start`, then `visits` rounds of `work` → `check`, then
 /// `done`: `2 * visits + 2` graph steps. Each `work` visit can publish an
 /// update of `update_chars` characters under its own key.
@@ -696,6 +749,20 @@ pub const CONSISTENCY_CHECKS: &[Check] = &[
         sql: "SELECT v.run_id FROM viewer_runs v
          WHERE v.presentation_revision - v.retained_floor
                <> (SELECT COUNT(DISTINCT presentation_revision) FROM viewer_deltas d WHERE d.run_id = v.run_id)",
+    },
+    // Terminal messages (kernel::terminal) and session capture (kernel::capture).
+    Check {
+        message: "a terminal message of a run that is not an ended final leaf, or a second one",
+        sql: "SELECT m.message_id FROM workflow_messages m JOIN runs r USING (run_id)
+         WHERE m.kind = 'terminal' AND (r.status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
+             OR r.continued_by IS NOT NULL
+             OR (SELECT COUNT(*) FROM workflow_messages o WHERE o.run_id = m.run_id AND o.kind = 'terminal') > 1)",
+    },
+    Check {
+        message: "a session capture whose events are not numbered 1..n without gaps",
+        sql: "SELECT c.run_id FROM session_captures c
+         WHERE c.events <> (SELECT COUNT(*) FROM session_events e WHERE e.run_id = c.run_id)
+            OR c.events <> COALESCE((SELECT MAX(run_seq) FROM session_events e WHERE e.run_id = c.run_id), 0)",
     },
     Check {
         message: "a stored run view that disagrees with its run",
