@@ -864,6 +864,11 @@ async fn a_runner_ready_in_time_is_not_killed_while_the_server_commits_it_late()
         ),
         1,
         "one runner"
+    );
+    wait_quiescent(&db).await;
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
 /// A fresh `run.start` runs its first generation in the process that
 /// resolved it: the runner recorded for the run is the resolver, its log
 /// (renamed to the runner epoch) holds both launches, and no resolver log is
