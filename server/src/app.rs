@@ -158,7 +158,8 @@ fn perform(context: &Arc<Context>, outputs: Vec<Output>) {
             // The committed `validating` row is the request: the
             // scheduler admits its child.
             Output::SpawnValidator { .. } => context.scheduler.notify(),
-            Output::BuildTerminalMessage { .. } | Output::RequestRetentionSweep => {
+            Output::RequestRetentionSweep => context.maintenance.request_sweep(),
+            Output::BuildTerminalMessage { .. } => {
                 if let Some(name) = unperformed(&output) {
                     crate::log::line(&format!(
                         "the kernel asked for {name}, which this server version does not perform yet"
@@ -195,8 +196,8 @@ pub async fn release_epoch(context: &Context) {
 pub fn unperformed(output: &Output) -> Option<&'static str> {
     match output {
         Output::BuildTerminalMessage { .. } => Some("BuildTerminalMessage"),
-        Output::RequestRetentionSweep => Some("RequestRetentionSweep"),
         Output::Event { .. }
+        | Output::RequestRetentionSweep
         | Output::SpawnValidator { .. }
         | Output::SpawnRunner { .. }
         | Output::StopRunner { .. }
@@ -264,6 +265,6 @@ mod tests {
             .iter()
             .filter_map(unperformed)
             .collect();
-        assert_eq!(names, ["BuildTerminalMessage", "RequestRetentionSweep"]);
+        assert_eq!(names, ["BuildTerminalMessage"]);
     }
 }

@@ -17,7 +17,7 @@ use crate::client_api::socket;
 use crate::config::Config;
 use crate::context::Context;
 use crate::fault::Faults;
-use crate::time::{recovery, wakes};
+use crate::time::{recovery, sweep, wakes};
 use kernel::output::{Step, StopReason};
 use kernel::run::ParkReason;
 use std::io::Write;
@@ -46,6 +46,9 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     tokio::spawn(wakes::run_renewal(app.clone()));
     tokio::spawn(idle_watch(app.clone()));
     tokio::spawn(stop_on_signal(app.clone()));
+    // Recovery step 12: a retention sweep once normal work is idle.
+    tokio::spawn(sweep::run(app.clone()));
+    app.maintenance.request_sweep();
     app.scheduler.notify();
     socket::serve(app.clone(), listener).await;
     shutdown(&app).await;

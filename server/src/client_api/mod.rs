@@ -16,9 +16,11 @@
 //! per concept below it: `receipts` (command identity, lookup and the
 //! receipt job), `run_commands`, `reads`, `subscriptions`, `coordinator`
 //! (origin sessions), `submissions` (`interaction.submit`),
+//! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
 //! `server_status`, and `socket` (the listener and its connections).
 
 pub mod coordinator;
+mod maintenance;
 mod reads;
 mod receipts;
 mod request;
@@ -241,6 +243,9 @@ async fn dispatch(
             )
             .await
         }
+        RequestPayload::StateVerify(verify) => maintenance::verify(app, &request, verify).await,
+        RequestPayload::StateBackup(backup) => maintenance::backup(app, &request, backup).await,
+        RequestPayload::StatePrune(prune) => maintenance::prune(app, &request, prune).await,
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
         RequestPayload::DecisionAnswer(_)
@@ -252,9 +257,6 @@ async fn dispatch(
         | RequestPayload::ResourceReconcile(_)
         | RequestPayload::ResourceDelete(_)
         | RequestPayload::SessionEventsRecord(_)
-        | RequestPayload::StateVerify(_)
-        | RequestPayload::StateBackup(_)
-        | RequestPayload::StatePrune(_)
         | RequestPayload::ChannelStatus(_)
         | RequestPayload::ChannelReload(_)
         | RequestPayload::ChannelRecover(_) => response(

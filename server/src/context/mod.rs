@@ -2,7 +2,7 @@
 //! store, the server epoch and control claim, fault injection, the
 //! process's lifecycle (connected clients, commands in flight, stopping)
 //! and the in-memory registries (runners, wakes, admission signal,
-//! coordinator epochs, validations in flight).
+//! coordinator epochs, validations in flight, state maintenance).
 //!
 //! Invariants:
 //! - It holds state, not behaviour: nothing here reaches a layer above it.
@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod coordinators;
+pub mod maintenance;
 pub mod runners;
 pub mod validations;
 pub mod wakes;
@@ -83,6 +84,9 @@ pub struct Context {
     pub coordinators: coordinators::Coordinators,
     /// The validation children in flight (`children::validator`).
     pub validations: validations::Validations,
+    /// State maintenance: the running backup or prune, verifications, and
+    /// retention sweep requests.
+    pub maintenance: Arc<maintenance::Maintenance>,
 }
 
 /// What a server context is made of (`app.rs` opens them).
@@ -133,6 +137,7 @@ impl Context {
             submission_settled: Notify::new(),
             coordinators: coordinators::Coordinators::default(),
             validations: validations::Validations::default(),
+            maintenance: maintenance::Maintenance::new(),
         })
     }
 

@@ -18,6 +18,11 @@ impl Validations {
         in_flight.values().filter(|takes_slot| **takes_slot).count()
     }
 
+    /// How many children are in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.lock().expect("validations lock").len()
+    }
+
     /// Whether `submission_id` has a child in flight.
     pub fn is_in_flight(&self, submission_id: &SubmissionId) -> bool {
         let in_flight = self.in_flight.lock().expect("validations lock");

@@ -29,9 +29,11 @@
 //!   computes digests before it submits the closure.
 
 pub mod attempts;
+pub mod backup;
 pub mod blobs;
 mod codec;
 pub mod commands;
+pub mod consistency;
 pub mod counts;
 pub mod decisions;
 mod disk;
@@ -39,6 +41,7 @@ pub mod host;
 pub mod meta;
 mod open;
 pub mod processes;
+pub mod retention;
 pub mod runs;
 pub mod schema;
 pub mod sessions;
@@ -281,10 +284,27 @@ struct Job {
     reply: ReplyFn,
     /// A read (`Store::read`): said so in the log.
     read_only: bool,
+    /// Runs alone, outside any transaction (`Store::without_transaction`).
+    alone: bool,
 }
 
-/// A committed presentation change: the run and its new presentation revision.
-pub type Published = (kernel::ids::RunId, u64);
+/// A committed presentation change, announced after its commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// The run and its new presentation revision.
+    Revised(kernel::ids::RunId, u64),
+    /// State retention deleted the run (with its whole tree).
+    Deleted(kernel::ids::RunId),
+}
+
+impl Published {
+    /// The run the change is about.
+    pub fn run_id(&self) -> &kernel::ids::RunId {
+        match self {
+            Self::Revised(run_id, _) | Self::Deleted(run_id) => run_id,
+        }
+    }
+}
 
 /// A handle to the writer thread. Cloning shares the same thread.
 #[derive(Clone, Debug)]
@@ -351,7 +371,30 @@ impl Store {
         .await
     }
 
+    /// Runs `work` on the writer connection outside any transaction, alone
+    /// (no other job shares its turn): statements SQLite cannot run inside
+    /// one, such as `VACUUM` and a WAL checkpoint. Its SQL error is its
+    /// result; it commits nothing of its own.
+    pub async fn without_transaction<R, F>(&self, work: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+    {
+        self.enqueue(false, true, move |connection| {
+            work(connection).map(Commit::Discard)
+        })
+        .await
+    }
+
     async fn submit<R, F>(&self, read_only: bool, write: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
+    {
+        self.enqueue(read_only, false, write).await
+    }
+
+    async fn enqueue<R, F>(&self, read_only: bool, alone: bool, write: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
@@ -378,6 +421,7 @@ impl Store {
                 run,
                 reply,
                 read_only,
+                alone,
             })
             .map_err(|_| StoreError::Closed)?;
         receiver.await.map_err(|_| StoreError::Closed)?
@@ -397,6 +441,9 @@ struct Writer {
     /// The last failure logged, and when (repeats within
     /// `REPEATED_LOG_AFTER` are not logged again).
     last_logged: Option<(String, Instant)>,
+    /// A job that must run alone, taken while a batch was gathered: it runs
+    /// next.
+    held: Option<Job>,
 }
 
 /// The WAL checkpoint schedule.
@@ -430,12 +477,15 @@ impl Writer {
                 not_before: None,
             },
             last_logged: None,
+            held: None,
         }
     }
 
     fn run(mut self, receiver: &mpsc::Receiver<Job>) {
         loop {
-            let next = if self.wants_idle_checkpoint() {
+            let next = if let Some(job) = self.held.take() {
+                Ok(job)
+            } else if self.wants_idle_checkpoint() {
                 receiver.recv_timeout(IDLE_CHECKPOINT_AFTER)
             } else {
                 receiver
@@ -450,6 +500,10 @@ impl Writer {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             };
+            if first.alone {
+                self.run_alone(first);
+                continue;
+            }
             let limit = if self.disk_full {
                 1
             } else {
@@ -458,6 +512,10 @@ impl Writer {
             let mut batch = vec![first];
             while batch.len() < limit {
                 match receiver.try_recv() {
+                    Ok(job) if job.alone => {
+                        self.held = Some(job);
+                        break;
+                    }
                     Ok(job) => batch.push(job),
                     Err(_) => break,
                 }
@@ -526,6 +584,22 @@ impl Writer {
             };
             (job.reply)(result);
         }
+    }
+
+    /// Runs a job outside any transaction (`Store::without_transaction`).
+    fn run_alone(&mut self, mut job: Job) {
+        let run = std::mem::replace(&mut job.run, Box::new(|_| Ok(false)));
+        let result = match run(&self.connection) {
+            Ok(_) => Ok(()),
+            Err(error) if disk::is_full(&error, &self.path) => Err(StoreError::DiskFull {
+                needed_bytes: disk::needed_bytes(&self.connection, &self.path),
+            }),
+            Err(error) => Err(StoreError::Sqlite(error)),
+        };
+        // A checkpoint or `VACUUM` changed the WAL: the idle checkpoint
+        // looks at it again.
+        self.checkpoints.written = true;
+        (job.reply)(result);
     }
 
     fn log_once(&mut self, text: &str) {
@@ -777,6 +851,7 @@ mod tests {
             }),
             reply: Box::new(move |committed| replies.lock().expect("lock").push(committed.is_ok())),
             read_only: false,
+            alone: false,
         }
     }
 
@@ -840,6 +915,7 @@ mod tests {
             }),
             reply: Box::new(|_| {}),
             read_only: false,
+            alone: false,
         };
         let mut batch = vec![
             job("/a", true, replies.clone()),
