@@ -73,6 +73,10 @@ const NO_PRESENTATION: &str = "a run without a presentation revision";
 const PATCH_OUTSIDE: &str = "a patch outside the retained revisions";
 const MISSING_PATCH: &str = "a retained revision without its patch";
 const VIEW_DISAGREES: &str = "a stored run view that disagrees with its run";
+const STRAY_EVENT: &str = "an event of a run that does not exist";
+const LOST_LINEAGE: &str = "a restart or continuation whose chain root or parent does not exist";
+const STRAY_TURN: &str = "a workflow turn of a run that does not exist";
+const MISSING_BLOB: &str = "a reference to a blob that does not exist";
 
 const PLANTED: &[Planted] = &[
     Planted {
@@ -161,6 +165,13 @@ const PLANTED: &[Planted] = &[
                 AND run_id = (SELECT run_id FROM runs WHERE workflow_name = 'linear')",
     },
     Planted {
+        // A parent its continuation settled ends with `continued`, not
+        // `completed`: this one claims a continuation but has no such event.
+        bug: "a run settled by a continuation without its continued event",
+        trips: &[MISSING_COMPLETED],
+        sql: "UPDATE runs SET continued_by = 'continuation-1' WHERE workflow_name = 'linear'",
+    },
+    Planted {
         bug: "a completed run whose last attempt is still waiting",
         trips: &[UNFINISHED_ON_TERMINAL],
         sql: "UPDATE node_attempts SET status = 'waiting', outcome = NULL
@@ -230,7 +241,9 @@ const PLANTED: &[Planted] = &[
     Planted {
         bug: "a run.start receipt committed without its run",
         trips: &[START_RECEIPT],
-        sql: "DELETE FROM runs WHERE workflow_name = 'linear'",
+        sql: "UPDATE host_commands SET receipt_json = json_set(receipt_json, '$.receipt.runId', 'run-never-created')
+              WHERE operation = 'run.start'
+                AND json_extract(receipt_json, '$.receipt.runId') = (SELECT run_id FROM runs WHERE workflow_name = 'linear')",
     },
     Planted {
         bug: "a run.cancel receipt stored under a run that does not exist",
@@ -240,8 +253,9 @@ const PLANTED: &[Planted] = &[
     Planted {
         // The cancelled run has both receipts (its run.start and its
         // run.cancel): losing the run orphans both, so both checks fire.
+        // A partly deleted run: its receipts and events stay behind.
         bug: "a cancelled run lost with its receipts kept",
-        trips: &[START_RECEIPT, RUN_RECEIPT],
+        trips: &[START_RECEIPT, RUN_RECEIPT, STRAY_EVENT],
         sql: "DELETE FROM runs WHERE workflow_name = 'slow'",
     },
     Planted {
@@ -343,6 +357,30 @@ const PLANTED: &[Planted] = &[
         trips: &[VIEW_DISAGREES],
         sql: "UPDATE viewer_runs SET header_json = json_remove(header_json, '$.status')
               WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'failing')",
+    },
+    // What a partly deleted run tree, or a blob collected while referenced,
+    // leaves behind (state retention).
+    Planted {
+        bug: "a run's row was deleted but its events were not",
+        trips: &[STRAY_EVENT],
+        sql: "INSERT INTO events (run_id, recorded_at_ms, kind, payload) VALUES ('deleted-run', 0, 'nodeStarted', '{}')",
+    },
+    Planted {
+        bug: "a restart's chain root was deleted without the restart",
+        trips: &[LOST_LINEAGE],
+        sql: "UPDATE runs SET restart_root_run_id = 'deleted-root'
+              WHERE workflow_name = 'failing'",
+    },
+    Planted {
+        bug: "a workflow turn outlived its run",
+        trips: &[STRAY_TURN],
+        sql: "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms)
+              VALUES ('turn-1', 'message-1', 'deleted-run', 'session-1', 'completed', 0)",
+    },
+    Planted {
+        bug: "a run's input blob was collected while the run still refers to it",
+        trips: &[MISSING_BLOB],
+        sql: "DELETE FROM blobs WHERE digest = (SELECT input_digest FROM runs WHERE workflow_name = 'linear')",
     },
 ];
 
@@ -683,14 +721,17 @@ fn a_violation_row_that_is_not_text_is_reported_not_dropped() {
         Check {
             message: "a NULL row",
             sql: "SELECT NULL",
+            quiescent_only: false,
         },
         Check {
             message: "an integer row",
             sql: "SELECT 7",
+            quiescent_only: false,
         },
         Check {
             message: "a text row",
             sql: "SELECT 'run-1'",
+            quiescent_only: false,
         },
     ];
     let violations = violations_of(&db, &checks);

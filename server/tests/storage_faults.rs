@@ -3,19 +3,14 @@
 //! schema changed outside the server, an SQL error inside a write, and state
 //! files that are empty, damaged or not databases at all.
 //!
-//! The full-disk tests mount a small tmpfs as the state home. They re-run
-//! their own test binary inside a private user and mount namespace
-//! (`unshare --user --map-root-user --mount`), so no mount outlives the
-//! test and no root privilege is needed where unprivileged user namespaces
-//! are allowed. A machine that allows neither fails these tests; they never
-//! skip.
+//! The full-disk tests mount a small tmpfs as the state home, in a private
+//! user and mount namespace (`support::namespace`).
 
 mod support;
 
 use pi_workflows_client::RequestSpec;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -117,72 +112,6 @@ fn quick_check(path: &Path) -> String {
     connection
         .query_row("PRAGMA quick_check", [], |row| row.get(0))
         .unwrap_or_else(|error| format!("{error}"))
-}
-
-// ---- a private mount namespace with a small tmpfs ---------------------------
-
-const NAMESPACE_MARK: &str = "PI_WORKFLOWS_TEST_IN_NAMESPACE";
-
-/// Whether this process is the namespaced re-run of test `name`; if not,
-/// re-runs the test binary for exactly `name` inside `unshare --user
-/// --map-root-user --mount` and asserts that the re-run passed.
-fn in_private_namespace(name: &str) -> bool {
-    if std::env::var(NAMESPACE_MARK).as_deref() == Ok(name) {
-        return true;
-    }
-    let exe = std::env::current_exe().expect("the test binary");
-    let status = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount", "--propagation", "private", "--"])
-        .arg(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(NAMESPACE_MARK, name)
-        .status()
-        .unwrap_or_else(|error| {
-            panic!("this test needs `unshare` (util-linux) to mount a small tmpfs in a private namespace: {error}")
-        });
-    assert!(
-        status.success(),
-        "the namespaced run of {name} failed ({status}); its output is above. A failure to \
-         create the namespace or mount the tmpfs means this machine allows neither \
-         unprivileged user namespaces nor root mounts: the test needs one of them"
-    );
-    false
-}
-
-/// Mounts a `size` tmpfs (e.g. `"16m"`) at `dir` (inside the private namespace).
-fn mount_tmpfs(dir: &Path, size: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let output = Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            &format!("size={size},mode=0700"),
-            "tmpfs",
-        ])
-        .arg(dir)
-        .output()
-        .expect("run mount");
-    assert!(
-        output.status.success(),
-        "mounting a {size} tmpfs at the state home failed: {}",
-        text(&output)
-    );
-}
-
-/// Fills the filesystem of `dir` with one file until the disk is full and
-/// returns its path.
-fn fill_disk(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).expect("create the filler");
-    for chunk in [1 << 20, 1 << 12, 1] {
-        let block = vec![0u8; chunk];
-        while file.write_all(&block).is_ok() {}
-    }
-    let _ = file.sync_all();
-    let stat = nix::sys::statvfs::statvfs(dir).expect("statvfs");
-    assert_eq!(stat.blocks_available(), 0, "the disk is full");
-    path
 }
 
 // ---- 1. intact databases are not "incompatible" ------------------------------
