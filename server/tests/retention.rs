@@ -926,3 +926,88 @@ async fn retained_runs_keep_resume_viewer_content_and_terminal_results() {
     wait_quiescent(&db).await;
     assert_clean(&db);
 }
+
+/// A result over one frame that every rerun reads again (an adopted
+/// effect's result, sent to each new runner as a content reference) is
+/// stored once, not once per reply; the replies refer to it by digest, and
+/// it is collected with its tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_result_read_by_every_rerun_is_stored_once_and_collected_with_its_tree() {
+    let mut server = TestServer::start();
+    let script = write_script(
+        server.scratch(),
+        "big-effect.json",
+        &json!({
+            "workflowName": "big-effect",
+            "topology": linear_topology(&["send", "done"]),
+            "nodes": { "send": [{
+                "effect": { "type": "big.send", "request": { "to": "x" }, "applyLog": "apply.log",
+                            "padSettleFrameTo": 1024 * 1024 - 16 },
+                "then": { "crashOnce": "first.marker",
+                          "then": { "crashOnce": "second.marker", "then": { "finish": { "sent": true } } } },
+            }] },
+        }),
+    );
+    let mut client = server.client().await;
+    let run = started(&mut client, &script).await;
+    // The second crash made no progress (its runner only adopted the
+    // result), so the run waits for an explicit resume.
+    wait_view(&mut client, &run, Duration::from_secs(60), |view| {
+        view["display"]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("before the run made progress"))
+    })
+    .await;
+    accepted(&mut client, "run.resume", &run, json!({})).await;
+    wait_view(&mut client, &run, Duration::from_secs(60), |view| {
+        status(view) == "completed"
+    })
+    .await;
+    drop(client);
+    wait_quiescent_at(&server).await;
+    let db = server.db();
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1", [&run]),
+        3,
+        "two runners crashed after the effect settled, the third finished"
+    );
+    let referring = count(
+        &db,
+        "SELECT COUNT(*) FROM worker_messages m JOIN run_workers w USING (runner_epoch)
+         WHERE w.run_id = ?1 AND m.content_digest IS NOT NULL",
+        [&run],
+    );
+    assert_eq!(referring, 2, "each rerun's reply refers to the stored result");
+    let distinct = count(
+        &db,
+        "SELECT COUNT(DISTINCT m.content_digest) FROM worker_messages m JOIN run_workers w USING (runner_epoch)
+         WHERE w.run_id = ?1",
+        [&run],
+    );
+    assert_eq!(distinct, 1, "the same result, once");
+    let large = count(
+        &db,
+        "SELECT COUNT(*) FROM blobs WHERE length(bytes) > 900 * 1024",
+        [],
+    );
+    assert!(large <= 2, "the result and the reply result, not one per rerun: {large}");
+    assert_clean(&db);
+    server.stop();
+    {
+        let db = writable(&server.home.join("state.sqlite"));
+        finish_at(&db, &[run.as_str()], days_ago(31));
+    }
+    spawn_and_sweep(&mut server).await;
+    let db = server.db();
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM runs", []), 0);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM blobs WHERE length(bytes) > 900 * 1024",
+            []
+        ),
+        0,
+        "the large values went with their tree"
+    );
+    assert_clean(&db);
+}
