@@ -42,6 +42,22 @@ fn exit(output: &Output) -> i32 {
     output.status.code().unwrap_or(-1)
 }
 
+/// `state prune --older-than 2 --apply --backup <backup>`.
+fn prune_apply(server: &TestServer, backup: &Path) -> Output {
+    cli(
+        server,
+        &[
+            "state",
+            "prune",
+            "--older-than",
+            "2",
+            "--apply",
+            "--backup",
+            path_text(backup),
+        ],
+    )
+}
+
 fn path_text(path: &Path) -> &str {
     path.to_str().unwrap()
 }
@@ -65,15 +81,6 @@ fn runs_named(db: &Connection, prefix: &str) -> i64 {
         "SELECT COUNT(*) FROM runs WHERE run_id LIKE ?1 || '%'",
         [prefix],
     )
-}
-
-fn assert_clean(db: &Connection) {
-    assert_eq!(consistency_violations(db), Vec::<String>::new());
-    assert_eq!(
-        count(db, "SELECT COUNT(*) FROM pragma_foreign_key_check", []),
-        0
-    );
-    assert_eq!(server::store::retention::orphaned_blobs(db).unwrap(), 0);
 }
 
 /// A completed linear run, made by the server; the server keeps running.
@@ -252,7 +259,7 @@ async fn state_backup_writes_a_verified_copy_and_never_replaces_a_file() {
         count(&copy, "SELECT COUNT(*) FROM runs WHERE run_id = ?1", [&run]),
         1
     );
-    assert_clean(&copy);
+    assert_state_clean(&copy);
 
     let before = std::fs::read(&backup).unwrap();
     let again = cli(&server, &["state", "backup", path_text(&backup)]);
@@ -517,35 +524,13 @@ async fn prune_dry_run_lists_and_apply_backs_up_then_deletes_the_same_trees() {
     // An existing backup path is refused before anything is deleted.
     let taken = server.scratch().join("taken.sqlite");
     std::fs::write(&taken, b"not yours").unwrap();
-    let refused = cli(
-        &server,
-        &[
-            "state",
-            "prune",
-            "--older-than",
-            "2",
-            "--apply",
-            "--backup",
-            path_text(&taken),
-        ],
-    );
+    let refused = prune_apply(&server, &taken);
     assert_eq!(exit(&refused), 1, "{}", stderr(&refused));
     assert_eq!(std::fs::read(&taken).unwrap(), b"not yours");
     assert_eq!(runs_named(&db, "old-"), 5);
 
     let backup = server.scratch().join("before-prune.sqlite");
-    let applied = cli(
-        &server,
-        &[
-            "state",
-            "prune",
-            "--older-than",
-            "2",
-            "--apply",
-            "--backup",
-            path_text(&backup),
-        ],
-    );
+    let applied = prune_apply(&server, &backup);
     assert_eq!(exit(&applied), 0, "{}", stderr(&applied));
     let text = stdout(&applied);
     assert!(
@@ -579,28 +564,17 @@ async fn prune_dry_run_lists_and_apply_backs_up_then_deletes_the_same_trees() {
         5,
         "the backup holds what was deleted"
     );
-    assert_clean(&db);
+    assert_state_clean(&db);
 
     // The same prune again finds nothing more.
-    let again = cli(
-        &server,
-        &[
-            "state",
-            "prune",
-            "--older-than",
-            "2",
-            "--apply",
-            "--backup",
-            path_text(&server.scratch().join("again.sqlite")),
-        ],
-    );
+    let again = prune_apply(&server, &server.scratch().join("again.sqlite"));
     assert_eq!(exit(&again), 0, "{}", stderr(&again));
     assert!(
         stdout(&again).contains("deleted 0 run trees"),
         "{}",
         stdout(&again)
     );
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 /// On a terminal the progress is a bar redrawn in place.
@@ -661,14 +635,7 @@ async fn sigkill_during_a_prune_leaves_whole_trees() {
         {
             let db = server.db();
             assert_eq!(runs_named(&db, "old-"), 6 - gone, "{fault}");
-            let partial = count(
-                &db,
-                "SELECT COUNT(*) FROM runs r WHERE r.run_id LIKE 'old-%' AND
-                   (SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id) <> ?1",
-                [events],
-            );
-            assert_eq!(partial, 0, "{fault}: a kept tree lost rows");
-            assert_clean(&db);
+            assert_whole_copies(&db, "old", events);
         }
         assert_eq!(
             runs_named(&open_backup(&backup), "old-"),
@@ -677,22 +644,11 @@ async fn sigkill_during_a_prune_leaves_whole_trees() {
         );
         server.remove_env("PI_WORKFLOWS_FAULT");
         server.spawn().unwrap();
-        let finished = cli(
-            &server,
-            &[
-                "state",
-                "prune",
-                "--older-than",
-                "2",
-                "--apply",
-                "--backup",
-                path_text(&server.scratch().join("second.sqlite")),
-            ],
-        );
+        let finished = prune_apply(&server, &server.scratch().join("second.sqlite"));
         assert_eq!(exit(&finished), 0, "{}", stderr(&finished));
         let db = server.db();
         assert_eq!(runs_named(&db, "old-"), 0);
-        assert_clean(&db);
+        assert_state_clean(&db);
     }
 }
 
@@ -763,7 +719,7 @@ async fn the_sweep_deletes_what_a_default_prune_lists() {
         .collect();
     assert_eq!(deleted, would, "the sweep deleted exactly the listed trees");
     assert_eq!(runs_named(&db, "kept-"), 2);
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 fn ids(db: &Connection) -> Vec<String> {
@@ -842,5 +798,5 @@ async fn a_full_disk_during_a_backup_loses_nothing() {
     assert_eq!(exit(&made), 0, "{}", stderr(&made));
     assert_eq!(runs_named(&open_backup(&roomy), "young-"), 40);
     let _ = std::fs::remove_file(&roomy);
-    assert_clean(&server.db());
+    assert_state_clean(&server.db());
 }

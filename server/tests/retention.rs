@@ -67,19 +67,6 @@ fn runs_named(db: &Connection, prefix: &str) -> i64 {
     )
 }
 
-/// Every consistency check passes, no foreign key dangles, no blob is
-/// orphaned, and no row of a deleted run is left anywhere.
-fn assert_clean(db: &Connection) {
-    assert_eq!(consistency_violations(db), Vec::<String>::new());
-    let dangling = count(db, "SELECT COUNT(*) FROM pragma_foreign_key_check", []);
-    assert_eq!(dangling, 0, "dangling foreign keys");
-    assert_eq!(
-        server::store::retention::orphaned_blobs(db).unwrap(),
-        0,
-        "orphaned blobs"
-    );
-}
-
 /// A linear workflow of three compute nodes, one with a workflow update.
 fn linear(dir: &Path) -> std::path::PathBuf {
     write_script(
@@ -158,6 +145,16 @@ fn held(dir: &Path, name: &str) -> std::path::PathBuf {
             "nodes": {"a": [{"awaitFile": format!("{name}.release"), "then": {"finish": {"held": true}}}]},
         }),
     )
+}
+
+/// Starts a [`held`] run and waits until it runs its node `a`.
+async fn start_held(client: &mut pi_workflows_client::Connection, script: &Path) -> String {
+    let run = started(client, script).await;
+    wait_view(client, &run, Duration::from_secs(20), |view| {
+        view["display"]["currentNode"] == "a"
+    })
+    .await;
+    run
 }
 
 fn release(dir: &Path, name: &str) {
@@ -280,7 +277,7 @@ async fn only_complete_old_unprotected_trees_expire_whole() {
             assert_eq!(count(&db, sql, [run]), 0, "{sql} for {run}");
         }
     }
-    assert_clean(&db);
+    assert_state_clean(&db);
     assert_eq!(home_files(&server), files, "the sweep wrote no backup");
     assert!(
         log(&server).contains("state retention: deleted 3 run trees (5 runs"),
@@ -368,7 +365,7 @@ async fn blobs_are_collected_only_when_nothing_refers_to_them() {
         "the other {} own inputs are collected",
         old.len() - 1
     );
-    assert_clean(&db);
+    assert_state_clean(&db);
     assert!(
         log(&server).contains("state retention: deleted 6 run trees (6 runs, 5 blobs"),
         "{}",
@@ -390,11 +387,7 @@ async fn the_sweep_waits_for_recovered_work_runs_after_a_runner_exit_and_once_a_
     let linear = linear(&dir);
     let mut client = server.client().await;
     let template = settled_run(&mut client, &linear).await;
-    let holding = started(&mut client, &hold).await;
-    wait_view(&mut client, &holding, Duration::from_secs(20), |view| {
-        view["display"]["currentNode"] == "a"
-    })
-    .await;
+    let holding = start_held(&mut client, &hold).await;
     drop(client);
     // A graceful stop parks the held run `drained`: recovery resumes it.
     server.stop();
@@ -434,13 +427,13 @@ async fn the_sweep_waits_for_recovered_work_runs_after_a_runner_exit_and_once_a_
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(runs_named(&db, "second-"), 2, "at most one sweep a day");
     assert_eq!(sweeps(&server), base + 1);
-    assert_clean(&db);
+    assert_state_clean(&db);
 
     // The next server process sweeps at startup.
     server.stop();
     spawn_and_sweep(&mut server).await;
     assert_eq!(runs_named(&db, "second-"), 0);
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 /// New work stops the sweep between trees (every tree is whole or gone
@@ -491,7 +484,7 @@ async fn new_work_stops_the_sweep_between_trees_and_the_next_idle_trigger_contin
     assert_eq!(runs_named(&db, "old-"), 0);
     assert!(exists(&db, &holding) && exists(&db, &template));
     wait_quiescent(&db).await;
-    assert_clean(&db);
+    assert_state_clean(&db);
     drop(client);
 }
 
@@ -534,13 +527,13 @@ async fn a_failed_sweep_logs_one_line_and_waits_before_it_tries_again() {
     wait_quiescent(&db).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(runs_named(&db, "old-"), 2);
-    assert_clean(&db);
+    assert_state_clean(&db);
     drop(client);
     server.stop();
     server.remove_env("PI_WORKFLOWS_FAULT");
     spawn_and_sweep(&mut server).await;
     assert_eq!(runs_named(&db, "old-"), 0);
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 // ---- crashes -------------------------------------------------------------------
@@ -579,19 +572,6 @@ fn seed_shared(server: &TestServer, template: &str, trees: usize) -> Vec<u8> {
     .unwrap()
 }
 
-/// Every old tree is whole or gone (`runs` of a deleted tree left no row
-/// anywhere; a kept tree has all of its rows).
-fn assert_whole_trees(db: &Connection, template_rows: i64) {
-    let partial = count(
-        db,
-        "SELECT COUNT(*) FROM runs r WHERE r.run_id LIKE 'old-%' AND
-           (SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id) <> ?1",
-        [template_rows],
-    );
-    assert_eq!(partial, 0, "a kept tree lost rows");
-    assert_clean(db);
-}
-
 async fn crash_in_a_sweep(fault: &str, gone_at_crash: i64) {
     let mut server = TestServer::start();
     let template = template(&mut server).await;
@@ -615,7 +595,7 @@ async fn crash_in_a_sweep(fault: &str, gone_at_crash: i64) {
             trees as i64 - gone_at_crash,
             "{fault}: trees gone at the crash"
         );
-        assert_whole_trees(&db, events);
+        assert_whole_copies(&db, "old", events);
     }
     server.remove_env("PI_WORKFLOWS_FAULT");
     spawn_and_sweep(&mut server).await;
@@ -631,7 +611,7 @@ async fn crash_in_a_sweep(fault: &str, gone_at_crash: i64) {
         1,
         "the blob a young run shares survives"
     );
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 /// A SIGKILL inside the third tree's deletion transaction: two trees are
@@ -706,7 +686,7 @@ async fn freed_pages_are_reused_when_compaction_is_skipped() {
     drop(checkpoint);
     assert!(free_pages(&db) < free - 100, "new rows took free pages");
     assert_eq!(file_bytes(&server), before, "and the file did not grow");
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 /// With at least 64 MiB reclaimable and a fifth of the pages free, the idle
@@ -733,7 +713,7 @@ async fn an_idle_sweep_compacts_with_64_mib_reclaimable_and_a_fifth_of_the_pages
         after < 8 * 1024 * 1024,
         "compacted to {after} bytes from {before}"
     );
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 /// A VACUUM that fails on a full disk leaves the committed deletions and
@@ -778,7 +758,7 @@ async fn a_failed_compaction_keeps_the_deletions_and_the_reusable_pages() {
     drop(client);
     wait_quiescent(&db).await;
     assert!(server.is_running());
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 // ---- clients -------------------------------------------------------------------
@@ -793,11 +773,7 @@ async fn live_subscribers_see_deleted_runs_go() {
     let hold = held(&dir, "hold");
     let mut client = server.client().await;
     let template = settled_run(&mut client, &linear(&dir)).await;
-    let holding = started(&mut client, &hold).await;
-    wait_view(&mut client, &holding, Duration::from_secs(20), |view| {
-        view["display"]["currentNode"] == "a"
-    })
-    .await;
+    start_held(&mut client, &hold).await;
     drop(client);
     server.stop();
     let old = {
@@ -873,11 +849,7 @@ async fn retained_runs_keep_resume_viewer_content_and_terminal_results() {
     let hold = held(&dir, "paused");
     let mut client = server.client().await;
     let done = settled_run(&mut client, &linear(&dir)).await;
-    let paused = started(&mut client, &hold).await;
-    wait_view(&mut client, &paused, Duration::from_secs(20), |view| {
-        view["display"]["currentNode"] == "a"
-    })
-    .await;
+    let paused = start_held(&mut client, &hold).await;
     accepted(&mut client, "run.pause", &paused, json!({})).await;
     wait_view(&mut client, &paused, Duration::from_secs(20), |view| {
         status(view) == "paused"
@@ -924,7 +896,7 @@ async fn retained_runs_keep_resume_viewer_content_and_terminal_results() {
     assert_eq!(status(&resumed), "completed", "{resumed}");
     drop(client);
     wait_quiescent(&db).await;
-    assert_clean(&db);
+    assert_state_clean(&db);
 }
 
 /// A result over one frame that every rerun reads again (an adopted
@@ -967,7 +939,11 @@ async fn a_large_result_read_by_every_rerun_is_stored_once_and_collected_with_it
     wait_quiescent_at(&server).await;
     let db = server.db();
     assert_eq!(
-        count(&db, "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1", [&run]),
+        count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+            [&run]
+        ),
         3,
         "two runners crashed after the effect settled, the third finished"
     );
@@ -977,7 +953,10 @@ async fn a_large_result_read_by_every_rerun_is_stored_once_and_collected_with_it
          WHERE w.run_id = ?1 AND m.content_digest IS NOT NULL",
         [&run],
     );
-    assert_eq!(referring, 2, "each rerun's reply refers to the stored result");
+    assert_eq!(
+        referring, 2,
+        "each rerun's reply refers to the stored result"
+    );
     let distinct = count(
         &db,
         "SELECT COUNT(DISTINCT m.content_digest) FROM worker_messages m JOIN run_workers w USING (runner_epoch)
@@ -990,8 +969,11 @@ async fn a_large_result_read_by_every_rerun_is_stored_once_and_collected_with_it
         "SELECT COUNT(*) FROM blobs WHERE length(bytes) > 900 * 1024",
         [],
     );
-    assert!(large <= 2, "the result and the reply result, not one per rerun: {large}");
-    assert_clean(&db);
+    assert!(
+        large <= 2,
+        "the result and the reply result, not one per rerun: {large}"
+    );
+    assert_state_clean(&db);
     server.stop();
     {
         let db = writable(&server.home.join("state.sqlite"));
@@ -1009,5 +991,5 @@ async fn a_large_result_read_by_every_rerun_is_stored_once_and_collected_with_it
         0,
         "the large values went with their tree"
     );
-    assert_clean(&db);
+    assert_state_clean(&db);
 }

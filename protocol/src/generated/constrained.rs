@@ -492,7 +492,7 @@ impl<'de> ::serde::Deserialize<'de> for Generation {
             ))
     }
 }
-///SQLite's integrity check: ["ok"], or its first lines.
+///SQLite's integrity check: ["ok"], or its first lines (never empty).
 #[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
 #[serde(transparent)]
 pub struct IntegrityLines(::std::vec::Vec<types::SafeMessage>);
@@ -501,9 +501,6 @@ impl IntegrityLines {
     pub fn new(
         items: ::std::vec::Vec<types::SafeMessage>,
     ) -> ::std::result::Result<Self, ConstraintError> {
-        if items.len() < 1 {
-            return ::std::result::Result::Err(ConstraintError("too few items"));
-        }
         if items.len() > 8 {
             return ::std::result::Result::Err(ConstraintError("too many items"));
         }

@@ -482,7 +482,7 @@ export const IncludeTransitionValues: readonly IncludeTransition[] = ["entry", "
 /** Inline content (at most 16,384 characters, the shared 16 KiB inline-content threshold). */
 export type InlineText = string;
 
-/** SQLite's integrity check: ["ok"], or its first lines. */
+/** SQLite's integrity check: ["ok"], or its first lines (never empty). */
 export type IntegrityLines = SafeMessage[];
 
 export interface CoordinatorAuthority {

@@ -28,7 +28,7 @@
 //!   backup is written), and the command's `done` step before its answer.
 
 use super::receipts::{Executed, command, identity, precheck};
-use super::request::{Request, not_found, schema_invalid};
+use super::request::{Request, not_found, refusal, schema_invalid};
 use crate::context::Context;
 use crate::context::maintenance::{self, Admitted, Slot};
 use crate::projection::run_view::{OffSchema, to_wire};
@@ -99,16 +99,11 @@ pub(super) async fn verify(
             request,
             "the file at the path is not a readable Pi Workflows database",
         ),
-        Ok(Ok(Err(_))) | Ok(Err(_)) | Err(_) => response(
-            &request.request_id,
-            &request.operation,
+        Ok(Ok(Err(_))) | Ok(Err(_)) | Err(_) => refusal(
+            request,
             "unavailable",
-            None,
-            None,
-            Some((
-                ErrorCode::Internal,
-                "the state database could not be read for verification; retry".into(),
-            )),
+            ErrorCode::Internal,
+            "the state database could not be read for verification; retry",
         ),
     }
 }
@@ -178,31 +173,19 @@ where
             Admitted::Start(slot) => return work(slot).await,
             Admitted::Join(done) => maintenance::ended(done).await,
             Admitted::Conflict => {
-                return response(
-                    &request.request_id,
-                    &request.operation,
+                return refusal(
+                    request,
                     "conflict",
-                    None,
-                    None,
-                    Some((
-                        ErrorCode::Conflict,
-                        "this idempotency key names the running maintenance command with another payload"
-                            .into(),
-                    )),
+                    ErrorCode::Conflict,
+                    "this idempotency key names the running maintenance command with another payload",
                 );
             }
             Admitted::Busy => {
-                return response(
-                    &request.request_id,
-                    &request.operation,
+                return refusal(
+                    request,
                     "unavailable",
-                    None,
-                    None,
-                    Some((
-                        ErrorCode::Unavailable,
-                        "another state maintenance command is running; retry when it finished"
-                            .into(),
-                    )),
+                    ErrorCode::Unavailable,
+                    "another state maintenance command is running; retry when it finished",
                 );
             }
         }
@@ -355,12 +338,16 @@ async fn make_backup(
         })
     };
     receipt().map_err(|_| {
-        Executed::refused(
-            CommandOutcome::Unavailable,
+        retry_later(
             ErrorCode::Internal,
             "the backup was written but its receipt does not fit its schema; report this server bug",
         )
     })
+}
+
+/// A refusal that stores no receipt: the same command may be retried.
+fn retry_later(code: ErrorCode, message: impl Into<String>) -> Executed {
+    Executed::refused(CommandOutcome::Unavailable, code, message)
 }
 
 /// The answer to a backup that was not made. Only an existing destination
@@ -374,18 +361,15 @@ fn backup_refusal(failure: &Failure) -> Executed {
         Failure::NoSuchDirectory => {
             Executed::rejected(&kernel::maintenance::BackupRefusal::NoSuchDirectory)
         }
-        Failure::DiskFull => Executed::refused(
-            CommandOutcome::Unavailable,
+        Failure::DiskFull => retry_later(
             ErrorCode::Unavailable,
             "the disk holding the backup path is full, so no backup was kept (the state is unchanged); free space there and retry",
         ),
-        Failure::Failed(why) => Executed::refused(
-            CommandOutcome::Unavailable,
+        Failure::Failed(why) => retry_later(
             ErrorCode::Internal,
             format!("the backup failed and was removed: {why}; retry"),
         ),
-        Failure::Unverified(why) => Executed::refused(
-            CommandOutcome::Unavailable,
+        Failure::Unverified(why) => retry_later(
             ErrorCode::Internal,
             format!("the backup did not verify and was removed: {why}; retry"),
         ),
@@ -487,8 +471,7 @@ async fn pruned(
     };
     match prune_receipt(&pass, plan.older_than_days, plan.mode, backup) {
         Ok(receipt) => Executed::done(&receipt),
-        Err(_) => Executed::refused(
-            CommandOutcome::Unavailable,
+        Err(_) => retry_later(
             ErrorCode::Internal,
             "the prune's receipt does not fit its schema; report this server bug",
         ),
@@ -510,8 +493,7 @@ async fn pass(
         return Ok(pass);
     };
     let failed = |_| {
-        Executed::refused(
-            CommandOutcome::Unavailable,
+        retry_later(
             ErrorCode::Internal,
             "the state database failed during the prune (every tree deleted so far went whole); retry",
         )

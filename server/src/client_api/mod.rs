@@ -31,7 +31,7 @@ pub mod submissions;
 mod subscriptions;
 
 use reads::{clear_terminal, runs_list, view_content, view_page, workflows_list};
-use request::{Request, not_found, schema_invalid};
+use request::{Request, not_found, refusal, schema_invalid};
 use run_commands::{RunCommand, run_command, run_start};
 use subscriptions::subscribe;
 
@@ -259,16 +259,11 @@ async fn dispatch(
         | RequestPayload::SessionEventsRecord(_)
         | RequestPayload::ChannelStatus(_)
         | RequestPayload::ChannelReload(_)
-        | RequestPayload::ChannelRecover(_) => response(
-            &request.request_id,
-            &request.operation,
+        | RequestPayload::ChannelRecover(_) => refusal(
+            &request,
             "unavailable",
-            None,
-            None,
-            Some((
-                ErrorCode::Unavailable,
-                "this operation is not available in this server version".into(),
-            )),
+            ErrorCode::Unavailable,
+            "this operation is not available in this server version",
         ),
     })
 }

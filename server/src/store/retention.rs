@@ -307,7 +307,7 @@ fn collect_blob_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
         format!(
-            "DELETE FROM blobs WHERE digest = ?1 AND {} RETURNING length(bytes)",
+            "DELETE FROM blobs WHERE digest = ?1 AND {} RETURNING octet_length(bytes)",
             unreferenced_sql("?1")
         )
     })
@@ -330,23 +330,25 @@ pub fn delete_tree(connection: &Connection, tree: &[RunId]) -> rusqlite::Result<
         let rows = statement.query_map(params![members], |row| row.get(0))?;
         rows.collect::<rusqlite::Result<_>>()?
     };
+    // `octet_length` takes each size from its record header: the values
+    // themselves are not read.
     let row_bytes: i64 = connection.query_row_cached(
         "SELECT
-           (SELECT COALESCE(SUM(length(payload)), 0) FROM events WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(document) + length(shown)), 0) FROM viewer_steps WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(document)), 0) FROM viewer_nodes WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(COALESCE(length(header_json), 0) + COALESCE(length(updates_json), 0)), 0)
+           (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM events WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(octet_length(document) + octet_length(shown)), 0) FROM viewer_steps WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(octet_length(document)), 0) FROM viewer_nodes WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(COALESCE(octet_length(header_json), 0) + COALESCE(octet_length(updates_json), 0)), 0)
               FROM viewer_runs WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(patch_json)), 0) FROM viewer_deltas WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(bytes)), 0) FROM run_view_content WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(source_json)), 0) FROM run_sources WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(data_json)), 0) FROM workflow_updates WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(COALESCE(length(action_json), 0) + COALESCE(length(error_message), 0)
-                                + COALESCE(length(status_detail), 0)), 0)
+         + (SELECT COALESCE(SUM(octet_length(patch_json)), 0) FROM viewer_deltas WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(octet_length(bytes)), 0) FROM run_view_content WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(octet_length(source_json)), 0) FROM run_sources WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(octet_length(data_json)), 0) FROM workflow_updates WHERE run_id IN (SELECT value FROM json_each(?1)))
+         + (SELECT COALESCE(SUM(COALESCE(octet_length(action_json), 0) + COALESCE(octet_length(error_message), 0)
+                                + COALESCE(octet_length(status_detail), 0)), 0)
               FROM node_attempts WHERE run_id IN (SELECT value FROM json_each(?1)))
-         + (SELECT COALESCE(SUM(length(reply_json)), 0) FROM worker_messages
+         + (SELECT COALESCE(SUM(octet_length(reply_json)), 0) FROM worker_messages
               WHERE runner_epoch IN (SELECT runner_epoch FROM run_workers WHERE run_id IN (SELECT value FROM json_each(?1))))
-         + (SELECT COALESCE(SUM(length(receipt_json)), 0) FROM host_commands
+         + (SELECT COALESCE(SUM(octet_length(receipt_json)), 0) FROM host_commands
               WHERE run_id IN (SELECT value FROM json_each(?1))
                  OR (operation = 'run.start'
                      AND json_extract(receipt_json, '$.receipt.runId') IN (SELECT value FROM json_each(?1))))",
@@ -393,7 +395,7 @@ pub fn delete_tree(connection: &Connection, tree: &[RunId]) -> rusqlite::Result<
         let mut statement = connection.prepare_cached(
             "DELETE FROM workflow_definitions WHERE definition_digest = ?1
                AND NOT EXISTS (SELECT 1 FROM runs WHERE definition_digest = ?1)
-             RETURNING length(topology_json)",
+             RETURNING octet_length(topology_json)",
         )?;
         let mut rows = statement.query(params![definition])?;
         if let Some(row) = rows.next()? {
@@ -448,9 +450,15 @@ pub fn truncate_wal(connection: &Connection) -> rusqlite::Result<bool> {
 
 /// `VACUUM`, then a WAL truncation so the file shrinks now (outside any
 /// transaction). SQLite rolls a failed `VACUUM` back whole: the database
-/// keeps its committed rows and its free pages.
+/// keeps its committed rows and its free pages. The copy `VACUUM` builds
+/// goes to a temporary file, not to memory (where the writer keeps its
+/// other temporary data): a large database must not be held in RAM.
 pub fn vacuum(connection: &Connection) -> rusqlite::Result<()> {
-    connection.execute_batch("VACUUM")?;
+    connection.pragma_update(None, "temp_store", "FILE")?;
+    let vacuumed = connection.execute_batch("VACUUM");
+    let restored = connection.pragma_update(None, "temp_store", "MEMORY");
+    vacuumed?;
+    restored?;
     truncate_wal(connection).map(|_| ())
 }
 

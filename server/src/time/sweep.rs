@@ -103,7 +103,7 @@ fn activity_with(app: &Context, pending: u64) -> ServerActivity {
 async fn activity(app: &Arc<Context>) -> ServerActivity {
     let pending = app
         .store
-        .read(|connection| runs::unsettled_run_count(connection))
+        .read(runs::unsettled_run_count)
         .await
         .map_or(1, |count| u64::try_from(count).unwrap_or(0));
     activity_with(app, pending)

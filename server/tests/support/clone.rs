@@ -1,7 +1,8 @@
 //! Seeding many runs fast: copies of a real run (made by a real server, so
 //! every row is one the server wrote) under new ids, with one `INSERT …
-//! SELECT` per table over a generated series. Used by the retention tests
-//! and `benches/retention.rs`.
+//! SELECT` per table over a generated series; and the checks a state file
+//! passes after runs were deleted. Used by the retention and maintenance
+//! tests and `benches/retention.rs`.
 
 use rusqlite::{Connection, params};
 
@@ -202,4 +203,36 @@ pub fn writable(path: &std::path::Path) -> Connection {
     db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
     db.pragma_update(None, "foreign_keys", "ON").unwrap();
     db
+}
+
+/// Every consistency check passes, no foreign key dangles and no blob is
+/// orphaned.
+pub fn assert_state_clean(db: &Connection) {
+    assert_eq!(super::consistency_violations(db), Vec::<String>::new());
+    let dangling: i64 = db
+        .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(dangling, 0, "dangling foreign keys");
+    assert_eq!(
+        server::store::retention::orphaned_blobs(db).unwrap(),
+        0,
+        "orphaned blobs"
+    );
+}
+
+/// Every copy named `<prefix>-…` still has all its events (`events` of
+/// them, as its template): a deletion took whole trees or none.
+pub fn assert_whole_copies(db: &Connection, prefix: &str, events: i64) {
+    let partial: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM runs r WHERE r.run_id LIKE ?1 || '-%' AND
+               (SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id) <> ?2",
+            params![prefix, events],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(partial, 0, "a kept tree lost rows");
+    assert_state_clean(db);
 }
