@@ -273,6 +273,10 @@ async fn only_complete_old_unprotected_trees_expire_whole() {
             "SELECT COUNT(*) FROM host_commands WHERE run_id = ?1 OR json_extract(receipt_json, '$.receipt.runId') = ?1",
             "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
             "SELECT COUNT(*) FROM viewer_steps WHERE run_id = ?1",
+            "SELECT COUNT(*) FROM run_view_content WHERE run_id = ?1",
+            "SELECT COUNT(*) FROM worker_messages m WHERE m.runner_epoch LIKE 're-%'
+               AND NOT EXISTS (SELECT 1 FROM run_workers w WHERE w.runner_epoch = m.runner_epoch)
+               AND ?1 = ?1",
         ] {
             assert_eq!(count(&db, sql, [run]), 0, "{sql} for {run}");
         }

@@ -583,19 +583,23 @@ fn damaged_and_foreign_state_files_are_told_apart_from_incompatible_ones() {
     let error = refusal_of(|path| std::fs::create_dir(path).unwrap());
     assert!(error.contains("not a file"), "directory: {error}");
 
-    let error = refusal_of(|path| {
-        std::fs::write(path, &real).unwrap();
-        let connection = Connection::open(path).unwrap();
-        connection
-            .execute_batch(
-                "PRAGMA journal_mode=DELETE; PRAGMA ignore_check_constraints=ON;
-                 UPDATE schema_meta SET schema_version = 1",
-            )
-            .unwrap();
-    });
-    assert_eq!(
-        error,
-        server::store::INCOMPATIBLE_STATE,
-        "version 1 (an older schema)"
-    );
+    // Every older version (3: before state retention's deletion indexes)
+    // gets the back-up-and-move instruction.
+    for version in [1, 2, 3] {
+        let error = refusal_of(|path| {
+            std::fs::write(path, &real).unwrap();
+            let connection = Connection::open(path).unwrap();
+            connection
+                .execute_batch(&format!(
+                    "PRAGMA journal_mode=DELETE; PRAGMA ignore_check_constraints=ON;
+                     UPDATE schema_meta SET schema_version = {version}"
+                ))
+                .unwrap();
+        });
+        assert_eq!(
+            error,
+            server::store::INCOMPATIBLE_STATE,
+            "version {version} (an older schema)"
+        );
+    }
 }
