@@ -4,9 +4,9 @@
 //! - The ready line is printed only after the epoch is taken, recovery ran
 //!   and the socket accepts connections. Nothing waits for a crashed
 //!   server's lease: the global lock already proves it is gone.
-//! - The server stays alive while it has a client, a runner, a scheduled wake
-//!   that can still change something, or admissible work, and exits after
-//!   `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
+//! - The server stays alive while it has a client, a runner, a running
+//!   retention sweep, a scheduled wake that can still change something, or
+//!   admissible work, and exits after `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
 //! - Shutdown waits for in-flight commands to store their receipts, parks
 //!   live runs at their last durable boundary, stops runner groups and
 //!   releases the epoch lease.
@@ -102,6 +102,7 @@ async fn idle_watch(app: Arc<Context>) {
         }
         let busy = app.clients.load(Ordering::SeqCst) > 0
             || app.runners.occupied() > 0
+            || app.maintenance.is_sweeping()
             || wakes::has_live_wakes(&app).await
             || has_unsettled_work(&app).await;
         if busy {

@@ -997,3 +997,26 @@ async fn a_large_result_read_by_every_rerun_is_stored_once_and_collected_with_it
     );
     assert_state_clean(&db);
 }
+
+/// A running sweep keeps an otherwise idle server alive: with a short idle
+/// exit and no client, the server exits only after the sweep finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_sweep_keeps_the_server_from_idling_out() {
+    let mut server = TestServer::start();
+    let template = template(&mut server).await;
+    {
+        let db = writable(&server.home.join("state.sqlite"));
+        clone_runs(&db, &template, "old", 600, days_ago(31));
+    }
+    server.set_env("PI_WORKFLOWS_IDLE_EXIT_MS", "300");
+    let before = sweeps(&server);
+    server.spawn().unwrap();
+    assert!(
+        server.wait_exit(Duration::from_secs(120)),
+        "the idle server exits in the end"
+    );
+    assert_eq!(sweeps(&server), before + 1, "it finished its sweep first");
+    let db = server.db();
+    assert_eq!(runs_named(&db, "old-"), 0);
+    assert_state_clean(&db);
+}

@@ -13,7 +13,7 @@
 
 use kernel::maintenance::Admission;
 use kernel::receipt::CommandIdentity;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, watch};
 
@@ -24,6 +24,8 @@ pub struct Maintenance {
     /// `state verify` reads in progress.
     verifying: AtomicUsize,
     sweep: Notify,
+    /// A retention sweep is running (it keeps the server from idling out).
+    sweeping: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -130,6 +132,16 @@ impl Maintenance {
     /// are one).
     pub async fn sweep_requested(&self) {
         self.sweep.notified().await;
+    }
+
+    /// Marks whether a retention sweep is running.
+    pub fn set_sweeping(&self, sweeping: bool) {
+        self.sweeping.store(sweeping, Ordering::SeqCst);
+    }
+
+    /// Whether a retention sweep is running.
+    pub fn is_sweeping(&self) -> bool {
+        self.sweeping.load(Ordering::SeqCst)
     }
 }
 

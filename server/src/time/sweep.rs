@@ -60,7 +60,9 @@ pub async fn run(app: Arc<Context>) {
         let activity = activity(&app).await;
         match kernel::retention::start_sweep(&schedule, &activity, now_ms) {
             Ok(running) => {
+                app.maintenance.set_sweeping(true);
                 let end = sweep(&app).await;
+                app.maintenance.set_sweeping(false);
                 let ended = kernel::retention::end_sweep(&running, end, crate::clock::now_ms());
                 schedule = ended.schedule;
                 next_check = Some(instant_at(ended.next_check_at_ms));
