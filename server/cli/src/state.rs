@@ -351,11 +351,11 @@ async fn with_progress<Op: ClientOperation>(
 ) -> Result<Accepted<Op>, Failure> {
     let client_id = cli_client_id();
     let key = pi_workflows_client::ids::idempotency_key();
-    let mut options = settings.client_options(&client_id, true);
-    // Progress bounds the wait (below), not one answer limit.
-    options.answer_limit = None;
-    let mut client = WorkflowClient::new(options);
+    // The hello is bounded as always; then progress bounds the wait
+    // (below), not one answer limit.
+    let mut client = WorkflowClient::new(settings.client_options(&client_id, true));
     client.connect().await?;
+    client.set_answer_limit(None);
     let (sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
     // A second connection follows the progress, subscribed before the
     // command is sent. Its client is polled in this task (it is not
@@ -424,7 +424,8 @@ async fn with_progress<Op: ClientOperation>(
                 return Err(Failure::new(
                     Exit::TimedOut,
                     format!(
-                        "the pi-workflows server reported no progress of `{label}` for {} s; it may still finish (check with `pi-workflows state verify` before you retry) (PI_WORKFLOWS_CLI_TIMEOUT_MS sets this wait)",
+                        "the pi-workflows server did not answer `{}` nor report its progress within {} s; it may still finish it, so check before you retry (PI_WORKFLOWS_CLI_TIMEOUT_MS sets this wait)",
+                        Op::OPERATION,
                         limit.as_secs()
                     ),
                 ));
