@@ -21,15 +21,6 @@ fn days_ago(days: u64) -> u64 {
     server::clock::now_ms() - days * DAY_MS
 }
 
-/// Runs `pi-workflows <args>` with the server's environment.
-fn cli(server: &TestServer, args: &[&str]) -> Output {
-    server
-        .command()
-        .args(args)
-        .output()
-        .expect("run the pi-workflows CLI")
-}
-
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -44,18 +35,15 @@ fn exit(output: &Output) -> i32 {
 
 /// `state prune --older-than 2 --apply --backup <backup>`.
 fn prune_apply(server: &TestServer, backup: &Path) -> Output {
-    cli(
-        server,
-        &[
-            "state",
-            "prune",
-            "--older-than",
-            "2",
-            "--apply",
-            "--backup",
-            path_text(backup),
-        ],
-    )
+    server.cli(&[
+        "state",
+        "prune",
+        "--older-than",
+        "2",
+        "--apply",
+        "--backup",
+        path_text(backup),
+    ])
 }
 
 fn path_text(path: &Path) -> &str {
@@ -141,7 +129,7 @@ fn host_commands(db: &Connection, operation: &str) -> Vec<(String, String, Strin
 async fn state_verify_reports_the_checks_and_names_a_planted_problem() {
     let server = TestServer::start();
     let run = completed_run(&server).await;
-    let verified = cli(&server, &["state", "verify"]);
+    let verified = server.cli(&["state", "verify"]);
     assert_eq!(
         exit(&verified),
         0,
@@ -154,7 +142,7 @@ async fn state_verify_reports_the_checks_and_names_a_planted_problem() {
     assert!(text.contains("  integrity check: ok\n"), "{text}");
     assert!(text.contains("schema: matches this version"), "{text}");
     assert!(text.contains("orphaned blobs: 0"), "{text}");
-    let json_output = cli(&server, &["state", "verify", "--json"]);
+    let json_output = server.cli(&["state", "verify", "--json"]);
     let report: Value = serde_json::from_slice(&json_output.stdout).unwrap();
     assert_eq!(report["ok"], true, "{report}");
     assert_eq!(report["problems"], 0);
@@ -169,9 +157,9 @@ async fn state_verify_reports_the_checks_and_names_a_planted_problem() {
 
     // A backup verifies by path; the live state's path is refused.
     let backup = server.scratch().join("verified.sqlite");
-    let backed_up = cli(&server, &["state", "backup", path_text(&backup)]);
+    let backed_up = server.cli(&["state", "backup", path_text(&backup)]);
     assert_eq!(exit(&backed_up), 0, "{}", stderr(&backed_up));
-    let by_path = cli(&server, &["state", "verify", path_text(&backup)]);
+    let by_path = server.cli(&["state", "verify", path_text(&backup)]);
     assert_eq!(
         exit(&by_path),
         0,
@@ -181,16 +169,16 @@ async fn state_verify_reports_the_checks_and_names_a_planted_problem() {
     );
     assert!(stdout(&by_path).starts_with("the backup: ok"));
     let live = server.home.join("state.sqlite");
-    let refused = cli(&server, &["state", "verify", path_text(&live)]);
+    let refused = server.cli(&["state", "verify", path_text(&live)]);
     assert_eq!(exit(&refused), 1, "{}", stderr(&refused));
     assert!(
         stderr(&refused).contains("names the live state"),
         "{}",
         stderr(&refused)
     );
-    let missing = cli(&server, &["state", "verify", "/no/such/backup.sqlite"]);
+    let missing = server.cli(&["state", "verify", "/no/such/backup.sqlite"]);
     assert_eq!(exit(&missing), 4, "{}", stderr(&missing));
-    let relative = cli(&server, &["state", "verify", "backup.sqlite"]);
+    let relative = server.cli(&["state", "verify", "backup.sqlite"]);
     assert_eq!(exit(&relative), 2, "{}", stderr(&relative));
 
     // Plant two problems in the live state: a completed run without its
@@ -208,7 +196,7 @@ async fn state_verify_reports_the_checks_and_names_a_planted_problem() {
         )
         .unwrap();
     }
-    let failed = cli(&server, &["state", "verify"]);
+    let failed = server.cli(&["state", "verify"]);
     assert_eq!(exit(&failed), 1);
     let text = stdout(&failed);
     assert!(text.starts_with("the state: 2 problems\n"), "{text}");
@@ -219,7 +207,7 @@ async fn state_verify_reports_the_checks_and_names_a_planted_problem() {
     assert!(text.contains("orphaned blobs: 1"), "{text}");
     // The backup made before the damage still verifies.
     assert_eq!(
-        exit(&cli(&server, &["state", "verify", path_text(&backup)])),
+        exit(&server.cli(&["state", "verify", path_text(&backup)])),
         0
     );
 }
@@ -235,7 +223,7 @@ async fn state_backup_writes_a_verified_copy_and_never_replaces_a_file() {
     let server = TestServer::start();
     let run = completed_run(&server).await;
     let backup = server.scratch().join("backup.sqlite");
-    let made = cli(&server, &["state", "backup", path_text(&backup), "--json"]);
+    let made = server.cli(&["state", "backup", path_text(&backup), "--json"]);
     assert_eq!(exit(&made), 0, "{}", stderr(&made));
     let receipt: Value = serde_json::from_slice(&made.stdout).unwrap();
     assert_eq!(receipt["destination"], path_text(&backup));
@@ -262,7 +250,7 @@ async fn state_backup_writes_a_verified_copy_and_never_replaces_a_file() {
     assert_state_clean(&copy);
 
     let before = std::fs::read(&backup).unwrap();
-    let again = cli(&server, &["state", "backup", path_text(&backup)]);
+    let again = server.cli(&["state", "backup", path_text(&backup)]);
     assert_eq!(exit(&again), 1);
     assert!(
         stderr(&again).contains("a backup never replaces a file"),
@@ -275,14 +263,14 @@ async fn state_backup_writes_a_verified_copy_and_never_replaces_a_file() {
         "the file is unchanged"
     );
 
-    let relative = cli(&server, &["state", "backup", "backup.sqlite"]);
+    let relative = server.cli(&["state", "backup", "backup.sqlite"]);
     assert_eq!(exit(&relative), 2);
     assert!(
         stderr(&relative).contains("absolute path"),
         "{}",
         stderr(&relative)
     );
-    let nowhere = cli(&server, &["state", "backup", "/no/such/dir/backup.sqlite"]);
+    let nowhere = server.cli(&["state", "backup", "/no/such/dir/backup.sqlite"]);
     assert_eq!(exit(&nowhere), 1);
     assert!(
         stderr(&nowhere).contains("directory does not exist"),
@@ -290,21 +278,18 @@ async fn state_backup_writes_a_verified_copy_and_never_replaces_a_file() {
         stderr(&nowhere)
     );
     let live = server.home.join("state.sqlite");
-    let over_live = cli(&server, &["state", "backup", path_text(&live)]);
+    let over_live = server.cli(&["state", "backup", path_text(&live)]);
     assert_eq!(exit(&over_live), 1);
     assert!(
         stderr(&over_live).contains("live state"),
         "{}",
         stderr(&over_live)
     );
-    let human = cli(
-        &server,
-        &[
-            "state",
-            "backup",
-            path_text(&server.scratch().join("second.sqlite")),
-        ],
-    );
+    let human = server.cli(&[
+        "state",
+        "backup",
+        path_text(&server.scratch().join("second.sqlite")),
+    ]);
     assert_eq!(exit(&human), 0);
     assert!(
         stdout(&human).starts_with(&format!(
@@ -322,15 +307,12 @@ async fn state_backup_writes_a_verified_copy_and_never_replaces_a_file() {
 async fn each_invocation_sends_one_fresh_key() {
     let server = TestServer::start();
     for name in ["one.sqlite", "two.sqlite"] {
-        let made = cli(
-            &server,
-            &["state", "backup", path_text(&server.scratch().join(name))],
-        );
+        let made = server.cli(&["state", "backup", path_text(&server.scratch().join(name))]);
         assert_eq!(exit(&made), 0, "{}", stderr(&made));
     }
-    let dry = cli(&server, &["state", "prune"]);
+    let dry = server.cli(&["state", "prune"]);
     assert_eq!(exit(&dry), 0, "{}", stderr(&dry));
-    let dry = cli(&server, &["state", "prune"]);
+    let dry = server.cli(&["state", "prune"]);
     assert_eq!(exit(&dry), 0, "{}", stderr(&dry));
     let db = server.db();
     for operation in ["state.backup", "state.prune"] {
@@ -349,14 +331,14 @@ async fn a_reconnect_retry_keeps_the_key_and_adopts_the_stored_receipt() {
     let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", "after_receipt:1")]);
     server.spawn().unwrap();
     let backup = server.scratch().join("retried.sqlite");
-    let made = cli(&server, &["state", "backup", path_text(&backup), "--json"]);
+    let made = server.cli(&["state", "backup", path_text(&backup), "--json"]);
     assert!(
         server.wait_exit(Duration::from_secs(10)),
         "the fault killed the first server"
     );
     // The CLI started the next server itself: stop it at the end.
     let stop = || {
-        let stopped = cli(&server, &["server", "stop"]);
+        let stopped = server.cli(&["server", "stop"]);
         assert_eq!(exit(&stopped), 0, "{}", stderr(&stopped));
     };
     if exit(&made) != 0 {
@@ -472,7 +454,7 @@ async fn an_exact_retry_joins_the_running_backup_and_shutdown_waits_for_one() {
 async fn prune_dry_run_lists_and_apply_backs_up_then_deletes_the_same_trees() {
     let (server, template) = seeded(5, 3, 8 * 1024).await;
     let db = server.db();
-    let dry = cli(&server, &["state", "prune", "--older-than", "2", "--json"]);
+    let dry = server.cli(&["state", "prune", "--older-than", "2", "--json"]);
     assert_eq!(exit(&dry), 0, "{}", stderr(&dry));
     let listed: Value = serde_json::from_slice(&dry.stdout).unwrap();
     assert_eq!(listed["applied"], false);
@@ -492,7 +474,7 @@ async fn prune_dry_run_lists_and_apply_backs_up_then_deletes_the_same_trees() {
         (1..=5).map(|n| format!("old-{n:06}")).collect::<Vec<_>>()
     );
     assert_eq!(runs_named(&db, "old-"), 5, "a dry run deletes nothing");
-    let human = cli(&server, &["state", "prune", "--older-than", "2"]);
+    let human = server.cli(&["state", "prune", "--older-than", "2"]);
     let text = stdout(&human);
     assert!(
         text.starts_with("would delete 5 run trees (5 runs, 5 blobs, "),
@@ -508,7 +490,7 @@ async fn prune_dry_run_lists_and_apply_backs_up_then_deletes_the_same_trees() {
     );
 
     // Apply needs a backup: the CLI refuses the usage, the server the request.
-    let usage = cli(&server, &["state", "prune", "--apply"]);
+    let usage = server.cli(&["state", "prune", "--apply"]);
     assert_eq!(exit(&usage), 2, "{}", stderr(&usage));
     let mut client = server.client().await;
     let refused = client
@@ -692,7 +674,7 @@ async fn the_sweep_deletes_what_a_default_prune_lists() {
     }
     server.spawn().unwrap();
     // The held run keeps the sweep from starting.
-    let listed = cli(&server, &["state", "prune", "--json"]);
+    let listed = server.cli(&["state", "prune", "--json"]);
     assert_eq!(exit(&listed), 0, "{}", stderr(&listed));
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let mut would: Vec<String> = listed["trees"]
@@ -775,7 +757,7 @@ async fn a_full_disk_during_a_backup_loses_nothing() {
         "the backup cannot fit: {free_bytes} free for {state_bytes}"
     );
     let backup = server.home.join("backup.sqlite");
-    let failed = cli(&server, &["state", "backup", path_text(&backup)]);
+    let failed = server.cli(&["state", "backup", path_text(&backup)]);
     assert_eq!(exit(&failed), 5, "{}{}", stdout(&failed), stderr(&failed));
     assert!(
         stderr(&failed).contains("the disk holding the backup path is full"),
@@ -787,14 +769,14 @@ async fn a_full_disk_during_a_backup_loses_nothing() {
         host_commands(&server.db(), "state.backup").is_empty(),
         "no receipt"
     );
-    let verified = cli(&server, &["state", "verify"]);
+    let verified = server.cli(&["state", "verify"]);
     assert_eq!(exit(&verified), 0, "{}", stdout(&verified));
     let run = completed_run(&server).await;
     assert!(!run.is_empty());
     assert_eq!(runs_named(&server.db(), "young-"), 40);
     // With room (another disk), the same command succeeds.
     let roomy = PathBuf::from("/tmp").join(format!("backup-{}.sqlite", std::process::id()));
-    let made = cli(&server, &["state", "backup", path_text(&roomy)]);
+    let made = server.cli(&["state", "backup", path_text(&roomy)]);
     assert_eq!(exit(&made), 0, "{}", stderr(&made));
     assert_eq!(runs_named(&open_backup(&roomy), "young-"), 40);
     let _ = std::fs::remove_file(&roomy);

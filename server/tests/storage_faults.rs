@@ -16,15 +16,6 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use support::*;
 
-/// Runs `pi-workflows <args>` with the server's environment.
-fn cli(server: &TestServer, args: &[&str]) -> Output {
-    server
-        .command()
-        .args(args)
-        .output()
-        .expect("run the pi-workflows CLI")
-}
-
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -329,7 +320,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
 
     let filler = fill_disk(&server.home);
 
-    let refused = cli(&server, &["start", &linear_text]);
+    let refused = server.cli(&["start", &linear_text]);
     assert_eq!(refused.status.code(), Some(5), "{}", text(&refused));
     let refusal = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert!(refusal.contains("disk"), "{refusal}");
@@ -346,7 +337,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
         vec!["runs", "--json"],
         vec!["view", first.as_str(), "--once"],
     ] {
-        let output = cli(&server, &args);
+        let output = server.cli(&args);
         assert!(
             output.status.success(),
             "`{}` on a full disk: {}",
@@ -354,8 +345,8 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
             text(&output)
         );
     }
-    assert!(text(&cli(&server, &["runs", "--json"])).contains(&first));
-    let again = cli(&server, &["start", &linear_text]);
+    assert!(text(&server.cli(&["runs", "--json"])).contains(&first));
+    let again = server.cli(&["start", &linear_text]);
     assert_eq!(again.status.code(), Some(5), "{}", text(&again));
     assert_eq!(
         listed_runs(&server).await,
@@ -367,7 +358,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
     assert!(!log.contains("lost its epoch lease"), "{log}");
 
     std::fs::remove_file(filler).unwrap();
-    let started_again = cli(&server, &["start", &linear_text, "--json"]);
+    let started_again = server.cli(&["start", &linear_text, "--json"]);
     assert!(started_again.status.success(), "{}", text(&started_again));
     let document: Value = serde_json::from_slice(&started_again.stdout).unwrap();
     let second = document["runId"].as_str().unwrap().to_owned();
@@ -379,7 +370,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
     assert!(server.is_running());
     assert_eq!(server.pid(), pid, "the same server process");
     let status_json: Value =
-        serde_json::from_slice(&cli(&server, &["server", "status", "--json"]).stdout).unwrap();
+        serde_json::from_slice(&server.cli(&["server", "status", "--json"]).stdout).unwrap();
     assert_eq!(status_json["serverEpoch"], json!(epoch), "no restart");
     wait_quiescent_at(&server).await;
     assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());

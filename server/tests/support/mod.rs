@@ -118,6 +118,15 @@ impl TestServer {
         command
     }
 
+    /// Runs `pi-workflows <args>` with this server's environment and waits
+    /// for it.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.command()
+            .args(args)
+            .output()
+            .expect("run the pi-workflows CLI")
+    }
+
     /// Spawns `server run --ready-line` and waits for the ready line.
     /// Returns the server's one-line error if it refused to start.
     pub fn spawn(&mut self) -> Result<u64, String> {

@@ -8,15 +8,20 @@ fn schema() -> Connection {
     connection
 }
 
-/// The columns with a foreign key to `blobs(digest)`.
-fn blob_foreign_keys(connection: &Connection) -> Vec<(String, String)> {
-    let tables: Vec<String> = connection
+/// The schema's tables.
+fn tables(connection: &Connection) -> Vec<String> {
+    connection
         .prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")
         .unwrap()
         .query_map([], |row| row.get(0))
         .unwrap()
         .map(Result::unwrap)
-        .collect();
+        .collect()
+}
+
+/// The columns with a foreign key to `blobs(digest)`.
+fn blob_foreign_keys(connection: &Connection) -> Vec<(String, String)> {
+    let tables = tables(connection);
     let mut found = Vec::new();
     for table in tables {
         let mut statement = connection
@@ -195,13 +200,7 @@ fn the_statements_of_a_deletion_use_indexes() {
 #[test]
 fn every_foreign_key_leads_an_index() {
     let connection = schema();
-    let tables: Vec<String> = connection
-        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let tables = tables(&connection);
     let mut unindexed = Vec::new();
     for table in &tables {
         let mut statement = connection
