@@ -30,6 +30,7 @@ pub mod fixtures;
 pub mod generated;
 pub mod ids;
 pub mod interaction;
+pub mod maintenance;
 pub mod message;
 pub mod output;
 pub mod receipt;

@@ -18,6 +18,7 @@ use crate::capture::CaptureRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
 use crate::interaction::InteractionRejection;
+use crate::maintenance::{BackupRefusal, PruneRefusal};
 use crate::run::{Rejection, RestartRefusal};
 use crate::runner::ProtocolCheck;
 use crate::session::SessionRejection;
@@ -456,6 +457,61 @@ impl Coded for CaptureRejection {
             | Self::Gap { .. }
             | Self::RunFull
             | Self::Conflict { .. } => None,
+        }
+    }
+}
+
+impl Coded for PruneRefusal {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::ApplyWithoutBackup | Self::BackupWithoutApply | Self::DaysOutOfRange => {
+                WireCode::SchemaInvalid
+            }
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::ApplyWithoutBackup => {
+                "applying a prune needs a new backup: give an absolute backup path with it"
+            }
+            Self::BackupWithoutApply => {
+                "a dry run writes nothing: give a backup path only with apply"
+            }
+            Self::DaysOutOfRange => "olderThanDays must be between 1 and 36500",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::ApplyWithoutBackup | Self::BackupWithoutApply | Self::DaysOutOfRange => None,
+        }
+    }
+}
+
+impl Coded for BackupRefusal {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::StateFile | Self::NoSuchDirectory => WireCode::SchemaInvalid,
+            Self::DestinationExists => WireCode::Conflict,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::StateFile => "the backup path names the live state; choose a path outside it",
+            Self::DestinationExists => {
+                "a file already exists at the backup path, and a backup never replaces a file; choose a new path"
+            }
+            Self::NoSuchDirectory => {
+                "the backup path's directory does not exist; create it or choose another path"
+            }
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::StateFile | Self::DestinationExists | Self::NoSuchDirectory => None,
         }
     }
 }

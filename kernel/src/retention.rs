@@ -196,24 +196,36 @@ pub const fn cutoff_ms(now_ms: u64) -> Option<u64> {
     now_ms.checked_sub(RETENTION_MS)
 }
 
-/// The selector: expire the whole tree, or keep it for the first cause.
+/// The selector of the automatic sweep: expire the whole tree, or keep it
+/// for the first cause.
 pub fn select(tree: &[RetainedRun], now_ms: u64) -> Verdict {
-    match first_blocker(tree, now_ms) {
+    select_before(tree, cutoff_ms(now_ms))
+}
+
+/// The selector with an explicit cutoff (`state prune --older-than`; the
+/// sweep's is [`cutoff_ms`]): runs must have finished strictly before
+/// `cutoff_ms`, and a `None` cutoff keeps every tree as [`KeepReason::Young`].
+pub fn select_before(tree: &[RetainedRun], cutoff_ms: Option<u64>) -> Verdict {
+    match first_blocker_before(tree, cutoff_ms) {
         None => Verdict::Expire,
         Some(blocker) => Verdict::Keep(blocker.reason),
     }
 }
 
-/// The first cause, in [`KeepReason`] order, that keeps the tree, with the
-/// first run (in the given order) that has it.
+/// The first cause, in [`KeepReason`] order, that keeps the tree at
+/// `now_ms`, with the first run (in the given order) that has it.
 pub fn first_blocker(tree: &[RetainedRun], now_ms: u64) -> Option<Blocker> {
+    first_blocker_before(tree, cutoff_ms(now_ms))
+}
+
+/// [`first_blocker`] with an explicit cutoff (see [`select_before`]).
+pub fn first_blocker_before(tree: &[RetainedRun], cutoff_ms: Option<u64>) -> Option<Blocker> {
     if tree.is_empty() {
         return Some(Blocker {
             run_id: None,
             reason: KeepReason::EmptyTree,
         });
     }
-    let cutoff_ms = cutoff_ms(now_ms);
     keep_reasons().find_map(|reason| {
         let run = tree.iter().find(|run| has_cause(run, reason, cutoff_ms))?;
         Some(Blocker {

@@ -163,13 +163,7 @@ fn perform(context: &Arc<Context>, outputs: Vec<Output>) {
             Output::BuildTerminalMessage { run_id } => {
                 crate::terminal_messages::spawn(context, run_id);
             }
-            Output::RequestRetentionSweep => {
-                if let Some(name) = unperformed(&output) {
-                    crate::log::line(&format!(
-                        "the kernel asked for {name}, which this server version does not perform yet"
-                    ));
-                }
-            }
+            Output::RequestRetentionSweep => context.maintenance.request_sweep(),
         }
     }
 }
@@ -192,24 +186,6 @@ pub async fn release_epoch(context: &Context) {
             }
         })
         .await;
-}
-
-/// The name of a kernel output that nothing performs yet (later issues
-/// implement them; `unperformed_outputs_are_listed` pins the list so it
-/// only shrinks), or `None` for the outputs [`perform`] performs.
-pub fn unperformed(output: &Output) -> Option<&'static str> {
-    match output {
-        Output::RequestRetentionSweep => Some("RequestRetentionSweep"),
-        Output::BuildTerminalMessage { .. }
-        | Output::Event { .. }
-        | Output::SpawnValidator { .. }
-        | Output::SpawnRunner { .. }
-        | Output::StopRunner { .. }
-        | Output::PublishRun { .. }
-        | Output::PublishSession { .. }
-        | Output::Wake { .. }
-        | Output::Schedule => None,
-    }
 }
 
 /// Takes the next server epoch; `_lock` is the held global lock that proves
@@ -243,33 +219,4 @@ async fn take_epoch(
             }
             other => StartError::State(other),
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kernel::ids::RunId;
-
-    /// Kernel outputs that nothing performs yet. Each is logged when emitted;
-    /// this list only shrinks as later issues implement them.
-    #[test]
-    fn unperformed_outputs_are_listed() {
-        let run_id = RunId::new("r");
-        let every_unperformed_kind = [
-            Output::BuildTerminalMessage {
-                run_id: run_id.clone(),
-            },
-            Output::RequestRetentionSweep,
-            Output::Schedule,
-            Output::PublishRun {
-                run_id,
-                revision: kernel::ids::Revision(1),
-            },
-        ];
-        let names: Vec<&str> = every_unperformed_kind
-            .iter()
-            .filter_map(unperformed)
-            .collect();
-        assert_eq!(names, ["RequestRetentionSweep"]);
-    }
 }

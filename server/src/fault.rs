@@ -1,7 +1,8 @@
 //! Crash injection for tests: `PI_WORKFLOWS_FAULT=<point>[:<n>]` makes the
 //! server kill itself with SIGKILL the `n`-th time (default 1st) it reaches
-//! `<point>`. Unset in production; the points are the places where a crash
-//! is most likely to leave inconsistent state if the design were wrong.
+//! `<point>` (an error point fails that step instead: `Faults::fails`).
+//! Unset in production; the points are the places where a crash is most
+//! likely to leave inconsistent state if the design were wrong.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,15 @@ pub enum FaultPoint {
     /// After a run's terminal state committed, before its terminal
     /// workflow message is built (counts terminal commits).
     BeforeTerminalMessage,
+    /// State retention: inside a run tree's deletion transaction, after its
+    /// rows were deleted, before its commit (counts deleted trees).
+    TreeDeleted,
+    /// State retention: after a run tree's deletion committed, before the
+    /// next tree (counts deleted trees).
+    TreeCommitted,
+    /// State retention: a run tree's deletion fails with an SQL error
+    /// instead of running (an error, not a crash; see [`Faults::fails`]).
+    TreeError,
 }
 
 impl FaultPoint {
@@ -38,6 +48,9 @@ impl FaultPoint {
             "after_receipt" => Self::AfterReceipt,
             "after_reply" => Self::AfterReply,
             "before_terminal_message" => Self::BeforeTerminalMessage,
+            "tree_deleted" => Self::TreeDeleted,
+            "tree_committed" => Self::TreeCommitted,
+            "tree_error" => Self::TreeError,
             _ => return None,
         })
     }
@@ -66,11 +79,19 @@ impl Faults {
 
     /// Kills the process if `point` is the armed point and its count is reached.
     pub fn hit(&self, point: FaultPoint) {
-        if let Some((armed, n, seen)) = &self.armed
-            && *armed == point
-            && seen.fetch_add(1, Ordering::SeqCst) + 1 == *n
-        {
+        if self.reached(point) {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
+    }
+
+    /// Whether the armed error point `point` fails now (its count is
+    /// reached): the caller fails instead of going on.
+    pub fn fails(&self, point: FaultPoint) -> bool {
+        self.reached(point)
+    }
+
+    fn reached(&self, point: FaultPoint) -> bool {
+        matches!(&self.armed, Some((armed, n, seen))
+            if *armed == point && seen.fetch_add(1, Ordering::SeqCst) + 1 == *n)
     }
 }

@@ -4,9 +4,9 @@
 //! - The ready line is printed only after the epoch is taken, recovery ran
 //!   and the socket accepts connections. Nothing waits for a crashed
 //!   server's lease: the global lock already proves it is gone.
-//! - The server stays alive while it has a client, a runner, a scheduled wake
-//!   that can still change something, or admissible work, and exits after
-//!   `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
+//! - The server stays alive while it has a client, a runner, a running
+//!   retention sweep, a scheduled wake that can still change something, or
+//!   admissible work, and exits after `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
 //! - Shutdown waits for in-flight commands to store their receipts, parks
 //!   live runs at their last durable boundary, stops runner groups and
 //!   releases the epoch lease.
@@ -17,7 +17,7 @@ use crate::client_api::socket;
 use crate::config::Config;
 use crate::context::Context;
 use crate::fault::Faults;
-use crate::time::{recovery, wakes};
+use crate::time::{recovery, sweep, wakes};
 use kernel::output::{Step, StopReason};
 use kernel::run::ParkReason;
 use std::io::Write;
@@ -46,6 +46,9 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     tokio::spawn(wakes::run_renewal(app.clone()));
     tokio::spawn(idle_watch(app.clone()));
     tokio::spawn(stop_on_signal(app.clone()));
+    // Recovery step 12: a retention sweep once normal work is idle.
+    tokio::spawn(sweep::run(app.clone()));
+    app.maintenance.request_sweep();
     app.scheduler.notify();
     socket::serve(app.clone(), listener).await;
     shutdown(&app).await;
@@ -99,6 +102,7 @@ async fn idle_watch(app: Arc<Context>) {
         }
         let busy = app.clients.load(Ordering::SeqCst) > 0
             || app.runners.occupied() > 0
+            || app.maintenance.is_sweeping()
             || wakes::has_live_wakes(&app).await
             || has_unsettled_work(&app).await;
         if busy {

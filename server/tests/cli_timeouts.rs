@@ -106,6 +106,9 @@ fn commands(linear: &str) -> Vec<Vec<String>> {
         vec!["server", "status"],
         vec!["server", "stop"],
         vec!["server", "start"],
+        vec!["state", "verify"],
+        vec!["state", "backup", "/tmp/pi-workflows-timeout-backup.sqlite"],
+        vec!["state", "prune"],
     ]
     .into_iter()
     .map(|args| args.into_iter().map(str::to_owned).collect())

@@ -76,6 +76,10 @@ const VIEW_DISAGREES: &str = "a stored run view that disagrees with its run";
 const TERMINAL_MESSAGE: &str =
     "a terminal message of a run that is not an ended final leaf, or a second one";
 const CAPTURE_GAP: &str = "a session capture whose events are not numbered 1..n without gaps";
+const STRAY_EVENT: &str = "an event of a run that does not exist";
+const LOST_LINEAGE: &str = "a restart or continuation whose chain root or parent does not exist";
+const STRAY_TURN: &str = "a workflow turn of a run that does not exist";
+const MISSING_BLOB: &str = "a reference to a blob that does not exist";
 
 const PLANTED: &[Planted] = &[
     Planted {
@@ -233,7 +237,9 @@ const PLANTED: &[Planted] = &[
     Planted {
         bug: "a run.start receipt committed without its run",
         trips: &[START_RECEIPT],
-        sql: "DELETE FROM runs WHERE workflow_name = 'linear'",
+        sql: "UPDATE host_commands SET receipt_json = json_set(receipt_json, '$.receipt.runId', 'run-never-created')
+              WHERE operation = 'run.start'
+                AND json_extract(receipt_json, '$.receipt.runId') = (SELECT run_id FROM runs WHERE workflow_name = 'linear')",
     },
     Planted {
         bug: "a run.cancel receipt stored under a run that does not exist",
@@ -243,8 +249,9 @@ const PLANTED: &[Planted] = &[
     Planted {
         // The cancelled run has both receipts (its run.start and its
         // run.cancel): losing the run orphans both, so both checks fire.
+        // A partly deleted run: its receipts and events stay behind.
         bug: "a cancelled run lost with its receipts kept",
-        trips: &[START_RECEIPT, RUN_RECEIPT],
+        trips: &[START_RECEIPT, RUN_RECEIPT, STRAY_EVENT],
         sql: "DELETE FROM runs WHERE workflow_name = 'slow'",
     },
     Planted {
@@ -371,6 +378,30 @@ const PLANTED: &[Planted] = &[
               INSERT INTO session_events (run_id, run_seq, event_type, data_json, digest, recorded_at_ms)
               SELECT run_id, s, 'x', '{}', zeroblob(32), 0 FROM runs, (SELECT 1 AS s UNION SELECT 3)
               WHERE workflow_name = 'checkpoint'",
+    },
+    // What a partly deleted run tree, or a blob collected while referenced,
+    // leaves behind (state retention).
+    Planted {
+        bug: "a run's row was deleted but its events were not",
+        trips: &[STRAY_EVENT],
+        sql: "INSERT INTO events (run_id, recorded_at_ms, kind, payload) VALUES ('deleted-run', 0, 'nodeStarted', '{}')",
+    },
+    Planted {
+        bug: "a restart's chain root was deleted without the restart",
+        trips: &[LOST_LINEAGE],
+        sql: "UPDATE runs SET restart_root_run_id = 'deleted-root'
+              WHERE workflow_name = 'failing'",
+    },
+    Planted {
+        bug: "a workflow turn outlived its run",
+        trips: &[STRAY_TURN],
+        sql: "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state, started_at_ms)
+              VALUES ('turn-1', 'message-1', 'deleted-run', 'session-1', 'completed', 0)",
+    },
+    Planted {
+        bug: "a run's input blob was collected while the run still refers to it",
+        trips: &[MISSING_BLOB],
+        sql: "DELETE FROM blobs WHERE digest = (SELECT input_digest FROM runs WHERE workflow_name = 'linear')",
     },
 ];
 
@@ -711,14 +742,17 @@ fn a_violation_row_that_is_not_text_is_reported_not_dropped() {
         Check {
             message: "a NULL row",
             sql: "SELECT NULL",
+            quiescent_only: false,
         },
         Check {
             message: "an integer row",
             sql: "SELECT 7",
+            quiescent_only: false,
         },
         Check {
             message: "a text row",
             sql: "SELECT 'run-1'",
+            quiescent_only: false,
         },
     ];
     let violations = violations_of(&db, &checks);

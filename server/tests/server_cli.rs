@@ -10,15 +10,6 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// Runs `pi-workflows <args>` with the server's environment.
-fn cli(server: &TestServer, args: &[&str]) -> Output {
-    server
-        .command()
-        .args(args)
-        .output()
-        .expect("run the pi-workflows CLI")
-}
-
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -35,7 +26,7 @@ struct Detached<'a> {
 
 impl<'a> Detached<'a> {
     fn start(server: &'a TestServer) -> Self {
-        let started = cli(server, &["server", "start"]);
+        let started = server.cli(&["server", "start"]);
         assert!(started.status.success(), "server start: {}", text(&started));
         assert!(
             text(&started).contains("started (epoch"),
@@ -48,7 +39,7 @@ impl<'a> Detached<'a> {
 
 impl Drop for Detached<'_> {
     fn drop(&mut self) {
-        let _ = cli(self.server, &["server", "stop"]);
+        let _ = self.server.cli(&["server", "stop"]);
     }
 }
 
@@ -179,8 +170,8 @@ async fn status_reports_only_counts_and_leaks_no_private_value() {
         1
     );
 
-    let human = cli(&server, &["server", "status"]);
-    let machine = cli(&server, &["server", "status", "--json"]);
+    let human = server.cli(&["server", "status"]);
+    let machine = server.cli(&["server", "status", "--json"]);
     assert!(human.status.success(), "{}", text(&human));
     assert!(machine.status.success(), "{}", text(&machine));
     let socket = client
@@ -281,15 +272,15 @@ async fn status_reports_only_counts_and_leaks_no_private_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_start_runs_a_detached_server_that_status_sees_and_stop_stops() {
     let server = TestServer::new(&[]);
-    let stopped = cli(&server, &["server", "status", "--json"]);
+    let stopped = server.cli(&["server", "status", "--json"]);
     assert_eq!(stopped.status.code(), Some(3), "{}", text(&stopped));
     let detached = Detached::start(&server);
-    let status = cli(&server, &["server", "status", "--json"]);
+    let status = server.cli(&["server", "status", "--json"]);
     assert!(status.status.success(), "{}", text(&status));
     let status: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["state"], "running");
     assert_eq!(status["socketAvailable"], true);
-    let again = cli(&server, &["server", "start"]);
+    let again = server.cli(&["server", "start"]);
     assert!(again.status.success());
     assert!(text(&again).contains("already running"), "{}", text(&again));
     // A run works through the detached server.
@@ -298,11 +289,11 @@ async fn server_start_runs_a_detached_server_that_status_sees_and_stop_stops() {
     assert_eq!(status_of(&mut client, &run_id).await, "completed");
     drop(client);
 
-    let stop = cli(&server, &["server", "stop"]);
+    let stop = server.cli(&["server", "stop"]);
     assert!(stop.status.success(), "{}", text(&stop));
     assert!(text(&stop).contains("stopped"), "{}", text(&stop));
     std::mem::forget(detached);
-    let after = cli(&server, &["server", "status", "--json"]);
+    let after = server.cli(&["server", "status", "--json"]);
     assert_eq!(after.status.code(), Some(3), "{}", text(&after));
     let after: Value = serde_json::from_slice(&after.stdout).unwrap();
     assert_eq!(after, json!({"state": "stopped", "socketAvailable": false}));

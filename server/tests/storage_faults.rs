@@ -3,12 +3,8 @@
 //! schema changed outside the server, an SQL error inside a write, and state
 //! files that are empty, damaged or not databases at all.
 //!
-//! The full-disk tests mount a small tmpfs as the state home. They re-run
-//! their own test binary inside a private user and mount namespace
-//! (`unshare --user --map-root-user --mount`), so no mount outlives the
-//! test and no root privilege is needed where unprivileged user namespaces
-//! are allowed. A machine that allows neither fails these tests; they never
-//! skip.
+//! The full-disk tests mount a small tmpfs as the state home, in a private
+//! user and mount namespace (`support::namespace`).
 
 mod support;
 
@@ -20,15 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use support::*;
-
-/// Runs `pi-workflows <args>` with the server's environment.
-fn cli(server: &TestServer, args: &[&str]) -> Output {
-    server
-        .command()
-        .args(args)
-        .output()
-        .expect("run the pi-workflows CLI")
-}
 
 fn text(output: &Output) -> String {
     format!(
@@ -117,72 +104,6 @@ fn quick_check(path: &Path) -> String {
     connection
         .query_row("PRAGMA quick_check", [], |row| row.get(0))
         .unwrap_or_else(|error| format!("{error}"))
-}
-
-// ---- a private mount namespace with a small tmpfs ---------------------------
-
-const NAMESPACE_MARK: &str = "PI_WORKFLOWS_TEST_IN_NAMESPACE";
-
-/// Whether this process is the namespaced re-run of test `name`; if not,
-/// re-runs the test binary for exactly `name` inside `unshare --user
-/// --map-root-user --mount` and asserts that the re-run passed.
-fn in_private_namespace(name: &str) -> bool {
-    if std::env::var(NAMESPACE_MARK).as_deref() == Ok(name) {
-        return true;
-    }
-    let exe = std::env::current_exe().expect("the test binary");
-    let status = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount", "--propagation", "private", "--"])
-        .arg(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(NAMESPACE_MARK, name)
-        .status()
-        .unwrap_or_else(|error| {
-            panic!("this test needs `unshare` (util-linux) to mount a small tmpfs in a private namespace: {error}")
-        });
-    assert!(
-        status.success(),
-        "the namespaced run of {name} failed ({status}); its output is above. A failure to \
-         create the namespace or mount the tmpfs means this machine allows neither \
-         unprivileged user namespaces nor root mounts: the test needs one of them"
-    );
-    false
-}
-
-/// Mounts a `size` tmpfs (e.g. `"16m"`) at `dir` (inside the private namespace).
-fn mount_tmpfs(dir: &Path, size: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let output = Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            &format!("size={size},mode=0700"),
-            "tmpfs",
-        ])
-        .arg(dir)
-        .output()
-        .expect("run mount");
-    assert!(
-        output.status.success(),
-        "mounting a {size} tmpfs at the state home failed: {}",
-        text(&output)
-    );
-}
-
-/// Fills the filesystem of `dir` with one file until the disk is full and
-/// returns its path.
-fn fill_disk(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).expect("create the filler");
-    for chunk in [1 << 20, 1 << 12, 1] {
-        let block = vec![0u8; chunk];
-        while file.write_all(&block).is_ok() {}
-    }
-    let _ = file.sync_all();
-    let stat = nix::sys::statvfs::statvfs(dir).expect("statvfs");
-    assert_eq!(stat.blocks_available(), 0, "the disk is full");
-    path
 }
 
 // ---- 1. intact databases are not "incompatible" ------------------------------
@@ -400,7 +321,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
 
     let filler = fill_disk(&server.home);
 
-    let refused = cli(&server, &["start", &linear_text]);
+    let refused = server.cli(&["start", &linear_text]);
     assert_eq!(refused.status.code(), Some(5), "{}", text(&refused));
     let refusal = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert!(refusal.contains("disk"), "{refusal}");
@@ -417,7 +338,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
         vec!["runs", "--json"],
         vec!["view", first.as_str(), "--once"],
     ] {
-        let output = cli(&server, &args);
+        let output = server.cli(&args);
         assert!(
             output.status.success(),
             "`{}` on a full disk: {}",
@@ -425,8 +346,8 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
             text(&output)
         );
     }
-    assert!(text(&cli(&server, &["runs", "--json"])).contains(&first));
-    let again = cli(&server, &["start", &linear_text]);
+    assert!(text(&server.cli(&["runs", "--json"])).contains(&first));
+    let again = server.cli(&["start", &linear_text]);
     assert_eq!(again.status.code(), Some(5), "{}", text(&again));
     assert_eq!(
         listed_runs(&server).await,
@@ -438,7 +359,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
     assert!(!log.contains("lost its epoch lease"), "{log}");
 
     std::fs::remove_file(filler).unwrap();
-    let started_again = cli(&server, &["start", &linear_text, "--json"]);
+    let started_again = server.cli(&["start", &linear_text, "--json"]);
     assert!(started_again.status.success(), "{}", text(&started_again));
     let document: Value = serde_json::from_slice(&started_again.stdout).unwrap();
     let second = document["runId"].as_str().unwrap().to_owned();
@@ -450,7 +371,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_without_a_restart()
     assert!(server.is_running());
     assert_eq!(server.pid(), pid, "the same server process");
     let status_json: Value =
-        serde_json::from_slice(&cli(&server, &["server", "status", "--json"]).stdout).unwrap();
+        serde_json::from_slice(&server.cli(&["server", "status", "--json"]).stdout).unwrap();
     assert_eq!(status_json["serverEpoch"], json!(epoch), "no restart");
     wait_quiescent_at(&server).await;
     assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
@@ -775,19 +696,24 @@ fn damaged_and_foreign_state_files_are_told_apart_from_incompatible_ones() {
     let error = refusal_of(|path| std::fs::create_dir(path).unwrap());
     assert!(error.contains("not a file"), "directory: {error}");
 
-    let error = refusal_of(|path| {
-        std::fs::write(path, &real).unwrap();
-        let connection = Connection::open(path).unwrap();
-        connection
-            .execute_batch(
-                "PRAGMA journal_mode=DELETE; PRAGMA ignore_check_constraints=ON;
-                 UPDATE schema_meta SET schema_version = 1",
-            )
-            .unwrap();
-    });
-    assert_eq!(
-        error,
-        server::store::INCOMPATIBLE_STATE,
-        "version 1 (an older schema)"
-    );
+    // Every older version (3: wall-clock interactive deadlines; 4: before
+    // session capture or before state retention's deletion indexes) gets
+    // the back-up-and-move instruction.
+    for version in [1, 2, 3, 4] {
+        let error = refusal_of(|path| {
+            std::fs::write(path, &real).unwrap();
+            let connection = Connection::open(path).unwrap();
+            connection
+                .execute_batch(&format!(
+                    "PRAGMA journal_mode=DELETE; PRAGMA ignore_check_constraints=ON;
+                     UPDATE schema_meta SET schema_version = {version}"
+                ))
+                .unwrap();
+        });
+        assert_eq!(
+            error,
+            server::store::INCOMPATIBLE_STATE,
+            "version {version} (an older schema)"
+        );
+    }
 }

@@ -504,6 +504,23 @@ proptest! {
         }
     }
 
+    /// The sweep and `state prune` share one selector: the sweep's verdict
+    /// is the explicit-cutoff verdict at its cutoff, and an earlier cutoff
+    /// (a longer `--older-than`) never expires a tree a later one keeps.
+    #[test]
+    fn the_sweep_is_the_prune_selector_at_its_cutoff(
+        tree in arb_tree(),
+        now_ms in 0u64..NOW_MS,
+        earlier in 0u64..NOW_MS,
+    ) {
+        prop_assert_eq!(select(&tree, now_ms), select_before(&tree, cutoff_ms(now_ms)));
+        let cutoff = now_ms;
+        if select_before(&tree, Some(cutoff.saturating_sub(earlier))) == Verdict::Expire {
+            prop_assert_eq!(select_before(&tree, Some(cutoff)), Verdict::Expire);
+        }
+        prop_assert_ne!(select_before(&tree, None), Verdict::Expire);
+    }
+
     /// Over any sequence of triggers, completions, failures and busy periods:
     /// completed sweeps are at least 24 hours apart, no sweep starts while
     /// busy, and none starts within five minutes after a failure.

@@ -282,6 +282,17 @@ impl WorkflowClient {
         Ok(self.connection(true).await?.server_epoch)
     }
 
+    /// Sets how long the hello and each response may take from now on, on
+    /// the current connection too (`None`: unbounded). A command whose
+    /// answer may take long (`state backup`) connects with a limit, then
+    /// waits without one while it watches the server's progress.
+    pub fn set_answer_limit(&mut self, limit: Option<Duration>) {
+        self.options.answer_limit = limit;
+        if let Some(connection) = self.connection.as_mut() {
+            connection.set_answer_limit(limit);
+        }
+    }
+
     /// Whether the client holds a connection.
     pub fn is_connected(&self) -> bool {
         self.connection.is_some()

@@ -257,6 +257,11 @@ impl Connection {
         }
     }
 
+    /// Sets how long each response may take (`None`: unbounded).
+    pub fn set_answer_limit(&mut self, limit: Option<Duration>) {
+        self.answer_limit = limit;
+    }
+
     /// Sends one frame (validated first).
     pub async fn send(&mut self, value: &Value) -> Result<(), ClientError> {
         let mut bytes =

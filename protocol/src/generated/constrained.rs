@@ -492,6 +492,37 @@ impl<'de> ::serde::Deserialize<'de> for Generation {
             ))
     }
 }
+///SQLite's integrity check: ["ok"], or its first lines (never empty).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct IntegrityLines(::std::vec::Vec<types::SafeMessage>);
+impl IntegrityLines {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::SafeMessage>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 8 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::SafeMessage] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::SafeMessage> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for IntegrityLines {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::SafeMessage>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
 ///A step budget: at least one step, at most 2^32-1 (the kernel's u32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
 #[serde(transparent)]
@@ -531,6 +562,55 @@ impl ::std::fmt::Display for MaxSteps {
     }
 }
 impl<'de> ::serde::Deserialize<'de> for MaxSteps {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///A prune's age in days: runs must have finished more than this many days ago (default 30, the automatic retention period).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct OlderThanDays(u64);
+impl OlderThanDays {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 1;
+    /// The largest allowed value.
+    pub const MAX: u64 = 36500;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value >= 1 && value <= 36500 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for OlderThanDays {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<OlderThanDays> for u64 {
+    fn from(value: OlderThanDays) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for OlderThanDays {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for OlderThanDays {
     fn deserialize<D: ::serde::Deserializer<'de>>(
         deserializer: D,
     ) -> ::std::result::Result<Self, D::Error> {
@@ -735,6 +815,37 @@ impl<'de> ::serde::Deserialize<'de> for ProtocolVersion {
             .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
                 "integer out of range",
             ))
+    }
+}
+///The first 100 trees of a prune.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct PrunedTrees(::std::vec::Vec<types::PrunedTree>);
+impl PrunedTrees {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::PrunedTree>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 100 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::PrunedTree] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::PrunedTree> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for PrunedTrees {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::PrunedTree>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
 ///A presentation or run revision. Increases by one per accepted change. Capped at 2^53-1.
@@ -955,6 +1066,37 @@ impl<'de> ::serde::Deserialize<'de> for True {
                 <D::Error as ::serde::de::Error>::custom("expected true"),
             )
         }
+    }
+}
+///Every consistency check of a verification.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct VerifiedChecks(::std::vec::Vec<types::VerifiedCheck>);
+impl VerifiedChecks {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::VerifiedCheck>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 64 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::VerifiedCheck] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::VerifiedCheck> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for VerifiedChecks {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::VerifiedCheck>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
 ///The 1-based visit number of a node within a run. Capped at 2^53-1.

@@ -953,6 +953,24 @@ An availability change.*/
         reason: ::std::option::Option<SafeMessage>,
         state: Availability,
     },
+    /**MaintenanceProgressEvent
+
+Progress of the running state.backup or state.prune, to maintenance subscribers: trees and bytes done of their totals (a total of 0 is not known yet). At most every 100 ms within a phase, always at a phase's end, and a done step before the command's answer.*/
+    #[serde(rename = "maintenanceProgress")]
+    MaintenanceProgress {
+        #[serde(rename = "bytesDone")]
+        bytes_done: super::constrained::ByteCount,
+        #[serde(rename = "bytesTotal")]
+        bytes_total: super::constrained::ByteCount,
+        #[serde(rename = "idempotencyKey")]
+        idempotency_key: IdempotencyKey,
+        operation: Operation,
+        phase: MaintenancePhase,
+        #[serde(rename = "treesDone")]
+        trees_done: super::constrained::Count,
+        #[serde(rename = "treesTotal")]
+        trees_total: super::constrained::Count,
+    },
 }
 ///A stable client process id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -1469,6 +1487,60 @@ impl ::std::convert::TryFrom<::std::string::String> for Cursor {
     }
 }
 impl<'de> ::serde::Deserialize<'de> for Cursor {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///The DDL digest a database records (sha256:<hex>, or empty when unreadable).
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct DdlDigest(::std::string::String);
+impl ::std::ops::Deref for DdlDigest {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<DdlDigest> for ::std::string::String {
+    fn from(value: DdlDigest) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for DdlDigest {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 80usize {
+            return Err("longer than 80 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for DdlDigest {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DdlDigest {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DdlDigest {
     fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
     where
         D: ::serde::Deserializer<'de>,
@@ -3204,6 +3276,69 @@ pub struct Lineage {
     )]
     pub restart_of: ::std::option::Option<RunId>,
 }
+///What a state-maintenance command is doing.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum MaintenancePhase {
+    #[serde(rename = "select")]
+    Select,
+    #[serde(rename = "backup")]
+    Backup,
+    #[serde(rename = "delete")]
+    Delete,
+    #[serde(rename = "done")]
+    Done,
+}
+impl ::std::fmt::Display for MaintenancePhase {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Select => f.write_str("select"),
+            Self::Backup => f.write_str("backup"),
+            Self::Delete => f.write_str("delete"),
+            Self::Done => f.write_str("done"),
+        }
+    }
+}
+impl ::std::str::FromStr for MaintenancePhase {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "select" => Ok(Self::Select),
+            "backup" => Ok(Self::Backup),
+            "delete" => Ok(Self::Delete),
+            "done" => Ok(Self::Done),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for MaintenancePhase {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for MaintenancePhase {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
 ///A media type without parameters.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -4397,6 +4532,19 @@ impl<'de> ::serde::Deserialize<'de> for PromptText {
                 <D::Error as ::serde::de::Error>::custom(e.to_string())
             })
     }
+}
+///One root run tree a prune selected (dry run) or deleted (apply).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PrunedTree {
+    pub bytes: super::constrained::ByteCount,
+    #[serde(rename = "finishedAtMs")]
+    pub finished_at_ms: super::constrained::TimestampMs,
+    #[serde(rename = "rootRunId")]
+    pub root_run_id: RunId,
+    pub runs: super::constrained::Count,
+    #[serde(rename = "workflowName")]
+    pub workflow_name: SafeMessage,
 }
 ///The durable queue status of a run.
 #[derive(
@@ -6472,36 +6620,67 @@ pub struct StateBackupReceipt {
     pub destination: AbsolutePath,
     pub digest: Digest,
 }
-///Prune expired state; apply requires a fresh verified backup.
+///Prune expired run trees: a dry run by default; apply first writes and verifies a new backup at backup.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StatePrunePayload {
     pub apply: bool,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub backup: ::std::option::Option<AbsolutePath>,
+    #[serde(
+        rename = "olderThanDays",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub older_than_days: ::std::option::Option<super::constrained::OlderThanDays>,
 }
-///What pruning selected or deleted.
+///What pruning selected (dry run) or deleted (apply). rootRuns, runs, blobs and bytes count every tree; trees lists the first 100.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StatePruneReceipt {
     pub applied: bool,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub backup: ::std::option::Option<StateBackupReceipt>,
     pub blobs: super::constrained::Count,
+    ///The bytes of the trees' stored values and of the blobs only they used (page overhead not counted).
+    pub bytes: super::constrained::ByteCount,
+    ///Trees old enough whose selector verdict kept them (protected, referenced, or not complete).
+    pub kept: super::constrained::Count,
+    #[serde(rename = "olderThanDays")]
+    pub older_than_days: super::constrained::OlderThanDays,
     #[serde(rename = "rootRuns")]
     pub root_runs: super::constrained::Count,
+    pub runs: super::constrained::Count,
+    pub trees: super::constrained::PrunedTrees,
 }
-///Verify state (the active database, or an inactive backup at path).
+///Verify state: the live database, or the inactive database file at path (a backup; never the live state).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StateVerifyPayload {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<AbsolutePath>,
 }
-///The verification result.
+///The verification result: SQLite's integrity check, the schema identity and objects, foreign keys, the server's consistency checks and orphaned blobs. Counts only, never row contents.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StateVerifyReceipt {
+    pub checks: super::constrained::VerifiedChecks,
+    #[serde(rename = "ddlDigest")]
+    pub ddl_digest: DdlDigest,
+    #[serde(rename = "foreignKeyViolations")]
+    pub foreign_key_violations: super::constrained::Count,
+    pub integrity: super::constrained::IntegrityLines,
     pub ok: bool,
+    #[serde(rename = "orphanedBlobs")]
+    pub orphaned_blobs: super::constrained::Count,
     pub problems: super::constrained::Count,
+    #[serde(
+        rename = "schemaDifference",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub schema_difference: ::std::option::Option<SafeMessage>,
+    ///The schema name, version, DDL digest and objects are this server's.
+    #[serde(rename = "schemaMatches")]
+    pub schema_matches: bool,
 }
 ///A short status detail.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -6921,6 +7100,8 @@ One run view.*/
 One origin-session view.*/
     #[serde(rename = "session")]
     Session { #[serde(rename = "sessionId")] session_id: SessionId },
+    #[serde(rename = "maintenance")]
+    Maintenance,
 }
 ///Switch cases: output value to target node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -7629,6 +7810,15 @@ pub struct ValidateTarget {
     pub node_id: NodeId,
     #[serde(rename = "submissionId")]
     pub submission_id: SubmissionId,
+}
+///One consistency check of a verification.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VerifiedCheck {
+    pub check: SafeMessage,
+    ///Not run: it holds only while no runner is live, and runners were.
+    pub skipped: bool,
+    pub violations: super::constrained::Count,
 }
 ///Read one chunk of referenced content.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

@@ -177,8 +177,20 @@ export interface AvailabilityEvent {
   "state": Availability;
 }
 
+/** Progress of the running state.backup or state.prune, to maintenance subscribers: trees and bytes done of their totals (a total of 0 is not known yet). At most every 100 ms within a phase, always at a phase's end, and a done step before the command's answer. */
+export interface MaintenanceProgressEvent {
+  "bytesDone": ByteCount;
+  "bytesTotal": ByteCount;
+  "idempotencyKey": IdempotencyKey;
+  "kind": "maintenanceProgress";
+  "operation": Operation;
+  "phase": MaintenancePhase;
+  "treesDone": Count;
+  "treesTotal": Count;
+}
+
 /** One live event, tagged by kind. */
-export type ClientEvent = RunListSnapshotEvent | RunViewSnapshotEvent | RunViewPatchEvent | PageEvent | SessionMessagesEvent | AvailabilityEvent;
+export type ClientEvent = RunListSnapshotEvent | RunViewSnapshotEvent | RunViewPatchEvent | PageEvent | SessionMessagesEvent | AvailabilityEvent | MaintenanceProgressEvent;
 
 /** A stable client process id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type ClientId = string;
@@ -315,6 +327,9 @@ export type Count = number;
 
 /** An opaque page cursor. */
 export type Cursor = string;
+
+/** The DDL digest a database records (sha256:<hex>, or empty when unreadable). */
+export type DdlDigest = string;
 
 /** Answer a protected human decision. input is null when the choice takes none. */
 export interface DecisionAnswerPayload {
@@ -495,6 +510,9 @@ export const IncludeTransitionValues: readonly IncludeTransition[] = ["entry", "
 /** Inline content (at most 16,384 characters, the shared 16 KiB inline-content threshold). */
 export type InlineText = string;
 
+/** SQLite's integrity check: ["ok"], or its first lines (never empty). */
+export type IntegrityLines = SafeMessage[];
+
 export interface CoordinatorAuthority {
   "coordinatorEpoch": CoordinatorEpoch;
   "kind": "coordinator";
@@ -579,6 +597,12 @@ export interface Lineage {
   "restartOf"?: RunId;
 }
 
+/** What a state-maintenance command is doing. */
+export type MaintenancePhase = "select" | "backup" | "delete" | "done";
+
+/** Every value of MaintenancePhase, in schema order. */
+export const MaintenancePhaseValues: readonly MaintenancePhase[] = ["select", "backup", "delete", "done"];
+
 /** A step budget: at least one step, at most 2^32-1 (the kernel's u32). */
 export type MaxSteps = number;
 
@@ -661,6 +685,9 @@ export interface NotificationResult {
   "text"?: InlineText;
 }
 
+/** A prune's age in days: runs must have finished more than this many days ago (default 30, the automatic retention period). */
+export type OlderThanDays = number;
+
 /** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
 export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
 
@@ -735,6 +762,18 @@ export type PromptText = string;
 
 /** The wire protocol version; this schema describes version 1. */
 export type ProtocolVersion = number;
+
+/** One root run tree a prune selected (dry run) or deleted (apply). */
+export interface PrunedTree {
+  "bytes": ByteCount;
+  "finishedAtMs": TimestampMs;
+  "rootRunId": RunId;
+  "runs": Count;
+  "workflowName": SafeMessage;
+}
+
+/** The first 100 trees of a prune. */
+export type PrunedTrees = PrunedTree[];
 
 /** The durable queue status of a run. */
 export type QueueStatus = "queued" | "starting" | "running" | "parked" | "done" | "failed" | "cancelled";
@@ -1425,28 +1464,45 @@ export interface StateBackupReceipt {
   "digest": Digest;
 }
 
-/** Prune expired state; apply requires a fresh verified backup. */
+/** Prune expired run trees: a dry run by default; apply first writes and verifies a new backup at backup. */
 export interface StatePrunePayload {
   "apply": boolean;
   "backup"?: AbsolutePath;
+  "olderThanDays"?: OlderThanDays;
 }
 
-/** What pruning selected or deleted. */
+/** What pruning selected (dry run) or deleted (apply). rootRuns, runs, blobs and bytes count every tree; trees lists the first 100. */
 export interface StatePruneReceipt {
   "applied": boolean;
+  "backup"?: StateBackupReceipt;
   "blobs": Count;
+  /** The bytes of the trees' stored values and of the blobs only they used (page overhead not counted). */
+  "bytes": ByteCount;
+  /** Trees old enough whose selector verdict kept them (protected, referenced, or not complete). */
+  "kept": Count;
+  "olderThanDays": OlderThanDays;
   "rootRuns": Count;
+  "runs": Count;
+  "trees": PrunedTrees;
 }
 
-/** Verify state (the active database, or an inactive backup at path). */
+/** Verify state: the live database, or the inactive database file at path (a backup; never the live state). */
 export interface StateVerifyPayload {
   "path"?: AbsolutePath;
 }
 
-/** The verification result. */
+/** The verification result: SQLite's integrity check, the schema identity and objects, foreign keys, the server's consistency checks and orphaned blobs. Counts only, never row contents. */
 export interface StateVerifyReceipt {
+  "checks": VerifiedChecks;
+  "ddlDigest": DdlDigest;
+  "foreignKeyViolations": Count;
+  "integrity": IntegrityLines;
   "ok": boolean;
+  "orphanedBlobs": Count;
   "problems": Count;
+  "schemaDifference"?: SafeMessage;
+  /** The schema name, version, DDL digest and objects are this server's. */
+  "schemaMatches": boolean;
 }
 
 /** A short status detail. */
@@ -1530,8 +1586,13 @@ export interface SessionTarget {
   "sessionId": SessionId;
 }
 
+/** The progress of the running state-maintenance command. */
+export interface MaintenanceTarget {
+  "kind": "maintenance";
+}
+
 /** What a subscription follows. */
-export type SubscriptionTarget = RunListTarget | RunTarget | SessionTarget;
+export type SubscriptionTarget = RunListTarget | RunTarget | SessionTarget | MaintenanceTarget;
 
 /** Switch cases: output value to target node. */
 export type SwitchCases = { [key: string]: NodeId };
@@ -1704,6 +1765,17 @@ export interface ValidateTarget {
   "nodeId": NodeId;
   "submissionId": SubmissionId;
 }
+
+/** One consistency check of a verification. */
+export interface VerifiedCheck {
+  "check": SafeMessage;
+  /** Not run: it holds only while no runner is live, and runners were. */
+  "skipped": boolean;
+  "violations": Count;
+}
+
+/** Every consistency check of a verification. */
+export type VerifiedChecks = VerifiedCheck[];
 
 /** Read one chunk of referenced content. */
 export interface ViewContentPayload {

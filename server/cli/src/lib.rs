@@ -16,6 +16,7 @@ mod herdr;
 mod render;
 mod runs;
 mod server;
+mod state;
 mod view;
 
 use clap::{Parser, Subcommand};
@@ -260,6 +261,9 @@ enum Command {
     /// Manage the user-level server.
     #[command(subcommand)]
     Server(server::ServerCommand),
+    /// Verify, back up or prune the state database (through the server).
+    #[command(subcommand)]
+    State(state::StateCommand),
     /// Herdr integration (piw panes opened from Pi).
     #[command(subcommand)]
     Herdr(HerdrCommand),
@@ -329,6 +333,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
         Command::Server(command) => return server::main(command, settings, &runtime),
         Command::Herdr(HerdrCommand::Sync { json }) => herdr::main(settings.home.root(), json),
+        Command::State(command) => runtime.block_on(state::main(settings, command)),
         Command::List { json } => runtime.block_on(runs::list(settings, json)),
         Command::Start {
             workflow,

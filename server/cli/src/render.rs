@@ -30,7 +30,7 @@ fn cut(value: &str, limit: usize) -> String {
 }
 
 /// Formats rows as left-aligned columns under a header.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|cell| cell.chars().count()).collect();
     for row in rows {
         for (index, cell) in row.iter().enumerate() {
@@ -106,7 +106,7 @@ pub(super) fn status_word(display: &Value) -> String {
     status.to_owned()
 }
 
-fn age(then_ms: u64, now_ms: u64) -> String {
+pub(crate) fn age(then_ms: u64, now_ms: u64) -> String {
     let seconds = now_ms.saturating_sub(then_ms) / 1000;
     match seconds {
         0..=59 => format!("{seconds}s ago"),

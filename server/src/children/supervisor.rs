@@ -318,6 +318,8 @@ async fn finish(app: &Arc<Context>, runner: &Arc<Runner>, exit: ExitReport) {
     record_exit(app, runner, exit.kind, exit.code, exit.signal).await;
     app.runners.remove(&runner.runner_epoch);
     app.scheduler.notify();
+    // A runner exit is an idle lifecycle trigger of the retention sweep.
+    app.maintenance.request_sweep();
 }
 
 /// Builds the runner exit the kernel decides on.

@@ -16,10 +16,12 @@
 //! per concept below it: `receipts` (command identity, lookup and the
 //! receipt job), `run_commands`, `reads`, `subscriptions`, `coordinator`
 //! (origin sessions), `submissions` (`interaction.submit`),
+//! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
 //! `server_status`, and `socket` (the listener and its connections).
 
 mod capture;
 pub mod coordinator;
+mod maintenance;
 mod reads;
 mod receipts;
 mod request;
@@ -30,7 +32,7 @@ pub mod submissions;
 mod subscriptions;
 
 use reads::{clear_terminal, runs_list, view_content, view_page, workflows_list};
-use request::{Request, not_found, schema_invalid};
+use request::{Request, not_found, refusal, schema_invalid};
 use run_commands::{RunCommand, run_command, run_start};
 use subscriptions::subscribe;
 
@@ -246,6 +248,9 @@ async fn dispatch(
             )
             .await
         }
+        RequestPayload::StateVerify(verify) => maintenance::verify(app, &request, verify).await,
+        RequestPayload::StateBackup(backup) => maintenance::backup(app, &request, backup).await,
+        RequestPayload::StatePrune(prune) => maintenance::prune(app, &request, prune).await,
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
         RequestPayload::DecisionAnswer(_)
@@ -256,21 +261,13 @@ async fn dispatch(
         | RequestPayload::ResourceApply(_)
         | RequestPayload::ResourceReconcile(_)
         | RequestPayload::ResourceDelete(_)
-        | RequestPayload::StateVerify(_)
-        | RequestPayload::StateBackup(_)
-        | RequestPayload::StatePrune(_)
         | RequestPayload::ChannelStatus(_)
         | RequestPayload::ChannelReload(_)
-        | RequestPayload::ChannelRecover(_) => response(
-            &request.request_id,
-            &request.operation,
+        | RequestPayload::ChannelRecover(_) => refusal(
+            &request,
             "unavailable",
-            None,
-            None,
-            Some((
-                ErrorCode::Unavailable,
-                "this operation is not available in this server version".into(),
-            )),
+            ErrorCode::Unavailable,
+            "this operation is not available in this server version",
         ),
     })
 }

@@ -47,6 +47,17 @@ impl Executed {
         }
     }
 
+    /// An accepted command that changed no run (a maintenance command).
+    pub(super) fn done<T: serde::Serialize>(receipt: &T) -> Self {
+        Self {
+            outcome: CommandOutcome::Accepted,
+            revision: None,
+            receipt: Some(crate::wire::client::receipt(receipt)),
+            error: None,
+            outputs: Vec::new(),
+        }
+    }
+
     pub(super) fn refused(
         outcome: CommandOutcome,
         code: protocol::ErrorCode,

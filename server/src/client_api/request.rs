@@ -18,39 +18,33 @@ pub(super) struct Request {
     pub(super) payload: Value,
 }
 
-/// A `rejected` response with `schemaInvalid` and `message`.
-pub(super) fn schema_invalid(request: &Request, message: &str) -> Value {
+/// A response to `request` with `outcome`, no receipt, and `code` with
+/// `message` as its error.
+pub(super) fn refusal(request: &Request, outcome: &str, code: ErrorCode, message: &str) -> Value {
     response(
         &request.request_id,
         &request.operation,
-        "rejected",
+        outcome,
         None,
         None,
-        Some((ErrorCode::SchemaInvalid, message.into())),
+        Some((code, message.into())),
     )
+}
+
+/// A `rejected` response with `schemaInvalid` and `message`.
+pub(super) fn schema_invalid(request: &Request, message: &str) -> Value {
+    refusal(request, "rejected", ErrorCode::SchemaInvalid, message)
 }
 
 pub(super) fn not_found(request: &Request, message: &str) -> Value {
-    response(
-        &request.request_id,
-        &request.operation,
-        "notFound",
-        None,
-        None,
-        Some((ErrorCode::NotFound, message.into())),
-    )
+    refusal(request, "notFound", ErrorCode::NotFound, message)
 }
 
 pub(super) fn unavailable(request: &Request) -> Value {
-    response(
-        &request.request_id,
-        &request.operation,
+    refusal(
+        request,
         "unavailable",
-        None,
-        None,
-        Some((
-            ErrorCode::Internal,
-            "the state database could not be read; retry".into(),
-        )),
+        ErrorCode::Internal,
+        "the state database could not be read; retry",
     )
 }

@@ -28,6 +28,7 @@ pub(super) async fn subscribe(
         SubscriptionTarget::Session { session_id } => {
             Target::Session(SessionId::new(session_id.to_string()))
         }
+        SubscriptionTarget::Maintenance => Target::Maintenance,
     };
     if let Target::Run(run_id) = &target {
         let run_id = run_id.clone();

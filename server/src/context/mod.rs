@@ -3,7 +3,7 @@
 //! process's lifecycle (connected clients, commands in flight, stopping)
 //! and the in-memory registries (runners, wakes, admission signal,
 //! coordinator epochs, validations in flight, resolvers waiting for their
-//! run).
+//! run, state maintenance).
 //!
 //! Invariants:
 //! - It holds state, not behaviour: nothing here reaches a layer above it.
@@ -17,6 +17,7 @@
 
 pub mod admission;
 pub mod coordinators;
+pub mod maintenance;
 pub mod runners;
 pub mod validations;
 pub mod waiting;
@@ -91,6 +92,9 @@ pub struct Context {
     pub validations: validations::Validations,
     /// Resolvers of fresh starts waiting for their run's launch.
     pub waiting: waiting::Waiting,
+    /// State maintenance: the running backup or prune, verifications, and
+    /// retention sweep requests.
+    pub maintenance: Arc<maintenance::Maintenance>,
 }
 
 /// What a server context is made of (`app.rs` opens them).
@@ -145,6 +149,7 @@ impl Context {
             coordinators: coordinators::Coordinators::default(),
             validations: validations::Validations::default(),
             waiting: waiting::Waiting::new(),
+            maintenance: maintenance::Maintenance::new(),
         })
     }
 

@@ -18,6 +18,11 @@ impl Validations {
         in_flight.values().filter(|takes_slot| **takes_slot).count()
     }
 
+    /// How many children are in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.lock().expect("validations lock").len()
+    }
+
     /// The submissions that have a child in flight now.
     pub fn in_flight_now(&self) -> BTreeSet<SubmissionId> {
         let in_flight = self.in_flight.lock().expect("validations lock");

@@ -18,22 +18,43 @@
 
 use super::Presentation;
 use crate::projection::run_view::to_wire;
-use crate::store::viewer;
+use crate::store::{Published, viewer};
 use crate::wire::client::{Outbox, frame};
 use kernel::ids::{RunId, SessionId};
-use protocol::generated::types::{ClientEvent, SubscriptionId};
+use protocol::generated::types::{Availability, ClientEvent, SubscriptionId};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 /// The fan-out point for committed changes (the store announces them). It
 /// shares each computed patch with every subscriber at the same cursor, so
 /// a commit is read once for all of a run's subscribers, not once each.
-#[derive(Debug, Default)]
+/// It also carries the progress of the running state-maintenance command.
+#[derive(Debug)]
 pub struct Hub {
     patches: Mutex<VecDeque<SharedPatch>>,
+    /// Maintenance progress events with their sequence number (the
+    /// revision of their event frames; it only grows).
+    progress: broadcast::Sender<(u64, Arc<ClientEvent>)>,
+    progress_sequence: AtomicU64,
+}
+
+/// How many progress events a slow maintenance subscriber may fall behind
+/// before it skips to newer ones (the publisher sends a few a second).
+const PROGRESS_BACKLOG: usize = 64;
+
+impl Default for Hub {
+    fn default() -> Self {
+        Self {
+            patches: Mutex::default(),
+            progress: broadcast::Sender::new(PROGRESS_BACKLOG),
+            progress_sequence: AtomicU64::new(0),
+        }
+    }
 }
 
 /// A patch event payload from one revision to another of one run. Deltas
@@ -68,6 +89,14 @@ impl Hub {
     /// Session messages are announced with the run change that carried them.
     pub fn publish_session(&self, _app: &Arc<Presentation>, _session_id: &SessionId) {}
 
+    /// Publishes the running maintenance command's progress (a
+    /// `maintenanceProgress` event) to every maintenance subscriber.
+    pub fn publish_progress(&self, event: ClientEvent) {
+        let sequence = self.progress_sequence.fetch_add(1, Ordering::SeqCst) + 1;
+        // No subscriber: nobody to tell.
+        let _ = self.progress.send((sequence, Arc::new(event)));
+    }
+
     fn shared_patch(&self, run_id: &RunId, from: u64, to: u64) -> Option<Arc<ClientEvent>> {
         let patches = self.patches.lock().expect("hub lock");
         patches
@@ -96,6 +125,8 @@ pub enum Target {
     Run(RunId),
     RunList,
     Session(SessionId),
+    /// The running state-maintenance command's progress.
+    Maintenance,
 }
 
 /// How many subscriptions one connection may hold.
@@ -207,13 +238,23 @@ async fn follow(
         crate::log::line("a subscription id does not fit its schema; the subscription ends");
         return;
     };
+    if target == Target::Maintenance {
+        follow_progress(&app, &outbox, &id).await;
+        return;
+    }
     // Subscribe before the first read so no commit between them is missed.
     let mut changes = app.store.subscribe();
     let mut cursor = from_revision;
     // The newest revision of a followed run the store announced.
     let mut announced: Option<u64> = None;
+    // The followed run was deleted by state retention.
+    let mut deleted = false;
     loop {
         let sent = match &target {
+            Target::Run(_) if deleted => {
+                deliver_deleted(&outbox, &id, cursor).await;
+                return;
+            }
             Target::Run(run_id) => {
                 deliver_run(&app, &outbox, &id, run_id, &mut cursor, announced).await
             }
@@ -221,6 +262,7 @@ async fn follow(
             Target::Session(session_id) => {
                 deliver_session(&app, &outbox, &id, session_id, &mut cursor).await
             }
+            Target::Maintenance => return,
         };
         if !sent || outbox.is_closed() {
             return;
@@ -228,8 +270,8 @@ async fn follow(
         // Wait for the next relevant commit, then coalesce everything pending.
         loop {
             match changes.recv().await {
-                Ok((run_id, revision)) if relevant(&target, &run_id) => {
-                    note(&target, &mut announced, &run_id, revision);
+                Ok(change) if relevant(&target, change.run_id()) => {
+                    note(&target, &mut announced, &mut deleted, &change);
                     break;
                 }
                 Ok(_) => {}
@@ -242,7 +284,7 @@ async fn follow(
         }
         loop {
             match changes.try_recv() {
-                Ok((run_id, revision)) => note(&target, &mut announced, &run_id, revision),
+                Ok(change) => note(&target, &mut announced, &mut deleted, &change),
                 Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => announced = None,
                 Err(_) => break,
             }
@@ -250,10 +292,18 @@ async fn follow(
     }
 }
 
-/// Remembers the newest announced revision of the followed run.
-fn note(target: &Target, announced: &mut Option<u64>, changed: &RunId, revision: u64) {
-    if matches!(target, Target::Run(run_id) if run_id == changed) {
-        *announced = (*announced).max(Some(revision));
+/// Remembers the newest announced revision of the followed run, or that it
+/// was deleted.
+fn note(target: &Target, announced: &mut Option<u64>, deleted: &mut bool, change: &Published) {
+    let Target::Run(run_id) = target else {
+        return;
+    };
+    match change {
+        Published::Revised(changed, revision) if changed == run_id => {
+            *announced = (*announced).max(Some(*revision));
+        }
+        Published::Deleted(changed) if changed == run_id => *deleted = true,
+        Published::Revised(..) | Published::Deleted(_) => {}
     }
 }
 
@@ -261,7 +311,45 @@ fn relevant(target: &Target, changed: &RunId) -> bool {
     match target {
         Target::Run(run_id) => run_id == changed,
         Target::RunList | Target::Session(_) => true,
+        Target::Maintenance => false,
     }
+}
+
+/// Sends every maintenance progress event published after the
+/// subscription started, in order; a reader more than `PROGRESS_BACKLOG`
+/// events behind skips to newer ones.
+async fn follow_progress(app: &Arc<Presentation>, outbox: &Outbox, id: &SubscriptionId) {
+    let mut progress = app.hub.progress.subscribe();
+    loop {
+        match progress.recv().await {
+            Ok((sequence, event)) => {
+                if !outbox
+                    .send_and_drain(crate::wire::frames::event(id, sequence, (*event).clone()))
+                    .await
+                {
+                    return;
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Tells a run subscriber that its run was deleted (an `unavailable` event
+/// after the last revision it got); the subscription then ends, and the run
+/// answers `notFound` from then on.
+async fn deliver_deleted(outbox: &Outbox, id: &SubscriptionId, cursor: Option<u64>) {
+    let event = ClientEvent::Availability {
+        reason: "notFound: state retention deleted this run (its tree expired)"
+            .parse()
+            .ok(),
+        state: Availability::Unavailable,
+    };
+    let revision = cursor.unwrap_or(0).saturating_add(1);
+    outbox
+        .send_and_drain(crate::wire::frames::event(id, revision, event))
+        .await;
 }
 
 /// Sends what a run subscriber is missing: patches since its cursor when

@@ -140,7 +140,10 @@ pub(crate) fn runner_message(
         .optional()
 }
 
-/// Stores a runner message receipt.
+/// Stores a runner message receipt, with the blob its reply references
+/// (a command state or a reply result moved out of the frame by
+/// `runner_api::transfer`), so the blob stays referenced while the receipt
+/// lives and state retention collects it with the receipt.
 pub(crate) fn insert_runner_message(
     connection: &Connection,
     stored: &StoredRunnerMessage,
@@ -148,8 +151,11 @@ pub(crate) fn insert_runner_message(
 ) -> rusqlite::Result<()> {
     connection.execute_cached(
         "INSERT INTO worker_messages (runner_epoch, message_id, payload_digest, outcome, revision, reply_json,
-             reply_digest, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             reply_digest, content_digest, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
+           unhex(substr(COALESCE(json_extract(?6, '$.state.reference.digest'),
+                                 json_extract(?6, '$.resultContent.digest')), 8)),
+           ?8)",
         params![
             stored.message.runner_epoch.as_str(),
             stored.message.message_id.as_str(),

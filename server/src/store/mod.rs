@@ -32,10 +32,12 @@
 //!   computes digests before it submits the closure.
 
 pub mod attempts;
+pub mod backup;
 pub mod blobs;
 pub(crate) mod capture;
 mod codec;
 pub mod commands;
+pub mod consistency;
 pub mod counts;
 pub mod decisions;
 mod disk;
@@ -44,6 +46,7 @@ pub mod meta;
 mod open;
 pub mod processes;
 mod reader;
+pub mod retention;
 pub mod runs;
 pub mod schema;
 pub mod sessions;
@@ -312,10 +315,27 @@ type ReplyFn = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 struct Job {
     run: WriteFn,
     reply: ReplyFn,
+    /// Runs alone, outside any transaction (`Store::without_transaction`).
+    alone: bool,
 }
 
-/// A committed presentation change: the run and its new presentation revision.
-pub type Published = (kernel::ids::RunId, u64);
+/// A committed presentation change, announced after its commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// The run and its new presentation revision.
+    Revised(kernel::ids::RunId, u64),
+    /// State retention deleted the run (with its whole tree).
+    Deleted(kernel::ids::RunId),
+}
+
+impl Published {
+    /// The run the change is about.
+    pub fn run_id(&self) -> &kernel::ids::RunId {
+        match self {
+            Self::Revised(run_id, _) | Self::Deleted(run_id) => run_id,
+        }
+    }
+}
 
 /// A handle to the writer and reader threads. Cloning shares the same
 /// threads.
@@ -372,6 +392,29 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
     {
+        self.enqueue(false, write).await
+    }
+
+    /// Runs `work` on the writer connection outside any transaction, alone
+    /// (no other job shares its turn): statements SQLite cannot run inside
+    /// one, such as `VACUUM` and a WAL checkpoint. Its SQL error is its
+    /// result; it commits nothing of its own.
+    pub async fn without_transaction<R, F>(&self, work: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+    {
+        self.enqueue(true, move |connection| {
+            work(connection).map(Commit::Discard)
+        })
+        .await
+    }
+
+    async fn enqueue<R, F>(&self, alone: bool, write: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<Commit<R>> + Send + 'static,
+    {
         let (sender, receiver) = oneshot::channel::<Result<R, StoreError>>();
         type Slot<R> = std::sync::Arc<std::sync::Mutex<Option<R>>>;
         let slot: Slot<R> = Default::default();
@@ -390,7 +433,7 @@ impl Store {
             let _ = sender.send(result);
         });
         self.jobs
-            .send(Job { run, reply })
+            .send(Job { run, reply, alone })
             .map_err(|_| StoreError::Closed)?;
         receiver.await.map_err(|_| StoreError::Closed)?
     }
@@ -427,6 +470,9 @@ struct Writer {
     disk_full: bool,
     checkpoints: Checkpoints,
     log: RepeatedLog,
+    /// A job that must run alone, taken while a batch was gathered: it runs
+    /// next.
+    held: Option<Job>,
 }
 
 /// The WAL checkpoint schedule.
@@ -460,12 +506,15 @@ impl Writer {
                 not_before: None,
             },
             log: RepeatedLog::default(),
+            held: None,
         }
     }
 
     fn run(mut self, receiver: &mpsc::Receiver<Job>) {
         loop {
-            let next = if self.wants_idle_checkpoint() {
+            let next = if let Some(job) = self.held.take() {
+                Ok(job)
+            } else if self.wants_idle_checkpoint() {
                 receiver.recv_timeout(IDLE_CHECKPOINT_AFTER)
             } else {
                 receiver
@@ -480,6 +529,10 @@ impl Writer {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             };
+            if first.alone {
+                self.run_alone(first);
+                continue;
+            }
             let limit = if self.disk_full {
                 1
             } else {
@@ -488,6 +541,10 @@ impl Writer {
             let mut batch = vec![first];
             while batch.len() < limit {
                 match receiver.try_recv() {
+                    Ok(job) if job.alone => {
+                        self.held = Some(job);
+                        break;
+                    }
                     Ok(job) => batch.push(job),
                     Err(_) => break,
                 }
@@ -555,6 +612,22 @@ impl Writer {
             };
             (job.reply)(result);
         }
+    }
+
+    /// Runs a job outside any transaction (`Store::without_transaction`).
+    fn run_alone(&mut self, mut job: Job) {
+        let run = std::mem::replace(&mut job.run, Box::new(|_| Ok(false)));
+        let result = match run(&self.connection) {
+            Ok(_) => Ok(()),
+            Err(error) if disk::is_full(&error, &self.path) => Err(StoreError::DiskFull {
+                needed_bytes: disk::needed_bytes(&self.connection, &self.path),
+            }),
+            Err(error) => Err(StoreError::Sqlite(error)),
+        };
+        // A checkpoint or `VACUUM` changed the WAL: the idle checkpoint
+        // looks at it again.
+        self.checkpoints.written = true;
+        (job.reply)(result);
     }
 
     fn wal_bytes(&self) -> u64 {
@@ -794,6 +867,7 @@ mod tests {
                 Ok(keep)
             }),
             reply: Box::new(move |committed| replies.lock().expect("lock").push(committed.is_ok())),
+            alone: false,
         }
     }
 
@@ -929,6 +1003,7 @@ mod tests {
                 Ok(true)
             }),
             reply: Box::new(|_| {}),
+            alone: false,
         };
         let mut batch = vec![
             job("/a", true, replies.clone()),

@@ -127,7 +127,7 @@ fn configure_statements(connection: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn read_only_flags() -> OpenFlags {
+pub(super) fn read_only_flags() -> OpenFlags {
     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX
 }
 
@@ -345,7 +345,7 @@ fn expected_objects() -> &'static (SchemaObjects, [u8; 32]) {
 
 /// The first difference between the installed schema and the DDL's, as a
 /// phrase for the damage message (`None` when their digests are equal).
-fn schema_difference(connection: &Connection) -> Result<Option<String>, StoreError> {
+pub(super) fn schema_difference(connection: &Connection) -> Result<Option<String>, StoreError> {
     let installed = schema_objects(connection).map_err(damage_of)?;
     let (expected, expected_digest) = expected_objects();
     if objects_digest(&installed) == *expected_digest {
@@ -371,7 +371,7 @@ fn schema_difference(connection: &Connection) -> Result<Option<String>, StoreErr
     Ok(Some(extra.unwrap_or_else(|| "has another schema".into())))
 }
 
-fn uri_path(path: &Path) -> String {
+pub(super) fn uri_path(path: &Path) -> String {
     let text = path.to_string_lossy();
     text.replace('%', "%25")
         .replace('?', "%3f")

@@ -1,8 +1,10 @@
--- pi-workflows-state, schema version 4 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 5 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
 -- on node attempts, so a runner message read every finished step; version 3
 -- counted an interactive node timeout on the wall clock, with no turn clock
--- on its request, and had no session capture; all are refused as
+-- on its request, and had no session capture; version 4 had no indexes for
+-- deleting a run tree and collecting its blobs, and did not record the
+-- content a runner reply references; all are refused as
 -- incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
@@ -80,6 +82,14 @@ CREATE INDEX runs_by_status ON runs(status, updated_at_ms);
 CREATE INDEX runs_by_created ON runs(created_at_ms DESC, run_id DESC);
 -- The restarts of one chain (the restart rule counts them all).
 CREATE INDEX runs_by_restart_root ON runs(restart_root_run_id) WHERE restart_root_run_id IS NOT NULL;
+-- State retention (store/retention.rs): the root runs of run trees by finish
+-- time (the sweep's and prune's candidates), a tree's continuations, and the
+-- references a deletion checks (a run's input blob, its definition).
+CREATE INDEX runs_retention_roots ON runs(finished_at_ms, run_id)
+  WHERE continuation_of IS NULL AND restart_root_run_id IS NULL;
+CREATE INDEX runs_by_continuation ON runs(continuation_of) WHERE continuation_of IS NOT NULL;
+CREATE INDEX runs_by_input ON runs(input_digest);
+CREATE INDEX runs_by_definition ON runs(definition_digest);
 
 CREATE TABLE run_sources (
   run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -155,6 +165,11 @@ CREATE TABLE host_commands (
   PRIMARY KEY (client_id, request_id)
 ) STRICT;
 CREATE UNIQUE INDEX host_commands_by_key ON host_commands(client_id, idempotency_key);
+-- A run's receipts (deleted with its tree), and the run a `run.start`
+-- receipt started (its envelope names no run).
+CREATE INDEX host_commands_by_run ON host_commands(run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX host_commands_by_started_run ON host_commands(json_extract(receipt_json, '$.receipt.runId'))
+  WHERE operation = 'run.start';
 
 -- Runner epochs, recorded before spawn.
 CREATE TABLE run_workers (
@@ -179,6 +194,7 @@ CREATE TABLE run_workers (
 CREATE UNIQUE INDEX run_workers_one_active ON run_workers(run_id) WHERE status IN ('launching', 'ready');
 -- A run's latest runner epoch (every run load).
 CREATE INDEX run_workers_by_run ON run_workers(run_id, launched_at_ms);
+CREATE INDEX run_workers_by_diagnostic ON run_workers(diagnostic_digest) WHERE diagnostic_digest IS NOT NULL;
 
 -- Child process groups registered by runners (process.register).
 CREATE TABLE runner_processes (
@@ -188,8 +204,11 @@ CREATE TABLE runner_processes (
   registered_at_ms INTEGER NOT NULL,
   PRIMARY KEY (pid, start_identity)
 ) STRICT;
+CREATE INDEX runner_processes_by_epoch ON runner_processes(runner_epoch);
 
--- Receipts of accepted state-changing runner messages.
+-- Receipts of accepted state-changing runner messages. `content_digest`
+-- is the stored blob a reply references (a command state or a reply result
+-- over one frame), written from the reply itself.
 CREATE TABLE worker_messages (
   runner_epoch TEXT NOT NULL,
   message_id TEXT NOT NULL,
@@ -198,9 +217,11 @@ CREATE TABLE worker_messages (
   revision INTEGER,
   reply_json TEXT NOT NULL,
   reply_digest BLOB NOT NULL CHECK (length(reply_digest) = 32),
+  content_digest BLOB REFERENCES blobs(digest),
   created_at_ms INTEGER NOT NULL,
   PRIMARY KEY (runner_epoch, message_id)
 ) STRICT;
+CREATE INDEX worker_messages_by_content ON worker_messages(content_digest) WHERE content_digest IS NOT NULL;
 
 -- Attempt ids are unique per run; a continuation carries its parent's steps
 -- under the same attempt ids (and step indexes). `step_index` is a finished
@@ -238,6 +259,7 @@ CREATE INDEX node_attempts_steps_by_node ON node_attempts(run_id, node_id, step_
 -- One active (unfinished) attempt per run.
 CREATE UNIQUE INDEX node_attempts_one_unfinished ON node_attempts(run_id)
   WHERE status IN ('active', 'waiting');
+CREATE INDEX node_attempts_by_output ON node_attempts(output_digest) WHERE output_digest IS NOT NULL;
 
 CREATE TABLE effects (
   effect_id TEXT PRIMARY KEY,
@@ -255,6 +277,7 @@ CREATE TABLE effects (
 ) STRICT;
 -- One deterministic effect key.
 CREATE UNIQUE INDEX effects_by_key ON effects(run_id, effect_type, node_path, visit);
+CREATE INDEX effects_by_result ON effects(result_digest) WHERE result_digest IS NOT NULL;
 
 CREATE TABLE effect_attempts (
   effect_id TEXT NOT NULL REFERENCES effects(effect_id) ON DELETE CASCADE,
@@ -290,6 +313,7 @@ CREATE TABLE interactive_requests (
   FOREIGN KEY (run_id, attempt_id) REFERENCES node_attempts(run_id, attempt_id),
   UNIQUE (run_id, attempt_id)
 ) STRICT;
+CREATE INDEX interactive_requests_by_prompt ON interactive_requests(prompt_digest) WHERE prompt_digest IS NOT NULL;
 
 CREATE TABLE interactive_submissions (
   submission_id TEXT PRIMARY KEY,
@@ -303,6 +327,8 @@ CREATE TABLE interactive_submissions (
   submitted_at_ms INTEGER NOT NULL,
   UNIQUE (interaction_id, idempotency_key)
 ) STRICT;
+CREATE INDEX interactive_submissions_by_payload ON interactive_submissions(payload_digest) WHERE payload_digest IS NOT NULL;
+CREATE INDEX interactive_submissions_by_receipt ON interactive_submissions(receipt_digest) WHERE receipt_digest IS NOT NULL;
 
 CREATE TABLE human_decisions (
   decision_id TEXT PRIMARY KEY,
@@ -320,6 +346,10 @@ CREATE TABLE human_decisions (
 ) STRICT;
 -- A run's pending decision (every run load).
 CREATE INDEX human_decisions_by_run ON human_decisions(run_id, state);
+CREATE INDEX human_decisions_by_request ON human_decisions(request_digest);
+CREATE INDEX human_decisions_by_answer ON human_decisions(answer_digest) WHERE answer_digest IS NOT NULL;
+CREATE INDEX human_decisions_by_default ON human_decisions(default_answer_digest) WHERE default_answer_digest IS NOT NULL;
+CREATE INDEX human_decisions_by_continuation ON human_decisions(continuation_run_id) WHERE continuation_run_id IS NOT NULL;
 
 CREATE TABLE workflow_messages (
   message_id TEXT PRIMARY KEY,
@@ -343,6 +373,7 @@ CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages(sour
   WHERE kind = 'step' AND state = 'pending';
 -- A run's pending messages (every run load).
 CREATE INDEX workflow_messages_by_run ON workflow_messages(run_id, state, session_order);
+CREATE INDEX workflow_messages_by_content ON workflow_messages(content_digest);
 
 CREATE TABLE workflow_turns (
   turn_id TEXT PRIMARY KEY,
@@ -356,6 +387,7 @@ CREATE TABLE workflow_turns (
 ) STRICT;
 -- A run's open turns (every run load).
 CREATE INDEX workflow_turns_by_run ON workflow_turns(run_id, state, started_at_ms);
+CREATE INDEX workflow_turns_by_message ON workflow_turns(message_id);
 
 -- A run's session capture (sessionEvents.record, kernel::capture): how many
 -- events it holds and the replay state after the last one.
@@ -491,6 +523,7 @@ CREATE TABLE viewer_session_checkpoints (
   checkpoint_digest BLOB NOT NULL,
   PRIMARY KEY (run_id, event_seq)
 ) STRICT;
+CREATE INDEX viewer_session_checkpoints_by_digest ON viewer_session_checkpoints(checkpoint_digest);
 
 -- Generated view content, scoped to one run, digest and media type.
 CREATE TABLE run_view_content (

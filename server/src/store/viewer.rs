@@ -39,7 +39,7 @@ use serde_json::Value;
 use sha2::digest::common::hazmat::SerializableState as _;
 use sha2::{Digest as _, Sha256};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How many presentation revisions keep their patches.
 pub const RETAINED_REVISIONS: u64 = 256;
@@ -54,6 +54,16 @@ struct Marked {
 thread_local! {
     /// Runs the current job changed (the writer thread runs one job at a time).
     static DIRTY: RefCell<BTreeMap<RunId, Marked>> = const { RefCell::new(BTreeMap::new()) };
+    /// Runs the current job deleted (state retention).
+    static DELETED: RefCell<BTreeSet<RunId>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// Marks a run the current job deleted: its subscribers are told after
+/// the commit, and the run list's revision advances.
+pub(crate) fn mark_deleted(run_id: &RunId) {
+    DELETED.with(|deleted| {
+        deleted.borrow_mut().insert(run_id.clone());
+    });
 }
 
 /// Marks a run as changed by the current job.
@@ -77,17 +87,30 @@ pub(crate) fn mark_updates(run_id: &RunId) {
 /// Forgets the marks of a job that rolled back.
 pub(crate) fn discard() {
     DIRTY.with(|dirty| dirty.borrow_mut().clear());
+    DELETED.with(|deleted| deleted.borrow_mut().clear());
 }
 
 /// Records a new presentation revision and patch for every run the current
-/// job changed. Returns the runs that got a new revision.
-pub(crate) fn flush(connection: &Connection) -> rusqlite::Result<Vec<(RunId, u64)>> {
+/// job changed, and advances the run list's revision once for the runs it
+/// deleted. Returns the changes to announce after the commit.
+pub(crate) fn flush(connection: &Connection) -> rusqlite::Result<Vec<super::Published>> {
     let dirty = DIRTY.with(|dirty| std::mem::take(&mut *dirty.borrow_mut()));
+    let deleted = DELETED.with(|deleted| std::mem::take(&mut *deleted.borrow_mut()));
     let mut published = Vec::new();
     for (run_id, marked) in dirty {
-        if let Some(revision) = record(connection, &run_id, marked)? {
-            published.push((run_id, revision));
+        if deleted.contains(&run_id) {
+            continue;
         }
+        if let Some(revision) = record(connection, &run_id, marked)? {
+            published.push(super::Published::Revised(run_id, revision));
+        }
+    }
+    if !deleted.is_empty() {
+        connection.execute_cached(
+            "UPDATE viewer_list SET revision = revision + 1 WHERE singleton = 1",
+            [],
+        )?;
+        published.extend(deleted.into_iter().map(super::Published::Deleted));
     }
     Ok(published)
 }

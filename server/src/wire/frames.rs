@@ -155,6 +155,7 @@ fn message_kind(message: &ClientMessage) -> String {
                 ClientEvent::Page { .. } => "page",
                 ClientEvent::SessionMessages { .. } => "sessionMessages",
                 ClientEvent::Availability { .. } => "availability",
+                ClientEvent::MaintenanceProgress { .. } => "maintenanceProgress",
             }
         ),
     }

@@ -3,7 +3,12 @@
 //! client (`pi-workflows-client`, whose `Connection` the tests call
 //! `Client`), and read-only access to the SQLite file for consistency
 //! checks (the product never lets clients read it; tests may).
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
+
+pub mod clone;
+pub mod namespace;
+pub use clone::*;
+pub use namespace::*;
 
 use pi_workflows_client::{Connection as Client, RequestSpec, Response};
 use rusqlite::{Connection, OpenFlags};
@@ -118,6 +123,15 @@ impl TestServer {
             command.env(key, value);
         }
         command
+    }
+
+    /// Runs `pi-workflows <args>` with this server's environment and waits
+    /// for it.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.command()
+            .args(args)
+            .output()
+            .expect("run the pi-workflows CLI")
     }
 
     /// Spawns `server run --ready-line` and waits for the ready line.
@@ -622,157 +636,9 @@ pub async fn wait_quiescent_at(server: &TestServer) {
     }
 }
 
-/// One cross-table invariant of committed state: `sql` selects one text
-/// row per violation (naming the offending rows); `message` says which
-/// invariant it broke. `tests/consistency_checks.rs` plants, for every
-/// check, the corruption it exists to catch.
-#[derive(Debug, Clone, Copy)]
-pub struct Check {
-    pub message: &'static str,
-    pub sql: &'static str,
-}
-
-/// Every check `consistency_violations` runs, in order.
-pub const CONSISTENCY_CHECKS: &[Check] = &[
-    Check {
-        message: "run/queue pair outside the state table",
-        // A run without its queue row is a pair outside the table too (an
-        // inner join would skip it).
-        sql: "SELECT r.run_id || ' ' || r.status || '/' || COALESCE(q.status, 'no queue row')
-         FROM runs r LEFT JOIN run_queue q USING (run_id)
-         WHERE q.status IS NULL OR NOT ((r.status = 'queued' AND q.status = 'queued')
-             OR (r.status = 'running' AND q.status IN ('starting', 'running', 'parked'))
-             OR (r.status = 'waiting' AND q.status = 'parked')
-             OR (r.status = 'completed' AND q.status = 'done')
-             OR (r.status IN ('failed', 'timed_out') AND q.status = 'failed')
-             OR (r.status = 'cancelled' AND q.status = 'cancelled'))",
-    },
-    Check {
-        message: "claim held outside running/starting|running",
-        sql: "SELECT l.run_id FROM leases l JOIN runs r USING (run_id) JOIN run_queue q USING (run_id)
-         WHERE l.owner_kind IS NOT NULL AND NOT (r.status = 'running' AND q.status IN ('starting', 'running'))",
-    },
-    Check {
-        message: "more than one unfinished attempt",
-        sql: "SELECT run_id FROM node_attempts WHERE status IN ('active', 'waiting') GROUP BY run_id HAVING COUNT(*) > 1",
-    },
-    Check {
-        message: "active attempt on a run without a live runner slot",
-        sql: "SELECT a.run_id FROM node_attempts a JOIN runs r USING (run_id)
-         WHERE a.status = 'active' AND NOT (r.status = 'running' AND r.run_id IN (SELECT run_id FROM run_queue WHERE status IN ('starting', 'running')))",
-    },
-    Check {
-        message: "terminal run without finished_at",
-        sql: "SELECT run_id FROM runs WHERE status IN ('completed', 'failed', 'timed_out', 'cancelled') AND finished_at_ms IS NULL",
-    },
-    Check {
-        message: "more than one live runner epoch",
-        sql: "SELECT run_id FROM run_workers WHERE status IN ('launching', 'ready') GROUP BY run_id HAVING COUNT(*) > 1",
-    },
-    Check {
-        message: "failed event while the run is not failed",
-        sql: "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'failed' AND r.status NOT IN ('failed')",
-    },
-    // Checks added with the crash-injection tests.
-    Check {
-        message: "completed event while the run is not completed",
-        sql: "SELECT e.run_id FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'completed' AND r.status != 'completed'",
-    },
-    Check {
-        message: "completed run without its completed event",
-        sql: "SELECT r.run_id FROM runs r WHERE r.status = 'completed' AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind = 'completed')",
-    },
-    Check {
-        message: "unfinished attempt on a terminal run",
-        sql: "SELECT a.run_id || ' ' || a.node_id FROM node_attempts a JOIN runs r USING (run_id)
-         WHERE a.status IN ('active', 'waiting') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
-    },
-    Check {
-        message: "live runner epoch on a terminal run",
-        sql: "SELECT w.runner_epoch FROM run_workers w JOIN runs r USING (run_id)
-         WHERE w.status IN ('launching', 'ready') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
-    },
-    Check {
-        message: "a runner epoch or attempt of a generation newer than the lease",
-        sql: "SELECT l.run_id FROM leases l
-         WHERE l.generation < (SELECT MAX(generation) FROM run_workers w WHERE w.run_id = l.run_id)
-            OR l.generation < (SELECT MAX(generation) FROM node_attempts a WHERE a.run_id = l.run_id AND a.carried = 0)",
-    },
-    Check {
-        message: "an applying effect on a run without a live runner slot (it must be ambiguous)",
-        sql: "SELECT e.effect_id FROM effects e JOIN run_queue q USING (run_id)
-         WHERE e.state = 'applying' AND q.status NOT IN ('starting', 'running')",
-    },
-    Check {
-        message: "effect without a matching current effect attempt",
-        sql: "SELECT e.effect_id FROM effects e WHERE NOT EXISTS
-           (SELECT 1 FROM effect_attempts a WHERE a.effect_id = e.effect_id AND a.attempt_number = e.attempt_number AND a.state = e.state)",
-    },
-    Check {
-        message: "applied effect without a result",
-        sql: "SELECT e.effect_id FROM effects e WHERE e.state = 'applied' AND e.result_digest IS NULL",
-    },
-    Check {
-        message: "an accepted run.start receipt whose run does not exist",
-        sql: "SELECT request_id FROM host_commands WHERE operation = 'run.start' AND outcome = 'accepted'
-           AND json_extract(receipt_json, '$.receipt.runId') NOT IN (SELECT run_id FROM runs)",
-    },
-    Check {
-        message: "an accepted run command receipt for a run that does not exist",
-        sql: "SELECT request_id FROM host_commands WHERE outcome = 'accepted' AND run_id IS NOT NULL
-           AND run_id NOT IN (SELECT run_id FROM runs)",
-    },
-    Check {
-        message: "a runner-message receipt of an unknown runner epoch",
-        sql: "SELECT m.runner_epoch || ' ' || m.message_id FROM worker_messages m
-         WHERE m.runner_epoch NOT IN (SELECT runner_epoch FROM run_workers)",
-    },
-    Check {
-        message: "parked run without a park reason",
-        sql: "SELECT r.run_id FROM runs r JOIN run_queue q USING (run_id)
-         WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0",
-    },
-    // The viewer projection advances in the same commit as the change.
-    Check {
-        message: "a run without a presentation revision",
-        sql: "SELECT r.run_id FROM runs r LEFT JOIN viewer_runs v USING (run_id)
-         WHERE v.run_id IS NULL OR v.presentation_revision < 1",
-    },
-    Check {
-        message: "a patch outside the retained revisions",
-        sql: "SELECT d.run_id FROM viewer_deltas d JOIN viewer_runs v USING (run_id)
-         WHERE d.presentation_revision > v.presentation_revision
-            OR d.presentation_revision <= v.retained_floor",
-    },
-    Check {
-        message: "a retained revision without its patch",
-        sql: "SELECT v.run_id FROM viewer_runs v
-         WHERE v.presentation_revision - v.retained_floor
-               <> (SELECT COUNT(DISTINCT presentation_revision) FROM viewer_deltas d WHERE d.run_id = v.run_id)",
-    },
-    // Terminal messages (kernel::terminal) and session capture (kernel::capture).
-    Check {
-        message: "a terminal message of a run that is not an ended final leaf, or a second one",
-        sql: "SELECT m.message_id FROM workflow_messages m JOIN runs r USING (run_id)
-         WHERE m.kind = 'terminal' AND (r.status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
-             OR r.continued_by IS NOT NULL
-             OR (SELECT COUNT(*) FROM workflow_messages o WHERE o.run_id = m.run_id AND o.kind = 'terminal') > 1)",
-    },
-    Check {
-        message: "a session capture whose events are not numbered 1..n without gaps",
-        sql: "SELECT c.run_id FROM session_captures c
-         WHERE c.events <> (SELECT COUNT(*) FROM session_events e WHERE e.run_id = c.run_id)
-            OR c.events <> COALESCE((SELECT MAX(run_seq) FROM session_events e WHERE e.run_id = c.run_id), 0)",
-    },
-    Check {
-        message: "a stored run view that disagrees with its run",
-        // `IS NOT`: a header that lacks the status (or is NULL) disagrees
-        // too (`<>` with NULL is never true).
-        sql: "SELECT v.run_id FROM viewer_runs v JOIN runs r USING (run_id)
-         WHERE json_extract(v.header_json, '$.status.run') IS NOT r.status
-            OR json_extract(v.header_json, '$.status.paused') IS NOT (r.paused = 1)",
-    },
-];
+/// The consistency checks live in the server (`state verify` runs the same
+/// list): `server::store::consistency`.
+pub use server::store::consistency::{CHECKS as CONSISTENCY_CHECKS, Check, violations_of};
 
 /// Checks every cross-table invariant of committed state
 /// (`CONSISTENCY_CHECKS`); returns the violations as `<message>: <row>`
@@ -781,31 +647,4 @@ pub const CONSISTENCY_CHECKS: &[Check] = &[
 /// recorded exit: call `wait_quiescent` first.
 pub fn consistency_violations(db: &Connection) -> Vec<String> {
     violations_of(db, CONSISTENCY_CHECKS)
-}
-
-/// The violations of `checks`. A check whose query fails, or whose row is
-/// not one text (a NULL from `||` with a NULL column), is reported as
-/// `<message>: query failed: ...` or `<message>: unreadable row: ...`, never
-/// skipped.
-pub fn violations_of(db: &Connection, checks: &[Check]) -> Vec<String> {
-    let mut violations = Vec::new();
-    for check in checks {
-        let rows: Vec<String> = db
-            .prepare(check.sql)
-            .and_then(|mut statement| {
-                statement
-                    .query_map([], |row| row.get::<_, String>(0))
-                    .map(|rows| {
-                        rows.map(|row| {
-                            row.unwrap_or_else(|error| format!("unreadable row: {error}"))
-                        })
-                        .collect()
-                    })
-            })
-            .unwrap_or_else(|error| vec![format!("query failed: {error}")]);
-        for row in rows {
-            violations.push(format!("{}: {row}", check.message));
-        }
-    }
-    violations
 }
