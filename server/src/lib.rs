@@ -36,4 +36,5 @@ pub mod shell;
 pub mod store;
 pub mod terminal_messages;
 pub mod time;
+pub mod turn_clocks;
 pub mod wire;

@@ -359,7 +359,7 @@ const PLANTED: &[Planted] = &[
         trips: &[TERMINAL_MESSAGE],
         sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
                   state, created_at_ms, updated_at_ms)
-              SELECT 'terminal:' || run_id, 's-planted', run_id, 'terminal', zeroblob(32), 1, 'pending', 0, 0
+              SELECT 'terminal:' || run_id, 's-planted', run_id, 'terminal', input_digest, 1, 'pending', 0, 0
               FROM runs WHERE workflow_name = 'checkpoint'",
     },
     Planted {
@@ -367,7 +367,7 @@ const PLANTED: &[Planted] = &[
         trips: &[TERMINAL_MESSAGE],
         sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
                   state, created_at_ms, updated_at_ms)
-              SELECT 'terminal-' || n || ':' || run_id, 's-planted', run_id, 'terminal', zeroblob(32), n, 'pending', 0, 0
+              SELECT 'terminal-' || n || ':' || run_id, 's-planted', run_id, 'terminal', input_digest, n, 'pending', 0, 0
               FROM runs, (SELECT 1 AS n UNION SELECT 2) WHERE workflow_name = 'linear'",
     },
     Planted {

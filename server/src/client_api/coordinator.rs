@@ -61,33 +61,12 @@ pub async fn disconnected(app: &Arc<Context>, connection_id: &ConnectionId) {
         }
     }
     for coordinator in left {
-        if suspend_clocks(app, coordinator, None).await.is_err() {
+        if crate::turn_clocks::suspend(app, coordinator, None).await.is_err() {
             crate::log::line(
                 "a closed coordinator's turn clocks could not be stopped; they stop at the next server start",
             );
         }
     }
-}
-
-/// Stops the running turn clocks of `coordinator`'s session at `at_ms`
-/// (default: now) when it has no active coordinator.
-pub(crate) async fn suspend_clocks(
-    app: &Arc<Context>,
-    coordinator: session::CoordinatorFacts,
-    at_ms: Option<u64>,
-) -> Result<(), crate::store::StoreError> {
-    let session_id = coordinator.session_id.clone();
-    crate::shell::transact(app, move |connection, now_ms| {
-        let before = sessions::load(connection, &session_id, None)?;
-        match session::suspend_clocks(&before, &coordinator, at_ms.unwrap_or(now_ms)) {
-            Some(transition) => {
-                sessions::write(connection, &before, &transition.facts, now_ms)?;
-                Ok(Commit::Keep(((), transition.outputs)))
-            }
-            None => Ok(Commit::Discard(((), Vec::new()))),
-        }
-    })
-    .await
 }
 
 fn refuse(request_id: &str, operation: &str, rejection: &SessionRejection) -> Value {
