@@ -1519,6 +1519,8 @@ pub fn reserve_continuation(
     tx.event(RunEvent::Continued {
         continuation_run_id: child_run_id,
     });
+    // Settled means completed: the completed event every completed run has.
+    tx.event(RunEvent::Completed);
     // A parent settled by its continuation gets no terminal message.
     Ok(ContinuationReserved {
         parent: tx.commit(),

@@ -1363,6 +1363,16 @@ fn continuation_settles_the_parent_and_carries_its_steps() {
         )),
         "a parent settled by its continuation gets no terminal message"
     );
+    assert!(
+        has_output(&reserved.parent.outputs, |o| matches!(
+            o,
+            Output::Event {
+                event: RunEvent::Completed,
+                ..
+            }
+        )),
+        "a settled parent is completed, with its completed event"
+    );
     let child = &reserved.child.facts;
     assert_eq!(pair(child), (RunStatus::Queued, QueueStatus::Queued));
     assert_eq!(child.steps.count, 2);
