@@ -14,11 +14,13 @@
 //! This module is the dispatch: one exhaustive match over the generated
 //! `RequestPayload` that hands each handler its typed payload. One module
 //! per concept below it: `receipts` (command identity, lookup and the
-//! receipt job), `run_commands`, `reads`, `subscriptions`, `coordinator`
+//! receipt job), `run_commands`, `decisions` (`decision.answer`,
+//! `effect.recover`), `reads`, `subscriptions`, `coordinator`
 //! (origin sessions), `submissions` (`interaction.submit`),
 //! `server_status`, and `socket` (the listener and its connections).
 
 pub mod coordinator;
+mod decisions;
 mod reads;
 mod receipts;
 mod request;
@@ -201,6 +203,10 @@ async fn dispatch(
             let answer = Blob::json(&answer.answer);
             run_command(app, request, RunCommand::AnswerCheckpoint(answer)).await
         }
+        RequestPayload::DecisionAnswer(answer) => decisions::answer(app, request, answer).await,
+        RequestPayload::EffectRecover(recover) => {
+            decisions::recover_effect(app, request, recover).await
+        }
         RequestPayload::WorkflowMessageReportBranch(report) => {
             let connection = outbox.connection_id();
             crate::client_api::coordinator::report_branch(
@@ -243,9 +249,7 @@ async fn dispatch(
         }
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
-        RequestPayload::DecisionAnswer(_)
-        | RequestPayload::EffectRecover(_)
-        | RequestPayload::SettingsUpdate(_)
+        RequestPayload::SettingsUpdate(_)
         | RequestPayload::FollowUpAdd(_)
         | RequestPayload::FollowUpCancel(_)
         | RequestPayload::ResourceApply(_)

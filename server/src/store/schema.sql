@@ -9,7 +9,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 3),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 4),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -307,6 +307,9 @@ CREATE TABLE human_decisions (
   deadline_at_ms INTEGER,
   default_answer_digest BLOB,
   continuation_run_id TEXT,
+  -- Who answered an accepted human answer (client.v1 DecisionSource); never shown.
+  answer_channel TEXT CHECK (answer_channel IS NULL OR answer_channel IN ('pi', 'cli')),
+  answer_actor_id TEXT,
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL
 ) STRICT;

@@ -12,7 +12,10 @@
 //!    resumption.
 //! 6. Pure and settled work becomes claimable (`recovered`) and the scheduler
 //!    admits it.
-//! 7. Pending interactive requests and workflow messages are left untouched.
+//! 7. Pending interactive requests and workflow messages are left untouched;
+//!    pending protected decisions get their deadline wake again, and an
+//!    accepted decision without a continuation (left by an older writer) is
+//!    continued (`kernel::decision::recover`, prepare-or-adopt).
 //! 9. Every submission still `validating` gets a new validation child
 //!    (`validator::resume_validating`); the kernel takes only its first verdict.
 
@@ -40,9 +43,74 @@ pub async fn startup(app: &Arc<Context>) -> Result<(), StoreError> {
         orphaned(app, run_id, runner_epoch).await;
     }
     crate::time::wakes::schedule_expired(app).await;
+    decisions(app).await?;
     crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
     Ok(())
+}
+
+/// Arms the deadline wake of every pending decision and continues every
+/// accepted decision that has none.
+async fn decisions(app: &Arc<Context>) -> Result<(), StoreError> {
+    let (deadlines, accepted) = app
+        .store
+        .read(|connection| {
+            Ok((
+                crate::store::decisions::pending_deadlines(connection)?,
+                crate::store::decisions::accepted_without_continuation(connection)?,
+            ))
+        })
+        .await?;
+    for (run_id, at_ms) in deadlines {
+        app.timers
+            .wake(run_id, at_ms, kernel::output::WakeReason::DecisionDeadline);
+    }
+    for run_id in accepted {
+        continue_accepted(app, run_id).await;
+    }
+    Ok(())
+}
+
+/// Continues the accepted decision of `run_id` (prepare, or adopt a
+/// compatible child; an incompatible one changes nothing).
+async fn continue_accepted(app: &Arc<Context>, run_id: RunId) {
+    use kernel::decision::Recovered;
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let _ = crate::shell::transact(app, move |connection, now_ms| {
+        let nothing = || Ok(Commit::Discard(((), Vec::new())));
+        let Some(parent) = crate::store::runs::load(connection, &run_id)? else {
+            return nothing();
+        };
+        let Some(decision) = crate::store::decisions::for_checkpoint(connection, &parent)? else {
+            return nothing();
+        };
+        let (Some(continuation), Some(response)) = (
+            crate::continuation::for_decision(connection, &parent, &decision, control)?,
+            crate::store::decisions::response(connection, &decision)?,
+        ) else {
+            return nothing();
+        };
+        let existing = crate::continuation::existing_child(connection, &parent)?;
+        match kernel::decision::recover(
+            &parent,
+            &decision,
+            existing.as_ref(),
+            &continuation,
+            now_ms,
+            ttl_ms,
+        ) {
+            Ok(Recovered::Prepared(continued)) => {
+                let response = crate::store::blobs::Blob::json(&response);
+                let outputs = crate::continuation::write_continued(
+                    connection, &parent, continued, &response, now_ms,
+                )?;
+                Ok(Commit::Keep(((), outputs)))
+            }
+            Ok(Recovered::Adopted { .. }) | Err(_) => nothing(),
+        }
+    })
+    .await;
 }
 
 type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);
