@@ -23,6 +23,10 @@ pub enum FaultPoint {
     AfterReceipt,
     /// After a reply was written to a client socket.
     AfterReply,
+    /// Inside the transaction of an accepted `decision.answer`, after the
+    /// decision, the settled parent and the continuation were written,
+    /// before `COMMIT`.
+    DecisionBeforeCommit,
 }
 
 impl FaultPoint {
@@ -34,6 +38,7 @@ impl FaultPoint {
             "after_spawn" => Self::AfterSpawn,
             "after_receipt" => Self::AfterReceipt,
             "after_reply" => Self::AfterReply,
+            "decision_before_commit" => Self::DecisionBeforeCommit,
             _ => return None,
         })
     }

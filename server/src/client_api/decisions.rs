@@ -78,6 +78,7 @@ pub(super) async fn answer(
     };
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
+    let faults = app.faults.clone();
     let expected_revision = request.expected_revision;
     let given = crate::wire::decision::response_of(payload.choice.clone(), payload.input.clone());
     let blob = Blob::json(&crate::wire::decision::response_value(&given));
@@ -141,6 +142,7 @@ pub(super) async fn answer(
                     &payload.source.channel.to_string(),
                     payload.source.actor_id.as_str(),
                 )?;
+                faults.hit(crate::fault::FaultPoint::DecisionBeforeCommit);
                 Ok(Executed::accepted(revision, &receipt, outputs))
             }
             Ok(Answered::Adopted(winner)) if winner.continuation_run_id.is_some() => {

@@ -679,6 +679,23 @@ pub const CONSISTENCY_CHECKS: &[Check] = &[
         sql: "SELECT r.run_id FROM runs r JOIN run_queue q USING (run_id)
          WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0",
     },
+    // Protected human decisions.
+    Check {
+        message: "a pending decision on a run that does not wait on its checkpoint",
+        sql: "SELECT d.decision_id FROM human_decisions d JOIN runs r USING (run_id)
+         WHERE d.state = 'pending' AND NOT (r.status = 'waiting' AND r.waiting_on IS d.node_id)",
+    },
+    Check {
+        message: "an accepted decision without the continuation of its run",
+        sql: "SELECT d.decision_id FROM human_decisions d LEFT JOIN runs c ON c.run_id = d.continuation_run_id
+         WHERE d.state = 'accepted' AND (c.run_id IS NULL OR c.continuation_of IS NOT d.run_id)",
+    },
+    Check {
+        message: "who answered recorded for anything but a person's accepted answer, or missing for one",
+        sql: "SELECT decision_id FROM human_decisions
+         WHERE COALESCE(state = 'accepted' AND provenance = 'human', 0)
+            <> (answer_channel IS NOT NULL AND answer_actor_id IS NOT NULL)",
+    },
     // The viewer projection advances in the same commit as the change.
     Check {
         message: "a run without a presentation revision",

@@ -425,7 +425,7 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                         thread::sleep(Duration::from_millis(effect.apply_ms));
                     }
                     log!("applied effect {id} (attempt {attempt_number})");
-                    if *crash_while_applying {
+                    if *crash_while_applying || effect.crash_on_attempt == Some(attempt_number) {
                         log!("crashWhileApplying: crashing before effect.settle");
                         std::process::exit(EXIT_CRASH);
                     }

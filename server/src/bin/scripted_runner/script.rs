@@ -271,6 +271,11 @@ pub(crate) struct EffectSpec {
     /// `effect.settle` frame is exactly this many bytes (instead of `result`).
     #[serde(default)]
     pub(crate) pad_settle_frame_to: Option<usize>,
+    /// Crash while applying only this attempt number of the effect (as
+    /// `crashWhileApplying` does for every attempt): an ambiguous first
+    /// attempt whose explicit retry then applies.
+    #[serde(default)]
+    pub(crate) crash_on_attempt: Option<u64>,
 }
 
 /// A child process to start and register.
