@@ -23,6 +23,16 @@
 //! - Only people answer protected decisions: the shell refuses the model's
 //!   tool action, so model-originated answers never reach [`answer`]. An
 //!   ordinary checkpoint answer never settles a protected decision.
+//! - A protected checkpoint waits only with its pending decision: the
+//!   decision opens in the transition that finishes the checkpoint
+//!   (`execution::finish_protected_checkpoint`), and a plain finish of an
+//!   `ok` human-decision checkpoint is refused.
+//! - An answer counts only for the request the person saw (its digest) and
+//!   only as one of the request's typed choices, with the text input that
+//!   choice takes and no other ([`check_answer`]).
+//! - The deadline is one wake: a paused decision's deadline does nothing
+//!   until resume re-arms it; a deadline that has not come defers to it
+//!   ([`on_deadline`]).
 
 use crate::claim::{self, ClaimRequest};
 use crate::ids::{DecisionId, Digest, NodeId, RunId, SessionId};
@@ -30,6 +40,7 @@ use crate::output::{RunEvent, Transition};
 use crate::run::{
     self, ContinuationReserved, FailureClass, ReasonKind, RunAggregate, RunError, Terminal, Tx,
 };
+use alloc::string::String;
 use serde::{Deserialize, Serialize};
 
 /// Who decided.
@@ -223,6 +234,19 @@ pub enum DecisionRejection {
     ProtectedDecision { decision_id: DecisionId },
     /// The parent's continuation exists (or would be) with another identity.
     IncompatibleContinuation { field: IdentityField },
+    /// The answer names another request than the pending one (the person
+    /// saw an older or another request).
+    StaleRequest,
+    /// The answer names a choice the request does not offer.
+    UnknownChoice,
+    /// The choice takes a text input and the answer gives none.
+    InputRequired,
+    /// The answer gives a text input the choice does not take (or under
+    /// another name).
+    InputNotTaken,
+    /// The text input is shorter or longer than the choice allows (UTF-16
+    /// code units).
+    InputLength { min: u32, max: u32 },
 }
 
 impl From<run::Rejection> for DecisionRejection {
@@ -451,6 +475,143 @@ pub fn answer_checkpoint(
         });
     }
     prepare_continuation(parent, existing_child, wanted, now_ms)
+}
+
+/// One choice a protected decision offers, as the kernel checks answers
+/// against it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Choice {
+    pub id: String,
+    /// The text input the choice takes, if any.
+    pub input: Option<TextInput>,
+}
+
+/// The text input of a choice.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TextInput {
+    pub name: String,
+    /// Bounds of the text in UTF-16 code units (as the authoring API counts).
+    pub min_length: u32,
+    pub max_length: u32,
+}
+
+/// A response as a person (or the `onTimeout` default) gives it: a choice
+/// and, for a choice with a text input, its name and text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Response {
+    pub choice: String,
+    pub input: Option<(String, String)>,
+}
+
+/// Whether `response` is an answer to the request `decision` was opened
+/// for (`seen_request_digest`) and one of its `choices`, with exactly the
+/// text input that choice takes, within its bounds. The `onTimeout` default
+/// is checked the same way when the decision opens.
+pub fn check_answer(
+    decision: &DecisionRecord,
+    seen_request_digest: &Digest,
+    choices: &[Choice],
+    response: &Response,
+) -> Result<(), DecisionRejection> {
+    if *seen_request_digest != decision.request_digest {
+        return Err(DecisionRejection::StaleRequest);
+    }
+    check_response(choices, response)
+}
+
+/// [`check_answer`] without the request binding: the response against the
+/// typed choices alone.
+pub fn check_response(choices: &[Choice], response: &Response) -> Result<(), DecisionRejection> {
+    let Some(choice) = choices.iter().find(|choice| choice.id == response.choice) else {
+        return Err(DecisionRejection::UnknownChoice);
+    };
+    match (&choice.input, &response.input) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(DecisionRejection::InputNotTaken),
+        (Some(_), None) => Err(DecisionRejection::InputRequired),
+        (Some(spec), Some((name, _))) if *name != spec.name => {
+            Err(DecisionRejection::InputNotTaken)
+        }
+        (Some(spec), Some((_, text))) => {
+            let units = text.encode_utf16().count();
+            let fits = usize::try_from(spec.min_length).is_ok_and(|min| units >= min)
+                && usize::try_from(spec.max_length).is_ok_and(|max| units <= max);
+            if fits {
+                Ok(())
+            } else {
+                Err(DecisionRejection::InputLength {
+                    min: spec.min_length,
+                    max: spec.max_length,
+                })
+            }
+        }
+    }
+}
+
+/// The pending decision a protected checkpoint opens, as the shell checked
+/// it from the runner's sealed request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Opening {
+    pub decision_id: DecisionId,
+    pub request_digest: Digest,
+    /// The `expiresAt` of the request, when it has one.
+    pub deadline_at_ms: Option<u64>,
+    /// The digest of the `onTimeout` default response, when it has one.
+    pub default_answer_digest: Option<Digest>,
+}
+
+impl Opening {
+    /// The pending decision of `run_id` at `node_id`.
+    pub fn pending(self, run_id: RunId, node_id: NodeId) -> DecisionRecord {
+        DecisionRecord {
+            decision_id: self.decision_id,
+            run_id,
+            node_id,
+            request_digest: self.request_digest,
+            status: DecisionStatus::Pending,
+            deadline_at_ms: self.deadline_at_ms,
+            default_answer_digest: self.default_answer_digest,
+            continuation_run_id: None,
+        }
+    }
+}
+
+/// What the decision deadline's wake does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeadlineStep {
+    /// The deadline passed: the default won, or the decision expired.
+    Expire(Expiry),
+    /// The deadline (or another owner's live claim) is still ahead: wake
+    /// again at `at_ms`.
+    Defer { at_ms: u64 },
+    /// Nothing to do now: the run is paused (resume arms the wake again).
+    Nothing,
+}
+
+/// The decision deadline's wake fired: [`expire`] as a step. A deadline
+/// still ahead, or a live claim of another owner, defers to that time; a
+/// paused run waits for resume, which arms the wake again; a decision that
+/// is no longer pending is a rejection that changes nothing.
+pub fn on_deadline(
+    parent: &RunAggregate,
+    decision: &DecisionRecord,
+    continuation: &ContinuationRequest,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<DeadlineStep, DecisionRejection> {
+    match expire(parent, decision, continuation, now_ms, ttl_ms) {
+        Ok(expiry) => Ok(DeadlineStep::Expire(expiry)),
+        Err(DecisionRejection::NotDue {
+            deadline_at_ms: Some(at_ms),
+        }) => Ok(DeadlineStep::Defer { at_ms }),
+        Err(DecisionRejection::Paused) => Ok(DeadlineStep::Nothing),
+        Err(DecisionRejection::Run {
+            run: run::Rejection::ClaimHeld { expires_at_ms },
+        }) => Ok(DeadlineStep::Defer {
+            at_ms: expires_at_ms,
+        }),
+        Err(rejection) => Err(rejection),
+    }
 }
 
 fn check_checkpoint(

@@ -96,18 +96,20 @@ pub enum Control {
 impl Control {
     /// Whether this server version serves the control's operation. The
     /// others answer `unavailable` until their issue implements them, so they
-    /// are never advertised: `update` (`interaction.update`), `humanAnswer`
-    /// (`decision.answer`) and `recoverEffect` (`effect.recover`).
+    /// are never advertised: `update` (`interaction.update` of an
+    /// origin-session step).
     pub const fn is_served(self) -> bool {
         match self {
             Self::Answer
+            | Self::HumanAnswer
             | Self::Submit
             | Self::Pause
             | Self::Resume
             | Self::Cancel
+            | Self::RecoverEffect
             | Self::Restart
             | Self::Activate => true,
-            Self::Update | Self::HumanAnswer | Self::RecoverEffect => false,
+            Self::Update => false,
         }
     }
 }

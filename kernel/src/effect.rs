@@ -374,15 +374,19 @@ pub enum RecoveryAction {
 }
 
 /// `effect.recover`: only an ambiguous effect moves. `Confirm` makes it
-/// `Applied`; `Retry` makes it `Reserved` again with the next attempt number,
-/// so the next runner's `reserve` applies it once more. When no ambiguous
-/// effect remains and the run was parked `effectAmbiguous`, the run becomes
-/// automatically resumable (`recovered`). A terminal run may record a
-/// confirmation but never retries.
+/// `Applied` with `observed_result` as its result (the operator saw it
+/// apply but holds no receipt: the shell passes the digest of `null`), so
+/// the next runner adopts it and skips execution; `Retry` makes it
+/// `Reserved` again with the next attempt number, so the next runner's
+/// `reserve` applies it once more. When no ambiguous effect remains and the
+/// run was parked `effectAmbiguous`, the run becomes automatically
+/// resumable (`recovered`). A terminal run may record a confirmation but
+/// never retries.
 pub fn recover(
     agg: &RunAggregate,
     effect_id: &EffectId,
     action: RecoveryAction,
+    observed_result: Digest,
     now_ms: u64,
 ) -> Result<Transition<RunAggregate>, EffectRejection> {
     let Some(effect) = find(agg, effect_id, None) else {
@@ -402,6 +406,7 @@ pub fn recover(
     let next = match action {
         RecoveryAction::Confirm => EffectRecord {
             state: EffectState::Applied,
+            result_digest: Some(effect.result_digest.unwrap_or(observed_result)),
             ..effect.clone()
         },
         RecoveryAction::Retry => EffectRecord {

@@ -26,6 +26,7 @@
 
 use crate::attempt::{AttemptRecord, AttemptStatus, NodeOutcome, ResultRecord, StepRecord};
 use crate::claim::{self, Authority, ClaimRequest};
+use crate::decision::{DecisionStatus, Opening};
 use crate::effect;
 use crate::ids::{AttemptId, MessageId, NodeId, RunnerEpochId};
 use crate::interaction::InteractionStatus;
@@ -37,7 +38,7 @@ use crate::run::{
     RunError, RunRecord, RunStatus, Terminal, Tx,
 };
 use crate::runner::RunnerRecord;
-use crate::topology::{NodeTimeout, Topology};
+use crate::topology::{NodeTimeout, NodeType, Topology};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -425,6 +426,81 @@ pub fn finish_notification(
     Ok((tx.commit(), dispatch))
 }
 
+/// Where a protected decision's message goes: one `decision` message in
+/// the origin session of an interactive run (a headless run's decision is
+/// answered through `decision.answer` from the command line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionMessage {
+    pub message_id: MessageId,
+    /// The session order of the message.
+    pub order: u64,
+}
+
+/// `node.finished` of a `humanDecision` checkpoint: the attempt finishes
+/// `ok` with the sealed request as its output and, in the same transition,
+/// the decision opens (pending, with its deadline and default), the run
+/// waits on the checkpoint, an interactive run gets one `decision` message
+/// (which never starts a model turn), and a wake is asked for at the
+/// deadline. The shell checked the request's seals and its binding to this
+/// attempt before; only a human-decision checkpoint finishing `ok` comes
+/// here, and such a checkpoint finishes nowhere else.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "facts, authority and ids are all inputs"
+)]
+pub fn finish_protected_checkpoint(
+    agg: &RunAggregate,
+    topology: &Topology,
+    authority: &Authority,
+    runner_epoch: &RunnerEpochId,
+    attempt_id: &AttemptId,
+    result: NodeResult,
+    opening: Opening,
+    message: DecisionMessage,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let mut tx = Tx::begin(agg, now_ms);
+    run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
+    let attempt = current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
+    let node_id = attempt.node_id.clone();
+    let protected = topology
+        .node(&node_id)
+        .is_some_and(|node| node.human_decision && node.node_type == NodeType::Checkpoint);
+    if !protected || result.outcome != NodeOutcome::Ok {
+        return Err(Rejection::ResultMismatch);
+    }
+    let run_id = tx.agg.run.run_id.clone();
+    let decision = opening.pending(run_id.clone(), node_id);
+    let deadline_at_ms = decision.deadline_at_ms;
+    let decision_id = decision.decision_id.clone();
+    tx.agg.decision = Some(decision);
+    // An `ok` checkpoint always waits (`routing::route`), so no onward
+    // node is ever dispatched from here.
+    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, Onward::Park, None)?;
+    if let Some(session_id) = tx.agg.run.mode.origin_session().cloned() {
+        tx.agg.messages.push(MessageRecord {
+            message_id: message.message_id,
+            session_id,
+            run_id: run_id.clone(),
+            kind: MessageKind::Decision { decision_id },
+            order: message.order,
+            state: MessageState::Pending,
+            entry_id: None,
+            created_at_ms: now_ms,
+        });
+        tx.publish_session();
+    }
+    if let Some(at_ms) = deadline_at_ms {
+        tx.output(Output::Wake {
+            run_id,
+            at_ms,
+            reason: WakeReason::DecisionDeadline,
+        });
+    }
+    Ok((tx.commit(), dispatch))
+}
+
 /// A node deadline passed (the shell's `Wake` fired): the attempt times out
 /// and is routed like [`finish_attempt`]. A waiting attempt's deadline is its
 /// origin-session request's [`crate::interaction::TurnClock`] (model-turn
@@ -605,6 +681,17 @@ fn settle_attempt_in(
         &attempt.node_id,
         result.outcome,
     )?;
+    // A protected checkpoint waits only with its pending decision, which
+    // `finish_protected_checkpoint` opens before it settles the attempt.
+    let protected = topology
+        .node(&attempt.node_id)
+        .is_some_and(|node| node.human_decision && node.node_type == NodeType::Checkpoint);
+    let opened = tx.agg.decision.as_ref().is_some_and(|decision| {
+        decision.node_id == attempt.node_id && decision.status == DecisionStatus::Pending
+    });
+    if protected && result.outcome == NodeOutcome::Ok && !opened {
+        return Err(Rejection::ResultMismatch);
+    }
     record_step_in(tx, result.outcome);
     settle_interaction_in(tx, &attempt.attempt_id, result.outcome);
     let route = routing::route(topology, &attempt.node_id, result.outcome, &result.record);

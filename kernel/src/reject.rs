@@ -84,7 +84,7 @@ impl Coded for Rejection {
                 "the run is neither paused nor parked for review, so there is nothing to resume"
             }
             Self::EffectAmbiguous => {
-                "an external effect of the run may have applied without a receipt; this server version cannot confirm or retry it, so cancel the run"
+                "an external effect of the run may have applied without a receipt; check the external system, then confirm or retry it (effect.recover)"
             }
             Self::SessionBusy { .. } => {
                 "the origin session already has an unfinished interactive run; finish or cancel it first"
@@ -160,6 +160,11 @@ impl Coded for DecisionRejection {
             Self::IncompatibleContinuation { .. } | Self::AlreadyDecided => WireCode::Conflict,
             Self::Paused => WireCode::Paused,
             Self::ProtectedDecision { .. } => WireCode::DecisionRequired,
+            Self::StaleRequest => WireCode::DigestMismatch,
+            Self::UnknownChoice
+            | Self::InputRequired
+            | Self::InputNotTaken
+            | Self::InputLength { .. } => WireCode::ValidationFailed,
             Self::NotThisCheckpoint
             | Self::DeadlinePassed { .. }
             | Self::Cancelled
@@ -178,13 +183,28 @@ impl Coded for DecisionRejection {
             Self::AlreadyDecided => "the decision was already answered",
             Self::Paused => "the run is paused; resume it before answering",
             Self::ProtectedDecision { .. } => {
-                "this checkpoint needs a verified human decision (`pi-workflows answer` is for ordinary checkpoints)"
+                "this checkpoint requires a verified human answer from Pi UI or a configured decision channel (decision.answer)"
             }
             Self::NotThisCheckpoint => "the decision does not belong to this checkpoint",
             Self::DeadlinePassed { .. } | Self::Expired => "the decision's deadline has passed",
             Self::Cancelled => "the decision was cancelled with its run",
             Self::NotDue { .. } => "the decision's deadline has not passed yet",
             Self::NotAccepted => "the decision cannot do that in its current state",
+            Self::StaleRequest => {
+                "the decision's request changed since it was shown; read the run view again and answer the request it shows"
+            }
+            Self::UnknownChoice => {
+                "the decision offers no such choice; answer with one of its choices"
+            }
+            Self::InputRequired => {
+                "this choice needs its text; answer with the choice and the text"
+            }
+            Self::InputNotTaken => {
+                "this choice takes no text (or another input); answer with the choice alone"
+            }
+            Self::InputLength { .. } => {
+                "the text is shorter or longer than the choice allows; see its bounds in the run view"
+            }
         }
     }
 
@@ -200,7 +220,12 @@ impl Coded for DecisionRejection {
             | Self::NotDue { .. }
             | Self::NotAccepted
             | Self::ProtectedDecision { .. }
-            | Self::IncompatibleContinuation { .. } => None,
+            | Self::IncompatibleContinuation { .. }
+            | Self::StaleRequest
+            | Self::UnknownChoice
+            | Self::InputRequired
+            | Self::InputNotTaken
+            | Self::InputLength { .. } => None,
         }
     }
 }

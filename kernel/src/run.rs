@@ -1049,7 +1049,8 @@ pub struct ResumeIds {
 /// Explicit resume: clears the durable pause, or releases a run parked for
 /// review (`runnerNoProgress`, `workflowSourceChanged`, startup timeout).
 /// A paused submitted-output interaction is presented again with exactly one
-/// `resumed` step message; a protected decision is unchanged.
+/// `resumed` step message; a protected decision is unchanged (no new message,
+/// no new revision of its request), and its deadline wake is armed again.
 pub fn resume(
     agg: &RunAggregate,
     ids: ResumeIds,
@@ -1079,9 +1080,30 @@ pub fn resume(
     }
     if was_paused {
         present_again_in(&mut tx, ids);
+        rearm_decision_deadline_in(&mut tx);
     }
     tx.event(RunEvent::Resumed);
     Ok(tx.commit())
+}
+
+/// A paused decision's deadline wake did nothing; resume arms it again (at
+/// once when the deadline passed meanwhile). The decision itself, its
+/// message and its request are unchanged.
+fn rearm_decision_deadline_in(tx: &mut Tx) {
+    let deadline = tx
+        .agg
+        .decision
+        .as_ref()
+        .filter(|decision| decision.status == decision::DecisionStatus::Pending)
+        .and_then(|decision| decision.deadline_at_ms);
+    if let Some(at_ms) = deadline {
+        let run_id = tx.agg.run.run_id.clone();
+        tx.output(Output::Wake {
+            run_id,
+            at_ms,
+            reason: crate::output::WakeReason::DecisionDeadline,
+        });
+    }
 }
 
 fn present_again_in(tx: &mut Tx, ids: ResumeIds) {

@@ -36,6 +36,10 @@ pub enum FaultPoint {
     /// State retention: a run tree's deletion fails with an SQL error
     /// instead of running (an error, not a crash; see [`Faults::fails`]).
     TreeError,
+    /// Inside the transaction of an accepted `decision.answer`, after the
+    /// decision, the settled parent and the continuation were written,
+    /// before `COMMIT`.
+    DecisionBeforeCommit,
 }
 
 impl FaultPoint {
@@ -51,6 +55,7 @@ impl FaultPoint {
             "tree_deleted" => Self::TreeDeleted,
             "tree_committed" => Self::TreeCommitted,
             "tree_error" => Self::TreeError,
+            "decision_before_commit" => Self::DecisionBeforeCommit,
             _ => return None,
         })
     }

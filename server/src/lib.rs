@@ -21,6 +21,7 @@ pub mod client_api;
 pub mod clock;
 pub mod config;
 pub mod context;
+pub mod continuation;
 pub mod discovery;
 pub mod fault;
 pub mod home;

@@ -525,3 +525,239 @@ fn a_start_killed_after_sending_and_retried_with_its_idempotency_key_makes_one_r
     assert_eq!(retry.status.code(), Some(0), "{}", stderr(&retry));
     assert_eq!(json_lines(&retry), json_lines(&first));
 }
+
+/// `view --once --json` until `done` holds (within 30 s).
+fn view_until(server: &TestServer, run_id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = json_lines(&run(server, &["view", run_id, "--once", "--json"])).remove(0);
+        if done(&view) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "never reached: {view}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_protected_decision_is_answered_with_a_choice_and_its_text_with_provenance_cli() {
+    let server = TestServer::start();
+    let gate = support::write_script(
+        server.scratch(),
+        "gate.json",
+        &serde_json::json!({
+            "workflowName": "gate",
+            "topology": {"startAt": "gate", "nodes": [
+                {"id": "gate", "nodeType": "checkpoint", "humanDecision": true, "timeout": {"kind": "default"}, "mountPath": []},
+                {"id": "after", "nodeType": "compute", "timeout": {"kind": "default"}, "mountPath": []}],
+              "edges": [{"kind": "plain", "from": "gate", "to": "after"}], "mounts": []},
+            "nodes": {"gate": [{"decide": {"title": "Ship the release?", "choices": [
+                {"id": "approve", "label": "Approve"},
+                {"id": "revise", "label": "Revise", "input": {"kind": "text", "name": "feedback", "prompt": "What should change?", "minLength": 1, "maxLength": 100}}]}}]}
+        }),
+    );
+    let started = run(&server, &["start", gate.to_str().unwrap(), "--json"]);
+    assert_eq!(started.status.code(), Some(0), "{}", stderr(&started));
+    let run_id = json_lines(&started)[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = view_until(&server, &run_id, |view| view["decision"].is_object());
+    assert!(
+        waiting["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&"humanAnswer".into()),
+        "{waiting}"
+    );
+    let human = stdout(&run(&server, &["view", &run_id, "--once"]));
+    assert!(human.contains("decision  Ship the release?"), "{human}");
+    assert!(human.contains("revise  Revise (with text)"), "{human}");
+    assert!(
+        human.contains(&format!("pi-workflows answer {run_id} CHOICE [TEXT]")),
+        "{human}"
+    );
+
+    // Wrong choices and missing or extra text are usage errors, nothing sent.
+    for (args, says) in [
+        (
+            vec!["answer", &run_id, "reject"],
+            "not a choice of this decision",
+        ),
+        (vec!["answer", &run_id, "revise"], "needs its text"),
+        (
+            vec!["answer", &run_id, "approve", "why", "not"],
+            "takes no text",
+        ),
+    ] {
+        let refused = run(&server, &args);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        assert!(
+            error_line(&refused).contains(says),
+            "{args:?}: {}",
+            stderr(&refused)
+        );
+    }
+    let answered = run(
+        &server,
+        &["answer", &run_id, "revise", "smaller", "steps", "--json"],
+    );
+    assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
+    let continuation = json_lines(&answered)[0]["continuationRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = view_until(&server, &continuation, |view| {
+        view["display"]["status"] == "completed"
+    });
+    assert_eq!(done["status"]["run"], "completed");
+    let db = server.db();
+    let (channel, output): (String, String) = db
+        .query_row(
+            "SELECT d.answer_channel, CAST(b.bytes AS TEXT) FROM human_decisions d
+             JOIN node_attempts a ON a.run_id = d.continuation_run_id AND a.node_id = 'gate'
+             JOIN blobs b ON b.digest = a.output_digest WHERE d.run_id = ?1",
+            [&run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(channel, "cli");
+    assert_eq!(
+        output,
+        r#"{"choice":"revise","input":{"feedback":"smaller steps"}}"#
+    );
+}
+
+/// An action that reserves an effect and crashes while applying it.
+fn ambiguous_script(server: &TestServer) -> std::path::PathBuf {
+    let log = server.scratch().join("apply.log");
+    support::write_script(
+        server.scratch(),
+        "send.json",
+        &serde_json::json!({
+            "workflowName": "send",
+            "topology": {"startAt": "send", "nodes": [
+                {"id": "send", "nodeType": "action", "timeout": {"kind": "default"}, "mountPath": []}],
+              "edges": [], "mounts": []},
+            "nodes": {"send": [
+                {"effect": {"type": "mail.send", "request": {"to": "ops"}, "applyLog": log, "crashOnAttempt": 1}}]}
+        }),
+    )
+}
+
+#[test]
+fn an_ambiguous_effect_is_confirmed_or_retried_from_the_command_line() {
+    let server = TestServer::start();
+    let script = ambiguous_script(&server);
+    let log = server.scratch().join("apply.log");
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let started = run(&server, &["start", script.to_str().unwrap(), "--json"]);
+        assert_eq!(started.status.code(), Some(0), "{}", stderr(&started));
+        runs.push(
+            json_lines(&started)[0]["runId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let mut effects = Vec::new();
+    for run_id in &runs {
+        let view = view_until(&server, run_id, |view| {
+            view["display"]["status"] == "ambiguous"
+        });
+        assert!(
+            view["display"]["controls"]
+                .as_array()
+                .unwrap()
+                .contains(&"recoverEffect".into()),
+            "{view}"
+        );
+        let effect = &view["ambiguousEffects"][0];
+        assert_eq!(effect["effectType"], "mail.send");
+        assert_eq!(effect["attemptNumber"], 1);
+        effects.push(effect["effectId"].as_str().unwrap().to_owned());
+        let human = stdout(&run(&server, &["view", run_id, "--once"]));
+        assert!(
+            human.contains(&format!("pi-workflows recover {run_id} confirm|retry")),
+            "{human}"
+        );
+    }
+    let bad = run(&server, &["recover", &runs[0], "undo"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(error_line(&bad).contains("confirm"));
+
+    // Confirm: recorded as applied; the rerun adopts it and applies nothing.
+    let confirmed = run(&server, &["recover", &runs[0], "confirm"]);
+    assert_eq!(confirmed.status.code(), Some(0), "{}", stderr(&confirmed));
+    assert!(
+        stdout(&confirmed).contains("recorded as applied"),
+        "{}",
+        stdout(&confirmed)
+    );
+    assert!(
+        stderr(&confirmed).is_empty(),
+        "no warning: {}",
+        stderr(&confirmed)
+    );
+    view_until(&server, &runs[0], |view| {
+        view["display"]["status"] == "completed"
+    });
+    let applied_for = |effect: &str| {
+        support::apply_lines(&log)
+            .iter()
+            .filter(|line| line.starts_with(effect))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(applied_for(&effects[0]), vec![format!("{} 1", effects[0])]);
+
+    // Retry (naming the effect): attempt 2 applies once, with a warning.
+    let retried = run(
+        &server,
+        &[
+            "recover",
+            &runs[1],
+            "retry",
+            "--effect",
+            &effects[1],
+            "--json",
+        ],
+    );
+    assert_eq!(retried.status.code(), Some(0), "{}", stderr(&retried));
+    let receipt = json_lines(&retried).remove(0);
+    assert_eq!(
+        (receipt["state"].as_str(), receipt["attemptNumber"].as_u64()),
+        (Some("reserved"), Some(2))
+    );
+    assert!(
+        stderr(&retried).contains("a duplicate is possible"),
+        "{}",
+        stderr(&retried)
+    );
+    view_until(&server, &runs[1], |view| {
+        view["display"]["status"] == "completed"
+    });
+    assert_eq!(
+        applied_for(&effects[1]),
+        vec![format!("{} 1", effects[1]), format!("{} 2", effects[1])]
+    );
+    // Nothing is left to recover.
+    let nothing = run(&server, &["recover", &runs[1], "confirm"]);
+    assert_eq!(nothing.status.code(), Some(1));
+    assert!(error_line(&nothing).contains("no ambiguous effect"));
+    let deadline = Instant::now() + support::SETTLE_TIMEOUT;
+    while support::count(
+        &server.db(),
+        "SELECT COUNT(*) FROM run_workers WHERE status IN ('launching', 'ready')",
+        [],
+    ) > 0
+    {
+        assert!(Instant::now() < deadline, "every runner exits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        support::consistency_violations(&server.db()),
+        Vec::<String>::new()
+    );
+}

@@ -25,6 +25,8 @@ const FIXTURE_RUNS: &[(&str, &str, &str, Option<&str>)] = &[
     ("effects", "completed", "done", None),
     // draft → review (checkpoint): waiting for an answer.
     ("checkpoint", "waiting", "parked", None),
+    // gate (a human decision): waiting on its pending decision.
+    ("gate", "waiting", "parked", None),
     // a fails.
     ("failing", "failed", "failed", None),
     // cancelled inside its slow node a (the attempt ends `cancelled`).
@@ -80,8 +82,32 @@ const STRAY_EVENT: &str = "an event of a run that does not exist";
 const LOST_LINEAGE: &str = "a restart or continuation whose chain root or parent does not exist";
 const STRAY_TURN: &str = "a workflow turn of a run that does not exist";
 const MISSING_BLOB: &str = "a reference to a blob that does not exist";
+const DECISION_OFF_CHECKPOINT: &str =
+    "a pending decision on a run that does not wait on its checkpoint";
+const DECISION_UNCONTINUED: &str = "an accepted decision without the continuation of its run";
+const DECISION_SOURCE: &str =
+    "who answered recorded for anything but a person's accepted answer, or missing for one";
 
 const PLANTED: &[Planted] = &[
+    Planted {
+        bug: "a pending decision left on another node than the one its run waits on",
+        trips: &[DECISION_OFF_CHECKPOINT],
+        sql: "UPDATE human_decisions SET node_id = 'elsewhere'
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'gate')",
+    },
+    Planted {
+        bug: "a decision accepted without continuing its waiting run",
+        trips: &[DECISION_UNCONTINUED],
+        sql: "UPDATE human_decisions SET state = 'accepted', provenance = 'human', answer_digest = request_digest,
+                answer_channel = 'cli', answer_actor_id = 'someone'
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'gate')",
+    },
+    Planted {
+        bug: "who answered recorded on a decision nobody answered",
+        trips: &[DECISION_SOURCE],
+        sql: "UPDATE human_decisions SET answer_channel = 'cli', answer_actor_id = 'someone'
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'gate')",
+    },
     Planted {
         bug: "a completed run whose queue slot ended failed",
         trips: &[PAIR],
@@ -454,6 +480,16 @@ async fn run_the_fixture() -> Vec<u8> {
             "nodes": {"a": [{"fail": "boom"}]}
         }),
     );
+    let gate = write_script(
+        &dir,
+        "gate.json",
+        &json!({
+            "workflowName": "gate",
+            "topology": {"startAt": "gate", "nodes": [{"id": "gate", "nodeType": "checkpoint", "humanDecision": true,
+                          "timeout": {"kind": "default"}, "mountPath": []}], "edges": [], "mounts": []},
+            "nodes": {"gate": [{"decide": {"title": "Ship?", "choices": [{"id": "approve", "label": "Approve"}]}}]}
+        }),
+    );
     let slow = write_script(&dir, "slow.json", &slow_script("slow"));
     let editable = write_script(&dir, "editable.json", &slow_script("editable"));
 
@@ -461,6 +497,7 @@ async fn run_the_fixture() -> Vec<u8> {
     let linear = started(&mut client, &script("linear.json")).await;
     let effects = started(&mut client, &effects).await;
     let checkpoint = started(&mut client, &script("checkpoint.json")).await;
+    let gate = started(&mut client, &gate).await;
     let failing = started(&mut client, &failing).await;
     let slow = started(&mut client, &slow).await;
     let editable_run = started(&mut client, &editable).await;
@@ -469,6 +506,7 @@ async fn run_the_fixture() -> Vec<u8> {
         (&linear, "completed"),
         (&effects, "completed"),
         (&checkpoint, "waiting"),
+        (&gate, "waiting"),
         (&failing, "failed"),
     ] {
         let view = wait_settled(&mut client, run).await;

@@ -1,6 +1,7 @@
 //! Every control a run view advertises is one the server accepts. The test
 //! drives fresh runs into every display state the server can reach (queued,
-//! running, waiting on a checkpoint, waiting on an interaction, paused,
+//! running, waiting on a checkpoint, waiting on a protected decision,
+//! waiting on an interaction, paused,
 //! ambiguous, parked without progress, parked for a changed source,
 //! completed, failed, timed out, cancelled), and for each control of each
 //! state sends its command to another fresh run in the same state: the
@@ -21,6 +22,7 @@ enum State {
     Queued,
     Running,
     WaitingOnCheckpoint,
+    WaitingOnDecision,
     WaitingOnInteraction,
     Paused,
     Ambiguous,
@@ -32,10 +34,11 @@ enum State {
     Cancelled,
 }
 
-const STATES: [State; 12] = [
+const STATES: [State; 13] = [
     State::Queued,
     State::Running,
     State::WaitingOnCheckpoint,
+    State::WaitingOnDecision,
     State::WaitingOnInteraction,
     State::Paused,
     State::Ambiguous,
@@ -53,7 +56,9 @@ impl State {
         match self {
             Self::Queued | Self::ParkedNoProgress | Self::ParkedSourceChanged => "queued",
             Self::Running => "running",
-            Self::WaitingOnCheckpoint | Self::WaitingOnInteraction => "waiting",
+            Self::WaitingOnCheckpoint | Self::WaitingOnDecision | Self::WaitingOnInteraction => {
+                "waiting"
+            }
             Self::Paused => "paused",
             Self::Ambiguous => "ambiguous",
             Self::Completed => "completed",
@@ -171,6 +176,15 @@ impl World {
             }
             State::WaitingOnCheckpoint => {
                 start(&mut client, &script("checkpoint.json"), None).await
+            }
+            State::WaitingOnDecision => {
+                let mut gate = one_node(&dir, "gate", "checkpoint", json!({}));
+                let mut decision: Value =
+                    serde_json::from_slice(&std::fs::read(&gate).unwrap()).unwrap();
+                decision["topology"]["nodes"][0]["humanDecision"] = json!(true);
+                decision["nodes"] = json!({"a": [{"decide": {"title": "Ship it?", "choices": [{"id": "approve", "label": "Approve"}]}}]});
+                gate = write_script(&dir, "gate.json", &decision);
+                start(&mut client, &gate, None).await
             }
             State::WaitingOnInteraction => {
                 self.sessions += 1;
@@ -307,7 +321,7 @@ fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'stati
             (
                 "decision.answer",
                 json!({"decisionId": decision_id, "requestDigest": format!("sha256:{}", hex::encode(request_digest)),
-                       "choice": "approve", "input": null}),
+                       "choice": "approve", "input": null, "source": {"channel": "cli", "actorId": "tester"}}),
             )
         }
         other => panic!("unknown control {other}"),

@@ -1059,3 +1059,144 @@ fn a_continuation_identity_hashes_the_stored_source_and_definition_and_has_no_la
         identity.workflow_source_digest
     );
 }
+
+// ---- answers against the request, deadline wakes, resume ----------------------
+
+fn choices() -> Vec<Choice> {
+    vec![
+        Choice {
+            id: "approve".into(),
+            input: None,
+        },
+        Choice {
+            id: "revise".into(),
+            input: Some(TextInput {
+                name: "feedback".into(),
+                min_length: 2,
+                max_length: 5,
+            }),
+        },
+    ]
+}
+
+fn response(choice: &str, input: Option<(&str, &str)>) -> Response {
+    Response {
+        choice: choice.into(),
+        input: input.map(|(name, text)| (name.into(), text.into())),
+    }
+}
+
+#[test]
+fn an_answer_counts_only_for_the_request_shown_and_its_typed_choices() {
+    let decision = pending(&parent());
+    let shown = decision.request_digest;
+    let check =
+        |seen: Digest, answer: Response| check_answer(&decision, &seen, &choices(), &answer);
+    assert_eq!(check(shown, response("approve", None)), Ok(()));
+    assert_eq!(
+        check(shown, response("revise", Some(("feedback", "ab")))),
+        Ok(())
+    );
+    assert_eq!(
+        check(Digest::repeat(0x99), response("approve", None)),
+        Err(DecisionRejection::StaleRequest)
+    );
+    assert_eq!(
+        check(shown, response("reject", None)),
+        Err(DecisionRejection::UnknownChoice)
+    );
+    assert_eq!(
+        check(shown, response("revise", None)),
+        Err(DecisionRejection::InputRequired)
+    );
+    assert_eq!(
+        check(shown, response("approve", Some(("feedback", "ab")))),
+        Err(DecisionRejection::InputNotTaken)
+    );
+    assert_eq!(
+        check(shown, response("revise", Some(("comment", "ab")))),
+        Err(DecisionRejection::InputNotTaken)
+    );
+    for text in ["a", "abcdef"] {
+        assert_eq!(
+            check(shown, response("revise", Some(("feedback", text)))),
+            Err(DecisionRejection::InputLength { min: 2, max: 5 })
+        );
+    }
+    // Lengths are UTF-16 code units, as the authoring API counts them: one
+    // astral character is two.
+    assert_eq!(
+        check(shown, response("revise", Some(("feedback", "😀")))),
+        Ok(())
+    );
+    assert_eq!(
+        check(shown, response("revise", Some(("feedback", "😀😀😀")))),
+        Err(DecisionRejection::InputLength { min: 2, max: 5 })
+    );
+}
+
+#[test]
+fn the_deadline_wake_defers_until_due_waits_out_a_pause_and_then_decides() {
+    let parent = parent();
+    let decision = pending(&parent);
+    assert_eq!(
+        on_deadline(&parent, &decision, &request(), DEADLINE_MS - 1, TTL_MS),
+        Ok(DeadlineStep::Defer { at_ms: DEADLINE_MS })
+    );
+    let paused = run::pause(&parent, None, control_request(), 30, TTL_MS)
+        .unwrap()
+        .facts
+        .reload();
+    assert_eq!(
+        on_deadline(&paused, &pending(&paused), &request(), DEADLINE_MS, TTL_MS),
+        Ok(DeadlineStep::Nothing)
+    );
+    match on_deadline(&parent, &decision, &request(), DEADLINE_MS, TTL_MS) {
+        Ok(DeadlineStep::Expire(Expiry::Defaulted(continued))) => {
+            assert_continued(&parent, &continued);
+        }
+        other => panic!("the default wins at the deadline: {other:?}"),
+    }
+    let decided = DecisionRecord {
+        status: accepted_by(Provenance::Human, answer_a()),
+        ..decision
+    };
+    assert_eq!(
+        on_deadline(&parent, &decided, &request(), DEADLINE_MS, TTL_MS),
+        Err(DecisionRejection::AlreadyDecided)
+    );
+}
+
+#[test]
+fn resume_arms_the_deadline_again_and_keeps_the_decision_and_its_one_message() {
+    let parent = parent();
+    let paused = run::pause(&parent, None, control_request(), 30, TTL_MS)
+        .unwrap()
+        .facts
+        .reload();
+    assert_eq!(
+        paused.messages, parent.messages,
+        "pause keeps the decision message"
+    );
+    let ids = run::ResumeIds {
+        resumed_message_id: MessageId::from("m-resumed"),
+        message_order: 9,
+    };
+    let resumed = run::resume(&paused, ids, 40).unwrap();
+    assert_eq!(
+        resumed.facts.decision, parent.decision,
+        "same decision, same request"
+    );
+    assert_eq!(
+        resumed.facts.messages, parent.messages,
+        "no second decision message"
+    );
+    assert!(resumed.outputs.iter().any(|output| matches!(
+        output,
+        Output::Wake {
+            at_ms: DEADLINE_MS,
+            reason: crate::output::WakeReason::DecisionDeadline,
+            ..
+        }
+    )));
+}

@@ -433,7 +433,10 @@ fn display_serializes_to_the_wire_names() {
     let json = serde_json::to_value(&shown).unwrap();
     assert_eq!(json["status"], "running");
     assert_eq!(json["activity"], "modelTurn");
-    assert_eq!(json["controls"], serde_json::json!(["pause", "cancel"]));
+    assert_eq!(
+        json["controls"],
+        serde_json::json!(["humanAnswer", "pause", "cancel"])
+    );
     assert_eq!(
         serde_json::to_value(rule_controls(&DisplayFacts {
             model_turn_active: true,
@@ -836,7 +839,10 @@ fn from_run_reads_checkpoints_and_protected_decisions() {
         default_answer_digest: None,
         continuation_run_id: None,
     });
-    assert_eq!(shown(&decision).controls, [C::Pause, C::Cancel]);
+    assert_eq!(
+        shown(&decision).controls,
+        [C::HumanAnswer, C::Pause, C::Cancel]
+    );
     assert_eq!(rule_of(&decision), [C::HumanAnswer, C::Pause, C::Cancel]);
     decision.decision.as_mut().unwrap().status = DecisionStatus::Cancelled;
     assert_eq!(shown(&decision).controls, [C::Answer, C::Pause, C::Cancel]);
@@ -890,7 +896,7 @@ fn from_run_shows_ambiguity_and_terminal_results() {
         .facts;
     let display = shown(&parked);
     assert_eq!(display.status, S::Ambiguous);
-    assert_eq!(display.controls, [C::Pause, C::Cancel]);
+    assert_eq!(display.controls, [C::Pause, C::Cancel, C::RecoverEffect]);
 
     let cancelled = run::cancel(
         &live,
@@ -903,7 +909,9 @@ fn from_run_shows_ambiguity_and_terminal_results() {
     .facts;
     let display = shown(&cancelled);
     assert_eq!(display.status, S::Cancelled);
-    assert_eq!(display.controls, []);
+    // The applying effect became ambiguous with the cancellation: its
+    // review (a confirmation; a retry is refused) is still offered.
+    assert_eq!(display.controls, [C::RecoverEffect]);
 
     let error = RunError {
         class: FailureClass::NodeFailed,

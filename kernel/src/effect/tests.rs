@@ -10,6 +10,8 @@ use alloc::vec::Vec;
 use proptest::prelude::*;
 
 const NOW_MS: u64 = 20;
+/// The result a confirmation records (the digest of `null` in the shell).
+const OBSERVED: Digest = Digest([0x0b; 32]);
 
 fn request(fingerprint: u8) -> ReserveRequest {
     ReserveRequest {
@@ -466,10 +468,13 @@ fn confirming_the_last_ambiguous_effect_makes_the_run_resumable() {
     let parked = parked_with(&[EffectState::Applying]);
     assert_eq!(parked.run.park_reason, Some(ParkReason::EffectAmbiguous));
     let effect_id = parked.effects[0].effect_id.clone();
-    let transition = recover(&parked, &effect_id, RecoveryAction::Confirm, 40).unwrap();
+    let transition = recover(&parked, &effect_id, RecoveryAction::Confirm, OBSERVED, 40).unwrap();
     let agg = &transition.facts;
     assert_eq!(agg.effects[0].state, EffectState::Applied);
     assert_eq!(agg.effects[0].attempt_number, 1);
+    // An applied effect always has a result: the observed one, so the next
+    // runner adopts it (the store's consistency check holds).
+    assert_eq!(agg.effects[0].result_digest, Some(OBSERVED));
     assert_eq!(agg.run.park_reason, Some(ParkReason::Recovered));
     assert!(agg.run.is_admissible());
     assert!(transition.outputs.contains(&Output::Schedule));
@@ -487,7 +492,7 @@ fn confirming_the_last_ambiguous_effect_makes_the_run_resumable() {
 fn a_retry_reserves_the_next_attempt_which_the_next_runner_applies_once() {
     let parked = parked_with(&[EffectState::Applying]);
     let effect_id = parked.effects[0].effect_id.clone();
-    let retried = recover(&parked, &effect_id, RecoveryAction::Retry, 40)
+    let retried = recover(&parked, &effect_id, RecoveryAction::Retry, OBSERVED, 40)
         .unwrap()
         .facts
         .reload();
@@ -525,7 +530,7 @@ fn a_retry_reserves_the_next_attempt_which_the_next_runner_applies_once() {
 fn the_run_stays_parked_for_review_while_another_effect_is_ambiguous() {
     let parked = parked_with(&[EffectState::Applying, EffectState::Applying]);
     let first = parked.effects[0].effect_id.clone();
-    let agg = recover(&parked, &first, RecoveryAction::Confirm, 40)
+    let agg = recover(&parked, &first, RecoveryAction::Confirm, OBSERVED, 40)
         .unwrap()
         .facts;
     assert_eq!(agg.run.park_reason, Some(ParkReason::EffectAmbiguous));
@@ -538,7 +543,7 @@ fn only_an_ambiguous_effect_can_be_recovered() {
     let effect_id = parked.effects[0].effect_id.clone();
     for action in [RecoveryAction::Confirm, RecoveryAction::Retry] {
         assert_eq!(
-            recover(&parked, &effect_id, action, 40),
+            recover(&parked, &effect_id, action, OBSERVED, 40),
             Err(EffectRejection::NotAmbiguous {
                 state: EffectState::Reserved
             })
@@ -549,6 +554,7 @@ fn only_an_ambiguous_effect_can_be_recovered() {
             &parked,
             &EffectId::from("effect:none"),
             RecoveryAction::Confirm,
+            OBSERVED,
             40
         ),
         Err(EffectRejection::NotFound {
@@ -573,14 +579,20 @@ fn a_cancelled_run_records_a_confirmation_but_never_retries() {
     .reload();
     let effect_id = the_key().effect_id();
     assert_eq!(
-        recover(&cancelled, &effect_id, RecoveryAction::Retry, 40),
+        recover(&cancelled, &effect_id, RecoveryAction::Retry, OBSERVED, 40),
         Err(EffectRejection::RetryAfterTerminal {
             status: RunStatus::Cancelled
         })
     );
-    let confirmed = recover(&cancelled, &effect_id, RecoveryAction::Confirm, 40)
-        .unwrap()
-        .facts;
+    let confirmed = recover(
+        &cancelled,
+        &effect_id,
+        RecoveryAction::Confirm,
+        OBSERVED,
+        40,
+    )
+    .unwrap()
+    .facts;
     assert_eq!(confirmed.effects[0].state, EffectState::Applied);
     assert_eq!(confirmed.run.status, RunStatus::Cancelled);
     assert_eq!(confirmed.run.park_reason, None);
@@ -802,7 +814,7 @@ proptest! {
                 Op::LoseRunner => run::park(&before, &host, ParkReason::WorkerCrashed, now_ms).map(Some).map_err(|_| ()),
                 Op::Readmit => world.readmit().map(Some).ok_or(()),
                 Op::Cancel => run::cancel(&before, Some(&host), control_request(), now_ms, TTL_MS).map(Some).map_err(|_| ()),
-                Op::Recover(action) => recover(&before, &effect_id, action, now_ms).map(Some).map_err(|_| ()),
+                Op::Recover(action) => recover(&before, &effect_id, action, OBSERVED, now_ms).map(Some).map_err(|_| ()),
                 Op::Pause => run::pause(&before, Some(&host), control_request(), now_ms, TTL_MS).map(Some).map_err(|_| ()),
                 Op::Resume => {
                     let ids = run::ResumeIds { resumed_message_id: crate::ids::MessageId::from("m"), message_order: 1 };

@@ -2439,3 +2439,143 @@ fn a_passed_deadline_times_the_node_out_with_the_kernels_result_record() {
         json!(450 - attempt.started_at_ms)
     );
 }
+
+// ---- protected checkpoints ---------------------------------------------------
+
+/// `ask → gate (human decision) → done`.
+fn protected_topology() -> Topology {
+    let mut topology = chain(&["ask", "gate", "done"]);
+    topology.nodes[1].node_type = NodeType::Checkpoint;
+    topology.nodes[1].human_decision = true;
+    topology
+}
+
+fn opening(deadline_at_ms: Option<u64>) -> crate::decision::Opening {
+    crate::decision::Opening {
+        decision_id: crate::ids::DecisionId::from("decision-1"),
+        request_digest: Digest::repeat(0x71),
+        deadline_at_ms,
+        default_answer_digest: deadline_at_ms.map(|_| Digest::repeat(0xdf)),
+    }
+}
+
+fn decision_message() -> DecisionMessage {
+    DecisionMessage {
+        message_id: MessageId::from("m-decision"),
+        order: 7,
+    }
+}
+
+/// Finishes the current attempt (the gate) as the protected checkpoint.
+fn finish_protected(
+    agg: &RunAggregate,
+    topology: &Topology,
+    outcome: NodeOutcome,
+    deadline_at_ms: Option<u64>,
+) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+    let generation = agg.run.lease.generation.0;
+    let attempt = current(agg).attempt_id.clone();
+    let result = NodeResult {
+        outcome,
+        record: record(agg, outcome, json!({"schema": "request"})),
+    };
+    finish_protected_checkpoint(
+        agg,
+        topology,
+        &host_authority(generation),
+        &runner_epoch(generation),
+        &attempt,
+        result,
+        opening(deadline_at_ms),
+        decision_message(),
+        40,
+        TTL_MS,
+    )
+}
+
+#[test]
+fn a_protected_checkpoint_opens_its_decision_in_the_commit_that_makes_the_run_wait() {
+    let topology = protected_topology();
+    let at_gate = ok_through(&live(&topology), &topology, 30);
+    assert_eq!(current(&at_gate).node_id, id("gate"));
+    let (transition, dispatch) =
+        finish_protected(&at_gate, &topology, NodeOutcome::Ok, Some(900)).unwrap();
+    let waiting = &transition.facts;
+    assert_eq!(pair(waiting), (RunStatus::Waiting, QueueStatus::Parked));
+    assert_eq!(waiting.run.waiting_on, Some(id("gate")));
+    assert_eq!(
+        dispatch,
+        Dispatch::Exit {
+            reason: ExitReason::Waiting
+        }
+    );
+    let decision = waiting.decision.as_ref().expect("the decision opened");
+    assert_eq!(decision.status, DecisionStatus::Pending);
+    assert_eq!(
+        (decision.run_id.clone(), decision.node_id.clone()),
+        (waiting.run.run_id.clone(), id("gate"))
+    );
+    assert_eq!(decision.deadline_at_ms, Some(900));
+    assert_eq!(decision.default_answer_digest, Some(Digest::repeat(0xdf)));
+    assert_eq!(waiting.run.revision, at_gate.run.revision.next());
+    assert!(has(&transition.outputs, |output| matches!(
+        output,
+        Output::Wake {
+            at_ms: 900,
+            reason: WakeReason::DecisionDeadline,
+            ..
+        }
+    )));
+    // A headless run has no session to present the decision in.
+    assert!(waiting.messages.is_empty());
+}
+
+#[test]
+fn an_interactive_protected_checkpoint_gets_one_decision_message_and_no_deadline_without_expiry() {
+    let topology = protected_topology();
+    let agg = start(&fixtures::reserved_interactive(1, 0), &topology, None).0;
+    let at_gate = ok_through(&agg, &topology, 30);
+    let (transition, _) = finish_protected(&at_gate, &topology, NodeOutcome::Ok, None).unwrap();
+    let messages = &transition.facts.messages;
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].message_id, MessageId::from("m-decision"));
+    assert_eq!(messages[0].order, 7);
+    assert_eq!(messages[0].state, MessageState::Pending);
+    assert!(matches!(
+        &messages[0].kind,
+        MessageKind::Decision { decision_id } if decision_id.as_str() == "decision-1"
+    ));
+    assert!(!has(&transition.outputs, |output| matches!(
+        output,
+        Output::Wake {
+            reason: WakeReason::DecisionDeadline,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_protected_checkpoint_finishes_only_through_its_decision() {
+    let topology = protected_topology();
+    let at_gate = ok_through(&live(&topology), &topology, 30);
+    // A plain `ok` finish would wait without a decision: refused.
+    assert_eq!(
+        finish_as_runner(&at_gate, &topology, NodeOutcome::Ok, json!({}), 40).unwrap_err(),
+        Rejection::ResultMismatch
+    );
+    // A failure of the checkpoint's request code routes as any failure.
+    let (failed, _) =
+        finish_as_runner(&at_gate, &topology, NodeOutcome::Failed, json!(null), 40).unwrap();
+    assert_eq!(failed.facts.run.status, RunStatus::Failed);
+    // The decision path takes only an `ok` human-decision checkpoint.
+    assert_eq!(
+        finish_protected(&at_gate, &topology, NodeOutcome::Failed, None).unwrap_err(),
+        Rejection::ResultMismatch
+    );
+    let ordinary = chain(&["ask", "gate", "done"]);
+    let at_ordinary_gate = ok_through(&live(&ordinary), &ordinary, 30);
+    assert_eq!(
+        finish_protected(&at_ordinary_gate, &ordinary, NodeOutcome::Ok, None).unwrap_err(),
+        Rejection::ResultMismatch
+    );
+}

@@ -14,6 +14,39 @@ impl ::std::fmt::Display for ConstraintError {
     }
 }
 impl ::std::error::Error for ConstraintError {}
+///The run's ambiguous managed effects (at most 16 shown), each needing effect.recover.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct AmbiguousEffects(::std::vec::Vec<types::AmbiguousEffect>);
+impl AmbiguousEffects {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::AmbiguousEffect>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 16 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::AmbiguousEffect] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::AmbiguousEffect> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for AmbiguousEffects {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::AmbiguousEffect,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
 ///The 1-based attempt number of a node visit or managed effect. Capped at 2^53-1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
 #[serde(transparent)]
@@ -334,6 +367,138 @@ impl ::std::fmt::Display for Count {
     }
 }
 impl<'de> ::serde::Deserialize<'de> for Count {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///The choices of a human decision: 1-64.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct DecisionChoices(::std::vec::Vec<types::DecisionChoice>);
+impl DecisionChoices {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::DecisionChoice>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() < 1 {
+            return ::std::result::Result::Err(ConstraintError("too few items"));
+        }
+        if items.len() > 64 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::DecisionChoice] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::DecisionChoice> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DecisionChoices {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::DecisionChoice>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///The revision of a decision request (from 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct DecisionRevision(u64);
+impl DecisionRevision {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 1;
+    /// The largest allowed value.
+    pub const MAX: u64 = 9007199254740991;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value >= 1 && value <= 9007199254740991 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for DecisionRevision {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<DecisionRevision> for u64 {
+    fn from(value: DecisionRevision) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for DecisionRevision {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DecisionRevision {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///A bound of a decision's text input, in UTF-16 code units: 0-16,000.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct DecisionTextLength(u64);
+impl DecisionTextLength {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 0;
+    /// The largest allowed value.
+    pub const MAX: u64 = 16000;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value <= 16000 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for DecisionTextLength {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<DecisionTextLength> for u64 {
+    fn from(value: DecisionTextLength) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for DecisionTextLength {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DecisionTextLength {
     fn deserialize<D: ::serde::Deserializer<'de>>(
         deserializer: D,
     ) -> ::std::result::Result<Self, D::Error> {
@@ -766,6 +931,103 @@ impl<'de> ::serde::Deserialize<'de> for Pid {
             .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
                 "integer out of range",
             ))
+    }
+}
+///The blocks of a presentation: at most 256.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct PresentationBlocks(::std::vec::Vec<types::PresentationBlock>);
+impl PresentationBlocks {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::PresentationBlock>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 256 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::PresentationBlock] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::PresentationBlock> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for PresentationBlocks {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::PresentationBlock,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///The items of a fields block: at most 256.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct PresentationFields(::std::vec::Vec<types::PresentationField>);
+impl PresentationFields {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::PresentationField>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 256 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::PresentationField] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::PresentationField> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for PresentationFields {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::PresentationField,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///The items of a bullets block: at most 256.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct PresentationItems(::std::vec::Vec<types::DecisionText>);
+impl PresentationItems {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::DecisionText>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 256 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::DecisionText] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::DecisionText> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for PresentationItems {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::DecisionText>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
 ///The wire protocol version; this schema describes version 1.

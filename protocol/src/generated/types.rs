@@ -143,6 +143,63 @@ impl ::std::convert::TryFrom<::std::string::String> for Activity {
         value.parse()
     }
 }
+///Who answered, as the answering channel names them (a Pi session id, the local user). Stored with the decision; never shown in a view, list, status or log.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ActorId(::std::string::String);
+impl ::std::ops::Deref for ActorId {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ActorId> for ::std::string::String {
+    fn from(value: ActorId) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ActorId {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ActorId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ActorId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ActorId {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
 ///The Pi model arguments of a headless agent step: provider, model and thinking level (each passed to `pi` as --provider, --model, --thinking when present).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -352,6 +409,19 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentModelThinking {
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///A managed effect that may have applied without a receipt: check the external system, then effect.recover confirm or retry it.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AmbiguousEffect {
+    #[serde(rename = "attemptNumber")]
+    pub attempt_number: super::constrained::AttemptNumber,
+    #[serde(rename = "effectId")]
+    pub effect_id: EffectId,
+    #[serde(rename = "effectType")]
+    pub effect_type: EffectType,
+    #[serde(rename = "nodeId")]
+    pub node_id: NodeId,
 }
 ///The state of an effect the runner applies now.
 #[derive(
@@ -833,7 +903,7 @@ pub struct CheckpointAnswerReceipt {
     #[serde(rename = "continuationRunId")]
     pub continuation_run_id: RunId,
 }
-///A decision choice id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
+///A human decision's choice id: 1-128 characters of [A-Za-z0-9_-], starting with a letter or underscore (the authoring rule of defineHumanChoices).
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
 pub struct ChoiceId(::std::string::String);
@@ -854,10 +924,10 @@ impl ::std::str::FromStr for ChoiceId {
         value: &str,
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$").unwrap() });
+        { ::regress::Regex::new("^[A-Za-z_][A-Za-z0-9_-]{0,127}$").unwrap() });
         if PATTERN.find(value).is_none() {
             return Err(
-                "doesn't match pattern \"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$\"".into(),
+                "doesn't match pattern \"^[A-Za-z_][A-Za-z0-9_-]{0,127}$\"".into(),
             );
         }
         Ok(Self(value.to_string()))
@@ -1552,17 +1622,18 @@ impl<'de> ::serde::Deserialize<'de> for DdlDigest {
             })
     }
 }
-///Answer a protected human decision. input is null when the choice takes none.
+///Answer a protected human decision as a person: the decision and the request digest the person saw, the choice, the text of a choice that takes one (null otherwise), and where and by whom it was answered.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionAnswerPayload {
     pub choice: ChoiceId,
     #[serde(rename = "decisionId")]
     pub decision_id: DecisionId,
-    ///Any JSON value.
-    pub input: ::serde_json::Value,
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub input: ::std::option::Option<DecisionResponseInput>,
     #[serde(rename = "requestDigest")]
     pub request_digest: Digest,
+    pub source: DecisionSource,
 }
 ///The answered decision.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -1572,6 +1643,134 @@ pub struct DecisionAnswerReceipt {
     pub continuation_run_id: RunId,
     #[serde(rename = "decisionId")]
     pub decision_id: DecisionId,
+}
+///Where a person answered a protected decision: the Pi extension's /workflow answer (pi) or the command line's pi-workflows answer (cli).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum DecisionChannel {
+    #[serde(rename = "pi")]
+    Pi,
+    #[serde(rename = "cli")]
+    Cli,
+}
+impl ::std::fmt::Display for DecisionChannel {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Pi => f.write_str("pi"),
+            Self::Cli => f.write_str("cli"),
+        }
+    }
+}
+impl ::std::str::FromStr for DecisionChannel {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "pi" => Ok(Self::Pi),
+            "cli" => Ok(Self::Cli),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for DecisionChannel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DecisionChannel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///One choice of a human decision: its id, its label and the text input it takes, if any.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionChoice {
+    pub id: ChoiceId,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub input: ::std::option::Option<DecisionInput>,
+    pub label: DecisionText,
+}
+///When a decision expires: an RFC 3339 UTC time with milliseconds, as JavaScript's toISOString writes it.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct DecisionExpiry(::std::string::String);
+impl ::std::ops::Deref for DecisionExpiry {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<DecisionExpiry> for ::std::string::String {
+    fn from(value: DecisionExpiry) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for DecisionExpiry {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        {
+            ::regress::Regex::new(
+                    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$",
+                )
+                .unwrap()
+        });
+        if PATTERN.find(value).is_none() {
+            return Err(
+                "doesn't match pattern \"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$\""
+                    .into(),
+            );
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for DecisionExpiry {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DecisionExpiry {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DecisionExpiry {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
 }
 ///A protected human decision id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -1630,6 +1829,284 @@ impl<'de> ::serde::Deserialize<'de> for DecisionId {
                 <D::Error as ::serde::de::Error>::custom(e.to_string())
             })
     }
+}
+///The text input a human choice takes: its name, the prompt a person sees, and the length bounds of the answer text (UTF-16 code units, as JavaScript counts them).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionInput {
+    pub kind: DecisionInputKind,
+    #[serde(rename = "maxLength")]
+    pub max_length: super::constrained::DecisionTextLength,
+    #[serde(rename = "minLength")]
+    pub min_length: super::constrained::DecisionTextLength,
+    pub name: DecisionInputName,
+    pub prompt: DecisionText,
+}
+///The kind of a choice's input: text.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum DecisionInputKind {
+    #[serde(rename = "text")]
+    Text,
+}
+impl ::std::fmt::Display for DecisionInputKind {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Text => f.write_str("text"),
+        }
+    }
+}
+impl ::std::str::FromStr for DecisionInputKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "text" => Ok(Self::Text),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for DecisionInputKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DecisionInputKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The name of a choice's text input: a simple key.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct DecisionInputName(::std::string::String);
+impl ::std::ops::Deref for DecisionInputName {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<DecisionInputName> for ::std::string::String {
+    fn from(value: DecisionInputName) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for DecisionInputName {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^[A-Za-z_][A-Za-z0-9_]{0,127}$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err(
+                "doesn't match pattern \"^[A-Za-z_][A-Za-z0-9_]{0,127}$\"".into(),
+            );
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for DecisionInputName {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DecisionInputName {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DecisionInputName {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///What a person reads before deciding (pi-workflows.decision-presentation.v1): a summary and at most 256 blocks, at most 64,000 characters in all.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionPresentation {
+    pub blocks: super::constrained::PresentationBlocks,
+    pub summary: DecisionText,
+}
+///A validated response to a human decision: the choice and, for a choice with a text input, its text. It becomes the checkpoint's output in the continuation, which routes on $.choice.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionResponse {
+    pub choice: ChoiceId,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub input: ::std::option::Option<DecisionResponseInput>,
+}
+///The text a person gave for the chosen choice's input, under the input's name (one entry; the name must be the input's, which the server checks).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(transparent)]
+pub struct DecisionResponseInput(
+    pub ::std::collections::BTreeMap<::std::string::String, DecisionText>,
+);
+impl ::std::ops::Deref for DecisionResponseInput {
+    type Target = ::std::collections::BTreeMap<::std::string::String, DecisionText>;
+    fn deref(
+        &self,
+    ) -> &::std::collections::BTreeMap<::std::string::String, DecisionText> {
+        &self.0
+    }
+}
+impl ::std::convert::From<DecisionResponseInput>
+for ::std::collections::BTreeMap<::std::string::String, DecisionText> {
+    fn from(value: DecisionResponseInput) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<
+    ::std::collections::BTreeMap<::std::string::String, DecisionText>,
+> for DecisionResponseInput {
+    fn from(
+        value: ::std::collections::BTreeMap<::std::string::String, DecisionText>,
+    ) -> Self {
+        Self(value)
+    }
+}
+///The provenance of a person's answer: its channel and actor.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionSource {
+    #[serde(rename = "actorId")]
+    pub actor_id: ActorId,
+    pub channel: DecisionChannel,
+}
+///The canonical subject a decision is about: a JSON object. Only the workflow reads it: channels and views never receive it.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(transparent)]
+pub struct DecisionSubject(
+    pub ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+);
+impl ::std::ops::Deref for DecisionSubject {
+    type Target = ::serde_json::Map<::std::string::String, ::serde_json::Value>;
+    fn deref(&self) -> &::serde_json::Map<::std::string::String, ::serde_json::Value> {
+        &self.0
+    }
+}
+impl ::std::convert::From<DecisionSubject>
+for ::serde_json::Map<::std::string::String, ::serde_json::Value> {
+    fn from(value: DecisionSubject) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::serde_json::Map<::std::string::String, ::serde_json::Value>>
+for DecisionSubject {
+    fn from(
+        value: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+    ) -> Self {
+        Self(value)
+    }
+}
+///A text of a human decision request (a summary, block text, label or prompt): at most 16,000 characters, line endings LF.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct DecisionText(::std::string::String);
+impl ::std::ops::Deref for DecisionText {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<DecisionText> for ::std::string::String {
+    fn from(value: DecisionText) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for DecisionText {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 16000usize {
+            return Err("longer than 16000 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for DecisionText {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DecisionText {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DecisionText {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///The pending protected human decision a waiting run shows, as much as a person needs to answer it with decision.answer: never its subject, never who answered.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionView {
+    pub choices: super::constrained::DecisionChoices,
+    #[serde(rename = "decisionId")]
+    pub decision_id: DecisionId,
+    ///The choice recorded (provenance timeout) when the deadline passes; without one the decision expires and the run times out.
+    #[serde(
+        rename = "defaultChoice",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub default_choice: ::std::option::Option<ChoiceId>,
+    #[serde(
+        rename = "expiresAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub expires_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    #[serde(rename = "nodeId")]
+    pub node_id: NodeId,
+    #[serde(rename = "requestDigest")]
+    pub request_digest: Digest,
+    pub summary: DecisionText,
+    pub title: Title,
 }
 ///A SHA-256 digest of exact bytes.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -1878,7 +2355,7 @@ pub struct EffectRecoverPayload {
     #[serde(rename = "effectId")]
     pub effect_id: EffectId,
 }
-///The recovered effect.
+///The recovered effect: confirm records it applied; retry reserves its next attempt, and warning says a duplicate in the external system is possible.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct EffectRecoverReceipt {
@@ -1887,6 +2364,8 @@ pub struct EffectRecoverReceipt {
     #[serde(rename = "effectId")]
     pub effect_id: EffectId,
     pub state: EffectState,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub warning: ::std::option::Option<SafeMessage>,
 }
 ///The result of an accepted effect.reserve: the runner applies the effect now, as attempt attemptNumber of the key the engine made.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -2693,6 +3172,217 @@ impl ::std::convert::TryFrom<::std::string::String> for HelloRole {
         value: ::std::string::String,
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
+    }
+}
+///pi-workflows.human-decision-request.v1: the output of a humanDecision checkpoint, sealed by its runner. requestDigest is the SHA-256 of the canonical JSON of every field but the four seals (decisionId, requestDigest, subjectDigest, presentationDigest); decisionId is "decision-" and the first 40 hex digits of the SHA-256 of the canonical {runId, nodeId, attemptId, requestDigest}; subjectDigest and presentationDigest are the SHA-256 of the canonical subject and presentation. defaultResponse (onTimeout) needs expiresAt. The server checks every seal and the binding to the finishing attempt before it opens the decision.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HumanDecisionRequest {
+    #[serde(rename = "attemptId")]
+    pub attempt_id: AttemptId,
+    ///Who decides (a configured audience name).
+    pub audience: HumanDecisionRequestAudience,
+    pub choices: super::constrained::DecisionChoices,
+    #[serde(rename = "decisionId")]
+    pub decision_id: DecisionId,
+    #[serde(
+        rename = "defaultResponse",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub default_response: ::std::option::Option<DecisionResponse>,
+    #[serde(
+        rename = "expiresAt",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub expires_at: ::std::option::Option<DecisionExpiry>,
+    #[serde(rename = "nodeId")]
+    pub node_id: NodeId,
+    pub presentation: DecisionPresentation,
+    #[serde(rename = "presentationDigest")]
+    pub presentation_digest: Digest,
+    #[serde(rename = "requestDigest")]
+    pub request_digest: Digest,
+    pub revision: super::constrained::DecisionRevision,
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub schema: HumanDecisionRequestSchemaId,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub subject: ::std::option::Option<DecisionSubject>,
+    #[serde(
+        rename = "subjectDigest",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub subject_digest: ::std::option::Option<Digest>,
+    ///The decision's title: 1-512 characters without control characters.
+    pub title: HumanDecisionRequestTitle,
+}
+///Who decides (a configured audience name).
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct HumanDecisionRequestAudience(::std::string::String);
+impl ::std::ops::Deref for HumanDecisionRequestAudience {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<HumanDecisionRequestAudience> for ::std::string::String {
+    fn from(value: HumanDecisionRequestAudience) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for HumanDecisionRequestAudience {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for HumanDecisionRequestAudience {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for HumanDecisionRequestAudience {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for HumanDecisionRequestAudience {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///The schema id of a human decision request.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum HumanDecisionRequestSchemaId {
+    #[serde(rename = "pi-workflows.human-decision-request.v1")]
+    PiWorkflowsHumanDecisionRequestV1,
+}
+impl ::std::fmt::Display for HumanDecisionRequestSchemaId {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::PiWorkflowsHumanDecisionRequestV1 => {
+                f.write_str("pi-workflows.human-decision-request.v1")
+            }
+        }
+    }
+}
+impl ::std::str::FromStr for HumanDecisionRequestSchemaId {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "pi-workflows.human-decision-request.v1" => {
+                Ok(Self::PiWorkflowsHumanDecisionRequestV1)
+            }
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for HumanDecisionRequestSchemaId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for HumanDecisionRequestSchemaId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The decision's title: 1-512 characters without control characters.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct HumanDecisionRequestTitle(::std::string::String);
+impl ::std::ops::Deref for HumanDecisionRequestTitle {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<HumanDecisionRequestTitle> for ::std::string::String {
+    fn from(value: HumanDecisionRequestTitle) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for HumanDecisionRequestTitle {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for HumanDecisionRequestTitle {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for HumanDecisionRequestTitle {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for HumanDecisionRequestTitle {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
     }
 }
 ///The durable identity of one state-changing command. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
@@ -4424,6 +5114,43 @@ Append a value to an array.*/
         value: ::serde_json::Value,
     },
 }
+///One block of a decision presentation (pi-workflows.decision-presentation.v1).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum PresentationBlock {
+    /**ParagraphBlock
+
+A paragraph.*/
+    #[serde(rename = "paragraph")]
+    Paragraph { text: DecisionText },
+    /**SectionBlock
+
+A section title.*/
+    #[serde(rename = "section")]
+    Section { title: DecisionText },
+    /**BulletsBlock
+
+A bullet list.*/
+    #[serde(rename = "bullets")]
+    Bullets { items: super::constrained::PresentationItems },
+    /**FieldsBlock
+
+Label and value pairs.*/
+    #[serde(rename = "fields")]
+    Fields { items: super::constrained::PresentationFields },
+    /**PreformattedBlock
+
+Preformatted text.*/
+    #[serde(rename = "preformatted")]
+    Preformatted { text: DecisionText },
+}
+///One label and value of a fields block.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PresentationField {
+    pub label: DecisionText,
+    pub value: DecisionText,
+}
 ///A process registry operation.
 #[derive(
     ::serde::Deserialize,
@@ -5351,8 +6078,15 @@ impl ::std::convert::TryFrom<::std::string::String> for RunStatus {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunView {
+    #[serde(
+        rename = "ambiguousEffects",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub ambiguous_effects: ::std::option::Option<super::constrained::AmbiguousEffects>,
     #[serde(rename = "createdAtMs")]
     pub created_at_ms: super::constrained::TimestampMs,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub decision: ::std::option::Option<DecisionView>,
     pub definition: ContentReference,
     pub display: super::constrained::Display,
     pub edges: ::std::vec::Vec<GraphEdge>,

@@ -26,12 +26,26 @@ export type Activity = "none" | "starting" | "runner" | "modelTurn" | "validatin
 /** Every value of Activity, in schema order. */
 export const ActivityValues: readonly Activity[] = ["none", "starting", "runner", "modelTurn", "validating"];
 
+/** Who answered, as the answering channel names them (a Pi session id, the local user). Stored with the decision; never shown in a view, list, status or log. */
+export type ActorId = string;
+
 /** The Pi model arguments of a headless agent step: provider, model and thinking level (each passed to `pi` as --provider, --model, --thinking when present). */
 export interface AgentModel {
   "model"?: string;
   "provider"?: string;
   "thinking"?: "off" | "minimal" | "low" | "medium" | "high" | "xhigh";
 }
+
+/** A managed effect that may have applied without a receipt: check the external system, then effect.recover confirm or retry it. */
+export interface AmbiguousEffect {
+  "attemptNumber": AttemptNumber;
+  "effectId": EffectId;
+  "effectType": EffectType;
+  "nodeId": NodeId;
+}
+
+/** The run's ambiguous managed effects (at most 16 shown), each needing effect.recover. */
+export type AmbiguousEffects = AmbiguousEffect[];
 
 /** The state of an effect the runner applies now. */
 export type ApplyingState = "applying";
@@ -128,7 +142,7 @@ export interface CheckpointAnswerReceipt {
   "continuationRunId": RunId;
 }
 
-/** A decision choice id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
+/** A human decision's choice id: 1-128 characters of [A-Za-z0-9_-], starting with a letter or underscore (the authoring rule of defineHumanChoices). */
 export type ChoiceId = string;
 
 /** The length of one content chunk: at most 512 KiB. */
@@ -331,13 +345,13 @@ export type Cursor = string;
 /** The DDL digest a database records (sha256:<hex>, or empty when unreadable). */
 export type DdlDigest = string;
 
-/** Answer a protected human decision. input is null when the choice takes none. */
+/** Answer a protected human decision as a person: the decision and the request digest the person saw, the choice, the text of a choice that takes one (null otherwise), and where and by whom it was answered. */
 export interface DecisionAnswerPayload {
   "choice": ChoiceId;
   "decisionId": DecisionId;
-  /** Any JSON value. */
-  "input": JsonValue;
+  "input": DecisionResponseInput | null;
   "requestDigest": Digest;
+  "source": DecisionSource;
 }
 
 /** The answered decision. */
@@ -346,8 +360,91 @@ export interface DecisionAnswerReceipt {
   "decisionId": DecisionId;
 }
 
+/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi) or the command line's pi-workflows answer (cli). */
+export type DecisionChannel = "pi" | "cli";
+
+/** Every value of DecisionChannel, in schema order. */
+export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli"];
+
+/** One choice of a human decision: its id, its label and the text input it takes, if any. */
+export interface DecisionChoice {
+  "id": ChoiceId;
+  "input"?: DecisionInput;
+  "label": DecisionText;
+}
+
+/** The choices of a human decision: 1-64. */
+export type DecisionChoices = DecisionChoice[];
+
+/** When a decision expires: an RFC 3339 UTC time with milliseconds, as JavaScript's toISOString writes it. */
+export type DecisionExpiry = string;
+
 /** A protected human decision id. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type DecisionId = string;
+
+/** The text input a human choice takes: its name, the prompt a person sees, and the length bounds of the answer text (UTF-16 code units, as JavaScript counts them). */
+export interface DecisionInput {
+  "kind": DecisionInputKind;
+  "maxLength": DecisionTextLength;
+  "minLength": DecisionTextLength;
+  "name": DecisionInputName;
+  "prompt": DecisionText;
+}
+
+/** The kind of a choice's input: text. */
+export type DecisionInputKind = "text";
+
+/** Every value of DecisionInputKind, in schema order. */
+export const DecisionInputKindValues: readonly DecisionInputKind[] = ["text"];
+
+/** The name of a choice's text input: a simple key. */
+export type DecisionInputName = string;
+
+/** What a person reads before deciding (pi-workflows.decision-presentation.v1): a summary and at most 256 blocks, at most 64,000 characters in all. */
+export interface DecisionPresentation {
+  "blocks": PresentationBlocks;
+  "summary": DecisionText;
+}
+
+/** A validated response to a human decision: the choice and, for a choice with a text input, its text. It becomes the checkpoint's output in the continuation, which routes on $.choice. */
+export interface DecisionResponse {
+  "choice": ChoiceId;
+  "input"?: DecisionResponseInput;
+}
+
+/** The text a person gave for the chosen choice's input, under the input's name (one entry; the name must be the input's, which the server checks). */
+export type DecisionResponseInput = { [key: string]: DecisionText };
+
+/** The revision of a decision request (from 1). */
+export type DecisionRevision = number;
+
+/** The provenance of a person's answer: its channel and actor. */
+export interface DecisionSource {
+  "actorId": ActorId;
+  "channel": DecisionChannel;
+}
+
+/** The canonical subject a decision is about: a JSON object. Only the workflow reads it: channels and views never receive it. */
+export type DecisionSubject = { [key: string]: JsonValue };
+
+/** A text of a human decision request (a summary, block text, label or prompt): at most 16,000 characters, line endings LF. */
+export type DecisionText = string;
+
+/** A bound of a decision's text input, in UTF-16 code units: 0-16,000. */
+export type DecisionTextLength = number;
+
+/** The pending protected human decision a waiting run shows, as much as a person needs to answer it with decision.answer: never its subject, never who answered. */
+export interface DecisionView {
+  "choices": DecisionChoices;
+  "decisionId": DecisionId;
+  /** The choice recorded (provenance timeout) when the deadline passes; without one the decision expires and the run times out. */
+  "defaultChoice"?: ChoiceId;
+  "expiresAtMs"?: TimestampMs;
+  "nodeId": NodeId;
+  "requestDigest": Digest;
+  "summary": DecisionText;
+  "title": Title;
+}
 
 /** A SHA-256 digest of exact bytes. */
 export type Digest = string;
@@ -391,11 +488,12 @@ export interface EffectRecoverPayload {
   "effectId": EffectId;
 }
 
-/** The recovered effect. */
+/** The recovered effect: confirm records it applied; retry reserves its next attempt, and warning says a duplicate in the external system is possible. */
 export interface EffectRecoverReceipt {
   "attemptNumber": AttemptNumber;
   "effectId": EffectId;
   "state": EffectState;
+  "warning"?: SafeMessage;
 }
 
 /** The result of an accepted effect.reserve: the runner applies the effect now, as attempt attemptNumber of the key the engine made. */
@@ -497,6 +595,34 @@ export type HelloRole = "client" | "server";
 
 /** Every value of HelloRole, in schema order. */
 export const HelloRoleValues: readonly HelloRole[] = ["client", "server"];
+
+/** pi-workflows.human-decision-request.v1: the output of a humanDecision checkpoint, sealed by its runner. requestDigest is the SHA-256 of the canonical JSON of every field but the four seals (decisionId, requestDigest, subjectDigest, presentationDigest); decisionId is "decision-" and the first 40 hex digits of the SHA-256 of the canonical {runId, nodeId, attemptId, requestDigest}; subjectDigest and presentationDigest are the SHA-256 of the canonical subject and presentation. defaultResponse (onTimeout) needs expiresAt. The server checks every seal and the binding to the finishing attempt before it opens the decision. */
+export interface HumanDecisionRequest {
+  "attemptId": AttemptId;
+  /** Who decides (a configured audience name). */
+  "audience": string;
+  "choices": DecisionChoices;
+  "decisionId": DecisionId;
+  "defaultResponse"?: DecisionResponse;
+  "expiresAt"?: DecisionExpiry;
+  "nodeId": NodeId;
+  "presentation": DecisionPresentation;
+  "presentationDigest": Digest;
+  "requestDigest": Digest;
+  "revision": DecisionRevision;
+  "runId": RunId;
+  "schema": HumanDecisionRequestSchemaId;
+  "subject"?: DecisionSubject;
+  "subjectDigest"?: Digest;
+  /** The decision's title: 1-512 characters without control characters. */
+  "title": string;
+}
+
+/** The schema id of a human decision request. */
+export type HumanDecisionRequestSchemaId = "pi-workflows.human-decision-request.v1";
+
+/** Every value of HumanDecisionRequestSchemaId, in schema order. */
+export const HumanDecisionRequestSchemaIdValues: readonly HumanDecisionRequestSchemaId[] = ["pi-workflows.human-decision-request.v1"];
 
 /** The durable identity of one state-changing command. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type IdempotencyKey = string;
@@ -751,6 +877,54 @@ export type PatchOp = PatchAdd | PatchReplace | PatchRemove | PatchAppend;
 /** An operating-system process id. */
 export type Pid = number;
 
+/** A paragraph. */
+export interface ParagraphBlock {
+  "kind": "paragraph";
+  "text": DecisionText;
+}
+
+/** A section title. */
+export interface SectionBlock {
+  "kind": "section";
+  "title": DecisionText;
+}
+
+/** A bullet list. */
+export interface BulletsBlock {
+  "items": PresentationItems;
+  "kind": "bullets";
+}
+
+/** Label and value pairs. */
+export interface FieldsBlock {
+  "items": PresentationFields;
+  "kind": "fields";
+}
+
+/** Preformatted text. */
+export interface PreformattedBlock {
+  "kind": "preformatted";
+  "text": DecisionText;
+}
+
+/** One block of a decision presentation (pi-workflows.decision-presentation.v1). */
+export type PresentationBlock = ParagraphBlock | SectionBlock | BulletsBlock | FieldsBlock | PreformattedBlock;
+
+/** The blocks of a presentation: at most 256. */
+export type PresentationBlocks = PresentationBlock[];
+
+/** One label and value of a fields block. */
+export interface PresentationField {
+  "label": DecisionText;
+  "value": DecisionText;
+}
+
+/** The items of a fields block: at most 256. */
+export type PresentationFields = PresentationField[];
+
+/** The items of a bullets block: at most 256. */
+export type PresentationItems = DecisionText[];
+
 /** A process registry operation. */
 export type ProcessOperation = "process.register" | "process.unregister";
 
@@ -962,7 +1136,9 @@ export const RunStatusValues: readonly RunStatus[] = ["queued", "running", "wait
 
 /** pi-workflows.run-view.v1: the one live run view, produced by the server from one consistent read. */
 export interface RunView {
+  "ambiguousEffects"?: AmbiguousEffects;
   "createdAtMs": TimestampMs;
+  "decision"?: DecisionView;
   "definition": ContentReference;
   "display": Display;
   "edges": GraphEdge[];

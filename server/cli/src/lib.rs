@@ -245,16 +245,36 @@ enum Command {
     Cancel(ControlArgs),
     /// Start a new run with the same workflow and input as a finished one.
     Restart(ControlArgs),
-    /// Answer a run's waiting checkpoint with a JSON value.
+    /// Answer what a run waits on: a protected decision with a choice (and
+    /// the text a choice takes), an ordinary checkpoint with a JSON value.
     Answer {
         run_id: String,
-        /// The answer as JSON.
+        /// The choice of a protected decision, or an ordinary checkpoint's
+        /// answer as JSON.
         answer: String,
+        /// The text of a choice that takes one.
+        text: Vec<String>,
         /// Print JSON (schema in docs/CLI.md).
         #[arg(long)]
         json: bool,
         /// Makes a retry safe: the same answer with the same key adopts the
         /// first attempt's receipt (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// Review an ambiguous managed effect: confirm it applied, or retry it
+    /// (a duplicate in the external system is possible).
+    Recover {
+        run_id: String,
+        /// confirm | retry
+        action: String,
+        /// The ambiguous effect (default: the run's only one).
+        #[arg(long, value_name = "ID")]
+        effect: Option<String>,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+        /// Makes a retry safe (docs/CLI.md).
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
     },
@@ -383,14 +403,32 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Answer {
             run_id,
             answer,
+            text,
             json,
             idempotency_key,
         } => runtime.block_on(runs::answer(
             settings,
             &run_id,
             &answer,
+            &text,
             json,
             idempotency_key,
+        )),
+        Command::Recover {
+            run_id,
+            action,
+            effect,
+            json,
+            idempotency_key,
+        } => runtime.block_on(runs::recover(
+            settings,
+            runs::RecoverArgs {
+                run_id,
+                action,
+                effect,
+                json,
+                idempotency_key,
+            },
         )),
     };
     match outcome {

@@ -302,6 +302,58 @@ pub(super) fn view_frame(view: &Value, now_ms: u64) -> String {
             text(&view["runId"])
         );
     }
+    if let Some(decision) = view["decision"].as_object() {
+        let _ = writeln!(
+            out,
+            "\ndecision  {}",
+            cut(
+                decision.get("title").and_then(Value::as_str).unwrap_or(""),
+                200
+            )
+        );
+        for choice in decision
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let takes_text = choice.get("input").is_some();
+            let _ = writeln!(
+                out,
+                "  {}  {}{}",
+                text(&choice["id"]),
+                cut(choice["label"].as_str().unwrap_or(""), 120),
+                if takes_text { " (with text)" } else { "" }
+            );
+        }
+        if controls.contains(&"humanAnswer") {
+            let _ = writeln!(
+                out,
+                "answer with: pi-workflows answer {} CHOICE [TEXT]",
+                text(&view["runId"])
+            );
+        }
+    }
+    if let Some(effects) = view["ambiguousEffects"].as_array() {
+        let _ = writeln!(out, "\nambiguous effects (check the external system first)");
+        for effect in effects {
+            let _ = writeln!(
+                out,
+                "  {}  {} at {} (attempt {})",
+                text(&effect["effectId"]),
+                text(&effect["effectType"]),
+                text(&effect["nodeId"]),
+                effect["attemptNumber"]
+            );
+        }
+        if controls.contains(&"recoverEffect") {
+            let _ = writeln!(
+                out,
+                "recover with: pi-workflows recover {} confirm|retry [--effect ID]",
+                text(&view["runId"])
+            );
+        }
+    }
     out
 }
 

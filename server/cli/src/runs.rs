@@ -1,4 +1,5 @@
-//! `list`, `start`, `runs`, `pause | resume | cancel | restart`, `answer`.
+//! `list`, `start`, `runs`, `pause | resume | cancel | restart`, `answer`,
+//! `recover`.
 
 use super::{Exit, Failure, Outcome, Settings, connect, connect_as, refused, render};
 use pi_workflows_client::{
@@ -318,22 +319,52 @@ fn past_tense(control: Control) -> &'static str {
     }
 }
 
-/// `answer <runId> <json>`: answers the run's waiting checkpoint.
+/// `answer <runId> <answer> [text…]`: answers what the run waits on. A
+/// protected human decision (the view shows it) takes a choice id and, for
+/// a choice with a text input, its text (`decision.answer`, provenance
+/// `cli`); an ordinary checkpoint takes a JSON value (`checkpoint.answer`).
 pub(super) async fn answer(
     settings: &Settings,
     run_id: &str,
     answer: &str,
+    text: &[String],
     json_output: bool,
     idempotency_key: Option<String>,
 ) -> Outcome {
     let retry = Retry::new(idempotency_key)?;
+    let mut client = retry.connect(settings).await?;
+    let view = client
+        .run_view(run_id)
+        .await
+        .map_err(|error| refused(error, Some(run_id)))?;
+    if let Some(decision) = &view.decision {
+        let payload = decision_payload(decision, answer, text)?;
+        let answered = client
+            .call_json::<ops::DecisionAnswer>(Some(run_id), payload, retry.options())
+            .await
+            .map_err(|error| retry.refused(error, Some(run_id)))?;
+        if json_output {
+            println!("{}", receipt_json(&answered));
+        } else {
+            println!(
+                "answered the decision of run {run_id} with {answer}; it continues as run {}",
+                answered.receipt.continuation_run_id.as_str()
+            );
+        }
+        return Ok(Exit::Ok);
+    }
+    if !text.is_empty() {
+        return Err(Failure::new(
+            Exit::Usage,
+            "an ordinary checkpoint takes one JSON answer; quote it, e.g. pi-workflows answer RUN '{\"approved\": true}'",
+        ));
+    }
     let answer: Value = serde_json::from_str(answer).map_err(|_| {
         Failure::new(
             Exit::Usage,
             "the answer is not valid JSON; quote it, e.g. pi-workflows answer RUN '{\"approved\": true}'",
         )
     })?;
-    let mut client = retry.connect(settings).await?;
     let answered = client
         .call_json::<ops::CheckpointAnswer>(
             Some(run_id),
@@ -348,6 +379,152 @@ pub(super) async fn answer(
         println!(
             "answered run {run_id}; it continues as run {}",
             answered.receipt.continuation_run_id.as_str()
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+/// Who answers from the command line: the local user (the CLI and the
+/// server run as the same operating-system user).
+fn local_actor() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|user| !user.is_empty()))
+        .map_or_else(
+            || "local-user".to_owned(),
+            |user| user.chars().take(256).collect(),
+        )
+}
+
+/// The `decision.answer` payload for `choice` (and `text`) of `decision`.
+fn decision_payload(
+    decision: &protocol::generated::types::DecisionView,
+    choice: &str,
+    text: &[String],
+) -> Result<Value, Failure> {
+    let choices = decision.choices.as_slice();
+    let Some(chosen) = choices.iter().find(|known| known.id.as_str() == choice) else {
+        let ids: Vec<&str> = choices.iter().map(|known| known.id.as_str()).collect();
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "{choice} is not a choice of this decision; answer with one of: {}",
+                ids.join(", ")
+            ),
+        ));
+    };
+    let input = match (&chosen.input, text.is_empty()) {
+        (None, true) => Value::Null,
+        (None, false) => {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!("the choice {choice} takes no text; answer with the choice alone"),
+            ));
+        }
+        (Some(input), true) => {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!(
+                    "the choice {choice} needs its text ({}): pi-workflows answer RUN {choice} 'TEXT'",
+                    input.prompt.as_str()
+                ),
+            ));
+        }
+        (Some(input), false) => json!({ input.name.as_str(): text.join(" ") }),
+    };
+    Ok(json!({
+        "decisionId": decision.decision_id,
+        "requestDigest": decision.request_digest,
+        "choice": choice,
+        "input": input,
+        "source": { "channel": "cli", "actorId": local_actor() },
+    }))
+}
+
+/// The arguments of `recover`.
+pub(super) struct RecoverArgs {
+    pub run_id: String,
+    pub action: String,
+    pub effect: Option<String>,
+    pub json: bool,
+    pub idempotency_key: Option<String>,
+}
+
+/// `recover <runId> confirm|retry [--effect ID]`: an operator's review of
+/// an ambiguous managed effect (`effect.recover`). Without `--effect`, the
+/// run's one ambiguous effect.
+pub(super) async fn recover(settings: &Settings, args: RecoverArgs) -> Outcome {
+    let RecoverArgs {
+        run_id,
+        action,
+        effect,
+        json: json_output,
+        idempotency_key,
+    } = args;
+    if !matches!(action.as_str(), "confirm" | "retry") {
+        return Err(Failure::new(
+            Exit::Usage,
+            "recover takes confirm (the effect applied) or retry (apply it again): pi-workflows recover RUN confirm|retry",
+        ));
+    }
+    let retry = Retry::new(idempotency_key)?;
+    let mut client = retry.connect(settings).await?;
+    let view = client
+        .run_view(&run_id)
+        .await
+        .map_err(|error| refused(error, Some(&run_id)))?;
+    let ambiguous: Vec<String> = view
+        .ambiguous_effects
+        .as_ref()
+        .map(|effects| {
+            effects
+                .as_slice()
+                .iter()
+                .map(|effect| effect.effect_id.to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let effect_id = match (effect, ambiguous.as_slice()) {
+        (Some(effect), _) => effect,
+        (None, [one]) => one.clone(),
+        (None, []) => {
+            return Err(Failure::new(
+                Exit::Refused,
+                format!(
+                    "run {run_id} has no ambiguous effect to recover; see `pi-workflows view {run_id} --once`"
+                ),
+            ));
+        }
+        (None, several) => {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!(
+                    "run {run_id} has {} ambiguous effects ({}); name one with --effect ID",
+                    several.len(),
+                    several.join(", ")
+                ),
+            ));
+        }
+    };
+    let recovered = client
+        .call_json::<ops::EffectRecover>(
+            Some(&run_id),
+            json!({ "effectId": effect_id, "action": action }),
+            retry.options(),
+        )
+        .await
+        .map_err(|error| retry.refused(error, Some(&run_id)))?;
+    if let Some(warning) = &recovered.receipt.warning {
+        eprintln!("pi-workflows: warning: {}", warning.as_str());
+    }
+    if json_output {
+        println!("{}", receipt_json(&recovered));
+    } else if action == "confirm" {
+        println!("confirmed effect {effect_id} of run {run_id}: recorded as applied");
+    } else {
+        println!(
+            "effect {effect_id} of run {run_id} will be applied again as attempt {}",
+            recovered.receipt.attempt_number.get()
         );
     }
     Ok(Exit::Ok)

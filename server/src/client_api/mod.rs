@@ -14,13 +14,15 @@
 //! This module is the dispatch: one exhaustive match over the generated
 //! `RequestPayload` that hands each handler its typed payload. One module
 //! per concept below it: `receipts` (command identity, lookup and the
-//! receipt job), `run_commands`, `reads`, `subscriptions`, `coordinator`
+//! receipt job), `run_commands`, `decisions` (`decision.answer`,
+//! `effect.recover`), `reads`, `subscriptions`, `coordinator`
 //! (origin sessions), `submissions` (`interaction.submit`),
 //! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
 //! `server_status`, and `socket` (the listener and its connections).
 
 mod capture;
 pub mod coordinator;
+mod decisions;
 mod maintenance;
 mod reads;
 mod receipts;
@@ -204,6 +206,10 @@ async fn dispatch(
             let answer = Blob::json(&answer.answer);
             run_command(app, request, RunCommand::AnswerCheckpoint(answer)).await
         }
+        RequestPayload::DecisionAnswer(answer) => decisions::answer(app, request, answer).await,
+        RequestPayload::EffectRecover(recover) => {
+            decisions::recover_effect(app, request, recover).await
+        }
         RequestPayload::WorkflowMessageReportBranch(report) => {
             let connection = outbox.connection_id();
             crate::client_api::coordinator::report_branch(
@@ -253,9 +259,7 @@ async fn dispatch(
         RequestPayload::StatePrune(prune) => maintenance::prune(app, &request, prune).await,
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
-        RequestPayload::DecisionAnswer(_)
-        | RequestPayload::EffectRecover(_)
-        | RequestPayload::SettingsUpdate(_)
+        RequestPayload::SettingsUpdate(_)
         | RequestPayload::FollowUpAdd(_)
         | RequestPayload::FollowUpCancel(_)
         | RequestPayload::ResourceApply(_)

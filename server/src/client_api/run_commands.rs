@@ -11,7 +11,7 @@ use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
 use crate::store::runs;
 use crate::wire::client::response;
-use kernel::ids::{Digest, MessageId, RunId, SessionId};
+use kernel::ids::{MessageId, RunId, SessionId};
 use kernel::output::Step;
 use kernel::receipt::CommandOutcome;
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
@@ -334,28 +334,14 @@ pub(super) fn answer_checkpoint(
         "continuation-{}",
         &hex::encode(crate::ids::sha256(parent.run.run_id.as_str().as_bytes()).0)[..24]
     ));
-    let wanted = continuation_identity(
+    let wanted = crate::continuation::identity(
         &meta,
         &child_run_id,
         &answer.digest,
         &parent.run.run_id,
         parent.run.mode.origin_session(),
     );
-    let existing = match &parent.run.lineage.continued_by {
-        Some(child) => match meta::load(connection, child)? {
-            Some(child_meta) => runs::load(connection, child)?.map(|child_agg| {
-                continuation_identity(
-                    &child_meta,
-                    child,
-                    &child_meta.input_digest,
-                    &parent.run.run_id,
-                    child_agg.run.mode.origin_session(),
-                )
-            }),
-            None => None,
-        },
-        None => None,
-    };
+    let existing = crate::continuation::existing_child(connection, parent)?;
     let protected = crate::store::decisions::for_checkpoint(connection, parent)?;
     let prepared = kernel::decision::answer_checkpoint(
         parent,
@@ -421,23 +407,4 @@ pub(super) fn answer_checkpoint(
         // refusal the run's code.
         Err(rejection) => Ok(Executed::rejected(&rejection)),
     }
-}
-
-/// The continuation identity of `child_run_id` from the stored metadata
-/// (`kernel::decision::ContinuationIdentity::of` hashes it).
-pub(super) fn continuation_identity(
-    meta: &RunMeta,
-    child_run_id: &RunId,
-    input_digest: &Digest,
-    parent_run_id: &RunId,
-    owning_session: Option<&SessionId>,
-) -> kernel::decision::ContinuationIdentity {
-    kernel::decision::ContinuationIdentity::of(kernel::decision::ContinuationFacts {
-        child_run_id,
-        parent_run_id,
-        owning_session,
-        workflow_source: &meta.source_json,
-        definition_digest: &meta.definition_digest,
-        input_digest: *input_digest,
-    })
 }

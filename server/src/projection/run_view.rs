@@ -337,6 +337,8 @@ pub struct HeaderFacts<'a> {
     pub display: bounded::Display,
     pub definition: wire::ContentReference,
     pub graph_history: wire::ContentReference,
+    /// The request of the run's pending protected decision, when it has one.
+    pub decision_request: Option<&'a wire::HumanDecisionRequest>,
 }
 
 /// The header of a run view: every [`wire::RunView`] field that is not the
@@ -347,8 +349,12 @@ pub struct HeaderFacts<'a> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Header {
+    #[serde(rename = "ambiguousEffects", skip_serializing_if = "Option::is_none")]
+    pub ambiguous_effects: Option<bounded::AmbiguousEffects>,
     #[serde(rename = "createdAtMs")]
     pub created_at_ms: bounded::TimestampMs,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<wire::DecisionView>,
     pub definition: wire::ContentReference,
     pub display: bounded::Display,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -383,9 +389,19 @@ impl Header {
             removed: &mut removed,
         };
         diff.field(
+            "/ambiguousEffects",
+            before.and_then(|b| b.ambiguous_effects.as_ref()),
+            self.ambiguous_effects.as_ref(),
+        )?;
+        diff.field(
             "/createdAtMs",
             before.map(|b| &b.created_at_ms),
             Some(&self.created_at_ms),
+        )?;
+        diff.field(
+            "/decision",
+            before.and_then(|b| b.decision.as_ref()),
+            self.decision.as_ref(),
         )?;
         diff.field(
             "/definition",
@@ -501,8 +517,10 @@ pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Result<Header, OffS
         None => None,
     };
     Ok(Header {
+        ambiguous_effects: ambiguous_effects(agg)?,
         created_at_ms: bounded::TimestampMs::new(agg.run.created_at_ms)
             .ok_or(OffSchema("createdAtMs"))?,
+        decision: decision_view(agg, facts.decision_request)?,
         definition: facts.definition,
         display: facts.display,
         failure,
@@ -532,6 +550,67 @@ pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Result<Header, OffS
             .ok_or(OffSchema("updatedAtMs"))?,
         workflow_name: to_wire("workflowName", facts.workflow_name)?,
     })
+}
+
+/// The run's ambiguous effects (the first 16), each needing
+/// `effect.recover`; absent when there is none.
+fn ambiguous_effects(agg: &RunAggregate) -> Result<Option<bounded::AmbiguousEffects>, OffSchema> {
+    use kernel::effect::EffectState;
+    let effects = agg
+        .effects
+        .iter()
+        .filter(|effect| effect.state == EffectState::Ambiguous)
+        .take(16)
+        .map(|effect| {
+            Ok(wire::AmbiguousEffect {
+                attempt_number: bounded::AttemptNumber::new(u64::from(effect.attempt_number))
+                    .ok_or(OffSchema("ambiguousEffects.attemptNumber"))?,
+                effect_id: to_wire("ambiguousEffects.effectId", effect.effect_id.as_str())?,
+                effect_type: to_wire("ambiguousEffects.effectType", &effect.key.effect_type)?,
+                node_id: to_wire("ambiguousEffects.nodeId", effect.key.node_path.as_str())?,
+            })
+        })
+        .collect::<Result<Vec<_>, OffSchema>>()?;
+    if effects.is_empty() {
+        return Ok(None);
+    }
+    bounded::AmbiguousEffects::new(effects)
+        .map(Some)
+        .map_err(|_| OffSchema("ambiguousEffects"))
+}
+
+/// What a waiting run shows of its pending protected decision: enough to
+/// answer it, never its subject or who answered. Absent without a pending
+/// decision (or its request).
+fn decision_view(
+    agg: &RunAggregate,
+    request: Option<&wire::HumanDecisionRequest>,
+) -> Result<Option<wire::DecisionView>, OffSchema> {
+    use kernel::decision::DecisionStatus;
+    let (Some(decision), Some(request)) = (
+        agg.decision
+            .as_ref()
+            .filter(|decision| decision.status == DecisionStatus::Pending),
+        request,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(wire::DecisionView {
+        choices: request.choices.clone(),
+        decision_id: request.decision_id.clone(),
+        default_choice: request
+            .default_response
+            .as_ref()
+            .map(|default| default.choice.clone()),
+        expires_at_ms: decision
+            .deadline_at_ms
+            .map(|ms| bounded::TimestampMs::new(ms).ok_or(OffSchema("decision.expiresAtMs")))
+            .transpose()?,
+        node_id: to_wire("decision.nodeId", decision.node_id.as_str())?,
+        request_digest: request.request_digest.clone(),
+        summary: request.presentation.summary.clone(),
+        title: to_wire("decision.title", request.title.as_str())?,
+    }))
 }
 
 /// The display fields from the kernel's reducer, without their reason, and
@@ -634,7 +713,9 @@ pub fn document(
     updates: wire::UpdatePage,
 ) -> Result<wire::RunView, OffSchema> {
     let Header {
+        ambiguous_effects,
         created_at_ms,
+        decision,
         definition,
         display,
         failure,
@@ -647,7 +728,9 @@ pub fn document(
         workflow_name,
     } = header;
     Ok(wire::RunView {
+        ambiguous_effects,
         created_at_ms,
+        decision,
         definition,
         display,
         edges: edges(topology)?,
@@ -734,13 +817,11 @@ fn reason_text(reason: &DisplayReason, detail: &ReasonDetail<'_>) -> String {
             Some(message) => format!("{}: {message}", error_description(error)),
             None => error_description(error),
         },
-        // This server version cannot confirm or retry an effect yet
-        // (`effect.recover` answers `unavailable`): say what can be done now.
         DisplayReason::EffectAmbiguous if terminal => {
-            "An external effect may have applied without a receipt; check the external system (this server version cannot confirm or retry the effect).".into()
+            "An external effect may have applied without a receipt; check the external system, then record what you saw with effect.recover confirm (the run ended, so it cannot retry).".into()
         }
         DisplayReason::EffectAmbiguous => {
-            "An external effect may have applied without a receipt, so the run cannot continue; check the external system, then cancel the run (this server version cannot confirm or retry the effect).".into()
+            "An external effect may have applied without a receipt, so the run cannot continue on its own; check the external system, then effect.recover confirm (it applied) or retry (apply it again: a duplicate is possible).".into()
         }
         // The display status stays `queued` (the closed set); the reason
         // says first that the run waits for the user, then why.

@@ -15,6 +15,7 @@
 //!   (`crate::runner_api::transfer`), and the runner always gets an answer.
 
 pub mod answer;
+pub mod decisions;
 pub mod effects;
 pub mod interactions;
 pub mod reply;
@@ -1193,6 +1194,15 @@ fn finish(
     let Some(topology) = meta::topology(connection, &meta.definition_digest)? else {
         return Ok(Err(Rejection::StaleRunner.into()));
     };
+    if decisions::is_protected_ok(&topology, attempt, outcome) {
+        let answer = decisions::finish_checkpoint(
+            connection, runner, attempt, &topology, before, output, now_ms, ttl_ms,
+        )?;
+        let waits = Dispatch::Exit {
+            reason: ExitReason::Waiting,
+        };
+        return Ok(answered(to, before, answer, Some(&waits)));
+    }
     let record = ResultRecord::of(attempt, &topology, outcome, now_ms)
         .output(output.as_ref())
         .error(error.as_deref())

@@ -167,6 +167,26 @@ pub const CHECKS: &[Check] = &[
          WHERE v.presentation_revision - v.retained_floor
                <> (SELECT COUNT(DISTINCT presentation_revision) FROM viewer_deltas d WHERE d.run_id = v.run_id)",
     },
+    // Protected human decisions.
+    Check {
+        message: "a pending decision on a run that does not wait on its checkpoint",
+        quiescent_only: false,
+        sql: "SELECT d.decision_id FROM human_decisions d JOIN runs r USING (run_id)
+         WHERE d.state = 'pending' AND NOT (r.status = 'waiting' AND r.waiting_on IS d.node_id)",
+    },
+    Check {
+        message: "an accepted decision without the continuation of its run",
+        quiescent_only: false,
+        sql: "SELECT d.decision_id FROM human_decisions d LEFT JOIN runs c ON c.run_id = d.continuation_run_id
+         WHERE d.state = 'accepted' AND (c.run_id IS NULL OR c.continuation_of IS NOT d.run_id)",
+    },
+    Check {
+        message: "who answered recorded for anything but a person's accepted answer, or missing for one",
+        quiescent_only: false,
+        sql: "SELECT decision_id FROM human_decisions
+         WHERE COALESCE(state = 'accepted' AND provenance = 'human', 0)
+            <> (answer_channel IS NOT NULL AND answer_actor_id IS NOT NULL)",
+    },
     // Terminal messages (kernel::terminal) and session capture (kernel::capture).
     Check {
         message: "a terminal message of a run that is not an ended final leaf, or a second one",

@@ -1126,14 +1126,18 @@ pub(crate) fn message_content(
         MessageKind::Notification => given.map(put).unwrap_or(Err(missing("notification"))),
         MessageKind::FollowUp { .. } => given.map(put).unwrap_or(Err(missing("follow-up"))),
         MessageKind::Decision { .. } => {
-            let node = after
-                .decision
-                .as_ref()
-                .map_or("its checkpoint", |decision| decision.node_id.as_str());
-            let text = format!(
-                "Workflow run {} waits for a human decision at {node}.",
-                message.run_id.as_str()
-            );
+            // The request the decision was opened for, stored as its
+            // checkpoint's output before this message (same transaction).
+            let request = match after.decision.as_ref() {
+                Some(decision) => {
+                    super::decisions::request(connection, &decision.run_id, &decision.node_id)?
+                }
+                None => None,
+            };
+            let Some(request) = request else {
+                return Err(missing("decision"));
+            };
+            let text = crate::projection::decision::message_text(message.run_id.as_str(), &request);
             put(given.unwrap_or(&Blob::text(&text)))
         }
         // `kernel::terminal` writes every terminal message's content.

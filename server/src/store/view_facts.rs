@@ -70,6 +70,7 @@ pub(crate) fn header(
     };
     let display = view::bound_display(fields, reason, reference)?;
     let definition = definition_content(connection, run_id, &meta.definition_digest)?;
+    let decision_request = super::decisions::pending_request(connection, agg)?;
     Ok(view::header(
         agg,
         HeaderFacts {
@@ -79,6 +80,7 @@ pub(crate) fn header(
             display,
             definition,
             graph_history,
+            decision_request: decision_request.as_ref(),
         },
     )?)
 }

@@ -14,7 +14,10 @@
 //!    admits it.
 //! 7. Pending interactive requests and workflow messages are left untouched;
 //!    a terminal workflow message a crash left unbuilt is built
-//!    (`terminal_messages::build_missing`).
+//!    (`terminal_messages::build_missing`); pending protected decisions get
+//!    their deadline wake again, and an accepted decision without a
+//!    continuation (left by an older writer) is continued
+//!    (`kernel::decision::recover`, prepare-or-adopt).
 //! 8. Interactive node timeouts are model-turn time: every turn clock the
 //!    previous server left running stops at its last sign of life
 //!    (`kernel::epoch::last_alive_ms`), so server downtime consumes none,
@@ -51,6 +54,7 @@ pub async fn startup(app: &Arc<Context>) -> Result<(), StoreError> {
     stop_turn_clocks(app).await;
     crate::terminal_messages::build_missing(app).await;
     crate::time::wakes::schedule_expired(app).await;
+    decisions(app).await?;
     crate::children::validator::resume_validating(app).await;
     app.scheduler.notify();
     Ok(())
@@ -66,8 +70,7 @@ async fn stop_turn_clocks(app: &Arc<Context>) {
         .unwrap_or_default();
     for session_id in running {
         let nobody = kernel::session::CoordinatorFacts::new(session_id);
-        let stopped =
-            crate::turn_clocks::suspend(app, nobody, Some(stopped_at)).await;
+        let stopped = crate::turn_clocks::suspend(app, nobody, Some(stopped_at)).await;
         if stopped.is_err() {
             crate::log::line("a turn clock the previous server left running could not be stopped");
         }
@@ -84,6 +87,70 @@ async fn stop_turn_clocks(app: &Arc<Context>) {
                 .wake(run_id, at_ms, WakeReason::NodeDeadline { attempt_id });
         }
     }
+}
+
+/// Arms the deadline wake of every pending decision and continues every
+/// accepted decision that has none.
+async fn decisions(app: &Arc<Context>) -> Result<(), StoreError> {
+    let (deadlines, accepted) = app
+        .store
+        .read(|connection| {
+            Ok((
+                crate::store::decisions::pending_deadlines(connection)?,
+                crate::store::decisions::accepted_without_continuation(connection)?,
+            ))
+        })
+        .await?;
+    for (run_id, at_ms) in deadlines {
+        app.timers
+            .wake(run_id, at_ms, kernel::output::WakeReason::DecisionDeadline);
+    }
+    for run_id in accepted {
+        continue_accepted(app, run_id).await;
+    }
+    Ok(())
+}
+
+/// Continues the accepted decision of `run_id` (prepare, or adopt a
+/// compatible child; an incompatible one changes nothing).
+async fn continue_accepted(app: &Arc<Context>, run_id: RunId) {
+    use kernel::decision::Recovered;
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let _ = crate::shell::transact(app, move |connection, now_ms| {
+        let nothing = || Ok(Commit::Discard(((), Vec::new())));
+        let Some(parent) = crate::store::runs::load(connection, &run_id)? else {
+            return nothing();
+        };
+        let Some(decision) = crate::store::decisions::for_checkpoint(connection, &parent)? else {
+            return nothing();
+        };
+        let (Some(continuation), Some(response)) = (
+            crate::continuation::for_decision(connection, &parent, &decision, control)?,
+            crate::store::decisions::response(connection, &decision)?,
+        ) else {
+            return nothing();
+        };
+        let existing = crate::continuation::existing_child(connection, &parent)?;
+        match kernel::decision::recover(
+            &parent,
+            &decision,
+            existing.as_ref(),
+            &continuation,
+            now_ms,
+            ttl_ms,
+        ) {
+            Ok(Recovered::Prepared(continued)) => {
+                let response = crate::store::blobs::Blob::json(&response);
+                let outputs = crate::continuation::write_continued(
+                    connection, &parent, continued, &response, now_ms,
+                )?;
+                Ok(Commit::Keep(((), outputs)))
+            }
+            Ok(Recovered::Adopted { .. }) | Err(_) => nothing(),
+        }
+    })
+    .await;
 }
 
 type Stale = (RunId, RunnerEpochId, Option<ProcessIdentity>);

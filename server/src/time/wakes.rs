@@ -1,5 +1,5 @@
-//! Time-driven work: node deadlines, stale-claim recovery, the backup claim
-//! renewal and the server lease.
+//! Time-driven work: node deadlines, decision deadlines, stale-claim
+//! recovery, the backup claim renewal and the server lease.
 //!
 //! Invariants:
 //! - The timer renews only claims of runners that are alive and not stopped
@@ -18,10 +18,11 @@
 use crate::context::Context;
 use crate::context::wakes::Wake;
 use crate::shell::{self, Applied};
+use crate::store::blobs::Blob;
 use crate::store::{Commit, attempts, meta, runs};
 use kernel::execution::DEADLINE_MESSAGE;
 use kernel::ids::{AttemptId, RunId};
-use kernel::output::WakeReason;
+use kernel::output::{Output, WakeReason};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,8 +81,66 @@ async fn fire(app: &Arc<Context>, wake: Wake) {
         WakeReason::ClaimExpiry => {
             recover_stale(app, wake.run_id).await;
         }
-        WakeReason::DecisionDeadline => {}
+        WakeReason::DecisionDeadline => {
+            decision_deadline(app, wake.run_id).await;
+        }
     }
+}
+
+/// A decision-deadline wake: `kernel::decision::on_deadline` decides. At
+/// the deadline the `onTimeout` default is accepted (provenance `timeout`)
+/// and the parent continues, or, without a default, the decision expires
+/// and the run times out; both under one control claim. A deadline still
+/// ahead defers to it; a paused run waits for resume, which arms the wake
+/// again; a decision that is no longer pending changes nothing.
+pub(crate) async fn decision_deadline(app: &Arc<Context>, run_id: RunId) {
+    use kernel::decision::{DeadlineStep, Expiry};
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let _ = shell::transact(app, move |connection, now_ms| {
+        let Some(parent) = runs::load(connection, &run_id)? else {
+            return Ok(Commit::Discard(((), Vec::new())));
+        };
+        let Some(decision) = parent.decision.clone() else {
+            return Ok(Commit::Discard(((), Vec::new())));
+        };
+        let Some(continuation) =
+            crate::continuation::for_decision(connection, &parent, &decision, control)?
+        else {
+            return Ok(Commit::Discard(((), Vec::new())));
+        };
+        let outputs = match kernel::decision::on_deadline(
+            &parent,
+            &decision,
+            &continuation,
+            now_ms,
+            ttl_ms,
+        ) {
+            Ok(DeadlineStep::Expire(Expiry::Defaulted(continued))) => {
+                let default =
+                    crate::store::decisions::request(connection, &run_id, &decision.node_id)?
+                        .and_then(|request| request.default_response);
+                let Some(default) = default else {
+                    return Ok(Commit::Discard(((), Vec::new())));
+                };
+                let response = Blob::json(&crate::wire::decision::response_value(&default));
+                crate::continuation::write_continued(
+                    connection, &parent, continued, &response, now_ms,
+                )?
+            }
+            Ok(DeadlineStep::Expire(Expiry::Expired {
+                parent: expired, ..
+            })) => shell::write_transition(connection, Some(&parent), expired, &[], now_ms)?,
+            Ok(DeadlineStep::Defer { at_ms }) => vec![Output::Wake {
+                run_id: run_id.clone(),
+                at_ms,
+                reason: WakeReason::DecisionDeadline,
+            }],
+            Ok(DeadlineStep::Nothing) | Err(_) => Vec::new(),
+        };
+        Ok(Commit::Keep(((), outputs)))
+    })
+    .await;
 }
 
 /// A node-deadline wake: `kernel::execution::on_node_deadline` decides (it

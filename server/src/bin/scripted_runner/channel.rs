@@ -323,6 +323,11 @@ fn describe(reply: &Reply) -> String {
 }
 
 impl Channel {
+    /// The run this runner runs.
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.run_id.as_str()
+    }
+
     /// Assembles a runner message of `kind` from `fields` plus the common
     /// fields and a fresh message id.
     fn build(&mut self, kind: &str, fields: Value) -> (String, RunnerMessage) {

@@ -23,7 +23,9 @@ use serde_json::{Value, json};
 use base64::Engine as _;
 
 use crate::channel::{Channel, Next, ReadAnswer, Reply};
-use crate::script::{Action, Behaviour, ProtocolViolation, Script, Startup, default_output};
+use crate::script::{
+    Action, Behaviour, DecideSpec, ProtocolViolation, Script, Startup, Tamper, default_output,
+};
 use crate::{EXIT_CRASH, EXIT_PROTOCOL, log, sha256_digest};
 
 /// The engine's default node deadline (kernel `DEFAULT_NODE_TIMEOUT_MS`).
@@ -212,6 +214,51 @@ fn run_node(
     Channel::next_after(reply)
 }
 
+/// The sealed human-decision request of `spec` for this attempt.
+fn decision_request(
+    channel: &Channel,
+    attempt: &Attempt,
+    spec: &DecideSpec,
+) -> Result<Value, String> {
+    use protocol::generated::constrained::{DecisionChoices, DecisionRevision, PresentationBlocks};
+    use protocol::generated::types::{DecisionPresentation, HumanDecisionRequestSchemaId};
+    use server::wire::decision::{RequestBasis, expiry_text, seal};
+    let run_id = channel.run_id().ok_or("the launch has no run id")?;
+    let basis = RequestBasis {
+        schema: HumanDecisionRequestSchemaId::PiWorkflowsHumanDecisionRequestV1,
+        run_id: text("runId", run_id)?,
+        node_id: text("nodeId", &attempt.node_id)?,
+        attempt_id: match spec.tamper {
+            Some(Tamper::Binding) => text("attemptId", "another-attempt")?,
+            _ => text("attemptId", &attempt.attempt_id)?,
+        },
+        audience: text("audience", "operators")?,
+        title: text("title", &spec.title)?,
+        subject: spec.subject.clone(),
+        presentation: DecisionPresentation {
+            summary: text("summary", spec.summary.as_deref().unwrap_or(&spec.title))?,
+            blocks: PresentationBlocks::new(spec.blocks.clone()).map_err(|e| e.to_string())?,
+        },
+        choices: DecisionChoices::new(spec.choices.clone()).map_err(|e| e.to_string())?,
+        revision: DecisionRevision::new(1).ok_or("revision")?,
+        expires_at: spec
+            .expires_in_ms
+            .map(|ms| expiry_text(now_ms().saturating_add(ms)).ok_or("decide.expiresInMs"))
+            .transpose()?,
+        default_response: spec.default_response.clone(),
+    };
+    let mut request = seal(basis);
+    if spec.tamper == Some(Tamper::Seal) {
+        request.title = text("title", "changed after sealing")?;
+    }
+    serde_json::to_value(&request).map_err(|error| error.to_string())
+}
+
+/// A generated string type from `value`, or which field did not fit.
+fn text<'a, T: TryFrom<&'a str>>(field: &str, value: &'a str) -> Result<T, String> {
+    T::try_from(value).map_err(|_| format!("decide.{field}"))
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -378,7 +425,7 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                         thread::sleep(Duration::from_millis(effect.apply_ms));
                     }
                     log!("applied effect {id} (attempt {attempt_number})");
-                    if *crash_while_applying {
+                    if *crash_while_applying || effect.crash_on_attempt == Some(attempt_number) {
                         log!("crashWhileApplying: crashing before effect.settle");
                         std::process::exit(EXIT_CRASH);
                     }
@@ -489,6 +536,13 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
             }
             End::Handed(Channel::next_after(reply))
         }
+        Action::Decide(spec) => match decision_request(channel, attempt, spec) {
+            Ok(request) => End::Finished(request),
+            Err(problem) => End::Failed {
+                outcome: NodeFailureOutcome::Failed,
+                error: safe_error("nodeFailed", &problem),
+            },
+        },
         Action::ProtocolViolation(violation) => {
             let finished = json!({"attemptId": attempt.attempt_id, "output": {"violating": true}});
             match violation {

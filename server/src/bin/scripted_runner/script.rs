@@ -130,6 +130,9 @@ pub(crate) enum Action {
     /// `notification.requested`; the server records the node's result and
     /// the runner follows the reply's `next`.
     Notify(NotifySpec),
+    /// `node.finished` with a sealed human-decision request (a
+    /// `humanDecision` checkpoint).
+    Decide(Box<DecideSpec>),
     /// A message that fails one protocol check, then block until killed.
     ProtocolViolation(ProtocolViolation),
     /// `content.read`, its answer appended to a record file, then `then`.
@@ -166,6 +169,41 @@ pub(crate) struct NotifySpec {
 
 fn default_notification_kind() -> String {
     "progress".to_owned()
+}
+
+/// The human-decision request a `humanDecision` checkpoint finishes with:
+/// its fields, sealed by `server::wire::decision::seal` for the attempt.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct DecideSpec {
+    pub(crate) title: String,
+    /// The presentation summary (default: the title).
+    #[serde(default)]
+    pub(crate) summary: Option<String>,
+    /// The presentation blocks (default none).
+    #[serde(default)]
+    pub(crate) blocks: Vec<protocol::generated::types::PresentationBlock>,
+    pub(crate) choices: Vec<protocol::generated::types::DecisionChoice>,
+    #[serde(default)]
+    pub(crate) subject: Option<protocol::generated::types::DecisionSubject>,
+    /// `expiresAt` this long after the node runs.
+    #[serde(default)]
+    pub(crate) expires_in_ms: Option<u64>,
+    /// The `onTimeout` default.
+    #[serde(default)]
+    pub(crate) default_response: Option<protocol::generated::types::DecisionResponse>,
+    /// Break the request after sealing: `seal` (a field changed) or
+    /// `binding` (another attempt named, sealed).
+    #[serde(default)]
+    pub(crate) tamper: Option<Tamper>,
+}
+
+/// How a scripted request is broken.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum Tamper {
+    Seal,
+    Binding,
 }
 
 /// One `content.read` and where its answer is recorded.
@@ -237,6 +275,11 @@ pub(crate) struct EffectSpec {
     /// `effect.settle` frame is exactly this many bytes (instead of `result`).
     #[serde(default)]
     pub(crate) pad_settle_frame_to: Option<usize>,
+    /// Crash while applying only this attempt number of the effect (as
+    /// `crashWhileApplying` does for every attempt): an ambiguous first
+    /// attempt whose explicit retry then applies.
+    #[serde(default)]
+    pub(crate) crash_on_attempt: Option<u64>,
 }
 
 /// A child process to start and register.
@@ -292,6 +335,8 @@ struct RawBehaviour {
     stderr_bytes: Option<u64>,
     notify: Option<NotifySpec>,
     #[serde(default)]
+    decide: Option<Box<DecideSpec>>,
+    #[serde(default)]
     protocol_violation: Option<ProtocolViolation>,
     content_read: Option<ContentReadSpec>,
     #[serde(default)]
@@ -325,6 +370,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("interact", raw.interact.is_some()),
             ("stderrBytes", raw.stderr_bytes.is_some()),
             ("notify", raw.notify.is_some()),
+            ("decide", raw.decide.is_some()),
             ("protocolViolation", raw.protocol_violation.is_some()),
             ("contentRead", raw.content_read.is_some()),
         ];
@@ -354,7 +400,14 @@ impl TryFrom<RawBehaviour> for Behaviour {
         )?;
         let terminal = matches!(
             *action,
-            "finish" | "fail" | "stall" | "exit" | "interact" | "notify" | "protocolViolation"
+            "finish"
+                | "fail"
+                | "stall"
+                | "exit"
+                | "interact"
+                | "notify"
+                | "decide"
+                | "protocolViolation"
         );
         if terminal && raw.then.is_some() {
             return Err(format!("`{action}` ends the attempt and takes no `then`"));
@@ -400,6 +453,8 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::Stderr { bytes, then }
         } else if let Some(notify) = raw.notify {
             Action::Notify(notify)
+        } else if let Some(decide) = raw.decide {
+            Action::Decide(decide)
         } else if let Some(violation) = raw.protocol_violation {
             Action::ProtocolViolation(violation)
         } else if let Some(read) = raw.content_read {
@@ -449,6 +504,7 @@ impl Behaviour {
             | Action::Exit(_)
             | Action::Interact(_)
             | Action::Notify(_)
+            | Action::Decide(_)
             | Action::ProtocolViolation(_) => None,
         }
     }

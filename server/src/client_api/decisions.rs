@@ -1,0 +1,284 @@
+//! `decision.answer`: a person's answer to a protected human decision, and
+//! `effect.recover`: an operator's review of an ambiguous managed effect.
+//! Each is decided by the kernel inside its receipt job.
+//!
+//! Invariants:
+//! - An answer is checked against the request the decision was opened for
+//!   (the digest the person saw) and its typed choices before the kernel
+//!   decides it (`kernel::decision::check_answer`, then `answer`).
+//! - Acceptance, the control claim, the settled parent and the one
+//!   continuation commit together with the receipt; who answered is
+//!   recorded beside the accepted decision and never answered back.
+//! - An identical answer after acceptance adopts the winner without
+//!   changing anything; an accepted decision without a continuation (an
+//!   older writer's crash) is continued by `kernel::decision::recover`.
+//! - A retry of an ambiguous effect says, in its receipt, that a duplicate
+//!   in the external system is possible.
+
+use super::receipts::{Executed, command};
+use super::request::Request;
+use crate::context::Context;
+use crate::projection::run_view::{OffSchema, to_wire};
+use crate::store::blobs::{self, Blob};
+use crate::store::{decisions, runs};
+use crate::wire::client::response;
+use kernel::decision::{Answered, DecisionRecord, Recovered};
+use kernel::effect::{EffectState, RecoveryAction};
+use kernel::ids::{EffectId, RunId};
+use kernel::output::Step;
+use kernel::receipt::CommandOutcome;
+use kernel::run::{self, RunAggregate};
+use protocol::ErrorCode;
+use protocol::generated::constrained::AttemptNumber;
+use protocol::generated::types::{
+    DecisionAnswerPayload, DecisionAnswerReceipt, EffectRecoverPayload, EffectRecoverReceipt,
+    RecoverAction,
+};
+use rusqlite::Connection;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// What a retry tells the operator.
+const DUPLICATE_WARNING: &str = "the effect will be applied again as a new attempt: if its earlier attempt reached the external system, a duplicate is possible";
+
+/// The run a command names, or the refusal that it names none.
+fn run_of(request: &Request) -> Result<RunId, Value> {
+    request.run_id.clone().ok_or_else(|| {
+        response(
+            &request.request_id,
+            &request.operation,
+            "rejected",
+            None,
+            None,
+            Some((
+                ErrorCode::SchemaInvalid,
+                "this operation needs a runId".into(),
+            )),
+        )
+    })
+}
+
+fn no_run() -> Executed {
+    Executed::refused(
+        CommandOutcome::NotFound,
+        ErrorCode::NotFound,
+        "no run with this id; check `pi-workflows runs`",
+    )
+}
+
+/// `decision.answer`.
+pub(super) async fn answer(
+    app: &Arc<Context>,
+    request: Request,
+    payload: DecisionAnswerPayload,
+) -> Value {
+    let run_id = match run_of(&request) {
+        Ok(run_id) => run_id,
+        Err(refusal) => return refusal,
+    };
+    let control = app.control.clone();
+    let ttl_ms = app.config.claim_ttl_ms;
+    let faults = app.faults.clone();
+    let expected_revision = request.expected_revision;
+    let given = crate::wire::decision::response_of(payload.choice.clone(), payload.input.clone());
+    let blob = Blob::json(&crate::wire::decision::response_value(&given));
+    command(app, request, move |connection, now_ms| {
+        let Some(parent) = runs::load(connection, &run_id)? else {
+            return Ok(no_run());
+        };
+        if let Err(stale) = run::check_revision(&parent.run, expected_revision) {
+            return Ok(Executed::rejected(&stale));
+        }
+        let decision = decisions::for_checkpoint(connection, &parent)?
+            .filter(|decision| decision.decision_id.as_str() == payload.decision_id.as_str());
+        let Some(decision) = decision else {
+            return Ok(Executed::refused(
+                CommandOutcome::NotFound,
+                ErrorCode::NotFound,
+                "the run waits on no protected decision with this id; read its view for the decision to answer",
+            ));
+        };
+        let request = decisions::request(connection, &run_id, &decision.node_id)?;
+        let choices = request.as_ref().and_then(crate::wire::decision::choices);
+        let (Some(choices), Some(seen)) = (
+            choices,
+            crate::wire::decision::request_digest(&payload.request_digest),
+        ) else {
+            return Ok(Executed::refused(
+                CommandOutcome::Rejected,
+                ErrorCode::Internal,
+                "the decision's stored request could not be read",
+            ));
+        };
+        let answer = crate::wire::decision::response(&given);
+        if let Err(rejection) = kernel::decision::check_answer(&decision, &seen, &choices, &answer)
+        {
+            return Ok(Executed::rejected(&rejection));
+        }
+        let Some(continuation) =
+            crate::continuation::for_decision(connection, &parent, &decision, control)?
+        else {
+            return Ok(no_run());
+        };
+        let decided = kernel::decision::answer(
+            &parent,
+            &decision,
+            blob.digest,
+            &continuation,
+            now_ms,
+            ttl_ms,
+        );
+        match decided {
+            Ok(Answered::Accepted(continued)) => {
+                let receipt = receipt(&continued.decision)?;
+                let revision = continued.parent.facts.run.revision;
+                let accepted = continued.decision.decision_id.clone();
+                let outputs = crate::continuation::write_continued(
+                    connection, &parent, continued, &blob, now_ms,
+                )?;
+                decisions::record_source(
+                    connection,
+                    &accepted,
+                    &payload.source.channel.to_string(),
+                    payload.source.actor_id.as_str(),
+                )?;
+                faults.hit(crate::fault::FaultPoint::DecisionBeforeCommit);
+                Ok(Executed::accepted(revision, &receipt, outputs))
+            }
+            Ok(Answered::Adopted(winner)) if winner.continuation_run_id.is_some() => {
+                Ok(Executed::accepted(parent.run.revision, &receipt(&winner)?, Vec::new()))
+            }
+            Ok(Answered::Adopted(winner)) => {
+                continue_accepted(connection, &parent, &winner, &continuation, now_ms, ttl_ms)
+            }
+            Err(rejection) => Ok(Executed::rejected(&rejection)),
+        }
+    })
+    .await
+}
+
+/// Continues an accepted decision that has no continuation yet
+/// (`kernel::decision::recover`: prepare, or adopt the existing child).
+fn continue_accepted(
+    connection: &Connection,
+    parent: &RunAggregate,
+    decision: &DecisionRecord,
+    continuation: &kernel::decision::ContinuationRequest,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Executed> {
+    let existing = crate::continuation::existing_child(connection, parent)?;
+    let recovered = kernel::decision::recover(
+        parent,
+        decision,
+        existing.as_ref(),
+        continuation,
+        now_ms,
+        ttl_ms,
+    );
+    match recovered {
+        Ok(Recovered::Prepared(continued)) => {
+            let Some(response) = decisions::response(connection, decision)? else {
+                return Ok(Executed::refused(
+                    CommandOutcome::Rejected,
+                    ErrorCode::Internal,
+                    "the accepted response could not be read",
+                ));
+            };
+            let receipt = receipt(&continued.decision)?;
+            let revision = continued.parent.facts.run.revision;
+            let outputs = crate::continuation::write_continued(
+                connection,
+                parent,
+                continued,
+                &Blob::json(&response),
+                now_ms,
+            )?;
+            Ok(Executed::accepted(revision, &receipt, outputs))
+        }
+        Ok(Recovered::Adopted { child_run_id }) => {
+            let receipt = DecisionAnswerReceipt {
+                continuation_run_id: to_wire("continuationRunId", child_run_id.as_str())?,
+                decision_id: to_wire("decisionId", decision.decision_id.as_str())?,
+            };
+            Ok(Executed::accepted(
+                parent.run.revision,
+                &receipt,
+                Vec::new(),
+            ))
+        }
+        Err(rejection) => Ok(Executed::rejected(&rejection)),
+    }
+}
+
+fn receipt(decision: &DecisionRecord) -> Result<DecisionAnswerReceipt, OffSchema> {
+    let continuation = decision
+        .continuation_run_id
+        .as_ref()
+        .ok_or(OffSchema("continuationRunId"))?;
+    Ok(DecisionAnswerReceipt {
+        continuation_run_id: to_wire("continuationRunId", continuation.as_str())?,
+        decision_id: to_wire("decisionId", decision.decision_id.as_str())?,
+    })
+}
+
+/// `effect.recover`.
+pub(super) async fn recover_effect(
+    app: &Arc<Context>,
+    request: Request,
+    payload: EffectRecoverPayload,
+) -> Value {
+    let run_id = match run_of(&request) {
+        Ok(run_id) => run_id,
+        Err(refusal) => return refusal,
+    };
+    let expected_revision = request.expected_revision;
+    let effect_id = EffectId::new(payload.effect_id.as_str());
+    let action = match payload.action {
+        RecoverAction::Confirm => RecoveryAction::Confirm,
+        RecoverAction::Retry => RecoveryAction::Retry,
+    };
+    // A confirmation records that the effect applied; the operator holds no
+    // receipt of it, so its result is `null`.
+    let observed = Blob::json(&Value::Null);
+    command(app, request, move |connection, now_ms| {
+        let Some(before) = runs::load(connection, &run_id)? else {
+            return Ok(no_run());
+        };
+        if let Err(stale) = run::check_revision(&before.run, expected_revision) {
+            return Ok(Executed::rejected(&stale));
+        }
+        let transition =
+            match kernel::effect::recover(&before, &effect_id, action, observed.digest, now_ms) {
+                Ok(transition) => transition,
+                Err(rejection) => return Ok(Executed::rejected(&rejection)),
+            };
+        let Some(effect) = transition
+            .facts
+            .effects
+            .iter()
+            .find(|effect| effect.effect_id == effect_id)
+        else {
+            return Ok(Executed::refused(
+                CommandOutcome::Rejected,
+                ErrorCode::Internal,
+                "the recovered effect is missing",
+            ));
+        };
+        let receipt = EffectRecoverReceipt {
+            attempt_number: AttemptNumber::new(u64::from(effect.attempt_number))
+                .ok_or(OffSchema("attemptNumber"))?,
+            effect_id: to_wire("effectId", effect_id.as_str())?,
+            state: to_wire("state", effect.state)?,
+            warning: (effect.state == EffectState::Reserved)
+                .then(|| to_wire("warning", DUPLICATE_WARNING))
+                .transpose()?,
+        };
+        blobs::put(connection, &observed, blobs::JSON, now_ms)?;
+        let revision = transition.facts.run.revision;
+        let outputs =
+            crate::shell::write_step(connection, &before, Step::Apply(transition), &[], now_ms)?;
+        Ok(Executed::accepted(revision, &receipt, outputs))
+    })
+    .await
+}
