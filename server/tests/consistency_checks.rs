@@ -98,7 +98,7 @@ const PLANTED: &[Planted] = &[
     Planted {
         bug: "a decision accepted without continuing its waiting run",
         trips: &[DECISION_UNCONTINUED],
-        sql: "UPDATE human_decisions SET state = 'accepted', provenance = 'human', answer_digest = request_digest,
+        sql: "UPDATE human_decisions SET state = 'accepted', provenance = 'human', answer_digest = (SELECT input_digest FROM runs r WHERE r.run_id = human_decisions.run_id),
                 answer_channel = 'cli', answer_actor_id = 'someone'
               WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'gate')",
     },

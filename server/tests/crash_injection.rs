@@ -263,17 +263,16 @@ async fn crash_and_recover(fault: &str) -> usize {
                 assert_eq!(ambiguous, 1, "{fault}: exactly the applying effect: {view}");
                 assert_eq!(view["status"]["run"], "running", "{fault}: {view}");
                 assert_eq!(view["status"]["queue"], "parked", "{fault}: {view}");
-                // `effect.recover` is not served yet: cancel is the way out,
-                // and the reason says so.
+                // `effect.recover` is the way on, and the reason says so.
                 assert_eq!(
                     view["display"]["controls"],
-                    json!(["pause", "cancel"]),
+                    json!(["pause", "cancel", "recoverEffect"]),
                     "{fault}: {view}"
                 );
                 assert!(
                     view["display"]["reason"]
                         .as_str()
-                        .is_some_and(|reason| reason.contains("cancel the run")),
+                        .is_some_and(|reason| reason.contains("effect.recover confirm")),
                     "{fault}: {view}"
                 );
                 // It stays parked: no runner is admitted on its own.
@@ -576,8 +575,8 @@ async fn a_server_killed_while_an_effect_is_applying_parks_the_run_ambiguous() {
     assert_eq!(status(&view), "ambiguous", "{view}");
     assert_eq!(
         view["display"]["controls"],
-        json!(["pause", "cancel"]),
-        "recoverEffect is not offered before effect.recover is served: {view}"
+        json!(["pause", "cancel", "recoverEffect"]),
+        "an ambiguous run offers effect.recover: {view}"
     );
     let db = server.db();
     assert_eq!(

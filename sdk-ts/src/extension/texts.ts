@@ -65,7 +65,7 @@ export const answeredText = (view: RunView, continuationRunId: string): string =
 export const HUMAN_ANSWER_TOOL_TEXT = "This checkpoint requires a verified human answer from Pi UI or a configured decision channel.";
 
 export const humanAnswerUnavailableText = (view: RunView): string =>
-  `Workflow ${view.workflowName} is waiting for a verified human decision; this pi-workflows server does not take decision answers from Pi yet (decision.answer is unavailable).`;
+  `Workflow ${view.workflowName} is waiting for a verified human decision, which Pi does not answer yet; answer it from a terminal: pi-workflows answer ${view.runId} <choice> [text]`;
 
 // ---- step tool texts (reference §5.3) ---------------------------------------
 

@@ -10,13 +10,14 @@
 //!   `protocolRejected`; no decision opens.
 //! - The request is stored as the checkpoint's output in the same
 //!   transaction, before the decision message is written, so the message
-//!   renders the request it belongs to.
+//!   renders the request it belongs to; the request's default response
+//!   (`onTimeout`), which the decision names, is stored with it.
 
 use crate::context::runners::Runner;
 use crate::runner_api::answer::{Answer, Refusal};
 use crate::runner_api::reply::ReplyResult;
 use crate::store::attempts::{self, AttemptResult};
-use crate::store::blobs::Blob;
+use crate::store::blobs::{self, Blob};
 use crate::store::meta;
 use kernel::attempt::{AttemptRecord, NodeOutcome, ResultRecord};
 use kernel::execution::{self, DecisionMessage, NodeResult};
@@ -108,6 +109,13 @@ pub(crate) fn finish_checkpoint(
         &stored,
         now_ms,
     )?;
+    // The default response the decision names (`default_answer_digest`) is
+    // stored with it, so the reference holds whether the deadline, an
+    // answer or a cancellation settles the decision.
+    if let Some(default) = &checked.request.default_response {
+        let default = Blob::json(&crate::wire::decision::response_value(default));
+        blobs::put(connection, &default, blobs::JSON, now_ms)?;
+    }
     Ok(Ok((Some(transition), ReplyResult::Nothing, None)))
 }
 

@@ -253,7 +253,6 @@ pub const CHECKS: &[Check] = &[
            UNION ALL SELECT 'workflow_messages.content_digest ' || message_id, content_digest FROM workflow_messages
            UNION ALL SELECT 'effects.result_digest ' || effect_id, result_digest
              FROM effects WHERE result_digest IS NOT NULL
-           UNION ALL SELECT 'human_decisions.request_digest ' || decision_id, request_digest FROM human_decisions
            UNION ALL SELECT 'human_decisions.answer_digest ' || decision_id, answer_digest
              FROM human_decisions WHERE answer_digest IS NOT NULL
            UNION ALL SELECT 'human_decisions.default_answer_digest ' || decision_id, default_answer_digest

@@ -42,7 +42,7 @@ const EPOCH_IN_TREE: &str = "runner_epoch IN (SELECT runner_epoch FROM run_worke
 const INTERACTION_IN_TREE: &str = "interaction_id IN (SELECT interaction_id FROM interactive_requests WHERE run_id IN (SELECT value FROM json_each(?1)))";
 
 /// Every column that refers to a blob (`blobs.digest`).
-pub const BLOB_REFERENCES: [BlobReference; 13] = [
+pub const BLOB_REFERENCES: [BlobReference; 12] = [
     reference("runs", "input_digest", IN_TREE),
     reference("node_attempts", "output_digest", IN_TREE),
     reference("interactive_requests", "prompt_digest", IN_TREE),
@@ -58,7 +58,6 @@ pub const BLOB_REFERENCES: [BlobReference; 13] = [
     ),
     reference("workflow_messages", "content_digest", IN_TREE),
     reference("effects", "result_digest", IN_TREE),
-    reference("human_decisions", "request_digest", IN_TREE),
     reference("human_decisions", "answer_digest", IN_TREE),
     reference("human_decisions", "default_answer_digest", IN_TREE),
     reference("run_workers", "diagnostic_digest", IN_TREE),

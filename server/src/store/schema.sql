@@ -334,6 +334,8 @@ CREATE TABLE human_decisions (
   decision_id TEXT PRIMARY KEY,
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   node_id TEXT NOT NULL,
+  -- The request's seal (runner.v1 HumanDecisionRequest.requestDigest), not
+  -- a blob: the sealed request is the checkpoint attempt's output.
   request_digest BLOB NOT NULL,
   state TEXT NOT NULL CHECK (state IN ('pending', 'accepted', 'cancelled', 'expired')),
   provenance TEXT,
@@ -349,7 +351,6 @@ CREATE TABLE human_decisions (
 ) STRICT;
 -- A run's pending decision (every run load).
 CREATE INDEX human_decisions_by_run ON human_decisions(run_id, state);
-CREATE INDEX human_decisions_by_request ON human_decisions(request_digest);
 CREATE INDEX human_decisions_by_answer ON human_decisions(answer_digest) WHERE answer_digest IS NOT NULL;
 CREATE INDEX human_decisions_by_default ON human_decisions(default_answer_digest) WHERE default_answer_digest IS NOT NULL;
 CREATE INDEX human_decisions_by_continuation ON human_decisions(continuation_run_id) WHERE continuation_run_id IS NOT NULL;
