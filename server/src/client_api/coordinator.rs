@@ -61,7 +61,10 @@ pub async fn disconnected(app: &Arc<Context>, connection_id: &ConnectionId) {
         }
     }
     for coordinator in left {
-        if crate::turn_clocks::suspend(app, coordinator, None).await.is_err() {
+        if crate::turn_clocks::suspend(app, coordinator, None)
+            .await
+            .is_err()
+        {
             crate::log::line(
                 "a closed coordinator's turn clocks could not be stopped; they stop at the next server start",
             );

@@ -66,8 +66,7 @@ async fn stop_turn_clocks(app: &Arc<Context>) {
         .unwrap_or_default();
     for session_id in running {
         let nobody = kernel::session::CoordinatorFacts::new(session_id);
-        let stopped =
-            crate::turn_clocks::suspend(app, nobody, Some(stopped_at)).await;
+        let stopped = crate::turn_clocks::suspend(app, nobody, Some(stopped_at)).await;
         if stopped.is_err() {
             crate::log::line("a turn clock the previous server left running could not be stopped");
         }
