@@ -29,7 +29,11 @@ export default defineWorkflow({
     gate: humanDecision({
       audience: "release managers",
       choices,
-      request: ({ outputs }) => ({ title: "Publish the release?", subject: outputs.draft }),
+      request: ({ outputs }) => ({
+        title: "Publish the release?",
+        subject: outputs.draft,
+        presentation: { summary: "The release notes are drafted.", blocks: [{ kind: "paragraph", text: "Ship them or ask for changes." }] },
+      }),
     }),
     shipped: compute({ run: ({ outputs }) => ({ shipped: (outputs.gate as { choice: string }).choice }) }),
     revised: compute({ run: ({ outputs }) => ({ revise: outputs.gate }) }),
@@ -72,6 +76,7 @@ describe("humanDecision with the node runner", () => {
     assert.deepEqual(waiting.display.controls, ["humanAnswer", "pause", "cancel"]);
     const decision = (waiting as unknown as { decision: ShownDecision }).decision;
     assert.equal(decision.title, "Publish the release?");
+    assert.equal((decision as unknown as { summary: string }).summary, "The release notes are drafted.");
     assert.match(decision.decisionId, /^decision-[0-9a-f]{40}$/);
     assert.ok(!JSON.stringify(waiting).includes("v1 notes"), "the view never shows the subject");
 
@@ -95,6 +100,8 @@ describe("humanDecision with the node runner", () => {
     const continuationRunId = (answered.receipt as { continuationRunId: string }).continuationRunId;
     const continued = await client.settled(continuationRunId);
     assert.equal(continued.status.run, "completed", `${JSON.stringify(continued.display)}\n${server.serverLog()}`);
-    assert.deepEqual(stepNodes(continued), ["revised"]);
+    assert.deepEqual(stepNodes(continued), ["draft", "gate", "revised"], "the parent's steps are carried, and the revise case ran");
+    const revised = server.journal(continuationRunId).filter((record) => record.event === "node" && record.nodeId === "revised");
+    assert.deepEqual(revised.at(-1)?.output, { revise: { choice: "revise", input: { change: "fix the changelog" } } }, "the accepted response is the checkpoint's output");
   });
 });
