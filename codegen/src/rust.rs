@@ -320,8 +320,11 @@ fn emit_constrained(
                 max,
             } => {
                 let mut checks = String::new();
-                if let Some(min) = min {
-                    writeln!(checks, "if items.len() < {min} {{ return ::std::result::Result::Err(ConstraintError(\"too few items\")); }}").map_err(|e| e.to_string())?;
+                match min {
+                    // `len() < 1` is clippy's `len_zero`: say it as `is_empty()`.
+                    Some(1) => writeln!(checks, "if items.is_empty() {{ return ::std::result::Result::Err(ConstraintError(\"too few items\")); }}").map_err(|e| e.to_string())?,
+                    Some(min) => writeln!(checks, "if items.len() < {min} {{ return ::std::result::Result::Err(ConstraintError(\"too few items\")); }}").map_err(|e| e.to_string())?,
+                    None => {}
                 }
                 if let Some(max) = max {
                     writeln!(checks, "if items.len() > {max} {{ return ::std::result::Result::Err(ConstraintError(\"too many items\")); }}").map_err(|e| e.to_string())?;

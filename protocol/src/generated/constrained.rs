@@ -386,7 +386,7 @@ impl DecisionChoices {
     pub fn new(
         items: ::std::vec::Vec<types::DecisionChoice>,
     ) -> ::std::result::Result<Self, ConstraintError> {
-        if items.len() < 1 {
+        if items.is_empty() {
             return ::std::result::Result::Err(ConstraintError("too few items"));
         }
         if items.len() > 64 {
