@@ -137,13 +137,13 @@ pub fn control_spec(control: Control) -> ControlSpec {
             'A',
             "human answer",
             None,
-            "answer the decision in its Pi session (/workflow answer); the run view carries no decision id",
+            "answer the decision from a terminal: pi-workflows answer RUN CHOICE [TEXT]",
         ),
         Control::RecoverEffect => spec(
             'E',
             "recover effect",
             None,
-            "the run view carries no effect id; recover the effect with the pi-workflows command line",
+            "review the effect from a terminal: pi-workflows recover RUN confirm|retry",
         ),
         Control::Submit => spec(
             'S',
