@@ -23,11 +23,11 @@ describe("/workflow grammar", () => {
       ["resume", { kind: "resume" }],
       ["cancel", { kind: "cancel" }],
       ["clear", { kind: "clear" }],
-      ["answer yes please", { kind: "answer", answer: { answer: "yes please" } }],
-      ['answer {"ok": true}', { kind: "answer", answer: { ok: true } }],
-      ['answer run-7 {"ok": true}', { kind: "answer", runId: "run-7", answer: { ok: true } }],
-      ["answer run-7 yes", { kind: "answer", answer: { answer: "run-7 yes" } }],
-      ["answer 42", { kind: "answer", answer: 42 }],
+      ["answer yes please", { kind: "answer", answer: { answer: "yes please" }, text: "yes please" }],
+      ['answer {"ok": true}', { kind: "answer", answer: { ok: true }, text: '{"ok": true}' }],
+      ['answer run-7 {"ok": true}', { kind: "answer", runId: "run-7", answer: { ok: true }, text: '{"ok": true}' }],
+      ["answer run-7 yes", { kind: "answer", answer: { answer: "run-7 yes" }, text: "run-7 yes" }],
+      ["answer 42", { kind: "answer", answer: 42, text: "42" }],
       ["review", { kind: "start", workflow: "review", input: {} }],
       ["review fix the login bug", { kind: "start", workflow: "review", input: { task: "fix the login bug" } }],
       ['review --input-json {"files": ["a.ts"]}', { kind: "start", workflow: "review", input: { files: ["a.ts"] } }],
@@ -83,6 +83,19 @@ describe("workflow tool parameters", () => {
     assert.match((parseToolCall({ action: "list", offset: -1 }) as { error: string }).error, /offset: must be a whole number/);
   });
 });
+
+/** A pending protected decision as a waiting run's view shows it. */
+const DECISION = {
+  decisionId: `decision-${"a".repeat(40)}`,
+  requestDigest: `sha256:${"b".repeat(64)}`,
+  nodeId: "gate",
+  title: "Publish the release?",
+  summary: "The release notes are drafted.",
+  choices: [
+    { id: "ship", label: "Ship it" },
+    { id: "revise", label: "Ask for changes", input: { kind: "text" as const, name: "change", prompt: "What should change?", minLength: 1, maxLength: 200 } },
+  ],
+};
 
 function harness() {
   const server = new FakeServer();
@@ -173,10 +186,38 @@ describe("/workflow commands", () => {
     await session.command("answer ship it");
     assert.deepEqual(server.ops("checkpoint.answer")[0], { operation: "checkpoint.answer", payload: { answer: { answer: "ship it" } }, runId: "run-1" });
     assert.equal(ui.lastNote, "Answered workflow review at approve (run run-1); it continues as run run-1-cont.");
-    server.setRun(runView({ display: { status: "waiting", activity: "none", controls: ["humanAnswer", "cancel"], waitingOn: "approve" } }));
+    server.setRun(runView({ display: { status: "waiting", activity: "none", controls: ["humanAnswer", "cancel"], waitingOn: "approve" }, decision: DECISION }));
     await session.command("answer yes");
-    assert.match(ui.lastNote ?? "", /waiting for a verified human decision/);
-    assert.equal(server.ops("checkpoint.answer").length, 1);
+    assert.equal(ui.lastNote, "Answer with one of the choices: /workflow answer <choice> [text…] (choices: ship, revise)");
+    assert.equal(server.ops("checkpoint.answer").length, 1, "a protected decision is never answered with checkpoint.answer");
+    assert.equal(server.ops("decision.answer").length, 0);
+  });
+
+  it("answer on a protected decision sends decision.answer with the shown digest, the choice, its text and the session as the Pi source", async () => {
+    const { server, ui, session } = harness();
+    server.run = runView({ display: { status: "waiting", activity: "none", controls: ["humanAnswer", "cancel"], waitingOn: "gate" }, decision: DECISION });
+    await session.start();
+    await session.command("answer ship now");
+    assert.equal(ui.lastNote, "The choice ship takes no text; answer with the choice alone.");
+    await session.command("answer revise");
+    assert.equal(ui.lastNote, "The choice revise needs text (What should change?): /workflow answer revise <text>");
+    assert.equal(server.ops("decision.answer").length, 0, "refused locally: nothing sent");
+    await session.command("answer revise fix the changelog");
+    assert.deepEqual(server.ops("decision.answer")[0], {
+      operation: "decision.answer",
+      runId: "run-1",
+      payload: {
+        decisionId: DECISION.decisionId,
+        requestDigest: DECISION.requestDigest,
+        choice: "revise",
+        input: { change: "fix the changelog" },
+        source: { channel: "pi", actorId: "session-1" },
+      },
+    });
+    assert.equal(ui.lastNote, "Answered workflow review at gate (run run-1); it continues as run continuation-run-1.");
+    await session.command('answer {"choice": "ship"}');
+    assert.deepEqual((server.ops("decision.answer")[1]?.payload as { choice: string; input: unknown }).input, null);
+    assert.equal(server.ops("checkpoint.answer").length, 0);
   });
 
   it("status summarizes the server's view", async () => {

@@ -15,6 +15,7 @@ import type { PiPort, ServerPort, SubscriptionLike, UiPort } from "../src/extens
 import type {
   ContentReference,
   GraphNode,
+  DecisionAnswerPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   Operation,
@@ -420,6 +421,13 @@ export class FakeServer implements ServerPort {
     this.fail("checkpoint.answer");
     this.record("checkpoint.answer", { answer }, runId, options.idempotencyKey);
     return this.accepted("checkpoint.answer", { continuationRunId: `${runId}-cont` });
+  }
+
+  async decisionAnswer(runId: string, payload: DecisionAnswerPayload, options: { idempotencyKey?: string } = {}): Promise<Accepted<"decision.answer">> {
+    this.requireConnection();
+    this.fail("decision.answer");
+    this.record("decision.answer", payload, runId, options.idempotencyKey);
+    return this.accepted("decision.answer", { decisionId: payload.decisionId, continuationRunId: `continuation-${runId}` });
   }
 
   submitOutcome: { outcome: "accepted" | "rejected"; message?: string } = { outcome: "accepted" };

@@ -29,6 +29,7 @@ import type {
   ClientMessage,
   CommandOutcome,
   ContentReference,
+  DecisionAnswerPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   JsonValue,
@@ -281,6 +282,15 @@ export class WorkflowClient implements SubscriptionHost {
   /** `checkpoint.answer`: the answer becomes the input of the one continuation run. */
   checkpointAnswer(runId: string, answer: JsonValue, options: CommandOptions = {}): Promise<Accepted<"checkpoint.answer">> {
     return this.command("checkpoint.answer", runId, { answer }, options);
+  }
+
+  /**
+   * `decision.answer`: a person's answer to a protected human decision (the
+   * request digest they saw, a typed choice, its text, and where they
+   * answered); the one continuation's id is in the receipt.
+   */
+  decisionAnswer(runId: string, payload: DecisionAnswerPayload, options: CommandOptions = {}): Promise<Accepted<"decision.answer">> {
+    return this.command("decision.answer", runId, payload, options);
   }
 
   /**

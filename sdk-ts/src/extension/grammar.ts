@@ -9,7 +9,7 @@
  * - Parsing is pure: it never touches the server, and a malformed command is
  *   one `error` with the usage to type instead.
  */
-import type { JsonValue } from "../generated/types.js";
+import type { DecisionChoice, JsonValue } from "../generated/types.js";
 
 /** The subcommand words. */
 export const RESERVED_WORDS = ["list", "status", "pause", "resume", "cancel", "answer", "clear"] as const;
@@ -24,7 +24,7 @@ export type WorkflowCommand =
   | { kind: "resume" }
   | { kind: "cancel" }
   | { kind: "clear" }
-  | { kind: "answer"; runId?: string; answer: JsonValue }
+  | { kind: "answer"; runId?: string; answer: JsonValue; text: string }
   | { kind: "start"; workflow: string; input: JsonValue }
   | { kind: "error"; message: string };
 
@@ -79,10 +79,46 @@ function parseAnswer(rest: string): WorkflowCommand {
   const [first, remainder] = head(rest);
   if (RUN_ID.test(first) && remainder !== "") {
     const parsed = parseJson(remainder);
-    if (parsed.ok && typeof parsed.value === "object" && parsed.value !== null) return { kind: "answer", runId: first, answer: parsed.value };
+    if (parsed.ok && typeof parsed.value === "object" && parsed.value !== null) return { kind: "answer", runId: first, answer: parsed.value, text: remainder };
   }
   const whole = parseJson(rest);
-  return { kind: "answer", answer: whole.ok ? whole.value : { answer: rest } };
+  return { kind: "answer", answer: whole.ok ? whole.value : { answer: rest }, text: rest };
+}
+
+/** A person's answer to a protected decision, as `decision.answer` takes it. */
+export type DecisionResponse = { choice: string; input: Record<string, string> | null };
+
+/**
+ * `/workflow answer` for a protected decision: `<choice> [text…]`, or the
+ * JSON `{"choice": …, "input": {<name>: …}}`. The choice must be one the
+ * decision offers; its text is required when the choice takes one and
+ * refused otherwise (the server checks it again against the request).
+ */
+export function decisionResponse(choices: readonly DecisionChoice[], answer: JsonValue, text: string): DecisionResponse | { error: string } {
+  const ids = choices.map((choice) => choice.id).join(", ");
+  let choiceId: string;
+  let given: string | undefined;
+  if (typeof answer === "object" && answer !== null && !Array.isArray(answer) && typeof answer.choice === "string") {
+    choiceId = answer.choice;
+    const input = answer.input;
+    if (typeof input === "object" && input !== null && !Array.isArray(input)) {
+      const values = Object.values(input);
+      given = values.length === 1 && typeof values[0] === "string" ? values[0] : undefined;
+      if (given === undefined) return { error: `The answer's input is one text: /workflow answer <choice> [text…] (choices: ${ids})` };
+    }
+  } else {
+    const [first, remainder] = head(text);
+    choiceId = first;
+    given = remainder === "" ? undefined : remainder;
+  }
+  const choice = choices.find((candidate) => candidate.id === choiceId);
+  if (choice === undefined) return { error: `Answer with one of the choices: /workflow answer <choice> [text…] (choices: ${ids})` };
+  if (choice.input === undefined) {
+    if (given !== undefined) return { error: `The choice ${choice.id} takes no text; answer with the choice alone.` };
+    return { choice: choice.id, input: null };
+  }
+  if (given === undefined) return { error: `The choice ${choice.id} needs text (${choice.input.prompt}): /workflow answer ${choice.id} <text>` };
+  return { choice: choice.id, input: { [choice.input.name]: given } };
 }
 
 function parseStart(workflow: string, rest: string): WorkflowCommand {

@@ -12,6 +12,7 @@ import type { Accepted, CommandOptions, ConnectOptions, RequestOptions, RequestS
 import type { SubscriptionEvent } from "../client/subscription.js";
 import type {
   ContentReference,
+  DecisionAnswerPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   JsonValue,
@@ -51,6 +52,7 @@ export interface ServerPort {
   runResume(runId: string, options?: CommandOptions): Promise<Accepted<"run.resume">>;
   runCancel(runId: string, options?: CommandOptions): Promise<Accepted<"run.cancel">>;
   checkpointAnswer(runId: string, answer: JsonValue, options?: CommandOptions): Promise<Accepted<"checkpoint.answer">>;
+  decisionAnswer(runId: string, payload: DecisionAnswerPayload, options?: CommandOptions): Promise<Accepted<"decision.answer">>;
   interactionSubmit(runId: string, payload: InteractionSubmitPayload, options?: CommandOptions): Promise<Accepted<"interaction.submit">>;
   interactionUpdate(runId: string, payload: InteractionUpdatePayload, options?: CommandOptions): Promise<Accepted<"interaction.update">>;
   reportBranch(payload: ReportBranchPayload, options?: RequestOptions): Promise<Settled<"workflowMessage.reportBranch">>;

@@ -23,7 +23,7 @@ import { WorkflowClientError } from "../client/errors.js";
 import type { JsonValue, RunView, StepRecord } from "../generated/types.js";
 import { WorkflowMessageCoordinator } from "./coordinator.js";
 import { stepSourceOf } from "./messages.js";
-import { parseWorkflowCommand } from "./grammar.js";
+import { decisionResponse, parseWorkflowCommand } from "./grammar.js";
 import type { PiPort, ServerPort, UiPort } from "./ports.js";
 import * as texts from "./texts.js";
 import { type ToolCall, parseToolCall } from "./tool.js";
@@ -299,7 +299,7 @@ export class WorkflowSession {
         return info(texts.clearedText(run !== undefined && TERMINAL.has(run.display.status) ? run : undefined));
       }
       case "answer":
-        return this.answer(command.runId, command.answer, undefined, true);
+        return this.answer(command.runId, command.answer, undefined, true, command.text);
     }
   }
 
@@ -349,14 +349,36 @@ export class WorkflowSession {
     return { text: texts.NO_RUN_TEXT, level: "warning" };
   }
 
-  private async answer(runId: string | undefined, answer: JsonValue, idempotencyKey: string | undefined, human: boolean): Promise<{ text: string; level: "info" | "warning" | "error" }> {
+  private async answer(runId: string | undefined, answer: JsonValue, idempotencyKey: string | undefined, human: boolean, text = ""): Promise<{ text: string; level: "info" | "warning" | "error" }> {
     const run = runId !== undefined ? await this.options.server.runView(runId) : (await this.freshView())?.run;
     if (run === undefined) return { text: texts.NO_WAITING_RUN_TEXT, level: "warning" };
     if (run.display.controls.includes("humanAnswer")) {
-      return { text: human ? texts.humanAnswerUnavailableText(run) : texts.HUMAN_ANSWER_TOOL_TEXT, level: "error" };
+      return human ? this.answerDecision(run, answer, text) : { text: texts.HUMAN_ANSWER_TOOL_TEXT, level: "error" };
     }
     if (!run.display.controls.includes("answer")) return { text: runId === undefined ? texts.NO_WAITING_RUN_TEXT : texts.notAllowedText(run, "answer"), level: "warning" };
     const answered = await this.options.server.checkpointAnswer(run.runId, answer, idempotencyKey !== undefined ? { idempotencyKey } : {});
+    await this.recover(true);
+    return { text: texts.answeredText(run, answered.receipt.continuationRunId), level: "info" };
+  }
+
+  /**
+   * `/workflow answer` on a protected decision: a person's answer, sent as
+   * `decision.answer` with the request digest the view shows and the source
+   * `{channel: pi, actorId: <this session>}`. The model's tool never comes
+   * here (it gets `HUMAN_ANSWER_TOOL_TEXT`).
+   */
+  private async answerDecision(run: RunView, answer: JsonValue, text: string): Promise<{ text: string; level: "info" | "warning" | "error" }> {
+    const decision = run.decision;
+    if (decision === undefined) return { text: texts.NO_WAITING_RUN_TEXT, level: "warning" };
+    const response = decisionResponse(decision.choices, answer, text);
+    if ("error" in response) return { text: response.error, level: "warning" };
+    const answered = await this.options.server.decisionAnswer(run.runId, {
+      decisionId: decision.decisionId,
+      requestDigest: decision.requestDigest,
+      choice: response.choice,
+      input: response.input,
+      source: { channel: "pi", actorId: this.options.sessionId },
+    });
     await this.recover(true);
     return { text: texts.answeredText(run, answered.receipt.continuationRunId), level: "info" };
   }

@@ -64,9 +64,6 @@ export const answeredText = (view: RunView, continuationRunId: string): string =
 
 export const HUMAN_ANSWER_TOOL_TEXT = "This checkpoint requires a verified human answer from Pi UI or a configured decision channel.";
 
-export const humanAnswerUnavailableText = (view: RunView): string =>
-  `Workflow ${view.workflowName} is waiting for a verified human decision, which Pi does not answer yet; answer it from a terminal: pi-workflows answer ${view.runId} <choice> [text]`;
-
 // ---- step tool texts (reference §5.3) ---------------------------------------
 
 export const NO_PENDING_STEP_TEXT = "No workflow step is awaiting output. Do not call the workflow tool outside an active workflow step.";
