@@ -408,22 +408,35 @@ pub fn finish_notification(
     if !is_notify || result.outcome != NodeOutcome::Ok {
         return Err(Rejection::ResultMismatch);
     }
+    let kind = MessageKind::Notification;
+    message_origin_session(&mut tx, message.message_id, message.order, kind, now_ms);
+    let onward = Onward::Dispatch(next_attempt_id);
+    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward, None)?;
+    Ok((tx.commit(), dispatch))
+}
+
+/// One pending message of `kind` in the run's origin session, in the
+/// transition's commit; a headless run has no session, so nothing.
+fn message_origin_session(
+    tx: &mut Tx,
+    message_id: MessageId,
+    order: u64,
+    kind: MessageKind,
+    now_ms: u64,
+) {
     if let Some(session_id) = tx.agg.run.mode.origin_session().cloned() {
         tx.agg.messages.push(MessageRecord {
-            message_id: message.message_id,
+            message_id,
             session_id,
             run_id: tx.agg.run.run_id.clone(),
-            kind: MessageKind::Notification,
-            order: message.order,
+            kind,
+            order,
             state: MessageState::Pending,
             entry_id: None,
             created_at_ms: now_ms,
         });
         tx.publish_session();
     }
-    let onward = Onward::Dispatch(next_attempt_id);
-    let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward, None)?;
-    Ok((tx.commit(), dispatch))
 }
 
 /// Where a protected decision's message goes: one `decision` message in
@@ -478,19 +491,8 @@ pub fn finish_protected_checkpoint(
     // An `ok` checkpoint always waits (`routing::route`), so no onward
     // node is ever dispatched from here.
     let dispatch = settle_attempt_in(&mut tx, topology, authority, result, Onward::Park, None)?;
-    if let Some(session_id) = tx.agg.run.mode.origin_session().cloned() {
-        tx.agg.messages.push(MessageRecord {
-            message_id: message.message_id,
-            session_id,
-            run_id: run_id.clone(),
-            kind: MessageKind::Decision { decision_id },
-            order: message.order,
-            state: MessageState::Pending,
-            entry_id: None,
-            created_at_ms: now_ms,
-        });
-        tx.publish_session();
-    }
+    let kind = MessageKind::Decision { decision_id };
+    message_origin_session(&mut tx, message.message_id, message.order, kind, now_ms);
     if let Some(at_ms) = deadline_at_ms {
         tx.output(Output::Wake {
             run_id,

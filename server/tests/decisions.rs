@@ -862,10 +862,13 @@ async fn a_crash_after_acceptance_adopts_the_stored_answer_on_retry() {
     assert_consistent(&server).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_after_the_continuation_started_runs_each_continuation_node_once() {
-    let mut server = TestServer::start();
-    let mut client = server.client().await;
+/// A decision answered `approve` whose continuation runs its `publish`
+/// node, held until the test writes `go`; the node's effect appends to
+/// `log`. Returns (parent, continuation, go, log).
+async fn continuation_at_publish(
+    server: &TestServer,
+    client: &mut Client,
+) -> (String, String, PathBuf, PathBuf) {
     let go = server.scratch().join("go");
     let log = server.scratch().join("apply.log");
     let script = decision_script_with(
@@ -873,18 +876,26 @@ async fn a_crash_after_the_continuation_started_runs_each_continuation_node_once
         plain_decision(),
         json!({"awaitFile": go, "then": {"effect": {"type": "publish", "request": {}, "applyLog": log}}}),
     );
-    let (parent, decision) = waiting(&mut client, &script).await;
+    let (parent, decision) = waiting(client, &script).await;
     let answered = request(
-        &mut client,
+        client,
         &answer_spec(&parent, &decision, "approve", Value::Null),
     )
     .await;
     assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
-    let child = child_of(&server, &parent).await;
-    wait_view(&mut client, &child, SETTLE_TIMEOUT, |view| {
+    let child = child_of(server, &parent).await;
+    wait_view(client, &child, SETTLE_TIMEOUT, |view| {
         view["display"]["currentNode"] == "publish" && status(view) == "running"
     })
     .await;
+    (parent, child, go, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_continuation_started_runs_each_continuation_node_once() {
+    let mut server = TestServer::start();
+    let mut client = server.client().await;
+    let (parent, child, go, log) = continuation_at_publish(&server, &mut client).await;
     server.kill();
     server.spawn().expect("the server restarts");
     std::fs::write(&go, b"").unwrap();
@@ -909,25 +920,7 @@ async fn a_crash_after_the_continuation_started_runs_each_continuation_node_once
 async fn a_continuation_whose_first_runner_dies_is_handed_to_the_next_lease() {
     let server = TestServer::start();
     let mut client = server.client().await;
-    let go = server.scratch().join("go");
-    let log = server.scratch().join("apply.log");
-    let script = decision_script_with(
-        server.scratch(),
-        plain_decision(),
-        json!({"awaitFile": go, "then": {"effect": {"type": "publish", "request": {}, "applyLog": log}}}),
-    );
-    let (parent, decision) = waiting(&mut client, &script).await;
-    let answered = request(
-        &mut client,
-        &answer_spec(&parent, &decision, "approve", Value::Null),
-    )
-    .await;
-    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
-    let child = child_of(&server, &parent).await;
-    wait_view(&mut client, &child, SETTLE_TIMEOUT, |view| {
-        view["display"]["currentNode"] == "publish" && status(view) == "running"
-    })
-    .await;
+    let (_, child, go, log) = continuation_at_publish(&server, &mut client).await;
     let db = server.db();
     let first = generation(&db, &child);
     let runner = support::runner_identity(&db, &child, first as u64).expect("the winner's runner");
