@@ -28,7 +28,7 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use common::{PRODUCTION, Stats, ms, raw_commits, stats};
+use common::{PRODUCTION, Stats, bench_dir, ms, raw_commits, stats};
 use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::json;
@@ -44,13 +44,6 @@ const STEP_RUNS: usize = 3;
 const COLD_STARTS: usize = 5;
 const SEEDED_RUNS: usize = 10_000;
 const SEEDED_RUNNING: usize = 100;
-
-fn bench_dir() -> tempfile::TempDir {
-    match std::env::var_os("PIW_BENCH_DIR") {
-        Some(dir) => tempfile::tempdir_in(dir).expect("PIW_BENCH_DIR is writable"),
-        None => tempfile::tempdir().expect("a temp dir"),
-    }
-}
 
 /// With `PIW_BENCH_MARKS` set, prints `bench mark <name> <CLOCK_MONOTONIC
 /// seconds>` to stderr at the start and end of each measured phase, so a

@@ -2,6 +2,7 @@
 //! and the raw-commit baseline every ratio is measured against.
 #![allow(dead_code, unreachable_pub)]
 
+use crate::support::{TestServer, started, wait_quiescent_at};
 use rusqlite::Connection;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -65,4 +66,56 @@ pub fn raw_commits(dir: &Path, commits: usize) -> Stats {
     drop(connection);
     let _ = std::fs::remove_file(&path);
     stats(samples)
+}
+
+/// A scratch directory for a bench's raw-commit baseline: under
+/// `PIW_BENCH_DIR` when set (the disk the state lives on), else the
+/// system's temporary directory.
+pub fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("PIW_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir).expect("PIW_BENCH_DIR is writable"),
+        None => tempfile::tempdir().expect("a temp dir"),
+    }
+}
+
+/// Starts `script`, waits (reading the file) until the run finished, and
+/// returns its server-side duration and step count.
+pub async fn timed_run(
+    server: &TestServer,
+    client: &mut pi_workflows_client::Connection,
+    script: &Path,
+) -> (Duration, i64) {
+    let run_id = started(client, script).await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let db = server.db();
+    loop {
+        let row: (String, i64, Option<i64>) = db
+            .query_row(
+                "SELECT status, created_at_ms, finished_at_ms FROM runs WHERE run_id = ?1",
+                [&run_id],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        if let (status, created, Some(finished)) = row {
+            assert_eq!(status, "completed", "run {run_id}");
+            let steps: i64 = db
+                .query_row(
+                    "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
+                    [&run_id],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            drop(db);
+            wait_quiescent_at(server).await;
+            return (Duration::from_millis((finished - created) as u64), steps);
+        }
+        assert!(Instant::now() < deadline, "run {run_id} did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The median of `samples`.
+pub fn median<T: Ord + Copy>(mut samples: Vec<T>) -> T {
+    samples.sort();
+    samples[samples.len() / 2]
 }
