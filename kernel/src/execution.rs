@@ -196,9 +196,14 @@ fn resume_point(
     })
 }
 
-/// `node.started`: records the attempt's resolved wall-clock deadline (none
-/// for a node without one) and asks the shell to wake at it. It renews the
-/// claim but does not advance the run revision, so it is not progress.
+/// `node.started`: records the attempt's resolved wall-clock deadline and
+/// asks the shell to wake at it. It renews the claim but does not advance
+/// the run revision, so it is not progress. A message without a deadline
+/// leaves the attempt's deadline as it is: a node without one, or an
+/// attempt whose static deadline the fused commit ([`finish_and_start`])
+/// recorded, for which the runner reports only its status detail. A
+/// deadline for an attempt that has one is refused
+/// (`DeadlineAlreadyRecorded`): a recorded deadline never moves.
 pub fn record_node_started(
     agg: &RunAggregate,
     authority: &Authority,
@@ -211,23 +216,24 @@ pub fn record_node_started(
     let mut tx = Tx::begin(agg, now_ms);
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
     let attempt = current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
+    let Some(at_ms) = deadline_at_ms else {
+        return Ok(tx.commit_unversioned());
+    };
     if attempt.deadline_at_ms.is_some() {
         return Err(Rejection::DeadlineAlreadyRecorded);
     }
     if let Some(attempt) = tx.agg.attempt.as_mut() {
-        attempt.deadline_at_ms = deadline_at_ms;
+        attempt.deadline_at_ms = Some(at_ms);
     }
-    if let Some(at_ms) = deadline_at_ms {
-        let run_id = tx.agg.run.run_id.clone();
-        let reason = WakeReason::NodeDeadline {
-            attempt_id: attempt_id.clone(),
-        };
-        tx.output(Output::Wake {
-            run_id,
-            at_ms,
-            reason,
-        });
-    }
+    let run_id = tx.agg.run.run_id.clone();
+    let reason = WakeReason::NodeDeadline {
+        attempt_id: attempt_id.clone(),
+    };
+    tx.output(Output::Wake {
+        run_id,
+        at_ms,
+        reason,
+    });
     Ok(tx.commit_unversioned())
 }
 
@@ -320,13 +326,22 @@ pub fn finish_and_start(
     current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
     let onward = Onward::Dispatch(next_attempt_id);
     let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward, None)?;
-    let deadline = match &dispatch {
-        Dispatch::RunNode { node_id, .. } => {
-            Some(commit_static_deadline_in(&mut tx, topology, node_id)?)
-        }
-        Dispatch::Exit { .. } => None,
-    };
+    let deadline = dispatched_deadline_in(&mut tx, topology, &dispatch)?;
     Ok((tx.commit(), dispatch, deadline))
+}
+
+/// The deadline of the attempt `dispatch` starts, when it starts one.
+fn dispatched_deadline_in(
+    tx: &mut Tx,
+    topology: &Topology,
+    dispatch: &Dispatch,
+) -> Result<Option<StartDeadline>, Rejection> {
+    match dispatch {
+        Dispatch::RunNode { node_id, .. } => {
+            commit_static_deadline_in(tx, topology, node_id).map(Some)
+        }
+        Dispatch::Exit { .. } => Ok(None),
+    }
 }
 
 /// Resolves the just-dispatched attempt's deadline from its node's static
@@ -383,6 +398,8 @@ pub struct NotificationMessage {
 /// message in the same transition as the node result. A headless run has no
 /// session to notify; the content stays in the node's output. A repeat is
 /// handled by the runner-message receipt, so one visit never notifies twice.
+/// Like [`finish_and_start`], the transition also records the static
+/// deadline of the attempt it dispatches (`None` when it dispatches none).
 #[expect(
     clippy::too_many_arguments,
     reason = "facts, authority and ids are all inputs"
@@ -398,7 +415,7 @@ pub fn finish_notification(
     next_attempt_id: AttemptId,
     now_ms: u64,
     ttl_ms: u64,
-) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+) -> Result<(Transition<RunAggregate>, Dispatch, Option<StartDeadline>), Rejection> {
     let mut tx = Tx::begin(agg, now_ms);
     run::authorize_runner(&mut tx, authority, runner_epoch, ttl_ms)?;
     let attempt = current_attempt(&tx.agg, attempt_id, AttemptStatus::Active)?;
@@ -412,7 +429,8 @@ pub fn finish_notification(
     message_origin_session(&mut tx, message.message_id, message.order, kind, now_ms);
     let onward = Onward::Dispatch(next_attempt_id);
     let dispatch = settle_attempt_in(&mut tx, topology, authority, result, onward, None)?;
-    Ok((tx.commit(), dispatch))
+    let deadline = dispatched_deadline_in(&mut tx, topology, &dispatch)?;
+    Ok((tx.commit(), dispatch, deadline))
 }
 
 /// One pending message of `kind` in the run's origin session, in the

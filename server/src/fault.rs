@@ -40,6 +40,14 @@ pub enum FaultPoint {
     /// decision, the settled parent and the continuation were written,
     /// before `COMMIT`.
     DecisionBeforeCommit,
+    /// Inside the write transaction of a fused step (a node's result, the
+    /// next attempt and its static deadline: `node.finished`, `node.failed`,
+    /// `notification.requested`), after its receipt was written, before
+    /// `COMMIT` (counts fused commits only).
+    BeforeFusedCommit,
+    /// After a fused step committed, before its outputs are performed or its
+    /// reply (the next dispatch) is sent to the runner.
+    AfterFusedCommit,
 }
 
 impl FaultPoint {
@@ -56,6 +64,8 @@ impl FaultPoint {
             "tree_committed" => Self::TreeCommitted,
             "tree_error" => Self::TreeError,
             "decision_before_commit" => Self::DecisionBeforeCommit,
+            "before_fused_commit" => Self::BeforeFusedCommit,
+            "after_fused_commit" => Self::AfterFusedCommit,
             _ => return None,
         })
     }

@@ -765,6 +765,60 @@ fn a_linear_two_node_run() {
     runner.expect_closed();
 }
 
+/// A dispatch that carries a committed deadline starts at once: no
+/// `node.started` (the server recorded the deadline with the result); one
+/// left to the runner (`runnerResolves`) reports its dynamic deadline first.
+#[test]
+fn a_dispatch_with_a_committed_deadline_runs_without_node_started() {
+    let project = Project::new();
+    let script = json!({
+        "topology": topology(
+            &[
+                ("a", json!({"kind": "ms", "ms": 5000})),
+                ("b", json!({"kind": "ms", "ms": 5000})),
+                ("c", json!({"kind": "dynamic"})),
+            ],
+            &[("a", "b"), ("b", "c")],
+        ),
+        "nodes": {"c": [{"finish": {"c": 1}, "timeoutMs": 7000}]},
+    });
+    let path = project.script("three.json", &script);
+    let mut runner = project.spawn(&project.run_launch(&path, 1));
+    runner.expect("runner.ready");
+    runner.command("start", "a", "att-a", 1);
+    runner.expect("node.started");
+    let finished = runner.expect("node.finished");
+
+    let committed = json!({"kind": "committed", "deadlineAtMs": now_ms() + 5_000});
+    runner.reply(
+        &finished,
+        "accepted",
+        Value::Null,
+        Some(json!({"kind": "runNode", "nodeId": "b", "attemptId": "att-b", "visit": 1, "deadline": committed})),
+    );
+    let finished = runner.expect("node.finished");
+    assert_eq!(finished["attemptId"], "att-b", "no node.started for b");
+
+    runner.reply(
+        &finished,
+        "accepted",
+        Value::Null,
+        Some(json!({"kind": "runNode", "nodeId": "c", "attemptId": "att-c", "visit": 1, "deadline": {"kind": "runnerResolves"}})),
+    );
+    let before = now_ms();
+    let started = runner.expect("node.started");
+    assert_eq!(started["attemptId"], "att-c");
+    let deadline = started["deadlineAtMs"].as_u64().unwrap();
+    assert!(
+        (before + 6_000..=now_ms() + 7_000).contains(&deadline),
+        "{deadline}"
+    );
+    let finished = runner.expect("node.finished");
+    runner.reply_exit(&finished, "finished");
+    runner.expect_exiting("finished");
+    runner.expect_closed();
+}
+
 #[test]
 fn a_ready_answered_with_exit_runs_no_node() {
     let project = Project::new();

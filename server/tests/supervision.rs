@@ -943,3 +943,184 @@ async fn a_fresh_start_runs_in_the_process_that_resolved_it() {
     wait_quiescent(&db).await;
     assert_eq!(consistency_violations(&db), Vec::<String>::new());
 }
+
+/// One durable commit per step (issue 12, item 2). The reply to a node's
+/// result carries the next dispatch and, for a static timeout, the deadline
+/// committed with the result (`next.deadline: committed {deadlineAtMs?}`:
+/// dispatch time + the timeout; none for a node without one), so the runner
+/// sends no `node.started` for it. A dynamic timeout is left to the runner
+/// (`runnerResolves`), which reports it in `node.started`; so does the
+/// generation's first node, which the `command` dispatches. Every message
+/// that commits stores its runner-message receipt in its commit, so the
+/// receipts count the commits: ready, a's start, five results and e's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_is_one_commit_whose_reply_carries_the_next_dispatch_and_its_deadline() {
+    let server = TestServer::start();
+    let node = |id: &str, timeout: Value| json!({"id": id, "nodeType": "compute", "timeout": timeout, "mountPath": []});
+    let mut topology = linear_topology(&["a", "b", "c", "d", "e"]);
+    topology["nodes"] = json!([
+        node("a", json!({"kind": "default"})),
+        node("b", json!({"kind": "ms", "ms": 60_000})),
+        node("c", json!({"kind": "default"})),
+        node("d", json!({"kind": "none"})),
+        node("e", json!({"kind": "dynamic"})),
+    ]);
+    let script = write_script(
+        server.scratch(),
+        "deadlines.json",
+        &json!({
+            "workflowName": "deadlines",
+            "topology": topology,
+            "nodes": {"e": [{"finish": {"e": true}, "timeoutMs": 45_000}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "completed", "{view}");
+    let db = server.db();
+    wait_quiescent(&db).await;
+    let runner_epoch: String = db
+        .query_row(
+            "SELECT runner_epoch FROM run_workers WHERE run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+
+    // The nodes the runner sent `node.started` for (its log names the node
+    // it runs before each message of the attempt).
+    let log = std::fs::read_to_string(
+        server
+            .home
+            .join("host")
+            .join("logs")
+            .join(format!("{runner_epoch}.log")),
+    )
+    .unwrap();
+    let mut running = String::new();
+    let mut started_nodes = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("running node ").nth(1) {
+            running = rest.split(' ').next().unwrap().to_owned();
+        } else if line.contains("-> node.started ") {
+            started_nodes.push(running.clone());
+        }
+    }
+    assert_eq!(
+        started_nodes,
+        ["a", "e"],
+        "node.started only for the generation's first node and a dynamic timeout:\n{log}"
+    );
+
+    // The attempt rows and the replies that dispatched them.
+    let attempt = |node_id: &str| -> (i64, Option<i64>) {
+        db.query_row(
+            "SELECT started_at_ms, deadline_at_ms FROM node_attempts WHERE run_id = ?1 AND node_id = ?2",
+            [&run_id, node_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap()
+    };
+    let replies: Vec<Value> = db
+        .prepare("SELECT reply_json FROM worker_messages WHERE runner_epoch = ?1")
+        .unwrap()
+        .query_map([&runner_epoch], |row| row.get::<_, String>(0))
+        .unwrap()
+        .map(|json| serde_json::from_str(&json.unwrap()).unwrap())
+        .collect();
+    let dispatch_of = |node_id: &str| -> Value {
+        replies
+            .iter()
+            .find(|reply| reply["next"]["nodeId"] == json!(node_id))
+            .map(|reply| reply["next"].clone())
+            .unwrap_or_else(|| panic!("no reply dispatched {node_id}: {replies:?}"))
+    };
+    let (b_started, b_deadline) = attempt("b");
+    assert_eq!(b_deadline, Some(b_started + 60_000), "b: dispatch + 60 s");
+    assert_eq!(
+        dispatch_of("b")["deadline"],
+        json!({"kind": "committed", "deadlineAtMs": b_deadline}),
+    );
+    let (c_started, c_deadline) = attempt("c");
+    assert_eq!(c_deadline, Some(c_started + 15 * 60_000), "c: the default");
+    assert_eq!(
+        dispatch_of("c")["deadline"],
+        json!({"kind": "committed", "deadlineAtMs": c_deadline}),
+    );
+    assert_eq!(attempt("d").1, None, "d has no deadline");
+    assert_eq!(dispatch_of("d")["deadline"], json!({"kind": "committed"}));
+    assert_eq!(
+        dispatch_of("e")["deadline"],
+        json!({"kind": "runnerResolves"})
+    );
+    let (e_started, e_deadline) = attempt("e");
+    assert!(
+        e_deadline.is_some_and(|deadline| deadline >= e_started + 45_000),
+        "e: the runner's deadline from node.started ({e_deadline:?}, started {e_started})"
+    );
+    assert_eq!(
+        replies.len(),
+        8,
+        "one commit per step: ready, a's start, five results, e's start: {replies:?}"
+    );
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}
+
+/// The deadline a fused commit records is enforced without `node.started`:
+/// the commit arms the server's deadline wake, which times the stalled node
+/// out (and stops its runner) at dispatch time + its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_deadline_times_out_a_node_the_runner_never_reported_started() {
+    const TIMEOUT_MS: i64 = 1500;
+    let server = TestServer::start();
+    let mut topology = linear_topology(&["a", "b"]);
+    topology["nodes"][1]["timeout"] = json!({"kind": "ms", "ms": TIMEOUT_MS});
+    let script = write_script(
+        server.scratch(),
+        "stalls.json",
+        &json!({
+            "workflowName": "stalls",
+            "topology": topology,
+            "nodes": {"b": [{"stall": true}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let view = wait_settled(&mut client, &run_id).await;
+    assert_eq!(status(&view), "timed_out", "{view}");
+    let db = server.db();
+    wait_quiescent(&db).await;
+    let (started_at, deadline, finished_at, outcome): (i64, Option<i64>, i64, String) = db
+        .query_row(
+            "SELECT started_at_ms, deadline_at_ms, finished_at_ms, outcome FROM node_attempts
+             WHERE run_id = ?1 AND node_id = 'b'",
+            [&run_id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(outcome, "timed_out");
+    assert_eq!(deadline, Some(started_at + TIMEOUT_MS));
+    assert!(finished_at >= started_at + TIMEOUT_MS, "{finished_at}");
+    let runner_epoch: String = db
+        .query_row(
+            "SELECT runner_epoch FROM run_workers WHERE run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let log = std::fs::read_to_string(
+        server
+            .home
+            .join("host")
+            .join("logs")
+            .join(format!("{runner_epoch}.log")),
+    )
+    .unwrap();
+    assert_eq!(
+        log.matches("-> node.started ").count(),
+        1,
+        "only a reported its start:\n{log}"
+    );
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}

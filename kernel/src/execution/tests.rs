@@ -828,6 +828,29 @@ fn a_fused_commit_records_the_result_the_next_attempt_and_its_static_deadline() 
     );
 }
 
+/// After a fused commit the runner sends `node.started` only to report a
+/// status detail: a message without a deadline is accepted, keeps the
+/// committed deadline and asks for no second wake.
+#[test]
+fn a_node_started_without_a_deadline_keeps_the_committed_one() {
+    let topology = then_timeout(NodeTimeout::Fixed { ms: 5_000 });
+    let (transition, _, _) = fused(&live(&topology), &topology, 20).unwrap();
+    let next = current(&transition.facts).clone();
+    let started = record_node_started(
+        &transition.facts,
+        &host_authority(1),
+        &runner_epoch(1),
+        &next.attempt_id,
+        None,
+        21,
+        TTL_MS,
+    )
+    .unwrap();
+    assert_eq!(current(&started.facts).deadline_at_ms, Some(5_020));
+    assert_eq!(started.facts.run.revision, transition.facts.run.revision);
+    assert!(!has(&started.outputs, |o| matches!(o, Output::Wake { .. })));
+}
+
 #[test]
 fn a_fused_commit_gives_the_engine_default_and_no_deadline_for_an_unbounded_node() {
     let topology = then_timeout(NodeTimeout::EngineDefault);
@@ -2281,7 +2304,7 @@ fn notify(
     agg: &RunAggregate,
     topology: &Topology,
     generation: u64,
-) -> Result<(Transition<RunAggregate>, Dispatch), Rejection> {
+) -> Result<(Transition<RunAggregate>, Dispatch, Option<StartDeadline>), Rejection> {
     let attempt = current(agg).attempt_id.clone();
     let result = NodeResult {
         outcome: NodeOutcome::Ok,
@@ -2309,7 +2332,7 @@ fn notify(
 fn a_notification_finishes_the_node_and_adds_one_passive_message_in_the_origin_session() {
     let topology = notify_graph();
     let agg = start(&fixtures::reserved_interactive(1, 0), &topology, None).0;
-    let (transition, dispatch) = notify(&agg, &topology, 1).unwrap();
+    let (transition, dispatch, _) = notify(&agg, &topology, 1).unwrap();
     let facts = &transition.facts;
     assert_eq!(facts.steps.count, 1);
     assert_eq!(facts.steps.last().unwrap().outcome, NodeOutcome::Ok);
@@ -2336,9 +2359,36 @@ fn a_notification_finishes_the_node_and_adds_one_passive_message_in_the_origin_s
 fn a_headless_notification_keeps_its_content_in_the_output_only() {
     let topology = notify_graph();
     let agg = live(&topology);
-    let (transition, _) = notify(&agg, &topology, 1).unwrap();
+    let (transition, _, _) = notify(&agg, &topology, 1).unwrap();
     assert!(transition.facts.messages.is_empty());
     assert_eq!(transition.facts.steps.count, 1);
+}
+
+/// A notify step is one commit too: the node it dispatches gets its static
+/// deadline in the same transition, as after `node.finished`.
+#[test]
+fn a_notification_records_the_static_deadline_of_the_node_it_dispatches() {
+    let mut topology = notify_graph();
+    topology.nodes[1].timeout = NodeTimeout::Fixed { ms: 400 };
+    let (transition, _, deadline) = notify(&live(&topology), &topology, 1).unwrap();
+    assert_eq!(
+        deadline,
+        Some(StartDeadline::Committed {
+            deadline_at_ms: Some(430)
+        })
+    );
+    let next = current(&transition.facts);
+    assert_eq!(next.deadline_at_ms, Some(430));
+    assert!(has(&transition.outputs, |o| matches!(
+        o,
+        Output::Wake { at_ms: 430, reason: WakeReason::NodeDeadline { attempt_id }, .. }
+            if *attempt_id == next.attempt_id
+    )));
+    let mut last = chain(&["tell"]);
+    last.nodes[0] = node("tell", NodeType::Notify);
+    let (_, dispatch, deadline) = notify(&live(&last), &last, 1).unwrap();
+    assert!(matches!(dispatch, Dispatch::Exit { .. }));
+    assert_eq!(deadline, None);
 }
 
 #[test]

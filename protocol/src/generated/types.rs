@@ -5474,6 +5474,8 @@ Run the next node attempt.*/
     RunNode {
         #[serde(rename = "attemptId")]
         attempt_id: AttemptId,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        deadline: ::std::option::Option<StartDeadline>,
         #[serde(rename = "nodeId")]
         node_id: NodeId,
         visit: super::constrained::Visit,
@@ -7281,6 +7283,24 @@ A workflow file and the digest of its bytes.*/
 A built-in workflow and its revision.*/
     #[serde(rename = "builtin")]
     Builtin { id: BuiltinId, revision: Digest },
+}
+///The deadline of the attempt a reply to `node.finished`, `node.failed` or `notification.requested` dispatches (absent: the runner resolves it, as for the first node of a generation).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum StartDeadline {
+    /**CommittedDeadline
+
+The node's timeout is static: the deadline (`now` at the dispatch + the timeout; absent for a node without one) is durable with the result this reply answers. The runner enforces it and reports no deadline in `node.started`.*/
+    #[serde(rename = "committed")]
+    Committed {
+        #[serde(
+            rename = "deadlineAtMs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        deadline_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    },
+    #[serde(rename = "runnerResolves")]
+    RunnerResolves,
 }
 ///A process start identity (for example the start time in clock ticks) that makes a PID unambiguous. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]

@@ -972,6 +972,7 @@ export const RecoverActionValues: readonly RecoverAction[] = ["confirm", "retry"
 /** Run the next node attempt. */
 export interface RunNodeNext {
   "attemptId": AttemptId;
+  "deadline"?: StartDeadline;
   "kind": "runNode";
   "nodeId": NodeId;
   "visit": Visit;
@@ -1624,6 +1625,20 @@ export interface BuiltinSource {
 
 /** The saved identity of one workflow source. */
 export type SourceIdentity = FileSource | BuiltinSource;
+
+/** The node's timeout is static: the deadline (`now` at the dispatch + the timeout; absent for a node without one) is durable with the result this reply answers. The runner enforces it and reports no deadline in `node.started`. */
+export interface CommittedDeadline {
+  "deadlineAtMs"?: TimestampMs;
+  "kind": "committed";
+}
+
+/** The node's timeout is a function only the runner evaluates: the runner resolves it and reports it in `node.started` before anything that depends on it. */
+export interface RunnerResolvesDeadline {
+  "kind": "runnerResolves";
+}
+
+/** The deadline of the attempt a reply to `node.finished`, `node.failed` or `notification.requested` dispatches (absent: the runner resolves it, as for the first node of a generation). */
+export type StartDeadline = CommittedDeadline | RunnerResolvesDeadline;
 
 /** A process start identity (for example the start time in clock ticks) that makes a PID unambiguous. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type StartIdentity = string;

@@ -25,6 +25,7 @@ pub mod updates;
 use crate::children::supervisor;
 use crate::context::Context;
 use crate::context::runners::Runner;
+use crate::fault::FaultPoint;
 use crate::process::{self, ProcessIdentity};
 use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::attempts::{self, AttemptResult};
@@ -33,7 +34,7 @@ use crate::store::{Commit, commands, meta, processes, runs};
 use crate::wire::runner::{Envelope, envelope};
 use answer::{Answer, Extra, Refusal};
 use kernel::attempt::{NodeOutcome, ResultRecord};
-use kernel::execution::{self, Actor, Dispatch, ExitReason, NodeResult};
+use kernel::execution::{self, Dispatch, ExitReason, NodeResult};
 use kernel::ids::{AttemptId, Digest, RunId};
 use kernel::output::{LaunchCommand, Output, Step, StopReason, Transition};
 use kernel::receipt::{self, CommandOutcome, RunnerMessageDecision, RunnerMessageId};
@@ -46,7 +47,7 @@ use protocol::generated::types::{
     self as wire, ActionReceipt, Content, ContentReference, NotificationResult, ReplyOutcome,
     RunnerMessage, ServerMessage,
 };
-use reply::{Addressee, ReplyResult, with_next};
+use reply::{Addressee, ReplyResult, with_dispatch, with_next};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::sync::Arc;
@@ -109,6 +110,26 @@ enum Decide {
 }
 
 impl Decide {
+    /// Whether an accepted message of this kind is a fused step: it records a
+    /// node's result and, in the same commit, starts the next attempt with
+    /// its static deadline (`execution::finish_and_start`,
+    /// `execution::finish_notification`).
+    const fn is_fused_step(&self) -> bool {
+        match self {
+            Self::NodeFinished { .. }
+            | Self::NodeFailed { .. }
+            | Self::NotificationRequested { .. } => true,
+            Self::RunnerReady
+            | Self::NodeStarted { .. }
+            | Self::NodeUpdate { .. }
+            | Self::RunParked { .. }
+            | Self::RunFinished { .. }
+            | Self::InteractionRequested { .. }
+            | Self::EffectReserve { .. }
+            | Self::EffectSettle { .. } => false,
+        }
+    }
+
     /// The message's `type` on the wire.
     const fn wire(&self) -> &'static str {
         match self {
@@ -391,12 +412,15 @@ impl Blobs {
 }
 
 /// What a message job produced: the answer (a reply, or the command after
-/// `runner.ready`), the outputs to perform, and whether the runner lost its
-/// claim.
+/// `runner.ready`), the outputs to perform, whether the runner lost its
+/// claim, and whether the job committed a fused step (a node's result with
+/// the next dispatch: the crash-injection points `before_fused_commit` /
+/// `after_fused_commit` count those).
 struct Handled {
     reply: ServerMessage,
     outputs: Vec<Output>,
     claim_lost: bool,
+    fused_commit: bool,
 }
 
 impl Handled {
@@ -405,6 +429,7 @@ impl Handled {
             reply,
             outputs: Vec::new(),
             claim_lost: false,
+            fused_commit: false,
         }
     }
 }
@@ -532,7 +557,12 @@ async fn decide(
         })
         .await;
     match outcome {
-        Ok(handled) => handled,
+        Ok(handled) => {
+            if handled.fused_commit {
+                app.faults.hit(FaultPoint::AfterFusedCommit);
+            }
+            handled
+        }
         Err(error) => {
             crate::log::line(&format!(
                 "a {} message of run generation {} could not be stored: {error}",
@@ -605,6 +635,7 @@ fn decide_in(
             reply: answer,
             outputs: Vec::new(),
             claim_lost: true,
+            fused_commit: false,
         }));
     }
     // The protocol's idempotency and revision checks, before the payload.
@@ -631,6 +662,7 @@ fn decide_in(
         let check = refusal.protocol.unwrap_or(ProtocolCheck::Revision);
         return protocol_rejection(connection, app, runner, to, &before, check, answer, now_ms);
     }
+    let fused = message.is_fused_step();
     let decided = apply(connection, app, runner, message, to, &before, blobs, now_ms)?;
     let (transition, answer, extra) = match decided {
         Ok(decided) => decided,
@@ -651,6 +683,7 @@ fn decide_in(
                     reply: answer,
                     outputs: Vec::new(),
                     claim_lost: true,
+                    fused_commit: false,
                 }));
             }
             store_reply(
@@ -665,6 +698,7 @@ fn decide_in(
                 reply: answer,
                 outputs: Vec::new(),
                 claim_lost: false,
+                fused_commit: false,
             }));
         }
     };
@@ -692,10 +726,14 @@ fn decide_in(
         &answer,
         now_ms,
     )?;
+    if fused {
+        app.faults.hit(FaultPoint::BeforeFusedCommit);
+    }
     Ok(Commit::Keep(Handled {
         reply: answer,
         outputs,
         claim_lost: false,
+        fused_commit: fused,
     }))
 }
 
@@ -730,6 +768,7 @@ fn protocol_rejection(
                 reply: answer,
                 outputs,
                 claim_lost: false,
+                fused_commit: false,
             }))
         }
         Err(rejection) => {
@@ -739,6 +778,7 @@ fn protocol_rejection(
                 reply: answer,
                 outputs: Vec::new(),
                 claim_lost: true,
+                fused_commit: false,
             }))
         }
     }
@@ -1157,7 +1197,10 @@ struct Finished {
     action: Option<ActionReceipt>,
 }
 
-/// `node.finished` / `node.failed`: the kernel records the step and routes.
+/// `node.finished` / `node.failed`: the fused commit. The kernel records the
+/// step, routes, and starts the next attempt with its static deadline in one
+/// transition; the reply carries that dispatch and deadline
+/// (`next.deadline`), so the runner sends no `node.started` for it.
 #[expect(clippy::too_many_arguments, reason = "one message's facts")]
 fn finish(
     connection: &Connection,
@@ -1208,22 +1251,19 @@ fn finish(
         .error(error.as_deref())
         .to_value();
     let next_attempt = AttemptId::new(crate::ids::uuid());
-    let actor = Actor::Runner {
-        authority: &runner.authority,
-        runner_epoch: &runner.runner_epoch,
-    };
     let result = NodeResult { outcome, record };
-    let finished = execution::finish_attempt(
+    let finished = execution::finish_and_start(
         before,
         &topology,
-        actor,
+        &runner.authority,
+        &runner.runner_epoch,
         &attempt_id,
         result,
         next_attempt,
         now_ms,
         ttl_ms,
     );
-    let (transition, dispatch) = match finished {
+    let (transition, dispatch, deadline) = match finished {
         Ok(finished) => finished,
         Err(rejection) => return Ok(Err(rejection.into())),
     };
@@ -1248,7 +1288,11 @@ fn finish(
         }
         Ok(())
     });
-    let answer = with_next(to.accepted(Some(revision), ReplyResult::Nothing), &dispatch);
+    let answer = with_dispatch(
+        to.accepted(Some(revision), ReplyResult::Nothing),
+        &dispatch,
+        deadline,
+    );
     Ok(decided(transition, answer, Some(extra)))
 }
 
@@ -1321,7 +1365,7 @@ fn notify(
         now_ms,
         ttl_ms,
     );
-    let (transition, dispatch) = match finished {
+    let (transition, dispatch, deadline) = match finished {
         Ok(finished) => finished,
         Err(rejection) => return Ok(Err(rejection.into())),
     };
@@ -1334,9 +1378,10 @@ fn notify(
         attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)
     });
     let revision = transition.facts.run.revision.0;
-    let answer = with_next(
+    let answer = with_dispatch(
         to.accepted(Some(revision), ReplyResult::Notification(receipt)),
         &dispatch,
+        deadline,
     );
     Ok(decided(transition, answer, Some(extra)))
 }

@@ -15,8 +15,8 @@
 
 use crate::context::runners::Runner;
 use crate::projection::run_view::{OffSchema, to_wire};
-use kernel::execution::{Dispatch, ExitReason};
-use protocol::generated::constrained::{ByteOffset, Generation, Revision, Visit};
+use kernel::execution::{Dispatch, ExitReason, StartDeadline};
+use protocol::generated::constrained::{ByteOffset, Generation, Revision, TimestampMs, Visit};
 use protocol::generated::types::{
     self as wire, EffectAdoption, EffectReservation, EffectSettlement, InteractionRequestResult,
     NodeUpdateResult, NotificationResult, ReplyOutcome, SafeError, ServerMessage, WorkerSchemaId,
@@ -184,17 +184,27 @@ fn with_error(mut reply: ServerMessage, code: protocol::ErrorCode, message: &str
 
 /// `reply` with its `next` instruction (what the runner does after it). A
 /// command or a content chunk is returned unchanged.
-pub(crate) fn with_next(mut reply: ServerMessage, dispatch: &Dispatch) -> ServerMessage {
+pub(crate) fn with_next(reply: ServerMessage, dispatch: &Dispatch) -> ServerMessage {
+    with_dispatch(reply, dispatch, None)
+}
+
+/// [`with_next`] for a fused commit: a dispatched node carries the
+/// `deadline` the commit recorded for it (`next.deadline`).
+pub(crate) fn with_dispatch(
+    mut reply: ServerMessage,
+    dispatch: &Dispatch,
+    deadline: Option<StartDeadline>,
+) -> ServerMessage {
     match &mut reply {
-        ServerMessage::Reply { next, .. } => *next = next_of(dispatch),
+        ServerMessage::Reply { next, .. } => *next = next_of(dispatch, deadline),
         ServerMessage::Command { .. } | ServerMessage::ContentChunk { .. } => {}
     }
     reply
 }
 
 /// The kernel's dispatch as the reply's `next` (`None`, logged, for an id
-/// off its schema: a server bug).
-fn next_of(dispatch: &Dispatch) -> Option<wire::ReplyNext> {
+/// or a deadline off its schema: a server bug).
+fn next_of(dispatch: &Dispatch, deadline: Option<StartDeadline>) -> Option<wire::ReplyNext> {
     let next = match dispatch {
         Dispatch::RunNode {
             node_id,
@@ -203,6 +213,10 @@ fn next_of(dispatch: &Dispatch) -> Option<wire::ReplyNext> {
         } => (|| {
             Some(wire::ReplyNext::RunNode {
                 attempt_id: attempt_id.as_str().parse().ok()?,
+                deadline: match deadline {
+                    None => None,
+                    Some(deadline) => Some(wire_deadline(deadline)?),
+                },
                 node_id: node_id.as_str().parse().ok()?,
                 visit: Visit::new(u64::from(*visit))?,
             })
@@ -215,6 +229,20 @@ fn next_of(dispatch: &Dispatch) -> Option<wire::ReplyNext> {
         crate::log::line("a runner reply's next node did not fit its schema type");
     }
     next
+}
+
+/// The kernel's start deadline as the wire names it (`None` for a deadline
+/// over 2^53−1).
+fn wire_deadline(deadline: StartDeadline) -> Option<wire::StartDeadline> {
+    Some(match deadline {
+        StartDeadline::Committed { deadline_at_ms } => wire::StartDeadline::Committed {
+            deadline_at_ms: match deadline_at_ms {
+                None => None,
+                Some(at_ms) => Some(TimestampMs::new(at_ms)?),
+            },
+        },
+        StartDeadline::RunnerResolves => wire::StartDeadline::RunnerResolves,
+    })
 }
 
 /// The kernel's exit reason as the wire names it (a finished generation

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use protocol::content::{self, Assembler, ContentFailure, Part};
 use protocol::generated::types::{
-    CommandState, ExitReason, ReplyNext, ReplyOutcome, SafeError, WorkerSchemaId,
+    CommandState, ExitReason, ReplyNext, ReplyOutcome, SafeError, StartDeadline, WorkerSchemaId,
 };
 use protocol::{
     FrameDecoder, RunnerMessage, ServerMessage, WorkerLaunch, decode_launch, decode_server_frame,
@@ -57,6 +57,9 @@ pub(crate) enum Next {
         node_id: String,
         attempt_id: String,
         visit: u64,
+        /// The deadline the server committed with the dispatch (`None`: the
+        /// runner resolves it, as for the `command`'s node).
+        deadline: Option<StartDeadline>,
     },
     /// Send `runner.exiting` with this reason and exit 0.
     Exit(ExitReason),
@@ -266,6 +269,7 @@ fn classify(message: ServerMessage) -> Frame {
                     node_id: node.node_id.to_string(),
                     attempt_id: node.attempt_id.to_string(),
                     visit: node.visit.get(),
+                    deadline: None,
                 },
                 state,
             )
@@ -293,12 +297,14 @@ fn next_of(next: ReplyNext) -> Next {
     match next {
         ReplyNext::RunNode {
             attempt_id,
+            deadline,
             node_id,
             visit,
         } => Next::Run {
             node_id: node_id.to_string(),
             attempt_id: attempt_id.to_string(),
             visit: visit.get(),
+            deadline,
         },
         ReplyNext::Exit { reason } => Next::Exit(reason),
     }

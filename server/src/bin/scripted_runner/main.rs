@@ -80,11 +80,17 @@
 //! `visit` (visit 1 is index 0; beyond the end the last one repeats). A node
 //! without an entry finishes with output `{"node": "<id>", "visit": N}`.
 //!
-//! Every attempt begins with `node.started {attemptId, deadlineAtMs?}`: the
-//! deadline is now + ms for a `timeout` of kind `ms`, now + 15 min for
-//! `default`, none for `none`, and for `dynamic` now + the `timeoutMs` of
-//! the behaviour (any behaviour of the chain may carry `timeoutMs`; the
-//! outermost wins; none means no deadline). Then the behaviour runs. Each
+//! An attempt dispatched with a committed deadline (`next.deadline: {kind:
+//! committed}` of a reply to `node.finished`, `node.failed` or
+//! `notification.requested`) starts at once: the server recorded its
+//! deadline with the result and enforces it (its deadline wake); the runner
+//! only logs it. Any other attempt (the `command`'s node, `next.deadline:
+//! {kind: runnerResolves}`, or a `next` without `deadline`) begins with
+//! `node.started {attemptId, deadlineAtMs?}`: the deadline is now + ms for a
+//! `timeout` of kind `ms`, now + 15 min for `default`, none for `none`, and
+//! for `dynamic` now + the `timeoutMs` of the behaviour (any behaviour of
+//! the chain may carry `timeoutMs`; the outermost wins; none means no
+//! deadline). Then the behaviour runs. Each
 //! behaviour names exactly one action; wrappers take an optional `then`
 //! (default: the default finish):
 //!

@@ -16,7 +16,8 @@ use protocol::WorkerLaunch;
 use protocol::canonicalize;
 use protocol::generated::types::{
     ApplyingState, EffectAdoption, EffectReservation, EffectState, NodeFailureOutcome, NodeUpdate,
-    ReplyOutcome, SettleState, SourceIdentity, TimeoutSpec, Topology, WorkflowSource,
+    ReplyOutcome, SettleState, SourceIdentity, StartDeadline, TimeoutSpec, Topology,
+    WorkflowSource,
 };
 use serde_json::{Value, json};
 
@@ -80,11 +81,13 @@ pub(crate) fn run(launch: &WorkerLaunch, mut channel: Channel) -> ! {
                 node_id,
                 attempt_id,
                 visit,
+                deadline,
             } => {
                 let mut attempt = Attempt {
                     node_id,
                     attempt_id,
                     visit,
+                    deadline,
                     base: base.clone(),
                     receipt: None,
                 };
@@ -157,6 +160,8 @@ struct Attempt {
     node_id: String,
     attempt_id: String,
     visit: u64,
+    /// The deadline the dispatch carried (`None`: this runner resolves it).
+    deadline: Option<StartDeadline>,
     /// The script's directory: relative paths are resolved against it.
     base: PathBuf,
     /// The effect receipt the final message carries (`"receipt": true`).
@@ -185,17 +190,27 @@ fn run_node(
 ) -> Next {
     channel.attempt_id = Some(attempt.attempt_id.clone());
     let behaviour = script.behaviour(&attempt.node_id, attempt.visit);
-    let mut started = json!({"attemptId": attempt.attempt_id});
-    if let Some(deadline) = deadline_at(topology, &attempt.node_id, &behaviour) {
-        started["deadlineAtMs"] = json!(deadline);
-    }
     log!(
         "running node {} visit {} ({})",
         attempt.node_id,
         attempt.visit,
         attempt.attempt_id
     );
-    channel.send("node.started", started);
+    match &attempt.deadline {
+        // The server committed the deadline with the dispatch and enforces
+        // it with its deadline wake: nothing to report.
+        Some(StartDeadline::Committed { deadline_at_ms }) => match deadline_at_ms {
+            Some(at_ms) => log!("deadline committed at {at_ms}"),
+            None => log!("no deadline (committed)"),
+        },
+        Some(StartDeadline::RunnerResolves) | None => {
+            let mut started = json!({"attemptId": attempt.attempt_id});
+            if let Some(deadline) = deadline_at(topology, &attempt.node_id, &behaviour) {
+                started["deadlineAtMs"] = json!(deadline);
+            }
+            channel.send("node.started", started);
+        }
+    }
     let (kind, mut fields) = match perform(channel, &behaviour, attempt) {
         End::Finished(output) => (
             "node.finished",
