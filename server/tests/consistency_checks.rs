@@ -70,6 +70,7 @@ const APPLIED_WITHOUT_RESULT: &str = "applied effect without a result";
 const START_RECEIPT: &str = "an accepted run.start receipt whose run does not exist";
 const RUN_RECEIPT: &str = "an accepted run command receipt for a run that does not exist";
 const MESSAGE_RECEIPT: &str = "a runner-message receipt of an unknown runner epoch";
+const RESULT_TWICE: &str = "a node visit with more than one finished result";
 const NO_PARK_REASON: &str = "parked run without a park reason";
 const NO_PRESENTATION: &str = "a run without a presentation revision";
 const PATCH_OUTSIDE: &str = "a patch outside the retained revisions";
@@ -153,6 +154,19 @@ const PLANTED: &[Planted] = &[
         trips: &[ACTIVE_WITHOUT_SLOT],
         sql: "UPDATE node_attempts SET status = 'active'
               WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'editable')",
+    },
+    Planted {
+        bug: "a node's result recorded twice (a crashed step rerun as a new result of the same visit)",
+        trips: &[RESULT_TWICE],
+        sql: "INSERT INTO node_attempts (run_id, attempt_id, seq, node_id, visit, generation, status,
+                outcome, carried, started_at_ms, deadline_at_ms, finished_at_ms, crash_retries,
+                status_detail, output_digest, error_message, action_json, step_index)
+              SELECT run_id, attempt_id || '-again', seq + 1000, node_id, visit, generation, status,
+                outcome, carried, started_at_ms, deadline_at_ms, finished_at_ms, crash_retries,
+                status_detail, output_digest, error_message, action_json, step_index + 1000
+              FROM node_attempts
+              WHERE run_id = (SELECT run_id FROM runs WHERE workflow_name = 'linear')
+                AND node_id = 'b'",
     },
     Planted {
         bug: "a checkpoint attempt still active while its run waits",

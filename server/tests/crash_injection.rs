@@ -9,7 +9,8 @@
 //! - the run completes, or, when an effect was applying at the crash, is
 //!   parked `ambiguous` with exactly that effect ambiguous and is not
 //!   re-admitted on its own;
-//! - no effect was applied twice;
+//! - no effect was applied twice, and no node result was recorded twice
+//!   (each node of these linear runs has at most one, of its first visit);
 //! - every receipt the client received before the crash is adopted by an
 //!   exact retry (same key, new request id), and a command without a receipt
 //!   can be retried and executes at most once;
@@ -91,9 +92,10 @@ fn resolvers(server: &TestServer) -> Vec<(u32, bool)> {
         .collect()
 }
 
-/// Runs one crash scenario at `fault` (`point:n`); returns how many resolvers
-/// were waiting for their run's launch when the server died.
-async fn crash_and_recover(fault: &str) -> usize {
+/// Runs one crash scenario at `fault` (`point:n`); returns the restarted
+/// server, for checks of its own, and how many resolvers were waiting for
+/// their run's launch when the server died.
+async fn crash_and_recover(fault: &str) -> (TestServer, usize) {
     let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", fault)]);
     server.spawn().expect("the server starts");
     let script = effect_script(server.scratch());
@@ -328,6 +330,41 @@ async fn crash_and_recover(fault: &str) -> usize {
             other => panic!("{fault}: effect {effect_id} left {other}"),
         }
     }
+    // A crash reruns only what may rerun: every node of these linear runs
+    // has at most one result, of its first visit (an attempt the crash
+    // abandoned reruns with the same visit; `consistency_violations` below
+    // also refuses a visit with two results), and a completed run has one
+    // for each of its nodes.
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM node_attempts WHERE status = 'finished' AND visit <> 1",
+            []
+        ),
+        0,
+        "{fault}: a node result of a later visit"
+    );
+    for run_id in &run_ids {
+        let (workflow, run_status): (String, String) = db
+            .query_row(
+                "SELECT workflow_name, status FROM runs WHERE run_id = ?1",
+                [run_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        if run_status == "completed" {
+            let nodes = if workflow == "effects" { 3 } else { 2 };
+            assert_eq!(
+                count(
+                    &db,
+                    "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1 AND status = 'finished'",
+                    [run_id]
+                ),
+                nodes,
+                "{fault}: {workflow} has one result per node"
+            );
+        }
+    }
     wait_quiescent(&db).await;
     assert_eq!(consistency_violations(&db), Vec::<String>::new(), "{fault}");
     // No runner process of the crashed server survived the recovery.
@@ -338,7 +375,8 @@ async fn crash_and_recover(fault: &str) -> usize {
             identity.pid
         );
     }
-    waiting
+    drop(db);
+    (server, waiting)
 }
 
 fn count_statuses(db: &rusqlite::Connection) -> Vec<String> {
@@ -390,12 +428,69 @@ async fn sigkill_after_commit_mid_run_then_restart_recovers() {
     crash_and_recover("after_commit:18").await;
 }
 
+// `before_fused_commit`/`after_fused_commit` count fused commits only (a
+// node's result with the next attempt and its deadline: `node.finished`,
+// `node.failed`, `notification.requested`): 1 is the first node's result
+// (the effects run's `a` or the simple run's `x`, whichever finishes
+// first), 3 a later one. Inside: the result and the dispatch are lost
+// together and the node reruns; after: both are durable, the reply never
+// reaches the runner, and the dispatched attempt reruns with its visit.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_inside_the_first_fused_commit_then_restart_recovers() {
+    crash_and_recover("before_fused_commit:1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_the_first_fused_commit_then_restart_recovers() {
+    let (server, _) = crash_and_recover("after_fused_commit:1").await;
+    // The first result's commit dispatched the run's second node with its
+    // deadline, and the runner never heard of it: the recovery abandoned
+    // that attempt, and the next generation ran the node again with the
+    // same visit and a deadline of its own.
+    let db = server.db();
+    let reruns: Vec<(String, i64, i64, i64)> = db
+        .prepare(
+            "SELECT lost.node_id, lost.visit, lost.generation, rerun.generation
+             FROM node_attempts lost JOIN node_attempts rerun
+               ON rerun.run_id = lost.run_id AND rerun.node_id = lost.node_id
+              AND rerun.visit = lost.visit AND rerun.status = 'finished'
+             WHERE lost.status = 'abandoned' AND lost.deadline_at_ms IS NOT NULL
+               AND rerun.deadline_at_ms > lost.deadline_at_ms",
+        )
+        .unwrap()
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        reruns.iter().any(
+            |(node, visit, lost, rerun)| ["b", "y"].contains(&node.as_str())
+                && *visit == 1
+                && rerun > lost
+        ),
+        "the dispatched attempt was not rerun: {reruns:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_inside_a_later_fused_commit_then_restart_recovers() {
+    crash_and_recover("before_fused_commit:3").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_a_later_fused_commit_then_restart_recovers() {
+    crash_and_recover("after_fused_commit:3").await;
+}
+
 /// The first run's admission takes its waiting resolver and the server dies
 /// before handing it the launch: the resolver exits on EOF, and the new
 /// server recovers the run with a fresh runner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_before_the_first_runner_spawn_then_restart_recovers() {
-    let waiting = crash_and_recover("before_spawn:1").await;
+    let (_, waiting) = crash_and_recover("before_spawn:1").await;
     assert!(
         waiting >= 1,
         "the first run's resolver waited for its launch"

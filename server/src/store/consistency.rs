@@ -86,6 +86,15 @@ pub const CHECKS: &[Check] = &[
         sql: "SELECT r.run_id FROM runs r WHERE r.status = 'completed' AND NOT EXISTS
            (SELECT 1 FROM events e WHERE e.run_id = r.run_id AND e.kind = 'completed')",
     },
+    // Added with the fused commit (a node's result and the next attempt in
+    // one commit): a crash on either side of it reruns only the dispatched
+    // attempt, never records a result twice.
+    Check {
+        message: "a node visit with more than one finished result",
+        quiescent_only: false,
+        sql: "SELECT run_id || ' ' || node_id || ' v' || visit FROM node_attempts
+         WHERE status = 'finished' GROUP BY run_id, node_id, visit HAVING COUNT(*) > 1",
+    },
     Check {
         message: "unfinished attempt on a terminal run",
         quiescent_only: false,
