@@ -5,6 +5,7 @@
  * run-view.v1 carries no node outputs yet.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { cpSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -41,6 +42,13 @@ describe("examples", () => {
     assert.equal(view.title, "Greet Ada");
     assert.deepEqual(stepNodes(view), ["greet", "shout", "summarize"]);
     assert.deepEqual(await output(runId, "summarize"), { greeting: "Hello, Ada", shouted: "HELLO, ADA!" });
+    // One durable commit per step: each result's reply carried the next node with its committed
+    // deadline, so the node runner reported only the first node's start. Every message that
+    // commits stores its runner-message receipt: ready, greet's start and three results.
+    const sql = (query: string): string => execFileSync("sqlite3", [join(server.home, "state.sqlite"), query], { encoding: "utf8" }).trim();
+    const epoch = sql(`SELECT runner_epoch FROM run_workers WHERE run_id = '${runId}'`);
+    assert.equal(sql(`SELECT count(*) FROM worker_messages WHERE runner_epoch = '${epoch}'`), "5");
+    assert.equal(sql(`SELECT count(*) FROM node_attempts WHERE run_id = '${runId}' AND deadline_at_ms = started_at_ms + 900000`), "2", "shout and summarize: the engine default, committed at dispatch");
   });
 
   it("switch routing follows $.route", async () => {

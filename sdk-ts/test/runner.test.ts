@@ -418,6 +418,24 @@ describe("node execution (in process)", () => {
     assert.ok(dynamic.deadlineAtMs >= before + 5000, "a function timeout is resolved and reported");
   });
 
+  it("enforces a deadline the server committed with the dispatch and sends node.started only for a status detail", async () => {
+    const root = project("committed", {
+      "slow.workflow.ts": `import { compute, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "slow", startAt: "a", nodes: { a: compute({ timeoutMs: 100, run: () => new Promise(() => undefined) }), b: compute({ timeoutMs: 100, statusDetail: "busy", run: () => 1 }), c: compute({ timeoutMs: null, run: () => 2 }) }, edges: [{ from: "a", to: "b" }, { from: "b", to: "c" }] });\n`,
+    });
+    const compiled = await loadAndCompile(join(root, ".pi", "workflows", "slow.workflow.ts"), root);
+    const { channel, sent } = stubChannel(() => undefined);
+    const executor = new Executor({ channel, compiled, state: new RunState({ input: null, results: {}, resultOrder: [], steps: 0 }), runId: "r", projectPath: root, log: () => undefined, stopSignal: new AbortController().signal, journal: () => undefined });
+    const started = Date.now();
+    await executor.run({ nodeId: "a", attemptId: "a1", visit: 1, deadline: { kind: "committed", deadlineAtMs: started + 150 } });
+    assert.ok(Date.now() >= started + 140, "the timer runs to the committed deadline");
+    assert.deepEqual(sent, [{ type: "node.failed", attemptId: "a1", outcome: "timed_out", error: { code: "timedOut", message: "the node exceeded its deadline of 100 ms" } }], "no node.started");
+    await executor.run({ nodeId: "b", attemptId: "b1", visit: 1, deadline: { kind: "committed", deadlineAtMs: Date.now() + 100 } });
+    assert.deepEqual(sent[1], { type: "node.started", attemptId: "b1", statusDetail: "busy" }, "the status detail alone, no second deadline");
+    assert.equal((sent[2] as { type: string }).type, "node.finished");
+    await executor.run({ nodeId: "c", attemptId: "c1", visit: 1, deadline: { kind: "committed" } });
+    assert.deepEqual(sent.slice(3).map((m) => m.type), ["node.finished"], "no deadline, nothing to report");
+  });
+
   it("function actions go through effect.reserve/settle; a settled effect is adopted without running again", async () => {
     const root = project("effects", {
       "act.workflow.ts": `import { appendFileSync } from "node:fs";\nimport { action, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "act", startAt: "a", nodes: { a: action({ run: () => { appendFileSync(${JSON.stringify(join(dir, "applied.log"))}, "x"); return { sent: 1 }; } }) } });\n`,

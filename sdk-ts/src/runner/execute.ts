@@ -22,7 +22,7 @@ import type {
   UpdateReceipt,
   WorkflowUpdate,
 } from "../authoring/types.js";
-import type { ActionReceipt, NodeFailureOutcome, SafeError } from "../generated/types.js";
+import type { ActionReceipt, NodeFailureOutcome, SafeError, StartDeadline } from "../generated/types.js";
 import { canonicalString } from "../protocol/canonical.js";
 import { sha256Digest } from "../authoring/compile.js";
 import { type Fields, FrameRefused, type ReplyTo, type RunnerChannel, type RunnerReply, refusalReason } from "./channel.js";
@@ -56,6 +56,8 @@ export interface AttemptTarget {
   nodeId: string;
   attemptId: string;
   visit: number;
+  /** The deadline the server committed with the dispatch (`next.deadline` of the reply to a result); absent for the generation's first node, whose deadline the runner resolves. */
+  deadline?: StartDeadline;
 }
 
 /** The accepted reply to `notification.requested`: the server recorded the notify node's result, its `NotificationResult`. */
@@ -77,6 +79,15 @@ export class NodeFailure extends Error {
   ) {
     super(message);
   }
+}
+
+/** A node's static timeout in ms (null: none), or "dynamic" for a function only the runner can evaluate. */
+function staticTimeoutMs(node: CompiledNode): number | null | "dynamic" {
+  const spec = node.node?.timeoutMs;
+  if (spec === undefined) return node.timeout.kind === "none" ? null : DEFAULT_NODE_TIMEOUT_MS;
+  if (spec === null) return null;
+  if (typeof spec === "number") return Math.ceil(spec);
+  return "dynamic";
 }
 
 /** A timeout abort reason. */
@@ -233,17 +244,33 @@ export class Executor {
     try {
       if (!node) throw new NodeFailure("failed", "nodeFailed", `node ${target.nodeId} is not in the compiled workflow`);
       const ctx = this.context(node, target, controller.signal, node.transition === "entry" ? node.mountPath.slice(0, -1) : node.mountPath);
-      const timeoutMs = await this.resolveTimeout(node, ctx);
-      const deadlineAtMs = timeoutMs === null ? undefined : startedAt + timeoutMs;
       const statusDetail = node.node?.statusDetail;
+      let timer: { inMs: number; timeoutMs: number } | null;
       // The reply to node.started is not awaited: a claimLost reply stops the runner through the channel.
-      await channel.send("node.started", {
-        attemptId: target.attemptId,
-        ...(deadlineAtMs !== undefined ? { deadlineAtMs } : {}),
-        ...(statusDetail !== undefined ? { statusDetail } : {}),
-      });
-      if (timeoutMs !== null) {
-        deadlineTimer = setTimeout(() => controller.abort(timeoutReason(timeoutMs)), timeoutMs);
+      if (target.deadline?.kind === "committed") {
+        // The server recorded the deadline with the previous result (one commit per step): enforce it;
+        // node.started has only a status detail to report.
+        const deadlineAtMs = target.deadline.deadlineAtMs;
+        const configured = staticTimeoutMs(node);
+        timer =
+          deadlineAtMs === undefined
+            ? null
+            : { inMs: Math.max(0, deadlineAtMs - Date.now()), timeoutMs: typeof configured === "number" ? configured : deadlineAtMs - startedAt };
+        if (statusDetail !== undefined) await channel.send("node.started", { attemptId: target.attemptId, statusDetail });
+      } else {
+        // The generation's first node, or a dynamic timeout: resolved here and made durable by node.started.
+        const timeoutMs = await this.resolveTimeout(node, ctx);
+        const deadlineAtMs = timeoutMs === null ? undefined : startedAt + timeoutMs;
+        await channel.send("node.started", {
+          attemptId: target.attemptId,
+          ...(deadlineAtMs !== undefined ? { deadlineAtMs } : {}),
+          ...(statusDetail !== undefined ? { statusDetail } : {}),
+        });
+        timer = timeoutMs === null ? null : { inMs: timeoutMs, timeoutMs };
+      }
+      if (timer !== null) {
+        const { inMs, timeoutMs } = timer;
+        deadlineTimer = setTimeout(() => controller.abort(timeoutReason(timeoutMs)), inMs);
       }
       const done = await this.dispatch(node, target, ctx);
       outcome = "exit" in done || "settled" in done ? done : { ok: true, output: done.output, ...(done.action ? { action: done.action } : {}) };
@@ -345,10 +372,10 @@ export class Executor {
   }
 
   private async resolveTimeout(node: CompiledNode, ctx: NodeContext): Promise<number | null> {
+    const configured = staticTimeoutMs(node);
+    if (configured !== "dynamic") return configured;
     const spec = node.node?.timeoutMs;
-    if (spec === undefined) return node.timeout.kind === "none" ? null : DEFAULT_NODE_TIMEOUT_MS;
-    if (spec === null) return null;
-    if (typeof spec === "number") return Math.ceil(spec);
+    if (typeof spec !== "function") return null;
     const value = await withBound(Promise.resolve().then(() => spec(ctx)), RESOLVE_BOUND_MS, "timeoutMs()");
     if (value === null) return null;
     if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {

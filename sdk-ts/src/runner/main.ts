@@ -477,7 +477,8 @@ export async function runMode(channel: RunnerChannel, launch: WorkerLaunch, stop
       record({ event: "exit", reason: next.reason });
       return EXIT_OK;
     }
-    target = { nodeId: next.nodeId, attemptId: next.attemptId, visit: next.visit };
+    // The reply carries the next dispatch and, for a static timeout, the deadline committed with this result.
+    target = { nodeId: next.nodeId, attemptId: next.attemptId, visit: next.visit, ...(next.deadline ? { deadline: next.deadline } : {}) };
   }
 }
 
