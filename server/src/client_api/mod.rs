@@ -156,15 +156,23 @@ async fn dispatch(
             .await
         }
         RequestPayload::ServerStop(_) => {
-            app.request_stop();
-            response(
+            // Answered before the stop is requested: `server.stop` has no
+            // receipt, so it holds no command slot the shutdown would wait
+            // for, and a server that stopped first could exit before the
+            // answer was written (the client then saw the connection lost).
+            let answer = response(
                 &request.request_id,
                 "server.stop",
                 "accepted",
                 None,
                 Some(receipt(&ServerStopReceipt { stopping: true })),
                 None,
-            )
+            );
+            outbox
+                .send_and_drain(crate::wire::client::frame(&answer))
+                .await;
+            app.request_stop();
+            return None;
         }
         RequestPayload::RunStart(start) => run_start(app, request, start).await,
         RequestPayload::RunsList(list) => runs_list(app, &request, &list).await,
