@@ -886,6 +886,9 @@ pub struct ChannelStatusRow {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub attempt_id: ::std::option::Option<AttemptId>,
+    ///Why the adapter is stopped or failed (a broken profile, a missing or unsafe credential file, an adapter that keeps exiting): one line that names no token or path.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub diagnostic: ::std::option::Option<SafeMessage>,
     pub profile: ChannelProfile,
     pub state: ChannelState,
 }
@@ -1644,7 +1647,7 @@ pub struct DecisionAnswerReceipt {
     #[serde(rename = "decisionId")]
     pub decision_id: DecisionId,
 }
-///Where a person answered a protected decision: the Pi extension's /workflow answer (pi) or the command line's pi-workflows answer (cli).
+///Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client).
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,
@@ -1662,12 +1665,15 @@ pub enum DecisionChannel {
     Pi,
     #[serde(rename = "cli")]
     Cli,
+    #[serde(rename = "telegram")]
+    Telegram,
 }
 impl ::std::fmt::Display for DecisionChannel {
     fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
         match *self {
             Self::Pi => f.write_str("pi"),
             Self::Cli => f.write_str("cli"),
+            Self::Telegram => f.write_str("telegram"),
         }
     }
 }
@@ -1679,6 +1685,7 @@ impl ::std::str::FromStr for DecisionChannel {
         match value {
             "pi" => Ok(Self::Pi),
             "cli" => Ok(Self::Cli),
+            "telegram" => Ok(Self::Telegram),
             _ => Err("invalid value".into()),
         }
     }

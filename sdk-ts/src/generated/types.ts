@@ -127,6 +127,8 @@ export interface ChannelStatusReceipt {
 /** One channel adapter. */
 export interface ChannelStatusRow {
   "attemptId"?: AttemptId;
+  /** Why the adapter is stopped or failed (a broken profile, a missing or unsafe credential file, an adapter that keeps exiting): one line that names no token or path. */
+  "diagnostic"?: SafeMessage;
   "profile": ChannelProfile;
   "state": ChannelState;
 }
@@ -360,11 +362,11 @@ export interface DecisionAnswerReceipt {
   "decisionId": DecisionId;
 }
 
-/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi) or the command line's pi-workflows answer (cli). */
-export type DecisionChannel = "pi" | "cli";
+/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client). */
+export type DecisionChannel = "pi" | "cli" | "telegram";
 
 /** Every value of DecisionChannel, in schema order. */
-export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli"];
+export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli", "telegram"];
 
 /** One choice of a human decision: its id, its label and the text input it takes, if any. */
 export interface DecisionChoice {
