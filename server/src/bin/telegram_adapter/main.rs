@@ -38,8 +38,8 @@ struct Launch {
     profile: String,
     api_base: String,
     token: String,
-    allowed_user_ids: Vec<i64>,
-    allowed_chat_ids: Vec<i64>,
+    allowed_user_ids: Vec<String>,
+    allowed_chat_ids: Vec<String>,
     poll_timeout_s: u64,
 }
 
@@ -110,7 +110,8 @@ fn main() {
         out: Mutex::new(std::io::stdout()),
         stale_epoch: std::env::var("PI_WORKFLOWS_ADAPTER_FAULT").as_deref() == Ok("stale_epoch"),
     });
-    let allowed = Arc::new((launch.allowed_user_ids, launch.allowed_chat_ids));
+    let ids = |ids: &[String]| -> Vec<i64> { ids.iter().filter_map(|id| id.parse().ok()).collect() };
+    let allowed = Arc::new((ids(&launch.allowed_user_ids), ids(&launch.allowed_chat_ids)));
     {
         let (api, channel, allowed) = (api.clone(), channel.clone(), allowed.clone());
         let timeout = launch.poll_timeout_s;
@@ -159,7 +160,8 @@ fn present(api: &http::Api, channel: &Channel, chats: &[i64], message: &Value) {
         });
         let report = match api.call("sendMessage", &body) {
             Ok(http::Answer::Ok(result)) => {
-                sent.push(json!({"chatId": chat, "messageId": result["message_id"]}));
+                let message_id = result["message_id"].as_i64().unwrap_or_default();
+                sent.push(json!({"chatId": chat.to_string(), "messageId": message_id.to_string()}));
                 continue;
             }
             Ok(http::Answer::Refused { retryable }) => {
@@ -231,7 +233,7 @@ fn poll(api: &http::Api, channel: &Channel, allowed: &(Vec<i64>, Vec<i64>), time
                 "channel.answer",
                 Some(attempt_id),
                 revision,
-                json!({"choiceIndex": index, "userId": user, "chatId": chat, "eventId": event_id}),
+                json!({"choiceIndex": index, "userId": user.to_string(), "chatId": chat.to_string(), "eventId": event_id}),
             );
         }
     }
