@@ -65,6 +65,20 @@ pub fn parse_attempt_id(attempt_id: &str) -> Option<(EffectId, u32)> {
     (number >= 1 && effect.starts_with("effect-")).then(|| (EffectId::new(effect), number))
 }
 
+/// The key of the send of `agg`'s pending decision to `profile`.
+pub fn send_key(agg: &RunAggregate, profile: &str) -> Option<EffectKey> {
+    let decision = agg
+        .decision
+        .as_ref()
+        .filter(|decision| decision.status == crate::decision::DecisionStatus::Pending)?;
+    Some(EffectKey {
+        run_id: agg.run.run_id.clone(),
+        effect_type: send_type(profile),
+        node_path: decision.node_id.clone(),
+        visit: 1,
+    })
+}
+
 /// The server's view of one running adapter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdapterSession {
@@ -118,6 +132,8 @@ pub enum ChannelRejection {
     NotDelivered { state: EffectState },
     /// The answering identity is not allowed for the profile.
     NotAllowed,
+    /// The pressed choice takes a text input, which a button cannot carry.
+    NeedsText,
 }
 
 /// Checks `header` against the running adapter `session` and returns the
@@ -178,18 +194,8 @@ pub fn present(
     existing: Option<&EffectRecord>,
     now_ms: u64,
 ) -> Result<Presented, ChannelRejection> {
-    let Some(decision) = agg
-        .decision
-        .as_ref()
-        .filter(|decision| decision.status == crate::decision::DecisionStatus::Pending)
-    else {
+    let Some(key) = send_key(agg, profile) else {
         return Err(ChannelRejection::NoPendingDecision);
-    };
-    let key = EffectKey {
-        run_id: agg.run.run_id.clone(),
-        effect_type: send_type(profile),
-        node_path: decision.node_id.clone(),
-        visit: 1,
     };
     let effect_id = key.effect_id();
     let found = find(agg, &effect_id, existing);

@@ -294,6 +294,7 @@ impl Coded for ChannelRejection {
             Self::AlreadyApplying | Self::NotDelivered { .. } => WireCode::IllegalTransition,
             Self::Ambiguous => WireCode::EffectAmbiguous,
             Self::NotAllowed => WireCode::DecisionRequired,
+            Self::NeedsText => WireCode::SchemaInvalid,
         }
     }
 
@@ -310,6 +311,9 @@ impl Coded for ChannelRejection {
             }
             Self::NotDelivered { .. } => "the channel message was not delivered",
             Self::NotAllowed => "this user or chat may not answer this decision",
+            Self::NeedsText => {
+                "this choice takes text: answer it in Pi with /workflow answer or with pi-workflows answer"
+            }
         }
     }
 
@@ -323,7 +327,8 @@ impl Coded for ChannelRejection {
             | Self::AlreadyApplying
             | Self::Ambiguous
             | Self::NotDelivered { .. }
-            | Self::NotAllowed => None,
+            | Self::NotAllowed
+            | Self::NeedsText => None,
         }
     }
 }

@@ -48,6 +48,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     tokio::spawn(stop_on_signal(app.clone()));
     // Recovery step 12: a retention sweep once normal work is idle.
     tokio::spawn(sweep::run(app.clone()));
+    tokio::spawn(crate::channels::run(app.clone()));
     app.maintenance.request_sweep();
     app.scheduler.notify();
     socket::serve(app.clone(), listener).await;

@@ -1303,11 +1303,13 @@ impl ::std::convert::TryFrom<::std::string::String> for ChannelState {
         value.parse()
     }
 }
-///Channel adapters.
+///Channel adapters, and why none could be configured when the channel configuration itself is broken (diagnostic: one safe line naming no token or path).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelStatusReceipt {
     pub channels: ::std::vec::Vec<ChannelStatusRow>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub diagnostic: ::std::option::Option<SafeMessage>,
 }
 ///One channel adapter.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

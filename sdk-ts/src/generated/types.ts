@@ -212,9 +212,10 @@ export type ChannelState = "running" | "stopped" | "failed";
 /** Every value of ChannelState, in schema order. */
 export const ChannelStateValues: readonly ChannelState[] = ["running", "stopped", "failed"];
 
-/** Channel adapters. */
+/** Channel adapters, and why none could be configured when the channel configuration itself is broken (diagnostic: one safe line naming no token or path). */
 export interface ChannelStatusReceipt {
   "channels": ChannelStatusRow[];
+  "diagnostic"?: SafeMessage;
 }
 
 /** One channel adapter. */

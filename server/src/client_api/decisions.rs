@@ -15,13 +15,14 @@
 //! - A retry of an ambiguous effect says, in its receipt, that a duplicate
 //!   in the external system is possible.
 
-use super::receipts::{Executed, command};
+use super::receipts::{Executed, command, command_committed};
 use super::request::Request;
 use crate::context::Context;
 use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
 use crate::store::{decisions, runs};
 use crate::wire::client::response;
+use kernel::channel::ChannelRejection;
 use kernel::decision::{Answered, DecisionRecord, Recovered};
 use kernel::effect::{EffectState, RecoveryAction};
 use kernel::ids::{EffectId, RunId};
@@ -32,7 +33,7 @@ use protocol::ErrorCode;
 use protocol::generated::constrained::AttemptNumber;
 use protocol::generated::types::{
     DecisionAnswerPayload, DecisionAnswerReceipt, EffectRecoverPayload, EffectRecoverReceipt,
-    RecoverAction,
+    HumanDecisionRequest, RecoverAction,
 };
 use rusqlite::Connection;
 use serde_json::Value;
@@ -66,15 +67,61 @@ fn no_run() -> Executed {
     )
 }
 
+/// What a channel's answer must also pass, decided inside the answer's own
+/// job over the loaded parent and its stored request
+/// (`kernel::channel::check_answer`).
+pub(crate) type ChannelCheck = Box<
+    dyn FnOnce(
+            &Connection,
+            &RunAggregate,
+            &HumanDecisionRequest,
+        ) -> rusqlite::Result<Result<(), ChannelRejection>>
+        + Send,
+>;
+
+/// A channel adapter's answer: `decision.answer` under the channel's own
+/// client id and idempotency key (`telegram:<profile>:<event id>`, so a
+/// repeated press adopts its receipt), with `check` decided in the same
+/// job. Whether this request's answer was accepted and committed.
+pub(crate) async fn answer_from_channel(
+    app: &Arc<Context>,
+    client_id: String,
+    idempotency_key: String,
+    run_id: RunId,
+    payload: DecisionAnswerPayload,
+    check: ChannelCheck,
+) -> bool {
+    let request = Request {
+        request_id: idempotency_key.clone(),
+        client_id,
+        operation: "decision.answer".into(),
+        run_id: Some(run_id),
+        expected_revision: None,
+        idempotency_key: Some(idempotency_key),
+        payload: serde_json::to_value(&payload).unwrap_or_default(),
+    };
+    let (_, outcome) = answer_checked(app, request, payload, Some(check)).await;
+    outcome == Some(CommandOutcome::Accepted)
+}
+
 /// `decision.answer`.
 pub(super) async fn answer(
     app: &Arc<Context>,
     request: Request,
     payload: DecisionAnswerPayload,
 ) -> Value {
+    answer_checked(app, request, payload, None).await.0
+}
+
+async fn answer_checked(
+    app: &Arc<Context>,
+    request: Request,
+    payload: DecisionAnswerPayload,
+    channel_check: Option<ChannelCheck>,
+) -> (Value, Option<CommandOutcome>) {
     let run_id = match run_of(&request) {
         Ok(run_id) => run_id,
-        Err(refusal) => return refusal,
+        Err(refusal) => return (refusal, None),
     };
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
@@ -82,7 +129,7 @@ pub(super) async fn answer(
     let expected_revision = request.expected_revision;
     let given = crate::wire::decision::response_of(payload.choice.clone(), payload.input.clone());
     let blob = Blob::json(&crate::wire::decision::response_value(&given));
-    command(app, request, move |connection, now_ms| {
+    command_committed(app, request, move |connection, now_ms| {
         let Some(parent) = runs::load(connection, &run_id)? else {
             return Ok(no_run());
         };
@@ -110,6 +157,11 @@ pub(super) async fn answer(
                 "the decision's stored request could not be read",
             ));
         };
+        if let (Some(check), Some(stored)) = (channel_check, request.as_ref())
+            && let Err(rejection) = check(connection, &parent, stored)?
+        {
+            return Ok(Executed::rejected(&rejection));
+        }
         let answer = crate::wire::decision::response(&given);
         if let Err(rejection) = kernel::decision::check_answer(&decision, &seen, &choices, &answer)
         {

@@ -72,7 +72,10 @@ impl Channel {
         if let (Some(message), Value::Object(fields)) = (message.as_object_mut(), fields) {
             message.extend(fields);
         }
-        let mut out = self.out.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let _ = writeln!(out, "{message}");
         let _ = out.flush();
     }
@@ -110,7 +113,8 @@ fn main() {
         out: Mutex::new(std::io::stdout()),
         stale_epoch: std::env::var("PI_WORKFLOWS_ADAPTER_FAULT").as_deref() == Ok("stale_epoch"),
     });
-    let ids = |ids: &[String]| -> Vec<i64> { ids.iter().filter_map(|id| id.parse().ok()).collect() };
+    let ids =
+        |ids: &[String]| -> Vec<i64> { ids.iter().filter_map(|id| id.parse().ok()).collect() };
     let allowed = Arc::new((ids(&launch.allowed_user_ids), ids(&launch.allowed_chat_ids)));
     {
         let (api, channel, allowed) = (api.clone(), channel.clone(), allowed.clone());
@@ -196,7 +200,8 @@ fn verdict(api: &http::Api, message: &Value) {
 fn poll(api: &http::Api, channel: &Channel, allowed: &(Vec<i64>, Vec<i64>), timeout_s: u64) {
     let mut offset: i64 = 0;
     loop {
-        let body = json!({"offset": offset, "timeout": timeout_s, "allowed_updates": ["callback_query"]});
+        let body =
+            json!({"offset": offset, "timeout": timeout_s, "allowed_updates": ["callback_query"]});
         let updates = match api.call("getUpdates", &body) {
             Ok(http::Answer::Ok(Value::Array(updates))) => updates,
             _ => {
