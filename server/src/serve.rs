@@ -40,6 +40,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     recovery::startup(&app).await.map_err(StartError::State)?;
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
+    let channels = crate::channels::configure(&app);
     report_ready(&app, readiness);
     tokio::spawn(admission::run(app.clone()));
     tokio::spawn(wakes::run_wakes(app.clone()));
@@ -48,7 +49,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     tokio::spawn(stop_on_signal(app.clone()));
     // Recovery step 12: a retention sweep once normal work is idle.
     tokio::spawn(sweep::run(app.clone()));
-    tokio::spawn(crate::channels::run(app.clone()));
+    tokio::spawn(crate::channels::run(app.clone(), channels));
     app.maintenance.request_sweep();
     app.scheduler.notify();
     socket::serve(app.clone(), listener).await;

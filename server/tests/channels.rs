@@ -137,7 +137,7 @@ async fn presented(
         view["decision"].is_object()
     })
     .await;
-    assert_eq!(status(&shown), "waiting", "{shown}");
+    assert_eq!(shown["status"]["run"], "waiting", "{shown}");
     let sends = telegram.wait_calls("sendMessage", sends_before + 1, SETTLE_TIMEOUT);
     let body = &sends[sends_before].body;
     let data = body["reply_markup"]["inline_keyboard"]
@@ -347,14 +347,15 @@ async fn a_pi_answer_and_a_telegram_press_race_to_one_winner() {
         json!({
             "decisionId": decision["decisionId"],
             "requestDigest": decision["requestDigest"],
-            "choice": "approve",
-            "input": null,
+            "choice": "revise",
+            "input": {"feedback": "more tests"},
             "source": {"channel": "pi", "actorId": "session-1"},
         }),
     );
     let press = telegram.press(USER, CHAT, &data[0]);
     let pi = request(&mut client, &pi_answer).await;
     let note = wait_note(&telegram, &press).await;
+    // Different answers: the first valid one wins, the other is refused.
     let (state, channel, _) = decision_row(&server, &run_id);
     assert_eq!(state, "accepted");
     let winners = usize::from(pi.outcome == "accepted") + usize::from(note == "Recorded.");

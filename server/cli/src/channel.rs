@@ -29,7 +29,7 @@ pub(super) enum RecoverCommand {
     Retry { profile: String, attempt_id: String },
 }
 
-const DUPLICATE_WARNING: &str = "if the earlier attempt reached Telegram, the chat will show the decision twice; answer only one of the two messages";
+const DUPLICATE_WARNING: &str = "a duplicate is possible: if the earlier attempt reached Telegram, the chat will show the decision twice; answer only one of the two messages";
 
 pub(super) async fn run(settings: &Settings, command: ChannelCommand) -> Outcome {
     let mut client = connect(settings).await?;

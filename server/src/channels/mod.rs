@@ -14,15 +14,17 @@
 mod adapter;
 mod render;
 
-use crate::channel_config::{self, Loaded};
+use crate::channel_config::{self, Loaded, Profile};
 use crate::context::Context;
 use crate::context::channels::{AdapterState, ProfileStatus};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-/// Runs the channel adapters until the server stops.
-pub async fn run(app: Arc<Context>) {
+/// Runs the channel adapters of `configured` (what [`configure`] read at
+/// startup) until the server stops, reading the configuration again at
+/// each reload.
+pub async fn run(app: Arc<Context>, configured: BTreeMap<String, Result<Profile, String>>) {
     if let Ok(applying) = app.store.read(crate::store::channels::applying_sends).await {
         for (run_id, effect_type) in applying {
             if let Some(profile) = effect_type.strip_prefix("channel.send:") {
@@ -30,36 +32,8 @@ pub async fn run(app: Arc<Context>) {
             }
         }
     }
+    let mut profiles = configured;
     loop {
-        let Loaded {
-            profiles,
-            diagnostic,
-        } = channel_config::load(&app.config.channels_dir());
-        if let Some(diagnostic) = &diagnostic {
-            crate::log::line(&format!("channels: {diagnostic}"));
-        }
-        let rows: BTreeMap<String, ProfileStatus> = profiles
-            .iter()
-            .map(|(name, profile)| {
-                let row = match profile {
-                    Ok(_) => ProfileStatus {
-                        state: AdapterState::Stopped,
-                        diagnostic: None,
-                        attempt_id: None,
-                    },
-                    Err(diagnostic) => {
-                        crate::log::line(&format!("channels: {diagnostic}"));
-                        ProfileStatus {
-                            state: AdapterState::Failed,
-                            diagnostic: Some(diagnostic.clone()),
-                            attempt_id: None,
-                        }
-                    }
-                };
-                (name.clone(), row)
-            })
-            .collect();
-        app.channels.configure(rows, diagnostic);
         let mut running = Vec::new();
         for profile in profiles.into_values().flatten() {
             let stop = Arc::new(Notify::new());
@@ -79,5 +53,43 @@ pub async fn run(app: Arc<Context>) {
         if app.is_stopping() {
             return;
         }
+        profiles = configure(&app);
     }
+}
+
+/// Reads the configuration and shows it in status (each usable profile
+/// `stopped` until its adapter is ready, each broken one `failed` with its
+/// diagnostic). The server calls it once before it reports ready, so
+/// status never misses a configured profile.
+pub fn configure(app: &Context) -> BTreeMap<String, Result<Profile, String>> {
+    let Loaded {
+        profiles,
+        diagnostic,
+    } = channel_config::load(&app.config.channels_dir());
+    if let Some(diagnostic) = &diagnostic {
+        crate::log::line(&format!("channels: {diagnostic}"));
+    }
+    let rows: BTreeMap<String, ProfileStatus> = profiles
+        .iter()
+        .map(|(name, profile)| {
+            let row = match profile {
+                Ok(_) => ProfileStatus {
+                    state: AdapterState::Stopped,
+                    diagnostic: None,
+                    attempt_id: None,
+                },
+                Err(diagnostic) => {
+                    crate::log::line(&format!("channels: {diagnostic}"));
+                    ProfileStatus {
+                        state: AdapterState::Failed,
+                        diagnostic: Some(diagnostic.clone()),
+                        attempt_id: None,
+                    }
+                }
+            };
+            (name.clone(), row)
+        })
+        .collect();
+    app.channels.configure(rows, diagnostic);
+    profiles
 }
