@@ -613,3 +613,27 @@ async fn a_broken_profile_is_one_diagnostic_and_the_decision_stays_waiting() {
         "{shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_adapter_keeps_the_server_up_while_a_decision_waits_for_it() {
+    let telegram = FakeTelegram::start(TOKEN);
+    let mut server = channel_server(&telegram, 0o600, &[("PI_WORKFLOWS_IDLE_EXIT_MS", "300")]);
+    let data = {
+        let mut client = server.client().await;
+        wait_running(&mut client).await;
+        let (run_id, _, data) = presented(&mut client, &server, &telegram, 0).await;
+        wait_send_state(&server, &run_id, "applied").await;
+        data
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        server.is_running(),
+        "the server waits for the channel's answer"
+    );
+    let press = telegram.press(USER, CHAT, &data[0]);
+    assert_eq!(wait_note(&telegram, &press).await, "Recorded.");
+    assert!(
+        server.wait_exit(SETTLE_TIMEOUT),
+        "with nothing left to answer, the server idles out"
+    );
+}

@@ -65,6 +65,13 @@ impl Channels {
         (rows, lock(&self.config_diagnostic).clone())
     }
 
+    /// Whether any profile's adapter is running.
+    pub fn any_running(&self) -> bool {
+        lock(&self.profiles)
+            .values()
+            .any(|row| row.state == AdapterState::Running)
+    }
+
     /// The epoch of the next adapter launch.
     pub fn next_epoch(&self, now_ms: u64) -> u64 {
         let mut current = self.epoch.load(Ordering::SeqCst);

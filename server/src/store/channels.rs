@@ -82,3 +82,13 @@ pub(crate) fn record_attempt(
     )?;
     Ok(())
 }
+
+/// Whether any protected decision is pending (a running channel adapter
+/// keeps the server up for its answers).
+pub(crate) fn any_pending_decision(connection: &Connection) -> rusqlite::Result<bool> {
+    connection.query_row_cached(
+        "SELECT EXISTS (SELECT 1 FROM human_decisions WHERE state = 'pending')",
+        [],
+        |row| row.get(0),
+    )
+}
