@@ -637,3 +637,28 @@ async fn a_running_adapter_keeps_the_server_up_while_a_decision_waits_for_it() {
         "with nothing left to answer, the server idles out"
     );
 }
+
+#[test]
+fn the_adapter_source_uses_no_state_kernel_or_workflow_code() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/telegram_adapter");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for forbidden in [
+            "rusqlite",
+            "server::",
+            "kernel::",
+            "state.sqlite",
+            "PI_WORKFLOWS_HOME",
+        ] {
+            assert!(
+                !text.contains(forbidden),
+                "{} names {forbidden}: the adapter is transport-only",
+                path.display()
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "main.rs and http.rs");
+}

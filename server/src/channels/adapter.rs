@@ -17,7 +17,8 @@
 //!   and the key `telegram:<profile>:<press id>`, and counts only after
 //!   `kernel::channel::check_identity` and, in the answer's own job,
 //!   `kernel::channel::check_answer`.
-//! - The adapter gets its credential on stdin at launch; its stderr lines
+//! - The adapter gets its credential on stdin at launch and an empty
+//!   environment (not even the state directory's path); its stderr lines
 //!   go to the server log (it never writes the token).
 //! - A failed launch or an exit restarts the adapter after a backoff
 //!   (0.2 s doubling to 5 s, back to 0.2 s after 10 s of running), each
@@ -119,7 +120,14 @@ async fn launch(app: &Context, profile: &Profile, epoch: u64) -> Result<(Child, 
         allowed_chat_ids: ids(&profile.allowed_chat_ids)?,
         poll_timeout_s: ChannelPollTimeout::new(POLL_TIMEOUT_S).ok_or(())?,
     };
-    let mut child = Command::new(&app.config.channel_adapter)
+    let mut command = Command::new(&app.config.channel_adapter);
+    // Nothing of the server's environment (the state directory above all):
+    // the launch line is all the adapter gets, and a test's fault switch.
+    command.env_clear();
+    if let Ok(fault) = std::env::var("PI_WORKFLOWS_ADAPTER_FAULT") {
+        command.env("PI_WORKFLOWS_ADAPTER_FAULT", fault);
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
