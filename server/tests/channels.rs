@@ -293,6 +293,16 @@ async fn a_telegram_press_answers_the_decision_with_telegram_provenance() {
     assert!(!String::from_utf8_lossy(&cli.stderr).contains(TOKEN));
     assert!(!everything_written(&server).contains(TOKEN));
     assert!(!everything_written(&server).contains(SUBJECT_MARKER));
+    assert_consistent(&server).await;
+}
+
+/// Waits for every runner to exit, then runs every consistency check.
+async fn assert_consistent(server: &TestServer) {
+    support::wait_quiescent_at(server).await;
+    assert_eq!(
+        support::consistency_violations(&server.db()),
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,6 +485,7 @@ async fn an_ambiguous_send_is_never_resent_until_confirmed_or_retried() {
     assert_eq!(send_state(&server, &second), ("applied".into(), 1));
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(telegram.calls("sendMessage").len(), 3);
+    assert_consistent(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -557,6 +568,7 @@ async fn a_killed_adapter_is_restarted_its_send_in_flight_is_ambiguous_and_press
     let press = telegram.press(USER, CHAT, &data[0]);
     assert_eq!(wait_note(&telegram, &press).await, "Recorded.");
     assert_eq!(decision_row(&server, &run_id).0, "accepted");
+    assert_consistent(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
