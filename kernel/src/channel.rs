@@ -36,7 +36,7 @@
 //! - Only the allowed identities of the profile answer
 //!   ([`ChannelRejection::NotAllowed`]).
 
-use crate::effect::{EffectKey, EffectRecord, EffectState};
+use crate::effect::{EffectKey, EffectRecord, EffectState, upsert};
 use crate::ids::{Digest, EffectId};
 use crate::output::{RunEvent, Transition};
 use crate::run::{RunAggregate, Tx};
@@ -415,16 +415,6 @@ fn find<'a>(
         .iter()
         .find(|effect| effect.effect_id == *effect_id)
         .or(loaded.filter(|effect| effect.effect_id == *effect_id))
-}
-
-fn upsert(effects: &mut Vec<EffectRecord>, record: EffectRecord) {
-    match effects
-        .iter_mut()
-        .find(|effect| effect.effect_id == record.effect_id)
-    {
-        Some(slot) => *slot = record,
-        None => effects.push(record),
-    }
 }
 
 #[cfg(test)]

@@ -14,17 +14,13 @@ use super::request::Request;
 use crate::context::Context;
 use crate::context::channels::AdapterState;
 use crate::projection::run_view::{OffSchema, to_wire};
-use crate::store::blobs::{self, Blob};
 use crate::store::{channels, runs};
 use crate::wire::client::{receipt, response};
 use kernel::channel::ChannelRejection;
-use kernel::effect::RecoveryAction;
-use kernel::output::Step;
-use kernel::receipt::CommandOutcome;
 use protocol::ErrorCode;
 use protocol::generated::types::{
     ChannelRecoverPayload, ChannelRecoverReceipt, ChannelReloadReceipt, ChannelState,
-    ChannelStatusReceipt, ChannelStatusRow, RecoverAction,
+    ChannelStatusReceipt, ChannelStatusRow,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -107,13 +103,8 @@ pub(super) async fn recover(
     request: Request,
     payload: ChannelRecoverPayload,
 ) -> Value {
-    let action = match payload.action {
-        RecoverAction::Confirm => RecoveryAction::Confirm,
-        RecoverAction::Retry => RecoveryAction::Retry,
-    };
     let profile = payload.profile.to_string();
     let named = kernel::channel::parse_attempt_id(payload.attempt_id.as_str());
-    let observed = Blob::json(&Value::Null);
     command(app, request, move |connection, now_ms| {
         let Some((effect_id, number)) = named else {
             return Ok(Executed::rejected(&ChannelRejection::StaleAttempt));
@@ -132,35 +123,28 @@ pub(super) async fn recover(
         {
             return Ok(Executed::rejected(&ChannelRejection::StaleAttempt));
         }
-        let transition =
-            match kernel::effect::recover(&before, &effect_id, action, observed.digest, now_ms) {
-                Ok(transition) => transition,
-                Err(rejection) => return Ok(Executed::rejected(&rejection)),
-            };
-        let Some(after) = transition
-            .facts
-            .effects
-            .iter()
-            .find(|effect| effect.effect_id == effect_id)
-        else {
-            return Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                ErrorCode::Internal,
-                "the recovered channel send is missing",
-            ));
+        let recovered = match super::decisions::recover_in(
+            connection,
+            &before,
+            &effect_id,
+            payload.action,
+            now_ms,
+        )? {
+            Ok(recovered) => recovered,
+            Err(refused) => return Ok(refused),
         };
-        let recovered = ChannelRecoverReceipt {
+        let receipt = ChannelRecoverReceipt {
             attempt_id: to_wire(
                 "attemptId",
-                kernel::channel::attempt_id(&effect_id, after.attempt_number),
+                kernel::channel::attempt_id(&effect_id, recovered.effect.attempt_number),
             )?,
-            state: to_wire("state", after.state)?,
+            state: to_wire("state", recovered.effect.state)?,
         };
-        blobs::put(connection, &observed, blobs::JSON, now_ms)?;
-        let revision = transition.facts.run.revision;
-        let outputs =
-            crate::shell::write_step(connection, &before, Step::Apply(transition), &[], now_ms)?;
-        Ok(Executed::accepted(revision, &recovered, outputs))
+        Ok(Executed::accepted(
+            recovered.revision,
+            &receipt,
+            recovered.outputs,
+        ))
     })
     .await
 }

@@ -24,9 +24,9 @@ use crate::store::{decisions, runs};
 use crate::wire::client::response;
 use kernel::channel::ChannelRejection;
 use kernel::decision::{Answered, DecisionRecord, Recovered};
-use kernel::effect::{EffectState, RecoveryAction};
-use kernel::ids::{EffectId, RunId};
-use kernel::output::Step;
+use kernel::effect::{EffectRecord, EffectState, RecoveryAction};
+use kernel::ids::{EffectId, Revision, RunId};
+use kernel::output::{Output, Step};
 use kernel::receipt::CommandOutcome;
 use kernel::run::{self, RunAggregate};
 use protocol::ErrorCode;
@@ -286,13 +286,6 @@ pub(super) async fn recover_effect(
     };
     let expected_revision = request.expected_revision;
     let effect_id = EffectId::new(payload.effect_id.as_str());
-    let action = match payload.action {
-        RecoverAction::Confirm => RecoveryAction::Confirm,
-        RecoverAction::Retry => RecoveryAction::Retry,
-    };
-    // A confirmation records that the effect applied; the operator holds no
-    // receipt of it, so its result is `null`.
-    let observed = Blob::json(&Value::Null);
     command(app, request, move |connection, now_ms| {
         let Some(before) = runs::load(connection, &run_id)? else {
             return Ok(no_run());
@@ -300,23 +293,11 @@ pub(super) async fn recover_effect(
         if let Err(stale) = run::check_revision(&before.run, expected_revision) {
             return Ok(Executed::rejected(&stale));
         }
-        let transition =
-            match kernel::effect::recover(&before, &effect_id, action, observed.digest, now_ms) {
-                Ok(transition) => transition,
-                Err(rejection) => return Ok(Executed::rejected(&rejection)),
-            };
-        let Some(effect) = transition
-            .facts
-            .effects
-            .iter()
-            .find(|effect| effect.effect_id == effect_id)
-        else {
-            return Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                ErrorCode::Internal,
-                "the recovered effect is missing",
-            ));
+        let recovered = match recover_in(connection, &before, &effect_id, payload.action, now_ms)? {
+            Ok(recovered) => recovered,
+            Err(refused) => return Ok(refused),
         };
+        let effect = &recovered.effect;
         let receipt = EffectRecoverReceipt {
             attempt_number: AttemptNumber::new(u64::from(effect.attempt_number))
                 .ok_or(OffSchema("attemptNumber"))?,
@@ -326,11 +307,64 @@ pub(super) async fn recover_effect(
                 .then(|| to_wire("warning", DUPLICATE_WARNING))
                 .transpose()?,
         };
-        blobs::put(connection, &observed, blobs::JSON, now_ms)?;
-        let revision = transition.facts.run.revision;
-        let outputs =
-            crate::shell::write_step(connection, &before, Step::Apply(transition), &[], now_ms)?;
-        Ok(Executed::accepted(revision, &receipt, outputs))
+        Ok(Executed::accepted(
+            recovered.revision,
+            &receipt,
+            recovered.outputs,
+        ))
     })
     .await
+}
+
+/// An ambiguous effect recovered and written: the effect as it is now, the
+/// run's revision and the outputs to perform after the commit.
+pub(super) struct EffectRecovered {
+    pub(super) effect: EffectRecord,
+    pub(super) revision: Revision,
+    pub(super) outputs: Vec<Output>,
+}
+
+/// `kernel::effect::recover` of `effect_id` on `before`, written inside the
+/// caller's job (`effect.recover`, `channel.recover`), or the refusal.
+pub(super) fn recover_in(
+    connection: &Connection,
+    before: &RunAggregate,
+    effect_id: &EffectId,
+    action: RecoverAction,
+    now_ms: u64,
+) -> rusqlite::Result<Result<EffectRecovered, Executed>> {
+    let action = match action {
+        RecoverAction::Confirm => RecoveryAction::Confirm,
+        RecoverAction::Retry => RecoveryAction::Retry,
+    };
+    // A confirmation records that the effect applied; the operator holds no
+    // receipt of it, so its result is `null`.
+    let observed = Blob::json(&Value::Null);
+    let transition =
+        match kernel::effect::recover(before, effect_id, action, observed.digest, now_ms) {
+            Ok(transition) => transition,
+            Err(rejection) => return Ok(Err(Executed::rejected(&rejection))),
+        };
+    let Some(effect) = transition
+        .facts
+        .effects
+        .iter()
+        .find(|effect| effect.effect_id == *effect_id)
+        .cloned()
+    else {
+        return Ok(Err(Executed::refused(
+            CommandOutcome::Rejected,
+            ErrorCode::Internal,
+            "the recovered effect is missing",
+        )));
+    };
+    blobs::put(connection, &observed, blobs::JSON, now_ms)?;
+    let revision = transition.facts.run.revision;
+    let outputs =
+        crate::shell::write_step(connection, before, Step::Apply(transition), &[], now_ms)?;
+    Ok(Ok(EffectRecovered {
+        effect,
+        revision,
+        outputs,
+    }))
 }
