@@ -470,7 +470,8 @@ fn find<'a>(
         .or(loaded)
 }
 
-fn upsert(effects: &mut alloc::vec::Vec<EffectRecord>, record: EffectRecord) {
+/// Replaces the effect of `record`'s id in `effects`, or adds it.
+pub(crate) fn upsert(effects: &mut alloc::vec::Vec<EffectRecord>, record: EffectRecord) {
     match effects
         .iter_mut()
         .find(|effect| effect.effect_id == record.effect_id)

@@ -17,6 +17,7 @@ extern crate alloc;
 
 pub mod attempt;
 pub mod capture;
+pub mod channel;
 pub mod claim;
 pub mod decision;
 pub mod display;

@@ -15,6 +15,7 @@
 //!   a durable `rejected`.
 
 use crate::capture::CaptureRejection;
+use crate::channel::ChannelRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
 use crate::interaction::InteractionRejection;
@@ -278,6 +279,56 @@ impl Coded for EffectRejection {
             | Self::SettleConflict { .. }
             | Self::NotAmbiguous { .. }
             | Self::RetryAfterTerminal { .. } => None,
+        }
+    }
+}
+
+impl Coded for ChannelRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::StaleAdapter => WireCode::ClaimLost,
+            Self::SequenceReplayed => WireCode::Conflict,
+            Self::StaleAttempt => WireCode::StaleAttempt,
+            Self::StaleRevision => WireCode::StaleRevision,
+            Self::NoPendingDecision => WireCode::NotFound,
+            Self::AlreadyApplying | Self::NotDelivered { .. } => WireCode::IllegalTransition,
+            Self::Ambiguous => WireCode::EffectAmbiguous,
+            Self::NotAllowed => WireCode::DecisionRequired,
+            Self::NeedsText => WireCode::SchemaInvalid,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::StaleAdapter => "another channel adapter replaced this one",
+            Self::SequenceReplayed => "this adapter message was already received",
+            Self::StaleAttempt => "not the current attempt of this channel message",
+            Self::StaleRevision => "the decision changed since this message was shown",
+            Self::NoPendingDecision => "the run waits on no pending decision",
+            Self::AlreadyApplying => "the channel message is being sent",
+            Self::Ambiguous => {
+                "the channel message may have been sent; check the channel, then recover it"
+            }
+            Self::NotDelivered { .. } => "the channel message was not delivered",
+            Self::NotAllowed => "this user or chat may not answer this decision",
+            Self::NeedsText => {
+                "this choice takes text: answer it in Pi with /workflow answer or with pi-workflows answer"
+            }
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::StaleAdapter
+            | Self::SequenceReplayed
+            | Self::StaleAttempt
+            | Self::StaleRevision
+            | Self::NoPendingDecision
+            | Self::AlreadyApplying
+            | Self::Ambiguous
+            | Self::NotDelivered { .. }
+            | Self::NotAllowed
+            | Self::NeedsText => None,
         }
     }
 }

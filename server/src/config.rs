@@ -29,6 +29,12 @@ pub struct Config {
     pub user_home: Option<PathBuf>,
     /// Limits of the client socket's connections.
     pub connections: ConnectionLimits,
+    /// `PI_WORKFLOWS_CHANNEL_ADAPTER` (default: `pi-workflows-telegram-adapter`
+    /// beside this binary): the Telegram channel adapter program.
+    pub channel_adapter: PathBuf,
+    /// `PI_WORKFLOWS_CHANNEL_POLL_MS` (default 500): how often a running
+    /// adapter's supervisor looks for decisions to present.
+    pub channel_poll_ms: u64,
 }
 
 /// How the server bounds what one client can hold (docs/PROTOCOL.md,
@@ -85,7 +91,13 @@ impl Config {
             }
             _ => default_runner_command(),
         };
+        let channel_adapter = match lookup("PI_WORKFLOWS_CHANNEL_ADAPTER") {
+            Some(path) if !path.trim().is_empty() => PathBuf::from(path),
+            _ => default_channel_adapter(),
+        };
         Ok(Self {
+            channel_adapter,
+            channel_poll_ms: positive(&lookup, "PI_WORKFLOWS_CHANNEL_POLL_MS", 500)?,
             home,
             max_workers: u32::try_from(max_workers)
                 .map_err(|_| ConfigError("PI_WORKFLOWS_MAX_WORKERS is too large".into()))?,
@@ -145,6 +157,12 @@ impl Config {
         self.host_dir().join("server.lock")
     }
 
+    /// The user-only channel configuration: `channels/channels.json`
+    /// (docs/CHANNELS.md).
+    pub fn channels_dir(&self) -> PathBuf {
+        self.home.join("channels")
+    }
+
     /// Runner stdout/stderr logs.
     pub fn log_dir(&self) -> PathBuf {
         self.host_dir().join("logs")
@@ -180,6 +198,17 @@ fn positive(
 
 fn truncate(text: &str) -> String {
     text.chars().take(32).collect()
+}
+
+/// The adapter binary installed beside this one.
+fn default_channel_adapter() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.parent()
+                .map(|dir| dir.join("pi-workflows-telegram-adapter"))
+        })
+        .unwrap_or_else(|| PathBuf::from("pi-workflows-telegram-adapter"))
 }
 
 /// The TypeScript runner shipped by the SDK: `node <sdk>/dist/runner/bin.js`

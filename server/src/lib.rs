@@ -16,6 +16,8 @@
 
 pub mod app;
 pub mod attempt_follow_up;
+pub mod channel_config;
+pub mod channels;
 pub mod children;
 pub mod client_api;
 pub mod clock;

@@ -5,8 +5,8 @@
 //!   and the socket accepts connections. Nothing waits for a crashed
 //!   server's lease: the global lock already proves it is gone.
 //! - The server stays alive while it has a client, a runner, a running
-//!   retention sweep, a scheduled wake that can still change something, or
-//!   admissible work, and exits after `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
+//!   retention sweep, a scheduled wake that can still change something,
+//!   admissible work, or a running channel adapter and a pending decision, and exits after `PI_WORKFLOWS_IDLE_EXIT_MS` of none.
 //! - Shutdown waits for in-flight commands to store their receipts, parks
 //!   live runs at their last durable boundary, stops runner groups and
 //!   releases the epoch lease.
@@ -40,6 +40,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     recovery::startup(&app).await.map_err(StartError::State)?;
     let listener = socket::bind(&app)
         .map_err(|_| StartError::Other("cannot bind the server socket".into()))?;
+    let channels = crate::channels::configure(&app);
     report_ready(&app, readiness);
     tokio::spawn(admission::run(app.clone()));
     tokio::spawn(wakes::run_wakes(app.clone()));
@@ -48,6 +49,7 @@ pub async fn run(config: Config, faults: Faults, readiness: Readiness) -> Result
     tokio::spawn(stop_on_signal(app.clone()));
     // Recovery step 12: a retention sweep once normal work is idle.
     tokio::spawn(sweep::run(app.clone()));
+    tokio::spawn(crate::channels::run(app.clone(), channels));
     app.maintenance.request_sweep();
     app.scheduler.notify();
     socket::serve(app.clone(), listener).await;
@@ -104,7 +106,8 @@ async fn idle_watch(app: Arc<Context>) {
             || app.runners.occupied() > 0
             || app.maintenance.is_sweeping()
             || wakes::has_live_wakes(&app).await
-            || has_unsettled_work(&app).await;
+            || has_unsettled_work(&app).await
+            || awaits_a_channel_answer(&app).await;
         if busy {
             idle_since = None;
             continue;
@@ -127,6 +130,16 @@ async fn has_unsettled_work(app: &Arc<Context>) -> bool {
         })
         .await
         .unwrap_or(true)
+}
+
+/// A running channel adapter and a pending decision it may answer.
+async fn awaits_a_channel_answer(app: &Arc<Context>) -> bool {
+    app.channels.any_running()
+        && app
+            .store
+            .read(crate::store::channels::any_pending_decision)
+            .await
+            .unwrap_or(true)
 }
 
 async fn shutdown(app: &Arc<Context>) {

@@ -194,6 +194,317 @@ impl<'de> ::serde::Deserialize<'de> for ByteOffset {
             ))
     }
 }
+///The button labels of a presentation, in choice order: at most 16.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelButtons(::std::vec::Vec<types::ChannelButtonLabel>);
+impl ChannelButtons {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ChannelButtonLabel>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 16 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ChannelButtonLabel] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ChannelButtonLabel> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelButtons {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ChannelButtonLabel,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///The position of a pressed button among the presented choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelChoiceIndex(u64);
+impl ChannelChoiceIndex {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 0;
+    /// The largest allowed value.
+    pub const MAX: u64 = 255;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value <= 255 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for ChannelChoiceIndex {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<ChannelChoiceIndex> for u64 {
+    fn from(value: ChannelChoiceIndex) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for ChannelChoiceIndex {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelChoiceIndex {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///A channel adapter's epoch: a new one at every launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelEpoch(u64);
+impl ChannelEpoch {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 1;
+    /// The largest allowed value.
+    pub const MAX: u64 = 9007199254740991;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value >= 1 && value <= 9007199254740991 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for ChannelEpoch {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<ChannelEpoch> for u64 {
+    fn from(value: ChannelEpoch) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for ChannelEpoch {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelEpoch {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///The messages one send attempt delivered: at most 64.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelMessageRefs(::std::vec::Vec<types::ChannelMessageRef>);
+impl ChannelMessageRefs {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ChannelMessageRef>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 64 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ChannelMessageRef] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ChannelMessageRef> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelMessageRefs {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ChannelMessageRef,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///The Bot API long-poll timeout in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelPollTimeout(u64);
+impl ChannelPollTimeout {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 0;
+    /// The largest allowed value.
+    pub const MAX: u64 = 60;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value <= 60 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for ChannelPollTimeout {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<ChannelPollTimeout> for u64 {
+    fn from(value: ChannelPollTimeout) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for ChannelPollTimeout {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelPollTimeout {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///The channel revision an adapter message expects: the revision of the decision request it showed (0 for ready and exiting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelRevision(u64);
+impl ChannelRevision {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 0;
+    /// The largest allowed value.
+    pub const MAX: u64 = 9007199254740991;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value <= 9007199254740991 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for ChannelRevision {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<ChannelRevision> for u64 {
+    fn from(value: ChannelRevision) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for ChannelRevision {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelRevision {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
+///The sequence of an adapter message: 1, 2, … within an epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ChannelSequence(u64);
+impl ChannelSequence {
+    /// The smallest allowed value.
+    pub const MIN: u64 = 1;
+    /// The largest allowed value.
+    pub const MAX: u64 = 9007199254740991;
+    /// The value, if it is in range.
+    pub const fn new(value: u64) -> ::std::option::Option<Self> {
+        if value >= 1 && value <= 9007199254740991 {
+            ::std::option::Option::Some(Self(value))
+        } else {
+            ::std::option::Option::None
+        }
+    }
+    /// The plain integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+impl ::std::convert::TryFrom<u64> for ChannelSequence {
+    type Error = ConstraintError;
+    fn try_from(value: u64) -> ::std::result::Result<Self, ConstraintError> {
+        Self::new(value).ok_or(ConstraintError("integer out of range"))
+    }
+}
+impl ::std::convert::From<ChannelSequence> for u64 {
+    fn from(value: ChannelSequence) -> u64 {
+        value.0
+    }
+}
+impl ::std::fmt::Display for ChannelSequence {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelSequence {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        Self::new(value)
+            .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
+                "integer out of range",
+            ))
+    }
+}
 ///The length of one content chunk: at most 512 KiB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
 #[serde(transparent)]
@@ -1255,6 +1566,37 @@ impl<'de> ::serde::Deserialize<'de> for ServerEpoch {
             .ok_or_else(|| <D::Error as ::serde::de::Error>::custom(
                 "integer out of range",
             ))
+    }
+}
+///Allowed Telegram ids: at most 256.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct TelegramIds(::std::vec::Vec<types::TelegramId>);
+impl TelegramIds {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::TelegramId>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 256 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::TelegramId] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::TelegramId> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for TelegramIds {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::TelegramId>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
 ///Milliseconds since the Unix epoch. Capped at 2^53-1.

@@ -731,6 +731,359 @@ impl<'de> ::serde::Deserialize<'de> for BuiltinId {
             })
     }
 }
+///The kind of a channel-adapter message (the private channel.v1 protocol between the server and a supervised channel adapter; docs/CHANNELS.md).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ChannelAdapterKind {
+    #[serde(rename = "channel.ready")]
+    ChannelReady,
+    #[serde(rename = "channel.present")]
+    ChannelPresent,
+    #[serde(rename = "channel.answer")]
+    ChannelAnswer,
+    #[serde(rename = "channel.settle")]
+    ChannelSettle,
+    #[serde(rename = "channel.exiting")]
+    ChannelExiting,
+}
+impl ::std::fmt::Display for ChannelAdapterKind {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::ChannelReady => f.write_str("channel.ready"),
+            Self::ChannelPresent => f.write_str("channel.present"),
+            Self::ChannelAnswer => f.write_str("channel.answer"),
+            Self::ChannelSettle => f.write_str("channel.settle"),
+            Self::ChannelExiting => f.write_str("channel.exiting"),
+        }
+    }
+}
+impl ::std::str::FromStr for ChannelAdapterKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "channel.ready" => Ok(Self::ChannelReady),
+            "channel.present" => Ok(Self::ChannelPresent),
+            "channel.answer" => Ok(Self::ChannelAnswer),
+            "channel.settle" => Ok(Self::ChannelSettle),
+            "channel.exiting" => Ok(Self::ChannelExiting),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelAdapterKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelAdapterKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///One line an adapter writes: the header every message carries (kind, epoch, profile, sequence, expected revision, attempt id) and the fields of its kind: a present's outcome (retryable for a refusal, the message references when delivered), an answer's choice index, user, chat and event id, an exit's reason.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelAdapterMessage {
+    #[serde(
+        rename = "attemptId",
+        deserialize_with = "::std::option::Option::deserialize"
+    )]
+    pub attempt_id: ::std::option::Option<AttemptId>,
+    #[serde(rename = "chatId", skip_serializing_if = "::std::option::Option::is_none")]
+    pub chat_id: ::std::option::Option<TelegramId>,
+    #[serde(
+        rename = "choiceIndex",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub choice_index: ::std::option::Option<super::constrained::ChannelChoiceIndex>,
+    pub epoch: super::constrained::ChannelEpoch,
+    #[serde(rename = "eventId", skip_serializing_if = "::std::option::Option::is_none")]
+    pub event_id: ::std::option::Option<ChannelEventId>,
+    #[serde(rename = "expectedRevision")]
+    pub expected_revision: super::constrained::ChannelRevision,
+    pub kind: ChannelAdapterKind,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub messages: ::std::option::Option<super::constrained::ChannelMessageRefs>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub outcome: ::std::option::Option<ChannelSendOutcome>,
+    pub profile: ChannelProfile,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub reason: ::std::option::Option<SafeMessage>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub retryable: ::std::option::Option<bool>,
+    pub sequence: super::constrained::ChannelSequence,
+    #[serde(rename = "userId", skip_serializing_if = "::std::option::Option::is_none")]
+    pub user_id: ::std::option::Option<TelegramId>,
+}
+///The Bot API base URL of a profile.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelApiBase(::std::string::String);
+impl ::std::ops::Deref for ChannelApiBase {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelApiBase> for ::std::string::String {
+    fn from(value: ChannelApiBase) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelApiBase {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 2048usize {
+            return Err("longer than 2048 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelApiBase {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelApiBase {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelApiBase {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///One button label.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelButtonLabel(::std::string::String);
+impl ::std::ops::Deref for ChannelButtonLabel {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelButtonLabel> for ::std::string::String {
+    fn from(value: ChannelButtonLabel) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelButtonLabel {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 64usize {
+            return Err("longer than 64 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelButtonLabel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelButtonLabel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelButtonLabel {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///The channel's id of a press (a Telegram callback query id).
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelEventId(::std::string::String);
+impl ::std::ops::Deref for ChannelEventId {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelEventId> for ::std::string::String {
+    fn from(value: ChannelEventId) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelEventId {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelEventId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelEventId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelEventId {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///The first line the server writes to a channel adapter's stdin: its epoch and profile, the Bot API base, its one credential, the allowed identities and the long-poll timeout. Never logged.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelLaunch {
+    #[serde(rename = "allowedChatIds")]
+    pub allowed_chat_ids: super::constrained::TelegramIds,
+    #[serde(rename = "allowedUserIds")]
+    pub allowed_user_ids: super::constrained::TelegramIds,
+    #[serde(rename = "apiBase")]
+    pub api_base: ChannelApiBase,
+    pub epoch: super::constrained::ChannelEpoch,
+    pub kind: ::std::string::String,
+    #[serde(rename = "pollTimeoutS")]
+    pub poll_timeout_s: super::constrained::ChannelPollTimeout,
+    pub profile: ChannelProfile,
+    pub token: ChannelToken,
+}
+///Where a sent message landed: the chat and message ids (stored as the send effect's result, never shown).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelMessageRef {
+    #[serde(rename = "chatId")]
+    pub chat_id: TelegramId,
+    #[serde(rename = "messageId")]
+    pub message_id: TelegramId,
+}
+///The note an adapter shows for a press.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelNote(::std::string::String);
+impl ::std::ops::Deref for ChannelNote {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelNote> for ::std::string::String {
+    fn from(value: ChannelNote) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelNote {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 200usize {
+            return Err("longer than 200 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelNote {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelNote {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelNote {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
 ///An external channel profile name. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -812,6 +1165,85 @@ pub struct ChannelRecoverReceipt {
 pub struct ChannelReloadReceipt {
     pub reloaded: super::constrained::Count,
 }
+///How a send attempt ended: delivered (the channel accepted it), refused (a definite refusal), unknown (the request may have arrived).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ChannelSendOutcome {
+    #[serde(rename = "delivered")]
+    Delivered,
+    #[serde(rename = "refused")]
+    Refused,
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+impl ::std::fmt::Display for ChannelSendOutcome {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Delivered => f.write_str("delivered"),
+            Self::Refused => f.write_str("refused"),
+            Self::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+impl ::std::str::FromStr for ChannelSendOutcome {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "delivered" => Ok(Self::Delivered),
+            "refused" => Ok(Self::Refused),
+            "unknown" => Ok(Self::Unknown),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelSendOutcome {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelSendOutcome {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///One line the server writes to an adapter after its launch: channel.present (send attempt attemptId of the rendered text with one button per label) or channel.answer (the verdict on the press eventId, with the note to show).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelServerMessage {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub accepted: ::std::option::Option<bool>,
+    #[serde(rename = "attemptId")]
+    pub attempt_id: AttemptId,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub buttons: ::std::option::Option<super::constrained::ChannelButtons>,
+    #[serde(rename = "eventId", skip_serializing_if = "::std::option::Option::is_none")]
+    pub event_id: ::std::option::Option<ChannelEventId>,
+    #[serde(rename = "expectedRevision")]
+    pub expected_revision: super::constrained::ChannelRevision,
+    pub kind: ChannelAdapterKind,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub note: ::std::option::Option<ChannelNote>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub text: ::std::option::Option<ChannelText>,
+}
 ///The state of a supervised channel adapter.
 #[derive(
     ::serde::Deserialize,
@@ -871,11 +1303,13 @@ impl ::std::convert::TryFrom<::std::string::String> for ChannelState {
         value.parse()
     }
 }
-///Channel adapters.
+///Channel adapters, and why none could be configured when the channel configuration itself is broken (diagnostic: one safe line naming no token or path).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelStatusReceipt {
     pub channels: ::std::vec::Vec<ChannelStatusRow>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub diagnostic: ::std::option::Option<SafeMessage>,
 }
 ///One channel adapter.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -886,8 +1320,122 @@ pub struct ChannelStatusRow {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub attempt_id: ::std::option::Option<AttemptId>,
+    ///Why the adapter is stopped or failed (a broken profile, a missing or unsafe credential file, an adapter that keeps exiting): one line that names no token or path.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub diagnostic: ::std::option::Option<SafeMessage>,
     pub profile: ChannelProfile,
     pub state: ChannelState,
+}
+///The rendered presentation text of one message: at most 4,096 characters.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelText(::std::string::String);
+impl ::std::ops::Deref for ChannelText {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelText> for ::std::string::String {
+    fn from(value: ChannelText) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelText {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 4096usize {
+            return Err("longer than 4096 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelText {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelText {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelText {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///A profile's credential. Never logged or shown.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelToken(::std::string::String);
+impl ::std::ops::Deref for ChannelToken {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelToken> for ::std::string::String {
+    fn from(value: ChannelToken) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelToken {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelToken {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelToken {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelToken {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
 }
 ///Answer a waiting checkpoint.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -1644,7 +2192,7 @@ pub struct DecisionAnswerReceipt {
     #[serde(rename = "decisionId")]
     pub decision_id: DecisionId,
 }
-///Where a person answered a protected decision: the Pi extension's /workflow answer (pi) or the command line's pi-workflows answer (cli).
+///Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client).
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,
@@ -1662,12 +2210,15 @@ pub enum DecisionChannel {
     Pi,
     #[serde(rename = "cli")]
     Cli,
+    #[serde(rename = "telegram")]
+    Telegram,
 }
 impl ::std::fmt::Display for DecisionChannel {
     fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
         match *self {
             Self::Pi => f.write_str("pi"),
             Self::Cli => f.write_str("cli"),
+            Self::Telegram => f.write_str("telegram"),
         }
     }
 }
@@ -1679,6 +2230,7 @@ impl ::std::str::FromStr for DecisionChannel {
         match value {
             "pi" => Ok(Self::Pi),
             "cli" => Ok(Self::Cli),
+            "telegram" => Ok(Self::Telegram),
             _ => Err("invalid value".into()),
         }
     }
@@ -7877,6 +8429,62 @@ impl ::std::convert::From<::std::collections::BTreeMap<::std::string::String, No
 for SwitchCases {
     fn from(value: ::std::collections::BTreeMap<::std::string::String, NodeId>) -> Self {
         Self(value)
+    }
+}
+///A Telegram user or chat id in decimal (chat ids of groups are negative).
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct TelegramId(::std::string::String);
+impl ::std::ops::Deref for TelegramId {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<TelegramId> for ::std::string::String {
+    fn from(value: TelegramId) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for TelegramId {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^-?[0-9]{1,19}$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err("doesn't match pattern \"^-?[0-9]{1,19}$\"".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for TelegramId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for TelegramId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for TelegramId {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
     }
 }
 ///A node timeout.

@@ -92,6 +92,75 @@ export type ByteCount = number;
 /** A byte offset into referenced content. Capped at 2^53-1. */
 export type ByteOffset = number;
 
+/** The kind of a channel-adapter message (the private channel.v1 protocol between the server and a supervised channel adapter; docs/CHANNELS.md). */
+export type ChannelAdapterKind = "channel.ready" | "channel.present" | "channel.answer" | "channel.settle" | "channel.exiting";
+
+/** Every value of ChannelAdapterKind, in schema order. */
+export const ChannelAdapterKindValues: readonly ChannelAdapterKind[] = ["channel.ready", "channel.present", "channel.answer", "channel.settle", "channel.exiting"];
+
+/** One line an adapter writes: the header every message carries (kind, epoch, profile, sequence, expected revision, attempt id) and the fields of its kind: a present's outcome (retryable for a refusal, the message references when delivered), an answer's choice index, user, chat and event id, an exit's reason. */
+export interface ChannelAdapterMessage {
+  "attemptId": AttemptId | null;
+  "chatId"?: TelegramId;
+  "choiceIndex"?: ChannelChoiceIndex;
+  "epoch": ChannelEpoch;
+  "eventId"?: ChannelEventId;
+  "expectedRevision": ChannelRevision;
+  "kind": ChannelAdapterKind;
+  "messages"?: ChannelMessageRefs;
+  "outcome"?: ChannelSendOutcome;
+  "profile": ChannelProfile;
+  "reason"?: SafeMessage;
+  "retryable"?: boolean;
+  "sequence": ChannelSequence;
+  "userId"?: TelegramId;
+}
+
+/** The Bot API base URL of a profile. */
+export type ChannelApiBase = string;
+
+/** One button label. */
+export type ChannelButtonLabel = string;
+
+/** The button labels of a presentation, in choice order: at most 16. */
+export type ChannelButtons = ChannelButtonLabel[];
+
+/** The position of a pressed button among the presented choices. */
+export type ChannelChoiceIndex = number;
+
+/** A channel adapter's epoch: a new one at every launch. */
+export type ChannelEpoch = number;
+
+/** The channel's id of a press (a Telegram callback query id). */
+export type ChannelEventId = string;
+
+/** The first line the server writes to a channel adapter's stdin: its epoch and profile, the Bot API base, its one credential, the allowed identities and the long-poll timeout. Never logged. */
+export interface ChannelLaunch {
+  "allowedChatIds": TelegramIds;
+  "allowedUserIds": TelegramIds;
+  "apiBase": ChannelApiBase;
+  "epoch": ChannelEpoch;
+  "kind": "channel.launch";
+  "pollTimeoutS": ChannelPollTimeout;
+  "profile": ChannelProfile;
+  "token": ChannelToken;
+}
+
+/** Where a sent message landed: the chat and message ids (stored as the send effect's result, never shown). */
+export interface ChannelMessageRef {
+  "chatId": TelegramId;
+  "messageId": TelegramId;
+}
+
+/** The messages one send attempt delivered: at most 64. */
+export type ChannelMessageRefs = ChannelMessageRef[];
+
+/** The note an adapter shows for a press. */
+export type ChannelNote = string;
+
+/** The Bot API long-poll timeout in seconds. */
+export type ChannelPollTimeout = number;
+
 /** An external channel profile name. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type ChannelProfile = string;
 
@@ -113,23 +182,56 @@ export interface ChannelReloadReceipt {
   "reloaded": Count;
 }
 
+/** The channel revision an adapter message expects: the revision of the decision request it showed (0 for ready and exiting). */
+export type ChannelRevision = number;
+
+/** How a send attempt ended: delivered (the channel accepted it), refused (a definite refusal), unknown (the request may have arrived). */
+export type ChannelSendOutcome = "delivered" | "refused" | "unknown";
+
+/** Every value of ChannelSendOutcome, in schema order. */
+export const ChannelSendOutcomeValues: readonly ChannelSendOutcome[] = ["delivered", "refused", "unknown"];
+
+/** The sequence of an adapter message: 1, 2, … within an epoch. */
+export type ChannelSequence = number;
+
+/** One line the server writes to an adapter after its launch: channel.present (send attempt attemptId of the rendered text with one button per label) or channel.answer (the verdict on the press eventId, with the note to show). */
+export interface ChannelServerMessage {
+  "accepted"?: boolean;
+  "attemptId": AttemptId;
+  "buttons"?: ChannelButtons;
+  "eventId"?: ChannelEventId;
+  "expectedRevision": ChannelRevision;
+  "kind": ChannelAdapterKind;
+  "note"?: ChannelNote;
+  "text"?: ChannelText;
+}
+
 /** The state of a supervised channel adapter. */
 export type ChannelState = "running" | "stopped" | "failed";
 
 /** Every value of ChannelState, in schema order. */
 export const ChannelStateValues: readonly ChannelState[] = ["running", "stopped", "failed"];
 
-/** Channel adapters. */
+/** Channel adapters, and why none could be configured when the channel configuration itself is broken (diagnostic: one safe line naming no token or path). */
 export interface ChannelStatusReceipt {
   "channels": ChannelStatusRow[];
+  "diagnostic"?: SafeMessage;
 }
 
 /** One channel adapter. */
 export interface ChannelStatusRow {
   "attemptId"?: AttemptId;
+  /** Why the adapter is stopped or failed (a broken profile, a missing or unsafe credential file, an adapter that keeps exiting): one line that names no token or path. */
+  "diagnostic"?: SafeMessage;
   "profile": ChannelProfile;
   "state": ChannelState;
 }
+
+/** The rendered presentation text of one message: at most 4,096 characters. */
+export type ChannelText = string;
+
+/** A profile's credential. Never logged or shown. */
+export type ChannelToken = string;
 
 /** Answer a waiting checkpoint. */
 export interface CheckpointAnswerPayload {
@@ -360,11 +462,11 @@ export interface DecisionAnswerReceipt {
   "decisionId": DecisionId;
 }
 
-/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi) or the command line's pi-workflows answer (cli). */
-export type DecisionChannel = "pi" | "cli";
+/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client). */
+export type DecisionChannel = "pi" | "cli" | "telegram";
 
 /** Every value of DecisionChannel, in schema order. */
-export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli"];
+export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli", "telegram"];
 
 /** One choice of a human decision: its id, its label and the text input it takes, if any. */
 export interface DecisionChoice {
@@ -1787,6 +1889,12 @@ export type SubscriptionTarget = RunListTarget | RunTarget | SessionTarget | Mai
 
 /** Switch cases: output value to target node. */
 export type SwitchCases = { [key: string]: NodeId };
+
+/** A Telegram user or chat id in decimal (chat ids of groups are negative). */
+export type TelegramId = string;
+
+/** Allowed Telegram ids: at most 256. */
+export type TelegramIds = TelegramId[];
 
 /** The engine default. */
 export interface DefaultTimeout {

@@ -12,6 +12,7 @@
 //!   server start it when it is not running.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod channel;
 mod herdr;
 mod render;
 mod runs;
@@ -278,6 +279,10 @@ enum Command {
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
     },
+    /// The supervised channel adapters (Telegram): status, reload, and the
+    /// review of an interrupted send.
+    #[command(subcommand)]
+    Channel(channel::ChannelCommand),
     /// Manage the user-level server.
     #[command(subcommand)]
     Server(server::ServerCommand),
@@ -353,6 +358,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let outcome = match cli.command {
         Command::Server(command) => return server::main(command, settings, &runtime),
         Command::Herdr(HerdrCommand::Sync { json }) => herdr::main(settings.home.root(), json),
+        Command::Channel(command) => runtime.block_on(channel::run(settings, command)),
         Command::State(command) => runtime.block_on(state::main(settings, command)),
         Command::List { json } => runtime.block_on(runs::list(settings, json)),
         Command::Start {

@@ -15,24 +15,25 @@
 //! - A retry of an ambiguous effect says, in its receipt, that a duplicate
 //!   in the external system is possible.
 
-use super::receipts::{Executed, command};
+use super::receipts::{Executed, command, command_committed};
 use super::request::Request;
 use crate::context::Context;
 use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
 use crate::store::{decisions, runs};
 use crate::wire::client::response;
+use kernel::channel::ChannelRejection;
 use kernel::decision::{Answered, DecisionRecord, Recovered};
-use kernel::effect::{EffectState, RecoveryAction};
-use kernel::ids::{EffectId, RunId};
-use kernel::output::Step;
+use kernel::effect::{EffectRecord, EffectState, RecoveryAction};
+use kernel::ids::{EffectId, Revision, RunId};
+use kernel::output::{Output, Step};
 use kernel::receipt::CommandOutcome;
 use kernel::run::{self, RunAggregate};
 use protocol::ErrorCode;
 use protocol::generated::constrained::AttemptNumber;
 use protocol::generated::types::{
     DecisionAnswerPayload, DecisionAnswerReceipt, EffectRecoverPayload, EffectRecoverReceipt,
-    RecoverAction,
+    HumanDecisionRequest, RecoverAction,
 };
 use rusqlite::Connection;
 use serde_json::Value;
@@ -66,15 +67,61 @@ fn no_run() -> Executed {
     )
 }
 
+/// What a channel's answer must also pass, decided inside the answer's own
+/// job over the loaded parent and its stored request
+/// (`kernel::channel::check_answer`).
+pub(crate) type ChannelCheck = Box<
+    dyn FnOnce(
+            &Connection,
+            &RunAggregate,
+            &HumanDecisionRequest,
+        ) -> rusqlite::Result<Result<(), ChannelRejection>>
+        + Send,
+>;
+
+/// A channel adapter's answer: `decision.answer` under the channel's own
+/// client id and idempotency key (`telegram:<profile>:<event id>`, so a
+/// repeated press adopts its receipt), with `check` decided in the same
+/// job. Whether this request's answer was accepted and committed.
+pub(crate) async fn answer_from_channel(
+    app: &Arc<Context>,
+    client_id: String,
+    idempotency_key: String,
+    run_id: RunId,
+    payload: DecisionAnswerPayload,
+    check: ChannelCheck,
+) -> bool {
+    let request = Request {
+        request_id: idempotency_key.clone(),
+        client_id,
+        operation: "decision.answer".into(),
+        run_id: Some(run_id),
+        expected_revision: None,
+        idempotency_key: Some(idempotency_key),
+        payload: serde_json::to_value(&payload).unwrap_or_default(),
+    };
+    let (_, outcome) = answer_checked(app, request, payload, Some(check)).await;
+    outcome == Some(CommandOutcome::Accepted)
+}
+
 /// `decision.answer`.
 pub(super) async fn answer(
     app: &Arc<Context>,
     request: Request,
     payload: DecisionAnswerPayload,
 ) -> Value {
+    answer_checked(app, request, payload, None).await.0
+}
+
+async fn answer_checked(
+    app: &Arc<Context>,
+    request: Request,
+    payload: DecisionAnswerPayload,
+    channel_check: Option<ChannelCheck>,
+) -> (Value, Option<CommandOutcome>) {
     let run_id = match run_of(&request) {
         Ok(run_id) => run_id,
-        Err(refusal) => return refusal,
+        Err(refusal) => return (refusal, None),
     };
     let control = app.control.clone();
     let ttl_ms = app.config.claim_ttl_ms;
@@ -82,7 +129,7 @@ pub(super) async fn answer(
     let expected_revision = request.expected_revision;
     let given = crate::wire::decision::response_of(payload.choice.clone(), payload.input.clone());
     let blob = Blob::json(&crate::wire::decision::response_value(&given));
-    command(app, request, move |connection, now_ms| {
+    command_committed(app, request, move |connection, now_ms| {
         let Some(parent) = runs::load(connection, &run_id)? else {
             return Ok(no_run());
         };
@@ -110,6 +157,11 @@ pub(super) async fn answer(
                 "the decision's stored request could not be read",
             ));
         };
+        if let (Some(check), Some(stored)) = (channel_check, request.as_ref())
+            && let Err(rejection) = check(connection, &parent, stored)?
+        {
+            return Ok(Executed::rejected(&rejection));
+        }
         let answer = crate::wire::decision::response(&given);
         if let Err(rejection) = kernel::decision::check_answer(&decision, &seen, &choices, &answer)
         {
@@ -234,13 +286,6 @@ pub(super) async fn recover_effect(
     };
     let expected_revision = request.expected_revision;
     let effect_id = EffectId::new(payload.effect_id.as_str());
-    let action = match payload.action {
-        RecoverAction::Confirm => RecoveryAction::Confirm,
-        RecoverAction::Retry => RecoveryAction::Retry,
-    };
-    // A confirmation records that the effect applied; the operator holds no
-    // receipt of it, so its result is `null`.
-    let observed = Blob::json(&Value::Null);
     command(app, request, move |connection, now_ms| {
         let Some(before) = runs::load(connection, &run_id)? else {
             return Ok(no_run());
@@ -248,23 +293,11 @@ pub(super) async fn recover_effect(
         if let Err(stale) = run::check_revision(&before.run, expected_revision) {
             return Ok(Executed::rejected(&stale));
         }
-        let transition =
-            match kernel::effect::recover(&before, &effect_id, action, observed.digest, now_ms) {
-                Ok(transition) => transition,
-                Err(rejection) => return Ok(Executed::rejected(&rejection)),
-            };
-        let Some(effect) = transition
-            .facts
-            .effects
-            .iter()
-            .find(|effect| effect.effect_id == effect_id)
-        else {
-            return Ok(Executed::refused(
-                CommandOutcome::Rejected,
-                ErrorCode::Internal,
-                "the recovered effect is missing",
-            ));
+        let recovered = match recover_in(connection, &before, &effect_id, payload.action, now_ms)? {
+            Ok(recovered) => recovered,
+            Err(refused) => return Ok(refused),
         };
+        let effect = &recovered.effect;
         let receipt = EffectRecoverReceipt {
             attempt_number: AttemptNumber::new(u64::from(effect.attempt_number))
                 .ok_or(OffSchema("attemptNumber"))?,
@@ -274,11 +307,64 @@ pub(super) async fn recover_effect(
                 .then(|| to_wire("warning", DUPLICATE_WARNING))
                 .transpose()?,
         };
-        blobs::put(connection, &observed, blobs::JSON, now_ms)?;
-        let revision = transition.facts.run.revision;
-        let outputs =
-            crate::shell::write_step(connection, &before, Step::Apply(transition), &[], now_ms)?;
-        Ok(Executed::accepted(revision, &receipt, outputs))
+        Ok(Executed::accepted(
+            recovered.revision,
+            &receipt,
+            recovered.outputs,
+        ))
     })
     .await
+}
+
+/// An ambiguous effect recovered and written: the effect as it is now, the
+/// run's revision and the outputs to perform after the commit.
+pub(super) struct EffectRecovered {
+    pub(super) effect: EffectRecord,
+    pub(super) revision: Revision,
+    pub(super) outputs: Vec<Output>,
+}
+
+/// `kernel::effect::recover` of `effect_id` on `before`, written inside the
+/// caller's job (`effect.recover`, `channel.recover`), or the refusal.
+pub(super) fn recover_in(
+    connection: &Connection,
+    before: &RunAggregate,
+    effect_id: &EffectId,
+    action: RecoverAction,
+    now_ms: u64,
+) -> rusqlite::Result<Result<EffectRecovered, Executed>> {
+    let action = match action {
+        RecoverAction::Confirm => RecoveryAction::Confirm,
+        RecoverAction::Retry => RecoveryAction::Retry,
+    };
+    // A confirmation records that the effect applied; the operator holds no
+    // receipt of it, so its result is `null`.
+    let observed = Blob::json(&Value::Null);
+    let transition =
+        match kernel::effect::recover(before, effect_id, action, observed.digest, now_ms) {
+            Ok(transition) => transition,
+            Err(rejection) => return Ok(Err(Executed::rejected(&rejection))),
+        };
+    let Some(effect) = transition
+        .facts
+        .effects
+        .iter()
+        .find(|effect| effect.effect_id == *effect_id)
+        .cloned()
+    else {
+        return Ok(Err(Executed::refused(
+            CommandOutcome::Rejected,
+            ErrorCode::Internal,
+            "the recovered effect is missing",
+        )));
+    };
+    blobs::put(connection, &observed, blobs::JSON, now_ms)?;
+    let revision = transition.facts.run.revision;
+    let outputs =
+        crate::shell::write_step(connection, before, Step::Apply(transition), &[], now_ms)?;
+    Ok(Ok(EffectRecovered {
+        effect,
+        revision,
+        outputs,
+    }))
 }

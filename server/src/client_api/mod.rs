@@ -21,8 +21,9 @@
 //! `server_status`, and `socket` (the listener and its connections).
 
 mod capture;
+mod channels;
 pub mod coordinator;
-mod decisions;
+pub(crate) mod decisions;
 mod maintenance;
 mod reads;
 mod receipts;
@@ -262,6 +263,9 @@ async fn dispatch(
             )
             .await
         }
+        RequestPayload::ChannelStatus(_) => channels::status(app, &request),
+        RequestPayload::ChannelReload(_) => channels::reload(app, request).await,
+        RequestPayload::ChannelRecover(recover) => channels::recover(app, request, recover).await,
         RequestPayload::StateVerify(verify) => maintenance::verify(app, &request, verify).await,
         RequestPayload::StateBackup(backup) => maintenance::backup(app, &request, backup).await,
         RequestPayload::StatePrune(prune) => maintenance::prune(app, &request, prune).await,
@@ -272,10 +276,7 @@ async fn dispatch(
         | RequestPayload::FollowUpCancel(_)
         | RequestPayload::ResourceApply(_)
         | RequestPayload::ResourceReconcile(_)
-        | RequestPayload::ResourceDelete(_)
-        | RequestPayload::ChannelStatus(_)
-        | RequestPayload::ChannelReload(_)
-        | RequestPayload::ChannelRecover(_) => refusal(
+        | RequestPayload::ResourceDelete(_) => refusal(
             &request,
             "unavailable",
             ErrorCode::Unavailable,

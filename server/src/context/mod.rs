@@ -16,6 +16,7 @@
 //!   loaded before the job, and the registry is updated after the commit).
 
 pub mod admission;
+pub mod channels;
 pub mod coordinators;
 pub mod maintenance;
 pub mod runners;
@@ -95,6 +96,8 @@ pub struct Context {
     /// State maintenance: the running backup or prune, verifications, and
     /// retention sweep requests.
     pub maintenance: Arc<maintenance::Maintenance>,
+    /// The channel adapters' states, the reload signal and adapter epochs.
+    pub channels: channels::Channels,
 }
 
 /// What a server context is made of (`app.rs` opens them).
@@ -150,6 +153,7 @@ impl Context {
             validations: validations::Validations::default(),
             waiting: waiting::Waiting::new(),
             maintenance: maintenance::Maintenance::new(),
+            channels: channels::Channels::default(),
         })
     }
 

@@ -35,6 +35,7 @@ pub mod attempts;
 pub mod backup;
 pub mod blobs;
 pub(crate) mod capture;
+pub(crate) mod channels;
 mod codec;
 pub mod commands;
 pub mod consistency;

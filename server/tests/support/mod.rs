@@ -7,6 +7,7 @@
 
 pub mod clone;
 pub mod namespace;
+pub mod telegram;
 pub use clone::*;
 pub use namespace::*;
 
