@@ -267,6 +267,59 @@ fn tmux_open_navigate_pause_resume_and_cancel_through_keys() {
 }
 
 #[test]
+fn an_ambiguous_effect_is_reviewed_through_keys_and_every_client_agrees() {
+    let server = Server::started();
+    let run = server.start("ambiguous");
+    let ambiguous = server.wait_status(&run, "ambiguous");
+    let effect = &ambiguous["ambiguousEffects"][0];
+    assert_eq!(
+        (effect["effectType"].as_str(), effect["nodeId"].as_str()),
+        (Some("payment"), Some("charge")),
+        "{ambiguous}"
+    );
+    let effect_id = effect["effectId"].as_str().unwrap().to_owned();
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), &run],
+        120,
+        32,
+    );
+    tmux.wait_screen("the ambiguous run", |s| s.contains("[E] recover effect"));
+    assert_parity(&server, &tmux, &run, "ambiguous");
+
+    // The review names the effect and asks which way; n sends nothing.
+    tmux.keys(&["E"]);
+    let dialog = tmux.wait_screen("the review dialog", |s| {
+        s.contains("recover effect · confirm")
+    });
+    assert!(
+        dialog.contains("payment") && dialog.contains("charge") && dialog.contains("[c]"),
+        "{dialog}"
+    );
+    tmux.keys(&["n"]);
+    tmux.wait_screen("the dialog closed", |s| {
+        !s.contains("recover effect · confirm")
+    });
+    assert_eq!(server.view(&run)["display"]["status"], "ambiguous");
+
+    // c: the effect applied; the server records it and the run completes.
+    tmux.keys(&["E"]);
+    tmux.wait_screen("the review dialog again", |s| {
+        s.contains("recover effect · confirm")
+    });
+    tmux.keys(&["c"]);
+    let done = assert_parity(&server, &tmux, &run, "completed");
+    assert!(done.contains("recover effect: accepted"), "{done}");
+    // Recorded as applied: the view lists no ambiguous effect any more.
+    let view = server.view(&run);
+    assert!(
+        view.get("ambiguousEffects").is_none() && !view.to_string().contains(&effect_id),
+        "{view}"
+    );
+}
+
+#[test]
 fn piw_with_a_run_id_keeps_that_run_selected_through_a_relay_restart() {
     let server = Server::started();
     let run = server.start("paused");
