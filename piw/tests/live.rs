@@ -319,6 +319,67 @@ fn an_ambiguous_effect_is_reviewed_through_keys_and_every_client_agrees() {
     );
 }
 
+/// Writes a captured screen to `$PIW_SCREEN_DIR/<name>.txt` when that is
+/// set (the closing note's evidence: `PIW_SCREEN_DIR=/some/dir cargo test
+/// -p piw --test live the_screens_of`).
+fn keep_screen(name: &str, screen: &str) {
+    if let Some(dir) = std::env::var_os("PIW_SCREEN_DIR") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(format!("{name}.txt")), screen).unwrap();
+    }
+}
+
+#[test]
+fn the_screens_of_a_live_run_and_of_an_included_workflow() {
+    let server = Server::started();
+    let pipeline = server.start("pipeline");
+    let release = server.start("include");
+    let open = |run: &str| {
+        Tmux::start(
+            server.dir.path(),
+            &server.env(),
+            &[piw().to_str().unwrap(), run],
+            200,
+            60,
+        )
+    };
+
+    // A live run: running at `test`, its progress on the card, live.
+    let tmux = open(&pipeline);
+    let live = tmux.wait_screen("the pipeline running at test with its progress", |s| {
+        let header = s.lines().next().unwrap_or_default();
+        header.contains(&pipeline)
+            && header.contains("running at test")
+            && header.contains("● live")
+            && s.contains("● LIVE")
+            && s.contains("[p] pause")
+    });
+    keep_screen("piw-live-run.200x60", &live);
+    drop(tmux);
+
+    // The included workflow: its entry, inner nodes and exit under the
+    // mount's hierarchical labels, the running inner node's progress.
+    let tmux = open(&release);
+    let graph = tmux.wait_screen("the included workflow's graph", |s| {
+        s.lines()
+            .next()
+            .is_some_and(|h| h.contains(&release) && h.contains("running at child/work"))
+            && s.contains("37/120 tests")
+    });
+    for label in [
+        "↘ include",
+        "✓ child ",
+        "✓ child/compile",
+        "◐ child/work",
+        "↗ exit",
+        "○ child/exit ready",
+        "○ publish",
+    ] {
+        assert!(graph.contains(label), "{label}: {graph}");
+    }
+    keep_screen("piw-included-workflow.200x60", &graph);
+}
+
 #[test]
 fn piw_with_a_run_id_keeps_that_run_selected_through_a_relay_restart() {
     let server = Server::started();
