@@ -9,7 +9,11 @@ mod support;
 use piw::app::Tab;
 use piw::source::{Availability, Command, ControlRequest, SourceEvent};
 use protocol::generated::types::{Control, EffectRecoverPayload, RecoverAction};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{KeyCode, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::style::{Modifier, Style};
 use support::*;
 
 const SMALL: (u16, u16) = (80, 24);
@@ -440,4 +444,82 @@ fn a_definition_that_is_no_topology_is_named_in_the_graph_title() {
     // A definition that reads is not named.
     let mut good = run_harness("pipeline", "pipeline");
     assert!(!good.render(120, 32).contains("definition unreadable"));
+}
+
+/// The buffer of one frame (for styles).
+fn frame(app: &mut piw::app::App, width: u16, height: u16) -> Buffer {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| piw::ui::draw(frame, app)).unwrap();
+    terminal.backend().buffer().clone()
+}
+
+/// The style of the branch arrow `▼` just before `label` on the screen.
+fn arrow_style(buffer: &Buffer, label: &str) -> Style {
+    let screen = (0..buffer.area.height)
+        .map(|y| {
+            (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (x, y) = at(&screen, &format!("▼ {label}"));
+    buffer[(x, y)].style()
+}
+
+#[test]
+fn the_taken_path_is_highlighted_as_of_the_step_shown() {
+    let mut harness = run_harness("switch", "switch");
+    let theme = harness.app.theme;
+    let path =
+        |style: Style| style.fg == theme.path().fg && style.add_modifier.contains(Modifier::BOLD);
+    let border = |style: Style| style.fg == theme.border().fg;
+    // fetch failed, so the run went fetch → recover: that branch is the path.
+    let live = frame(&mut harness.app, 80, 24);
+    assert!(
+        path(arrow_style(&live, "failed")),
+        "{:?}",
+        arrow_style(&live, "failed")
+    );
+    assert!(border(arrow_style(&live, "ok")) && !path(arrow_style(&live, "ok")));
+    // Replayed to step 1 (only fetch): no branch is taken yet.
+    harness.keys("g");
+    let first = frame(&mut harness.app, 80, 24);
+    assert!(border(arrow_style(&first, "failed")) && !path(arrow_style(&first, "failed")));
+}
+
+#[test]
+fn arrows_pan_the_graph_and_f_follows_again() {
+    let mut harness = run_harness("pipeline", "pipeline");
+    let title = |h: &mut Harness| {
+        h.render(80, 24)
+            .lines()
+            .find(|l| l.contains("graph ·"))
+            .unwrap()
+            .to_owned()
+    };
+    let graph = |h: &mut Harness| {
+        h.render(80, 24)
+            .lines()
+            .skip(3)
+            .take(10)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(title(&mut harness).contains("follow"));
+    let followed = graph(&mut harness);
+    harness.key(KeyCode::Up);
+    harness.key(KeyCode::Up);
+    harness.key(KeyCode::Left);
+    let panned = graph(&mut harness);
+    assert_ne!(panned, followed);
+    assert!(
+        !title(&mut harness).contains("follow"),
+        "{}",
+        title(&mut harness)
+    );
+    // f centres the followed node again.
+    harness.keys("f");
+    assert!(title(&mut harness).contains("follow"));
+    assert_eq!(graph(&mut harness), followed);
 }
