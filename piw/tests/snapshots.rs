@@ -59,13 +59,13 @@ fn run_list_filtered_by_status_and_workflow() {
     let mut harness = runs_harness();
     // s cycles running, waiting, paused, queued, ambiguous, failed.
     harness.keys("ssssss");
-    snapshot("runs_filter_failed.80x24", &harness.render(80, 24));
+    both("runs_filter_failed", &mut harness);
     harness.keys("c");
     harness.keys("w");
-    snapshot("runs_filter_workflow.80x24", &harness.render(80, 24));
+    both("runs_filter_workflow", &mut harness);
     harness.keys("cssssssss");
     // timed out and cancelled have no run: an empty filtered list says so.
-    snapshot("runs_filter_none.80x24", &harness.render(80, 24));
+    both("runs_filter_none", &mut harness);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn run_detail_live_pipeline() {
     let mut harness = run_harness("pipeline", "pipeline");
     both("detail_pipeline", &mut harness);
     harness.key(KeyCode::Char('z'));
-    snapshot("detail_pipeline_compact.200x60", &harness.render(200, 60));
+    both("detail_pipeline_compact", &mut harness);
 }
 
 #[test]
@@ -169,9 +169,9 @@ fn control_confirmation_dialogs() {
     both("confirm_pause", &mut harness);
     let mut answer = run_harness("checkpoint", "checkpoint");
     answer.keys("a{\"publish\": tru");
-    snapshot("confirm_answer.80x24", &answer.render(80, 24));
+    both("confirm_answer", &mut answer);
     answer.key(KeyCode::Enter);
-    snapshot("confirm_answer_invalid.80x24", &answer.render(80, 24));
+    both("confirm_answer_invalid", &mut answer);
 }
 
 #[test]
@@ -404,8 +404,8 @@ fn a_stale_view_is_labelled_stale_with_its_line_until_a_fresh_view_arrives() {
         run_id,
         line: "the server sent a view piw cannot read (revision 9); asking for a fresh one (if this repeats, install matching pi-workflows and piw versions)".into(),
     });
+    both("detail_stale", &mut harness);
     let screen = harness.render(80, 24);
-    snapshot("detail_stale.80x24", &screen);
     let header = screen.lines().next().unwrap();
     assert!(
         header.contains("◌ stale") && !header.contains("● live"),
