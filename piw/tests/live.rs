@@ -319,6 +319,30 @@ fn an_ambiguous_effect_is_reviewed_through_keys_and_every_client_agrees() {
     );
 }
 
+#[test]
+fn a_checkpoint_answered_through_keys_and_every_client_agrees() {
+    let server = Server::started();
+    let run = server.start("checkpoint");
+    server.wait_status(&run, "waiting");
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), &run],
+        120,
+        32,
+    );
+    tmux.wait_screen("the waiting run", |s| s.contains("[a] answer"));
+    assert_parity(&server, &tmux, &run, "waiting");
+    tmux.keys(&["a"]);
+    tmux.wait_screen("the answer dialog", |s| s.contains("answer · confirm"));
+    tmux.keys(&["-l", r#"{"publish": true}"#]);
+    tmux.wait_screen("the typed answer", |s| s.contains(r#"{"publish": true}"#));
+    tmux.keys(&["Enter"]);
+    // The continuation runs publish and completes the run.
+    let done = assert_parity(&server, &tmux, &run, "completed");
+    assert!(done.contains("answer: accepted"), "{done}");
+}
+
 /// Writes a captured screen to `$PIW_SCREEN_DIR/<name>.txt` when that is
 /// set (the closing note's evidence: `PIW_SCREEN_DIR=/some/dir cargo test
 /// -p piw --test live the_screens_of`).
@@ -486,33 +510,56 @@ fn an_unreachable_server_is_one_line_with_what_to_do() {
 }
 
 #[test]
-fn another_package_version_is_one_package_version_line() {
-    // A fake server on a real socket that says hello as another version.
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("state");
-    std::fs::create_dir_all(home.join("host")).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(home.join("host/server.sock")).unwrap();
-    std::thread::spawn(move || {
-        use std::io::{BufRead, Write};
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut line = String::new();
-            let _ = std::io::BufReader::new(&stream).read_line(&mut line);
-            let hello = r#"{"packageVersion":"9.9.9","protocolVersion":1,"role":"server","schema":"pi-workflows.client.v1","serverEpoch":1,"type":"hello"}"#;
-            let _ = stream.write_all(format!("{hello}\n").as_bytes());
+fn another_package_or_protocol_version_is_one_package_version_line() {
+    // A fake server on a real socket that says hello as another package
+    // version, or as this package speaking another protocol version.
+    for (package, protocol, says) in [
+        ("9.9.9", 1, "9.9.9"),
+        (env!("CARGO_PKG_VERSION"), 2, "protocol version 2"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("state");
+        std::fs::create_dir_all(home.join("host")).unwrap();
+        let listener =
+            std::os::unix::net::UnixListener::bind(home.join("host/server.sock")).unwrap();
+        let hello = format!(
+            r#"{{"packageVersion":"{package}","protocolVersion":{protocol},"role":"server","schema":"pi-workflows.client.v1","serverEpoch":1,"type":"hello"}}"#
+        );
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(&stream).read_line(&mut line);
+                let _ = stream.write_all(format!("{hello}\n").as_bytes());
+            }
+        });
+        let mut child = std::process::Command::new(piw())
+            .env("PI_WORKFLOWS_HOME", &home)
+            .env("HOME", dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = (0..200).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            child.try_wait().unwrap()
+        });
+        if exited.is_none() {
+            let _ = child.kill();
         }
-    });
-    let output = std::process::Command::new(piw())
-        .env("PI_WORKFLOWS_HOME", &home)
-        .env("HOME", dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(!output.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("9.9.9") && stderr.contains("install matching pi-workflows packages"),
-        "{stderr}"
-    );
-    assert!(!stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"));
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            exited.is_some_and(|status| !status.success()),
+            "piw must end at once with one line ({package}, protocol {protocol}): {exited:?} {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains("install matching pi-workflows packages"),
+            "{stderr}"
+        );
+        assert!(!stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"));
+    }
 }
