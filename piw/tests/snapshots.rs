@@ -523,3 +523,31 @@ fn arrows_pan_the_graph_and_f_follows_again() {
     assert!(title(&mut harness).contains("follow"));
     assert_eq!(graph(&mut harness), followed);
 }
+
+#[test]
+fn the_help_names_the_key_of_every_control_piw_sends() {
+    let all = [
+        Control::Pause,
+        Control::Resume,
+        Control::Cancel,
+        Control::Restart,
+        Control::Answer,
+        Control::Activate,
+        Control::HumanAnswer,
+        Control::RecoverEffect,
+        Control::Submit,
+        Control::Update,
+    ];
+    for control in all {
+        let spec = piw::model::control_spec(control);
+        if spec.operation.is_none() {
+            continue;
+        }
+        let named = piw::ui::HELP.iter().any(|(keys, what)| {
+            keys.split_whitespace()
+                .any(|key| key == spec.key.to_string())
+                && what.contains(spec.label)
+        });
+        assert!(named, "{} ({}) is not in the help", spec.label, spec.key);
+    }
+}

@@ -362,9 +362,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("{ / }", "slower / faster (1×, 2×, 5×, 10×)"),
     ("Home, g", "replay from the first step"),
     ("End, G, L", "rejoin live"),
+    ("p r x R", "pause resume cancel restart (when offered)"),
     (
-        "p r x R a",
-        "pause resume cancel restart answer (when offered)",
+        "a o E",
+        "answer activate; recover effect: review (when offered)",
     ),
     (
         "mouse",
