@@ -18,7 +18,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use protocol::generated::types::{
-    Control, DisplayStatus, PageCollection, RunListRow, RunView, StepRecord, Topology,
+    AmbiguousEffect, Control, DisplayStatus, PageCollection, RecoverAction, RunListRow, RunView,
+    StepRecord, Topology,
 };
 use ratatui::crossterm::event::{
     KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
@@ -163,6 +164,11 @@ pub struct Dialog {
     pub idempotency_key: String,
     /// The answer text (checkpoint answers).
     pub input: String,
+    /// The effect under review (`recoverEffect`): the first one the view
+    /// lists when the dialog opened.
+    pub effect: Option<AmbiguousEffect>,
+    /// The reviewer's verdict on that effect, chosen in the dialog.
+    pub action: Option<RecoverAction>,
     /// Why the last confirmation was refused (bad JSON).
     pub error: Option<String>,
 }
@@ -975,12 +981,25 @@ impl App {
             return;
         }
         let Some(view) = self.view() else { return };
+        let effect = view
+            .ambiguous_effects
+            .as_ref()
+            .and_then(|effects| effects.as_slice().first().cloned());
+        if control == Control::RecoverEffect && effect.is_none() {
+            self.toast(format!(
+                "{}: the run's view lists no ambiguous effect; nothing was sent",
+                spec.label
+            ));
+            return;
+        }
         let dialog = Dialog {
             run_id: view.run_id.to_string(),
             control,
             expected_revision: view.revision.get(),
             idempotency_key: String::new(),
             input: String::new(),
+            effect: effect.filter(|_| control == Control::RecoverEffect),
+            action: None,
             error: None,
         };
         let key = self.next_key();
@@ -1021,7 +1040,21 @@ impl App {
                     return;
                 }
             },
-            _ => serde_json::json!({}),
+            Control::RecoverEffect => match (&dialog.effect, dialog.action) {
+                (Some(effect), Some(action)) => {
+                    serde_json::json!({ "effectId": effect.effect_id, "action": action })
+                }
+                // Nothing is sent until the reviewer says which way.
+                _ => return,
+            },
+            Control::Pause
+            | Control::Resume
+            | Control::Cancel
+            | Control::Restart
+            | Control::Activate
+            | Control::HumanAnswer
+            | Control::Submit
+            | Control::Update => serde_json::json!({}),
         };
         let spec = control_spec(dialog.control);
         let Some(operation) = spec.operation else {
@@ -1100,11 +1133,21 @@ impl App {
             },
             Some(Overlay::Confirm(dialog)) => {
                 let answer = dialog.control == Control::Answer;
+                // An effect review is confirmed by its verdict: c or r.
+                let review = dialog.control == Control::RecoverEffect;
                 match key.code {
                     KeyCode::Esc => self.overlay = None,
                     KeyCode::Char('n') if !answer => self.overlay = None,
-                    KeyCode::Enter => self.confirm(),
-                    KeyCode::Char('y') if !answer => self.confirm(),
+                    KeyCode::Char(verdict @ ('c' | 'r')) if review => {
+                        dialog.action = Some(if verdict == 'c' {
+                            RecoverAction::Confirm
+                        } else {
+                            RecoverAction::Retry
+                        });
+                        self.confirm();
+                    }
+                    KeyCode::Enter if !review => self.confirm(),
+                    KeyCode::Char('y') if !answer && !review => self.confirm(),
                     KeyCode::Backspace if answer => {
                         dialog.input.pop();
                         dialog.error = None;

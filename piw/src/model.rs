@@ -139,12 +139,7 @@ pub fn control_spec(control: Control) -> ControlSpec {
             None,
             "answer the decision from a terminal: pi-workflows answer RUN CHOICE [TEXT]",
         ),
-        Control::RecoverEffect => spec(
-            'E',
-            "recover effect",
-            None,
-            "review the effect from a terminal: pi-workflows recover RUN confirm|retry",
-        ),
+        Control::RecoverEffect => spec('E', "recover effect", Some("effect.recover"), ""),
         Control::Submit => spec(
             'S',
             "submit",

@@ -267,6 +267,148 @@ fn tmux_open_navigate_pause_resume_and_cancel_through_keys() {
 }
 
 #[test]
+fn an_ambiguous_effect_is_reviewed_through_keys_and_every_client_agrees() {
+    let server = Server::started();
+    let run = server.start("ambiguous");
+    let ambiguous = server.wait_status(&run, "ambiguous");
+    let effect = &ambiguous["ambiguousEffects"][0];
+    assert_eq!(
+        (effect["effectType"].as_str(), effect["nodeId"].as_str()),
+        (Some("payment"), Some("charge")),
+        "{ambiguous}"
+    );
+    let effect_id = effect["effectId"].as_str().unwrap().to_owned();
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), &run],
+        120,
+        32,
+    );
+    tmux.wait_screen("the ambiguous run", |s| s.contains("[E] recover effect"));
+    assert_parity(&server, &tmux, &run, "ambiguous");
+
+    // The review names the effect and asks which way; n sends nothing.
+    tmux.keys(&["E"]);
+    let dialog = tmux.wait_screen("the review dialog", |s| {
+        s.contains("recover effect · confirm")
+    });
+    assert!(
+        dialog.contains("payment") && dialog.contains("charge") && dialog.contains("[c]"),
+        "{dialog}"
+    );
+    tmux.keys(&["n"]);
+    tmux.wait_screen("the dialog closed", |s| {
+        !s.contains("recover effect · confirm")
+    });
+    assert_eq!(server.view(&run)["display"]["status"], "ambiguous");
+
+    // c: the effect applied; the server records it and the run completes.
+    tmux.keys(&["E"]);
+    tmux.wait_screen("the review dialog again", |s| {
+        s.contains("recover effect · confirm")
+    });
+    tmux.keys(&["c"]);
+    let done = assert_parity(&server, &tmux, &run, "completed");
+    assert!(done.contains("recover effect: accepted"), "{done}");
+    // Recorded as applied: the view lists no ambiguous effect any more.
+    let view = server.view(&run);
+    assert!(
+        view.get("ambiguousEffects").is_none() && !view.to_string().contains(&effect_id),
+        "{view}"
+    );
+}
+
+#[test]
+fn a_checkpoint_answered_through_keys_and_every_client_agrees() {
+    let server = Server::started();
+    let run = server.start("checkpoint");
+    server.wait_status(&run, "waiting");
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), &run],
+        120,
+        32,
+    );
+    tmux.wait_screen("the waiting run", |s| s.contains("[a] answer"));
+    assert_parity(&server, &tmux, &run, "waiting");
+    tmux.keys(&["a"]);
+    tmux.wait_screen("the answer dialog", |s| s.contains("answer · confirm"));
+    tmux.keys(&["-l", r#"{"publish": true}"#]);
+    tmux.wait_screen("the typed answer", |s| s.contains(r#"{"publish": true}"#));
+    tmux.keys(&["Enter"]);
+    // The continuation runs publish and completes the run.
+    let done = assert_parity(&server, &tmux, &run, "completed");
+    assert!(done.contains("answer: accepted"), "{done}");
+}
+
+/// Writes a captured screen to `$PIW_SCREEN_DIR/<name>.txt` when that is
+/// set (the closing note's evidence: `PIW_SCREEN_DIR=/some/dir cargo test
+/// -p piw --test live the_screens_of`).
+fn keep_screen(name: &str, screen: &str) {
+    if let Some(dir) = std::env::var_os("PIW_SCREEN_DIR") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(format!("{name}.txt")), screen).unwrap();
+    }
+}
+
+#[test]
+fn the_screens_of_a_live_run_and_of_an_included_workflow() {
+    let server = Server::started();
+    let pipeline = server.start("pipeline");
+    let release = server.start("include");
+    // Each screen in its own tmux server (its own socket directory).
+    let open = |run: &str| {
+        let dir = server.dir.path().join(run);
+        std::fs::create_dir_all(&dir).unwrap();
+        Tmux::start(
+            &dir,
+            &server.env(),
+            &[piw().to_str().unwrap(), run],
+            200,
+            60,
+        )
+    };
+
+    // A live run: running at `test`, its progress on the card, live.
+    let tmux = open(&pipeline);
+    let live = tmux.wait_screen("the pipeline running at test with its progress", |s| {
+        let header = s.lines().next().unwrap_or_default();
+        header.contains(&pipeline)
+            && header.contains("running at test")
+            && header.contains("● live")
+            && s.contains("● LIVE")
+            && s.contains("[p] pause")
+    });
+    keep_screen("piw-live-run.200x60", &live);
+    drop(tmux);
+
+    // The included workflow: its entry, inner nodes and exit under the
+    // mount's hierarchical labels, the running inner node's progress.
+    // The entry and exit badges come from the run's definition, which piw
+    // reads after the view: wait for them.
+    let labels = [
+        "↘ include",
+        "✓ child ",
+        "✓ child/compile",
+        "◐ child/work",
+        "↗ exit",
+        "○ child/exit ready",
+        "○ publish",
+    ];
+    let tmux = open(&release);
+    let graph = tmux.wait_screen("the included workflow's graph", |s| {
+        s.lines()
+            .next()
+            .is_some_and(|h| h.contains(&release) && h.contains("running at child/work"))
+            && s.contains("37/120 tests")
+            && labels.iter().all(|label| s.contains(label))
+    });
+    keep_screen("piw-included-workflow.200x60", &graph);
+}
+
+#[test]
 fn piw_with_a_run_id_keeps_that_run_selected_through_a_relay_restart() {
     let server = Server::started();
     let run = server.start("paused");
@@ -372,33 +514,56 @@ fn an_unreachable_server_is_one_line_with_what_to_do() {
 }
 
 #[test]
-fn another_package_version_is_one_package_version_line() {
-    // A fake server on a real socket that says hello as another version.
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("state");
-    std::fs::create_dir_all(home.join("host")).unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(home.join("host/server.sock")).unwrap();
-    std::thread::spawn(move || {
-        use std::io::{BufRead, Write};
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut line = String::new();
-            let _ = std::io::BufReader::new(&stream).read_line(&mut line);
-            let hello = r#"{"packageVersion":"9.9.9","protocolVersion":1,"role":"server","schema":"pi-workflows.client.v1","serverEpoch":1,"type":"hello"}"#;
-            let _ = stream.write_all(format!("{hello}\n").as_bytes());
+fn another_package_or_protocol_version_is_one_package_version_line() {
+    // A fake server on a real socket that says hello as another package
+    // version, or as this package speaking another protocol version.
+    for (package, protocol, says) in [
+        ("9.9.9", 1, "9.9.9"),
+        (env!("CARGO_PKG_VERSION"), 2, "protocol version 2"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("state");
+        std::fs::create_dir_all(home.join("host")).unwrap();
+        let listener =
+            std::os::unix::net::UnixListener::bind(home.join("host/server.sock")).unwrap();
+        let hello = format!(
+            r#"{{"packageVersion":"{package}","protocolVersion":{protocol},"role":"server","schema":"pi-workflows.client.v1","serverEpoch":1,"type":"hello"}}"#
+        );
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(&stream).read_line(&mut line);
+                let _ = stream.write_all(format!("{hello}\n").as_bytes());
+            }
+        });
+        let mut child = std::process::Command::new(piw())
+            .env("PI_WORKFLOWS_HOME", &home)
+            .env("HOME", dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = (0..200).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            child.try_wait().unwrap()
+        });
+        if exited.is_none() {
+            let _ = child.kill();
         }
-    });
-    let output = std::process::Command::new(piw())
-        .env("PI_WORKFLOWS_HOME", &home)
-        .env("HOME", dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(!output.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("9.9.9") && stderr.contains("install matching pi-workflows packages"),
-        "{stderr}"
-    );
-    assert!(!stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"));
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            exited.is_some_and(|status| !status.success()),
+            "piw must end at once with one line ({package}, protocol {protocol}): {exited:?} {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains("install matching pi-workflows packages"),
+            "{stderr}"
+        );
+        assert!(!stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"));
+    }
 }

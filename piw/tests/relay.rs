@@ -349,3 +349,35 @@ async fn a_relayed_connection_ends_with_the_server_connection() {
         other => panic!("a handshake without a server: {:?}", other.map(|_| ())),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_websocket_closes_its_own_server_connection_only() {
+    let server = Server::started();
+    let relay = RelayProcess::start(&server, "127.0.0.1:0");
+    let idle = relay.sockets();
+    let mut kept = greeted(&relay, "kept").await;
+    let mut closed = greeted(&relay, "closed").await;
+    // Each WebSocket holds its TCP connection and its own server connection.
+    wait_for("two relayed connections", Duration::from_secs(10), || {
+        (relay.sockets() == idle + 4).then_some(())
+    });
+    closed.close(None).await.unwrap();
+    // The relay answers the close (bounded: a relay that kept the
+    // connection would not).
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(_)) = closed.next().await {}
+    })
+    .await;
+    wait_for(
+        "the closed one's server connection gone",
+        Duration::from_secs(10),
+        || (relay.sockets() == idle + 2).then_some(()),
+    );
+    answers(&mut kept, "kept", "k1").await;
+    drop(kept);
+    wait_for(
+        "every relayed connection gone",
+        Duration::from_secs(10),
+        || (relay.sockets() == idle).then_some(()),
+    );
+}

@@ -6,8 +6,14 @@
 
 mod support;
 
-use piw::source::{Availability, SourceEvent};
-use ratatui::crossterm::event::KeyCode;
+use piw::app::Tab;
+use piw::source::{Availability, Command, ControlRequest, SourceEvent};
+use protocol::generated::types::{Control, EffectRecoverPayload, RecoverAction};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::crossterm::event::{KeyCode, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::style::{Modifier, Style};
 use support::*;
 
 const SMALL: (u16, u16) = (80, 24);
@@ -53,13 +59,13 @@ fn run_list_filtered_by_status_and_workflow() {
     let mut harness = runs_harness();
     // s cycles running, waiting, paused, queued, ambiguous, failed.
     harness.keys("ssssss");
-    snapshot("runs_filter_failed.80x24", &harness.render(80, 24));
+    both("runs_filter_failed", &mut harness);
     harness.keys("c");
     harness.keys("w");
-    snapshot("runs_filter_workflow.80x24", &harness.render(80, 24));
+    both("runs_filter_workflow", &mut harness);
     harness.keys("cssssssss");
     // timed out and cancelled have no run: an empty filtered list says so.
-    snapshot("runs_filter_none.80x24", &harness.render(80, 24));
+    both("runs_filter_none", &mut harness);
 }
 
 #[test]
@@ -113,7 +119,7 @@ fn run_detail_live_pipeline() {
     let mut harness = run_harness("pipeline", "pipeline");
     both("detail_pipeline", &mut harness);
     harness.key(KeyCode::Char('z'));
-    snapshot("detail_pipeline_compact.200x60", &harness.render(200, 60));
+    both("detail_pipeline_compact", &mut harness);
 }
 
 #[test]
@@ -130,10 +136,12 @@ fn inspector_tabs() {
     ] {
         harness.key(KeyCode::Char(key));
         snapshot(&format!("tab_{name}.120x40"), &harness.render(120, 40));
+        both(&format!("tab_{name}"), &mut harness);
     }
     let mut failed = run_harness("failed", "failed");
     failed.key(KeyCode::Char('2'));
     snapshot("tab_output_failed.120x40", &failed.render(120, 40));
+    both("tab_output_failed", &mut failed);
     let mut looped = run_harness("loop", "loop");
     looped.keys("n");
     snapshot("tab_attempts_loop.120x40", &looped.render(120, 40));
@@ -161,9 +169,208 @@ fn control_confirmation_dialogs() {
     both("confirm_pause", &mut harness);
     let mut answer = run_harness("checkpoint", "checkpoint");
     answer.keys("a{\"publish\": tru");
-    snapshot("confirm_answer.80x24", &answer.render(80, 24));
+    both("confirm_answer", &mut answer);
     answer.key(KeyCode::Enter);
-    snapshot("confirm_answer_invalid.80x24", &answer.render(80, 24));
+    both("confirm_answer_invalid", &mut answer);
+}
+
+#[test]
+fn an_ambiguous_effect_is_reviewed_in_a_dialog_and_sent_with_its_verdict() {
+    let mut harness = run_harness("ambiguous", "ambiguous");
+    let view = harness.app.view().unwrap().clone();
+    let effect = view.ambiguous_effects.as_ref().unwrap().as_slice()[0].clone();
+    harness.keys("E");
+    both("confirm_recover_effect", &mut harness);
+    let screen = harness.render(80, 24);
+    assert!(
+        screen.contains("payment at charge · attempt 1") && screen.contains("[c] it applied"),
+        "{screen}"
+    );
+    // y and Enter say nothing about the effect: nothing is sent.
+    harness.keys("y");
+    harness.key(KeyCode::Enter);
+    let controls = |h: &Harness| -> Vec<ControlRequest> {
+        h.source
+            .sent
+            .iter()
+            .filter_map(|command| match command {
+                Command::Control(request) => Some(request.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(controls(&harness).is_empty(), "{:?}", harness.source.sent);
+    assert!(harness.render(80, 24).contains("recover effect · confirm"));
+    // r: apply it again, with the dialog's key, the effect and the verdict.
+    harness.keys("r");
+    let [request] = controls(&harness).try_into().expect("one control sent");
+    assert_eq!(
+        (request.operation, request.run_id.as_str(), request.control),
+        (
+            "effect.recover",
+            view.run_id.as_str(),
+            Control::RecoverEffect
+        )
+    );
+    let payload: EffectRecoverPayload =
+        serde_json::from_value(request.payload.clone()).expect("an effect.recover payload");
+    assert_eq!(
+        (payload.effect_id, payload.action),
+        (effect.effect_id, RecoverAction::Retry)
+    );
+    assert!(!harness.render(80, 24).contains("recover effect · confirm"));
+}
+
+#[test]
+fn replay_plays_pauses_seeks_changes_speed_and_rejoins_live() {
+    let mut harness = run_harness("pipeline", "pipeline");
+    let total = harness.app.steps_shown();
+    assert_eq!(total, 5);
+    let footer = |h: &mut Harness| {
+        let screen = h.render(120, 32);
+        let lines: Vec<&str> = screen.lines().collect();
+        lines[lines.len() - 4..].join("\n")
+    };
+    assert!(footer(&mut harness).contains("● LIVE"));
+    // Seek: g to the first step, ] and [ one step each.
+    harness.keys("g");
+    assert_eq!(
+        (harness.app.replay.live, harness.app.steps_shown()),
+        (false, 1)
+    );
+    harness.keys("]]");
+    harness.keys("[");
+    assert_eq!(harness.app.steps_shown(), 2);
+    let shown = footer(&mut harness);
+    assert!(
+        shown.contains("replay · step 2/5") && shown.contains("[L] Live"),
+        "{shown}"
+    );
+    // Speeds: } up to 10× and no further, { back down to 2×.
+    harness.keys("}}}}");
+    assert!(footer(&mut harness).contains("10×"));
+    harness.keys("{{");
+    assert!(footer(&mut harness).contains("2×"));
+    // Play at 2×: a step every 350 ms of the clock.
+    let start = harness.app.now_ms;
+    harness.keys(" ");
+    assert!(harness.app.replay.playing && footer(&mut harness).contains("‖"));
+    harness.app.tick(start + 349);
+    assert_eq!(harness.app.steps_shown(), 2);
+    harness.app.tick(start + 350);
+    assert_eq!(harness.app.steps_shown(), 3);
+    // Pause: the clock moves on, the step does not.
+    harness.keys(" ");
+    harness.app.tick(start + 5_000);
+    assert_eq!(
+        (harness.app.replay.playing, harness.app.steps_shown()),
+        (false, 3)
+    );
+    assert!(footer(&mut harness).contains("replay · step 3/5"));
+    // Play on to the end of the history: it rejoins live by itself.
+    harness.keys(" ");
+    harness.app.tick(start + 5_000 + 350 * 3);
+    assert!(harness.app.replay.live && !harness.app.replay.playing);
+    assert!(footer(&mut harness).contains("● LIVE"));
+    // From live, [ leaves it; L (like End and G) rejoins.
+    harness.keys("[");
+    assert_eq!(
+        (harness.app.replay.live, harness.app.steps_shown()),
+        (false, 4)
+    );
+    harness.keys("L");
+    assert!(harness.app.replay.live && footer(&mut harness).contains("live · step 5/5"));
+}
+
+#[test]
+fn the_theme_picker_previews_and_esc_restores() {
+    let mut harness = run_harness("pipeline", "pipeline");
+    let before = harness.app.theme;
+    harness.keys(",");
+    both("themes", &mut harness);
+    harness.key(KeyCode::Down);
+    assert_ne!(harness.app.theme, before, "the cursor's theme is previewed");
+    harness.key(KeyCode::Esc);
+    assert_eq!(harness.app.theme, before);
+    harness.keys(",");
+    harness.key(KeyCode::Down);
+    let chosen = harness.app.theme;
+    harness.key(KeyCode::Enter);
+    assert!(harness.app.overlay.is_none());
+    assert_eq!(harness.app.theme, chosen);
+}
+
+#[test]
+fn the_mouse_opens_a_run_picks_a_tab_and_a_control() {
+    let mut harness = runs_harness();
+    let screen = harness.render(120, 32);
+    let rows = run_rows();
+    // A click on a row moves the cursor there; a second click opens it.
+    let target = &rows[1].run_id;
+    let row = screen
+        .lines()
+        .position(|line| line.contains(target.as_str()))
+        .unwrap() as u16;
+    let watched = |h: &Harness| {
+        h.source
+            .sent
+            .iter()
+            .any(|c| matches!(c, Command::WatchRun { run_id } if run_id == target.as_str()))
+    };
+    harness.app.mouse(click(10, row));
+    harness.pump();
+    assert!(!watched(&harness));
+    assert!(
+        harness
+            .render(120, 32)
+            .lines()
+            .nth(row as usize)
+            .unwrap()
+            .contains('▸')
+    );
+    harness.app.mouse(click(10, row));
+    harness.pump();
+    assert!(watched(&harness), "{:?}", harness.source.sent);
+    // On a run screen: a click on a tab's label selects it; on a control
+    // button opens its dialog.
+    let mut harness = run_harness("pipeline", "pipeline");
+    let screen = harness.render(120, 32);
+    let (x, y) = at(&screen, "4 Trace");
+    harness.app.mouse(click(x, y));
+    harness.pump();
+    assert_eq!(harness.app.tab, Tab::Trace);
+    let screen = harness.render(120, 32);
+    let (x, y) = at(&screen, "[p] pause");
+    harness.app.mouse(click(x + 1, y));
+    assert!(harness.render(120, 32).contains("pause · confirm"));
+    assert!(
+        harness
+            .source
+            .sent
+            .iter()
+            .all(|c| !matches!(c, Command::Control(_)))
+    );
+}
+
+fn click(column: u16, row: u16) -> MouseEvent {
+    MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    }
+}
+
+/// The cell (column, row) where `text` starts on a screen.
+fn at(screen: &str, text: &str) -> (u16, u16) {
+    screen
+        .lines()
+        .enumerate()
+        .find_map(|(y, line)| {
+            let byte = line.find(text)?;
+            Some((line[..byte].chars().count() as u16, y as u16))
+        })
+        .unwrap_or_else(|| panic!("{text} on the screen: {screen}"))
 }
 
 #[test]
@@ -177,14 +384,14 @@ fn unavailable_and_version_mismatch_lines() {
     harness.event(SourceEvent::Availability(Availability::VersionMismatch(
         "piw: the pi-workflows server is version 0.2.0 but piw is 0.1.0; install matching pi-workflows packages".into(),
     )));
-    snapshot("version_mismatch.80x24", &harness.render(80, 24));
+    both("version_mismatch", &mut harness);
     // A run on screen when the server goes away stays, labelled disconnected.
     let mut harness = run_harness("pipeline", "pipeline");
     harness.event(SourceEvent::Availability(Availability::Unavailable(
         "piw: the pi-workflows server is not running; start it with `pi-workflows server start`"
             .into(),
     )));
-    snapshot("detail_disconnected.80x24", &harness.render(80, 24));
+    both("detail_disconnected", &mut harness);
 }
 
 #[test]
@@ -197,8 +404,8 @@ fn a_stale_view_is_labelled_stale_with_its_line_until_a_fresh_view_arrives() {
         run_id,
         line: "the server sent a view piw cannot read (revision 9); asking for a fresh one (if this repeats, install matching pi-workflows and piw versions)".into(),
     });
+    both("detail_stale", &mut harness);
     let screen = harness.render(80, 24);
-    snapshot("detail_stale.80x24", &screen);
     let header = screen.lines().next().unwrap();
     assert!(
         header.contains("◌ stale") && !header.contains("● live"),
@@ -237,4 +444,110 @@ fn a_definition_that_is_no_topology_is_named_in_the_graph_title() {
     // A definition that reads is not named.
     let mut good = run_harness("pipeline", "pipeline");
     assert!(!good.render(120, 32).contains("definition unreadable"));
+}
+
+/// The buffer of one frame (for styles).
+fn frame(app: &mut piw::app::App, width: u16, height: u16) -> Buffer {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| piw::ui::draw(frame, app)).unwrap();
+    terminal.backend().buffer().clone()
+}
+
+/// The style of the branch arrow `▼` just before `label` on the screen.
+fn arrow_style(buffer: &Buffer, label: &str) -> Style {
+    let screen = (0..buffer.area.height)
+        .map(|y| {
+            (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (x, y) = at(&screen, &format!("▼ {label}"));
+    buffer[(x, y)].style()
+}
+
+#[test]
+fn the_taken_path_is_highlighted_as_of_the_step_shown() {
+    let mut harness = run_harness("switch", "switch");
+    let theme = harness.app.theme;
+    let path =
+        |style: Style| style.fg == theme.path().fg && style.add_modifier.contains(Modifier::BOLD);
+    let border = |style: Style| style.fg == theme.border().fg;
+    // fetch failed, so the run went fetch → recover: that branch is the path.
+    let live = frame(&mut harness.app, 80, 24);
+    assert!(
+        path(arrow_style(&live, "failed")),
+        "{:?}",
+        arrow_style(&live, "failed")
+    );
+    assert!(border(arrow_style(&live, "ok")) && !path(arrow_style(&live, "ok")));
+    // Replayed to step 1 (only fetch): no branch is taken yet.
+    harness.keys("g");
+    let first = frame(&mut harness.app, 80, 24);
+    assert!(border(arrow_style(&first, "failed")) && !path(arrow_style(&first, "failed")));
+}
+
+#[test]
+fn arrows_pan_the_graph_and_f_follows_again() {
+    let mut harness = run_harness("pipeline", "pipeline");
+    let title = |h: &mut Harness| {
+        h.render(80, 24)
+            .lines()
+            .find(|l| l.contains("graph ·"))
+            .unwrap()
+            .to_owned()
+    };
+    let graph = |h: &mut Harness| {
+        h.render(80, 24)
+            .lines()
+            .skip(3)
+            .take(10)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(title(&mut harness).contains("follow"));
+    let followed = graph(&mut harness);
+    harness.key(KeyCode::Up);
+    harness.key(KeyCode::Up);
+    harness.key(KeyCode::Left);
+    let panned = graph(&mut harness);
+    assert_ne!(panned, followed);
+    assert!(
+        !title(&mut harness).contains("follow"),
+        "{}",
+        title(&mut harness)
+    );
+    // f centres the followed node again.
+    harness.keys("f");
+    assert!(title(&mut harness).contains("follow"));
+    assert_eq!(graph(&mut harness), followed);
+}
+
+#[test]
+fn the_help_names_the_key_of_every_control_piw_sends() {
+    let all = [
+        Control::Pause,
+        Control::Resume,
+        Control::Cancel,
+        Control::Restart,
+        Control::Answer,
+        Control::Activate,
+        Control::HumanAnswer,
+        Control::RecoverEffect,
+        Control::Submit,
+        Control::Update,
+    ];
+    for control in all {
+        let spec = piw::model::control_spec(control);
+        if spec.operation.is_none() {
+            continue;
+        }
+        let named = piw::ui::HELP.iter().any(|(keys, what)| {
+            keys.split_whitespace()
+                .any(|key| key == spec.key.to_string())
+                && what.contains(spec.label)
+        });
+        assert!(named, "{} ({}) is not in the help", spec.label, spec.key);
+    }
 }

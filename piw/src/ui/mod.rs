@@ -362,9 +362,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("{ / }", "slower / faster (1×, 2×, 5×, 10×)"),
     ("Home, g", "replay from the first step"),
     ("End, G, L", "rejoin live"),
+    ("p r x R", "pause resume cancel restart (when offered)"),
     (
-        "p r x R a",
-        "pause resume cancel restart answer (when offered)",
+        "a o E",
+        "answer activate; recover effect: review (when offered)",
     ),
     (
         "mouse",
@@ -425,7 +426,18 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
             format!("Answer the checkpoint of {workflow}"),
             "The answer (JSON) becomes the input of the continuation run.",
         ),
-        _ => (format!("{} {workflow}?", spec.label), ""),
+        protocol::generated::types::Control::RecoverEffect => (
+            format!("Review the ambiguous effect of {workflow}"),
+            "It may have applied without a receipt: check the external system first. \
+             c: it applied; the server records it and the run goes on without applying it again. \
+             r: it did not; the server applies it again (a duplicate is possible).",
+        ),
+        protocol::generated::types::Control::Activate
+        | protocol::generated::types::Control::HumanAnswer
+        | protocol::generated::types::Control::Submit
+        | protocol::generated::types::Control::Update => {
+            (format!("{} {workflow}?", spec.label), "")
+        }
     };
     let mut lines = vec![
         Line::styled(
@@ -434,6 +446,19 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
         ),
         Line::styled(format!(" run {run}"), theme.dim()),
     ];
+    if let Some(effect) = &dialog.effect {
+        let line = format!(
+            "{} at {} · attempt {} · {}",
+            effect.effect_type.as_str(),
+            effect.node_id.as_str(),
+            effect.attempt_number.get(),
+            effect.effect_id.as_str()
+        );
+        lines.push(Line::styled(
+            format!(" {}", fit_middle(&line, inner_w.saturating_sub(2))),
+            theme.text(),
+        ));
+    }
     for part in wrap(consequence, inner_w.saturating_sub(2)) {
         lines.push(Line::styled(format!(" {part}"), theme.text()));
     }
@@ -455,6 +480,11 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
         lines.push(Line::raw(""));
         lines.push(Line::styled(
             " Enter send · Esc keep waiting",
+            theme.accent(),
+        ));
+    } else if dialog.effect.is_some() {
+        lines.push(Line::styled(
+            " [c] it applied · [r] apply it again · [n] keep as is",
             theme.accent(),
         ));
     } else {

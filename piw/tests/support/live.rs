@@ -219,6 +219,16 @@ impl RelayProcess {
         format!("ws://{}/ws", self.address)
     }
 
+    /// How many sockets the relay process holds open (its listener, and a
+    /// TCP and a server-socket connection per WebSocket).
+    pub fn sockets(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .expect("the relay's fds")
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().starts_with("socket:"))
+            .count()
+    }
+
     /// Stops it (SIGKILL, so its connections drop at once).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

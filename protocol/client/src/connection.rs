@@ -179,14 +179,16 @@ impl Connection {
             "type": "hello",
             "role": "client",
             "clientId": client_id,
-            "protocolVersion": 1,
+            "protocolVersion": PROTOCOL_VERSION,
             "packageVersion": package_version,
         });
         // A server that refuses the connection writes its reason and closes
         // without reading: the reason is read even when the hello could
         // not be written.
         let sent = connection.send(&hello).await;
-        let server_hello = connection.receive().await;
+        let server_hello = connection
+            .receive_checked(|bytes| another_protocol(bytes, package_version))
+            .await;
         if let Some(reason) = server_hello.as_ref().ok().and_then(closing_reason) {
             return Err(ClientError::ConnectionRefused(reason));
         }
@@ -286,10 +288,20 @@ impl Connection {
 
     /// Reads the next frame.
     pub async fn receive(&mut self) -> Result<Value, ClientError> {
+        self.receive_checked(|_| None).await
+    }
+
+    /// Like [`Connection::receive`], but a frame that does not decode is
+    /// first given to `undecoded`, which may name the error.
+    async fn receive_checked(
+        &mut self,
+        undecoded: impl FnOnce(&[u8]) -> Option<ClientError>,
+    ) -> Result<Value, ClientError> {
         match self.frames.next().await {
             Some(Ok(bytes)) => {
-                let frame = protocol::decode_client_frame(&bytes)
-                    .map_err(|error| ClientError::Lost(error.to_string()))?;
+                let frame = protocol::decode_client_frame(&bytes).map_err(|error| {
+                    undecoded(&bytes).unwrap_or_else(|| ClientError::Lost(error.to_string()))
+                })?;
                 let value = serde_json::to_value(&frame.message)
                     .map_err(|_| ClientError::Lost("decode".into()))?;
                 if value.get("type").and_then(Value::as_str) == Some("response")
@@ -540,6 +552,27 @@ pub const MAX_PAGE_BYTES: u64 = 512 * 1024;
 
 /// The reason of the server's error frame before it closes a connection
 /// (an `availability: unavailable` event of subscription `connection`).
+/// A server hello of another protocol version (off this client's schema,
+/// so it never decodes) is the package-version line, not a lost connection.
+fn another_protocol(bytes: &[u8], package_version: &str) -> Option<ClientError> {
+    let hello: Value = serde_json::from_slice(bytes).ok()?;
+    let protocol = hello.get("protocolVersion")?;
+    (hello.get("type").and_then(Value::as_str) == Some("hello")
+        && protocol.as_u64() != Some(PROTOCOL_VERSION))
+    .then(|| {
+        let server_version = hello
+            .get("packageVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        ClientError::VersionMismatch(format!(
+            "the pi-workflows server is version {server_version} speaking protocol version {protocol} but this command line is {package_version} speaking protocol version {PROTOCOL_VERSION}; install matching pi-workflows packages (or stop the other server with its own `pi-workflows server stop`)"
+        ))
+    })
+}
+
+/// The client protocol version this client speaks (its hello's).
+const PROTOCOL_VERSION: u64 = 1;
+
 pub(crate) fn closing_reason(frame: &Value) -> Option<String> {
     (frame.get("type").and_then(Value::as_str) == Some("event")
         && frame.get("subscriptionId").and_then(Value::as_str) == Some("connection")
