@@ -42,8 +42,8 @@
  * BENCH_SECTIONS=steps,startup,start10 (default steps,startup). Needs
  * `cargo build -p server` (or PI_WORKFLOWS_BIN); prints tables.
  */
-import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadAndCompile } from "../src/runner/loader.js";
@@ -51,7 +51,8 @@ import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
 import type { RunnerMessage } from "../src/generated/types.js";
 import { sha256Digest } from "../src/authoring/compile.js";
-import { RUNNER_BIN, SDK_DIR, type TestClient, TestServer, scriptedRunnerBinary, serverBinary } from "../test-support/server.js";
+import { buildBaseline } from "./baseline.js";
+import { RUNNER_BIN, type TestClient, TestServer, scriptedRunnerBinary, serverBinary } from "../test-support/server.js";
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 40);
@@ -207,17 +208,6 @@ async function handedOnce(command: string[], resolveLaunch: Uint8Array, runLaunc
   child.kill("SIGKILL");
   await new Promise((resolve) => child.once("exit", resolve));
   return start;
-}
-
-/** Builds the runner of git ref `ref` into `dir` (this package's node_modules, its own tsc) and returns its bin. */
-function buildBaseline(ref: string, dir: string): string {
-  const repo = join(SDK_DIR, "..");
-  const archive = execFileSync("git", ["-C", repo, "archive", "--format=tar", ref, "sdk-ts"], { maxBuffer: 1 << 28 });
-  execFileSync("tar", ["-x", "-C", dir], { input: archive });
-  const sdk = join(dir, "sdk-ts");
-  symlinkSync(join(SDK_DIR, "node_modules"), join(sdk, "node_modules"));
-  execFileSync(process.execPath, [join(SDK_DIR, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json"], { cwd: sdk, stdio: "inherit" });
-  return join(sdk, "dist", "runner", "bin.js");
 }
 
 interface Variant {
