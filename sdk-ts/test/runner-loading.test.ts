@@ -381,3 +381,33 @@ process.stdout.write(String(frame.length));`;
     assert.deepEqual(validatorModules(stderr), ["client-validators"]);
   });
 });
+
+describe("what a start loads", () => {
+  /** A preload that prints, at exit, whether Node's `child_process` module was loaded (`process.moduleLoadList`). */
+  const probe = (): string => {
+    const path = join(dir, "probe-builtins.cjs");
+    writeFileSync(path, `process.on("exit", () => process.stderr.write("child_process loaded: " + process.moduleLoadList.includes("NativeModule child_process") + "\\n"));\n`);
+    return path;
+  };
+  const childProcessLoaded = (stderr: string): boolean => {
+    const line = /^child_process loaded: (true|false)$/m.exec(stderr)?.[1];
+    assert.ok(line, `no probe line:\n${stderr}`);
+    return line === "true";
+  };
+
+  it("a resolver and a run-mode start that spawn nothing never load node:child_process", async () => {
+    const state = join(dir, "state-builtins");
+    const root = project("builtins", { "plain.workflow.ts": named("plain") });
+    const resolved = await start({ ...base(root), mode: "resolve", resolve: { workflow: "plain", input: null } }, state, ["--require", probe()]);
+    assert.equal(resolved.messages[0]?.type, "resolve.result", resolved.stderr);
+    assert.equal(childProcessLoaded(resolved.stderr), false, resolved.stderr);
+    const resolveResult = resolved.messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
+    const run = await start(
+      { ...base(root), mode: "run", workflowSource: resolveResult.workflowSource, definitionDigest: resolveResult.definitionDigest },
+      state,
+      ["--require", probe()],
+    );
+    assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
+    assert.equal(childProcessLoaded(run.stderr), false, run.stderr);
+  });
+});
