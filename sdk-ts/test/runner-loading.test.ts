@@ -7,6 +7,7 @@
  * logs: `loaded workflow modules: …; transform cache: U used, S stored, R refused`.
  */
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { spawn } from "node:child_process";
 import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import nodeModule from "node:module";
@@ -409,5 +410,73 @@ describe("what a start loads", () => {
     );
     assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
     assert.equal(childProcessLoaded(run.stderr), false, run.stderr);
+  });
+});
+
+describe("the code cache of the runner validators", () => {
+  /** The `runner validators: code cache …` lines of a start's log. */
+  const codeCacheLines = (stderr: string): string[] => [...stderr.matchAll(/runner validators: code cache (.*)$/gm)].map((match) => match[1] as string);
+  const codeEntries = (state: string): string[] => {
+    const code = join(state, "cache", "code");
+    return existsSync(code) ? readdirSync(code).filter((name) => name.endsWith(".entry")).map((name) => join(code, name)) : [];
+  };
+  /** A run-mode start of a resolved one-node workflow (its runner.ready, then EOF). */
+  const runStart = async (root: string, state: string, result: Extract<RunnerMessage, { type: "resolve.result" }>): Promise<Started> => {
+    const run = await start({ ...base(root), mode: "run", workflowSource: result.workflowSource, definitionDigest: result.definitionDigest }, state);
+    assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
+    return run;
+  };
+
+  it("lives in the private cache/code directory: the first start stores it (0600 in a 0700 directory), the next one uses it", async () => {
+    const state = join(dir, "state-code");
+    const root = project("code", { "plain.workflow.ts": named("plain") });
+    const { result, stderr } = await resolve(root, "plain", state);
+    assert.deepEqual(codeCacheLines(stderr), ["missed", "stored"]);
+    const codeDir = join(state, "cache", "code");
+    assert.equal(statSync(codeDir).mode & 0o777, 0o700);
+    const [entry, ...more] = codeEntries(state);
+    assert.ok(entry !== undefined && more.length === 0, `one entry: ${codeEntries(state).join(", ")}`);
+    assert.equal(statSync(entry).mode & 0o777, 0o600);
+    const run = await runStart(root, state, result);
+    assert.deepEqual(codeCacheLines(run.stderr), ["used"]);
+    // The workflow's own modules never go through it: they stay in the transform cache.
+    assert.match(run.stderr, /transform cache: 1 used, 0 stored, 0 refused/);
+  });
+
+  for (const corruption of [
+    { name: "an entry whose body no longer matches its digest", expect: /^refused \(its digest does not match\)$/, corrupt: (text: string) => `${text.slice(0, -8)}AAAAAAAA` },
+    {
+      name: "an intact entry whose data V8 refuses",
+      expect: /^rejected$/,
+      corrupt: (text: string) => {
+        const header = JSON.parse(text.slice(0, text.indexOf("\n"))) as { digest: string };
+        const body = Buffer.from("not V8's cached data").toString("base64");
+        header.digest = createHash("sha256").update(body, "utf8").digest("hex");
+        return `${JSON.stringify(header)}\n${body}`;
+      },
+    },
+  ]) {
+    it(`does not break a start: ${corruption.name} is compiled past and rewritten`, async () => {
+      const state = join(dir, `state-code-${corruption.name.length}`);
+      const root = project(`code-${corruption.name.length}`, { "plain.workflow.ts": named("plain") });
+      const { result } = await resolve(root, "plain", state);
+      const [entry] = codeEntries(state);
+      assert.ok(entry !== undefined);
+      writeFileSync(entry, corruption.corrupt(readFileSync(entry, "utf8")), { mode: 0o600 });
+      const run = await runStart(root, state, result);
+      const [use, stored] = codeCacheLines(run.stderr);
+      assert.match(use ?? "", corruption.expect, run.stderr);
+      assert.equal(stored, "stored", run.stderr);
+      assert.deepEqual(codeCacheLines((await runStart(root, state, result)).stderr), ["used"]);
+    });
+  }
+
+  it("is off, and the start works, when cache/code belongs to another user", async () => {
+    const state = join(dir, "state-code-foreign");
+    const root = project("code-foreign", { "plain.workflow.ts": named("plain") });
+    mkdirSync(join(state, "cache", "code"), { recursive: true, mode: 0o700 });
+    giveAway(join(state, "cache", "code"));
+    const { stderr } = await resolve(root, "plain", state);
+    assert.deepEqual(codeCacheLines(stderr), ["off (cache/code belongs to another user)"]);
   });
 });
