@@ -150,8 +150,13 @@ function cpuMsOf(pid: number): number {
   return ns / 1e6;
 }
 
-/** Spawns `command` and waits for its first line on stdout (the floor) or its `runner.ready` frame, then kills it. */
-async function startOnce(command: string[], launch: Uint8Array | null, cwd: string, env: NodeJS.ProcessEnv): Promise<Start> {
+/**
+ * Spawns `command` and waits for its first line on stdout (the floor) or its
+ * `runner.ready` frame, then kills it (`end: "eof"`: closes its stdin
+ * instead and waits until it exits, as a runner ends when its server closes
+ * the channel, storing what it stores on the way out).
+ */
+async function startOnce(command: string[], launch: Uint8Array | null, cwd: string, env: NodeJS.ProcessEnv, end: "kill" | "eof" = "kill"): Promise<Start> {
   const started = performance.now();
   const child = spawn(command[0] as string, command.slice(1), { cwd, env, stdio: ["pipe", "pipe", "ignore"] });
   if (launch !== null) {
@@ -172,8 +177,10 @@ async function startOnce(command: string[], launch: Uint8Array | null, cwd: stri
     });
     child.once("exit", () => reject(new Error(`${command.join(" ")} exited before it answered`)));
   });
-  child.kill("SIGKILL");
-  await new Promise((resolve) => child.once("exit", resolve));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  if (end === "eof") child.stdin.end();
+  else child.kill("SIGKILL");
+  await exited;
   return start;
 }
 
@@ -270,13 +277,19 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
   const runnerLaunch = (workflow: Workflow): Uint8Array => launch(workflow.path, workflow.digest);
   // The floor: Node's bootstrap and one write to stdout, nothing loaded (`node -e ''` plus the line that says it is up).
   const variants: Variant[] = [{ name: "floor: Node bootstrap (`node -e` writing one line)", command: () => [process.execPath, "-e", "process.stdout.write('\\n')"], launch: () => null, home: () => warm }];
+  const baselineWarm = join(dir, "home-baseline-warm");
+  let baselineBin: string | undefined;
   if (BASELINE !== "") {
     const bin = buildBaseline(BASELINE, mkdtempSync(join(dir, "baseline-")));
-    variants.push({ name: `before: runner of ${BASELINE}`, command: () => [process.execPath, bin], launch: runnerLaunch, home: emptyHome });
+    baselineBin = bin;
+    variants.push(
+      { name: `before: runner of ${BASELINE}, empty state directory`, command: () => [process.execPath, bin], launch: runnerLaunch, home: emptyHome },
+      { name: `before: runner of ${BASELINE}, caches warm`, command: () => [process.execPath, bin], launch: runnerLaunch, home: () => baselineWarm },
+    );
   }
   variants.push(
-    { name: "runner, empty transform cache", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: emptyHome },
-    { name: "runner, transform cache warm", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: () => warm },
+    { name: "runner, empty state directory (no cache)", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: emptyHome },
+    { name: "runner, caches warm (transforms, validators' code)", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: () => warm },
     {
       name: "resolver handed its run: run launch → runner.ready",
       command: () => [process.execPath, RUNNER_BIN],
@@ -286,8 +299,11 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
     },
     { name: "scripted runner (Rust)", command: () => [scriptedRunnerBinary()], launch: (workflow) => launch(workflow.script, `sha256:${"0".repeat(64)}`), home: () => warm },
   );
-  // One start of each workflow fills the warm cache, as the resolution before every run start does.
-  for (const workflow of workflows) await startOnce([process.execPath, RUNNER_BIN], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: warm });
+  // One start of each workflow fills the warm caches (the workflow's transforms, the validators' code), as the resolution before every run start does; it ends as a runner ends, so that it stores what it stores at exit.
+  for (const workflow of workflows) {
+    await startOnce([process.execPath, RUNNER_BIN], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: warm }, "eof");
+    if (baselineBin !== undefined) await startOnce([process.execPath, baselineBin], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: baselineWarm }, "eof");
+  }
   const samples = new Map<string, Start[]>();
   for (let i = 0; i < COLD_STARTS; i += 1) {
     for (const workflow of workflows) {
