@@ -11,7 +11,7 @@
  *    turn (a `workflow` submit, then the closing text), the validation
  *    child, the group stop, the commits. With BENCH_BASELINE (a git ref) the
  *    same step again on a second server whose node runner is that ref's
- *    (built from `git archive`, see `tools/baseline.ts`).
+ *    (built from `git archive`, see `tools/bench-support.ts`).
  * 3. The floor: Node's bootstrap alone (`node -e` writing one line).
  *
  * For each it reports the wall clock (client clock, medians) and the CPU
@@ -24,13 +24,13 @@
  * Where the time goes: every node process of the step (runners and Pi)
  * starts with a small preload (`--require`, or NODE_OPTIONS for Pi) that
  * appends to a trace file its start (`performance.timeOrigin`), its
- * stderr lines with their time, and at exit its CPU and its reaped
- * children's; the mock model marks the time of each request. From these,
+ * stderr lines with their time and its CPU so far, and at exit its CPU and
+ * its reaped children's; the mock model marks the time of each request. From these,
  * the step is cut into phases (ms, medians): run.start → resolver spawned,
  * the resolver's start-up to `resolve.result`, its run's `runner.ready`,
  * ready → Pi spawned, Pi's own start-up to its first model request, the
  * mock turn and submit until the validation child starts, the validation
- * child, its verdict → Pi gone (the reply, the tool result, the group
+ * child until its verdict, the verdict → Pi gone (the reply, the tool result, the group
  * stop), Pi gone → the run finished (unregister, the node's commit), and
  * finished → the client's view.
  *
@@ -42,10 +42,10 @@
  * relative to its `run.start`).
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { buildBaseline } from "../tools/baseline.js";
+import { buildBaseline, cpuMsOf, median } from "../tools/bench-support.js";
 import { reply, startMockModel, submitStep } from "../test-support/mock-model.js";
 import { PiSandbox } from "../test-support/pi.js";
 import { RUNNER_BIN, type TestClient, TestServer } from "../test-support/server.js";
@@ -54,14 +54,6 @@ const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const BASELINE = process.env.BENCH_BASELINE ?? "";
 /** Clock ticks per second of /proc's utime/stime/cutime/cstime (USER_HZ, 100 on Linux x86_64). */
 const TICK_MS = 10;
-
-/** The median of the values that were measured (a phase a trace missed is NaN and left out; NaN when none was). */
-function median(values: number[]): number {
-  const sorted = values.filter((value) => !Number.isNaN(value)).sort((a, b) => a - b);
-  if (sorted.length === 0) return NaN;
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-}
 
 const WORKFLOW = `import { agent, defineWorkflow } from "@pi-workflows/sdk";
 export default defineWorkflow({
@@ -84,12 +76,12 @@ const put = (record) => { try { fs.appendFileSync(${JSON.stringify(TRACE)}, JSON
 const now = () => performance.timeOrigin + performance.now();
 put({ event: "start", at: performance.timeOrigin });
 const write = process.stderr.write;
-process.stderr.write = function (chunk, ...rest) { put({ event: "log", at: now(), line: String(chunk).slice(0, 400) }); return write.call(this, chunk, ...rest); };
+const cpu = () => { const usage = process.cpuUsage(); return (usage.user + usage.system) / 1000; };
+process.stderr.write = function (chunk, ...rest) { put({ event: "log", at: now(), cpuMs: cpu(), line: String(chunk).slice(0, 400) }); return write.call(this, chunk, ...rest); };
 process.on("exit", () => {
-  const usage = process.cpuUsage();
   let childCpuMs = 0;
   try { const stat = fs.readFileSync("/proc/self/stat", "utf8"); const f = stat.slice(stat.lastIndexOf(")") + 2).split(" "); childCpuMs = (Number(f[13]) + Number(f[14])) * ${TICK_MS}; } catch {}
-  put({ event: "exit", at: now(), cpuMs: (usage.user + usage.system) / 1000, childCpuMs });
+  put({ event: "exit", at: now(), cpuMs: cpu(), childCpuMs });
 });
 `,
 );
@@ -125,19 +117,6 @@ function procCpuMs(pid: number | "self", children: boolean): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
   return ((f[11] as number) + (f[12] as number) + (children ? (f[13] as number) + (f[14] as number) : 0)) * TICK_MS;
-}
-
-/** CPU time of every thread of `pid` so far, in ms (`/proc/<pid>/task/*\/schedstat`). */
-function schedCpuMs(pid: number): number {
-  let ns = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
-    } catch {
-      // the thread ended
-    }
-  }
-  return ns / 1e6;
 }
 
 async function until(what: string, check: () => boolean, ms = 30_000): Promise<void> {
@@ -230,15 +209,17 @@ async function agentStep(server: TestServer, client: TestClient, project: string
   const cpuMs = serverPid === undefined ? NaN : procCpuMs(serverPid, true) - cpuBefore;
   const validator = trace.find((r) => r.kind === "runner" && r.event === "start" && modesOf(trace, r.pid)[0] === "validate");
   const pi = trace.find((r) => r.kind === "pi" && r.event === "start");
-  const at = (pid: number | undefined, event: "exit" | RegExp): number => {
-    const hit = trace.find((r) => r.pid === pid && (event === "exit" ? r.event === "exit" : r.event === "log" && event.test(r.line ?? "")));
-    return hit?.at ?? NaN;
-  };
+  const record = (pid: number | undefined, event: "exit" | RegExp): TraceRecord | undefined =>
+    trace.find((r) => r.pid === pid && (event === "exit" ? r.event === "exit" : r.event === "log" && event.test(r.line ?? "")));
+  const at = (pid: number | undefined, event: "exit" | RegExp): number => record(pid, event)?.at ?? NaN;
   const exitOf = (pid: number | undefined): TraceRecord | undefined => trace.find((r) => r.pid === pid && r.event === "exit");
   const resolved = at(runner.pid, /start-up: .*\(resolved /);
   const ready = at(runner.pid, /start-up: .*\(ready /);
   const firstRequest = mockMarks[0] ?? NaN;
   const piGone = at(pi?.pid, "exit");
+  // The validation child's verdict (the server may stop the child before its own exit is traced).
+  const verdictLine = record(validator?.pid, /submission \S+ (accepted|rejected)/);
+  const verdict = verdictLine?.at ?? NaN;
   const finished = view.finishedAtMs ?? NaN;
   const phases: Record<string, number> = {
     "run.start → resolver process started": runner.at - started,
@@ -247,14 +228,14 @@ async function agentStep(server: TestServer, client: TestClient, project: string
     "runner.ready → Pi process started": (pi?.at ?? NaN) - ready,
     "Pi start-up → first model request": firstRequest - (pi?.at ?? NaN),
     "mock turn + submit → validation child started": (validator?.at ?? NaN) - firstRequest,
-    "validation child (start → exit)": at(validator?.pid, "exit") - (validator?.at ?? NaN),
-    "verdict → Pi gone (reply, tool result, group stop)": piGone - at(validator?.pid, "exit"),
+    "validation child (start → its verdict)": verdict - (validator?.at ?? NaN),
+    "verdict → Pi gone (reply, tool result, group stop)": piGone - verdict,
     "Pi gone → run finished (unregister, commits)": finished - piGone,
     "run finished → client sees the view": seen - finished,
   };
   const processCpu = {
     "resolver + run (one process)": exitOf(runner.pid)?.cpuMs ?? NaN,
-    "validation child": exitOf(validator?.pid)?.cpuMs ?? NaN,
+    "validation child (to its verdict)": verdictLine?.cpuMs ?? NaN,
     pi: exitOf(pi?.pid)?.cpuMs ?? NaN,
   };
   return { wallMs: seen - started, cpuMs, phases, processCpu };
@@ -266,7 +247,7 @@ async function floor(): Promise<Sample> {
   const started = performance.now();
   const child = spawn(process.execPath, ["-e", "process.stdout.write('\\n')"], { stdio: ["ignore", "pipe", "ignore"] });
   const sample = await new Promise<Sample>((resolve) =>
-    child.stdout.once("data", () => resolve({ wallMs: performance.now() - started, cpuMs: schedCpuMs(child.pid as number), phases: {}, processCpu: {} })),
+    child.stdout.once("data", () => resolve({ wallMs: performance.now() - started, cpuMs: cpuMsOf(child.pid as number), phases: {}, processCpu: {} })),
   );
   await new Promise((resolve) => child.once("exit", resolve));
   return sample;

@@ -86,6 +86,16 @@ async function resolve(root: string, workflow: string, state: string): Promise<{
   return { result: result as Extract<RunnerMessage, { type: "resolve.result" }>, stderr: started.stderr };
 }
 
+/** A resolution of `workflow` in `root`, then a run-mode start of what it resolved (its runner.ready, then EOF); both after `nodeArgs`. */
+async function resolveThenRun(root: string, workflow: string, state: string, nodeArgs: string[] = []): Promise<{ resolved: Started; run: Started }> {
+  const resolved = await start({ ...base(root), mode: "resolve", resolve: { workflow, input: null } }, state, nodeArgs);
+  assert.equal(resolved.messages[0]?.type, "resolve.result", resolved.stderr);
+  const result = resolved.messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
+  const run = await start({ ...base(root), mode: "run", workflowSource: result.workflowSource, definitionDigest: result.definitionDigest }, state, nodeArgs);
+  assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
+  return { resolved, run };
+}
+
 interface CacheLine {
   used: number;
   stored: number;
@@ -350,16 +360,8 @@ describe("the validators of each channel", () => {
   it("a runner loads the runner channel's validators and never the client channel's", async () => {
     const state = join(dir, "state-validators");
     const root = project("validators", { "plain.workflow.ts": named("plain") });
-    const resolved = await start({ ...base(root), mode: "resolve", resolve: { workflow: "plain", input: null } }, state, ["--require", probe()]);
-    assert.equal(resolved.messages[0]?.type, "resolve.result", resolved.stderr);
+    const { resolved, run } = await resolveThenRun(root, "plain", state, ["--require", probe()]);
     assert.deepEqual(validatorModules(resolved.stderr), ["runner-validators"]);
-    const resolveResult = resolved.messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
-    const run = await start(
-      { ...base(root), mode: "run", workflowSource: resolveResult.workflowSource, definitionDigest: resolveResult.definitionDigest },
-      state,
-      ["--require", probe()],
-    );
-    assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
     assert.deepEqual(validatorModules(run.stderr), ["runner-validators"]);
   });
 
@@ -399,16 +401,8 @@ describe("what a start loads", () => {
   it("a resolver and a run-mode start that spawn nothing never load node:child_process", async () => {
     const state = join(dir, "state-builtins");
     const root = project("builtins", { "plain.workflow.ts": named("plain") });
-    const resolved = await start({ ...base(root), mode: "resolve", resolve: { workflow: "plain", input: null } }, state, ["--require", probe()]);
-    assert.equal(resolved.messages[0]?.type, "resolve.result", resolved.stderr);
+    const { resolved, run } = await resolveThenRun(root, "plain", state, ["--require", probe()]);
     assert.equal(childProcessLoaded(resolved.stderr), false, resolved.stderr);
-    const resolveResult = resolved.messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
-    const run = await start(
-      { ...base(root), mode: "run", workflowSource: resolveResult.workflowSource, definitionDigest: resolveResult.definitionDigest },
-      state,
-      ["--require", probe()],
-    );
-    assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
     assert.equal(childProcessLoaded(run.stderr), false, run.stderr);
   });
 });

@@ -43,7 +43,7 @@
  * `cargo build -p server` (or PI_WORKFLOWS_BIN); prints tables.
  */
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadAndCompile } from "../src/runner/loader.js";
@@ -51,25 +51,13 @@ import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
 import type { RunnerMessage } from "../src/generated/types.js";
 import { sha256Digest } from "../src/authoring/compile.js";
-import { buildBaseline } from "./baseline.js";
+import { buildBaseline, cpuMsOf, median, percentile } from "./bench-support.js";
 import { RUNNER_BIN, type TestClient, TestServer, scriptedRunnerBinary, serverBinary } from "../test-support/server.js";
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 40);
 const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? "steps,startup").split(","));
 const BASELINE = process.env.BENCH_BASELINE ?? "";
-
-/** The nearest-rank percentile `p` (0–100) of `values`. */
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] as number;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-}
 
 function chainWorkflow(steps: number): string {
   const nodes = Array.from({ length: steps }, (_, i) => `    n${i + 1}: compute({ run: ({ outputs }) => ({ i: ${i + 1}, prev: (outputs.n${i} as { i?: number } | undefined)?.i ?? 0 }) }),`);
@@ -130,24 +118,6 @@ async function durations(runner: "node" | "scripted"): Promise<{ d1: number[]; d
 interface Start {
   wallMs: number;
   cpuMs: number;
-}
-
-/**
- * CPU time of every thread of `pid` so far, in ms: the first field of
- * `/proc/<pid>/task/<tid>/schedstat` (ns on a CPU). It does not grow while
- * the process waits for a core, so on a loaded machine it shows the
- * process's own work where the wall clock shows the machine's load.
- */
-function cpuMsOf(pid: number): number {
-  let ns = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
-    } catch {
-      // the thread ended
-    }
-  }
-  return ns / 1e6;
 }
 
 /**
@@ -315,7 +285,7 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
           variant.handed === undefined
             ? await startOnce(variant.command(workflow) as string[], variant.launch(workflow), dir, env)
             : await handedOnce(variant.command(workflow) as string[], variant.handed(workflow), (result) => launch(result.workflowSource.root.kind === "file" ? result.workflowSource.root.path : workflow.path, result.definitionDigest), dir, env);
-        if (home !== warm) rmSync(home, { recursive: true, force: true });
+        if (home !== warm && home !== baselineWarm) rmSync(home, { recursive: true, force: true });
         samples.set(key, [...(samples.get(key) ?? []), one]);
       }
     }
