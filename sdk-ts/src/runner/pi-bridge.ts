@@ -68,9 +68,6 @@ export default function bridge(pi: BridgeApi): void {
   if (raw === undefined) throw new Error("the pi-workflows bridge needs PI_WORKFLOWS_BRIDGE (it is loaded only by the runner)");
   const target = JSON.parse(raw) as BridgeTarget;
   const client = new WorkflowClient({ autoStart: false, clientId: `bridge-${target.runnerEpoch}`.slice(0, 128) });
-  // Connected while Pi starts and the model works, so that the first submit or update does not wait for the
-  // connection and its handshake. A failed attempt costs nothing: the tool call connects again.
-  client.connect({ start: false }).catch(() => undefined);
   const authority = { kind: "runner" as const, generation: target.generation, runnerEpoch: target.runnerEpoch };
   pi.registerTool({
     name: "workflow",
