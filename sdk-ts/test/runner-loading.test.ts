@@ -7,6 +7,7 @@
  * logs: `loaded workflow modules: …; transform cache: U used, S stored, R refused`.
  */
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { spawn } from "node:child_process";
 import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import nodeModule from "node:module";
@@ -83,6 +84,16 @@ async function resolve(root: string, workflow: string, state: string): Promise<{
   const result = started.messages[0];
   assert.equal(result?.type, "resolve.result", `${JSON.stringify(started.messages)}\n${started.stderr}`);
   return { result: result as Extract<RunnerMessage, { type: "resolve.result" }>, stderr: started.stderr };
+}
+
+/** A resolution of `workflow` in `root`, then a run-mode start of what it resolved (its runner.ready, then EOF); both after `nodeArgs`. */
+async function resolveThenRun(root: string, workflow: string, state: string, nodeArgs: string[] = []): Promise<{ resolved: Started; run: Started }> {
+  const resolved = await start({ ...base(root), mode: "resolve", resolve: { workflow, input: null } }, state, nodeArgs);
+  assert.equal(resolved.messages[0]?.type, "resolve.result", resolved.stderr);
+  const result = resolved.messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
+  const run = await start({ ...base(root), mode: "run", workflowSource: result.workflowSource, definitionDigest: result.definitionDigest }, state, nodeArgs);
+  assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
+  return { resolved, run };
 }
 
 interface CacheLine {
@@ -349,16 +360,8 @@ describe("the validators of each channel", () => {
   it("a runner loads the runner channel's validators and never the client channel's", async () => {
     const state = join(dir, "state-validators");
     const root = project("validators", { "plain.workflow.ts": named("plain") });
-    const resolved = await start({ ...base(root), mode: "resolve", resolve: { workflow: "plain", input: null } }, state, ["--require", probe()]);
-    assert.equal(resolved.messages[0]?.type, "resolve.result", resolved.stderr);
+    const { resolved, run } = await resolveThenRun(root, "plain", state, ["--require", probe()]);
     assert.deepEqual(validatorModules(resolved.stderr), ["runner-validators"]);
-    const resolveResult = resolved.messages[0] as Extract<RunnerMessage, { type: "resolve.result" }>;
-    const run = await start(
-      { ...base(root), mode: "run", workflowSource: resolveResult.workflowSource, definitionDigest: resolveResult.definitionDigest },
-      state,
-      ["--require", probe()],
-    );
-    assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
     assert.deepEqual(validatorModules(run.stderr), ["runner-validators"]);
   });
 
@@ -379,5 +382,95 @@ process.stdout.write(String(frame.length));`;
     assert.equal(code, 0, stderr);
     assert.ok(Number(stdout) > 0, `the client frame was encoded: ${stdout} ${stderr}`);
     assert.deepEqual(validatorModules(stderr), ["client-validators"]);
+  });
+});
+
+describe("what a start loads", () => {
+  /** A preload that prints, at exit, whether Node's `child_process` module was loaded (`process.moduleLoadList`). */
+  const probe = (): string => {
+    const path = join(dir, "probe-builtins.cjs");
+    writeFileSync(path, `process.on("exit", () => process.stderr.write("child_process loaded: " + process.moduleLoadList.includes("NativeModule child_process") + "\\n"));\n`);
+    return path;
+  };
+  const childProcessLoaded = (stderr: string): boolean => {
+    const line = /^child_process loaded: (true|false)$/m.exec(stderr)?.[1];
+    assert.ok(line, `no probe line:\n${stderr}`);
+    return line === "true";
+  };
+
+  it("a resolver and a run-mode start that spawn nothing never load node:child_process", async () => {
+    const state = join(dir, "state-builtins");
+    const root = project("builtins", { "plain.workflow.ts": named("plain") });
+    const { resolved, run } = await resolveThenRun(root, "plain", state, ["--require", probe()]);
+    assert.equal(childProcessLoaded(resolved.stderr), false, resolved.stderr);
+    assert.equal(childProcessLoaded(run.stderr), false, run.stderr);
+  });
+});
+
+describe("the code cache of the runner validators", () => {
+  /** The `runner validators: code cache …` lines of a start's log. */
+  const codeCacheLines = (stderr: string): string[] => [...stderr.matchAll(/runner validators: code cache (.*)$/gm)].map((match) => match[1] as string);
+  const codeEntries = (state: string): string[] => {
+    const code = join(state, "cache", "code");
+    return existsSync(code) ? readdirSync(code).filter((name) => name.endsWith(".entry")).map((name) => join(code, name)) : [];
+  };
+  /** A run-mode start of a resolved one-node workflow (its runner.ready, then EOF). */
+  const runStart = async (root: string, state: string, result: Extract<RunnerMessage, { type: "resolve.result" }>): Promise<Started> => {
+    const run = await start({ ...base(root), mode: "run", workflowSource: result.workflowSource, definitionDigest: result.definitionDigest }, state);
+    assert.deepEqual(run.messages.map((message) => message.type), ["runner.ready"], run.stderr);
+    return run;
+  };
+
+  it("lives in the private cache/code directory: the first start stores it (0600 in a 0700 directory), the next one uses it", async () => {
+    const state = join(dir, "state-code");
+    const root = project("code", { "plain.workflow.ts": named("plain") });
+    const { result, stderr } = await resolve(root, "plain", state);
+    assert.deepEqual(codeCacheLines(stderr), ["missed", "stored"]);
+    const codeDir = join(state, "cache", "code");
+    assert.equal(statSync(codeDir).mode & 0o777, 0o700);
+    const [entry, ...more] = codeEntries(state);
+    assert.ok(entry !== undefined && more.length === 0, `one entry: ${codeEntries(state).join(", ")}`);
+    assert.equal(statSync(entry).mode & 0o777, 0o600);
+    const run = await runStart(root, state, result);
+    assert.deepEqual(codeCacheLines(run.stderr), ["used"]);
+    // The workflow's own modules never go through it: they stay in the transform cache.
+    assert.match(run.stderr, /transform cache: 1 used, 0 stored, 0 refused/);
+  });
+
+  for (const corruption of [
+    { name: "an entry whose body no longer matches its digest", expect: /^refused \(its digest does not match\)$/, corrupt: (text: string) => `${text.slice(0, -8)}AAAAAAAA` },
+    {
+      name: "an intact entry whose data V8 refuses",
+      expect: /^rejected$/,
+      corrupt: (text: string) => {
+        const header = JSON.parse(text.slice(0, text.indexOf("\n"))) as { digest: string };
+        const body = Buffer.from("not V8's cached data").toString("base64");
+        header.digest = createHash("sha256").update(body, "utf8").digest("hex");
+        return `${JSON.stringify(header)}\n${body}`;
+      },
+    },
+  ]) {
+    it(`does not break a start: ${corruption.name} is compiled past and rewritten`, async () => {
+      const state = join(dir, `state-code-${corruption.name.length}`);
+      const root = project(`code-${corruption.name.length}`, { "plain.workflow.ts": named("plain") });
+      const { result } = await resolve(root, "plain", state);
+      const [entry] = codeEntries(state);
+      assert.ok(entry !== undefined);
+      writeFileSync(entry, corruption.corrupt(readFileSync(entry, "utf8")), { mode: 0o600 });
+      const run = await runStart(root, state, result);
+      const [use, stored] = codeCacheLines(run.stderr);
+      assert.match(use ?? "", corruption.expect, run.stderr);
+      assert.equal(stored, "stored", run.stderr);
+      assert.deepEqual(codeCacheLines((await runStart(root, state, result)).stderr), ["used"]);
+    });
+  }
+
+  it("is off, and the start works, when cache/code belongs to another user", async () => {
+    const state = join(dir, "state-code-foreign");
+    const root = project("code-foreign", { "plain.workflow.ts": named("plain") });
+    mkdirSync(join(state, "cache", "code"), { recursive: true, mode: 0o700 });
+    giveAway(join(state, "cache", "code"));
+    const { stderr } = await resolve(root, "plain", state);
+    assert.deepEqual(codeCacheLines(stderr), ["off (cache/code belongs to another user)"]);
   });
 });

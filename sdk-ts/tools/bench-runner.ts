@@ -42,8 +42,8 @@
  * BENCH_SECTIONS=steps,startup,start10 (default steps,startup). Needs
  * `cargo build -p server` (or PI_WORKFLOWS_BIN); prints tables.
  */
-import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadAndCompile } from "../src/runner/loader.js";
@@ -51,24 +51,13 @@ import { FrameDecoder } from "../src/protocol/framing.js";
 import { decodeRunnerFrame, encodeLaunch } from "../src/protocol/messages.js";
 import type { RunnerMessage } from "../src/generated/types.js";
 import { sha256Digest } from "../src/authoring/compile.js";
-import { RUNNER_BIN, SDK_DIR, type TestClient, TestServer, scriptedRunnerBinary, serverBinary } from "../test-support/server.js";
+import { buildBaseline, cpuMsOf, median, percentile } from "./bench-support.js";
+import { RUNNER_BIN, type TestClient, TestServer, scriptedRunnerBinary, serverBinary } from "../test-support/server.js";
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 40);
 const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? "steps,startup").split(","));
 const BASELINE = process.env.BENCH_BASELINE ?? "";
-
-/** The nearest-rank percentile `p` (0–100) of `values`. */
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] as number;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-}
 
 function chainWorkflow(steps: number): string {
   const nodes = Array.from({ length: steps }, (_, i) => `    n${i + 1}: compute({ run: ({ outputs }) => ({ i: ${i + 1}, prev: (outputs.n${i} as { i?: number } | undefined)?.i ?? 0 }) }),`);
@@ -132,25 +121,12 @@ interface Start {
 }
 
 /**
- * CPU time of every thread of `pid` so far, in ms: the first field of
- * `/proc/<pid>/task/<tid>/schedstat` (ns on a CPU). It does not grow while
- * the process waits for a core, so on a loaded machine it shows the
- * process's own work where the wall clock shows the machine's load.
+ * Spawns `command` and waits for its first line on stdout (the floor) or its
+ * `runner.ready` frame, then kills it (`end: "eof"`: closes its stdin
+ * instead and waits until it exits, as a runner ends when its server closes
+ * the channel, storing what it stores on the way out).
  */
-function cpuMsOf(pid: number): number {
-  let ns = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
-    } catch {
-      // the thread ended
-    }
-  }
-  return ns / 1e6;
-}
-
-/** Spawns `command` and waits for its first line on stdout (the floor) or its `runner.ready` frame, then kills it. */
-async function startOnce(command: string[], launch: Uint8Array | null, cwd: string, env: NodeJS.ProcessEnv): Promise<Start> {
+async function startOnce(command: string[], launch: Uint8Array | null, cwd: string, env: NodeJS.ProcessEnv, end: "kill" | "eof" = "kill"): Promise<Start> {
   const started = performance.now();
   const child = spawn(command[0] as string, command.slice(1), { cwd, env, stdio: ["pipe", "pipe", "ignore"] });
   if (launch !== null) {
@@ -171,8 +147,10 @@ async function startOnce(command: string[], launch: Uint8Array | null, cwd: stri
     });
     child.once("exit", () => reject(new Error(`${command.join(" ")} exited before it answered`)));
   });
-  child.kill("SIGKILL");
-  await new Promise((resolve) => child.once("exit", resolve));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  if (end === "eof") child.stdin.end();
+  else child.kill("SIGKILL");
+  await exited;
   return start;
 }
 
@@ -207,17 +185,6 @@ async function handedOnce(command: string[], resolveLaunch: Uint8Array, runLaunc
   child.kill("SIGKILL");
   await new Promise((resolve) => child.once("exit", resolve));
   return start;
-}
-
-/** Builds the runner of git ref `ref` into `dir` (this package's node_modules, its own tsc) and returns its bin. */
-function buildBaseline(ref: string, dir: string): string {
-  const repo = join(SDK_DIR, "..");
-  const archive = execFileSync("git", ["-C", repo, "archive", "--format=tar", ref, "sdk-ts"], { maxBuffer: 1 << 28 });
-  execFileSync("tar", ["-x", "-C", dir], { input: archive });
-  const sdk = join(dir, "sdk-ts");
-  symlinkSync(join(SDK_DIR, "node_modules"), join(sdk, "node_modules"));
-  execFileSync(process.execPath, [join(SDK_DIR, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json"], { cwd: sdk, stdio: "inherit" });
-  return join(sdk, "dist", "runner", "bin.js");
 }
 
 interface Variant {
@@ -280,13 +247,19 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
   const runnerLaunch = (workflow: Workflow): Uint8Array => launch(workflow.path, workflow.digest);
   // The floor: Node's bootstrap and one write to stdout, nothing loaded (`node -e ''` plus the line that says it is up).
   const variants: Variant[] = [{ name: "floor: Node bootstrap (`node -e` writing one line)", command: () => [process.execPath, "-e", "process.stdout.write('\\n')"], launch: () => null, home: () => warm }];
+  const baselineWarm = join(dir, "home-baseline-warm");
+  let baselineBin: string | undefined;
   if (BASELINE !== "") {
     const bin = buildBaseline(BASELINE, mkdtempSync(join(dir, "baseline-")));
-    variants.push({ name: `before: runner of ${BASELINE}`, command: () => [process.execPath, bin], launch: runnerLaunch, home: emptyHome });
+    baselineBin = bin;
+    variants.push(
+      { name: `before: runner of ${BASELINE}, empty state directory`, command: () => [process.execPath, bin], launch: runnerLaunch, home: emptyHome },
+      { name: `before: runner of ${BASELINE}, caches warm`, command: () => [process.execPath, bin], launch: runnerLaunch, home: () => baselineWarm },
+    );
   }
   variants.push(
-    { name: "runner, empty transform cache", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: emptyHome },
-    { name: "runner, transform cache warm", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: () => warm },
+    { name: "runner, empty state directory (no cache)", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: emptyHome },
+    { name: "runner, caches warm (transforms, validators' code)", command: () => [process.execPath, RUNNER_BIN], launch: runnerLaunch, home: () => warm },
     {
       name: "resolver handed its run: run launch → runner.ready",
       command: () => [process.execPath, RUNNER_BIN],
@@ -296,8 +269,11 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
     },
     { name: "scripted runner (Rust)", command: () => [scriptedRunnerBinary()], launch: (workflow) => launch(workflow.script, `sha256:${"0".repeat(64)}`), home: () => warm },
   );
-  // One start of each workflow fills the warm cache, as the resolution before every run start does.
-  for (const workflow of workflows) await startOnce([process.execPath, RUNNER_BIN], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: warm });
+  // One start of each workflow fills the warm caches (the workflow's transforms, the validators' code), as the resolution before every run start does; it ends as a runner ends, so that it stores what it stores at exit.
+  for (const workflow of workflows) {
+    await startOnce([process.execPath, RUNNER_BIN], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: warm }, "eof");
+    if (baselineBin !== undefined) await startOnce([process.execPath, baselineBin], runnerLaunch(workflow), dir, { ...process.env, PI_WORKFLOWS_HOME: baselineWarm }, "eof");
+  }
   const samples = new Map<string, Start[]>();
   for (let i = 0; i < COLD_STARTS; i += 1) {
     for (const workflow of workflows) {
@@ -309,7 +285,7 @@ async function startups(dir: string): Promise<{ variants: Variant[]; samples: Ma
           variant.handed === undefined
             ? await startOnce(variant.command(workflow) as string[], variant.launch(workflow), dir, env)
             : await handedOnce(variant.command(workflow) as string[], variant.handed(workflow), (result) => launch(result.workflowSource.root.kind === "file" ? result.workflowSource.root.path : workflow.path, result.definitionDigest), dir, env);
-        if (home !== warm) rmSync(home, { recursive: true, force: true });
+        if (home !== warm && home !== baselineWarm) rmSync(home, { recursive: true, force: true });
         samples.set(key, [...(samples.get(key) ?? []), one]);
       }
     }

@@ -53,6 +53,7 @@ import { liveGroups, signalGroup } from "./shell.js";
 import { MAX_INPUT_DEPTH, RunState, stateDepthProblem } from "./state.js";
 import type { FrameDecoder } from "../protocol/framing.js";
 import { TransformCache } from "./transform-cache.js";
+import { CodeCache } from "./code-cache.js";
 
 export const EXIT_OK = 0;
 export const EXIT_PROTOCOL = 2;
@@ -498,6 +499,11 @@ async function flush(output: Writable): Promise<void> {
 /** Runs the runner on this process's stdio and returns its exit code. */
 export async function main(input: Readable = process.stdin, output: Writable = process.stdout): Promise<number> {
   milestone("modules");
+  const home = defaultHome();
+  // Before the first frame, which needs them: the runner channel's validators, from their code cache.
+  const code = CodeCache.loadValidators(TransformCache.open(home, "code"));
+  milestone("validators");
+  log(`runner validators: code cache ${code.use}`);
   let launch: WorkerLaunch;
   let decoder: FrameDecoder;
   try {
@@ -511,7 +517,7 @@ export async function main(input: Readable = process.stdin, output: Writable = p
     log(`launched: mode ${launch.mode}, run ${launch.runId}, generation ${launch.generation}, epoch ${launch.runnerEpoch}`);
   launched(launch);
   // One short-lived process per run: Node's type stripping where it has it, and the user-only transform cache.
-  configureLoading({ native: true, cache: TransformCache.open(defaultHome()) });
+  configureLoading({ native: true, cache: TransformCache.open(home) });
   const stop = new AbortController();
   let halt: (code: number, why: string) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => {
@@ -564,7 +570,10 @@ export async function main(input: Readable = process.stdin, output: Writable = p
       return EXIT_PROTOCOL;
     }
   })();
-  const code = await Promise.race([work, stopped]);
+  const exit = await Promise.race([work, stopped]);
   await flush(output);
-  return code;
+  // After the start answered: the entry then holds every validator this process compiled.
+  const stored = code.store();
+  if (stored !== null) log(`runner validators: code cache ${stored}`);
+  return exit;
 }

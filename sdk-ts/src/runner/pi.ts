@@ -26,12 +26,12 @@
  *   accepted submission gets a reminder, at most [`MAX_REMINDERS`] times;
  *   the next one fails the step.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { accessSync, constants, existsSync, readFileSync, readdirSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { AgentModel } from "../authoring/types.js";
-import { liveGroups, processStartIdentity, signalGroup } from "./shell.js";
+import { childProcess, liveGroups, processStartIdentity, signalGroup } from "./shell.js";
 
 /** Reminders after a turn settles without an accepted submission (reference §5.4). */
 export const MAX_REMINDERS = 2;
@@ -160,17 +160,32 @@ export interface BridgeDetails {
 
 type PiEvent = { type?: unknown; [key: string]: unknown };
 
-/** Waits until no process of group `pgid` is left (bounded by `ms`); true when it is empty. */
-async function groupGone(pgid: number, ms: number): Promise<boolean> {
+/** How often the group is checked while members other than the leader are left. */
+const GROUP_POLL_MS = 20;
+
+/**
+ * Waits until no process of group `pgid` is left (bounded by `ms`); true
+ * when it is empty. Each wait also ends when the leader exits (`leaderExit`:
+ * Node reaps it first), so the usual group, Pi alone, is seen gone at once
+ * rather than on the next poll.
+ */
+async function groupGone(pgid: number, ms: number, leaderExit: Promise<void>): Promise<boolean> {
   const until = Date.now() + ms;
+  // Once the leader is gone, only the poll wakes the wait.
+  let leader: Promise<"leader"> | null = leaderExit.then(() => "leader" as const);
   for (;;) {
     try {
       process.kill(-pgid, 0);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "ESRCH") return true;
     }
-    if (Date.now() >= until) return false;
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    const left = until - Date.now();
+    if (left <= 0) return false;
+    let timer: NodeJS.Timeout | undefined;
+    const poll = new Promise<"poll">((resolve) => (timer = setTimeout(() => resolve("poll"), Math.min(GROUP_POLL_MS, left))));
+    const woke = await Promise.race(leader === null ? [poll] : [leader, poll]);
+    clearTimeout(timer);
+    if (woke === "leader") leader = null;
   }
 }
 
@@ -222,11 +237,15 @@ export async function stopGroup(child: ChildProcessWithoutNullStreams, graceMs =
   const pgid = child.pid;
   if (pgid === undefined) return;
   const descendants = groupDescendants(pgid);
+  const leaderExit = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once("exit", () => resolve());
+  });
   child.stdin.end();
   signalGroup(pgid, "SIGTERM");
-  if (!(await groupGone(pgid, graceMs))) {
+  if (!(await groupGone(pgid, graceMs, leaderExit))) {
     signalGroup(pgid, "SIGKILL");
-    await groupGone(pgid, 10_000);
+    await groupGone(pgid, 10_000, leaderExit);
   }
   for (const pid of descendants) {
     if (!signalGroup(pid, "SIGKILL")) {
@@ -259,7 +278,7 @@ export async function runHeadlessStep(step: HeadlessStep): Promise<unknown> {
   const { bridge, log } = step;
   if (step.signal.aborted) throw step.signal.reason;
   const args = [...step.pi.args, "--mode", "rpc", "--no-session", "--no-extensions", "-e", bridgePath(), ...modelArgs(step.model)];
-  const child = spawn(step.pi.program, args, {
+  const child = childProcess().spawn(step.pi.program, args, {
     cwd: step.projectPath,
     detached: true,
     stdio: ["pipe", "pipe", "inherit"],

@@ -13,9 +13,22 @@
  * registration hook runs beside the command, and the close hook only after
  * the registration settled.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import type { ShellExecution, ShellResult } from "../authoring/types.js";
+
+const requireBuiltin = createRequire(import.meta.url);
+
+/**
+ * `node:child_process`, loaded at the first spawn rather than with the
+ * runner: a resolver until its run and a validation child spawn nothing,
+ * and its load (with `net` and the stream machinery) is a few ms of CPU on
+ * the start-up path.
+ */
+export function childProcess(): typeof import("node:child_process") {
+  return requireBuiltin("node:child_process") as typeof import("node:child_process");
+}
 
 /** The default cap of each captured stream, in characters. */
 export const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
@@ -186,7 +199,7 @@ export async function runShell(execution: ResolvedExecution, hooks: ShellHooks):
     durationMs: Date.now() - started,
   });
   try {
-    child = spawn(execution.command, execution.args, {
+    child = childProcess().spawn(execution.command, execution.args, {
       cwd: execution.cwd,
       env: { ...process.env, ...execution.env },
       detached: true,

@@ -82,21 +82,23 @@ export class TransformCache {
   ) {}
 
   /**
-   * Opens (creating it, mode 0700) `<stateDir>/cache/transform/`. Returns
-   * the reason instead when the cache cannot be used: no POSIX owner, a
-   * directory that is not one or belongs to another user.
+   * Opens (creating it, mode 0700) `<stateDir>/cache/<name>/`: `transform`
+   * for workflow modules, `code` for the runner's own compiled code
+   * (`code-cache.ts`). Returns the reason instead when the cache cannot be
+   * used: no POSIX owner, a directory that is not one or belongs to another
+   * user.
    */
-  static open(stateDir: string): TransformCache | { off: string } {
+  static open(stateDir: string, name: "transform" | "code" = "transform"): TransformCache | { off: string } {
     const uid = process.getuid?.();
     if (uid === undefined) return { off: "no POSIX file owners on this platform" };
     const cacheDir = join(stateDir, "cache");
-    const dir = join(cacheDir, "transform");
+    const dir = join(cacheDir, name);
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       for (const path of [cacheDir, dir]) {
         const stats = lstatSync(path);
-        if (!stats.isDirectory()) return { off: `${path === dir ? "cache/transform" : "cache"} is not a directory` };
-        if (stats.uid !== uid) return { off: `${path === dir ? "cache/transform" : "cache"} belongs to another user` };
+        if (!stats.isDirectory()) return { off: `${path === dir ? `cache/${name}` : "cache"} is not a directory` };
+        if (stats.uid !== uid) return { off: `${path === dir ? `cache/${name}` : "cache"} belongs to another user` };
         // Ours but open to others (made by hand, or a umask-less copy): make it private again, as the server does with its directories.
         if (!privateTo(uid, stats)) chmodSync(path, 0o700);
       }
