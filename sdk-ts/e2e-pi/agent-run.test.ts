@@ -261,10 +261,16 @@ describe("updates from a headless agent step", () => {
     const client = await server.connect();
     t.after(() => client.close());
     const toolTexts = () => mock.requests.flatMap((request) => request.messages.filter((m) => m.role === "tool").map((m) => m.text));
-    // Until the view shows an update, or the model saw the tool's answer to it (a refusal included).
+    // Until the view shows an update, the run ends, or the model saw the
+    // tool's answer to it (a refusal included). A run still `queued` (its
+    // resolver not yet handed the launch) has not started, so it is waited
+    // for too.
     const live = await client.waitFor(
       runId,
-      (view) => view.updates.items.length > 0 || view.status.run !== "running" || toolTexts().some((text) => text.startsWith("Workflow update")),
+      (view) =>
+        view.updates.items.length > 0 ||
+        (view.status.run !== "queued" && view.status.run !== "running") ||
+        toolTexts().some((text) => text.startsWith("Workflow update")),
       60_000,
       "an update or the tool's answer",
     );
