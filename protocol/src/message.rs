@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::canonical::{canonicalize_typed, parse_canonical};
+use crate::canonical::{canonicalize_typed, check_depth, parse_canonical};
 use crate::error::{SCHEMA_INVALID, SafeError, TOO_LARGE};
 use crate::framing::{MAX_FRAME_BYTES, frame_content};
 use crate::generated::dispatch::{
@@ -75,6 +75,23 @@ fn round_trips<T: Serialize>(typed: &T, value: &Value) -> Result<(), SafeError> 
     }
 }
 
+/// Decodes canonical `bytes` as `T` with every check of [`parse_canonical`]
+/// and [`typed`], in one pass on the path a valid message takes: the typed
+/// value is read from the bytes and must encode back to exactly them. That
+/// comparison proves the bytes canonical (they are an encoder output) and
+/// the typed value a faithful round trip (a value has one canonical text).
+/// Any other input takes the checks one by one, so its error is the first
+/// check it fails, as before.
+fn checked<T: for<'de> Deserialize<'de> + Serialize>(bytes: &[u8]) -> Result<T, SafeError> {
+    check_depth(bytes)?;
+    if let Ok(typed) = serde_json::from_slice::<T>(bytes)
+        && canonicalize_typed(&typed).is_ok_and(|encoded| encoded == bytes)
+    {
+        return Ok(typed);
+    }
+    typed(&parse_canonical(bytes)?)
+}
+
 /// Decodes one client-channel frame (canonical JSON plus `\n`).
 pub fn decode_client_frame(frame: &[u8]) -> Result<ClientFrame, SafeError> {
     let value = parse_canonical(frame_content(frame)?)?;
@@ -106,12 +123,12 @@ pub fn decode_client_frame(frame: &[u8]) -> Result<ClientFrame, SafeError> {
 
 /// Decodes one runner-to-server frame.
 pub fn decode_runner_frame(frame: &[u8]) -> Result<RunnerMessage, SafeError> {
-    typed(&parse_canonical(frame_content(frame)?)?)
+    checked(frame_content(frame)?)
 }
 
 /// Decodes one server-to-runner frame.
 pub fn decode_server_frame(frame: &[u8]) -> Result<ServerMessage, SafeError> {
-    typed(&parse_canonical(frame_content(frame)?)?)
+    checked(frame_content(frame)?)
 }
 
 /// Decodes the launch envelope: the canonical JSON of the first line the
@@ -164,4 +181,57 @@ pub fn encode_launch(launch: &WorkerLaunch) -> Result<Vec<u8>, SafeError> {
         return Err(TOO_LARGE);
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generated::types::{RunnerMessage, ServerMessage};
+
+    /// The one-pass check ([`checked`]) gives the verdict of the checks one
+    /// by one (`parse_canonical`, then [`typed`]): the same message or the
+    /// same error, for every frame of the conformance corpus of the runner
+    /// channel, each decoded as either direction's message, and for each
+    /// frame with one byte changed at every position.
+    #[test]
+    fn the_one_pass_check_agrees_with_the_checks_one_by_one_on_the_corpus() {
+        fn agree<T>(bytes: &[u8]) -> bool
+        where
+            T: for<'de> Deserialize<'de> + Serialize + PartialEq + std::fmt::Debug,
+        {
+            let one_pass = checked::<T>(bytes);
+            let one_by_one = parse_canonical(bytes).and_then(|value| typed::<T>(&value));
+            assert_eq!(one_pass, one_by_one, "{}", String::from_utf8_lossy(bytes));
+            one_pass.is_ok()
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/frames");
+        let (mut frames, mut accepted) = (0, 0);
+        for direction in ["runner", "server"] {
+            for entry in std::fs::read_dir(root.join(direction)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_none_or(|ext| ext != "in") {
+                    continue;
+                }
+                let frame = std::fs::read(&path).unwrap();
+                let Ok(bytes) = frame_content(&frame) else {
+                    continue;
+                };
+                frames += 1;
+                if agree::<RunnerMessage>(bytes) | agree::<ServerMessage>(bytes) {
+                    accepted += 1;
+                    let canonical = crate::canonicalize(&serde_json::from_slice(bytes).unwrap())
+                        .unwrap();
+                    for at in 0..canonical.len() {
+                        for replacement in [b' ', b'1', b'"', b'}', b'x'] {
+                            let mut changed = canonical.clone();
+                            changed[at] = replacement;
+                            agree::<RunnerMessage>(&changed);
+                            agree::<ServerMessage>(&changed);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(frames >= 80 && accepted >= 30, "{frames} frames, {accepted} accepted");
+    }
 }

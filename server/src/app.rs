@@ -27,10 +27,10 @@ use crate::fault::Faults;
 use crate::home;
 use crate::ids;
 use crate::store::{Commit, Store, StoreError};
+use crate::wire::runner::Received;
 use kernel::claim::{ClaimRequest, OwnerKind};
 use kernel::ids::{OwnerId, ServerEpoch};
 use kernel::output::Output;
-use protocol::generated::types::RunnerMessage;
 use std::sync::Arc;
 
 /// The package version every client must match.
@@ -113,8 +113,8 @@ const PORTS: Ports = Ports {
     runner_frame_rejected,
 };
 
-fn runner_message(context: Arc<Context>, runner: Arc<Runner>, message: RunnerMessage) -> Handling {
-    Box::pin(async move { crate::runner_api::handle(&context, &runner, message).await })
+fn runner_message(context: Arc<Context>, runner: Arc<Runner>, received: Received) -> Handling {
+    Box::pin(async move { crate::runner_api::handle(&context, &runner, received).await })
 }
 
 fn runner_frame_rejected(context: Arc<Context>, runner: Arc<Runner>) -> Handling {

@@ -266,8 +266,8 @@ async fn run_child(
         // stopped, and the channel ends.
         let decoded = frame
             .ok()
-            .and_then(|frame| protocol::decode_runner_frame(&frame).ok());
-        let Some(message) = decoded else {
+            .and_then(|frame| crate::wire::runner::receive(&frame).ok());
+        let Some(received) = decoded else {
             if runner.is_fenced() {
                 protocol_violation(app, runner);
             } else {
@@ -277,10 +277,10 @@ async fn run_child(
         };
         // The start-up deadline ends when `runner.ready` arrives: its
         // commit may be held up (a disk stall) past the deadline.
-        if matches!(message, RunnerMessage::RunnerReady { .. }) {
+        if matches!(received.message, RunnerMessage::RunnerReady { .. }) {
             runner.mark_ready();
         }
-        (app.ports.runner_message)(app.clone(), runner.clone(), message).await;
+        (app.ports.runner_message)(app.clone(), runner.clone(), received).await;
     }
     let status = child.wait().await.ok();
     watchdog.abort();

@@ -29,10 +29,10 @@ use crate::fault::Faults;
 use crate::presentation::Presentation;
 use crate::runner_logs::RunnerLogs;
 use crate::store::Store;
+use crate::wire::runner::Received;
 use kernel::claim::ClaimRequest;
 use kernel::ids::{OwnerId, ServerEpoch};
 use kernel::output::Output;
-use protocol::generated::types::RunnerMessage;
 use runners::Runner;
 use std::future::Future;
 use std::pin::Pin;
@@ -48,8 +48,9 @@ pub type Handling = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub struct Ports {
     /// Performs the outputs of a committed transition, in order.
     pub perform: fn(&Arc<Context>, Vec<Output>),
-    /// Handles one decoded runner message (`runner_api`).
-    pub runner_message: fn(Arc<Context>, Arc<Runner>, RunnerMessage) -> Handling,
+    /// Handles one received runner message, decoded and checked once
+    /// (`runner_api`).
+    pub runner_message: fn(Arc<Context>, Arc<Runner>, Received) -> Handling,
     /// Answers a runner frame that is not a runner message (`runner_api`).
     pub runner_frame_rejected: fn(Arc<Context>, Arc<Runner>) -> Handling,
 }

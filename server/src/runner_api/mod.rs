@@ -31,7 +31,7 @@ use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::attempts::{self, AttemptResult};
 use crate::store::blobs::Blob;
 use crate::store::{Commit, commands, meta, processes, runs};
-use crate::wire::runner::{Envelope, envelope};
+use crate::wire::runner::{Envelope, Received, envelope};
 use answer::{Answer, Extra, Refusal};
 use kernel::attempt::{NodeOutcome, ResultRecord};
 use kernel::execution::{self, Dispatch, ExitReason, NodeResult};
@@ -434,8 +434,12 @@ impl Handled {
     }
 }
 
-/// Handles one decoded runner message.
-pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMessage) {
+/// Handles one received runner message.
+pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, received: Received) {
+    let Received {
+        message,
+        payload_digest,
+    } = received;
     let envelope = envelope(&message);
     let to = match Addressee::of(runner, &envelope.message_id) {
         Ok(to) => to,
@@ -449,10 +453,6 @@ pub async fn handle(app: &Arc<Context>, runner: &Arc<Runner>, message: RunnerMes
             return;
         }
     };
-    // The stored receipt's digest covers the whole message as the runner
-    // sent it (the decoder checked that the typed value round-trips).
-    let payload_digest =
-        crate::ids::sha256(&protocol::canonicalize_typed(&message).unwrap_or_default());
     let foreign = envelope.run_id != runner.run_id.as_str()
         || envelope.generation != runner.generation.0
         || envelope.runner_epoch != runner.runner_epoch.as_str();

@@ -1,6 +1,16 @@
 //! The runner channel's envelope: the five fields every runner message
 //! carries (run id, generation, runner epoch, message id, expected
-//! revision), read from the typed message of every variant.
+//! revision), read from the typed message of every variant; and a received
+//! runner frame ([`receive`]), decoded and checked once.
+//!
+//! Invariants:
+//! - Every received frame is checked whole before anything reads it:
+//!   framing, nesting, canonical form, the schema and the typed round trip
+//!   (`protocol::decode_runner_frame`).
+//! - The payload digest a runner-message receipt stores is the SHA-256 of
+//!   the checked canonical bytes: the frame is canonical and its typed value
+//!   serialises back to it, so this is the digest of the canonical form of
+//!   the message, without encoding it again.
 
 use protocol::generated::constrained::{Generation, Visit};
 use protocol::generated::types::{
@@ -8,6 +18,26 @@ use protocol::generated::types::{
     ValidateSubmission, WorkerSchemaId,
 };
 use serde_json::Value;
+
+/// A runner frame as received: its message, decoded and checked, and the
+/// digest of its checked bytes.
+#[derive(Debug)]
+pub struct Received {
+    pub message: RunnerMessage,
+    /// SHA-256 of the frame's canonical JSON (without its newline).
+    pub payload_digest: kernel::ids::Digest,
+}
+
+/// Decodes and checks one runner frame (canonical JSON plus `\n`), and
+/// digests its checked bytes; the error of the first check it fails.
+pub fn receive(frame: &[u8]) -> Result<Received, protocol::SafeError> {
+    let message = protocol::decode_runner_frame(frame)?;
+    let payload_digest = crate::ids::sha256(protocol::frame_content(frame)?);
+    Ok(Received {
+        message,
+        payload_digest,
+    })
+}
 
 /// The common envelope fields of a runner message.
 pub(crate) struct Envelope {
@@ -83,4 +113,49 @@ pub(crate) fn command(
         state: CommandState::Inline { value: state },
         submission: submission.map(|output| ValidateSubmission { output }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The receipt digest taken from the checked bytes is the one the server
+    /// took before by encoding the typed message again, for every runner
+    /// frame the conformance corpus accepts (so a stored receipt keeps
+    /// adopting the same retry).
+    #[test]
+    fn the_digest_of_a_received_frame_is_the_digest_of_its_message_encoded_again() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../protocol/fixtures/frames/runner");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|ext| ext != "canonical") {
+                continue;
+            }
+            let frame = std::fs::read(&path).unwrap();
+            let received = receive(&frame).unwrap();
+            let encoded_again = protocol::canonicalize_typed(&received.message).unwrap();
+            assert_eq!(
+                received.payload_digest,
+                crate::ids::sha256(&encoded_again),
+                "{}",
+                path.display()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} accepted runner frames");
+    }
+
+    #[test]
+    fn a_frame_that_fails_a_check_is_not_received() {
+        assert_eq!(
+            receive(b"{\"b\":1,\"a\":2}\n").unwrap_err().code(),
+            protocol::ErrorCode::NonCanonical
+        );
+        assert_eq!(
+            receive(b"{\"a\":1}\n").unwrap_err().code(),
+            protocol::ErrorCode::SchemaInvalid
+        );
+    }
 }
