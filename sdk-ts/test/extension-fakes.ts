@@ -16,6 +16,7 @@ import type {
   ContentReference,
   GraphNode,
   DecisionAnswerPayload,
+  EffectRecoverPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   Operation,
@@ -428,6 +429,22 @@ export class FakeServer implements ServerPort {
     this.fail("decision.answer");
     this.record("decision.answer", payload, runId, options.idempotencyKey);
     return this.accepted("decision.answer", { decisionId: payload.decisionId, continuationRunId: `continuation-${runId}` });
+  }
+
+  /** The warning `effect.recover retry` answers with. */
+  effectRecoverWarning: string | undefined;
+
+  async effectRecover(runId: string, payload: EffectRecoverPayload, options: { idempotencyKey?: string } = {}): Promise<Accepted<"effect.recover">> {
+    this.requireConnection();
+    this.fail("effect.recover");
+    this.record("effect.recover", payload, runId, options.idempotencyKey);
+    const retry = payload.action === "retry";
+    return this.accepted("effect.recover", {
+      effectId: payload.effectId,
+      state: retry ? "reserved" : "applied",
+      attemptNumber: retry ? 2 : 1,
+      ...(retry && this.effectRecoverWarning !== undefined ? { warning: this.effectRecoverWarning } : {}),
+    });
   }
 
   submitOutcome: { outcome: "accepted" | "rejected"; message?: string } = { outcome: "accepted" };

@@ -30,6 +30,7 @@ import type {
   CommandOutcome,
   ContentReference,
   DecisionAnswerPayload,
+  EffectRecoverPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   JsonValue,
@@ -291,6 +292,15 @@ export class WorkflowClient implements SubscriptionHost {
    */
   decisionAnswer(runId: string, payload: DecisionAnswerPayload, options: CommandOptions = {}): Promise<Accepted<"decision.answer">> {
     return this.command("decision.answer", runId, payload, options);
+  }
+
+  /**
+   * `effect.recover`: an operator's review of an ambiguous managed effect.
+   * `confirm` records that it applied; `retry` reserves its next attempt and
+   * the receipt's `warning` says a duplicate is possible.
+   */
+  effectRecover(runId: string, payload: EffectRecoverPayload, options: CommandOptions = {}): Promise<Accepted<"effect.recover">> {
+    return this.command("effect.recover", runId, payload, options);
   }
 
   /**

@@ -20,7 +20,7 @@
  */
 import { createHash } from "node:crypto";
 import { WorkflowClientError } from "../client/errors.js";
-import type { JsonValue, RunView, StepRecord } from "../generated/types.js";
+import type { JsonValue, RecoverAction, RunView, StepRecord } from "../generated/types.js";
 import { WorkflowMessageCoordinator } from "./coordinator.js";
 import { stepSourceOf } from "./messages.js";
 import { decisionResponse, parseWorkflowCommand } from "./grammar.js";
@@ -29,7 +29,7 @@ import * as texts from "./texts.js";
 import { type ToolCall, parseToolCall } from "./tool.js";
 import { TurnReporter } from "./turns.js";
 import { SessionViewSource, type LoadedView } from "./view-source.js";
-import { COMPONENT_WIDGET_LINES, SCROLL_STEP, STRING_WIDGET_LINES, renderWidget, statusLine } from "./widget.js";
+import { COMPONENT_WIDGET_LINES, SCROLL_STEP, STRING_WIDGET_LINES, recoverableEffects, renderWidget, statusLine } from "./widget.js";
 
 export interface WorkflowSessionOptions {
   server: ServerPort;
@@ -300,6 +300,8 @@ export class WorkflowSession {
       }
       case "answer":
         return this.answer(command.runId, command.answer, undefined, true, command.text);
+      case "recover":
+        return this.recoverEffect(command.action, command.effectId);
     }
   }
 
@@ -381,6 +383,25 @@ export class WorkflowSession {
     });
     await this.recover(true);
     return { text: texts.answeredText(run, answered.receipt.continuationRunId), level: "info" };
+  }
+
+  /**
+   * `/workflow recover confirm|retry [effectId]`: a person's review of an
+   * ambiguous managed effect of this session's run, sent as `effect.recover`
+   * only while the view offers `recoverEffect`. Without an id, the run's one
+   * ambiguous effect. A retry is a warning: a duplicate is possible.
+   */
+  private async recoverEffect(action: RecoverAction, effectId: string | undefined): Promise<{ text: string; level: "info" | "warning" }> {
+    const run = (await this.freshView())?.run;
+    if (run === undefined) return { text: texts.NO_RUN_TEXT, level: "warning" };
+    const { effects } = recoverableEffects(run);
+    if (effects.length === 0) return { text: texts.recoverEffectNotAllowedText(run), level: "warning" };
+    const ids = effects.map((effect) => effect.effectId);
+    const effect = effectId !== undefined ? effects.find((candidate) => candidate.effectId === effectId) : effects.length === 1 ? effects[0] : undefined;
+    if (effect === undefined) return { text: effectId !== undefined ? texts.noSuchEffectText(run, effectId, ids) : texts.nameTheEffectText(run, ids), level: "warning" };
+    const recovered = await this.options.server.effectRecover(run.runId, { effectId: effect.effectId, action });
+    await this.source.refresh();
+    return { text: texts.recoveredText(run, effect, recovered.receipt), level: action === "retry" ? "warning" : "info" };
   }
 
   // ---- the workflow tool -----------------------------------------------------
