@@ -20,7 +20,7 @@ import { describe, it, type TestContext } from "node:test";
 
 import { type MockRule, reply } from "../test-support/mock-model.js";
 import { type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
-import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+import { SDK_DIR, TestServer, serverBinary, stepNodes } from "../test-support/server.js";
 import { terminalRule, terminalTurnSettled } from "../test-support/terminal.js";
 
 type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
@@ -81,6 +81,43 @@ export default defineWorkflow({
   edges: [...steps.slice(1).map((id, index) => ({ from: steps[index] as string, to: id })), { from: "s20", to: "gate" }],
 });
 `;
+
+/** A protected human decision (the shape of e2e/human-decision.test.ts): ship or revise with a text. */
+const RELEASE_GATE = `
+import { choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge, textInput } from "@pi-workflows/sdk";
+
+const choices = defineHumanChoices({
+  ship: choice({ label: "Ship it" }),
+  revise: choice({ label: "Ask for changes", input: textInput({ name: "change", prompt: "What to change", maxLength: 200 }) }),
+});
+
+export default defineWorkflow({
+  name: "release-gate",
+  source: import.meta.url,
+  startAt: "draft",
+  nodes: {
+    draft: compute({ run: () => ({ notes: "v1 notes" }) }),
+    gate: humanDecision({
+      audience: "release managers",
+      choices,
+      request: ({ outputs }) => ({
+        title: "Publish the release?",
+        subject: outputs.draft,
+        presentation: { summary: "The release notes are drafted.", blocks: [{ kind: "paragraph", text: "Ship them or ask for changes." }] },
+      }),
+    }),
+    shipped: compute({ run: ({ outputs }) => ({ shipped: (outputs.gate as { choice: string }).choice }) }),
+    revised: compute({ run: ({ outputs }) => ({ revise: outputs.gate }) }),
+  },
+  edges: [
+    { from: "draft", to: "gate" },
+    humanDecisionEdge({ from: "gate", choices, cases: { ship: "shipped", revise: "revised" } }),
+  ],
+});
+`;
+
+/** The reference's refusal of the model's answer to a protected decision (§5.3). */
+const HUMAN_ANSWER_TOOL_TEXT = "This checkpoint requires a verified human answer from Pi UI or a configured decision channel.";
 
 interface Setup {
   server: TestServer;
@@ -263,6 +300,55 @@ describe("the extension in real Pi (rpc mode)", () => {
     const rows = (runs.receipt as { rows: { runId: string; workflowName?: string }[] }).rows;
     assert.deepEqual(rows.filter((row) => row.workflowName === "slow").map((row) => row.runId), [runId], JSON.stringify(rows));
     assert.ok(s.fixture.mock.requests[0]?.tools.includes("workflow"), `offered tools: ${s.fixture.mock.requests[0]?.tools.join(",")}`);
+  });
+
+  it("a protected human decision: the widget hints /workflow answer <choice>, the model's answer action is refused with the reference text, and /workflow answer <choice> <text> continues the run on that choice", async (t) => {
+    const s = await setup(t, [
+      { name: "after-tool", lastRole: "tool", reply: reply.text("The workflow tool refused my answer.") },
+      { name: "answer", when: "ship the release", withTool: "workflow", reply: reply.toolCall("workflow", { action: "answer", input: { choice: "ship" } }) },
+    ]);
+    writeFileSync(join(s.project, ".pi", "workflows", "release-gate.workflow.ts"), RELEASE_GATE);
+    const pi = await spawnWorkflowPi(s);
+    const view = await s.server.connect();
+    t.after(() => view.close());
+
+    const since = pi.mark();
+    const started = await workflow(pi, "release-gate");
+    const runId = runIdOf(started.message);
+    const waiting = await widget(pi, /^ {2}waiting on decision: gate/, since);
+    assert.ok(
+      (waiting.widgetLines ?? []).includes("  waiting on decision: gate (Publish the release?) — answer with /workflow answer <choice> [text] (choices: ship, revise)"),
+      (waiting.widgetLines ?? []).join("\n"),
+    );
+    await statusLine(pi, /^wf release-gate \[waiting\] gate$/, since);
+    assert.deepEqual((await view.view(runId)).display.controls, ["humanAnswer", "pause", "cancel"]);
+    assert.equal(s.fixture.mock.requests.length, 0, "the decision message starts no model turn");
+
+    // The model's tool cannot answer it.
+    const toolSince = pi.mark();
+    assert.equal(await pi.prompt("please ship the release"), "started");
+    await pi.waitSettled();
+    const end = (await pi.waitFor((r) => r.type === "tool_execution_end", { since: toolSince, what: "the workflow tool's end" })) as Extract<PiRecord, { type: "tool_execution_end" }>;
+    const result = end.result as { content: { type: string; text?: string }[] };
+    assert.deepEqual([end.toolName, end.isError, result.content.map((part) => part.text ?? "").join("")], ["workflow", true, HUMAN_ANSWER_TOOL_TEXT]);
+    const still = await view.view(runId);
+    assert.deepEqual([still.display.status, still.display.waitingOn], ["waiting", "gate"], "the refused answer changed nothing");
+
+    // A person answers it in Pi.
+    const refused = await workflow(pi, "answer maybe");
+    assert.deepEqual([refused.notifyType, refused.message], ["warning", "Answer with one of the choices: /workflow answer <choice> [text…] (choices: ship, revise)"]);
+    const answeredSince = pi.mark();
+    const answered = await workflow(pi, "answer revise fix the changelog");
+    assert.equal(answered.notifyType, "info", answered.message);
+    const continuation = new RegExp(`^Answered workflow release-gate at gate \\(run ${runId}\\); it continues as run (\\S+)\\.$`).exec(answered.message)?.[1];
+    assert.ok(continuation !== undefined, answered.message);
+    await statusLine(pi, /^wf release-gate \[completed\]/, answeredSince);
+    await terminalTurnSettled(pi, s.fixture.mock, undefined, answeredSince);
+    const done = await view.view(continuation);
+    assert.equal(done.display.status, "completed");
+    assert.deepEqual(stepNodes(done), ["draft", "gate", "revised"], "the revise case ran");
+    const revised = s.server.journal(continuation).filter((record) => record.event === "node" && record.nodeId === "revised");
+    assert.deepEqual(revised.at(-1)?.output, { revise: { choice: "revise", input: { change: "fix the changelog" } } }, "the person's choice and text are the decision's output");
   });
 
   it("`pi install <sdk-ts>` makes Pi load the extension from the package manifest without -e", async (t) => {
