@@ -23,10 +23,14 @@ import type {
   ResponseReceiptByOperation,
   RunStartPayload,
   RunView,
+  SessionEvent,
+  SessionEventsRecordPayload,
   SessionView,
   StepRecord,
   TurnOwnership,
   UpdateRecord,
+  ViewPage,
+  ViewPagePayload,
   WorkflowMessage,
 } from "../src/generated/types.js";
 
@@ -356,8 +360,47 @@ export class FakeServer implements ServerPort {
     return subscription;
   }
 
-  async page(): Promise<never> {
-    throw new WorkflowClientError("internal", "the fake serves complete views");
+  // ---- session capture (kernel::capture's rules) ----
+
+  /** Captured events per run, numbered from 1. */
+  readonly captured = new Map<string, SessionEvent[]>();
+  /** Every `sessionEvents.record` call (kept out of `calls` and `log`). */
+  readonly captureCalls: SessionEventsRecordPayload[] = [];
+  /** The next this many `sessionEvents.record` calls fail with no response (the connection dropped). */
+  captureFailures = 0;
+
+  async recordSessionEvents(payload: SessionEventsRecordPayload): Promise<Settled<"sessionEvents.record">> {
+    this.requireConnection();
+    this.captureCalls.push(structuredClone(payload));
+    if (this.captureFailures > 0) {
+      this.captureFailures--;
+      throw new WorkflowClientError("unavailable", "the connection closed before the answer (fake)");
+    }
+    if (this.activeEpoch === undefined || this.activeEpoch < this.fenceEpochsBelow) return this.settled("sessionEvents.record", "claimLost", undefined, "claimLost");
+    const stored = this.captured.get(payload.runId) ?? [];
+    const events = payload.events;
+    const first = events[0]?.seq ?? 0;
+    if (events.length === 0 || events.length > 256 || events.some((event, index) => event.seq !== first + index)) return this.settled("sessionEvents.record", "rejected", undefined, "schemaInvalid");
+    if (first < 1 || first > stored.length + 1) return this.settled("sessionEvents.record", "rejected", undefined, "illegalTransition");
+    for (const event of events) {
+      const old = stored[event.seq - 1];
+      if (old !== undefined && JSON.stringify([old.type, old.data]) !== JSON.stringify([event.type, event.data])) return this.settled("sessionEvents.record", "conflict", undefined, "conflict");
+    }
+    for (const event of events) if (event.seq > stored.length) stored.push(structuredClone(event));
+    this.captured.set(payload.runId, stored);
+    return this.settled("sessionEvents.record", "accepted", { accepted: events.length });
+  }
+
+  /** Pages of the captured events (other collections: the fake serves complete views). */
+  async page(runId: string, payload: ViewPagePayload): Promise<ViewPage> {
+    this.requireConnection();
+    if (payload.collection !== "sessionEvents") throw new WorkflowClientError("internal", "the fake serves complete views");
+    this.log.push("page:sessionEvents");
+    const stored = this.captured.get(runId) ?? [];
+    const offset = Number(payload.cursor ?? "0");
+    const items = stored.slice(offset, offset + Math.min(payload.limit, 256));
+    const next = offset + items.length;
+    return { collection: "sessionEvents", items: structuredClone(items) as never, revision: this.run?.revision ?? 1, ...(next < stored.length ? { nextCursor: String(next) } : {}) };
   }
 
   async runView(runId: string): Promise<RunView> {

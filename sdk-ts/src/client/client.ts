@@ -31,6 +31,7 @@ import type {
   ContentReference,
   DecisionAnswerPayload,
   EffectRecoverPayload,
+  SessionEventsRecordPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   JsonValue,
@@ -345,6 +346,15 @@ export class WorkflowClient implements SubscriptionHost {
   /** `workflowMessage.reportBranch`, settled whatever the outcome (a fenced epoch is an answer, not an exception). */
   reportBranch(payload: ReportBranchPayload, options: RequestOptions = {}): Promise<Settled<"workflowMessage.reportBranch">> {
     return this.request("workflowMessage.reportBranch", { payload, idempotent: false, ...signalOf(options) });
+  }
+
+  /**
+   * `sessionEvents.record`, settled whatever the outcome: a batch of a run's
+   * captured Pi events under their run-wide numbers (the numbers are the
+   * batch's identity; a repeat is adopted, so a retry resends it unchanged).
+   */
+  recordSessionEvents(payload: SessionEventsRecordPayload, options: RequestOptions = {}): Promise<Settled<"sessionEvents.record">> {
+    return this.request("sessionEvents.record", { payload, idempotent: false, ...signalOf(options) });
   }
 
   /** `workflowTurn.report`, settled whatever the outcome. */

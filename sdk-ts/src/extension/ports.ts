@@ -23,6 +23,7 @@ import type {
   ResponseReceiptByOperation,
   RunStartPayload,
   RunView,
+  SessionEventsRecordPayload,
   SessionView,
   SubscriptionTarget,
   TurnReportPayload,
@@ -59,6 +60,7 @@ export interface ServerPort {
   interactionUpdate(runId: string, payload: InteractionUpdatePayload, options?: CommandOptions): Promise<Accepted<"interaction.update">>;
   reportBranch(payload: ReportBranchPayload, options?: RequestOptions): Promise<Settled<"workflowMessage.reportBranch">>;
   reportTurn(payload: TurnReportPayload, options?: RequestOptions): Promise<Settled<"workflowTurn.report">>;
+  recordSessionEvents(payload: SessionEventsRecordPayload, options?: RequestOptions): Promise<Settled<"sessionEvents.record">>;
   request<Op extends Operation>(operation: Op, spec: RequestSpec<Op>): Promise<Settled<Op>>;
   close(): void;
 }

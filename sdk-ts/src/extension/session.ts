@@ -22,6 +22,7 @@ import { createHash } from "node:crypto";
 import { WorkflowClientError } from "../client/errors.js";
 import type { JsonValue, RecoverAction, RunView, StepRecord } from "../generated/types.js";
 import { WorkflowMessageCoordinator } from "./coordinator.js";
+import { type CapturedEventType, SessionCapture } from "./capture.js";
 import { stepSourceOf } from "./messages.js";
 import { decisionResponse, parseWorkflowCommand } from "./grammar.js";
 import type { PiPort, ServerPort, UiPort } from "./ports.js";
@@ -66,6 +67,7 @@ export class WorkflowSession {
   readonly source: SessionViewSource;
   readonly coordinator: WorkflowMessageCoordinator;
   readonly turns: TurnReporter;
+  readonly capture: SessionCapture;
   private readonly options: WorkflowSessionOptions;
   private readonly now: () => number;
   private timer: NodeJS.Timeout | undefined;
@@ -93,6 +95,12 @@ export class WorkflowSession {
       refresh: () => void this.source.refresh(),
       ...(options.entryWait !== undefined ? { entryWait: options.entryWait } : {}),
     });
+    this.capture = new SessionCapture({
+      server: options.server,
+      gate: this.coordinator,
+      sessionId: options.sessionId,
+      revisionOf: (runId) => (this.source.current?.run?.runId === runId ? this.source.current.run.revision : undefined),
+    });
     this.turns = new TurnReporter({
       server: options.server,
       gate: this.coordinator,
@@ -100,6 +108,8 @@ export class WorkflowSession {
       getBranch: () => options.pi.getBranch(),
       getLeafId: options.getLeafId,
       onActivity: () => void this.source.refresh(),
+      onTurnStart: (turnId) => this.capture.beginTurn(turnId, { startLeaf: options.getLeafId() }),
+      onOwnership: (turnId, runId) => this.capture.owned(turnId, runId),
     });
     this.coordinator.attachTurns(this.turns);
   }
@@ -134,6 +144,7 @@ export class WorkflowSession {
     if (this.timer !== undefined) clearInterval(this.timer);
     this.unsubscribeConnections?.();
     this.coordinator.stop();
+    this.capture.stop();
     await this.source.stop();
   }
 
@@ -162,7 +173,13 @@ export class WorkflowSession {
 
   onAgentSettled(aborted: boolean): void {
     this.turns.onAgentSettled(aborted);
+    this.capture.endTurn(aborted);
     void this.recover(false);
+  }
+
+  /** A Pi event inside an agent run (message, tool, model call), for session capture. */
+  onPiEvent(type: CapturedEventType, data: JsonValue): void {
+    this.capture.event(type, data);
   }
 
   /** Shift+Up (-1) / Shift+Down (+1). */
@@ -176,6 +193,7 @@ export class WorkflowSession {
   private onView(view: LoadedView): void {
     if (this.stopped) return;
     this.coordinator.onView(view);
+    void this.capture.flush();
     this.render();
     this.abortClosedWorkflowTurn(view);
     this.activateHeld(view);

@@ -72,6 +72,10 @@ export interface TurnReporterOptions {
   getLeafId: () => string | null;
   /** A turn the server accepted as workflow work started or ended (for the widget). */
   onActivity?: () => void;
+  /** A local turn was made at `agent_start`. */
+  onTurnStart?: (turnId: string) => void;
+  /** The server's answer about a turn: the run it works for (`active`), or undefined (not workflow work). */
+  onOwnership?: (turnId: string, runId: string | undefined) => void;
   newTurnId?: () => string;
 }
 
@@ -131,6 +135,7 @@ export class TurnReporter implements TurnSink {
     };
     if (turn.trigger === undefined && view !== undefined) turn.binding = candidateOf(view);
     this.turns.push(turn);
+    this.options.onTurnStart?.(turn.turnId);
     void this.flush();
   }
 
@@ -217,6 +222,7 @@ export class TurnReporter implements TurnSink {
       }
       if (turn.binding === "none" || turn.ownership === "absent" || turn.ownership === "settled") {
         this.turns.shift();
+        this.options.onOwnership?.(turn.turnId, undefined);
         continue;
       }
       const binding = turn.binding as Binding;
@@ -226,6 +232,7 @@ export class TurnReporter implements TurnSink {
         if (answer === "retry") return;
         turn.startReportedOn = epoch.epoch;
         turn.ownership = answer === "drop" ? "absent" : answer;
+        if (turn.ownership === "active") this.options.onOwnership?.(turn.turnId, binding.runId);
         this.options.onActivity?.();
         continue;
       }
