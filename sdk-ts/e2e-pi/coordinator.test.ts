@@ -337,3 +337,49 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal((await captured()).length, count, "an ordinary turn adds no event");
   });
 });
+
+describe("interactive workflows in real Pi's TUI (tmux)", () => {
+  it("the widget shows running for the whole exact step turn, and paused only once the server holds the durable pause", async (t) => {
+    const slow = "Let me look at this change carefully before I decide anything at all. ".repeat(20);
+    const s = await setup(t, [
+      { name: "slow", lastRole: "user", when: STEP_CONTRACT, times: 1, reply: reply.text(slow, { chunkChars: 4, delayMs: 100 }) },
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const tui = await s.fixture.startTui({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
+    const { tmux } = tui;
+    tmux.type("/workflow review fix the bug");
+    tmux.sendKeys("Enter");
+    await s.fixture.mock.waitForRequest((request) => request.last?.text.includes(STEP_CONTRACT) === true, 60_000, "the step turn's model request");
+    // The turn's start report makes the run's display running: from then on, every sample of the screen while the
+    // model streams says running, and the run is not paused.
+    await tmux.waitForScreen(/wf review \[running\] review/, 30_000);
+    const samples: string[] = [];
+    for (const until = Date.now() + 3_000; Date.now() < until; await new Promise((resolve) => setTimeout(resolve, 150))) {
+      samples.push(/wf review \[([a-z_]+)\]/.exec(tmux.capture())?.[1] ?? "none");
+    }
+    assert.ok(samples.length >= 10, `${samples.length} samples`);
+    assert.deepEqual([...new Set(samples)], ["running"], samples.join(","));
+    assert.ok(s.fixture.mock.requests.some((request) => request.rule === "slow" && request.outcome === "streaming"), "the samples were taken inside the turn");
+    const runId = (await client.request("runs.list", { limit: 10 })).receipt as { rows: { runId: string }[] };
+    const run = runId.rows[0]?.runId as string;
+
+    // Escape: the screen says paused only once the server's run is durably paused.
+    tmux.sendKeys("Escape");
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      assert.ok(Date.now() < deadline, `paused on the screen:\n${tmux.capture()}`);
+      const status = /wf review \[([a-z_]+)\]/.exec(tmux.capture())?.[1];
+      if (status === "paused") break;
+      assert.equal(status, "running", "nothing but running before the pause");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const view = await client.view(run);
+    assert.deepEqual([view.display.status, view.status.paused], ["paused", true], "the server holds the pause the widget shows");
+    await tmux.waitForScreen(/⏸ workflow review \[paused\]/, 10_000);
+    const stop = await tui.stop();
+    assert.equal(stop.status, 0);
+  });
+});
