@@ -22,6 +22,7 @@ import { type MockRule, reply } from "../test-support/mock-model.js";
 import { type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, scriptedRunnerBinary, serverBinary, stepNodes } from "../test-support/server.js";
 import { terminalRule, terminalTurnSettled } from "../test-support/terminal.js";
+import { RELEASE_GATE } from "../test-support/workflows.js";
 
 type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
 type Notify = Extract<UiRequest, { method: "notify" }>;
@@ -82,39 +83,6 @@ export default defineWorkflow({
 });
 `;
 
-/** A protected human decision (the shape of e2e/human-decision.test.ts): ship or revise with a text. */
-const RELEASE_GATE = `
-import { choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge, textInput } from "@pi-workflows/sdk";
-
-const choices = defineHumanChoices({
-  ship: choice({ label: "Ship it" }),
-  revise: choice({ label: "Ask for changes", input: textInput({ name: "change", prompt: "What to change", maxLength: 200 }) }),
-});
-
-export default defineWorkflow({
-  name: "release-gate",
-  source: import.meta.url,
-  startAt: "draft",
-  nodes: {
-    draft: compute({ run: () => ({ notes: "v1 notes" }) }),
-    gate: humanDecision({
-      audience: "release managers",
-      choices,
-      request: ({ outputs }) => ({
-        title: "Publish the release?",
-        subject: outputs.draft,
-        presentation: { summary: "The release notes are drafted.", blocks: [{ kind: "paragraph", text: "Ship them or ask for changes." }] },
-      }),
-    }),
-    shipped: compute({ run: ({ outputs }) => ({ shipped: (outputs.gate as { choice: string }).choice }) }),
-    revised: compute({ run: ({ outputs }) => ({ revise: outputs.gate }) }),
-  },
-  edges: [
-    { from: "draft", to: "gate" },
-    humanDecisionEdge({ from: "gate", choices, cases: { ship: "shipped", revise: "revised" } }),
-  ],
-});
-`;
 
 /** The reference's refusal of the model's answer to a protected decision (§5.3). */
 const HUMAN_ANSWER_TOOL_TEXT = "This checkpoint requires a verified human answer from Pi UI or a configured decision channel.";

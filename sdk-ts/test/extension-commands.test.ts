@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import { RESERVED_WORDS, parseWorkflowCommand } from "../src/extension/grammar.js";
 import { WorkflowSession, keyOfToolCall } from "../src/extension/session.js";
 import { ACTIONS, MAX_ISSUES, WORKFLOW_TOOL_PARAMETERS, parseToolCall } from "../src/extension/tool.js";
-import { FakePi, FakeServer, FakeUi, node, runView, settle, step, until } from "./extension-fakes.js";
+import { DECISION, FakePi, FakeServer, FakeUi, ambiguousRun, node, runView, settle, step, until } from "./extension-fakes.js";
 
 describe("/workflow grammar", () => {
   it("parses every form", () => {
@@ -88,33 +88,6 @@ describe("workflow tool parameters", () => {
     assert.match((parseToolCall({ action: "list", offset: -1 }) as { error: string }).error, /offset: must be a whole number/);
   });
 });
-
-/** A pending protected decision as a waiting run's view shows it. */
-const DECISION = {
-  decisionId: `decision-${"a".repeat(40)}`,
-  requestDigest: `sha256:${"b".repeat(64)}`,
-  nodeId: "gate",
-  title: "Publish the release?",
-  summary: "The release notes are drafted.",
-  choices: [
-    { id: "ship", label: "Ship it" },
-    { id: "revise", label: "Ask for changes", input: { kind: "text" as const, name: "change", prompt: "What should change?", minLength: 1, maxLength: 200 } },
-  ],
-};
-
-/** An ambiguous run as the server shows it: its reason names the wire operation, its controls offer recoverEffect. */
-function ambiguousRun(effects: { effectId: string; effectType: string; nodeId: string; attemptNumber: number }[]) {
-  return runView({
-    nodes: [node("send", "action", "running")],
-    display: {
-      status: "ambiguous",
-      activity: "none",
-      controls: ["pause", "cancel", "recoverEffect"],
-      reason: "An external effect may have applied without a receipt, so the run cannot continue on its own; check the external system, then effect.recover confirm (it applied) or retry (apply it again: a duplicate is possible).",
-    },
-    ambiguousEffects: effects,
-  });
-}
 
 function harness() {
   const server = new FakeServer();

@@ -167,6 +167,33 @@ interface ServerMessage extends WorkflowMessage {
   nodeId?: string;
 }
 
+/** A pending protected decision as a waiting run's view shows it. */
+export const DECISION = {
+  decisionId: `decision-${"a".repeat(40)}`,
+  requestDigest: `sha256:${"b".repeat(64)}`,
+  nodeId: "gate",
+  title: "Publish the release?",
+  summary: "The release notes are drafted.",
+  choices: [
+    { id: "ship", label: "Ship it" },
+    { id: "revise", label: "Ask for changes", input: { kind: "text" as const, name: "change", prompt: "What should change?", minLength: 1, maxLength: 200 } },
+  ],
+};
+
+/** An ambiguous run as the server shows it: its reason names the wire operation, its controls offer recoverEffect. */
+export function ambiguousRun(effects: { effectId: string; effectType: string; nodeId: string; attemptNumber: number }[]) {
+  return runView({
+    nodes: [node("send", "action", "running")],
+    display: {
+      status: "ambiguous",
+      activity: "none",
+      controls: ["pause", "cancel", "recoverEffect"],
+      reason: "An external effect may have applied without a receipt, so the run cannot continue on its own; check the external system, then effect.recover confirm (it applied) or retry (apply it again: a duplicate is possible).",
+    },
+    ambiguousEffects: effects,
+  });
+}
+
 /** A small model of the server half for one origin session. */
 export class FakeServer implements ServerPort {
   connectionGeneration: number | undefined = undefined;

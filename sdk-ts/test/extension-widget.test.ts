@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 
 import { STRING_WIDGET_LINES, renderWidget } from "../src/extension/widget.js";
 import type { RunView } from "../src/generated/types.js";
-import { node, runView } from "./extension-fakes.js";
+import { DECISION, ambiguousRun, node, runView } from "./extension-fakes.js";
 
 const few = runView({ nodes: [node("draft", "compute", "completed"), node("review", "agent", "running")], display: { status: "running", activity: "modelTurn", controls: ["pause", "cancel"], currentNode: "review" } });
 const many = runView({
@@ -50,33 +50,14 @@ describe("the widget's call to action", () => {
     const decision = runView({
       nodes: [node("gate", "checkpoint", "waiting")],
       display: { status: "waiting", activity: "none", controls: ["humanAnswer", "pause", "cancel"], waitingOn: "gate" },
-      decision: {
-        decisionId: `decision-${"a".repeat(40)}`,
-        requestDigest: `sha256:${"b".repeat(64)}`,
-        nodeId: "gate",
-        title: "Publish the release?",
-        summary: "The release notes are drafted.",
-        choices: [
-          { id: "ship", label: "Ship it" },
-          { id: "revise", label: "Ask for changes", input: { kind: "text", name: "change", prompt: "What to change", minLength: 1, maxLength: 200 } },
-        ],
-      },
+      decision: DECISION,
     });
     const lines = render(decision);
     assert.equal(lines.at(-1), "  waiting on decision: gate (Publish the release?) — answer with /workflow answer <choice> [text] (choices: ship, revise)", lines.join("\n"));
   });
 
   it("shows an ambiguous run's reason with the /workflow recover commands, never the wire operation", () => {
-    const ambiguous = runView({
-      nodes: [node("send", "action", "running")],
-      display: {
-        status: "ambiguous",
-        activity: "none",
-        controls: ["pause", "cancel", "recoverEffect"],
-        reason: "An external effect may have applied without a receipt, so the run cannot continue on its own; check the external system, then effect.recover confirm (it applied) or retry (apply it again: a duplicate is possible).",
-      },
-      ambiguousEffects: [{ effectId: "effect-1", effectType: "mail.send", nodeId: "send", attemptNumber: 1 }],
-    });
+    const ambiguous = ambiguousRun([{ effectId: "effect-1", effectType: "mail.send", nodeId: "send", attemptNumber: 1 }]);
     const lines = render(ambiguous);
     assert.ok(!lines.some((line) => line.includes("effect.recover")), lines.join("\n"));
     assert.ok(lines.includes("  ⚠ mail.send at send may have applied: check it, then /workflow recover confirm|retry"), lines.join("\n"));

@@ -27,6 +27,7 @@
  */
 import type { JsonValue, SessionEvent } from "../generated/types.js";
 import type { HeldEpoch } from "./coordinator.js";
+import { CoalescedPasses } from "./passes.js";
 import type { ServerPort } from "./ports.js";
 
 /** The server's limits (kernel::capture). */
@@ -99,9 +100,8 @@ export class SessionCapture {
   private current: string | undefined;
   private held = 0;
   private dropped = 0;
-  private flushing: Promise<void> | null = null;
-  private again = false;
   private stopped = false;
+  private readonly passes = new CoalescedPasses(() => this.flushOnce(), () => this.stopped);
 
   constructor(options: SessionCaptureOptions) {
     this.options = options;
@@ -211,21 +211,7 @@ export class SessionCapture {
 
   /** Sends what can be sent (coalesced; every failure waits for the next call: a view, a poll, a new event). */
   flush(): Promise<void> {
-    if (this.flushing !== null) {
-      this.again = true;
-      return this.flushing;
-    }
-    const run = (async () => {
-      do {
-        this.again = false;
-        await this.flushOnce();
-      } while (this.again && !this.stopped);
-    })();
-    this.flushing = run;
-    void run.finally(() => {
-      if (this.flushing === run) this.flushing = null;
-    });
-    return run;
+    return this.passes.request();
   }
 
   private async flushOnce(): Promise<void> {

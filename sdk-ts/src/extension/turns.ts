@@ -26,6 +26,7 @@ import { randomUUID } from "node:crypto";
 import type { MessageKind, StopReason, TurnOwnership } from "../generated/types.js";
 import type { HeldEpoch, Trigger, TurnSink } from "./coordinator.js";
 import { type BranchEntryLike, branchIndex } from "./messages.js";
+import { CoalescedPasses } from "./passes.js";
 import type { ServerPort } from "./ports.js";
 import type { LoadedView } from "./view-source.js";
 
@@ -95,8 +96,7 @@ export class TurnReporter implements TurnSink {
   private readonly options: TurnReporterOptions;
   private readonly turns: LocalTurn[] = [];
   private systemAbort = false;
-  private flushing: Promise<void> | null = null;
-  private again = false;
+  private readonly passes = new CoalescedPasses(() => this.flushOnce());
 
   constructor(options: TurnReporterOptions) {
     this.options = options;
@@ -161,21 +161,7 @@ export class TurnReporter implements TurnSink {
 
   /** Reports what can be reported, in order (coalesced). */
   flush(): Promise<void> {
-    if (this.flushing !== null) {
-      this.again = true;
-      return this.flushing;
-    }
-    const run = (async () => {
-      do {
-        this.again = false;
-        await this.flushOnce();
-      } while (this.again);
-    })();
-    this.flushing = run;
-    void run.finally(() => {
-      if (this.flushing === run) this.flushing = null;
-    });
-    return run;
+    return this.passes.request();
   }
 
   private openTurn(): LocalTurn | undefined {
