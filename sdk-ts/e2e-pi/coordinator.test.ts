@@ -278,4 +278,108 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal(terminalTurns(s.fixture.mock.requests, parent).length, 0);
     assert.equal(agentStarts(pi, since), 1, "the terminal message's turn is the only model turn of the chain");
   });
+
+  it("session capture: the step turn's Pi events reach the server under run-wide numbers from 1, and a viewer reads them back in pages", async (t) => {
+    const s = await setup(t, [
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "review fix the bug");
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await widget(pi, /^✓ workflow review \[completed\]$/, since);
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    type Stored = { seq: number; type: string; data: Record<string, unknown> };
+    const captured = async (): Promise<Stored[]> => {
+      const events: Stored[] = [];
+      let cursor: string | undefined;
+      for (;;) {
+        const page = await client.request("view.page", { collection: "sessionEvents", limit: 256, maxBytes: 524_288, revision: 1, ...(cursor !== undefined ? { cursor } : {}) }, { runId });
+        assert.equal(page.outcome, "accepted", JSON.stringify(page));
+        const receipt = page.receipt as { items: Stored[]; nextCursor?: string };
+        events.push(...receipt.items);
+        if (receipt.nextCursor === undefined) return events;
+        cursor = receipt.nextCursor;
+      }
+    };
+    // Both workflow turns of the run (the step's, the terminal message's) end in the capture.
+    const deadline = Date.now() + 30_000;
+    let events = await captured();
+    while (events.filter((event) => event.type === "turn_finished").length < 2) {
+      assert.ok(Date.now() < deadline, `the capture holds both turns: ${JSON.stringify(events.map((event) => event.type))}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      events = await captured();
+    }
+    assert.deepEqual(events.map((event) => event.seq), Array.from({ length: events.length }, (_, index) => index + 1), "numbered from 1 without gaps");
+    const turns = events.filter((event) => event.type === "turn_started").map((event) => event.data.turnId);
+    assert.equal(turns.length, 2);
+    assert.equal(new Set(turns).size, 2);
+    const step = events.slice(0, events.findIndex((event) => event.type === "turn_finished") + 1);
+    assert.equal(step[0]?.type, "turn_started");
+    const submit = step.find((event) => event.type === "tool_execution_started");
+    assert.deepEqual([submit?.data.toolName, (submit?.data.args as { action?: string } | undefined)?.action], ["workflow", "submit"]);
+    const finished = step.find((event) => event.type === "tool_execution_finished");
+    assert.deepEqual([finished?.data.toolCallId, finished?.data.isError], [submit?.data.toolCallId, false]);
+    assert.ok(step.some((event) => event.type === "message_finished" && event.data.role === "assistant"), JSON.stringify(step.map((event) => event.type)));
+    assert.ok(step.some((event) => event.type === "model_call_finished" && typeof event.data.messageEntryId === "string"), "model calls link their session entries");
+    assert.deepEqual(step.at(-1)?.data, { turnId: turns[0], aborted: false });
+    // A turn that is not workflow work is never captured: a plain prompt after the run adds nothing.
+    const count = events.length;
+    const plainSince = pi.mark();
+    assert.equal(await pi.prompt("Done."), "started");
+    await pi.waitSettled();
+    await pi.waitFor((record) => record.type === "agent_settled", { since: plainSince, what: "the plain turn settles" });
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    assert.equal((await captured()).length, count, "an ordinary turn adds no event");
+  });
+});
+
+describe("interactive workflows in real Pi's TUI (tmux)", () => {
+  it("the widget shows running for the whole exact step turn, and paused only once the server holds the durable pause", async (t) => {
+    const slow = "Let me look at this change carefully before I decide anything at all. ".repeat(20);
+    const s = await setup(t, [
+      { name: "slow", lastRole: "user", when: STEP_CONTRACT, times: 1, reply: reply.text(slow, { chunkChars: 4, delayMs: 100 }) },
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const tui = await s.fixture.startTui({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
+    const { tmux } = tui;
+    tmux.type("/workflow review fix the bug");
+    tmux.sendKeys("Enter");
+    await s.fixture.mock.waitForRequest((request) => request.last?.text.includes(STEP_CONTRACT) === true, 60_000, "the step turn's model request");
+    // The turn's start report makes the run's display running: from then on, every sample of the screen while the
+    // model streams says running, and the run is not paused.
+    await tmux.waitForScreen(/wf review \[running\] review/, 30_000);
+    const samples: string[] = [];
+    for (const until = Date.now() + 3_000; Date.now() < until; await new Promise((resolve) => setTimeout(resolve, 150))) {
+      samples.push(/wf review \[([a-z_]+)\]/.exec(tmux.capture())?.[1] ?? "none");
+    }
+    assert.ok(samples.length >= 10, `${samples.length} samples`);
+    assert.deepEqual([...new Set(samples)], ["running"], samples.join(","));
+    assert.ok(s.fixture.mock.requests.some((request) => request.rule === "slow" && request.outcome === "streaming"), "the samples were taken inside the turn");
+    const runId = (await client.request("runs.list", { limit: 10 })).receipt as { rows: { runId: string }[] };
+    const run = runId.rows[0]?.runId as string;
+
+    // Escape: the screen says paused only once the server's run is durably paused.
+    tmux.sendKeys("Escape");
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      assert.ok(Date.now() < deadline, `paused on the screen:\n${tmux.capture()}`);
+      const status = /wf review \[([a-z_]+)\]/.exec(tmux.capture())?.[1];
+      if (status === "paused") break;
+      assert.equal(status, "running", "nothing but running before the pause");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const view = await client.view(run);
+    assert.deepEqual([view.display.status, view.status.paused], ["paused", true], "the server holds the pause the widget shows");
+    await tmux.waitForScreen(/⏸ workflow review \[paused\]/, 10_000);
+    const stop = await tui.stop();
+    assert.equal(stop.status, 0);
+  });
 });

@@ -14,14 +14,15 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, it, type TestContext } from "node:test";
 
 import { type MockRule, reply } from "../test-support/mock-model.js";
 import { type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
-import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
+import { SDK_DIR, TestServer, scriptedRunnerBinary, serverBinary, stepNodes } from "../test-support/server.js";
 import { terminalRule, terminalTurnSettled } from "../test-support/terminal.js";
+import { RELEASE_GATE } from "../test-support/workflows.js";
 
 type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
 type Notify = Extract<UiRequest, { method: "notify" }>;
@@ -81,6 +82,10 @@ export default defineWorkflow({
   edges: [...steps.slice(1).map((id, index) => ({ from: steps[index] as string, to: id })), { from: "s20", to: "gate" }],
 });
 `;
+
+
+/** The reference's refusal of the model's answer to a protected decision (§5.3). */
+const HUMAN_ANSWER_TOOL_TEXT = "This checkpoint requires a verified human answer from Pi UI or a configured decision channel.";
 
 interface Setup {
   server: TestServer;
@@ -263,6 +268,129 @@ describe("the extension in real Pi (rpc mode)", () => {
     const rows = (runs.receipt as { rows: { runId: string; workflowName?: string }[] }).rows;
     assert.deepEqual(rows.filter((row) => row.workflowName === "slow").map((row) => row.runId), [runId], JSON.stringify(rows));
     assert.ok(s.fixture.mock.requests[0]?.tools.includes("workflow"), `offered tools: ${s.fixture.mock.requests[0]?.tools.join(",")}`);
+  });
+
+  it("a protected human decision: the widget hints /workflow answer <choice>, the model's answer action is refused with the reference text, and /workflow answer <choice> <text> continues the run on that choice", async (t) => {
+    const s = await setup(t, [
+      { name: "after-tool", lastRole: "tool", reply: reply.text("The workflow tool refused my answer.") },
+      { name: "answer", when: "ship the release", withTool: "workflow", reply: reply.toolCall("workflow", { action: "answer", input: { choice: "ship" } }) },
+    ]);
+    writeFileSync(join(s.project, ".pi", "workflows", "release-gate.workflow.ts"), RELEASE_GATE);
+    const pi = await spawnWorkflowPi(s);
+    const view = await s.server.connect();
+    t.after(() => view.close());
+
+    const since = pi.mark();
+    const started = await workflow(pi, "release-gate");
+    const runId = runIdOf(started.message);
+    const waiting = await widget(pi, /^ {2}waiting on decision: gate/, since);
+    assert.ok(
+      (waiting.widgetLines ?? []).includes("  waiting on decision: gate (Publish the release?) — answer with /workflow answer <choice> [text] (choices: ship, revise)"),
+      (waiting.widgetLines ?? []).join("\n"),
+    );
+    await statusLine(pi, /^wf release-gate \[waiting\] gate$/, since);
+    assert.deepEqual((await view.view(runId)).display.controls, ["humanAnswer", "pause", "cancel"]);
+    // The decision message reaches the session once, and starts no model turn.
+    const decisionEntries = async (): Promise<{ details?: { runId?: string } }[]> =>
+      ((await pi.getEntries()).entries as { type: string; customType?: string; details?: { runId?: string } }[]).filter(
+        (entry) => entry.type === "custom_message" && entry.customType === "pi-workflows-decision",
+      );
+    for (const deadline = Date.now() + 30_000; (await decisionEntries()).length === 0; await new Promise((resolve) => setTimeout(resolve, 50))) {
+      assert.ok(Date.now() < deadline, "the decision message reaches the session");
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    assert.deepEqual((await decisionEntries()).map((entry) => entry.details?.runId), [runId]);
+    assert.equal(s.fixture.mock.requests.length, 0, "the decision message starts no model turn");
+    assert.ok(!pi.records.slice(since).some((record) => record.type === "agent_start"), "no agent run before the user's prompt");
+
+    // The model's tool cannot answer it.
+    const toolSince = pi.mark();
+    assert.equal(await pi.prompt("please ship the release"), "started");
+    await pi.waitSettled();
+    const end = (await pi.waitFor((r) => r.type === "tool_execution_end", { since: toolSince, what: "the workflow tool's end" })) as Extract<PiRecord, { type: "tool_execution_end" }>;
+    const result = end.result as { content: { type: string; text?: string }[] };
+    assert.deepEqual([end.toolName, end.isError, result.content.map((part) => part.text ?? "").join("")], ["workflow", true, HUMAN_ANSWER_TOOL_TEXT]);
+    const still = await view.view(runId);
+    assert.deepEqual([still.display.status, still.display.waitingOn], ["waiting", "gate"], "the refused answer changed nothing");
+
+    // A person answers it in Pi.
+    const refused = await workflow(pi, "answer maybe");
+    assert.deepEqual([refused.notifyType, refused.message], ["warning", "Answer with one of the choices: /workflow answer <choice> [text…] (choices: ship, revise)"]);
+    const answeredSince = pi.mark();
+    const answered = await workflow(pi, "answer revise fix the changelog");
+    assert.equal(answered.notifyType, "info", answered.message);
+    const continuation = new RegExp(`^Answered workflow release-gate at gate \\(run ${runId}\\); it continues as run (\\S+)\\.$`).exec(answered.message)?.[1];
+    assert.ok(continuation !== undefined, answered.message);
+    await statusLine(pi, /^wf release-gate \[completed\]/, answeredSince);
+    await terminalTurnSettled(pi, s.fixture.mock, undefined, answeredSince);
+    const done = await view.view(continuation);
+    assert.equal(done.display.status, "completed");
+    assert.deepEqual(stepNodes(done), ["draft", "gate", "revised"], "the revise case ran");
+    const revised = s.server.journal(continuation).filter((record) => record.event === "node" && record.nodeId === "revised");
+    assert.deepEqual(revised.at(-1)?.output, { revise: { choice: "revise", input: { change: "fix the changelog" } } }, "the person's choice and text are the decision's output");
+  });
+
+  it("an ambiguous effect: the widget names /workflow recover; retry warns that a duplicate is possible and applies it again, confirm records it applied, and each run completes", async (t) => {
+    // The fixture first (its teardown stops Pi before the server stops); the scripted runner applies and crashes.
+    const fixture = await piFixture(t, { rules: [terminalRule] });
+    const server = await TestServer.start({ runner: scriptedRunnerBinary() });
+    t.after(() => server.stop());
+    const project = server.project();
+    const applyLog = join(server.root, "apply.log");
+    const script = join(server.root, "send.json");
+    // An action that reserves an effect and crashes while applying its first attempt (server/tests/cli.rs's ambiguous script).
+    writeFileSync(
+      script,
+      JSON.stringify({
+        workflowName: "send",
+        topology: { startAt: "send", nodes: [{ id: "send", nodeType: "action", timeout: { kind: "default" }, mountPath: [] }], edges: [], mounts: [] },
+        nodes: { send: [{ effect: { type: "mail.send", request: { to: "ops" }, applyLog, crashOnAttempt: 1 } }] },
+      }),
+    );
+    const env: Record<string, string> = { PI_WORKFLOWS_BIN: serverBinary() };
+    for (const [key, value] of Object.entries(server.env)) if (key.startsWith("PI_WORKFLOWS_")) env[key] = value;
+    const pi = await fixture.spawnRpc({ extensions: [SDK_DIR], cwd: project, env });
+    const view = await server.connect();
+    t.after(() => view.close());
+    const applied = (): string[] => (existsSync(applyLog) ? readFileSync(applyLog, "utf8").split("\n").filter((line) => line !== "") : []);
+
+    const ambiguousRun = async (): Promise<{ runId: string; effectId: string }> => {
+      const since = pi.mark();
+      const runId = runIdOf((await workflow(pi, script)).message);
+      await statusLine(pi, /^wf send \[ambiguous\]/, since);
+      const lines = (await widget(pi, /^ {2}⚠ mail\.send at send may have applied/, since)).widgetLines ?? [];
+      assert.ok(lines.includes("  ⚠ mail.send at send may have applied: check it, then /workflow recover confirm|retry"), lines.join("\n"));
+      assert.ok(!lines.some((line) => line.includes("effect.recover")), lines.join("\n"));
+      const shown = await view.view(runId);
+      assert.ok(shown.display.controls.includes("recoverEffect"), JSON.stringify(shown.display));
+      const status = await workflow(pi, "status");
+      assert.match(status.message, /\n {2}reason: An external effect \(mail\.send at send, attempt 1\) may have applied without a receipt; check the external system, then \/workflow recover confirm \(it applied\) or \/workflow recover retry/);
+      return { runId, effectId: shown.ambiguousEffects?.[0]?.effectId as string };
+    };
+
+    const first = await ambiguousRun();
+    assert.deepEqual(applied(), [`${first.effectId} 1`]);
+    const retrySince = pi.mark();
+    const retried = await workflow(pi, "recover retry");
+    assert.equal(retried.notifyType, "warning");
+    assert.match(retried.message, new RegExp(`^Effect mail\\.send at send \\(effect ${first.effectId}\\) of workflow send \\(run ${first.runId}\\) will be applied again as attempt 2\\. Warning: .*a duplicate is possible`));
+    await statusLine(pi, /^wf send \[completed\]/, retrySince);
+    await terminalTurnSettled(pi, fixture.mock, first.runId, retrySince);
+    assert.deepEqual(applied(), [`${first.effectId} 1`, `${first.effectId} 2`], "the retry applied attempt 2 once");
+
+    const second = await ambiguousRun();
+    const confirmSince = pi.mark();
+    const confirmed = await workflow(pi, `recover confirm ${second.effectId}`);
+    assert.deepEqual(
+      [confirmed.notifyType, confirmed.message],
+      ["info", `Confirmed effect mail.send at send (effect ${second.effectId}) of workflow send (run ${second.runId}): recorded as applied.`],
+    );
+    await statusLine(pi, /^wf send \[completed\]/, confirmSince);
+    await terminalTurnSettled(pi, fixture.mock, second.runId, confirmSince);
+    assert.deepEqual(applied().filter((line) => line.startsWith(second.effectId)), [`${second.effectId} 1`], "a confirmed effect is not applied again");
+    const nothing = await workflow(pi, "recover confirm");
+    assert.equal(nothing.notifyType, "warning");
+    assert.match(nothing.message, /^(No workflow is running\.|Workflow send cannot recover an effect now: it is completed)/);
   });
 
   it("`pi install <sdk-ts>` makes Pi load the extension from the package manifest without -e", async (t) => {

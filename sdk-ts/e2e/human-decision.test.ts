@@ -10,40 +10,9 @@ import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { RELEASE_GATE } from "../test-support/workflows.js";
 import { type TestClient, TestServer, stepNodes } from "../test-support/server.js";
 
-const WORKFLOW = `
-import { choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge, textInput } from "@pi-workflows/sdk";
-
-const choices = defineHumanChoices({
-  ship: choice({ label: "Ship it" }),
-  revise: choice({ label: "Ask for changes", input: textInput({ name: "change", prompt: "What to change", maxLength: 200 }) }),
-});
-
-export default defineWorkflow({
-  name: "release-gate",
-  source: import.meta.url,
-  startAt: "draft",
-  nodes: {
-    draft: compute({ run: () => ({ notes: "v1 notes" }) }),
-    gate: humanDecision({
-      audience: "release managers",
-      choices,
-      request: ({ outputs }) => ({
-        title: "Publish the release?",
-        subject: outputs.draft,
-        presentation: { summary: "The release notes are drafted.", blocks: [{ kind: "paragraph", text: "Ship them or ask for changes." }] },
-      }),
-    }),
-    shipped: compute({ run: ({ outputs }) => ({ shipped: (outputs.gate as { choice: string }).choice }) }),
-    revised: compute({ run: ({ outputs }) => ({ revise: outputs.gate }) }),
-  },
-  edges: [
-    { from: "draft", to: "gate" },
-    humanDecisionEdge({ from: "gate", choices, cases: { ship: "shipped", revise: "revised" } }),
-  ],
-});
-`;
 
 let server: TestServer;
 let client: TestClient;
@@ -52,7 +21,7 @@ let project: string;
 before(async () => {
   server = await TestServer.start();
   project = server.project();
-  writeFileSync(join(project, ".pi", "workflows", "release-gate.workflow.ts"), WORKFLOW);
+  writeFileSync(join(project, ".pi", "workflows", "release-gate.workflow.ts"), RELEASE_GATE);
   client = await server.connect();
 });
 

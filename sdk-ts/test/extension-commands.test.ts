@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import { RESERVED_WORDS, parseWorkflowCommand } from "../src/extension/grammar.js";
 import { WorkflowSession, keyOfToolCall } from "../src/extension/session.js";
 import { ACTIONS, MAX_ISSUES, WORKFLOW_TOOL_PARAMETERS, parseToolCall } from "../src/extension/tool.js";
-import { FakePi, FakeServer, FakeUi, node, runView, settle, step, until } from "./extension-fakes.js";
+import { DECISION, FakePi, FakeServer, FakeUi, ambiguousRun, node, runView, settle, step, until } from "./extension-fakes.js";
 
 describe("/workflow grammar", () => {
   it("parses every form", () => {
@@ -23,6 +23,8 @@ describe("/workflow grammar", () => {
       ["resume", { kind: "resume" }],
       ["cancel", { kind: "cancel" }],
       ["clear", { kind: "clear" }],
+      ["recover confirm", { kind: "recover", action: "confirm" }],
+      ["recover retry effect-7", { kind: "recover", action: "retry", effectId: "effect-7" }],
       ["answer yes please", { kind: "answer", answer: { answer: "yes please" }, text: "yes please" }],
       ['answer {"ok": true}', { kind: "answer", answer: { ok: true }, text: '{"ok": true}' }],
       ['answer run-7 {"ok": true}', { kind: "answer", runId: "run-7", answer: { ok: true }, text: '{"ok": true}' }],
@@ -37,13 +39,16 @@ describe("/workflow grammar", () => {
   });
 
   it("refuses malformed commands with their usage, and treats the reserved words as subcommands", () => {
-    assert.deepEqual([...RESERVED_WORDS], ["list", "status", "pause", "resume", "cancel", "answer", "clear"]);
+    assert.deepEqual([...RESERVED_WORDS], ["list", "status", "pause", "resume", "cancel", "answer", "clear", "recover"]);
     for (const [args, usage] of [
       ["list next", /Usage: \/workflow list \[offset\]/],
       ["status two words", /Usage: \/workflow status \[runId\]/],
       ["pause now", /Usage: \/workflow pause/],
       ["clear all", /Usage: \/workflow clear/],
       ["answer", /Usage: \/workflow answer \[runId\] <json\|text>/],
+      ["recover", /Usage: \/workflow recover confirm\|retry \[effectId\]/],
+      ["recover undo", /Usage: \/workflow recover confirm\|retry \[effectId\]/],
+      ["recover retry e-1 e-2", /Usage: \/workflow recover confirm\|retry \[effectId\]/],
       ["review --input-json {broken", /the input is not valid JSON/],
       ["review --input-json", /the input is not valid JSON/],
     ] as const) {
@@ -83,19 +88,6 @@ describe("workflow tool parameters", () => {
     assert.match((parseToolCall({ action: "list", offset: -1 }) as { error: string }).error, /offset: must be a whole number/);
   });
 });
-
-/** A pending protected decision as a waiting run's view shows it. */
-const DECISION = {
-  decisionId: `decision-${"a".repeat(40)}`,
-  requestDigest: `sha256:${"b".repeat(64)}`,
-  nodeId: "gate",
-  title: "Publish the release?",
-  summary: "The release notes are drafted.",
-  choices: [
-    { id: "ship", label: "Ship it" },
-    { id: "revise", label: "Ask for changes", input: { kind: "text" as const, name: "change", prompt: "What should change?", minLength: 1, maxLength: 200 } },
-  ],
-};
 
 function harness() {
   const server = new FakeServer();
@@ -218,6 +210,62 @@ describe("/workflow commands", () => {
     await session.command('answer {"choice": "ship"}');
     assert.deepEqual((server.ops("decision.answer")[1]?.payload as { choice: string; input: unknown }).input, null);
     assert.equal(server.ops("checkpoint.answer").length, 0);
+  });
+
+  it("recover confirm|retry sends effect.recover for the view's ambiguous effect, only while the view offers recoverEffect; retry warns that a duplicate is possible", async () => {
+    const { server, ui, session } = harness();
+    server.run = ambiguousRun([{ effectId: "effect-1", effectType: "mail.send", nodeId: "send", attemptNumber: 1 }]);
+    await session.start();
+    await session.command("recover confirm");
+    assert.deepEqual(server.ops("effect.recover")[0], { operation: "effect.recover", runId: "run-1", payload: { effectId: "effect-1", action: "confirm" } });
+    assert.deepEqual(ui.notes.at(-1), {
+      message: "Confirmed effect mail.send at send (effect effect-1) of workflow review (run run-1): recorded as applied.",
+      level: "info",
+    });
+    server.effectRecoverWarning = "a duplicate is possible (fake)";
+    await session.command("recover retry effect-1");
+    assert.deepEqual(server.ops("effect.recover")[1]?.payload, { effectId: "effect-1", action: "retry" });
+    assert.deepEqual(ui.notes.at(-1), {
+      message: "Effect mail.send at send (effect effect-1) of workflow review (run run-1) will be applied again as attempt 2. Warning: a duplicate is possible (fake)",
+      level: "warning",
+    });
+    // Not offered: nothing is sent.
+    server.setRun(runView({ display: { status: "running", activity: "runner", controls: ["pause", "cancel"], currentNode: "send" } }));
+    await session.command("recover confirm");
+    assert.deepEqual(ui.notes.at(-1), { message: "Workflow review cannot recover an effect now: it is running (allowed: pause, cancel).", level: "warning" });
+    assert.equal(server.ops("effect.recover").length, 2);
+  });
+
+  it("recover without an effect id names the effects when there are several, and refuses an id the view does not show", async () => {
+    const { server, ui, session } = harness();
+    server.run = ambiguousRun([
+      { effectId: "effect-1", effectType: "mail.send", nodeId: "send", attemptNumber: 1 },
+      { effectId: "effect-2", effectType: "http.post", nodeId: "notify", attemptNumber: 2 },
+    ]);
+    await session.start();
+    await session.command("recover retry");
+    assert.deepEqual(ui.notes.at(-1), {
+      message: "Workflow review (run run-1) has 2 ambiguous effects (effect-1, effect-2); name one: /workflow recover confirm|retry <effectId>",
+      level: "warning",
+    });
+    await session.command("recover confirm effect-9");
+    assert.deepEqual(ui.notes.at(-1), {
+      message: "Workflow review (run run-1) has no ambiguous effect effect-9 (ambiguous: effect-1, effect-2).",
+      level: "warning",
+    });
+    assert.equal(server.ops("effect.recover").length, 0);
+    await session.command("recover confirm effect-2");
+    assert.deepEqual(server.ops("effect.recover")[0]?.payload, { effectId: "effect-2", action: "confirm" });
+  });
+
+  it("status of an ambiguous run names /workflow recover, not the wire operation", async () => {
+    const { server, ui, session } = harness();
+    server.run = ambiguousRun([{ effectId: "effect-1", effectType: "mail.send", nodeId: "send", attemptNumber: 1 }]);
+    await session.start();
+    await session.command("status");
+    const note = ui.lastNote ?? "";
+    assert.match(note, /\n {2}reason: An external effect \(mail\.send at send, attempt 1\) may have applied without a receipt; check the external system, then \/workflow recover confirm \(it applied\) or \/workflow recover retry \(apply it again: a duplicate is possible\)\.\n/);
+    assert.doesNotMatch(note, /effect\.recover/);
   });
 
   it("status summarizes the server's view", async () => {

@@ -16,16 +16,21 @@ import type {
   ContentReference,
   GraphNode,
   DecisionAnswerPayload,
+  EffectRecoverPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   Operation,
   ResponseReceiptByOperation,
   RunStartPayload,
   RunView,
+  SessionEvent,
+  SessionEventsRecordPayload,
   SessionView,
   StepRecord,
   TurnOwnership,
   UpdateRecord,
+  ViewPage,
+  ViewPagePayload,
   WorkflowMessage,
 } from "../src/generated/types.js";
 
@@ -160,6 +165,33 @@ interface ServerMessage extends WorkflowMessage {
   interactionId?: string;
   attemptId?: string;
   nodeId?: string;
+}
+
+/** A pending protected decision as a waiting run's view shows it. */
+export const DECISION = {
+  decisionId: `decision-${"a".repeat(40)}`,
+  requestDigest: `sha256:${"b".repeat(64)}`,
+  nodeId: "gate",
+  title: "Publish the release?",
+  summary: "The release notes are drafted.",
+  choices: [
+    { id: "ship", label: "Ship it" },
+    { id: "revise", label: "Ask for changes", input: { kind: "text" as const, name: "change", prompt: "What should change?", minLength: 1, maxLength: 200 } },
+  ],
+};
+
+/** An ambiguous run as the server shows it: its reason names the wire operation, its controls offer recoverEffect. */
+export function ambiguousRun(effects: { effectId: string; effectType: string; nodeId: string; attemptNumber: number }[]) {
+  return runView({
+    nodes: [node("send", "action", "running")],
+    display: {
+      status: "ambiguous",
+      activity: "none",
+      controls: ["pause", "cancel", "recoverEffect"],
+      reason: "An external effect may have applied without a receipt, so the run cannot continue on its own; check the external system, then effect.recover confirm (it applied) or retry (apply it again: a duplicate is possible).",
+    },
+    ambiguousEffects: effects,
+  });
 }
 
 /** A small model of the server half for one origin session. */
@@ -355,8 +387,47 @@ export class FakeServer implements ServerPort {
     return subscription;
   }
 
-  async page(): Promise<never> {
-    throw new WorkflowClientError("internal", "the fake serves complete views");
+  // ---- session capture (kernel::capture's rules) ----
+
+  /** Captured events per run, numbered from 1. */
+  readonly captured = new Map<string, SessionEvent[]>();
+  /** Every `sessionEvents.record` call (kept out of `calls` and `log`). */
+  readonly captureCalls: SessionEventsRecordPayload[] = [];
+  /** The next this many `sessionEvents.record` calls fail with no response (the connection dropped). */
+  captureFailures = 0;
+
+  async recordSessionEvents(payload: SessionEventsRecordPayload): Promise<Settled<"sessionEvents.record">> {
+    this.requireConnection();
+    this.captureCalls.push(structuredClone(payload));
+    if (this.captureFailures > 0) {
+      this.captureFailures--;
+      throw new WorkflowClientError("unavailable", "the connection closed before the answer (fake)");
+    }
+    if (this.activeEpoch === undefined || this.activeEpoch < this.fenceEpochsBelow) return this.settled("sessionEvents.record", "claimLost", undefined, "claimLost");
+    const stored = this.captured.get(payload.runId) ?? [];
+    const events = payload.events;
+    const first = events[0]?.seq ?? 0;
+    if (events.length === 0 || events.length > 256 || events.some((event, index) => event.seq !== first + index)) return this.settled("sessionEvents.record", "rejected", undefined, "schemaInvalid");
+    if (first < 1 || first > stored.length + 1) return this.settled("sessionEvents.record", "rejected", undefined, "illegalTransition");
+    for (const event of events) {
+      const old = stored[event.seq - 1];
+      if (old !== undefined && JSON.stringify([old.type, old.data]) !== JSON.stringify([event.type, event.data])) return this.settled("sessionEvents.record", "conflict", undefined, "conflict");
+    }
+    for (const event of events) if (event.seq > stored.length) stored.push(structuredClone(event));
+    this.captured.set(payload.runId, stored);
+    return this.settled("sessionEvents.record", "accepted", { accepted: events.length });
+  }
+
+  /** Pages of the captured events (other collections: the fake serves complete views). */
+  async page(runId: string, payload: ViewPagePayload): Promise<ViewPage> {
+    this.requireConnection();
+    if (payload.collection !== "sessionEvents") throw new WorkflowClientError("internal", "the fake serves complete views");
+    this.log.push("page:sessionEvents");
+    const stored = this.captured.get(runId) ?? [];
+    const offset = Number(payload.cursor ?? "0");
+    const items = stored.slice(offset, offset + Math.min(payload.limit, 256));
+    const next = offset + items.length;
+    return { collection: "sessionEvents", items: structuredClone(items) as never, revision: this.run?.revision ?? 1, ...(next < stored.length ? { nextCursor: String(next) } : {}) };
   }
 
   async runView(runId: string): Promise<RunView> {
@@ -428,6 +499,22 @@ export class FakeServer implements ServerPort {
     this.fail("decision.answer");
     this.record("decision.answer", payload, runId, options.idempotencyKey);
     return this.accepted("decision.answer", { decisionId: payload.decisionId, continuationRunId: `continuation-${runId}` });
+  }
+
+  /** The warning `effect.recover retry` answers with. */
+  effectRecoverWarning: string | undefined;
+
+  async effectRecover(runId: string, payload: EffectRecoverPayload, options: { idempotencyKey?: string } = {}): Promise<Accepted<"effect.recover">> {
+    this.requireConnection();
+    this.fail("effect.recover");
+    this.record("effect.recover", payload, runId, options.idempotencyKey);
+    const retry = payload.action === "retry";
+    return this.accepted("effect.recover", {
+      effectId: payload.effectId,
+      state: retry ? "reserved" : "applied",
+      attemptNumber: retry ? 2 : 1,
+      ...(retry && this.effectRecoverWarning !== undefined ? { warning: this.effectRecoverWarning } : {}),
+    });
   }
 
   submitOutcome: { outcome: "accepted" | "rejected"; message?: string } = { outcome: "accepted" };

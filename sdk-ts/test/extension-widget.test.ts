@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import { STRING_WIDGET_LINES, renderWidget } from "../src/extension/widget.js";
-import { node, runView } from "./extension-fakes.js";
+import type { RunView } from "../src/generated/types.js";
+import { DECISION, ambiguousRun, node, runView } from "./extension-fakes.js";
 
 const few = runView({ nodes: [node("draft", "compute", "completed"), node("review", "agent", "running")], display: { status: "running", activity: "modelTurn", controls: ["pause", "cancel"], currentNode: "review" } });
 const many = runView({
@@ -37,5 +38,31 @@ describe("the widget's Ctrl+Shift+R piw hint", () => {
       assert.ok(!lines.some((line) => line.includes("Ctrl+Shift+R")), lines.join("\n"));
     }
     assert.match(renderWidget(many, { nowMs: 2_000, maxLines: STRING_WIDGET_LINES, scroll: 0 }).lines.at(-1) ?? "", /^ {2}shift\+↑\/↓ scroll \(\d+ above, \d+ below\)$/);
+  });
+});
+
+describe("the widget's call to action", () => {
+  const render = (view: RunView): string[] => renderWidget(view, { nowMs: 2_000, maxLines: STRING_WIDGET_LINES, scroll: 0 }).lines;
+
+  it("names /workflow answer for an ordinary checkpoint and for a protected human decision, with the decision's choices", () => {
+    const checkpoint = runView({ nodes: [node("review", "checkpoint", "waiting")], display: { status: "waiting", activity: "none", controls: ["answer", "pause", "cancel"], waitingOn: "review" } });
+    assert.equal(render(checkpoint).at(-1), "  waiting on checkpoint: review — answer with /workflow answer <json>");
+    const decision = runView({
+      nodes: [node("gate", "checkpoint", "waiting")],
+      display: { status: "waiting", activity: "none", controls: ["humanAnswer", "pause", "cancel"], waitingOn: "gate" },
+      decision: DECISION,
+    });
+    const lines = render(decision);
+    assert.equal(lines.at(-1), "  waiting on decision: gate (Publish the release?) — answer with /workflow answer <choice> [text] (choices: ship, revise)", lines.join("\n"));
+  });
+
+  it("shows an ambiguous run's reason with the /workflow recover commands, never the wire operation", () => {
+    const ambiguous = ambiguousRun([{ effectId: "effect-1", effectType: "mail.send", nodeId: "send", attemptNumber: 1 }]);
+    const lines = render(ambiguous);
+    assert.ok(!lines.some((line) => line.includes("effect.recover")), lines.join("\n"));
+    assert.ok(lines.includes("  ⚠ mail.send at send may have applied: check it, then /workflow recover confirm|retry"), lines.join("\n"));
+    // A run that ended can only record what happened.
+    const ended = runView({ ...ambiguous, display: { ...ambiguous.display, status: "cancelled", controls: ["recoverEffect"] } });
+    assert.ok(render(ended).includes("  ⚠ mail.send at send may have applied: check it, then /workflow recover confirm"), render(ended).join("\n"));
   });
 });

@@ -30,6 +30,8 @@ import type {
   CommandOutcome,
   ContentReference,
   DecisionAnswerPayload,
+  EffectRecoverPayload,
+  SessionEventsRecordPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   JsonValue,
@@ -294,6 +296,15 @@ export class WorkflowClient implements SubscriptionHost {
   }
 
   /**
+   * `effect.recover`: an operator's review of an ambiguous managed effect.
+   * `confirm` records that it applied; `retry` reserves its next attempt and
+   * the receipt's `warning` says a duplicate is possible.
+   */
+  effectRecover(runId: string, payload: EffectRecoverPayload, options: CommandOptions = {}): Promise<Accepted<"effect.recover">> {
+    return this.command("effect.recover", runId, payload, options);
+  }
+
+  /**
    * `interaction.submit`: resolves only when the submission's durable
    * validation outcome is settled (`receipt.outcome` is `accepted` or
    * `rejected`). There is no client-side timeout; a reconnect retries with
@@ -335,6 +346,15 @@ export class WorkflowClient implements SubscriptionHost {
   /** `workflowMessage.reportBranch`, settled whatever the outcome (a fenced epoch is an answer, not an exception). */
   reportBranch(payload: ReportBranchPayload, options: RequestOptions = {}): Promise<Settled<"workflowMessage.reportBranch">> {
     return this.request("workflowMessage.reportBranch", { payload, idempotent: false, ...signalOf(options) });
+  }
+
+  /**
+   * `sessionEvents.record`, settled whatever the outcome: a batch of a run's
+   * captured Pi events under their run-wide numbers (the numbers are the
+   * batch's identity; a repeat is adopted, so a retry resends it unchanged).
+   */
+  recordSessionEvents(payload: SessionEventsRecordPayload, options: RequestOptions = {}): Promise<Settled<"sessionEvents.record">> {
+    return this.request("sessionEvents.record", { payload, idempotent: false, ...signalOf(options) });
   }
 
   /** `workflowTurn.report`, settled whatever the outcome. */

@@ -2,17 +2,17 @@
  * The `/workflow` command grammar (reference §5.2).
  *
  * Invariants:
- * - The words `list status pause resume cancel answer clear` are always
- *   subcommands. A workflow whose name is one of them (authoring reserves all
- *   but `clear`) is started by its path, e.g.
+ * - The words `list status pause resume cancel answer clear recover` are
+ *   always subcommands. A workflow whose name is one of them (authoring
+ *   reserves all but `clear` and `recover`) is started by its path, e.g.
  *   `/workflow .pi/workflows/clear.workflow.ts`.
  * - Parsing is pure: it never touches the server, and a malformed command is
  *   one `error` with the usage to type instead.
  */
-import type { DecisionChoice, JsonValue } from "../generated/types.js";
+import type { DecisionChoice, JsonValue, RecoverAction } from "../generated/types.js";
 
 /** The subcommand words. */
-export const RESERVED_WORDS = ["list", "status", "pause", "resume", "cancel", "answer", "clear"] as const;
+export const RESERVED_WORDS = ["list", "status", "pause", "resume", "cancel", "answer", "clear", "recover"] as const;
 
 const RUN_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
@@ -25,11 +25,17 @@ export type WorkflowCommand =
   | { kind: "cancel" }
   | { kind: "clear" }
   | { kind: "answer"; runId?: string; answer: JsonValue; text: string }
+  | { kind: "recover"; action: RecoverAction; effectId?: string }
   | { kind: "start"; workflow: string; input: JsonValue }
   | { kind: "error"; message: string };
 
 export const USAGE =
-  "Usage: /workflow [list [offset]] | <name-or-path> [task… | --input-json <json>] | status [runId] | pause | resume | cancel | answer [runId] <json|text> | clear";
+  "Usage: /workflow [list [offset]] | <name-or-path> [task… | --input-json <json>] | status [runId] | pause | resume | cancel | answer [runId] <json|text> | clear | recover confirm|retry [effectId]";
+
+/** Effect ids have the run id's pattern (protocol `EffectId`). */
+const EFFECT_ID = RUN_ID;
+
+const RECOVER_USAGE = "Usage: /workflow recover confirm|retry [effectId] (confirm: the effect applied; retry: apply it again, a duplicate is possible)";
 
 /** Splits the first word off. */
 function head(text: string): [string, string] {
@@ -69,9 +75,21 @@ export function parseWorkflowCommand(args: string): WorkflowCommand {
       return { kind: word };
     case "answer":
       return parseAnswer(rest);
+    case "recover":
+      return parseRecover(rest);
     default:
       return parseStart(word, rest);
   }
+}
+
+/** `recover confirm|retry [effectId]`, as `pi-workflows recover RUN confirm|retry [--effect ID]` on this session's run. */
+function parseRecover(rest: string): WorkflowCommand {
+  const words = rest === "" ? [] : rest.split(/\s+/);
+  const [action, effectId, ...extra] = words;
+  if ((action !== "confirm" && action !== "retry") || extra.length > 0) return { kind: "error", message: RECOVER_USAGE };
+  if (effectId === undefined) return { kind: "recover", action };
+  if (!EFFECT_ID.test(effectId)) return { kind: "error", message: RECOVER_USAGE };
+  return { kind: "recover", action, effectId };
 }
 
 function parseAnswer(rest: string): WorkflowCommand {

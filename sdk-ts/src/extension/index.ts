@@ -20,6 +20,7 @@
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
 import { truncateToWidth } from "@earendil-works/pi-tui";
 import { WorkflowClient } from "../client/client.js";
+import type { JsonValue } from "../generated/types.js";
 import type { BranchEntryLike } from "./messages.js";
 import type { PiPort, UiPort } from "./ports.js";
 import { WorkflowSession } from "./session.js";
@@ -36,6 +37,15 @@ export { parseWorkflowCommand, RESERVED_WORDS } from "./grammar.js";
 export { parseToolCall, WORKFLOW_TOOL_PARAMETERS } from "./tool.js";
 export { renderWidget, statusLine } from "./widget.js";
 export { PiwOpener, parsePiwArgs, piwPaneLabel } from "./piw.js";
+
+/** A Pi value as plain JSON (undefined and functions dropped), for session capture. */
+function json(value: unknown): JsonValue {
+  try {
+    return (JSON.parse(JSON.stringify(value ?? null)) as JsonValue) ?? null;
+  } catch {
+    return null;
+  }
+}
 
 function piPort(pi: ExtensionAPI, ctx: ExtensionContext): PiPort {
   return {
@@ -105,12 +115,33 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
   pi.on("agent_settled", (event) => current()?.onAgentSettled(event.aborted));
 
   // After an accepted submission, text the model still writes in that agent run is dropped:
-  // the next workflow message is the visible continuation.
+  // the next workflow message is the visible continuation. Session capture records the message as kept.
   pi.on("message_end", (event) => {
     const message = event.message;
-    if (message.role !== "assistant" || current()?.suppressesTail !== true) return undefined;
-    return { message: { ...message, content: message.content.filter((part) => part.type !== "text") } };
+    const active = current();
+    if (message.role !== "assistant" || active?.suppressesTail !== true) {
+      active?.onPiEvent("message_finished", { role: message.role, message: json(message) });
+      return undefined;
+    }
+    const kept = { ...message, content: message.content.filter((part) => part.type !== "text") };
+    active.onPiEvent("message_finished", { role: message.role, message: json(kept) });
+    return { message: kept };
   });
+  // Session capture of a workflow turn (the session keeps only what the server accepts as workflow work).
+  pi.on("message_start", (event) => current()?.onPiEvent("message_started", { role: event.message.role }));
+  pi.on("tool_execution_start", (event) => current()?.onPiEvent("tool_execution_started", { toolCallId: event.toolCallId, toolName: event.toolName, args: json(event.args) }));
+  pi.on("tool_execution_end", (event) =>
+    current()?.onPiEvent("tool_execution_finished", {
+      toolCallId: event.toolCallId,
+      toolName: event.toolName,
+      isError: event.isError,
+      ...(event.durationMs !== undefined ? { durationMs: event.durationMs } : {}),
+      result: json(event.result),
+    }),
+  );
+  pi.on("turn_end", (event) =>
+    current()?.onPiEvent("model_call_finished", { turnIndex: event.turnIndex, messageEntryId: event.messageEntryId, toolResultEntryIds: [...event.toolResultEntryIds] }),
+  );
 
   pi.registerCommand("workflow", {
     description: "Run and control pi-workflows: /workflow [list] | <name> [task | --input-json <json>] | status | pause | resume | cancel | answer <json|text> | clear",

@@ -13,6 +13,7 @@ import type { SubscriptionEvent } from "../client/subscription.js";
 import type {
   ContentReference,
   DecisionAnswerPayload,
+  EffectRecoverPayload,
   InteractionSubmitPayload,
   InteractionUpdatePayload,
   JsonValue,
@@ -22,6 +23,7 @@ import type {
   ResponseReceiptByOperation,
   RunStartPayload,
   RunView,
+  SessionEventsRecordPayload,
   SessionView,
   SubscriptionTarget,
   TurnReportPayload,
@@ -53,10 +55,12 @@ export interface ServerPort {
   runCancel(runId: string, options?: CommandOptions): Promise<Accepted<"run.cancel">>;
   checkpointAnswer(runId: string, answer: JsonValue, options?: CommandOptions): Promise<Accepted<"checkpoint.answer">>;
   decisionAnswer(runId: string, payload: DecisionAnswerPayload, options?: CommandOptions): Promise<Accepted<"decision.answer">>;
+  effectRecover(runId: string, payload: EffectRecoverPayload, options?: CommandOptions): Promise<Accepted<"effect.recover">>;
   interactionSubmit(runId: string, payload: InteractionSubmitPayload, options?: CommandOptions): Promise<Accepted<"interaction.submit">>;
   interactionUpdate(runId: string, payload: InteractionUpdatePayload, options?: CommandOptions): Promise<Accepted<"interaction.update">>;
   reportBranch(payload: ReportBranchPayload, options?: RequestOptions): Promise<Settled<"workflowMessage.reportBranch">>;
   reportTurn(payload: TurnReportPayload, options?: RequestOptions): Promise<Settled<"workflowTurn.report">>;
+  recordSessionEvents(payload: SessionEventsRecordPayload, options?: RequestOptions): Promise<Settled<"sessionEvents.record">>;
   request<Op extends Operation>(operation: Op, spec: RequestSpec<Op>): Promise<Settled<Op>>;
   close(): void;
 }

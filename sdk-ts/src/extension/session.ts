@@ -20,8 +20,9 @@
  */
 import { createHash } from "node:crypto";
 import { WorkflowClientError } from "../client/errors.js";
-import type { JsonValue, RunView, StepRecord } from "../generated/types.js";
+import type { JsonValue, RecoverAction, RunView, StepRecord } from "../generated/types.js";
 import { WorkflowMessageCoordinator } from "./coordinator.js";
+import { type CapturedEventType, SessionCapture } from "./capture.js";
 import { stepSourceOf } from "./messages.js";
 import { decisionResponse, parseWorkflowCommand } from "./grammar.js";
 import type { PiPort, ServerPort, UiPort } from "./ports.js";
@@ -29,7 +30,7 @@ import * as texts from "./texts.js";
 import { type ToolCall, parseToolCall } from "./tool.js";
 import { TurnReporter } from "./turns.js";
 import { SessionViewSource, type LoadedView } from "./view-source.js";
-import { COMPONENT_WIDGET_LINES, SCROLL_STEP, STRING_WIDGET_LINES, renderWidget, statusLine } from "./widget.js";
+import { COMPONENT_WIDGET_LINES, SCROLL_STEP, STRING_WIDGET_LINES, recoverableEffects, renderWidget, statusLine } from "./widget.js";
 
 export interface WorkflowSessionOptions {
   server: ServerPort;
@@ -66,6 +67,7 @@ export class WorkflowSession {
   readonly source: SessionViewSource;
   readonly coordinator: WorkflowMessageCoordinator;
   readonly turns: TurnReporter;
+  readonly capture: SessionCapture;
   private readonly options: WorkflowSessionOptions;
   private readonly now: () => number;
   private timer: NodeJS.Timeout | undefined;
@@ -93,6 +95,12 @@ export class WorkflowSession {
       refresh: () => void this.source.refresh(),
       ...(options.entryWait !== undefined ? { entryWait: options.entryWait } : {}),
     });
+    this.capture = new SessionCapture({
+      server: options.server,
+      gate: this.coordinator,
+      sessionId: options.sessionId,
+      revisionOf: (runId) => (this.source.current?.run?.runId === runId ? this.source.current.run.revision : undefined),
+    });
     this.turns = new TurnReporter({
       server: options.server,
       gate: this.coordinator,
@@ -100,6 +108,8 @@ export class WorkflowSession {
       getBranch: () => options.pi.getBranch(),
       getLeafId: options.getLeafId,
       onActivity: () => void this.source.refresh(),
+      onTurnStart: (turnId) => this.capture.beginTurn(turnId, { startLeaf: options.getLeafId() }),
+      onOwnership: (turnId, runId) => this.capture.owned(turnId, runId),
     });
     this.coordinator.attachTurns(this.turns);
   }
@@ -134,6 +144,7 @@ export class WorkflowSession {
     if (this.timer !== undefined) clearInterval(this.timer);
     this.unsubscribeConnections?.();
     this.coordinator.stop();
+    this.capture.stop();
     await this.source.stop();
   }
 
@@ -162,7 +173,13 @@ export class WorkflowSession {
 
   onAgentSettled(aborted: boolean): void {
     this.turns.onAgentSettled(aborted);
+    this.capture.endTurn(aborted);
     void this.recover(false);
+  }
+
+  /** A Pi event inside an agent run (message, tool, model call), for session capture. */
+  onPiEvent(type: CapturedEventType, data: JsonValue): void {
+    this.capture.event(type, data);
   }
 
   /** Shift+Up (-1) / Shift+Down (+1). */
@@ -176,6 +193,7 @@ export class WorkflowSession {
   private onView(view: LoadedView): void {
     if (this.stopped) return;
     this.coordinator.onView(view);
+    void this.capture.flush();
     this.render();
     this.abortClosedWorkflowTurn(view);
     this.activateHeld(view);
@@ -300,6 +318,8 @@ export class WorkflowSession {
       }
       case "answer":
         return this.answer(command.runId, command.answer, undefined, true, command.text);
+      case "recover":
+        return this.recoverEffect(command.action, command.effectId);
     }
   }
 
@@ -381,6 +401,25 @@ export class WorkflowSession {
     });
     await this.recover(true);
     return { text: texts.answeredText(run, answered.receipt.continuationRunId), level: "info" };
+  }
+
+  /**
+   * `/workflow recover confirm|retry [effectId]`: a person's review of an
+   * ambiguous managed effect of this session's run, sent as `effect.recover`
+   * only while the view offers `recoverEffect`. Without an id, the run's one
+   * ambiguous effect. A retry is a warning: a duplicate is possible.
+   */
+  private async recoverEffect(action: RecoverAction, effectId: string | undefined): Promise<{ text: string; level: "info" | "warning" }> {
+    const run = (await this.freshView())?.run;
+    if (run === undefined) return { text: texts.NO_RUN_TEXT, level: "warning" };
+    const { effects } = recoverableEffects(run);
+    if (effects.length === 0) return { text: texts.recoverEffectNotAllowedText(run), level: "warning" };
+    const ids = effects.map((effect) => effect.effectId);
+    const effect = effectId !== undefined ? effects.find((candidate) => candidate.effectId === effectId) : effects.length === 1 ? effects[0] : undefined;
+    if (effect === undefined) return { text: effectId !== undefined ? texts.noSuchEffectText(run, effectId, ids) : texts.nameTheEffectText(run, ids), level: "warning" };
+    const recovered = await this.options.server.effectRecover(run.runId, { effectId: effect.effectId, action });
+    await this.source.refresh();
+    return { text: texts.recoveredText(run, effect, recovered.receipt), level: action === "retry" ? "warning" : "info" };
   }
 
   // ---- the workflow tool -----------------------------------------------------

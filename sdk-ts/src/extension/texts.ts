@@ -4,8 +4,8 @@
  * given; the others say what happened and what to do next in one line.
  * No text carries a payload, a path, a token or a session id.
  */
-import type { RunView, WorkflowSummary } from "../generated/types.js";
-import { activeNodeOf } from "./widget.js";
+import type { AmbiguousEffect, EffectRecoverReceipt, RunView, WorkflowSummary } from "../generated/types.js";
+import { activeNodeOf, recoverableEffects } from "./widget.js";
 
 /** A page of `list`: at most 50 workflows and 3,500 characters. */
 export const LIST_PAGE_ITEMS = 50;
@@ -100,9 +100,45 @@ export function statusText(view: RunView | undefined, problem: string | undefine
   const updates = view.updates.items.slice(-5).map((update) => `${update.type}/${update.key}`);
   if (updates.length > 0) lines.push(`  latest updates: ${updates.join(", ")}`);
   lines.push(`  started: ${new Date(view.createdAtMs).toISOString()}${view.finishedAtMs !== undefined ? `; finished: ${new Date(view.finishedAtMs).toISOString()}` : ""}`);
-  const reason = view.display.reason ?? view.display.reasonNotice ?? view.failure?.message;
+  const reason = ambiguityText(view) ?? view.display.reason ?? view.display.reasonNotice ?? view.failure?.message;
   if (reason !== undefined) lines.push(`  reason: ${Array.from(reason).slice(0, 4000).join("")}`);
   lines.push(`  controls: ${view.display.controls.length > 0 ? view.display.controls.join(", ") : "none"}`);
   if (problem !== undefined) lines.push(`  note: ${problem}`);
   return lines.join("\n");
+}
+
+// ---- ambiguous effects (/workflow recover) -----------------------------------
+
+const effectName = (effect: AmbiguousEffect): string => `${effect.effectType} at ${effect.nodeId}`;
+
+/**
+ * An ambiguous run's reason in Pi: the server's reason names the wire
+ * operation (`effect.recover`); this one names the command a person runs.
+ * Undefined when the view offers no effect to recover.
+ */
+export function ambiguityText(view: RunView): string | undefined {
+  const { effects, canRetry } = recoverableEffects(view);
+  if (effects.length === 0) return undefined;
+  const which = effects.map((effect) => `${effectName(effect)}, attempt ${effect.attemptNumber}`).join("; ");
+  const id = effects.length > 1 ? " <effectId>" : "";
+  const subject = effects.length > 1 ? `External effects (${which}) may have applied without a receipt` : `An external effect (${which}) may have applied without a receipt`;
+  return canRetry
+    ? `${subject}; check the external system, then /workflow recover confirm${id} (it applied) or /workflow recover retry${id} (apply it again: a duplicate is possible).`
+    : `${subject}; check the external system, then record what you saw with /workflow recover confirm${id} (the run ended, so it cannot retry).`;
+}
+
+export const recoverEffectNotAllowedText = (view: RunView): string => notAllowedText(view, "recover an effect");
+
+export const nameTheEffectText = (view: RunView, ids: readonly string[]): string =>
+  `Workflow ${view.workflowName} (run ${view.runId}) has ${ids.length} ambiguous effects (${ids.join(", ")}); name one: /workflow recover confirm|retry <effectId>`;
+
+export const noSuchEffectText = (view: RunView, effectId: string, ids: readonly string[]): string =>
+  `Workflow ${view.workflowName} (run ${view.runId}) has no ambiguous effect ${effectId} (ambiguous: ${ids.join(", ")}).`;
+
+/** The result of `/workflow recover`; a retry carries the server's duplicate warning. */
+export function recoveredText(view: RunView, effect: AmbiguousEffect, receipt: EffectRecoverReceipt): string {
+  const what = `${effectName(effect)} (effect ${effect.effectId}) of workflow ${view.workflowName} (run ${view.runId})`;
+  if (receipt.state === "applied") return `Confirmed effect ${what}: recorded as applied.`;
+  const warning = receipt.warning !== undefined ? ` Warning: ${receipt.warning}` : "";
+  return `Effect ${what} will be applied again as attempt ${receipt.attemptNumber}.${warning}`;
 }

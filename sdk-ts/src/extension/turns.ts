@@ -26,6 +26,7 @@ import { randomUUID } from "node:crypto";
 import type { MessageKind, StopReason, TurnOwnership } from "../generated/types.js";
 import type { HeldEpoch, Trigger, TurnSink } from "./coordinator.js";
 import { type BranchEntryLike, branchIndex } from "./messages.js";
+import { CoalescedPasses } from "./passes.js";
 import type { ServerPort } from "./ports.js";
 import type { LoadedView } from "./view-source.js";
 
@@ -72,6 +73,10 @@ export interface TurnReporterOptions {
   getLeafId: () => string | null;
   /** A turn the server accepted as workflow work started or ended (for the widget). */
   onActivity?: () => void;
+  /** A local turn was made at `agent_start`. */
+  onTurnStart?: (turnId: string) => void;
+  /** The server's answer about a turn: the run it works for (`active`), or undefined (not workflow work). */
+  onOwnership?: (turnId: string, runId: string | undefined) => void;
   newTurnId?: () => string;
 }
 
@@ -91,8 +96,7 @@ export class TurnReporter implements TurnSink {
   private readonly options: TurnReporterOptions;
   private readonly turns: LocalTurn[] = [];
   private systemAbort = false;
-  private flushing: Promise<void> | null = null;
-  private again = false;
+  private readonly passes = new CoalescedPasses(() => this.flushOnce());
 
   constructor(options: TurnReporterOptions) {
     this.options = options;
@@ -131,6 +135,7 @@ export class TurnReporter implements TurnSink {
     };
     if (turn.trigger === undefined && view !== undefined) turn.binding = candidateOf(view);
     this.turns.push(turn);
+    this.options.onTurnStart?.(turn.turnId);
     void this.flush();
   }
 
@@ -156,21 +161,7 @@ export class TurnReporter implements TurnSink {
 
   /** Reports what can be reported, in order (coalesced). */
   flush(): Promise<void> {
-    if (this.flushing !== null) {
-      this.again = true;
-      return this.flushing;
-    }
-    const run = (async () => {
-      do {
-        this.again = false;
-        await this.flushOnce();
-      } while (this.again);
-    })();
-    this.flushing = run;
-    void run.finally(() => {
-      if (this.flushing === run) this.flushing = null;
-    });
-    return run;
+    return this.passes.request();
   }
 
   private openTurn(): LocalTurn | undefined {
@@ -217,6 +208,7 @@ export class TurnReporter implements TurnSink {
       }
       if (turn.binding === "none" || turn.ownership === "absent" || turn.ownership === "settled") {
         this.turns.shift();
+        this.options.onOwnership?.(turn.turnId, undefined);
         continue;
       }
       const binding = turn.binding as Binding;
@@ -226,6 +218,7 @@ export class TurnReporter implements TurnSink {
         if (answer === "retry") return;
         turn.startReportedOn = epoch.epoch;
         turn.ownership = answer === "drop" ? "absent" : answer;
+        if (turn.ownership === "active") this.options.onOwnership?.(turn.turnId, binding.runId);
         this.options.onActivity?.();
         continue;
       }

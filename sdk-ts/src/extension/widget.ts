@@ -13,7 +13,7 @@
  * - While Herdr is available the widget names `Ctrl+Shift+R piw` on its
  *   last line (sharing the scroll hint's line when rows are hidden).
  */
-import type { DisplayStatus, GraphNode, NodeState, NodeType, RunView, StepRecord } from "../generated/types.js";
+import type { AmbiguousEffect, DisplayStatus, GraphNode, NodeState, NodeType, RunView, StepRecord } from "../generated/types.js";
 
 /** The widget and status keys. */
 export const WIDGET_KEY = "pi-workflows";
@@ -168,12 +168,40 @@ export function progressLines(view: RunView): string[] {
   return tracks.slice(0, MAX_PROGRESS_LINES).map(progressLine);
 }
 
+const TERMINAL_STATUSES: ReadonlySet<DisplayStatus> = new Set(["completed", "failed", "timed_out", "cancelled"]);
+
+/**
+ * The ambiguous effects a person can recover from Pi: the view's
+ * `ambiguousEffects` while its controls offer `recoverEffect` (empty
+ * otherwise). A run that ended can only confirm.
+ */
+export function recoverableEffects(view: RunView): { effects: readonly AmbiguousEffect[]; canRetry: boolean } {
+  if (!view.display.controls.includes("recoverEffect")) return { effects: [], canRetry: false };
+  return { effects: view.ambiguousEffects ?? [], canRetry: !TERMINAL_STATUSES.has(view.display.status) };
+}
+
+/** The widget's line for ambiguous effects: what may have applied and the `/workflow recover` command (the server's reason names the wire operation). */
+function ambiguityLine(view: RunView): string | undefined {
+  const { effects, canRetry } = recoverableEffects(view);
+  const command = `/workflow recover ${canRetry ? "confirm|retry" : "confirm"}`;
+  const [first] = effects;
+  if (first === undefined) return undefined;
+  if (effects.length === 1) return `  ⚠ ${first.effectType} at ${first.nodeId} may have applied: check it, then ${command}`;
+  return `  ⚠ ${effects.length} effects may have applied (${effects.map((effect) => effect.effectId).join(", ")}): check them, then ${command} <effectId>`;
+}
+
 function footerLines(view: RunView): string[] {
   const lines: string[] = [];
+  const ambiguity = ambiguityLine(view);
   const reason = view.display.reason ?? view.display.reasonNotice ?? view.failure?.message;
-  if (reason !== undefined && reason !== "") lines.push(`  ${clip(reason, MAX_DETAIL)}`);
+  if (ambiguity !== undefined) lines.push(clip(ambiguity, MAX_DETAIL + 40));
+  else if (reason !== undefined && reason !== "") lines.push(`  ${clip(reason, MAX_DETAIL)}`);
   const waiting = view.display.waitingOn;
-  if (waiting !== undefined && view.nodes.find((node) => node.id === waiting)?.nodeType === "checkpoint" && view.display.controls.includes("answer")) {
+  const decision = view.decision;
+  if (waiting !== undefined && decision !== undefined && view.display.controls.includes("humanAnswer")) {
+    const choices = decision.choices.map((choice) => choice.id).join(", ");
+    lines.push(clip(`  waiting on decision: ${waiting} (${clip(decision.title, 40)}) — answer with /workflow answer <choice> [text] (choices: ${choices})`, MAX_DETAIL + 40));
+  } else if (waiting !== undefined && view.nodes.find((node) => node.id === waiting)?.nodeType === "checkpoint" && view.display.controls.includes("answer")) {
     lines.push(clip(`  waiting on checkpoint: ${waiting} — answer with /workflow answer <json>`, MAX_DETAIL + 40));
   }
   return lines;
