@@ -192,7 +192,7 @@ mod tests {
     /// by one (`parse_canonical`, then [`typed`]): the same message or the
     /// same error, for every frame of the conformance corpus of the runner
     /// channel, each decoded as either direction's message, and for each
-    /// frame with one byte changed at every position.
+    /// accepted frame with one byte changed at 64 positions.
     #[test]
     fn the_one_pass_check_agrees_with_the_checks_one_by_one_on_the_corpus() {
         fn agree<T>(bytes: &[u8]) -> bool
@@ -219,10 +219,13 @@ mod tests {
                 frames += 1;
                 if agree::<RunnerMessage>(bytes) | agree::<ServerMessage>(bytes) {
                     accepted += 1;
-                    let canonical = crate::canonicalize(&serde_json::from_slice(bytes).unwrap())
-                        .unwrap();
-                    for at in 0..canonical.len() {
-                        for replacement in [b' ', b'1', b'"', b'}', b'x'] {
+                    let canonical =
+                        crate::canonicalize(&serde_json::from_slice(bytes).unwrap()).unwrap();
+                    // 64 positions spread over the frame, each changed
+                    // three ways (whitespace, a digit, a quote).
+                    let stride = canonical.len().div_ceil(64);
+                    for at in (0..canonical.len()).step_by(stride) {
+                        for replacement in [b' ', b'1', b'"'] {
                             let mut changed = canonical.clone();
                             changed[at] = replacement;
                             agree::<RunnerMessage>(&changed);
@@ -232,6 +235,9 @@ mod tests {
                 }
             }
         }
-        assert!(frames >= 80 && accepted >= 30, "{frames} frames, {accepted} accepted");
+        assert!(
+            frames >= 80 && accepted >= 30,
+            "{frames} frames, {accepted} accepted"
+        );
     }
 }

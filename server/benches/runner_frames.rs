@@ -75,7 +75,9 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(1500),
     );
-    println!("Runner frame receive vs serde_json::from_slice::<Value> (same run, {budget:?} per cell)");
+    println!(
+        "Runner frame receive vs serde_json::from_slice::<Value> (same run, {budget:?} per cell)"
+    );
     println!();
     println!(
         "| frame | serde_json parse | receive (digest of the checked bytes) | before: checks one by one, encoding again | receive / parse | before / parse |"
