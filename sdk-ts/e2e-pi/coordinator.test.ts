@@ -152,6 +152,34 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal(view.display.status, "completed");
   });
 
+  it("two reminders, then the attempt fails: three step turns end without a submission, and the run fails with its reason", async (t) => {
+    // The model answers every step message (the initial one and each
+    // reminder) with text and never calls the tool.
+    const s = await setup(t, [{ name: "stall", lastRole: "user", when: STEP_CONTRACT, reply: reply.text("I will look at it later.") }]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "review fix the bug");
+    assert.equal(started.notifyType, "info", started.message);
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const ended = await client.waitFor(runId, (view) => view.display.status !== "running" && view.display.status !== "queued", 120_000, "the run to end");
+    assert.equal(ended.display.status, "failed", JSON.stringify(ended.display));
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+
+    const steps = await stepEntries(pi);
+    assert.deepEqual(
+      steps.map((entry) => (entry.details as { stepReason?: string } | undefined)?.stepReason),
+      ["initial", "reminder", "reminder"],
+      JSON.stringify(steps.map((entry) => entry.details)),
+    );
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 3, "one model turn for the step message and one for each reminder");
+    assert.equal(s.fixture.mock.requests.filter((request) => request.last?.role === "tool").length, 0, "the model never called the tool");
+    const attempt = ended.steps.items.find((step) => step.nodeId === "review")?.attempts.at(-1);
+    assert.equal(attempt?.outcome, "failed", JSON.stringify(attempt));
+    await widget(pi, /^✗ workflow review \[failed\]$/, since);
+  });
+
   it("a submission that validate rejects gets the stored error; the corrected one is accepted in the same turn and routes the run", async (t) => {
     const s = await setup(t, [
       { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
