@@ -163,7 +163,8 @@ describe("interactive workflows in a real Pi conversation", () => {
     const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
     const client = await s.server.connect();
     t.after(() => client.close());
-    const ended = await client.waitFor(runId, (view) => view.display.status !== "running" && view.display.status !== "queued", 120_000, "the run to end");
+    // The run waits in the session while its step is pending (display `waiting`).
+    const ended = await client.waitFor(runId, (view) => !["queued", "running", "waiting"].includes(view.display.status), 120_000, "the run to end");
     assert.equal(ended.display.status, "failed", JSON.stringify(ended.display));
     await terminalTurnSettled(pi, s.fixture.mock, runId, since);
 

@@ -210,6 +210,10 @@ function serverPidOrUndefined(server: TestServer): number | undefined {
  */
 async function killInsideTheStepTurn(client: Awaited<ReturnType<TestServer["connect"]>>, pi: PiRpc, runId: string): Promise<string> {
   await client.waitFor(runId, (view) => view.display.activity === "modelTurn", 30_000, "the step's model turn");
+  // Pi writes its session file at the turn's first assistant message: the
+  // turn report can reach the view before that, so wait for the turn's tool
+  // call (its assistant message ended) or a new Pi would not find the session.
+  await pi.waitFor((record) => record.type === "tool_execution_start", { what: "the step turn's tool call", timeoutMs: 30_000 });
   const sessionFile = pi.state?.sessionFile;
   assert.ok(sessionFile);
   process.kill(-pi.pid, "SIGKILL");
