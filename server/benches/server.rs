@@ -19,9 +19,12 @@
 //!     of a 100-node linear run − duration of a 1-node run) / 99, from the
 //!     server's own timestamps, as a ratio to the raw commit.
 //! (d) cold start to ready on an empty state directory, and recovery with
-//!     10,000 runs in the database of which 100 were running when their
-//!     server died (start to ready, which includes recording the 100
+//!     100,000 runs in the database of which 1,000 were running when their
+//!     server died (start to ready, which includes recording the 1,000
 //!     orphaned runner epochs and parking their runs for re-admission).
+//! (g) the server's resident set right after that recovery, with those
+//!     runs parked (four re-admitted) and 100 clients each subscribed to
+//!     one of them.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
 mod common;
@@ -42,8 +45,9 @@ const CLIENTS: usize = 64;
 const PAIRS_PER_CLIENT: usize = 25;
 const STEP_RUNS: usize = 3;
 const COLD_STARTS: usize = 5;
-const SEEDED_RUNS: usize = 10_000;
-const SEEDED_RUNNING: usize = 100;
+const SEEDED_RUNS: usize = 100_000;
+const SEEDED_RUNNING: usize = 1_000;
+const SUBSCRIBERS: usize = 100;
 
 /// With `PIW_BENCH_MARKS` set, prints `bench mark <name> <CLOCK_MONOTONIC
 /// seconds>` to stderr at the start and end of each measured phase, so a
@@ -234,34 +238,73 @@ fn cold_starts() -> Stats {
 }
 
 /// Copies every row of `template` in each table with a `run_id` column
-/// under `new_run` (runner epochs get a suffix; autoincrement keys are left
-/// to SQLite).
-fn clone_run(db: &Connection, template: &str, new_run: &str, tables: &[(String, Vec<String>)]) {
+/// `count` times, under run ids `<prefix>-000001`… (runner epochs get the
+/// new run id as a suffix; autoincrement keys are left to SQLite): one
+/// `INSERT … SELECT` per table.
+fn clone_runs(
+    db: &Connection,
+    template: &str,
+    prefix: &str,
+    count: usize,
+    tables: &[(String, Vec<String>)],
+) {
+    let new_run = "printf('%s-%06d', ?3, n.i)";
     for (table, columns) in tables {
         let select: Vec<String> = columns
             .iter()
             .map(|column| match column.as_str() {
-                "run_id" => "?2".to_owned(),
-                "runner_epoch" => "runner_epoch || '-' || ?2".to_owned(),
-                other => other.to_owned(),
+                "run_id" => new_run.to_owned(),
+                "runner_epoch" => format!("t.runner_epoch || '-' || {new_run}"),
+                other => format!("t.{other}"),
             })
             .collect();
         db.execute(
             &format!(
-                "INSERT INTO {table} ({}) SELECT {} FROM {table} WHERE run_id = ?1",
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+                 INSERT INTO {table} ({}) SELECT {} FROM {table} t, n WHERE t.run_id = ?1",
                 columns.join(", "),
                 select.join(", ")
             ),
-            rusqlite::params![template, new_run],
+            rusqlite::params![template, count as i64, prefix],
         )
         .unwrap_or_else(|error| panic!("clone {table}: {error}"));
     }
 }
 
-/// (d) A state file with 10,000 runs of which 100 were running when their
-/// server was SIGKILLed; returns spawn → ready of the recovering server,
-/// and checks that recovery recorded every orphaned runner epoch.
-async fn recovery() -> (Duration, Duration) {
+/// The server's resident set and its peak, from `/proc/<pid>/status`.
+fn resident_set(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
+    };
+    (kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// What the recovery section measured.
+struct Recovery {
+    ready: Duration,
+    settled: Duration,
+    parked: i64,
+    resident_kib: u64,
+    peak_kib: u64,
+}
+
+/// (d) A state file with 100,000 runs of which 1,000 were running when
+/// their server was SIGKILLed; measures spawn → ready of the recovering
+/// server and checks that recovery recorded every orphaned runner epoch.
+/// Then (g): with those runs parked for re-admission, 100 clients each
+/// subscribe to one of them, and the server's resident set is read.
+async fn recovery() -> Recovery {
     // Templates, made by a real server: a completed run and a running one
     // (its runner stalls), then the server dies.
     let mut server = TestServer::new(&[("PI_WORKFLOWS_SERVER_LEASE_MS", "500")]);
@@ -326,14 +369,14 @@ async fn recovery() -> (Duration, Duration) {
         let mut ordered = tables.clone();
         ordered.sort_by_key(|(name, _)| name != "runs");
         db.execute_batch("BEGIN").unwrap();
-        for index in 0..SEEDED_RUNS - 2 {
-            let template = if index < SEEDED_RUNNING - 1 {
-                &running
-            } else {
-                &completed
-            };
-            clone_run(&db, template, &format!("seeded-{index:05}"), &ordered);
-        }
+        clone_runs(&db, &running, "running", SEEDED_RUNNING - 1, &ordered);
+        clone_runs(
+            &db,
+            &completed,
+            "completed",
+            SEEDED_RUNS - SEEDED_RUNNING - 1,
+            &ordered,
+        );
         db.execute_batch("COMMIT").unwrap();
         let runs: i64 = db
             .query_row("SELECT COUNT(*) FROM runs", [], |row| row.get(0))
@@ -377,8 +420,35 @@ async fn recovery() -> (Duration, Duration) {
         );
         std::thread::sleep(Duration::from_millis(5));
     };
-    server.kill();
-    (ready, settled)
+    // (g) 100 subscribers, each on its own parked run.
+    let parked = count(
+        &db,
+        "SELECT COUNT(*) FROM runs r JOIN run_queue q USING (run_id) WHERE r.status = 'running' AND q.status NOT IN ('starting', 'running')",
+        [],
+    );
+    let mut subscribers = Vec::with_capacity(SUBSCRIBERS);
+    for index in 1..=SUBSCRIBERS {
+        let mut subscriber = server.client().await;
+        let run_id = format!("running-{index:06}");
+        let response = subscriber
+            .subscribe(json!({ "kind": "run", "runId": run_id }), None)
+            .await
+            .unwrap();
+        assert_eq!(response.outcome, "accepted", "{}", response.frame);
+        subscriber.next_event().await.unwrap(); // the snapshot
+        subscribers.push(subscriber);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (resident_kib, peak_kib) = resident_set(server.pid());
+    drop(subscribers);
+    server.stop();
+    Recovery {
+        ready,
+        settled,
+        parked,
+        resident_kib,
+        peak_kib,
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -407,7 +477,7 @@ async fn main() {
     drop(server);
     let per_step = hundred.saturating_sub(one) / 99;
     let cold = cold_starts();
-    let (recovery_ready, recovery_settled) = recovery().await;
+    let recovery = recovery().await;
 
     let ratio = |value: Duration, base: Duration| value.as_secs_f64() / base.as_secs_f64();
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
@@ -472,11 +542,19 @@ async fn main() {
         ms(cold.p99)
     );
     println!(
-        "| (d) recovery: {SEEDED_RUNS} runs, {SEEDED_RUNNING} running, start to ready | {} | — | — | — | |",
-        ms(recovery_ready)
+        "| (d) recovery: {SEEDED_RUNS} runs, {SEEDED_RUNNING} running, start to ready | {} | — | — | ≤ 1 s | {} |",
+        ms(recovery.ready),
+        verdict(recovery.ready <= Duration::from_secs(1))
     );
     println!(
         "| (d) recovery: start until all {SEEDED_RUNNING} orphaned epochs recorded | {} | — | — | — | |",
-        ms(recovery_settled)
+        ms(recovery.settled)
+    );
+    let resident_mib = recovery.resident_kib as f64 / 1024.0;
+    println!(
+        "| (g) server resident set: {} parked runs (of {SEEDED_RUNS}), {SUBSCRIBERS} subscribers (peak {:.1} MiB) | {resident_mib:.1} MiB | — | — | ≤ 64 MiB | {} |",
+        recovery.parked,
+        recovery.peak_kib as f64 / 1024.0,
+        verdict(resident_mib <= 64.0)
     );
 }

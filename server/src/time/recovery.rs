@@ -48,8 +48,18 @@ pub async fn startup(app: &Arc<Context>) -> Result<(), StoreError> {
     {
         kill_exact(identity);
     }
+    // Each orphan is its own transaction; submitted together, the writer
+    // commits them in batches (one fsync for many runs, not one each).
+    let mut recording = tokio::task::JoinSet::new();
     for (run_id, runner_epoch, _) in stale {
-        orphaned(app, run_id, runner_epoch).await;
+        let app = app.clone();
+        recording.spawn(async move { orphaned(&app, run_id, runner_epoch).await });
+    }
+    while let Some(recorded) = recording.join_next().await {
+        if let Err(error) = recorded {
+            // As before the tasks: a panic here is the server's panic.
+            std::panic::resume_unwind(error.into_panic());
+        }
     }
     stop_turn_clocks(app).await;
     crate::terminal_messages::build_missing(app).await;
