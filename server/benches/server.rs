@@ -31,11 +31,11 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use common::{PRODUCTION, Stats, bench_dir, ms, raw_commits, stats};
+use common::{PRODUCTION, Stats, bench_dir, ms, raw_commits, stats, waiting_runs};
 use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -57,41 +57,6 @@ fn mark(name: &str) {
         // `Instant` is CLOCK_MONOTONIC on Linux; its Debug form shows the timespec.
         eprintln!("bench mark {name} {:?}", Instant::now());
     }
-}
-
-fn checkpoint_script(dir: &Path) -> PathBuf {
-    write_script(
-        dir,
-        "waits.json",
-        &json!({
-            "workflowName": "waits",
-            "topology": {
-                "startAt": "review",
-                "nodes": [
-                    {"id": "review", "nodeType": "checkpoint", "timeout": {"kind": "none"}, "mountPath": []},
-                    {"id": "after", "nodeType": "compute", "timeout": {"kind": "default"}, "mountPath": []}
-                ],
-                "edges": [{"kind": "plain", "from": "review", "to": "after"}],
-                "mounts": []
-            },
-            "nodes": {"review": [{"finish": {"question": "go?"}}]}
-        }),
-    )
-}
-
-/// Starts `n` runs that wait at a checkpoint (no runner left afterwards).
-async fn waiting_runs(server: &TestServer, client: &mut Client, n: usize) -> Vec<String> {
-    let script = checkpoint_script(server.scratch());
-    let mut runs = Vec::with_capacity(n);
-    for _ in 0..n {
-        runs.push(started(client, &script).await);
-    }
-    for run_id in &runs {
-        let view = wait_settled(client, run_id).await;
-        assert_eq!(status(&view), "waiting");
-    }
-    wait_quiescent_at(server).await;
-    runs
 }
 
 async fn command(client: &mut Client, operation: &str, run_id: &str) -> Duration {

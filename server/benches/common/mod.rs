@@ -1,10 +1,13 @@
-//! What both benchmarks share: production timing, percentile statistics
-//! and the raw-commit baseline every ratio is measured against.
+//! What the benchmarks share: production timing, percentile statistics,
+//! the raw-commit baseline every ratio is measured against, and runs that
+//! wait at a checkpoint.
 #![allow(dead_code, unreachable_pub)]
 
-use crate::support::{TestServer, started, wait_quiescent_at};
+use crate::support::{TestServer, started, status, wait_quiescent_at, wait_settled, write_script};
+use pi_workflows_client::Connection as Client;
 use rusqlite::Connection;
-use std::path::Path;
+use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Production timing (the test harness shortens these for recovery tests).
@@ -118,4 +121,39 @@ pub async fn timed_run(
 pub fn median<T: Ord + Copy>(mut samples: Vec<T>) -> T {
     samples.sort();
     samples[samples.len() / 2]
+}
+
+pub fn checkpoint_script(dir: &Path) -> PathBuf {
+    write_script(
+        dir,
+        "waits.json",
+        &json!({
+            "workflowName": "waits",
+            "topology": {
+                "startAt": "review",
+                "nodes": [
+                    {"id": "review", "nodeType": "checkpoint", "timeout": {"kind": "none"}, "mountPath": []},
+                    {"id": "after", "nodeType": "compute", "timeout": {"kind": "default"}, "mountPath": []}
+                ],
+                "edges": [{"kind": "plain", "from": "review", "to": "after"}],
+                "mounts": []
+            },
+            "nodes": {"review": [{"finish": {"question": "go?"}}]}
+        }),
+    )
+}
+
+/// Starts `n` runs that wait at a checkpoint (no runner left afterwards).
+pub async fn waiting_runs(server: &TestServer, client: &mut Client, n: usize) -> Vec<String> {
+    let script = checkpoint_script(server.scratch());
+    let mut runs = Vec::with_capacity(n);
+    for _ in 0..n {
+        runs.push(started(client, &script).await);
+    }
+    for run_id in &runs {
+        let view = wait_settled(client, run_id).await;
+        assert_eq!(status(&view), "waiting");
+    }
+    wait_quiescent_at(server).await;
+    runs
 }
