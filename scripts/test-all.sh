@@ -50,8 +50,13 @@ cargo run --quiet --locked -p codegen -- --check
 step "sdk-ts: build (tsc, declarations)"
 npm --prefix sdk-ts run build
 
-step "cargo build -p server (binaries the sdk-ts integration tests drive)"
-cargo build -p server --locked
+step "cargo test --no-run (every Rust test binary, and the server binaries the sdk-ts integration tests drive)"
+# One compile for both: `cargo test` builds the server's binaries (its
+# integration tests need them) with the test profile into target/debug, so
+# the sdk-ts tests drive those and the Rust test step below compiles nothing
+# again (a separate `cargo build` would compile every dependency a second
+# time, at the dev profile's other opt-level).
+cargo test --workspace --exclude model --locked --no-run
 target_dir="$(cargo metadata --format-version 1 --no-deps --locked |
   node -e 'let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => console.log(JSON.parse(s).target_directory))')"
 
