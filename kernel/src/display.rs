@@ -30,11 +30,9 @@
 //!   the lifecycle rules in [`crate::run`] accept them on state alone (claims
 //!   aside); answer controls only while the request is answerable (not
 //!   paused, not ambiguous, not terminal).
-//! - Only controls whose operation the server serves are advertised
-//!   ([`Control::is_served`]): [`rule_controls`] is the whole rule, and
-//!   [`controls`] drops the controls of operations that still answer
-//!   `unavailable`, so a renderer never offers a command the server refuses
-//!   for being missing.
+//! - Every control is an operation the server serves: one that answered
+//!   `unavailable` would not be a control (an operation joins [`Control`]
+//!   when it is served).
 //! - The presented node changes nothing durable: an exact model turn shows the
 //!   waiting node as the current one for presentation only.
 
@@ -91,27 +89,6 @@ pub enum Control {
     Restart,
     /// Release a held model-started launch (`run.activate`).
     Activate,
-}
-
-impl Control {
-    /// Whether this server version serves the control's operation. The
-    /// others answer `unavailable` until their issue implements them, so they
-    /// are never advertised: `update` (`interaction.update` of an
-    /// origin-session step).
-    pub const fn is_served(self) -> bool {
-        match self {
-            Self::Answer
-            | Self::HumanAnswer
-            | Self::Submit
-            | Self::Pause
-            | Self::Resume
-            | Self::Cancel
-            | Self::RecoverEffect
-            | Self::Restart
-            | Self::Activate => true,
-            Self::Update => false,
-        }
-    }
 }
 
 /// The kind of the run's pending request, which decides its response controls.
@@ -374,17 +351,8 @@ const fn parked_until_resume(facts: &DisplayFacts) -> bool {
     }
 }
 
-/// The allowed controls the server serves ([`Control::is_served`]), in
-/// [`Control`] order: what the view advertises.
+/// The allowed controls, in [`Control`] order: what the view advertises.
 pub fn controls(facts: &DisplayFacts) -> Vec<Control> {
-    let mut controls = rule_controls(facts);
-    controls.retain(|control| control.is_served());
-    controls
-}
-
-/// Every control the rule allows, in [`Control`] order, whether or not its
-/// operation is served yet.
-pub fn rule_controls(facts: &DisplayFacts) -> Vec<Control> {
     let terminal = facts.status.is_terminal();
     let mut controls = Vec::new();
     if !terminal && !facts.effect_ambiguous && !facts.paused {

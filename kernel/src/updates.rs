@@ -214,7 +214,8 @@ pub enum UpdateSource {
         ttl_ms: u64,
     },
     /// `interaction.update` from the agent tool in the origin session, after
-    /// the session module verified the coordinator authority.
+    /// the shell verified the coordinator authority
+    /// (`interaction::check_authority`).
     AgentTool {
         session_id: SessionId,
         interaction_id: InteractionId,
@@ -395,20 +396,24 @@ pub fn publish(
     now_ms: u64,
 ) -> Result<UpdateDecision, UpdateRejection> {
     let fingerprint = UpdateFingerprint::of(source, &input);
-    if let UpdateSource::HeadlessTool {
-        generation,
-        runner_epoch,
-        interaction_id,
-    } = source
-    {
-        // Ownership and request kind come before any receipt lookup.
-        check_headless_tool(
+    // Ownership and request kind come before any receipt lookup.
+    match source {
+        UpdateSource::HeadlessTool {
+            generation,
+            runner_epoch,
+            interaction_id,
+        } => check_headless_tool(
             agg,
             *generation,
             runner_epoch,
             interaction_id,
             &input.attempt_id,
-        )?;
+        )?,
+        UpdateSource::AgentTool {
+            session_id,
+            interaction_id,
+        } => check_agent_tool(agg, session_id, interaction_id, &input.attempt_id)?,
+        UpdateSource::Runner { .. } => {}
     }
     if let Some(stored) = lookup.by_idempotency_key {
         if stored.fingerprint != fingerprint {
@@ -561,6 +566,33 @@ fn authorize_source(
         }
     }
     Ok(node_id)
+}
+
+/// The request of an origin-session agent-tool update, checked before its
+/// receipt is looked up (the shell checked the coordinator epoch with
+/// `interaction::check_authority`): the named submitted-output request of
+/// the named attempt, sent to this session, settled or not (so that a
+/// repeat after settlement is answered).
+fn check_agent_tool(
+    agg: &RunAggregate,
+    session_id: &SessionId,
+    interaction_id: &InteractionId,
+    attempt_id: &AttemptId,
+) -> Result<(), UpdateRejection> {
+    let request = agg
+        .interaction
+        .as_ref()
+        .filter(|request| {
+            request.interaction_id == *interaction_id && request.attempt_id == *attempt_id
+        })
+        .ok_or(UpdateRejection::RequestMismatch)?;
+    if request.kind != InteractionKind::SubmittedOutput {
+        return Err(UpdateRejection::NotAgentStep);
+    }
+    if request.target_session.as_ref() != Some(session_id) {
+        return Err(UpdateRejection::WrongSession);
+    }
+    Ok(())
 }
 
 /// The authority and request of a headless agent-tool update, checked before

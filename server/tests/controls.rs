@@ -292,8 +292,8 @@ fn control_command(server: &TestServer, run_id: &str, control: &str) -> (&'stati
             let (interaction_id, attempt_id) = interaction();
             (
                 "interaction.update",
+                // The authority is filled in by `as_coordinator` (the session's epoch).
                 json!({"interactionId": interaction_id, "attemptId": attempt_id, "toolCallId": "call-1",
-                       "authority": {"kind": "coordinator", "sessionId": "session-controls-1", "coordinatorEpoch": 1},
                        "update": {"type": "progress", "key": "k", "data": {"n": 1}}}),
             )
         }
@@ -384,7 +384,7 @@ async fn every_advertised_control_of_every_display_state_is_accepted() {
             );
             let (operation, mut payload) = control_command(server, &run_id, &control);
             let mut client = server.client().await;
-            if operation == "interaction.submit" {
+            if matches!(operation, "interaction.submit" | "interaction.update") {
                 payload["authority"] = as_coordinator(server, &mut client, &run_id).await;
             }
             let response = command(&mut client, operation, &run_id, payload).await;
@@ -472,5 +472,92 @@ async fn an_interactive_submission_needs_the_active_coordinator_epoch() {
     assert_eq!(
         submissions, 1,
         "the active coordinator's submission is stored"
+    );
+}
+
+/// An origin-session update (the agent tool's `update` action in Pi) is
+/// taken only from the session's active coordinator epoch, checked before
+/// the receipt is looked up: a fenced epoch is answered `claimLost`, another
+/// session is refused, and neither stores anything. The active epoch's
+/// update is published in the view; the same tool call again adopts its
+/// receipt, and the same key with other data conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_update_needs_the_active_coordinator_epoch() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let ask = one_node(
+        server.scratch(),
+        "ask",
+        "agent",
+        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
+    );
+    let run_id = start(&mut client, &ask, Some("session-updates")).await;
+    let waiting = wait_status(&mut client, &run_id, "waiting").await;
+    assert!(
+        controls_of(&waiting).contains(&"update".to_owned()),
+        "an origin-session agent step offers update: {}",
+        waiting["display"]
+    );
+    let (_, update) = control_command(&server, &run_id, "update");
+
+    let mut first = server.client().await;
+    let fenced = as_coordinator(&server, &mut first, &run_id).await;
+    let mut second = server.client().await;
+    let active = as_coordinator(&server, &mut second, &run_id).await;
+    let stored_updates = || -> i64 {
+        server
+            .db()
+            .query_row(
+                "SELECT COUNT(*) FROM update_receipts WHERE run_id = ?1",
+                [&run_id],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+
+    async fn send(client: &mut Client, run_id: &str, payload: Value) -> Response {
+        let spec = RequestSpec {
+            idempotency_key: Some("tool-call-update-1".to_owned()),
+            ..RequestSpec::command("interaction.update", Some(run_id), payload)
+        };
+        client.request(&spec).await.unwrap()
+    }
+
+    let mut stale = update.clone();
+    stale["authority"] = fenced;
+    let refused = send(&mut first, &run_id, stale).await;
+    assert_eq!(refused.outcome, "claimLost", "{:?}", refused.frame);
+    let mut other_session = update.clone();
+    other_session["authority"] = active.clone();
+    other_session["authority"]["sessionId"] = json!("another-session");
+    let wrong = send(&mut second, &run_id, other_session).await;
+    assert_eq!(wrong.outcome, "rejected", "{:?}", wrong.frame);
+    assert_eq!(wrong.frame["error"]["code"], "illegalTransition");
+    assert_eq!(stored_updates(), 0, "a refused update stores nothing");
+
+    let mut current = update.clone();
+    current["authority"] = active;
+    let accepted = send(&mut second, &run_id, current.clone()).await;
+    assert_eq!(accepted.outcome, "accepted", "{:?}", accepted.frame);
+    let seq = accepted.receipt.as_ref().unwrap()["seq"].clone();
+    let again = send(&mut second, &run_id, current.clone()).await;
+    assert_eq!(again.outcome, "adopted", "{:?}", again.frame);
+    assert_eq!(again.receipt.as_ref().unwrap()["seq"], seq);
+    let mut other_data = current;
+    other_data["update"]["data"] = json!({"n": 2});
+    let conflict = send(&mut second, &run_id, other_data).await;
+    assert_eq!(conflict.outcome, "conflict", "{:?}", conflict.frame);
+    assert_eq!(stored_updates(), 1);
+
+    let shown = wait_view(&mut client, &run_id, Duration::from_secs(10), |view| {
+        view["updates"]["total"] == 1
+    })
+    .await;
+    let item = &shown["updates"]["items"][0];
+    assert_eq!(
+        (item["type"].as_str(), item["key"].as_str()),
+        (Some("progress"), Some("k")),
+        "{}",
+        shown["updates"]
     );
 }

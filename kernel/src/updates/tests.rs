@@ -414,10 +414,23 @@ fn another_update_under_a_used_key_is_a_conflict() {
         session_id: SessionId::from("s-2"),
         interaction_id: InteractionId::from("i-1"),
     };
-    for (source, update) in [
-        (agent_source(), other_data),
-        (agent_source(), other_key),
-        (other_session, input("call-1", "overall")),
+    for (source, update, expected) in [
+        (
+            agent_source(),
+            other_data,
+            UpdateRejection::IdempotencyConflict,
+        ),
+        (
+            agent_source(),
+            other_key,
+            UpdateRejection::IdempotencyConflict,
+        ),
+        // Another session is refused before the receipt is looked up.
+        (
+            other_session,
+            input("call-1", "overall"),
+            UpdateRejection::WrongSession,
+        ),
     ] {
         assert_eq!(
             rejection(publish(
@@ -428,7 +441,7 @@ fn another_update_under_a_used_key_is_a_conflict() {
                 update,
                 40
             )),
-            UpdateRejection::IdempotencyConflict
+            expected
         );
     }
 }
@@ -703,7 +716,9 @@ fn the_agent_tool_cannot_update_an_active_attempt() {
             input("c", "k"),
             30
         )),
-        UpdateRejection::AttemptNotWaiting
+        // An active attempt has no pending request to name (checked before
+        // the receipt lookup).
+        UpdateRejection::RequestMismatch
     );
 }
 

@@ -8,10 +8,11 @@
 //! - `interaction.update` takes the exact request (interaction) id, the
 //!   tool call's idempotency key and the authority of the request's run, one
 //!   branch per execution mode: the live runner's (generation and epoch) for
-//!   a headless run; an origin-session coordinator's is answered
-//!   `unavailable` until the interactive path serves it. The kernel checks
-//!   the authority and the request's kind before the receipt lookup; the
-//!   update receipt (`update_receipts`) is the command's receipt.
+//!   a headless run; the origin session's active coordinator epoch for an
+//!   interactive one (held across the job, as for a submission). The
+//!   authority and the request's kind are checked before the receipt
+//!   lookup; the update receipt (`update_receipts`) is the command's
+//!   receipt.
 
 use crate::context::Context;
 use crate::context::runners::Runner;
@@ -21,8 +22,10 @@ use crate::runner_api::reply::ReplyResult;
 use crate::store::{Commit, runs};
 use crate::wire::client::response;
 use kernel::ids::{
-    AttemptId, Digest, Generation, IdempotencyKey, InteractionId, RunId, RunnerEpochId,
+    AttemptId, CoordinatorEpoch, Digest, Generation, IdempotencyKey, InteractionId, RunId,
+    RunnerEpochId, SessionId,
 };
+use kernel::interaction::{self, SubmitAuthority};
 use kernel::output::Transition;
 use kernel::run::RunAggregate;
 use kernel::updates::{
@@ -213,16 +216,33 @@ pub async fn tool_update(
             runner_epoch: RunnerEpochId::new(runner_epoch.to_string()),
             interaction_id: interaction_id.clone(),
         },
-        InteractionAuthority::Coordinator { .. } => {
-            return answer(
-                "unavailable",
-                None,
-                Some((
-                    ErrorCode::Unavailable,
-                    "origin-session updates are not available in this server version yet; headless runs update through their runner's Pi".into(),
-                )),
-            );
+        InteractionAuthority::Coordinator { session_id, .. } => UpdateSource::AgentTool {
+            session_id: SessionId::new(session_id.to_string()),
+            interaction_id: interaction_id.clone(),
+        },
+    };
+    // An origin-session update: the session's active coordinator epoch
+    // enters the job as a fact, held (not re-read in the job) so that no
+    // takeover commits between this read and the job, as for a submission.
+    let coordinator = match &payload.authority {
+        InteractionAuthority::Coordinator {
+            session_id,
+            coordinator_epoch,
+        } => Some(SubmitAuthority::Coordinator {
+            session_id: SessionId::new(session_id.to_string()),
+            coordinator_epoch: CoordinatorEpoch(coordinator_epoch.get()),
+        }),
+        InteractionAuthority::Runner { .. } => None,
+    };
+    let coordinators = match &coordinator {
+        Some(_) => Some(app.coordinators.hold().await),
+        None => None,
+    };
+    let active_coordinator = match (&coordinators, &coordinator) {
+        (Some(held), Some(SubmitAuthority::Coordinator { session_id, .. })) => {
+            held.active_epoch(session_id)
         }
+        _ => None,
     };
     let update = payload.update.clone();
     let data = EncodedUpdate::of(&update.data);
@@ -249,6 +269,18 @@ pub async fn tool_update(
                         ErrorCode::NotFound,
                         "the run has no interaction with this id",
                     );
+                }
+            }
+            if let Some(authority) = &coordinator {
+                // The origin session at its active epoch, before any lookup.
+                if let Err(rejection) =
+                    interaction::check_authority(&before, authority, active_coordinator)
+                {
+                    let (code, message, outcome) = crate::wire::rejection(&rejection);
+                    return Ok(Commit::Discard((
+                        Err((crate::wire::codec_name(&outcome), code, message.to_owned())),
+                        Vec::new(),
+                    )));
                 }
             }
             let update_type = update.type_.to_string();
@@ -304,6 +336,7 @@ pub async fn tool_update(
             }
         })
         .await;
+    drop(coordinators);
     match decided {
         Ok((Ok((outcome, receipt)), outputs)) => {
             app.perform(outputs);
