@@ -243,6 +243,26 @@ async function killInsideTheStepTurn(client: Awaited<ReturnType<TestServer["conn
   return sessionFile;
 }
 
+/**
+ * Once the server `pid` is gone: a new one (the extension's client starts one on demand when its next request
+ * finds none; else the test starts it), and a test client connected to it.
+ */
+async function newServerAfter(t: TestContext, s: Setup, pid: number): Promise<Awaited<ReturnType<TestServer["connect"]>>> {
+  await until("the server to be gone", () => !processAlive(pid), 10_000);
+  await until("the extension to start a server", () => serverPidOrUndefined(s.server) !== undefined, 5_000).catch(async () => {
+    assert.match(await s.server.cli(["server", "start"]), /pi-workflows server started/);
+  });
+  assert.notEqual(serverPid(s.server), pid, "a new server");
+  let client: Awaited<ReturnType<TestServer["connect"]>> | undefined;
+  await until("the new server to answer", async () => {
+    client = await s.server.connect().catch(() => undefined);
+    return client !== undefined;
+  });
+  assert.ok(client);
+  t.after(() => client?.close());
+  return client;
+}
+
 /** Starts `/workflow review` and waits until the step turn is inside its gated bash call. */
 async function startGatedStep(s: Setup, pi: PiRpc): Promise<string> {
   const started = await workflow(pi, "review fix the bug");
@@ -259,20 +279,8 @@ describe("workflow messages across failures in real Pi", () => {
     const runId = await startGatedStep(s, pi);
     const pid = serverPid(s.server);
     process.kill(pid, "SIGKILL");
-    await until("the server to be gone", () => !processAlive(pid), 10_000);
-    // The extension's client starts a server on demand when its next request finds none; else the test starts one.
-    await until("the extension to start a server", () => serverPidOrUndefined(s.server) !== undefined, 5_000).catch(async () => {
-      assert.match(await s.server.cli(["server", "start"]), /pi-workflows server started/);
-    });
-    assert.notEqual(serverPid(s.server), pid, "a new server");
+    const client = await newServerAfter(t, s, pid);
     writeFileSync(s.gate, "");
-    let client: Awaited<ReturnType<TestServer["connect"]>> | undefined;
-    await until("the new server to answer", async () => {
-      client = await s.server.connect().catch(() => undefined);
-      return client !== undefined;
-    });
-    assert.ok(client);
-    t.after(() => client?.close());
     const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish");
     assert.equal(done.display.status, "completed", `${JSON.stringify(done.display)}\n${s.server.serverLog()}`);
     await terminalTurnSettled(pi, s.fixture.mock, runId);
@@ -287,19 +295,7 @@ describe("workflow messages across failures in real Pi", () => {
     const runId = await startGatedStep(s, pi);
     const pid = serverPid(s.server);
     await s.server.cli(["server", "stop"]);
-    await until("the server to be gone", () => !processAlive(pid), 10_000);
-    // The extension's client starts a server on demand when its next request finds none; else the test starts one.
-    await until("the extension to start a server", () => serverPidOrUndefined(s.server) !== undefined, 5_000).catch(async () => {
-      assert.match(await s.server.cli(["server", "start"]), /pi-workflows server started/);
-    });
-    assert.notEqual(serverPid(s.server), pid, "a new server");
-    let client: Awaited<ReturnType<TestServer["connect"]>> | undefined;
-    await until("the new server to answer", async () => {
-      client = await s.server.connect().catch(() => undefined);
-      return client !== undefined;
-    });
-    assert.ok(client);
-    t.after(() => client?.close());
+    const client = await newServerAfter(t, s, pid);
     // The turn is still open on the new server (a turn closed as lost would have made a reminder at once).
     const open = await client.view(runId);
     assert.equal(open.display.activity, "modelTurn", JSON.stringify(open.display));
