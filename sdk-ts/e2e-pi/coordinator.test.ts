@@ -9,7 +9,8 @@
  * `cargo build -p server`).
  */
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type TestContext, describe, it } from "node:test";
 
@@ -236,6 +237,55 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal((await stepEntries(pi)).length, 2, "the initial and one resumed step message");
     assert.equal(agentStarts(pi, resumedSince), 2, "one fresh turn after resume, then the terminal message's");
     assert.equal(stepTurns(s.fixture.mock.requests).length, 2, "the aborted turn and the fresh one");
+    assert.equal((await client.view(runId)).display.status, "completed");
+  });
+
+  it("a step message that becomes eligible while Pi runs another turn is sent once, after that turn settles: no queued duplicate and one model turn for the step", async (t) => {
+    // A plain prompt keeps Pi busy: its turn waits in a bash call until the test creates the gate file.
+    const gate = join(mkdtempSync(join(tmpdir(), "pi-busy-")), "gate");
+    const s = await setup(t, [
+      { name: "busy", lastRole: "user", when: "tell me a long story", reply: reply.toolCall("bash", { command: `while [ ! -e ${gate} ]; do sleep 0.1; done; echo story told` }) },
+      { name: "told", lastRole: "tool", when: "story told", reply: reply.text("The end.") },
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    assert.equal(await pi.prompt("tell me a long story"), "started");
+    await s.fixture.mock.waitForRequest((request) => request.rule === "busy", 60_000, "the busy turn's model request");
+    // A run of this session starts from outside (the CLI, another client) while Pi streams: its step message is pending.
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const sessionId = pi.state?.sessionId;
+    assert.ok(sessionId);
+    const started = await client.command("run.start", { workflow: "review", input: { task: "fix the bug" }, executionMode: "interactive", projectPath: s.project, originSessionId: sessionId });
+    assert.equal(started.outcome, "accepted", JSON.stringify(started));
+    const runId = (started.receipt as { runId: string }).runId;
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const read = await client.request("sessionView.get", { sessionId });
+      const window = read.receipt as { messages: { kind: string; state: string }[]; nextEligibleMessageId?: string };
+      if (window.messages.some((message) => message.kind === "step" && message.state === "pending")) break;
+      assert.ok(Date.now() < deadline, `the step message pending: ${JSON.stringify(window)}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    // Let the extension's once-per-second recovery and the session subscription see it a few times while Pi is busy.
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    assert.equal(pi.records.slice(since).filter((record) => record.type === "agent_settled").length, 0, "Pi is still busy with the story");
+    assert.equal((await stepEntries(pi)).length, 0, "nothing was sent into the busy session");
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 0);
+    writeFileSync(gate, "");
+
+    const settled = await pi.waitFor((record) => record.type === "agent_settled", { since, what: "the story's turn to settle", timeoutMs: 60_000 });
+    await widget(pi, /^✓ workflow review \[completed\]$/, since);
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+    const steps = await stepEntries(pi);
+    assert.equal(steps.length, 1, `one step message, got ${steps.length}`);
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
+    const stepStart = pi.records.findIndex((record, index) => index > pi.records.indexOf(settled) && record.type === "agent_start");
+    assert.ok(stepStart > 0, "the step's turn started after the busy turn settled");
+    assert.equal(agentStarts(pi, since), 3, "the story's turn, the step's and the terminal message's");
+    assert.equal(s.fixture.mock.requests.filter((request) => request.rule === "told").length, 1, "the story's turn ended once");
     assert.equal((await client.view(runId)).display.status, "completed");
   });
 

@@ -4,7 +4,8 @@
  * server binary, the node runner, the validation child and the mock model.
  *
  * - The server SIGKILLed mid-step and started again: the step message is
- *   not sent again and the run completes.
+ *   not sent again and the run completes; the same for a graceful
+ *   `server stop`, after which the open turn is still open.
  * - A notify node's notification reaches the session without a model turn.
  * - Two Pi processes on one session: the newer connection takes the
  *   coordinator epoch, and the fenced one never sends a workflow message or
@@ -26,7 +27,7 @@ import { type TestContext, describe, it } from "node:test";
 import { type MockRequest, type MockRule, reply, submitStep } from "../test-support/mock-model.js";
 import { MOCK_MODEL_ID, MOCK_PROVIDER, type PiFixture, type PiRecord, type PiRpc, piFixture, processAlive } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
-import { terminalRule, terminalTurnSettled, terminalTurns } from "../test-support/terminal.js";
+import { TERMINAL_TYPE, terminalRule, terminalTurnSettled, terminalTurns } from "../test-support/terminal.js";
 
 const REVIEW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
 export default defineWorkflow({
@@ -78,6 +79,27 @@ export default defineWorkflow({
 });
 `;
 const QUICK_CONTRACT = "Workflow step contract (workflow: quick, step: review";
+
+/** One compute node that works until the gate file exists (the runner's work, no Pi in it). */
+const buildWorkflow = (gate: string): string => `import { existsSync } from "node:fs";
+import { compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "build",
+  startAt: "build",
+  nodes: {
+    build: compute({
+      run: () => new Promise((resolve) => {
+        const timer = setInterval(() => {
+          if (existsSync(${JSON.stringify(gate)})) {
+            clearInterval(timer);
+            resolve({ built: true });
+          }
+        }, 20);
+      }),
+    }),
+  },
+});
+`;
 
 const STEP_CONTRACT = "Workflow step contract (workflow: review, step: review";
 const APPROVED = { verdict: "approve", reason: "the tests pass" };
@@ -221,6 +243,26 @@ async function killInsideTheStepTurn(client: Awaited<ReturnType<TestServer["conn
   return sessionFile;
 }
 
+/**
+ * Once the server `pid` is gone: a new one (the extension's client starts one on demand when its next request
+ * finds none; else the test starts it), and a test client connected to it.
+ */
+async function newServerAfter(t: TestContext, s: Setup, pid: number): Promise<Awaited<ReturnType<TestServer["connect"]>>> {
+  await until("the server to be gone", () => !processAlive(pid), 10_000);
+  await until("the extension to start a server", () => serverPidOrUndefined(s.server) !== undefined, 5_000).catch(async () => {
+    assert.match(await s.server.cli(["server", "start"]), /pi-workflows server started/);
+  });
+  assert.notEqual(serverPid(s.server), pid, "a new server");
+  let client: Awaited<ReturnType<TestServer["connect"]>> | undefined;
+  await until("the new server to answer", async () => {
+    client = await s.server.connect().catch(() => undefined);
+    return client !== undefined;
+  });
+  assert.ok(client);
+  t.after(() => client?.close());
+  return client;
+}
+
 /** Starts `/workflow review` and waits until the step turn is inside its gated bash call. */
 async function startGatedStep(s: Setup, pi: PiRpc): Promise<string> {
   const started = await workflow(pi, "review fix the bug");
@@ -237,24 +279,35 @@ describe("workflow messages across failures in real Pi", () => {
     const runId = await startGatedStep(s, pi);
     const pid = serverPid(s.server);
     process.kill(pid, "SIGKILL");
-    await until("the server to be gone", () => !processAlive(pid), 10_000);
-    // The extension's client starts a server on demand when its next request finds none; else the test starts one.
-    await until("the extension to start a server", () => serverPidOrUndefined(s.server) !== undefined, 5_000).catch(async () => {
-      assert.match(await s.server.cli(["server", "start"]), /pi-workflows server started/);
-    });
-    assert.notEqual(serverPid(s.server), pid, "a new server");
+    const client = await newServerAfter(t, s, pid);
     writeFileSync(s.gate, "");
-    let client: Awaited<ReturnType<TestServer["connect"]>> | undefined;
-    await until("the new server to answer", async () => {
-      client = await s.server.connect().catch(() => undefined);
-      return client !== undefined;
-    });
-    assert.ok(client);
-    t.after(() => client?.close());
     const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish");
     assert.equal(done.display.status, "completed", `${JSON.stringify(done.display)}\n${s.server.serverLog()}`);
     await terminalTurnSettled(pi, s.fixture.mock, runId);
     assert.equal((await customEntries(pi, STEP_TYPE)).length, 1, "one step message across the crash");
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
+    assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 2, "the step's turn and the terminal message's");
+  });
+
+  it("a graceful server stop mid-step and a new server: the open step turn is not closed as lost, no duplicate step message, and the run completes", async (t) => {
+    const s = await setup(t);
+    const pi = await spawnWorkflowPi(s);
+    const runId = await startGatedStep(s, pi);
+    const pid = serverPid(s.server);
+    await s.server.cli(["server", "stop"]);
+    const client = await newServerAfter(t, s, pid);
+    // The turn is still open on the new server (a turn closed as lost would have made a reminder at once).
+    const open = await client.view(runId);
+    assert.equal(open.display.activity, "modelTurn", JSON.stringify(open.display));
+    writeFileSync(s.gate, "");
+    const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish");
+    assert.equal(done.display.status, "completed", `${JSON.stringify(done.display)}\n${s.server.serverLog()}`);
+    await terminalTurnSettled(pi, s.fixture.mock, runId);
+    assert.deepEqual(
+      (await customEntries(pi, STEP_TYPE)).map((entry) => entry.details?.stepReason),
+      ["initial"],
+      "one step message across the stop: no reminder for a lost turn",
+    );
     assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
     assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 2, "the step's turn and the terminal message's");
   });
@@ -358,6 +411,47 @@ describe("workflow messages across two Pi processes in real Pi", () => {
       JSON.stringify(steps.map((entry) => entry.details)),
     );
     assert.equal(new Set(steps.map((entry) => JSON.stringify(entry.details))).size, steps.length, "no message twice");
+  });
+});
+
+describe("Pi restarted while a run's work computes", () => {
+  it("Pi SIGKILLed while the run's node computes and opened again: the runner goes on without it, and the run's end reaches the new Pi process once", async (t) => {
+    const s = await setup(t, () => [terminalRule, { name: "hello", lastRole: "user", when: "hello", reply: reply.text("Hello.") }]);
+    writeFileSync(join(s.project, ".pi", "workflows", "build.workflow.ts"), buildWorkflow(s.gate));
+    const first = await spawnWorkflowPi(s);
+    // A first exchange: Pi writes its session file at the first assistant message, so a new process can open it.
+    assert.equal(await first.prompt("hello"), "started");
+    await first.waitFor((record) => record.type === "agent_settled", { what: "the first exchange", timeoutMs: 30_000 });
+    const started = await workflow(first, "build");
+    assert.equal(started.notifyType, "info", started.message);
+    const runId = runIdOf(started);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    await client.waitFor(runId, (view) => view.display.status === "running" && view.display.currentNode === "build", 30_000, "the build node computing");
+    const sessionFile = first.state?.sessionFile;
+    assert.ok(sessionFile && existsSync(sessionFile), "the first Pi has a session file");
+    process.kill(-first.pid, "SIGKILL");
+    await first.exited;
+
+    const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
+    assert.equal(second.state?.sessionId, first.state?.sessionId, "one session");
+    const computing = await client.view(runId);
+    assert.deepEqual(
+      [computing.display.status, computing.steps.items.map((step) => `${step.nodeId}:${step.outcome ?? "unfinished"}`)],
+      ["running", ["build:unfinished"]],
+      "the node still computes while the new Pi is up",
+    );
+    writeFileSync(s.gate, "");
+    const done = await client.waitFor(runId, (view) => ["completed", "failed", "timed_out", "cancelled"].includes(view.display.status), 60_000, "the run to end");
+    assert.equal(done.display.status, "completed", JSON.stringify(done.display));
+    await terminalTurnSettled(second, s.fixture.mock, runId);
+    const terminal = await customEntries(second, TERMINAL_TYPE);
+    assert.deepEqual(
+      terminal.map((entry) => entry.details?.runId),
+      [runId],
+      "one terminal message, in the new process",
+    );
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 1, "one model turn opened by it");
   });
 });
 

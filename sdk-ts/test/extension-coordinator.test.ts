@@ -342,6 +342,28 @@ describe("TurnReporter", () => {
     await session.stop();
   });
 
+  it("keeps the turn id through a server restart, whose epochs start at 1 again: the start is reported again on the new epoch before the end", async () => {
+    const { server, pi, session } = harness();
+    server.addMessage("step", "Step text");
+    await session.start();
+    await until("the send", () => pi.sent.length === 1);
+    session.onAgentStart();
+    await until("the start report", () => server.log.some((line) => line.startsWith("turn:start:e1")));
+    const mark = server.log.length;
+    server.restart();
+    await until("the branch report on the new server", () => server.log.slice(mark).some((line) => line.startsWith("reportBranch:e1")));
+    await until("the start again on the new server", () => server.log.slice(mark).some((line) => line.startsWith("turn:start:e1")), 2_000);
+    session.onAgentEnd([{ role: "assistant", stopReason: "stop" }]);
+    await until("the end report", () => server.log.some((line) => line.startsWith("turn:end:e1")));
+    const reports = server.ops("workflowTurn.report").map((call) => call.payload as { turnId: string; phase: string });
+    assert.deepEqual(
+      reports.map((report) => report.phase),
+      ["start", "start", "end"],
+    );
+    assert.equal(new Set(reports.map((report) => report.turnId)).size, 1);
+    await session.stop();
+  });
+
   it("a turn the server says is not workflow work (absent) gets no end report", async () => {
     const { server, pi, session } = harness();
     server.turnOwnership = "absent";

@@ -250,6 +250,15 @@ export class FakeServer implements ServerPort {
     return generation;
   }
 
+  /** A server restart: a new connection, and epochs numbered from 1 again (they are process-local). */
+  restart(): number {
+    this.epochs.clear();
+    this.branchReported.clear();
+    this.activeEpoch = undefined;
+    this.lastEpoch = 0;
+    return this.reconnect();
+  }
+
   /** Disconnects without a new connection. */
   disconnect(): void {
     this.connectionGeneration = undefined;

@@ -896,9 +896,16 @@ async fn a_resumed_step_message_is_in_the_origin_session_view_with_its_content()
         );
     }
     let resumed = session_view(&mut client, SESSION).await;
-    assert_eq!(resumed["messageCount"], 1, "{resumed}");
-    assert_eq!(reasons(&resumed), ["step/resumed"], "{resumed}");
-    let message = &resumed["messages"][0];
+    // The pause cancelled the initial message; it stays in the window while
+    // the run is not terminal (branch evidence can still adopt it).
+    assert_eq!(resumed["messageCount"], 2, "{resumed}");
+    assert_eq!(
+        reasons(&resumed),
+        ["step/initial", "step/resumed"],
+        "{resumed}"
+    );
+    assert_eq!(resumed["messages"][0]["state"], "cancelled", "{resumed}");
+    let message = &resumed["messages"][1];
     assert_eq!(message["runId"], run_id.as_str());
     assert_eq!(message["state"], "pending");
     assert_eq!(message["content"]["mediaType"], "text/plain");

@@ -20,11 +20,13 @@
  * - A message found on the branch is reported, never sent again. After a
  *   send it waits for the entry and reports the branch, so the server records
  *   the entry id and marks the message sent.
- * - Passes are serialized and coalesced: one at a time, and any number of
- *   requests during a pass cause exactly one more.
+ * - Passes are serialized and coalesced (`CoalescedPasses`): one at a time,
+ *   any number of requests during a pass cause exactly one more, and a
+ *   request that comes as a pass ends is never lost.
  */
 import type { WorkflowMessage } from "../generated/types.js";
 import { type BranchEntryLike, branchIndex, deliveryOf, startsTurn } from "./messages.js";
+import { CoalescedPasses } from "./passes.js";
 import type { PiPort, ServerPort } from "./ports.js";
 import type { LoadedView } from "./view-source.js";
 
@@ -81,9 +83,8 @@ export class WorkflowMessageCoordinator {
   private readonly queued = new Set<string>();
   private readonly contents = new Map<string, string>();
   private trigger: Trigger | undefined;
-  private passing: Promise<void> | null = null;
-  private again = false;
   private stopped = false;
+  private readonly passes = new CoalescedPasses(() => this.passOnce(), () => this.stopped);
   private turns: TurnSink | undefined;
   private lastState: CoordinatorState = "noView";
   private problem: string | undefined;
@@ -158,28 +159,9 @@ export class WorkflowMessageCoordinator {
     return trigger;
   }
 
-  /** Requests a pass (coalesced). Resolves when the requested pass ran. */
+  /** Requests a pass (coalesced). Resolves when a pass that started after the request ended. */
   schedule(): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.passing !== null) {
-      this.again = true;
-      return this.passing;
-    }
-    const run = (async () => {
-      do {
-        this.again = false;
-        try {
-          this.lastState = await this.pass();
-        } catch (error) {
-          this.setProblem(error instanceof Error ? error.message : "the coordinator failed");
-        }
-      } while (this.again && !this.stopped);
-    })();
-    this.passing = run;
-    void run.finally(() => {
-      if (this.passing === run) this.passing = null;
-    });
-    return run;
+    return this.passes.request();
   }
 
   /** Stops acting (session shutdown). */
@@ -199,6 +181,14 @@ export class WorkflowMessageCoordinator {
       view.connectionGeneration === held.generation &&
       this.options.server.connectionGeneration === held.generation
     );
+  }
+
+  private async passOnce(): Promise<void> {
+    try {
+      this.lastState = await this.pass();
+    } catch (error) {
+      this.setProblem(error instanceof Error ? error.message : "the coordinator failed");
+    }
   }
 
   private async pass(): Promise<CoordinatorState> {

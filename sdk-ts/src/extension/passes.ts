@@ -1,5 +1,6 @@
 /**
- * Coalesced passes: the turn reporter's and the session capture's flushes.
+ * Coalesced passes: the coordinator's passes, the view source's reads, and the
+ * turn reporter's and the session capture's flushes.
  *
  * Invariants:
  * - One pass at a time; any number of requests during a pass cause exactly

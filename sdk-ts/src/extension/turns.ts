@@ -7,8 +7,9 @@
  *   server reconnects; a new `agent_start` makes a new turn.
  * - Starts and ends are buffered and reported strictly in event order, and
  *   only while the coordinator holds an epoch whose branch it reported. After
- *   a reconnect (a new epoch) an open or unreported turn's start is reported
- *   again with the same id before its end.
+ *   a reconnect or a server restart (a new held epoch, even when the restarted
+ *   server gives the same number) an open or unreported turn's start is
+ *   reported again with the same id before its end.
  * - A turn is bound to a workflow message through the view: the message the
  *   coordinator just sent when it started the turn (the report waits until
  *   the view shows that message sent), otherwise the newest sent step,
@@ -52,8 +53,12 @@ export interface LocalTurn {
   readonly startLeaf: string | null;
   trigger: Trigger | undefined;
   binding: Binding | "none" | undefined;
-  /** The epoch the start was last reported on. */
-  startReportedOn: number | undefined;
+  /**
+   * The held epoch the start was last reported on. Compared by identity: the
+   * coordinator holds a new one for every granted epoch on every connection,
+   * and epoch numbers alone repeat (a restarted server numbers from 1 again).
+   */
+  startReportedOn: HeldEpoch | undefined;
   ownership: TurnOwnership | undefined;
   end: { stopReason: StopReason; entryId: string | undefined } | undefined;
   /** `agent_end` came without an assistant message: the end waits for `agent_settled`. */
@@ -213,10 +218,10 @@ export class TurnReporter implements TurnSink {
       }
       const binding = turn.binding as Binding;
       const base = { sessionId, coordinatorEpoch: epoch.epoch, messageId: binding.messageId, runId: binding.runId, turnId: turn.turnId };
-      if (turn.startReportedOn !== epoch.epoch) {
+      if (turn.startReportedOn !== epoch) {
         const answer = await this.report(epoch, { ...base, phase: "start" });
         if (answer === "retry") return;
-        turn.startReportedOn = epoch.epoch;
+        turn.startReportedOn = epoch;
         turn.ownership = answer === "drop" ? "absent" : answer;
         if (turn.ownership === "active") this.options.onOwnership?.(turn.turnId, binding.runId);
         this.options.onActivity?.();

@@ -7,8 +7,9 @@
  *   completed with every page of its run's steps and updates at that run's
  *   revision; a page at another revision restarts the read (at most
  *   `COMPLETE_VIEW_ATTEMPTS` times). Listeners never see a partial view.
- * - Reads are serialized and coalesced: at most one read is in flight, and
- *   requests made meanwhile cause exactly one more read after it.
+ * - Reads are serialized and coalesced (`CoalescedPasses`): at most one read
+ *   is in flight, requests made meanwhile cause exactly one more read after
+ *   it, and a request that comes as a read ends is never lost.
  * - At most one connection attempt and at most one session subscription
  *   exist at a time. Only the first attempt (at `session_start`) may start
  *   the server; later ones (the 1 s poll) only connect, so an open session
@@ -18,6 +19,7 @@
 import { COMPLETE_VIEW_ATTEMPTS, MAX_PAGE_BYTES } from "../client/client.js";
 import { WorkflowClientError } from "../client/errors.js";
 import type { RunView, SessionView, WorkflowMessage } from "../generated/types.js";
+import { CoalescedPasses } from "./passes.js";
 import type { ServerPort, SubscriptionLike } from "./ports.js";
 
 /** One complete origin-session view. */
@@ -51,8 +53,12 @@ export interface SessionViewSourceOptions {
 export class SessionViewSource {
   private readonly options: SessionViewSourceOptions;
   private latest: LoadedView | undefined;
-  private inflight: Promise<LoadedView | undefined> | null = null;
-  private dirty = false;
+  private readonly reads = new CoalescedPasses(
+    async () => {
+      await this.readOnce();
+    },
+    () => this.stopped,
+  );
   private connecting: Promise<boolean> | null = null;
   private subscription: SubscriptionLike | undefined;
   private subscribing = false;
@@ -81,23 +87,7 @@ export class SessionViewSource {
   /** Reads the view (coalesced with a read in flight); resolves the newest complete view. */
   refresh(): Promise<LoadedView | undefined> {
     if (this.stopped) return Promise.resolve(this.latest);
-    if (this.inflight !== null) {
-      this.dirty = true;
-      return this.inflight;
-    }
-    const run = (async () => {
-      let loaded: LoadedView | undefined;
-      do {
-        this.dirty = false;
-        loaded = await this.readOnce();
-      } while (this.dirty && !this.stopped);
-      return loaded;
-    })();
-    this.inflight = run;
-    void run.finally(() => {
-      if (this.inflight === run) this.inflight = null;
-    });
-    return run;
+    return this.reads.request().then(() => this.latest);
   }
 
   /** Connects when no connection is open (one attempt at a time). */

@@ -156,10 +156,12 @@ pub(crate) fn active_run(
         .optional()
 }
 
-/// Every pending workflow message of the session, every sent one of a
-/// nonterminal run, and every sent terminal or follow-up message whose first
-/// turn has not ended (the turn it opens is reported against it), in session
-/// order: the window `store::sessions::load` gives the kernel.
+/// Every pending workflow message of the session, every message of a
+/// nonterminal run whatever its state (a cancelled one too: branch evidence
+/// turns it into `sent`, and a branch report may name only ids of this
+/// window), and every sent terminal or follow-up message whose first turn has
+/// not ended (the turn it opens is reported against it), in session order:
+/// the window `store::sessions::load` gives the kernel.
 pub(crate) fn session_messages(
     connection: &Connection,
     session: &SessionId,
@@ -170,8 +172,7 @@ pub(crate) fn session_messages(
          FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
          WHERE m.session_id = ?1
            AND (m.state = 'pending'
-                OR (m.state = 'sent' AND m.run_id IN (
-                    SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting')))
+                OR m.run_id IN (SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))
                 OR (m.state = 'sent' AND m.kind IN ('terminal', 'followUp') AND NOT EXISTS (
                     SELECT 1 FROM workflow_turns t WHERE t.message_id = m.message_id AND t.state <> 'open')))
          ORDER BY m.session_order",
