@@ -10,6 +10,15 @@
 //! - A control is offered only while it is in the current view's
 //!   `display.controls`, and only a confirmed dialog sends it, once, with
 //!   the idempotency key created when that dialog opened.
+//! - A protected decision is answered with exactly what its dialog showed:
+//!   the decision id and request digest of the view the dialog opened on
+//!   (never a later one), one of its typed choices, and text only for a
+//!   choice that takes it. The server alone judges whether the decision
+//!   still takes it; an answer dialog (a decision's or a checkpoint's) stays
+//!   open until the server's outcome arrives, and a refusal leaves its
+//!   choice and text in place, shows the server's line, and makes a new
+//!   idempotency key for the next confirmation (a retry of the refused key
+//!   would only get the stored refusal back).
 //! - An explicitly requested run (`piw <runId>`) stays selected: run-list
 //!   updates never replace it.
 //! - Pages and contents of a run are dropped when another run is selected,
@@ -18,8 +27,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use protocol::generated::types::{
-    AmbiguousEffect, Control, DisplayStatus, PageCollection, RecoverAction, RunListRow, RunView,
-    StepRecord, Topology,
+    AmbiguousEffect, Control, DecisionView, DisplayStatus, PageCollection, RecoverAction,
+    RunListRow, RunView, StepRecord, Topology,
 };
 use ratatui::crossterm::event::{
     KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
@@ -162,15 +171,41 @@ pub struct Dialog {
     pub expected_revision: u64,
     /// Created when the dialog opened: one per user action.
     pub idempotency_key: String,
-    /// The answer text (checkpoint answers).
+    /// The answer text (a checkpoint answer's JSON; a decision choice's
+    /// text).
     pub input: String,
     /// The effect under review (`recoverEffect`): the first one the view
     /// lists when the dialog opened.
     pub effect: Option<AmbiguousEffect>,
     /// The reviewer's verdict on that effect, chosen in the dialog.
     pub action: Option<RecoverAction>,
-    /// Why the last confirmation was refused (bad JSON).
+    /// The protected decision answered (`humanAnswer`): the view's
+    /// `decision` when the dialog opened, or after a refusal the one the
+    /// view showed then. Its id and request digest are what is sent.
+    pub decision: Option<DecisionView>,
+    /// The chosen choice: an index into the decision's choices.
+    pub choice: usize,
+    /// Sent; the server's outcome has not arrived yet.
+    pub sending: bool,
+    /// Why the last confirmation was refused: bad JSON, or the server's
+    /// outcome and line.
     pub error: Option<String>,
+    /// What changed in the dialog after a refusal (it now shows the run's
+    /// current decision).
+    pub note: Option<String>,
+}
+
+impl Dialog {
+    /// The chosen choice of a decision dialog.
+    pub fn chosen(&self) -> Option<&protocol::generated::types::DecisionChoice> {
+        self.decision.as_ref()?.choices.as_slice().get(self.choice)
+    }
+
+    /// Whether the dialog stays open until the server's outcome arrives:
+    /// an answer's text must survive a refusal.
+    pub fn waits_for_the_outcome(&self) -> bool {
+        matches!(self.control, Control::Answer | Control::HumanAnswer)
+    }
 }
 
 /// What is open above the screen.
@@ -367,6 +402,9 @@ pub struct App {
     pub quit: bool,
     /// What the last draw put where.
     pub hits: Vec<(Rect, Hit)>,
+    /// Who answers a protected decision from this piw (`{channel: piw,
+    /// actorId}`): the local user, as for the CLI. Never drawn.
+    pub actor_id: String,
     outbox: Vec<Command>,
     drag: Option<Drag>,
     key_counter: u64,
@@ -407,6 +445,7 @@ impl App {
             now_ms,
             quit: false,
             hits: Vec::new(),
+            actor_id: pi_workflows_client::ids::local_actor(),
             outbox: vec![Command::WatchRuns],
             drag: None,
             key_counter: 0,
@@ -597,13 +636,69 @@ impl App {
                 result,
             } => self.apply_content(&run_id, reference.digest.as_str(), result),
             SourceEvent::ControlResult {
+                idempotency_key,
                 control,
                 outcome,
                 line,
-                ..
             } => {
+                self.control_result(&idempotency_key, &outcome, &line);
                 let label = control_spec(control).label;
                 self.toast(format!("{label}: {outcome} · {line}"));
+            }
+        }
+    }
+
+    /// The outcome of a control an answer dialog still waits for: accepted
+    /// or adopted closes it; anything else keeps its choice and text,
+    /// shows the server's line, and readies a new key (an unsent one keeps
+    /// its key: the server may have it, and the same key adopts).
+    fn control_result(&mut self, idempotency_key: &str, outcome: &str, line: &str) {
+        let Some(Overlay::Confirm(dialog)) = self.overlay.as_ref() else {
+            return;
+        };
+        if !dialog.sending || dialog.idempotency_key != idempotency_key {
+            return;
+        }
+        if matches!(outcome, "accepted" | "adopted") {
+            self.overlay = None;
+            return;
+        }
+        let run_id = dialog.run_id.clone();
+        let current = self
+            .view()
+            .filter(|view| view.run_id.as_str() == run_id)
+            .and_then(|view| view.decision.clone());
+        let fresh_key = (outcome != "unsent").then(|| self.next_key());
+        let Some(Overlay::Confirm(dialog)) = self.overlay.as_mut() else {
+            return;
+        };
+        dialog.sending = false;
+        dialog.note = None;
+        match fresh_key {
+            None => {
+                dialog.error = Some(format!(
+                    "not sent: {line}; Enter sends it again with the same key"
+                ));
+            }
+            Some(key) => {
+                dialog.idempotency_key = key;
+                dialog.error = Some(format!("the server refused it ({outcome}): {line}"));
+                // The run's view shows another decision now: the next
+                // confirmation answers that one, with the same choice
+                // (when it still has it) and the same text.
+                if let (Some(current), Some(shown)) = (current, dialog.decision.as_ref())
+                    && (current.decision_id != shown.decision_id
+                        || current.request_digest != shown.request_digest)
+                {
+                    let chosen = dialog.chosen().map(|c| c.id.clone());
+                    dialog.choice = chosen
+                        .and_then(|id| current.choices.as_slice().iter().position(|c| c.id == id))
+                        .unwrap_or(0);
+                    dialog.decision = Some(current);
+                    dialog.note = Some(
+                        "the dialog now shows the run's current decision; your text is kept".into(),
+                    );
+                }
             }
         }
     }
@@ -992,6 +1087,14 @@ impl App {
             ));
             return;
         }
+        let decision = view.decision.clone();
+        if control == Control::HumanAnswer && decision.is_none() {
+            self.toast(format!(
+                "{}: the run's view shows no decision; nothing was sent",
+                spec.label
+            ));
+            return;
+        }
         let dialog = Dialog {
             run_id: view.run_id.to_string(),
             control,
@@ -1000,7 +1103,11 @@ impl App {
             input: String::new(),
             effect: effect.filter(|_| control == Control::RecoverEffect),
             action: None,
+            decision: decision.filter(|_| control == Control::HumanAnswer),
+            choice: 0,
+            sending: false,
             error: None,
+            note: None,
         };
         let key = self.next_key();
         self.overlay = Some(Overlay::Confirm(Dialog {
@@ -1013,15 +1120,22 @@ impl App {
         let Some(Overlay::Confirm(dialog)) = self.overlay.as_mut() else {
             return;
         };
-        // The control must still be allowed by the view on screen.
-        let allowed = self
-            .run
-            .as_ref()
-            .and_then(|run| run.view.as_ref())
-            .is_some_and(|view| {
-                view.run_id.as_str() == dialog.run_id
-                    && view.display.controls.as_slice().contains(&dialog.control)
-            });
+        if dialog.sending {
+            return;
+        }
+        // The control must still be allowed by the view on screen; a
+        // decision's answer is bound to the decision it showed by its
+        // request digest, so whether that one still takes it is the
+        // server's to say.
+        let allowed = dialog.control == Control::HumanAnswer
+            || self
+                .run
+                .as_ref()
+                .and_then(|run| run.view.as_ref())
+                .is_some_and(|view| {
+                    view.run_id.as_str() == dialog.run_id
+                        && view.display.controls.as_slice().contains(&dialog.control)
+                });
         if !allowed {
             let label = control_spec(dialog.control).label;
             self.overlay = None;
@@ -1047,12 +1161,29 @@ impl App {
                 // Nothing is sent until the reviewer says which way.
                 _ => return,
             },
+            Control::HumanAnswer => {
+                let (Some(decision), Some(choice)) = (&dialog.decision, dialog.chosen()) else {
+                    return;
+                };
+                // Text goes only with a choice that takes it, under its
+                // input's name; the server checks its length.
+                let input = match &choice.input {
+                    Some(input) => serde_json::json!({ input.name.as_str(): dialog.input }),
+                    None => Value::Null,
+                };
+                serde_json::json!({
+                    "decisionId": decision.decision_id,
+                    "requestDigest": decision.request_digest,
+                    "choice": choice.id,
+                    "input": input,
+                    "source": { "channel": "piw", "actorId": self.actor_id },
+                })
+            }
             Control::Pause
             | Control::Resume
             | Control::Cancel
             | Control::Restart
             | Control::Activate
-            | Control::HumanAnswer
             | Control::Submit
             | Control::Update => serde_json::json!({}),
         };
@@ -1068,7 +1199,13 @@ impl App {
             idempotency_key: dialog.idempotency_key.clone(),
             payload,
         };
-        self.overlay = None;
+        if dialog.waits_for_the_outcome() {
+            dialog.sending = true;
+            dialog.error = None;
+            dialog.note = None;
+        } else {
+            self.overlay = None;
+        }
         self.outbox.push(Command::Control(request));
         self.toast(format!("{}: sent, waiting for the server", spec.label));
     }
@@ -1131,12 +1268,39 @@ impl App {
                 }
                 _ => {}
             },
+            Some(Overlay::Confirm(dialog)) if dialog.control == Control::HumanAnswer => {
+                let takes_text = dialog.chosen().is_some_and(|c| c.input.is_some());
+                let choices = dialog
+                    .decision
+                    .as_ref()
+                    .map_or(0, |d| d.choices.as_slice().len());
+                match key.code {
+                    KeyCode::Esc => self.overlay = None,
+                    // Nothing changes under an answer on its way.
+                    _ if dialog.sending => {}
+                    KeyCode::Up => dialog.choice = dialog.choice.saturating_sub(1),
+                    KeyCode::Down => {
+                        dialog.choice = (dialog.choice + 1).min(choices.saturating_sub(1));
+                    }
+                    KeyCode::Enter => self.confirm(),
+                    KeyCode::Backspace if takes_text => {
+                        dialog.input.pop();
+                        dialog.error = None;
+                    }
+                    KeyCode::Char(c) if takes_text => {
+                        dialog.input.push(c);
+                        dialog.error = None;
+                    }
+                    _ => {}
+                }
+            }
             Some(Overlay::Confirm(dialog)) => {
                 let answer = dialog.control == Control::Answer;
                 // An effect review is confirmed by its verdict: c or r.
                 let review = dialog.control == Control::RecoverEffect;
                 match key.code {
                     KeyCode::Esc => self.overlay = None,
+                    _ if dialog.sending => {}
                     KeyCode::Char('n') if !answer => self.overlay = None,
                     KeyCode::Char(verdict @ ('c' | 'r')) if review => {
                         dialog.action = Some(if verdict == 'c' {

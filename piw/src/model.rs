@@ -107,8 +107,8 @@ pub fn outcome_word(outcome: NodeOutcome) -> &'static str {
 }
 
 /// How a control is offered: its key, its words, and the client.v1
-/// operation piw sends for it (`None`: piw cannot build its payload from
-/// the view, so it names where to act instead).
+/// operation piw sends for it (`None`: the control is the agent's, sent by
+/// its Pi tool call, so piw names where to act instead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlSpec {
     pub key: char,
@@ -133,12 +133,7 @@ pub fn control_spec(control: Control) -> ControlSpec {
         Control::Restart => spec('R', "restart", Some("run.restart"), ""),
         Control::Answer => spec('a', "answer", Some("checkpoint.answer"), ""),
         Control::Activate => spec('o', "activate", Some("run.activate"), ""),
-        Control::HumanAnswer => spec(
-            'A',
-            "human answer",
-            None,
-            "answer the decision from a terminal: pi-workflows answer RUN CHOICE [TEXT]",
-        ),
+        Control::HumanAnswer => spec('A', "human answer", Some("decision.answer"), ""),
         Control::RecoverEffect => spec('E', "recover effect", Some("effect.recover"), ""),
         Control::Submit => spec(
             'S',

@@ -94,8 +94,9 @@ pub struct ControlRequest {
     pub expected_revision: u64,
     /// One key per user action.
     pub idempotency_key: String,
-    /// The operation's payload (`{}` for pause, resume, cancel, restart;
-    /// `{"answer": …}` for a checkpoint answer).
+    /// The operation's payload (`{}` for pause, resume, cancel, restart,
+    /// activate; `{"answer": …}` for a checkpoint answer; the decision,
+    /// request digest, choice, text and source for a decision answer).
     pub payload: Value,
 }
 

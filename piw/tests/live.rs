@@ -2,7 +2,9 @@
 //! pause, resume and cancel through keys, resize, clean exit; run under
 //! strace, it never opens `state.sqlite`), controls parity with the CLI's
 //! `view --json`, the Rust client and the TypeScript client (sdk-ts/dist,
-//! through tests/fixtures/ts-view.mjs) after every control,
+//! through tests/fixtures/ts-view.mjs) after every control piw sends
+//! (pause, resume, cancel, restart, activate, a checkpoint answer, a
+//! protected decision's answer, an effect review),
 //! the remote path through `piw serve` with reconnect, and the one-line
 //! errors. Needs `cargo build -p server` and tmux.
 
@@ -11,7 +13,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use pi_workflows_client::{ClientOptions, Home, WorkflowClient};
+use pi_workflows_client::{CallOptions, ClientOptions, Home, WorkflowClient, ops};
 use piw::model::control_spec;
 use protocol::generated::types::Control;
 use serde_json::Value;
@@ -110,6 +112,18 @@ fn shown_by_ts(server: &Server, run_id: &str) -> Shown {
 /// client settle on the same revision, status and controls (the run is
 /// stalled, so it settles).
 fn assert_parity(server: &Server, tmux: &Tmux, run_id: &str, status: &str) -> String {
+    assert_parity_where(server, tmux, run_id, status, |_| true)
+}
+
+/// [`assert_parity`] on a state the CLI's view also satisfies `wanted` in
+/// (e.g. a control gone while the status stays).
+fn assert_parity_where(
+    server: &Server,
+    tmux: &Tmux,
+    run_id: &str,
+    status: &str,
+    wanted: impl Fn(&Shown) -> bool,
+) -> String {
     let mut last = None;
     let screen = wait_for(
         &format!("piw, the CLI and the client to agree on {status}"),
@@ -120,8 +134,11 @@ fn assert_parity(server: &Server, tmux: &Tmux, run_id: &str, status: &str) -> St
             let client = shown_by_client(server, run_id);
             let ts = shown_by_ts(server, run_id);
             let piw = shown_by_piw(&screen);
-            let agreed =
-                cli.status == status && piw.as_ref() == Some(&cli) && client == cli && ts == cli;
+            let agreed = cli.status == status
+                && wanted(&cli)
+                && piw.as_ref() == Some(&cli)
+                && client == cli
+                && ts == cli;
             last = Some((cli, client, ts, piw, screen.clone()));
             agreed.then_some(screen)
         },
@@ -341,6 +358,181 @@ fn a_checkpoint_answered_through_keys_and_every_client_agrees() {
     // The continuation runs publish and completes the run.
     let done = assert_parity(&server, &tmux, &run, "completed");
     assert!(done.contains("answer: accepted"), "{done}");
+}
+
+#[test]
+fn a_protected_decision_answered_through_keys_and_every_client_agrees() {
+    let server = Server::started();
+    let run = server.start("decision");
+    let waiting = server.wait_status(&run, "waiting");
+    let decision_id = waiting["decision"]["decisionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), &run],
+        120,
+        40,
+    );
+    tmux.wait_screen("the waiting run", |s| s.contains("[A] human answer"));
+    assert_parity(&server, &tmux, &run, "waiting");
+
+    // A opens the decision: its title and its typed choices, the first
+    // chosen; the choice that takes text gets a text field.
+    tmux.keys(&["A"]);
+    let dialog = tmux.wait_screen("the decision dialog", |s| {
+        s.contains("human answer · confirm")
+    });
+    for shown in [
+        "Publish release 1.4?",
+        "▸ Publish it (approve)",
+        "Ask for changes (revise) · takes text",
+        "Hold the release (hold) · default at expiry",
+    ] {
+        assert!(dialog.contains(shown), "{shown}: {dialog}");
+    }
+    tmux.keys(&["Down"]);
+    tmux.keys(&["-l", "tighten the notes"]);
+    tmux.wait_screen("the chosen choice and its text", |s| {
+        s.contains("▸ Ask for changes")
+            && s.contains("What should change?")
+            && s.contains("> tighten the notes")
+    });
+
+    // The run is paused under the open dialog (from the command line):
+    // piw sends what it showed, the server refuses it, and the dialog
+    // keeps the choice and the text with the server's line.
+    server.cli(&["pause", &run]);
+    server.wait_status(&run, "paused");
+    tmux.keys(&["Enter"]);
+    let refused = tmux.wait_screen("the server's refusal in the dialog", |s| {
+        s.contains("the server refused it")
+    });
+    eprintln!("--- piw, the answer refused on a paused run ---\n{refused}");
+    assert!(
+        refused.contains("the run is paused")
+            && refused.contains("▸ Ask for changes")
+            && refused.contains("> tighten the notes"),
+        "{refused}"
+    );
+    let paused = server.view(&run);
+    assert_eq!(paused["display"]["status"], "paused", "{paused}");
+    assert_eq!(paused["decision"]["decisionId"], decision_id.as_str());
+
+    // Resumed, the same dialog sends again (a new key) and is accepted.
+    server.cli(&["resume", &run]);
+    server.wait_status(&run, "waiting");
+    tmux.keys(&["Enter"]);
+    let done = assert_parity(&server, &tmux, &run, "completed");
+    assert!(
+        done.contains("human answer: accepted") && !done.contains("human answer · confirm"),
+        "{done}"
+    );
+    // The continuation routed on the choice: rework ran, and it completed.
+    let continuation = format!(
+        "continuation-{}",
+        decision_id.trim_start_matches("decision-")
+    );
+    let continued = server.wait_status(&continuation, "completed");
+    let steps: Vec<&str> = continued["steps"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|step| step["nodeId"].as_str())
+        .collect();
+    assert!(
+        steps.contains(&"rework") && !steps.contains(&"publish"),
+        "{steps:?}"
+    );
+}
+
+/// Starts a held interactive run of one of piw's scripts (what the Pi
+/// extension's model-started launch makes: saved `queued`, not scheduled
+/// until `run.activate`); its run id.
+fn start_held(server: &Server, name: &str) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = WorkflowClient::new(ClientOptions::new(Home::at(server.home())));
+        let payload = serde_json::json!({
+            "workflow": support::live::script(name),
+            "input": {},
+            "executionMode": "interactive",
+            "originSessionId": "session-piw-held",
+            "projectPath": server.dir.path(),
+            "held": true,
+        });
+        let started = client
+            .call_json::<ops::RunStart>(None, payload, CallOptions::default())
+            .await
+            .unwrap();
+        started.receipt.run_id.as_str().to_owned()
+    })
+}
+
+#[test]
+fn restart_and_activate_through_keys_and_every_client_agrees() {
+    let server = Server::started();
+    let open = |run: &str| {
+        let dir = server.dir.path().join(run);
+        std::fs::create_dir_all(&dir).unwrap();
+        Tmux::start(
+            &dir,
+            &server.env(),
+            &[piw().to_str().unwrap(), run],
+            120,
+            32,
+        )
+    };
+
+    // Restart: a failed run offers it; afterwards the failed run no longer
+    // does, and the four agree on that.
+    let failed = server.start("failed");
+    server.wait_status(&failed, "failed");
+    let tmux = open(&failed);
+    tmux.wait_screen("the failed run", |s| s.contains("[R] restart"));
+    assert_parity(&server, &tmux, &failed, "failed");
+    tmux.keys(&["R"]);
+    tmux.wait_screen("the restart dialog", |s| s.contains("restart · confirm"));
+    tmux.keys(&["y"]);
+    let restarted = assert_parity_where(&server, &tmux, &failed, "failed", |shown| {
+        !shown
+            .controls
+            .iter()
+            .any(|control| control == "[R] restart")
+    });
+    assert!(restarted.contains("restart: accepted"), "{restarted}");
+    let runs: Value = serde_json::from_str(&server.cli(&["runs", "--json"])).unwrap();
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 2, "{runs}");
+    drop(tmux);
+
+    // Activate: a held run waits queued and offers it; activated, it runs
+    // to its stalled node, and the four agree.
+    let held = start_held(&server, "paused");
+    let queued = server.wait_status(&held, "queued");
+    assert!(
+        queued["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("activate")),
+        "{queued}"
+    );
+    let tmux = open(&held);
+    tmux.wait_screen("the held run", |s| s.contains("[o] activate"));
+    assert_parity(&server, &tmux, &held, "queued");
+    tmux.keys(&["o"]);
+    tmux.wait_screen("the activate dialog", |s| s.contains("activate · confirm"));
+    tmux.keys(&["y"]);
+    wait_running_at(&server, &held, "long");
+    let activated = assert_parity(&server, &tmux, &held, "running");
+    assert!(
+        activated.contains("activate: accepted") && !activated.contains("[o] activate"),
+        "{activated}"
+    );
 }
 
 /// Writes a captured screen to `$PIW_SCREEN_DIR/<name>.txt` when that is

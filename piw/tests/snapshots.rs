@@ -8,7 +8,9 @@ mod support;
 
 use piw::app::Tab;
 use piw::source::{Availability, Command, ControlRequest, SourceEvent};
-use protocol::generated::types::{Control, EffectRecoverPayload, RecoverAction};
+use protocol::generated::types::{
+    Control, DecisionAnswerPayload, EffectRecoverPayload, RecoverAction,
+};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -189,21 +191,17 @@ fn an_ambiguous_effect_is_reviewed_in_a_dialog_and_sent_with_its_verdict() {
     // y and Enter say nothing about the effect: nothing is sent.
     harness.keys("y");
     harness.key(KeyCode::Enter);
-    let controls = |h: &Harness| -> Vec<ControlRequest> {
-        h.source
-            .sent
-            .iter()
-            .filter_map(|command| match command {
-                Command::Control(request) => Some(request.clone()),
-                _ => None,
-            })
-            .collect()
-    };
-    assert!(controls(&harness).is_empty(), "{:?}", harness.source.sent);
+    assert!(
+        sent_controls(&harness).is_empty(),
+        "{:?}",
+        harness.source.sent
+    );
     assert!(harness.render(80, 24).contains("recover effect · confirm"));
     // r: apply it again, with the dialog's key, the effect and the verdict.
     harness.keys("r");
-    let [request] = controls(&harness).try_into().expect("one control sent");
+    let [request] = sent_controls(&harness)
+        .try_into()
+        .expect("one control sent");
     assert_eq!(
         (request.operation, request.run_id.as_str(), request.control),
         (
@@ -219,6 +217,213 @@ fn an_ambiguous_effect_is_reviewed_in_a_dialog_and_sent_with_its_verdict() {
         (effect.effect_id, RecoverAction::Retry)
     );
     assert!(!harness.render(80, 24).contains("recover effect · confirm"));
+}
+
+/// The controls piw sent, in order.
+fn sent_controls(harness: &Harness) -> Vec<ControlRequest> {
+    harness
+        .source
+        .sent
+        .iter()
+        .filter_map(|command| match command {
+            Command::Control(request) => Some(request.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The request a control goes out as, checked whole against client.v1
+/// by the protocol crate's frame decoder (schema, canonical form), and its
+/// payload typed.
+fn decision_answer(request: &ControlRequest) -> DecisionAnswerPayload {
+    let frame = serde_json::json!({
+        "schema": "pi-workflows.client.v1", "type": "request", "requestId": "r1",
+        "clientId": "piw-test", "operation": request.operation, "runId": request.run_id,
+        "idempotencyKey": request.idempotency_key, "payload": request.payload,
+    });
+    let mut bytes = protocol::canonicalize(&frame).expect("canonical");
+    bytes.push(b'\n');
+    protocol::decode_client_frame(&bytes)
+        .unwrap_or_else(|e| panic!("not a valid decision.answer request: {e}"));
+    serde_json::from_value(request.payload.clone()).expect("a decision.answer payload")
+}
+
+/// The outcome of a control as the live source tells it.
+fn outcome(request: &ControlRequest, outcome: &str, line: &str) -> SourceEvent {
+    SourceEvent::ControlResult {
+        idempotency_key: request.idempotency_key.clone(),
+        control: request.control,
+        outcome: outcome.into(),
+        line: line.into(),
+    }
+}
+
+#[test]
+fn a_protected_decision_is_answered_in_a_dialog_of_its_typed_choices() {
+    let mut harness = run_harness("decision", "decision");
+    let view = harness.app.view().unwrap().clone();
+    let decision = view.decision.clone().expect("the run waits on a decision");
+    assert!(harness.render(80, 24).contains("[A] human answer"));
+    harness.keys("A");
+    both("confirm_human_answer", &mut harness);
+    let screen = harness.render(80, 24);
+    for shown in [
+        "human answer · confirm",
+        "Publish release 1.4?",
+        "▸ Publish it (approve)",
+        "Ask for changes (revise) · takes text",
+        "Hold the release (hold) · default at expiry",
+    ] {
+        assert!(screen.contains(shown), "{shown}: {screen}");
+    }
+    // The first choice takes no text: typing types nothing.
+    harness.keys("xyz");
+    assert!(!harness.render(80, 24).contains("> xyz"));
+    // ↓ to revise: its prompt and a text field; the text survives moving
+    // between choices.
+    harness.key(KeyCode::Down);
+    harness.keys("tighten the notes");
+    both("confirm_human_answer_text", &mut harness);
+    let screen = harness.render(80, 24);
+    assert!(
+        screen.contains("▸ Ask for changes")
+            && screen.contains("What should change? (1–500")
+            && screen.contains("> tighten the notes█"),
+        "{screen}"
+    );
+    harness.key(KeyCode::Down);
+    harness.key(KeyCode::Up);
+    assert!(harness.render(80, 24).contains("> tighten the notes█"));
+    assert!(sent_controls(&harness).is_empty());
+
+    // Enter sends decision.answer: the decision and the request digest
+    // shown, the choice, its text under its input's name, piw's source.
+    harness.key(KeyCode::Enter);
+    let [request] = sent_controls(&harness)
+        .try_into()
+        .expect("one control sent");
+    assert_eq!(
+        (request.operation, request.run_id.as_str(), request.control),
+        (
+            "decision.answer",
+            view.run_id.as_str(),
+            Control::HumanAnswer
+        )
+    );
+    let payload = decision_answer(&request);
+    assert_eq!(
+        (
+            &payload.decision_id,
+            &payload.request_digest,
+            payload.choice.as_str()
+        ),
+        (&decision.decision_id, &decision.request_digest, "revise")
+    );
+    assert_eq!(
+        serde_json::to_value(&payload.input).unwrap(),
+        serde_json::json!({"feedback": "tighten the notes"})
+    );
+    assert_eq!(
+        serde_json::to_value(&payload.source).unwrap(),
+        serde_json::json!({"channel": "piw", "actorId": harness.app.actor_id})
+    );
+    // It waits for the server: nothing more is sent meanwhile.
+    assert!(
+        harness
+            .render(80, 24)
+            .contains("sending… waiting for the server")
+    );
+    harness.key(KeyCode::Enter);
+    harness.keys("more");
+    assert_eq!(sent_controls(&harness).len(), 1);
+    // Accepted: the dialog closes and the footer says so.
+    harness.event(outcome(&request, "accepted", "the server is at revision 9"));
+    assert!(harness.app.overlay.is_none());
+    assert!(harness.render(80, 24).contains("human answer: accepted"));
+
+    // A choice without text goes with a null input (and no typed text).
+    let mut harness = run_harness("decision", "decision");
+    harness.keys("A");
+    harness.key(KeyCode::Down);
+    harness.keys("kept aside");
+    harness.key(KeyCode::Down);
+    harness.key(KeyCode::Enter);
+    let [request] = sent_controls(&harness)
+        .try_into()
+        .expect("one control sent");
+    let payload = decision_answer(&request);
+    assert_eq!((payload.choice.as_str(), payload.input), ("hold", None));
+}
+
+#[test]
+fn a_refused_answer_keeps_its_choice_and_text_and_answers_the_decision_shown_next() {
+    let mut harness = run_harness("decision", "decision");
+    let shown = harness.app.view().unwrap().decision.clone().unwrap();
+    harness.keys("A");
+    harness.key(KeyCode::Down);
+    harness.keys("tighten the notes");
+    // Under the open dialog the run's decision changed: the view now shows
+    // another request.
+    let mut changed = serde_json::to_value(harness.app.view().unwrap()).unwrap();
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    changed["revision"] = serde_json::json!(changed["revision"].as_u64().unwrap() + 1);
+    changed["decision"]["requestDigest"] = serde_json::json!(digest);
+    harness.event(SourceEvent::RunView(Box::new(view_from_value(&changed))));
+    assert!(
+        harness
+            .render(80, 24)
+            .contains("no longer shows this decision"),
+        "{}",
+        harness.render(80, 24)
+    );
+    // Enter sends what the dialog showed, not the newer request.
+    harness.key(KeyCode::Enter);
+    let [first] = sent_controls(&harness)
+        .try_into()
+        .expect("one control sent");
+    assert_eq!(decision_answer(&first).request_digest, shown.request_digest);
+    // The server refuses it (its line for a stale digest): the dialog stays
+    // with the choice and the text, shows the refusal, and now shows the
+    // decision the view shows.
+    harness.event(outcome(
+        &first,
+        "rejected",
+        "the decision's request changed since it was shown; read the run view again and answer the request it shows",
+    ));
+    both("confirm_human_answer_refused", &mut harness);
+    let screen = harness.render(80, 24);
+    assert!(
+        screen.contains("the server refused it (rejected): the decision's request changed")
+            && screen.contains("▸ Ask for changes")
+            && screen.contains("> tighten the notes█")
+            && screen.contains("now shows the run's current decision"),
+        "{screen}"
+    );
+    // The next Enter answers the request on screen, under a new key.
+    harness.key(KeyCode::Enter);
+    let second = sent_controls(&harness).pop().unwrap();
+    let payload = decision_answer(&second);
+    assert_ne!(second.idempotency_key, first.idempotency_key);
+    assert_eq!(
+        (payload.request_digest.as_str(), payload.choice.as_str()),
+        (digest.as_str(), "revise")
+    );
+    assert_eq!(
+        serde_json::to_value(&payload.input).unwrap(),
+        serde_json::json!({"feedback": "tighten the notes"})
+    );
+    // Not sent at all (the connection gave up): the same key goes again,
+    // so a server that did take it adopts its receipt.
+    harness.event(outcome(
+        &second,
+        "unsent",
+        "the pi-workflows server is not running",
+    ));
+    assert!(harness.render(80, 24).contains("not sent:"));
+    harness.key(KeyCode::Enter);
+    let third = sent_controls(&harness).pop().unwrap();
+    assert_eq!(third.idempotency_key, second.idempotency_key);
+    assert_eq!(sent_controls(&harness).len(), 3);
 }
 
 #[test]

@@ -1402,3 +1402,37 @@ async fn a_request_with_a_broken_seal_or_binding_opens_no_decision_and_parks_the
     }
     assert_consistent(&server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_from_piw_is_accepted_and_recorded_with_piw_provenance() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let script = decision_script(server.scratch(), plain_decision());
+    let (parent, decision) = waiting(&mut client, &script).await;
+    // What piw's answer dialog sends: its own channel and the local user.
+    let mut from_piw = answer_spec(&parent, &decision, "approve", Value::Null);
+    from_piw.payload["source"] = json!({"channel": "piw", "actorId": "operator-2"});
+    let answered = request(&mut client, &from_piw).await;
+    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
+    let (channel, actor) = decision_source(&server.db(), &parent);
+    assert_eq!(
+        (channel.as_deref(), actor.as_deref()),
+        (Some("piw"), Some("operator-2"))
+    );
+    let child = child_of(&server, &parent).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &child).await),
+        "completed"
+    );
+    assert_consistent(&server).await;
+}
+
+/// Who answered `run_id`'s decision (channel, actor), as stored.
+fn decision_source(db: &Connection, run_id: &str) -> (Option<String>, Option<String>) {
+    db.query_row(
+        "SELECT answer_channel, answer_actor_id FROM human_decisions WHERE run_id = ?1",
+        [run_id],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
+    .unwrap()
+}

@@ -364,8 +364,8 @@ pub const HELP: &[(&str, &str)] = &[
     ("End, G, L", "rejoin live"),
     ("p r x R", "pause resume cancel restart (when offered)"),
     (
-        "a o E",
-        "answer activate; recover effect: review (when offered)",
+        "a A o E",
+        "answer, human answer, activate, recover effect (when offered)",
     ),
     (
         "mouse",
@@ -397,6 +397,10 @@ fn help(frame: &mut Frame<'_>, app: &App, area: Rect) {
 }
 
 fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Dialog) {
+    if dialog.control == protocol::generated::types::Control::HumanAnswer {
+        decision_dialog(frame, app, area, dialog);
+        return;
+    }
     let theme = app.theme;
     let spec = control_spec(dialog.control);
     let workflow = app
@@ -432,8 +436,11 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
              c: it applied; the server records it and the run goes on without applying it again. \
              r: it did not; the server applies it again (a duplicate is possible).",
         ),
-        protocol::generated::types::Control::Activate
-        | protocol::generated::types::Control::HumanAnswer
+        protocol::generated::types::Control::Activate => (
+            format!("Activate {workflow}?"),
+            "The held run is queued; the server starts it when a slot is free.",
+        ),
+        protocol::generated::types::Control::HumanAnswer
         | protocol::generated::types::Control::Submit
         | protocol::generated::types::Control::Update => {
             (format!("{} {workflow}?", spec.label), "")
@@ -478,10 +485,7 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
             }
         }
         lines.push(Line::raw(""));
-        lines.push(Line::styled(
-            " Enter send · Esc keep waiting",
-            theme.accent(),
-        ));
+        lines.push(answer_hint(app, dialog, " Enter send · Esc keep waiting"));
     } else if dialog.effect.is_some() {
         lines.push(Line::styled(
             " [c] it applied · [r] apply it again · [n] keep as is",
@@ -502,6 +506,163 @@ fn confirm(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Di
         theme.dim(),
     ));
     let title = format!("{} · confirm", spec.label);
+    let rect = centred(area, inner_w as u16 + 2, lines.len() as u16 + 2);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(overlay_block(app, &title)),
+        rect,
+    );
+}
+
+/// The last action line of an answer dialog: its keys, or that it waits
+/// for the server's outcome.
+fn answer_hint<'a>(app: &App, dialog: &crate::app::Dialog, keys: &'a str) -> Line<'a> {
+    if dialog.sending {
+        Line::styled(
+            " sending… waiting for the server's outcome (Esc closes)",
+            app.theme.dim(),
+        )
+    } else {
+        Line::styled(keys, app.theme.accent())
+    }
+}
+
+/// Summary lines a decision dialog shows at most.
+const SUMMARY_LINES: usize = 4;
+
+/// A protected decision's answer dialog: what the view's `decision` says
+/// (title, summary, node, expiry), its typed choices with the chosen one
+/// marked, the chosen choice's text field when it takes text, the server's
+/// refusal, and the request digest and key the answer goes with.
+fn decision_dialog(frame: &mut Frame<'_>, app: &App, area: Rect, dialog: &crate::app::Dialog) {
+    use protocol::generated::types::DisplayStatus;
+    let theme = app.theme;
+    let Some(decision) = dialog.decision.as_ref() else {
+        return;
+    };
+    let inner_w = area.width.saturating_sub(6).min(72) as usize;
+    let room = inner_w.saturating_sub(2);
+    let failed = theme.status(DisplayStatus::Failed);
+    let mut lines = vec![
+        Line::styled(
+            format!(" {}", fit(decision.title.as_str(), room)),
+            theme.text().add_modifier(Modifier::BOLD),
+        ),
+        Line::styled(
+            format!(
+                " run {}",
+                fit_middle(&dialog.run_id, room.saturating_sub(4))
+            ),
+            theme.dim(),
+        ),
+    ];
+    let summary = wrap(decision.summary.as_str(), room);
+    let cut = summary.len() > SUMMARY_LINES;
+    for (i, part) in summary.into_iter().take(SUMMARY_LINES).enumerate() {
+        let part = if cut && i + 1 == SUMMARY_LINES {
+            fit(&format!("{part} …"), room)
+        } else {
+            part
+        };
+        lines.push(Line::styled(format!(" {part}"), theme.text()));
+    }
+    let mut facts = format!("node {}", decision.node_id.as_str());
+    if let Some(at) = decision.expires_at_ms.map(|at| at.get()) {
+        let left = match at.checked_sub(app.now_ms).filter(|left| *left > 0) {
+            Some(left) => format!("in {}", crate::model::duration(left)),
+            None => "passed".to_owned(),
+        };
+        facts.push_str(&format!(
+            " · expires {} UTC ({left})",
+            crate::model::clock(at)
+        ));
+    }
+    lines.push(Line::styled(format!(" {}", fit(&facts, room)), theme.dim()));
+    // The view of the run no longer shows this decision (answered, paused,
+    // another one): the server says whether it still takes this answer.
+    let current = app
+        .view()
+        .filter(|view| view.run_id.as_str() == dialog.run_id)
+        .and_then(|view| view.decision.as_ref());
+    if current.is_none_or(|now| {
+        now.decision_id != decision.decision_id || now.request_digest != decision.request_digest
+    }) {
+        for part in wrap(
+            "the run's view no longer shows this decision as pending; the server decides whether it still takes this answer",
+            room,
+        ) {
+            lines.push(Line::styled(format!(" {part}"), theme.accent()));
+        }
+    }
+    lines.push(Line::raw(""));
+    let label_w = room.saturating_sub(4);
+    for (i, choice) in decision.choices.as_slice().iter().enumerate() {
+        let chosen = i == dialog.choice;
+        let mut entry = format!("{} ({})", choice.label.as_str(), choice.id.as_str());
+        if choice.input.is_some() {
+            entry.push_str(" · takes text");
+        }
+        if decision.default_choice.as_ref() == Some(&choice.id) {
+            entry.push_str(" · default at expiry");
+        }
+        let (marker, style) = if chosen {
+            ("▸ ", theme.selected())
+        } else {
+            ("  ", theme.text())
+        };
+        lines.push(Line::from(vec![
+            Span::raw(" "),
+            Span::styled(format!("{marker}{}", fit(&entry, label_w)), style),
+        ]));
+    }
+    if let Some(input) = dialog.chosen().and_then(|choice| choice.input.as_ref()) {
+        lines.push(Line::raw(""));
+        let bounds = format!(
+            " ({}–{} characters)",
+            input.min_length.get(),
+            input.max_length.get()
+        );
+        lines.push(Line::styled(
+            format!(
+                " {}",
+                fit(&format!("{}{bounds}", input.prompt.as_str()), room)
+            ),
+            theme.text(),
+        ));
+        let shown = text::fit_left(&dialog.input, room.saturating_sub(4));
+        lines.push(Line::from(vec![
+            Span::styled(" > ", theme.accent()),
+            Span::styled(format!("{shown}█"), theme.text()),
+        ]));
+    }
+    for (message, style) in [
+        (dialog.error.as_deref(), failed),
+        (dialog.note.as_deref(), theme.accent()),
+    ] {
+        for part in message.map(|m| wrap(m, room)).unwrap_or_default() {
+            lines.push(Line::styled(format!(" {part}"), style));
+        }
+    }
+    lines.push(Line::raw(""));
+    let takes_text = dialog.chosen().is_some_and(|choice| choice.input.is_some());
+    lines.push(answer_hint(
+        app,
+        dialog,
+        if takes_text {
+            " ↑↓ choose · type the text · Enter send · Esc keep waiting"
+        } else {
+            " ↑↓ choose · Enter send · Esc keep waiting"
+        },
+    ));
+    lines.push(Line::styled(
+        format!(
+            " request {} · key {}",
+            fit_middle(decision.request_digest.as_str(), 22),
+            fit_middle(&dialog.idempotency_key, room.saturating_sub(38))
+        ),
+        theme.dim(),
+    ));
+    let title = format!("{} · confirm", control_spec(dialog.control).label);
     let rect = centred(area, inner_w as u16 + 2, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
     frame.render_widget(

@@ -1,5 +1,7 @@
-//! Fresh random identifiers of a client: client ids, connection nonces and
-//! idempotency keys (from the operating system's random source).
+//! Identifiers of a client: fresh random client ids, connection nonces and
+//! idempotency keys (from the operating system's random source), and the
+//! actor id a person answering a decision from this machine is recorded
+//! under.
 
 /// A random lowercase hex string of `2 * N` characters.
 pub(crate) fn random_hex<const N: usize>() -> String {
@@ -16,4 +18,18 @@ pub fn idempotency_key() -> String {
 /// A fresh client id with `prefix` (`cli-…`, `piw-…`).
 pub fn client_id(prefix: &str) -> String {
     format!("{prefix}-{}", random_hex::<8>())
+}
+
+/// Who answers a protected decision from a terminal client (the CLI's
+/// `pi-workflows answer`, piw's answer dialog): the local user (`USER`,
+/// else `LOGNAME`; the client runs as a user of its machine), else
+/// `local-user`; at most 256 characters (the protocol's `ActorId`).
+pub fn local_actor() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|user| !user.is_empty()))
+        .map_or_else(
+            || "local-user".to_owned(),
+            |user| user.chars().take(256).collect(),
+        )
 }

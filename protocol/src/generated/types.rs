@@ -2192,7 +2192,7 @@ pub struct DecisionAnswerReceipt {
     #[serde(rename = "decisionId")]
     pub decision_id: DecisionId,
 }
-///Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client).
+///Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), piw's answer dialog (piw), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client).
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,
@@ -2210,6 +2210,8 @@ pub enum DecisionChannel {
     Pi,
     #[serde(rename = "cli")]
     Cli,
+    #[serde(rename = "piw")]
+    Piw,
     #[serde(rename = "telegram")]
     Telegram,
 }
@@ -2218,6 +2220,7 @@ impl ::std::fmt::Display for DecisionChannel {
         match *self {
             Self::Pi => f.write_str("pi"),
             Self::Cli => f.write_str("cli"),
+            Self::Piw => f.write_str("piw"),
             Self::Telegram => f.write_str("telegram"),
         }
     }
@@ -2230,6 +2233,7 @@ impl ::std::str::FromStr for DecisionChannel {
         match value {
             "pi" => Ok(Self::Pi),
             "cli" => Ok(Self::Cli),
+            "piw" => Ok(Self::Piw),
             "telegram" => Ok(Self::Telegram),
             _ => Err("invalid value".into()),
         }

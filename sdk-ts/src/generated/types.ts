@@ -462,11 +462,11 @@ export interface DecisionAnswerReceipt {
   "decisionId": DecisionId;
 }
 
-/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client). */
-export type DecisionChannel = "pi" | "cli" | "telegram";
+/** Where a person answered a protected decision: the Pi extension's /workflow answer (pi), the command line's pi-workflows answer (cli), piw's answer dialog (piw), or a configured Telegram channel profile (telegram; sent by the server's channel adapter, never by a client). */
+export type DecisionChannel = "pi" | "cli" | "piw" | "telegram";
 
 /** Every value of DecisionChannel, in schema order. */
-export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli", "telegram"];
+export const DecisionChannelValues: readonly DecisionChannel[] = ["pi", "cli", "piw", "telegram"];
 
 /** One choice of a human decision: its id, its label and the text input it takes, if any. */
 export interface DecisionChoice {

@@ -384,18 +384,6 @@ pub(super) async fn answer(
     Ok(Exit::Ok)
 }
 
-/// Who answers from the command line: the local user (the CLI and the
-/// server run as the same operating-system user).
-fn local_actor() -> String {
-    ["USER", "LOGNAME"]
-        .iter()
-        .find_map(|name| std::env::var(name).ok().filter(|user| !user.is_empty()))
-        .map_or_else(
-            || "local-user".to_owned(),
-            |user| user.chars().take(256).collect(),
-        )
-}
-
 /// The `decision.answer` payload for `choice` (and `text`) of `decision`.
 fn decision_payload(
     decision: &protocol::generated::types::DecisionView,
@@ -437,7 +425,7 @@ fn decision_payload(
         "requestDigest": decision.request_digest,
         "choice": choice,
         "input": input,
-        "source": { "channel": "cli", "actorId": local_actor() },
+        "source": { "channel": "cli", "actorId": pi_workflows_client::ids::local_actor() },
     }))
 }
 

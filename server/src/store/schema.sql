@@ -1,4 +1,4 @@
--- pi-workflows-state, schema version 7 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 8 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
 -- on node attempts, so a runner message read every finished step; version 3
 -- counted an interactive node timeout on the wall clock, with no turn clock
@@ -6,7 +6,8 @@
 -- deleting a run tree and collecting its blobs, and did not record the
 -- content a runner reply references; version 5 did not record who
 -- answered a human decision; version 6 did not accept a Telegram channel
--- as that source; all are refused as incompatible).
+-- as that source, version 7 not piw's answer dialog; all are refused as
+-- incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -14,7 +15,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 7),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 8),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -345,7 +346,7 @@ CREATE TABLE human_decisions (
   default_answer_digest BLOB,
   continuation_run_id TEXT,
   -- Who answered an accepted human answer (client.v1 DecisionSource); never shown.
-  answer_channel TEXT CHECK (answer_channel IS NULL OR answer_channel IN ('pi', 'cli', 'telegram')),
+  answer_channel TEXT CHECK (answer_channel IS NULL OR answer_channel IN ('pi', 'cli', 'piw', 'telegram')),
   answer_actor_id TEXT,
   created_at_ms INTEGER NOT NULL,
   updated_at_ms INTEGER NOT NULL
