@@ -18,6 +18,7 @@ use crate::capture::CaptureRejection;
 use crate::channel::ChannelRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
+use crate::follow_up::FollowUpRejection;
 use crate::interaction::InteractionRejection;
 use crate::maintenance::{BackupRefusal, PruneRefusal};
 use crate::run::{Rejection, RestartRefusal};
@@ -495,6 +496,32 @@ impl Coded for SessionRejection {
             | Self::MissingNewId
             | Self::TurnConflict { .. }
             | Self::RunMismatch { .. } => None,
+        }
+    }
+}
+
+impl Coded for FollowUpRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::Headless => WireCode::NoOriginSession,
+            Self::ChainEnded { .. } => WireCode::Terminal,
+            Self::AlreadyDelivered => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Headless => "a headless run has no session to follow up in",
+            Self::ChainEnded { .. } => {
+                "the workflow already failed, timed out or was cancelled; nothing follows it"
+            }
+            Self::AlreadyDelivered => "the follow-up was already delivered to the session",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::Headless | Self::ChainEnded { .. } | Self::AlreadyDelivered => None,
         }
     }
 }
