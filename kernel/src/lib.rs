@@ -31,6 +31,7 @@ pub mod follow_up;
 #[rustfmt::skip]
 pub mod generated;
 pub mod ids;
+pub mod intent;
 pub mod interaction;
 pub mod maintenance;
 pub mod message;

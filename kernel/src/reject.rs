@@ -19,6 +19,7 @@ use crate::channel::ChannelRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
 use crate::follow_up::FollowUpRejection;
+use crate::intent::IntentRejection;
 use crate::interaction::InteractionRejection;
 use crate::maintenance::{BackupRefusal, PruneRefusal};
 use crate::run::{Rejection, RestartRefusal};
@@ -522,6 +523,28 @@ impl Coded for FollowUpRejection {
     fn protocol_check(&self) -> Option<ProtocolCheck> {
         match self {
             Self::Headless | Self::ChainEnded { .. } | Self::AlreadyDelivered => None,
+        }
+    }
+}
+
+impl Coded for IntentRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::AlreadyClaimed { .. } => WireCode::Conflict,
+            Self::NotEligible => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::AlreadyClaimed { .. } => "another message already presents this workflow turn",
+            Self::NotEligible => "the workflow turn is not due yet",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::AlreadyClaimed { .. } | Self::NotEligible => None,
         }
     }
 }
