@@ -95,6 +95,16 @@ string_id!(
     EntryId
 );
 string_id!(
+    /// One turn intent: the one successor model turn a workflow event owes its
+    /// origin session (`deferred-turn:<sha256>`, derived by `intent::ids`).
+    TurnIntentId
+);
+string_id!(
+    /// The source event of a turn intent (`turn-source:<sha256>`, derived by
+    /// `intent::ids`): one eligible event, at most one intent.
+    TurnSourceId
+);
+string_id!(
     /// One managed effect (derived by the shell from its engine-made key).
     EffectId
 );

@@ -18,6 +18,8 @@ use crate::capture::CaptureRejection;
 use crate::channel::ChannelRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
+use crate::follow_up::FollowUpRejection;
+use crate::intent::IntentRejection;
 use crate::interaction::InteractionRejection;
 use crate::maintenance::{BackupRefusal, PruneRefusal};
 use crate::run::{Rejection, RestartRefusal};
@@ -495,6 +497,54 @@ impl Coded for SessionRejection {
             | Self::MissingNewId
             | Self::TurnConflict { .. }
             | Self::RunMismatch { .. } => None,
+        }
+    }
+}
+
+impl Coded for FollowUpRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::Headless => WireCode::NoOriginSession,
+            Self::ChainEnded { .. } => WireCode::Terminal,
+            Self::AlreadyDelivered => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Headless => "a headless run has no session to follow up in",
+            Self::ChainEnded { .. } => {
+                "the workflow already failed, timed out or was cancelled; nothing follows it"
+            }
+            Self::AlreadyDelivered => "the follow-up was already delivered to the session",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::Headless | Self::ChainEnded { .. } | Self::AlreadyDelivered => None,
+        }
+    }
+}
+
+impl Coded for IntentRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::AlreadyClaimed { .. } => WireCode::Conflict,
+            Self::NotEligible => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::AlreadyClaimed { .. } => "another message already presents this workflow turn",
+            Self::NotEligible => "the workflow turn is not due yet",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::AlreadyClaimed { .. } | Self::NotEligible => None,
         }
     }
 }

@@ -112,7 +112,8 @@ pub struct SessionFacts {
     /// Every open turn, the latest turn of each window message, and the turn
     /// a turn report names (when it exists).
     pub turns: Vec<TurnRecord>,
-    /// Every run that a window message or turn belongs to.
+    /// Every run that a window message or turn belongs to, and every
+    /// queued, running or waiting run of the session (its reservation).
     pub runs: Vec<SessionRun>,
     /// The order the next created message receives: [`next_message_order`]
     /// over the session's highest stored order (the shell's one source,
@@ -239,27 +240,28 @@ impl SessionFacts {
     }
 
     /// A follow-up waits for its run's terminal message to be sent and its
-    /// first turn to end, and for every earlier follow-up of the run likewise.
+    /// first turn to end, for every earlier follow-up of the session (its
+    /// queue is per session) likewise, and for the release of the session's
+    /// reservation: no run of the session is queued, running or waiting.
     fn follow_up_may_follow(&self, follow_up: &MessageRecord) -> bool {
         let delivered = |message: &MessageRecord| {
             message.state == MessageState::Sent && self.has_ended_turn(&message.message_id)
         };
-        let same_run = |message: &&MessageRecord| message.run_id == follow_up.run_id;
         let terminal_done = self
             .messages
             .iter()
-            .filter(same_run)
+            .filter(|message| message.run_id == follow_up.run_id)
             .any(|message| message.kind == MessageKind::Terminal && delivered(message));
         let earlier_done = self
             .messages
             .iter()
-            .filter(same_run)
             .filter(|message| {
                 matches!(message.kind, MessageKind::FollowUp { .. })
                     && message.order < follow_up.order
             })
             .all(|message| message.state == MessageState::Cancelled || delivered(message));
-        terminal_done && earlier_done
+        let released = self.runs.iter().all(|run| run.status.is_terminal());
+        terminal_done && earlier_done && released
     }
 
     /// The message kind that would present each pending source again: a

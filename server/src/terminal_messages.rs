@@ -11,13 +11,16 @@
 //! - Building again changes nothing: the kernel finds the stored message
 //!   (`terminal:<run id>`), so a repeated output or a startup scan never
 //!   makes a second one.
+//! - The chain's queued follow-ups are settled in the message's
+//!   transaction (`kernel::follow_up::settle`): a completed leaf gives each
+//!   its message after the terminal message, any other end cancels them.
 //! - A message that cannot be built now (its rows are missing, the store is
 //!   unavailable) never touches the run; the job is tried again a bounded
 //!   number of times, and at the next startup.
 
 use crate::context::Context;
 use crate::store::blobs::Blob;
-use crate::store::{Commit, StoreError, meta, runs, terminal, viewer};
+use crate::store::{Commit, StoreError, follow_ups, meta, runs, terminal, viewer};
 use kernel::ids::RunId;
 use kernel::terminal::TerminalRejection;
 use std::sync::Arc;
@@ -99,6 +102,16 @@ pub async fn build(app: &Arc<Context>, run_id: RunId) -> Result<Built, StoreErro
         let digest = runs::message_content(connection, message, &agg, &content, now_ms)?;
         runs::insert_message(connection, message, &digest, now_ms)?;
         viewer::mark(&run_id);
+        // The chain ended with this leaf: its queued follow-ups get their
+        // messages (completed) or are cancelled, in this transaction.
+        let chain_run_id = follow_ups::chain_root(connection, &run_id)?;
+        let queued = follow_ups::queued_of_chain(connection, &chain_run_id)?;
+        let first_order = meta::next_message_order(connection, Some(&session))?;
+        let settled =
+            kernel::follow_up::settle(&queued, &run_id, agg.run.status, first_order, now_ms);
+        for follow_up in &settled {
+            follow_ups::write(connection, follow_up, now_ms)?;
+        }
         Ok(Commit::Keep((Built::Inserted, built.outputs)))
     })
     .await

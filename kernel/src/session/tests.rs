@@ -535,6 +535,79 @@ fn follow_ups_wait_for_the_terminal_turn_and_earlier_follow_ups() {
     assert_eq!(next(&session), Some(mid("m-f2")));
 }
 
+/// A follow-up also waits for the release of the session's reservation (a
+/// queued, running or waiting run of the session), and for an earlier
+/// follow-up of another run: the queue is the session's.
+#[test]
+fn follow_ups_wait_for_the_session_reservation_and_earlier_follow_ups_of_other_runs() {
+    let mut session = sent_step();
+    push(
+        &mut session,
+        "m-t",
+        MessageKind::Terminal,
+        MessageState::Sent,
+    );
+    push(
+        &mut session,
+        "m-f1",
+        follow_up("f-1"),
+        MessageState::Pending,
+    );
+    make_terminal(&mut session, TerminalKind::Completed);
+    open_turn(&mut session, "t-t", "m-t");
+    session.turns[0].state = TurnState::Completed;
+    // Another run of the session holds its reservation (a launch the
+    // terminal turn selected), with a terminal message of its own.
+    let mut other = session.runs[0].clone();
+    other.run_id = RunId::from("run-2");
+    other.status = RunStatus::Running;
+    other.interaction = None;
+    session.runs.push(other);
+    let coordinator = ready(&session);
+    let next = |s: &SessionFacts| next_eligible(s, &coordinator, &conn(1), E1);
+    assert_eq!(next(&session), None, "the session's reservation is held");
+    session.runs[1].status = RunStatus::Completed;
+    assert_eq!(next(&session), Some(mid("m-f1")), "released");
+    // A follow-up of run 2, accepted later, waits for f-1 of run 1 even
+    // though run 2's own terminal turn ended.
+    let order = session.next_message_order;
+    session.next_message_order += 2;
+    for (offset, (id, kind, state)) in [
+        ("m-t2", MessageKind::Terminal, MessageState::Sent),
+        ("m-f2", follow_up("f-2"), MessageState::Pending),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        session.messages.push(MessageRecord {
+            message_id: mid(id),
+            session_id: session.session_id.clone(),
+            run_id: RunId::from("run-2"),
+            kind,
+            order: order + offset as u64,
+            state,
+            entry_id: None,
+            created_at_ms: 0,
+        });
+    }
+    session.turns.push(TurnRecord {
+        turn_id: TurnId::from("t-t2"),
+        message_id: mid("m-t2"),
+        run_id: RunId::from("run-2"),
+        session_id: session.session_id.clone(),
+        state: TurnState::Completed,
+        started_at_ms: 2,
+        ended_at_ms: Some(3),
+        response_entry_id: None,
+    });
+    mark_sent(&mut session, "m-f1");
+    assert_eq!(next(&session), None, "f-2 waits for f-1 of another run");
+    open_turn(&mut session, "t-f1", "m-f1");
+    let last = session.turns.len() - 1;
+    session.turns[last].state = TurnState::Completed;
+    assert_eq!(next(&session), Some(mid("m-f2")));
+}
+
 #[test]
 fn an_offer_holds_until_branch_evidence_settles_it() {
     let mut session = waiting();

@@ -16,7 +16,8 @@
 //! per concept below it: `receipts` (command identity, lookup and the
 //! receipt job), `run_commands`, `decisions` (`decision.answer`,
 //! `effect.recover`), `reads`, `subscriptions`, `coordinator`
-//! (origin sessions), `submissions` (`interaction.submit`),
+//! (origin sessions), `submissions` (`interaction.submit`), `follow_ups`
+//! (`followUp.add`, `followUp.cancel`),
 //! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
 //! `server_status`, and `socket` (the listener and its connections).
 
@@ -24,6 +25,7 @@ mod capture;
 mod channels;
 pub mod coordinator;
 pub(crate) mod decisions;
+pub(crate) mod follow_ups;
 mod maintenance;
 mod reads;
 mod receipts;
@@ -269,11 +271,11 @@ async fn dispatch(
         RequestPayload::StateVerify(verify) => maintenance::verify(app, &request, verify).await,
         RequestPayload::StateBackup(backup) => maintenance::backup(app, &request, backup).await,
         RequestPayload::StatePrune(prune) => maintenance::prune(app, &request, prune).await,
+        RequestPayload::FollowUpAdd(add) => follow_ups::add(app, request, add).await,
+        RequestPayload::FollowUpCancel(cancel) => follow_ups::cancel(app, request, cancel).await,
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
         RequestPayload::SettingsUpdate(_)
-        | RequestPayload::FollowUpAdd(_)
-        | RequestPayload::FollowUpCancel(_)
         | RequestPayload::ResourceApply(_)
         | RequestPayload::ResourceReconcile(_)
         | RequestPayload::ResourceDelete(_) => refusal(

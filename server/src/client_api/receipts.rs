@@ -58,6 +58,12 @@ impl Executed {
         }
     }
 
+    /// The same decision with the outputs to perform after its commit.
+    pub(super) fn with_outputs(mut self, outputs: Vec<Output>) -> Self {
+        self.outputs = outputs;
+        self
+    }
+
     pub(super) fn refused(
         outcome: CommandOutcome,
         code: protocol::ErrorCode,

@@ -42,6 +42,7 @@ pub mod consistency;
 pub mod counts;
 pub mod decisions;
 mod disk;
+pub(crate) mod follow_ups;
 pub mod host;
 pub mod meta;
 mod open;

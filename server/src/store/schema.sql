@@ -6,7 +6,8 @@
 -- deleting a run tree and collecting its blobs, and did not record the
 -- content a runner reply references; version 5 did not record who
 -- answered a human decision; version 6 did not accept a Telegram channel
--- as that source, version 7 not piw's answer dialog; all are refused as
+-- as that source; version 7 had neither piw's answer dialog as a source
+-- nor follow-up queues; all are refused as
 -- incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
@@ -394,6 +395,35 @@ CREATE TABLE workflow_turns (
 -- A run's open turns (every run load).
 CREATE INDEX workflow_turns_by_run ON workflow_turns(run_id, state, started_at_ms);
 CREATE INDEX workflow_turns_by_message ON workflow_turns(message_id);
+
+-- Post-run follow-ups (followUp.add, kernel::follow_up): one ordered queue
+-- per origin session. A position only grows, so the queue row outlives the
+-- runs its follow-ups waited for.
+CREATE TABLE workflow_follow_up_queues (
+  session_id TEXT PRIMARY KEY,
+  next_position INTEGER NOT NULL CHECK (next_position >= 1),
+  updated_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- One follow-up: queued against the first run of a continuation chain until
+-- the chain's final leaf ends; then messaged (its workflow message, on that
+-- leaf, carries the delivery state) or cancelled.
+CREATE TABLE workflow_follow_ups (
+  follow_up_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES workflow_follow_up_queues(session_id),
+  chain_run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  position INTEGER NOT NULL CHECK (position >= 1),
+  prompt TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('queued', 'messaged', 'cancelled')),
+  message_id TEXT UNIQUE REFERENCES workflow_messages(message_id) ON DELETE CASCADE,
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  UNIQUE (session_id, position),
+  CHECK (state <> 'messaged' OR message_id IS NOT NULL),
+  CHECK (state <> 'queued' OR message_id IS NULL)
+) STRICT;
+-- A chain's follow-ups (settled when its leaf ends; deleted with its tree).
+CREATE INDEX workflow_follow_ups_by_chain ON workflow_follow_ups(chain_run_id, state, position);
 
 -- A run's session capture (sessionEvents.record, kernel::capture): how many
 -- events it holds and the replay state after the last one.

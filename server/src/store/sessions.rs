@@ -4,10 +4,13 @@
 //! Invariants:
 //! - `load` reads the window the kernel's rules need: every pending message,
 //!   every message of a nonterminal run, every message with an open turn,
-//!   every terminal or follow-up message whose first turn has not ended, and
-//!   the message of the turn a report names; the turns of those messages;
-//!   and one [`SessionRun`] per run they belong to (its pending request with
-//!   that request's submissions, and its pending decision).
+//!   every terminal or follow-up message whose first turn has not ended, the
+//!   terminal message of every run with a pending follow-up (the follow-up
+//!   waits for its turn to end), and the message of the turn a report names;
+//!   the turns of those messages; and one [`SessionRun`] per run they belong
+//!   to and per queued, running or waiting run of the session (its
+//!   reservation), each with its pending request with that request's
+//!   submissions, and its pending decision.
 //! - `write` writes only what changed between the loaded and the decided
 //!   facts, inside the caller's transaction: new messages with their content
 //!   (derived as every other message's is, `runs::message_content`), changed
@@ -43,6 +46,9 @@ pub(crate) fn load(
                 OR EXISTS (SELECT 1 FROM workflow_turns t WHERE t.message_id = m.message_id AND t.state = 'open')
                 OR (m.kind IN ('terminal', 'followUp') AND NOT EXISTS (
                       SELECT 1 FROM workflow_turns t WHERE t.message_id = m.message_id AND t.state <> 'open'))
+                OR (m.kind = 'terminal' AND EXISTS (
+                      SELECT 1 FROM workflow_messages f
+                      WHERE f.run_id = m.run_id AND f.kind = 'followUp' AND f.state = 'pending'))
                 OR m.message_id = (SELECT t.message_id FROM workflow_turns t WHERE t.turn_id = ?2))
          ORDER BY m.session_order",
     )?;
@@ -58,7 +64,9 @@ pub(crate) fn load(
     for message in &messages {
         turns.extend(turns_of(connection, &message.message_id)?);
     }
-    let run_ids: BTreeSet<RunId> = messages.iter().map(|m| m.run_id.clone()).collect();
+    let mut run_ids: BTreeSet<RunId> = messages.iter().map(|m| m.run_id.clone()).collect();
+    // The session's reservation: a follow-up waits for its release.
+    run_ids.extend(super::meta::session_runs(connection, session_id)?);
     let mut session_runs = Vec::new();
     for run_id in run_ids {
         let Some(agg) = runs::load(connection, &run_id)? else {

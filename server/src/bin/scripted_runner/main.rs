@@ -101,6 +101,7 @@
 //! | `{"sleepMs": N, "then": B}` | sleep, then B |
 //! | `{"stall": true}` | block until killed |
 //! | `{"awaitFile": "<path>", "then": B}` | wait until the file exists, then B |
+//! | `{"ifFile": "<path>", "then": B, "else": C}` | B when the file exists, C otherwise (each defaults to the default finish) |
 //! | `{"exit": N}` | exit with N at once (a crash mid-node) |
 //! | `{"crashOnce": "<marker>", "then": B}` | no marker file: create it, exit 3; otherwise B |
 //! | `{"update": {"type", "key", "data"}, "idempotencyKey"?: K, "then": B}` | `node.update {update, idempotencyKey}` (default key: `u-` + 16 hex of the digest of attempt id and update), its reply, then B |

@@ -348,6 +348,20 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
             }
             perform(channel, then, attempt)
         }
+        Action::IfFile {
+            path,
+            then,
+            otherwise,
+        } => {
+            let path = attempt.base.join(path);
+            if path.exists() {
+                log!("{} exists", path.display());
+                perform(channel, then, attempt)
+            } else {
+                log!("{} does not exist", path.display());
+                perform(channel, otherwise, attempt)
+            }
+        }
         Action::Exit(code) => {
             log!("exiting with {code} mid-node");
             std::process::exit(*code);

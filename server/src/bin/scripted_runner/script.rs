@@ -96,6 +96,12 @@ pub(crate) enum Action {
     Stall,
     /// Wait until this file exists, then `then`.
     AwaitFile { path: PathBuf, then: Box<Behaviour> },
+    /// `then` when this file exists, `otherwise` when it does not.
+    IfFile {
+        path: PathBuf,
+        then: Box<Behaviour>,
+        otherwise: Box<Behaviour>,
+    },
     /// Exit with this code at once.
     Exit(i32),
     /// Exit 3 the first time (creating the marker), `then` afterwards.
@@ -314,6 +320,10 @@ struct RawBehaviour {
     #[serde(default)]
     await_file: Option<PathBuf>,
     #[serde(default)]
+    if_file: Option<PathBuf>,
+    #[serde(default, rename = "else")]
+    otherwise: Option<Box<Behaviour>>,
+    #[serde(default)]
     exit: Option<i32>,
     #[serde(default)]
     crash_once: Option<PathBuf>,
@@ -361,6 +371,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             ("sleepMs", raw.sleep_ms.is_some()),
             ("stall", raw.stall.is_some()),
             ("awaitFile", raw.await_file.is_some()),
+            ("ifFile", raw.if_file.is_some()),
             ("exit", raw.exit.is_some()),
             ("crashOnce", raw.crash_once.is_some()),
             ("update", raw.update.is_some()),
@@ -392,6 +403,7 @@ impl TryFrom<RawBehaviour> for Behaviour {
             }
         };
         modifier("outcome", raw.outcome.is_some(), "fail")?;
+        modifier("else", raw.otherwise.is_some(), "ifFile")?;
         modifier("idempotencyKey", raw.idempotency_key.is_some(), "update")?;
         modifier(
             "crashWhileApplying",
@@ -429,6 +441,14 @@ impl TryFrom<RawBehaviour> for Behaviour {
             Action::Stall
         } else if let Some(path) = raw.await_file {
             Action::AwaitFile { path, then }
+        } else if let Some(path) = raw.if_file {
+            Action::IfFile {
+                path,
+                then,
+                otherwise: raw
+                    .otherwise
+                    .unwrap_or_else(|| Box::new(Self::default_finish())),
+            }
         } else if let Some(code) = raw.exit {
             Action::Exit(code)
         } else if let Some(marker) = raw.crash_once {
@@ -491,6 +511,7 @@ impl Behaviour {
         match &self.action {
             Action::Sleep { then, .. }
             | Action::AwaitFile { then, .. }
+            | Action::IfFile { then, .. }
             | Action::CrashOnce { then, .. }
             | Action::Update { then, .. }
             | Action::Effect { then, .. }
