@@ -1436,3 +1436,24 @@ fn decision_source(db: &Connection, run_id: &str) -> (Option<String>, Option<Str
     )
     .unwrap()
 }
+
+/// Provenance `telegram` belongs to the server's own channel adapter: a
+/// socket client that claims it is refused, and nothing is answered or
+/// stored; the decision still takes the client's own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_answer_as_telegram() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let script = decision_script(server.scratch(), plain_decision());
+    let (parent, decision) = waiting(&mut client, &script).await;
+    let mut forged = answer_spec(&parent, &decision, "approve", Value::Null);
+    forged.payload["source"] = json!({"channel": "telegram", "actorId": "12345"});
+    let refused = request(&mut client, &forged).await;
+    assert_eq!(refused.outcome, "rejected", "{:?}", refused.frame);
+    assert_eq!(refused.frame["error"]["code"], "schemaInvalid");
+    assert_eq!(decision_source(&server.db(), &parent), (None, None));
+    let from_cli = answer_spec(&parent, &decision, "approve", Value::Null);
+    let answered = request(&mut client, &from_cli).await;
+    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
+    assert_consistent(&server).await;
+}

@@ -32,8 +32,8 @@ use kernel::run::{self, RunAggregate};
 use protocol::ErrorCode;
 use protocol::generated::constrained::AttemptNumber;
 use protocol::generated::types::{
-    DecisionAnswerPayload, DecisionAnswerReceipt, EffectRecoverPayload, EffectRecoverReceipt,
-    HumanDecisionRequest, RecoverAction,
+    DecisionAnswerPayload, DecisionAnswerReceipt, DecisionChannel, EffectRecoverPayload,
+    EffectRecoverReceipt, HumanDecisionRequest, RecoverAction,
 };
 use rusqlite::Connection;
 use serde_json::Value;
@@ -104,13 +104,30 @@ pub(crate) async fn answer_from_channel(
     outcome == Some(CommandOutcome::Accepted)
 }
 
-/// `decision.answer`.
+/// `decision.answer` from a socket client. Provenance `telegram` is the
+/// server's own channel-adapter path ([`answer_from_channel`]); a client
+/// that claims it is refused before anything is looked up or stored.
 pub(super) async fn answer(
     app: &Arc<Context>,
     request: Request,
     payload: DecisionAnswerPayload,
 ) -> Value {
-    answer_checked(app, request, payload, None).await.0
+    match payload.source.channel {
+        DecisionChannel::Pi | DecisionChannel::Cli | DecisionChannel::Piw => {
+            answer_checked(app, request, payload, None).await.0
+        }
+        DecisionChannel::Telegram => response(
+            &request.request_id,
+            "decision.answer",
+            "rejected",
+            None,
+            None,
+            Some((
+                ErrorCode::SchemaInvalid,
+                "a client answers as pi, cli or piw; telegram answers come only from the server's Telegram channel".into(),
+            )),
+        ),
+    }
 }
 
 async fn answer_checked(
