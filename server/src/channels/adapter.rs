@@ -47,7 +47,7 @@ use protocol::generated::constrained::{ChannelButtons, ChannelPollTimeout, Teleg
 use protocol::generated::types::{
     ChannelAdapterKind, ChannelAdapterMessage, ChannelLaunch, ChannelMessageRef,
     ChannelSendOutcome, ChannelServerMessage, DecisionAnswerPayload, DecisionChannel,
-    DecisionSource, HumanDecisionRequest,
+    DecisionResponse, DecisionSource, HumanDecisionRequest,
 };
 use std::process::Stdio;
 use std::sync::Arc;
@@ -597,16 +597,16 @@ fn settlement(
     ) else {
         return Ok(None);
     };
-    let chosen = decisions::response(connection, &decision)?;
+    let chosen = decisions::response(connection, &decision)?
+        .and_then(|value| serde_json::from_value::<DecisionResponse>(value).ok());
     let label = chosen
         .as_ref()
-        .and_then(|response| response["choice"].as_str())
-        .and_then(|choice| {
+        .and_then(|response| {
             request
                 .choices
                 .as_slice()
                 .iter()
-                .find(|known| known.id.as_str() == choice)
+                .find(|known| known.id.as_str() == response.choice.as_str())
         })
         .map_or("", |choice| choice.label.as_str());
     let outcome = match &decision.status {
