@@ -35,8 +35,25 @@
 //!   `effect.recover` (confirm or retry) moves it.
 //! - Only the allowed identities of the profile answer
 //!   ([`ChannelRejection::NotAllowed`]).
+//! - Once the decision is no longer pending (answered from any source,
+//!   defaulted, cancelled or expired), each delivered send is settled: its
+//!   messages are edited to state the outcome, without buttons. The edit is
+//!   a second managed effect of the same run, `channel.settle:` and the
+//!   profile at the decision's node ([`settle`]), with the same rules as a
+//!   send: reserved and `applying` in a commit before the adapter edits,
+//!   numbered attempts, a bounded new attempt after a known rejection,
+//!   `ambiguous` when interrupted. A send with no known messages (an
+//!   operator confirmed it without a receipt) has nothing to edit: its
+//!   settlement is recorded `cancelled`.
+//! - A report names its work: a send's report cannot settle an edit, nor an
+//!   edit's a send, nor one profile's adapter the other's
+//!   ([`ChannelRejection::StaleAttempt`]).
+//! - An ambiguous edit may be retried after its run ended (the adapter
+//!   edits; the run executes nothing again): [`recover`].
 
-use crate::effect::{EffectKey, EffectRecord, EffectState, upsert};
+use crate::effect::{
+    EffectKey, EffectRecord, EffectRejection, EffectState, RecoveryAction, upsert,
+};
 use crate::ids::{Digest, EffectId};
 use crate::output::{RunEvent, Transition};
 use crate::run::{RunAggregate, Tx};
@@ -51,6 +68,39 @@ pub const MAX_ATTEMPTS: u32 = 3;
 /// The effect type of a send to `profile`.
 pub fn send_type(profile: &str) -> String {
     format!("channel.send:{profile}")
+}
+
+/// The effect type of the settlement edits of `profile`'s messages.
+pub fn settle_type(profile: &str) -> String {
+    format!("channel.settle:{profile}")
+}
+
+/// The profile of a channel effect type (a send's or a settlement's).
+pub fn profile_of(effect_type: &str) -> Option<&str> {
+    effect_type
+        .strip_prefix("channel.send:")
+        .or_else(|| effect_type.strip_prefix("channel.settle:"))
+}
+
+/// The two kinds of channel work an adapter performs and reports on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChannelWork {
+    /// Presenting a pending decision (`channel.present`).
+    Send,
+    /// Editing the presented messages once the decision is decided
+    /// (`channel.settle`).
+    Settle,
+}
+
+impl ChannelWork {
+    /// The effect type of this work for `profile`.
+    pub fn effect_type(self, profile: &str) -> String {
+        match self {
+            Self::Send => send_type(profile),
+            Self::Settle => settle_type(profile),
+        }
+    }
 }
 
 /// The attempt id of attempt `number` of `effect_id`.
@@ -77,6 +127,17 @@ pub fn send_key(agg: &RunAggregate, profile: &str) -> Option<EffectKey> {
         node_path: decision.node_id.clone(),
         visit: 1,
     })
+}
+
+/// The key of the settlement of `send` (a send effect of `profile`): the
+/// same run and node, type `channel.settle:<profile>`.
+pub fn settle_key(send: &EffectRecord, profile: &str) -> EffectKey {
+    EffectKey {
+        run_id: send.key.run_id.clone(),
+        effect_type: settle_type(profile),
+        node_path: send.key.node_path.clone(),
+        visit: 1,
+    }
 }
 
 /// The server's view of one running adapter.
@@ -132,8 +193,11 @@ pub enum ChannelRejection {
     NotDelivered { state: EffectState },
     /// The answering identity is not allowed for the profile.
     NotAllowed,
-    /// The pressed choice takes a text input, which a button cannot carry.
+    /// The pressed choice takes a text input, which a button cannot carry:
+    /// the presser gives it by replying to the decision message.
     NeedsText,
+    /// The decision is still pending: there is nothing to settle yet.
+    DecisionPending,
 }
 
 /// Checks `header` against the running adapter `session` and returns the
@@ -197,44 +261,143 @@ pub fn present(
     let Some(key) = send_key(agg, profile) else {
         return Err(ChannelRejection::NoPendingDecision);
     };
+    Ok(match next_attempt(agg, key, fingerprint, existing)? {
+        Next::Attempt(record) => {
+            let (effect_id, attempt_number) = (record.effect_id.clone(), record.attempt_number);
+            Presented::Send {
+                transition: moved_to(agg, record, EffectState::Applying, now_ms),
+                effect_id,
+                attempt_number,
+            }
+        }
+        Next::Settled(effect) => Presented::Settled { effect },
+    })
+}
+
+/// What a channel effect's next step is.
+enum Next {
+    /// Apply this attempt (a new effect's first, or a `reserved` one's).
+    Attempt(EffectRecord),
+    /// It settled already: nothing changes.
+    Settled(EffectRecord),
+}
+
+/// The next attempt of the channel effect `key`: a new effect is attempt 1
+/// (with `fingerprint`); a `reserved` one (after a known rejection or an
+/// operator's retry) keeps its attempt number; an applying one could be
+/// applied twice and an ambiguous one waits for an operator (both refused).
+/// `existing` is the effect row when it is settled (settled effects are not
+/// in the aggregate).
+fn next_attempt(
+    agg: &RunAggregate,
+    key: EffectKey,
+    fingerprint: Digest,
+    existing: Option<&EffectRecord>,
+) -> Result<Next, ChannelRejection> {
     let effect_id = key.effect_id();
-    let found = find(agg, &effect_id, existing);
-    let record = match found {
-        None => EffectRecord {
-            effect_id: effect_id.clone(),
+    let Some(effect) = find(agg, &effect_id, existing) else {
+        return Ok(Next::Attempt(EffectRecord {
+            effect_id,
             key,
             request_fingerprint: fingerprint,
             state: EffectState::Reserved,
             attempt_number: 1,
             node_attempt_id: None,
             result_digest: None,
-        },
-        Some(effect) => match effect.state {
-            EffectState::Reserved => effect.clone(),
-            EffectState::Applying => return Err(ChannelRejection::AlreadyApplying),
-            EffectState::Ambiguous => return Err(ChannelRejection::Ambiguous),
-            EffectState::Applied | EffectState::Rejected | EffectState::Cancelled => {
-                return Ok(Presented::Settled {
-                    effect: effect.clone(),
-                });
-            }
-        },
+        }));
     };
-    let attempt_number = record.attempt_number;
+    match effect.state {
+        EffectState::Reserved => Ok(Next::Attempt(effect.clone())),
+        EffectState::Applying => Err(ChannelRejection::AlreadyApplying),
+        EffectState::Ambiguous => Err(ChannelRejection::Ambiguous),
+        EffectState::Applied | EffectState::Rejected | EffectState::Cancelled => {
+            Ok(Next::Settled(effect.clone()))
+        }
+    }
+}
+
+/// `record` moved to `state` (`applying`, or `cancelled` when there is
+/// nothing to apply), committed without a new revision.
+fn moved_to(
+    agg: &RunAggregate,
+    record: EffectRecord,
+    state: EffectState,
+    now_ms: u64,
+) -> Transition<RunAggregate> {
+    let (effect_id, attempt_number) = (record.effect_id.clone(), record.attempt_number);
     let mut tx = Tx::begin(agg, now_ms);
-    upsert(
-        &mut tx.agg.effects,
-        EffectRecord {
-            state: EffectState::Applying,
-            ..record
-        },
-    );
-    tx.event(RunEvent::EffectApplying {
-        effect_id: effect_id.clone(),
-        attempt_number,
+    upsert(&mut tx.agg.effects, EffectRecord { state, ..record });
+    tx.event(if state == EffectState::Applying {
+        RunEvent::EffectApplying {
+            effect_id,
+            attempt_number,
+        }
+    } else {
+        RunEvent::EffectSettled { effect_id, state }
     });
-    Ok(Presented::Send {
-        transition: tx.commit_unversioned(),
+    tx.commit_unversioned()
+}
+
+/// The accepted answer to a settlement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settling {
+    /// Commit, then tell the adapter to edit the messages as attempt
+    /// `attempt_number`.
+    Edit {
+        transition: Transition<RunAggregate>,
+        effect_id: EffectId,
+        attempt_number: u32,
+    },
+    /// The send has no known messages: commit the settlement as
+    /// `cancelled`; nothing is edited.
+    NothingToEdit {
+        transition: Transition<RunAggregate>,
+    },
+    /// The settlement settled already: nothing changes, nothing is edited.
+    Settled { effect: EffectRecord },
+}
+
+/// Reserves the settlement edit of `send` (`agg`'s delivered send to
+/// `profile`, as loaded: settled effects are not in the aggregate) and
+/// moves it to `applying`, once `agg` waits on no pending decision.
+/// `messages` is how many messages the send delivered; `existing` is the
+/// settlement's row when it is settled. A new settlement is attempt 1; a
+/// `reserved` one (after a known rejection or an operator's retry) keeps
+/// its attempt number.
+pub fn settle(
+    agg: &RunAggregate,
+    profile: &str,
+    send: &EffectRecord,
+    messages: usize,
+    fingerprint: Digest,
+    existing: Option<&EffectRecord>,
+    now_ms: u64,
+) -> Result<Settling, ChannelRejection> {
+    if agg
+        .decision
+        .as_ref()
+        .is_some_and(|decision| decision.status == crate::decision::DecisionStatus::Pending)
+    {
+        return Err(ChannelRejection::DecisionPending);
+    }
+    if send.key.run_id != agg.run.run_id || send.key.effect_type != send_type(profile) {
+        return Err(ChannelRejection::StaleAttempt);
+    }
+    if send.state != EffectState::Applied {
+        return Err(ChannelRejection::NotDelivered { state: send.state });
+    }
+    let record = match next_attempt(agg, settle_key(send, profile), fingerprint, existing)? {
+        Next::Attempt(record) => record,
+        Next::Settled(effect) => return Ok(Settling::Settled { effect }),
+    };
+    if messages == 0 {
+        return Ok(Settling::NothingToEdit {
+            transition: moved_to(agg, record, EffectState::Cancelled, now_ms),
+        });
+    }
+    let (effect_id, attempt_number) = (record.effect_id.clone(), record.attempt_number);
+    Ok(Settling::Edit {
+        transition: moved_to(agg, record, EffectState::Applying, now_ms),
         effect_id,
         attempt_number,
     })
@@ -264,10 +427,14 @@ pub struct Reported {
     pub attempt_state: EffectState,
 }
 
-/// The adapter reports attempt `attempt_number` of the applying send
-/// `effect_id` of `agg`.
+/// `profile`'s adapter reports attempt `attempt_number` of the applying
+/// `work` (a send or a settlement) `effect_id` of `agg`. The effect must be
+/// that work of that profile, at that attempt.
+#[allow(clippy::too_many_arguments)]
 pub fn report(
     agg: &RunAggregate,
+    profile: &str,
+    work: ChannelWork,
     effect_id: &EffectId,
     attempt_number: u32,
     outcome: SendOutcome,
@@ -277,7 +444,9 @@ pub fn report(
     let Some(effect) = find(agg, effect_id, None) else {
         return Err(ChannelRejection::StaleAttempt);
     };
-    if effect.attempt_number != attempt_number {
+    if effect.key.effect_type != work.effect_type(profile)
+        || effect.attempt_number != attempt_number
+    {
         return Err(ChannelRejection::StaleAttempt);
     }
     if effect.state != EffectState::Applying {
@@ -339,17 +508,20 @@ pub fn report(
 }
 
 /// The adapter of `profile` stopped (or the server restarted): each of its
-/// sends still applying in `agg` becomes `ambiguous`. `None` when none was.
+/// sends and settlements still applying in `agg` becomes `ambiguous`.
+/// `None` when none was.
 pub fn on_adapter_lost(
     agg: &RunAggregate,
     profile: &str,
     now_ms: u64,
 ) -> Option<Transition<RunAggregate>> {
-    let send = send_type(profile);
+    let types = [send_type(profile), settle_type(profile)];
     let lost: Vec<EffectId> = agg
         .effects
         .iter()
-        .filter(|effect| effect.key.effect_type == send && effect.state == EffectState::Applying)
+        .filter(|effect| {
+            types.contains(&effect.key.effect_type) && effect.state == EffectState::Applying
+        })
         .map(|effect| effect.effect_id.clone())
         .collect();
     if lost.is_empty() {
@@ -404,6 +576,41 @@ pub fn check_answer(
         return Err(ChannelRejection::StaleRevision);
     }
     Ok(())
+}
+
+/// `effect.recover` of any effect of `agg`: [`crate::effect::recover`],
+/// except that an ambiguous settlement edit may be retried after its run
+/// ended. The adapter performs the edit and the run executes nothing
+/// again, so the terminal run's own rule (never retry) does not apply; a
+/// send is never retried after its run ended (its decision is decided).
+pub fn recover(
+    agg: &RunAggregate,
+    effect_id: &EffectId,
+    action: RecoveryAction,
+    observed_result: Digest,
+    now_ms: u64,
+) -> Result<Transition<RunAggregate>, EffectRejection> {
+    let settle_after_end = find(agg, effect_id, None).filter(|effect| {
+        action == RecoveryAction::Retry
+            && agg.run.status.is_terminal()
+            && effect.state == EffectState::Ambiguous
+            && effect.key.effect_type.starts_with("channel.settle:")
+    });
+    let Some(effect) = settle_after_end else {
+        return crate::effect::recover(agg, effect_id, action, observed_result, now_ms);
+    };
+    let next = EffectRecord {
+        state: EffectState::Reserved,
+        attempt_number: effect.attempt_number.saturating_add(1),
+        ..effect.clone()
+    };
+    let mut tx = Tx::begin(agg, now_ms);
+    upsert(&mut tx.agg.effects, next);
+    tx.event(RunEvent::EffectRecovered {
+        effect_id: effect_id.clone(),
+        action,
+    });
+    Ok(tx.commit())
 }
 
 fn find<'a>(

@@ -293,7 +293,9 @@ impl Coded for ChannelRejection {
             Self::StaleAttempt => WireCode::StaleAttempt,
             Self::StaleRevision => WireCode::StaleRevision,
             Self::NoPendingDecision => WireCode::NotFound,
-            Self::AlreadyApplying | Self::NotDelivered { .. } => WireCode::IllegalTransition,
+            Self::AlreadyApplying | Self::NotDelivered { .. } | Self::DecisionPending => {
+                WireCode::IllegalTransition
+            }
             Self::Ambiguous => WireCode::EffectAmbiguous,
             Self::NotAllowed => WireCode::DecisionRequired,
             Self::NeedsText => WireCode::SchemaInvalid,
@@ -312,9 +314,10 @@ impl Coded for ChannelRejection {
                 "the channel message may have been sent; check the channel, then recover it"
             }
             Self::NotDelivered { .. } => "the channel message was not delivered",
+            Self::DecisionPending => "the decision is still pending: there is nothing to settle",
             Self::NotAllowed => "this user or chat may not answer this decision",
             Self::NeedsText => {
-                "this choice takes text: answer it in Pi with /workflow answer or with pi-workflows answer"
+                "this choice takes text: reply to the decision message with it (or answer in Pi with /workflow answer, or with pi-workflows answer)"
             }
         }
     }
@@ -329,6 +332,7 @@ impl Coded for ChannelRejection {
             | Self::AlreadyApplying
             | Self::Ambiguous
             | Self::NotDelivered { .. }
+            | Self::DecisionPending
             | Self::NotAllowed
             | Self::NeedsText => None,
         }

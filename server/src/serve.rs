@@ -132,12 +132,13 @@ async fn has_unsettled_work(app: &Arc<Context>) -> bool {
         .unwrap_or(true)
 }
 
-/// A running channel adapter and a pending decision it may answer.
+/// A running channel adapter and a pending decision it may answer, or a
+/// delivered send it still has to settle.
 async fn awaits_a_channel_answer(app: &Arc<Context>) -> bool {
     app.channels.any_running()
         && app
             .store
-            .read(crate::store::channels::any_pending_decision)
+            .read(crate::store::channels::any_channel_work)
             .await
             .unwrap_or(true)
 }

@@ -19,6 +19,8 @@ const TOKEN: &str = "987654:FAKE-telegram-token-never-shown";
 const USER: i64 = 4242;
 const CHAT: i64 = 4242;
 const STRANGER: i64 = 777;
+/// A second allowed chat (a group: negative).
+const GROUP: i64 = -100_4242;
 const SUBJECT_MARKER: &str = "SUBJECT-MARKER-never-sent";
 
 fn node(id: &str, node_type: &str) -> Value {
@@ -58,8 +60,9 @@ fn decision_script(dir: &Path) -> PathBuf {
     )
 }
 
-/// Writes `channels/channels.json` and the token file (`token_mode`).
-fn configure(server: &TestServer, telegram: &FakeTelegram, token_mode: u32) {
+/// Writes `channels/channels.json` (allowing `chats`) and the token file
+/// (`token_mode`).
+fn configure(server: &TestServer, telegram: &FakeTelegram, token_mode: u32, chats: &[i64]) {
     let dir = server.home.join("channels");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -72,7 +75,7 @@ fn configure(server: &TestServer, telegram: &FakeTelegram, token_mode: u32) {
         json!({"telegram": {"ops": {
             "tokenFile": token_file,
             "allowedUserIds": [USER.to_string()],
-            "allowedChatIds": [CHAT.to_string()],
+            "allowedChatIds": chats.iter().map(i64::to_string).collect::<Vec<_>>(),
             "audiences": ["operators"],
             "apiBase": telegram.base(),
         }}})
@@ -83,6 +86,15 @@ fn configure(server: &TestServer, telegram: &FakeTelegram, token_mode: u32) {
 }
 
 fn channel_server(telegram: &FakeTelegram, token_mode: u32, extra: &[(&str, &str)]) -> TestServer {
+    channel_server_for(telegram, token_mode, extra, &[CHAT])
+}
+
+fn channel_server_for(
+    telegram: &FakeTelegram,
+    token_mode: u32,
+    extra: &[(&str, &str)],
+    chats: &[i64],
+) -> TestServer {
     let mut env = vec![
         ("PI_WORKFLOWS_CHANNEL_POLL_MS", "50"),
         (
@@ -92,7 +104,7 @@ fn channel_server(telegram: &FakeTelegram, token_mode: u32, extra: &[(&str, &str
     ];
     env.extend_from_slice(extra);
     let mut server = TestServer::new(&env);
-    configure(&server, telegram, token_mode);
+    configure(&server, telegram, token_mode, chats);
     server.spawn().expect("the server starts");
     server
 }
@@ -149,15 +161,25 @@ async fn presented(
     (run_id, shown["decision"].clone(), data)
 }
 
-fn send_state(server: &TestServer, run_id: &str) -> (String, i64) {
+/// The state, attempt number and id of `run_id`'s effect of `effect_type`.
+fn effect_row(
+    server: &TestServer,
+    run_id: &str,
+    effect_type: &str,
+) -> Option<(String, i64, String)> {
     server
         .db()
         .query_row(
-            "SELECT state, attempt_number FROM effects WHERE run_id = ?1 AND effect_type = 'channel.send:ops'",
-            [run_id],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            "SELECT state, attempt_number, effect_id FROM effects WHERE run_id = ?1 AND effect_type = ?2",
+            [run_id, effect_type],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
-        .unwrap()
+        .ok()
+}
+
+fn send_state(server: &TestServer, run_id: &str) -> (String, i64) {
+    let (state, number, _) = effect_row(server, run_id, "channel.send:ops").expect("a send");
+    (state, number)
 }
 
 async fn wait_send_state(server: &TestServer, run_id: &str, state: &str) {
@@ -322,7 +344,7 @@ async fn unauthorized_users_and_chats_are_refused_and_the_decision_waits() {
             "You may not answer this decision."
         );
     }
-    // A choice that takes text cannot be answered with a button.
+    // A choice that takes text is not answered by its button alone.
     let text_choice = telegram.press(USER, CHAT, &data[1]);
     assert!(
         wait_note(&telegram, &text_choice)
@@ -436,19 +458,8 @@ async fn an_ambiguous_send_is_never_resent_until_confirmed_or_retried() {
     telegram.wait_calls("sendMessage", 2, SETTLE_TIMEOUT);
     wait_send_state(&server, &run_id, "applied").await;
     assert_eq!(send_state(&server, &run_id), ("applied".into(), 2));
-    let attempts: Vec<(i64, String)> = {
-        let db = server.db();
-        let mut statement = db
-            .prepare("SELECT attempt_number, state FROM effect_attempts WHERE effect_id = ?1 ORDER BY attempt_number")
-            .unwrap();
-        statement
-            .query_map([&effect_id], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
     assert_eq!(
-        attempts,
+        attempts_of(&server, &effect_id),
         vec![(1, "ambiguous".into()), (2, "applied".into())]
     );
 
@@ -648,6 +659,358 @@ async fn a_running_adapter_keeps_the_server_up_while_a_decision_waits_for_it() {
         server.wait_exit(SETTLE_TIMEOUT),
         "with nothing left to answer, the server idles out"
     );
+}
+
+/// The state and attempt number of `run_id`'s settlement edit, if any.
+fn settle_state(server: &TestServer, run_id: &str) -> Option<(String, i64)> {
+    effect_row(server, run_id, "channel.settle:ops").map(|(state, number, _)| (state, number))
+}
+
+async fn wait_settle_state(server: &TestServer, run_id: &str, state: &str) {
+    wait_for(SETTLE_TIMEOUT, &format!("the settlement {state}"), || {
+        (settle_state(server, run_id).is_some_and(|(found, _)| found == state)).then_some(())
+    })
+    .await;
+}
+
+fn settle_effect_id(server: &TestServer, run_id: &str) -> String {
+    effect_row(server, run_id, "channel.settle:ops")
+        .expect("a settlement")
+        .2
+}
+
+fn attempts_of(server: &TestServer, effect_id: &str) -> Vec<(i64, String)> {
+    let db = server.db();
+    let mut statement = db
+        .prepare(
+            "SELECT attempt_number, state FROM effect_attempts WHERE effect_id = ?1 ORDER BY attempt_number",
+        )
+        .unwrap();
+    statement
+        .query_map([effect_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The (chat, message) each `editMessageText` call so far edited.
+fn edited(telegram: &FakeTelegram) -> Vec<(i64, i64)> {
+    telegram
+        .calls("editMessageText")
+        .iter()
+        .map(|call| {
+            (
+                call.body["chat_id"].as_i64().unwrap(),
+                call.body["message_id"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_answered_from_the_cli_or_cancelled_gets_each_chats_message_edited_once() {
+    let telegram = FakeTelegram::start(TOKEN);
+    let server = channel_server_for(&telegram, 0o600, &[], &[CHAT, GROUP]);
+    let mut client = server.client().await;
+    wait_running(&mut client).await;
+
+    // Presented to both chats, then answered from the command line.
+    let (answered, _, _) = presented(&mut client, &server, &telegram, 0).await;
+    wait_send_state(&server, &answered, "applied").await;
+    let mut sent = telegram.sent();
+    sent.sort_unstable();
+    assert_eq!(sent.len(), 2, "one message per chat: {sent:?}");
+    let cli = server.cli(&["answer", &answered, "approve"]);
+    assert!(cli.status.success(), "{cli:?}");
+    telegram.wait_calls("editMessageText", 2, SETTLE_TIMEOUT);
+    wait_settle_state(&server, &answered, "applied").await;
+    let mut edits = edited(&telegram);
+    edits.sort_unstable();
+    assert_eq!(edits, sent, "each chat's message, once");
+    for call in telegram.calls("editMessageText") {
+        let text = call.body["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(
+                "Publish the release?
+
+Release 1.2 is ready."
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "
+
+Decided: Approve (answered from the command line)
+
+Request "
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            call.body["reply_markup"],
+            json!({"inline_keyboard": []}),
+            "no buttons"
+        );
+        assert_eq!(call.token, TOKEN);
+    }
+    let effect_id = settle_effect_id(&server, &answered);
+    assert_eq!(
+        attempts_of(&server, &effect_id),
+        vec![(1, "applied".into())]
+    );
+
+    // Cancelled: the outcome says so (and the answered run is not edited again).
+    let (cancelled, _, _) = presented(&mut client, &server, &telegram, 2).await;
+    wait_send_state(&server, &cancelled, "applied").await;
+    let cli = server.cli(&["cancel", &cancelled]);
+    assert!(cli.status.success(), "{cli:?}");
+    let calls = telegram.wait_calls("editMessageText", 4, SETTLE_TIMEOUT);
+    wait_settle_state(&server, &cancelled, "applied").await;
+    for call in &calls[2..] {
+        let text = call.body["text"].as_str().unwrap();
+        assert!(
+            text.contains(
+                "
+
+Cancelled: this decision no longer waits for an answer."
+            ),
+            "{text}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        telegram.calls("editMessageText").len(),
+        4,
+        "each edited once"
+    );
+    assert!(!telegram.all_bodies().contains(SUBJECT_MARKER));
+    assert!(!everything_written(&server).contains(TOKEN));
+    assert_consistent(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_interrupted_by_a_killed_adapter_is_ambiguous_and_edited_again_only_after_channel_recover()
+ {
+    let telegram = FakeTelegram::start(TOKEN);
+    let server = channel_server(&telegram, 0o600, &[]);
+    let mut client = server.client().await;
+    wait_running(&mut client).await;
+    let (run_id, decision, _) = presented(&mut client, &server, &telegram, 0).await;
+    wait_send_state(&server, &run_id, "applied").await;
+
+    // Answered (as Pi would); the edit is in flight when the adapter dies.
+    telegram.hold_edits(true);
+    let pi = request(
+        &mut client,
+        &RequestSpec::command(
+            "decision.answer",
+            Some(&run_id),
+            json!({
+                "decisionId": decision["decisionId"],
+                "requestDigest": decision["requestDigest"],
+                "choice": "revise",
+                "input": {"feedback": "PRIVATE-FEEDBACK-never-shown"},
+                "source": {"channel": "pi", "actorId": "session-1"},
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(pi.outcome, "accepted", "{:?}", pi.frame);
+    telegram.wait_calls("editMessageText", 1, SETTLE_TIMEOUT);
+    assert_eq!(settle_state(&server, &run_id), Some(("applying".into(), 1)));
+    let first = adapter_pid(&server).expect("the adapter runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_settle_state(&server, &run_id, "ambiguous").await;
+    telegram.hold_edits(false);
+    wait_for(SETTLE_TIMEOUT, "a new adapter", || {
+        adapter_pid(&server).filter(|pid| *pid != first)
+    })
+    .await;
+    wait_running(&mut client).await;
+    let shown = view(&mut client, &run_id).await;
+    assert!(
+        shown["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("recoverEffect")),
+        "{shown}"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        telegram.calls("editMessageText").len(),
+        1,
+        "an ambiguous edit is not sent again on its own"
+    );
+
+    // The operator retries: a warning, the next numbered attempt, edited once more.
+    let effect_id = settle_effect_id(&server, &run_id);
+    let retried = server.cli(&[
+        "channel",
+        "recover",
+        "retry",
+        "ops",
+        &format!("{effect_id}.1"),
+    ]);
+    assert!(retried.status.success(), "{retried:?}");
+    let said = String::from_utf8_lossy(&retried.stdout).into_owned()
+        + &String::from_utf8_lossy(&retried.stderr);
+    assert!(said.contains("duplicate"), "{said}");
+    let calls = telegram.wait_calls("editMessageText", 2, SETTLE_TIMEOUT);
+    wait_settle_state(&server, &run_id, "applied").await;
+    assert_eq!(settle_state(&server, &run_id), Some(("applied".into(), 2)));
+    assert_eq!(
+        attempts_of(&server, &effect_id),
+        vec![(1, "ambiguous".into()), (2, "applied".into())]
+    );
+    let text = calls[1].body["text"].as_str().unwrap();
+    assert!(text.contains("Decided: Revise (answered in Pi)"), "{text}");
+    // The answer's text and who gave it are never shown in the channel.
+    assert!(!telegram.all_bodies().contains("PRIVATE-FEEDBACK"));
+    assert!(!telegram.all_bodies().contains("session-1"));
+    // The older attempt cannot be recovered any more.
+    let stale = server.cli(&[
+        "channel",
+        "recover",
+        "confirm",
+        "ops",
+        &format!("{effect_id}.1"),
+    ]);
+    assert!(!stale.status.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(telegram.calls("editMessageText").len(), 2);
+    assert_consistent(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_adapter_epoch_cannot_settle_an_edit() {
+    let telegram = FakeTelegram::start(TOKEN);
+    let server = channel_server(
+        &telegram,
+        0o600,
+        &[("PI_WORKFLOWS_ADAPTER_FAULT", "stale_epoch")],
+    );
+    let mut client = server.client().await;
+    wait_running(&mut client).await;
+    let (run_id, _, _) = presented(&mut client, &server, &telegram, 0).await;
+    wait_send_state(&server, &run_id, "applied").await;
+    let cli = server.cli(&["answer", &run_id, "approve"]);
+    assert!(cli.status.success(), "{cli:?}");
+    telegram.wait_calls("editMessageText", 1, SETTLE_TIMEOUT);
+    let log = wait_for(SETTLE_TIMEOUT, "the refused settlement report", || {
+        let log =
+            std::fs::read_to_string(server.scratch().join("server.stderr")).unwrap_or_default();
+        log.contains("an adapter message was refused: another channel adapter replaced this one")
+            .then_some(log)
+    })
+    .await;
+    assert!(!log.contains(TOKEN));
+    // The report of an epoch the server does not run settles nothing.
+    assert_eq!(settle_state(&server, &run_id), Some(("applying".into(), 1)));
+}
+
+const NEEDS_TEXT: &str = "this choice takes text: reply to the decision message with it (or answer in Pi with /workflow answer, or with pi-workflows answer)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_choice_that_takes_text_is_answered_by_replying_to_the_decision_message() {
+    let telegram = FakeTelegram::start(TOKEN);
+    let server = channel_server(&telegram, 0o600, &[]);
+    let mut client = server.client().await;
+    wait_running(&mut client).await;
+    let (run_id, _, data) = presented(&mut client, &server, &telegram, 0).await;
+    wait_send_state(&server, &run_id, "applied").await;
+    let (_, message_id) = telegram.sent()[0];
+
+    // A reply before any press, and a stranger's, answer nothing.
+    telegram.reply(USER, CHAT, message_id, "too early");
+    telegram.reply(STRANGER, CHAT, message_id, "not allowed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(decision_row(&server, &run_id).0, "pending");
+
+    // Pressing the text choice asks for a reply; a text out of the choice's
+    // bounds (at most 200 characters) is refused by the decision rules.
+    let press = telegram.press(USER, CHAT, &data[1]);
+    assert_eq!(wait_note(&telegram, &press).await, NEEDS_TEXT);
+    telegram.reply(USER, CHAT, message_id, &"x".repeat(201));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(decision_row(&server, &run_id).0, "pending");
+
+    // Pressed again, then replied: the choice with its text, from Telegram.
+    let press = telegram.press(USER, CHAT, &data[1]);
+    assert_eq!(wait_note(&telegram, &press).await, NEEDS_TEXT);
+    let text = "PRIVATE-REPLY add the migration notes";
+    telegram.reply(USER, CHAT, message_id, text);
+    wait_for(SETTLE_TIMEOUT, "the answer", || {
+        (decision_row(&server, &run_id).0 == "accepted").then_some(())
+    })
+    .await;
+    assert_eq!(
+        decision_row(&server, &run_id),
+        (
+            "accepted".into(),
+            Some("telegram".into()),
+            Some(USER.to_string())
+        )
+    );
+    let answer: Vec<u8> = server
+        .db()
+        .query_row(
+            "SELECT b.bytes FROM human_decisions d JOIN blobs b ON b.digest = d.answer_digest WHERE d.run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(
+        answer,
+        json!({"choice": "revise", "input": {"feedback": text}})
+    );
+    let child: String = server
+        .db()
+        .query_row(
+            "SELECT run_id FROM runs WHERE continuation_of = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let settled = support::wait_settled(&mut client, &child).await;
+    assert_eq!(support::step_outcomes(&settled).last().unwrap().0, "rework");
+
+    // The settled message names the choice, never the text.
+    let edits = telegram.wait_calls("editMessageText", 1, SETTLE_TIMEOUT);
+    let edited = edits[0].body["text"].as_str().unwrap();
+    assert!(
+        edited.contains("Decided: Revise (answered in Telegram)"),
+        "{edited}"
+    );
+    assert!(!edited.contains("PRIVATE-REPLY"));
+    // A second reply without a press answers nothing more.
+    telegram.reply(USER, CHAT, message_id, "again");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        count(
+            &server.db(),
+            "SELECT COUNT(*) FROM runs WHERE continuation_of = ?1",
+            [&run_id]
+        ),
+        1
+    );
+    let log = std::fs::read_to_string(server.scratch().join("server.stderr")).unwrap_or_default();
+    assert!(
+        !log.contains("PRIVATE-REPLY") && !log.contains(TOKEN),
+        "{log}"
+    );
+    assert!(
+        !channel_status(&mut client)
+            .await
+            .to_string()
+            .contains("PRIVATE-REPLY")
+    );
+    assert_consistent(&server).await;
 }
 
 #[test]

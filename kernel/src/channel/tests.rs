@@ -102,6 +102,14 @@ fn attempt_ids_round_trip() {
 }
 
 #[test]
+fn a_channel_effect_type_names_its_profile() {
+    assert_eq!(profile_of(&send_type("ops")), Some("ops"));
+    assert_eq!(profile_of(&settle_type("ops")), Some("ops"));
+    assert_eq!(ChannelWork::Settle.effect_type("ops"), "channel.settle:ops");
+    assert_eq!(profile_of("function"), None);
+}
+
+#[test]
 fn a_present_reserves_the_send_as_applying_attempt_one_before_anything_is_sent() {
     let agg = waiting();
     let (after, effect_id, number) = sent(&agg);
@@ -132,6 +140,8 @@ fn a_delivered_send_settles_and_is_adopted_by_the_next_present() {
     let (agg, effect_id, _) = sent(&waiting());
     let reported = report(
         &agg,
+        PROFILE,
+        ChannelWork::Send,
         &effect_id,
         1,
         SendOutcome::Delivered,
@@ -160,6 +170,8 @@ fn a_known_rejection_starts_a_bounded_new_attempt() {
         assert_eq!(attempt, number);
         let reported = report(
             &applying,
+            PROFILE,
+            ChannelWork::Send,
             &effect_id,
             number,
             SendOutcome::Refused { retryable: true },
@@ -179,6 +191,8 @@ fn a_known_rejection_starts_a_bounded_new_attempt() {
     assert_eq!(attempt, MAX_ATTEMPTS);
     let last = report(
         &applying,
+        PROFILE,
+        ChannelWork::Send,
         &effect_id,
         attempt,
         SendOutcome::Refused { retryable: true },
@@ -198,6 +212,8 @@ fn a_report_for_another_attempt_is_stale() {
     assert_eq!(
         report(
             &agg,
+            PROFILE,
+            ChannelWork::Send,
             &effect_id,
             2,
             SendOutcome::Delivered,
@@ -209,6 +225,8 @@ fn a_report_for_another_attempt_is_stale() {
     assert_eq!(
         report(
             &agg,
+            PROFILE,
+            ChannelWork::Send,
             &EffectId::new("effect-other"),
             1,
             SendOutcome::Delivered,
@@ -224,6 +242,8 @@ fn an_unknown_outcome_is_ambiguous_and_never_sent_again_automatically() {
     let (agg, effect_id, _) = sent(&waiting());
     let reported = report(
         &agg,
+        PROFILE,
+        ChannelWork::Send,
         &effect_id,
         1,
         SendOutcome::Unknown,
@@ -283,6 +303,8 @@ fn an_answer_counts_only_through_the_delivered_current_attempt_of_the_pending_de
     );
     let delivered = report(
         &agg,
+        PROFILE,
+        ChannelWork::Send,
         &effect_id,
         1,
         SendOutcome::Delivered,
@@ -314,4 +336,258 @@ fn an_answer_counts_only_through_the_delivered_current_attempt_of_the_pending_de
         check_answer(&decided, PROFILE, &applied, 1, 1, 1),
         Err(ChannelRejection::NoPendingDecision)
     );
+}
+
+/// A delivered send of a decision that was then decided (the store loads
+/// no decided decision into the aggregate) and whose run ended: the
+/// aggregate as reloaded, and the send's row.
+fn decided_after_delivery() -> (RunAggregate, EffectRecord) {
+    let (agg, send_id, _) = sent(&waiting());
+    let delivered = report(
+        &agg,
+        PROFILE,
+        ChannelWork::Send,
+        &send_id,
+        1,
+        SendOutcome::Delivered,
+        Digest::repeat(9),
+        40,
+    )
+    .expect("reported")
+    .transition
+    .facts;
+    let send = effect(&delivered, &send_id);
+    let mut decided = delivered.reload();
+    decided.effects.clear();
+    decided.decision = None;
+    decided.run.status = crate::run::RunStatus::Cancelled;
+    decided.run.queue = crate::run::QueueStatus::Cancelled;
+    (decided, send)
+}
+
+fn edit(agg: &RunAggregate, send: &EffectRecord) -> (RunAggregate, EffectId, u32) {
+    match settle(agg, PROFILE, send, 2, fingerprint(), None, 50).expect("an edit") {
+        Settling::Edit {
+            transition,
+            effect_id,
+            attempt_number,
+        } => (transition.facts, effect_id, attempt_number),
+        other => panic!("not an edit: {other:?}"),
+    }
+}
+
+#[test]
+fn a_decided_decision_settles_its_delivered_send_once_as_a_managed_edit() {
+    let (decided, send) = decided_after_delivery();
+    let (editing, settle_id, number) = edit(&decided, &send);
+    assert_eq!(number, 1);
+    let settlement = effect(&editing, &settle_id);
+    assert_eq!(settlement.state, EffectState::Applying);
+    assert_eq!(settlement.key, settle_key(&send, PROFILE));
+    assert_eq!(settlement.key.effect_type, "channel.settle:ops");
+    assert_eq!(settlement.key.node_path, send.key.node_path);
+    // Applying already: a second settle could edit twice.
+    assert_eq!(
+        settle(&editing, PROFILE, &send, 2, fingerprint(), None, 51),
+        Err(ChannelRejection::AlreadyApplying)
+    );
+    let reported = report(
+        &editing,
+        PROFILE,
+        ChannelWork::Settle,
+        &settle_id,
+        1,
+        SendOutcome::Delivered,
+        Digest::repeat(8),
+        60,
+    )
+    .expect("reported");
+    let applied = effect(&reported.transition.facts, &settle_id);
+    assert_eq!(applied.state, EffectState::Applied);
+    let mut reloaded = reported.transition.facts.clone();
+    reloaded.effects.clear();
+    assert_eq!(
+        settle(
+            &reloaded,
+            PROFILE,
+            &send,
+            2,
+            fingerprint(),
+            Some(&applied),
+            70
+        ),
+        Ok(Settling::Settled { effect: applied })
+    );
+}
+
+#[test]
+fn a_pending_decision_or_an_undelivered_send_is_not_settled() {
+    let (agg, send_id, _) = sent(&waiting());
+    let applying = effect(&agg, &send_id);
+    let mut delivered = applying.clone();
+    delivered.state = EffectState::Applied;
+    assert_eq!(
+        settle(&agg, PROFILE, &delivered, 1, fingerprint(), None, 50),
+        Err(ChannelRejection::DecisionPending)
+    );
+    let (decided, _) = decided_after_delivery();
+    assert_eq!(
+        settle(&decided, PROFILE, &applying, 1, fingerprint(), None, 50),
+        Err(ChannelRejection::NotDelivered {
+            state: EffectState::Applying
+        })
+    );
+    assert_eq!(
+        settle(&decided, "other", &delivered, 1, fingerprint(), None, 50),
+        Err(ChannelRejection::StaleAttempt)
+    );
+}
+
+#[test]
+fn a_send_without_known_messages_is_settled_as_nothing_to_edit() {
+    let (decided, send) = decided_after_delivery();
+    let Ok(Settling::NothingToEdit { transition }) =
+        settle(&decided, PROFILE, &send, 0, fingerprint(), None, 50)
+    else {
+        panic!("nothing to edit");
+    };
+    let settlement = effect(&transition.facts, &settle_key(&send, PROFILE).effect_id());
+    assert_eq!(settlement.state, EffectState::Cancelled);
+}
+
+#[test]
+fn a_report_of_other_work_another_profile_or_an_older_attempt_cannot_settle_an_edit() {
+    let (decided, send) = decided_after_delivery();
+    let (editing, settle_id, _) = edit(&decided, &send);
+    for (profile, work, number) in [
+        (PROFILE, ChannelWork::Send, 1),
+        ("other", ChannelWork::Settle, 1),
+        (PROFILE, ChannelWork::Settle, 2),
+    ] {
+        assert_eq!(
+            report(
+                &editing,
+                profile,
+                work,
+                &settle_id,
+                number,
+                SendOutcome::Delivered,
+                Digest::repeat(8),
+                60,
+            ),
+            Err(ChannelRejection::StaleAttempt),
+            "{profile} {work:?} {number}"
+        );
+    }
+    // Nor can an edit's report settle a send.
+    let (applying, send_id, _) = sent(&waiting());
+    assert_eq!(
+        report(
+            &applying,
+            PROFILE,
+            ChannelWork::Settle,
+            &send_id,
+            1,
+            SendOutcome::Delivered,
+            Digest::repeat(8),
+            60,
+        ),
+        Err(ChannelRejection::StaleAttempt)
+    );
+    // After an operator's retry, the older attempt settles nothing.
+    let lost = on_adapter_lost(&editing, PROFILE, 61).expect("ambiguous");
+    let retried = recover(
+        &lost.facts,
+        &settle_id,
+        RecoveryAction::Retry,
+        Digest::repeat(0),
+        62,
+    )
+    .expect("retried");
+    let (again, _, number) = edit(&retried.facts, &send);
+    assert_eq!(number, 2);
+    assert_eq!(
+        report(
+            &again,
+            PROFILE,
+            ChannelWork::Settle,
+            &settle_id,
+            1,
+            SendOutcome::Delivered,
+            Digest::repeat(8),
+            63,
+        ),
+        Err(ChannelRejection::StaleAttempt)
+    );
+}
+
+#[test]
+fn an_interrupted_edit_is_ambiguous_and_only_an_operator_retries_it_even_after_the_run_ended() {
+    let (decided, send) = decided_after_delivery();
+    let (editing, settle_id, _) = edit(&decided, &send);
+    let lost = on_adapter_lost(&editing, PROFILE, 60).expect("ambiguous");
+    assert_eq!(
+        effect(&lost.facts, &settle_id).state,
+        EffectState::Ambiguous
+    );
+    assert_eq!(
+        settle(&lost.facts, PROFILE, &send, 2, fingerprint(), None, 61),
+        Err(ChannelRejection::Ambiguous)
+    );
+    // A workflow effect is never retried after its run ended; an edit is.
+    assert!(matches!(
+        crate::effect::recover(
+            &lost.facts,
+            &settle_id,
+            RecoveryAction::Retry,
+            Digest::repeat(0),
+            62
+        ),
+        Err(EffectRejection::RetryAfterTerminal { .. })
+    ));
+    let retried = recover(
+        &lost.facts,
+        &settle_id,
+        RecoveryAction::Retry,
+        Digest::repeat(0),
+        62,
+    )
+    .expect("retried");
+    let next = effect(&retried.facts, &settle_id);
+    assert_eq!(
+        (next.state, next.attempt_number),
+        (EffectState::Reserved, 2)
+    );
+    // Confirm records observed success.
+    let confirmed = recover(
+        &lost.facts,
+        &settle_id,
+        RecoveryAction::Confirm,
+        Digest::repeat(0),
+        63,
+    )
+    .expect("confirmed");
+    assert_eq!(
+        effect(&confirmed.facts, &settle_id).state,
+        EffectState::Applied
+    );
+}
+
+#[test]
+fn a_send_is_never_retried_after_its_run_ended() {
+    let (agg, send_id, _) = sent(&waiting());
+    let mut lost = on_adapter_lost(&agg, PROFILE, 41).expect("ambiguous").facts;
+    lost.decision = None;
+    lost.run.status = crate::run::RunStatus::Cancelled;
+    lost.run.queue = crate::run::QueueStatus::Cancelled;
+    assert!(matches!(
+        recover(
+            &lost,
+            &send_id,
+            RecoveryAction::Retry,
+            Digest::repeat(0),
+            42
+        ),
+        Err(EffectRejection::RetryAfterTerminal { .. })
+    ));
 }

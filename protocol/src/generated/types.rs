@@ -798,7 +798,7 @@ impl ::std::convert::TryFrom<::std::string::String> for ChannelAdapterKind {
         value.parse()
     }
 }
-///One line an adapter writes: the header every message carries (kind, epoch, profile, sequence, expected revision, attempt id) and the fields of its kind: a present's outcome (retryable for a refusal, the message references when delivered), an answer's choice index, user, chat and event id, an exit's reason.
+///One line an adapter writes: the header every message carries (kind, epoch, profile, sequence, expected revision, attempt id) and the fields of its kind: a present's or a settle's outcome (retryable for a refusal; a present's message references when delivered), an answer's choice index, user, chat and event id (and its text, for a choice that takes text), an exit's reason.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelAdapterMessage {
@@ -830,8 +830,67 @@ pub struct ChannelAdapterMessage {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub retryable: ::std::option::Option<bool>,
     pub sequence: super::constrained::ChannelSequence,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub text: ::std::option::Option<ChannelAnswerText>,
     #[serde(rename = "userId", skip_serializing_if = "::std::option::Option::is_none")]
     pub user_id: ::std::option::Option<TelegramId>,
+}
+///The text a person replied with for a choice that takes text: 1 to 4,096 characters (Telegram's limit); the server checks it against the choice's input and never logs it.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChannelAnswerText(::std::string::String);
+impl ::std::ops::Deref for ChannelAnswerText {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChannelAnswerText> for ::std::string::String {
+    fn from(value: ChannelAnswerText) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChannelAnswerText {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 4096usize {
+            return Err("longer than 4096 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChannelAnswerText {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChannelAnswerText {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChannelAnswerText {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
 }
 ///The Bot API base URL of a profile.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -947,7 +1006,7 @@ impl<'de> ::serde::Deserialize<'de> for ChannelButtonLabel {
             })
     }
 }
-///The channel's id of a press (a Telegram callback query id).
+///The channel's id of a press (a Telegram callback query id) or of a text reply (`reply-` and the chat and message ids).
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
 pub struct ChannelEventId(::std::string::String);
@@ -1165,7 +1224,7 @@ pub struct ChannelRecoverReceipt {
 pub struct ChannelReloadReceipt {
     pub reloaded: super::constrained::Count,
 }
-///How a send attempt ended: delivered (the channel accepted it), refused (a definite refusal), unknown (the request may have arrived).
+///How a send or settlement attempt ended: delivered (the channel accepted it), refused (a definite refusal), unknown (the request may have arrived).
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,
@@ -1224,7 +1283,7 @@ impl ::std::convert::TryFrom<::std::string::String> for ChannelSendOutcome {
         value.parse()
     }
 }
-///One line the server writes to an adapter after its launch: channel.present (send attempt attemptId of the rendered text with one button per label) or channel.answer (the verdict on the press eventId, with the note to show).
+///One line the server writes to an adapter after its launch: channel.present (send attempt attemptId of the rendered text with one button per label), channel.settle (settlement attempt attemptId: edit each of the messages to the text, without buttons) or channel.answer (the verdict on the press eventId, with the note to show; awaitText when the pressed choice takes text, which the presser then gives by replying to the decision message).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelServerMessage {
@@ -1232,6 +1291,11 @@ pub struct ChannelServerMessage {
     pub accepted: ::std::option::Option<bool>,
     #[serde(rename = "attemptId")]
     pub attempt_id: AttemptId,
+    #[serde(
+        rename = "awaitText",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub await_text: ::std::option::Option<bool>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub buttons: ::std::option::Option<super::constrained::ChannelButtons>,
     #[serde(rename = "eventId", skip_serializing_if = "::std::option::Option::is_none")]
@@ -1239,6 +1303,8 @@ pub struct ChannelServerMessage {
     #[serde(rename = "expectedRevision")]
     pub expected_revision: super::constrained::ChannelRevision,
     pub kind: ChannelAdapterKind,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub messages: ::std::option::Option<super::constrained::ChannelMessageRefs>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub note: ::std::option::Option<ChannelNote>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]

@@ -28,6 +28,7 @@ import { TOOL_DESCRIPTION, TOOL_NAME, WORKFLOW_TOOL_PARAMETERS } from "./tool.js
 import { RESERVED_WORDS, USAGE } from "./grammar.js";
 import { WIDGET_KEY } from "./widget.js";
 import { herdrAvailable, registerPiw } from "./piw.js";
+import { registerWorkflowChannel } from "./channels.js";
 
 export { WorkflowSession } from "./session.js";
 export { WorkflowMessageCoordinator } from "./coordinator.js";
@@ -175,6 +176,8 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
 
   pi.registerShortcut("shift+up", { description: "pi-workflows: scroll the workflow widget up", handler: () => current()?.scrollBy(-1) });
   pi.registerShortcut("shift+down", { description: "pi-workflows: scroll the workflow widget down", handler: () => current()?.scrollBy(1) });
+  // `/workflow-channel status|reload|recover …`: the server's channel adapters.
+  registerWorkflowChannel(pi, () => client);
   // `/piw` and Ctrl+Shift+R open or focus piw on the run of this session's view.
   registerPiw(pi, () => {
     const run = current()?.view?.run;

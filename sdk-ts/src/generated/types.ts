@@ -98,7 +98,7 @@ export type ChannelAdapterKind = "channel.ready" | "channel.present" | "channel.
 /** Every value of ChannelAdapterKind, in schema order. */
 export const ChannelAdapterKindValues: readonly ChannelAdapterKind[] = ["channel.ready", "channel.present", "channel.answer", "channel.settle", "channel.exiting"];
 
-/** One line an adapter writes: the header every message carries (kind, epoch, profile, sequence, expected revision, attempt id) and the fields of its kind: a present's outcome (retryable for a refusal, the message references when delivered), an answer's choice index, user, chat and event id, an exit's reason. */
+/** One line an adapter writes: the header every message carries (kind, epoch, profile, sequence, expected revision, attempt id) and the fields of its kind: a present's or a settle's outcome (retryable for a refusal; a present's message references when delivered), an answer's choice index, user, chat and event id (and its text, for a choice that takes text), an exit's reason. */
 export interface ChannelAdapterMessage {
   "attemptId": AttemptId | null;
   "chatId"?: TelegramId;
@@ -113,8 +113,12 @@ export interface ChannelAdapterMessage {
   "reason"?: SafeMessage;
   "retryable"?: boolean;
   "sequence": ChannelSequence;
+  "text"?: ChannelAnswerText;
   "userId"?: TelegramId;
 }
+
+/** The text a person replied with for a choice that takes text: 1 to 4,096 characters (Telegram's limit); the server checks it against the choice's input and never logs it. */
+export type ChannelAnswerText = string;
 
 /** The Bot API base URL of a profile. */
 export type ChannelApiBase = string;
@@ -131,7 +135,7 @@ export type ChannelChoiceIndex = number;
 /** A channel adapter's epoch: a new one at every launch. */
 export type ChannelEpoch = number;
 
-/** The channel's id of a press (a Telegram callback query id). */
+/** The channel's id of a press (a Telegram callback query id) or of a text reply (`reply-` and the chat and message ids). */
 export type ChannelEventId = string;
 
 /** The first line the server writes to a channel adapter's stdin: its epoch and profile, the Bot API base, its one credential, the allowed identities and the long-poll timeout. Never logged. */
@@ -185,7 +189,7 @@ export interface ChannelReloadReceipt {
 /** The channel revision an adapter message expects: the revision of the decision request it showed (0 for ready and exiting). */
 export type ChannelRevision = number;
 
-/** How a send attempt ended: delivered (the channel accepted it), refused (a definite refusal), unknown (the request may have arrived). */
+/** How a send or settlement attempt ended: delivered (the channel accepted it), refused (a definite refusal), unknown (the request may have arrived). */
 export type ChannelSendOutcome = "delivered" | "refused" | "unknown";
 
 /** Every value of ChannelSendOutcome, in schema order. */
@@ -194,14 +198,16 @@ export const ChannelSendOutcomeValues: readonly ChannelSendOutcome[] = ["deliver
 /** The sequence of an adapter message: 1, 2, … within an epoch. */
 export type ChannelSequence = number;
 
-/** One line the server writes to an adapter after its launch: channel.present (send attempt attemptId of the rendered text with one button per label) or channel.answer (the verdict on the press eventId, with the note to show). */
+/** One line the server writes to an adapter after its launch: channel.present (send attempt attemptId of the rendered text with one button per label), channel.settle (settlement attempt attemptId: edit each of the messages to the text, without buttons) or channel.answer (the verdict on the press eventId, with the note to show; awaitText when the pressed choice takes text, which the presser then gives by replying to the decision message). */
 export interface ChannelServerMessage {
   "accepted"?: boolean;
   "attemptId": AttemptId;
+  "awaitText"?: boolean;
   "buttons"?: ChannelButtons;
   "eventId"?: ChannelEventId;
   "expectedRevision": ChannelRevision;
   "kind": ChannelAdapterKind;
+  "messages"?: ChannelMessageRefs;
   "note"?: ChannelNote;
   "text"?: ChannelText;
 }

@@ -16,16 +16,18 @@ pub(super) enum ChannelCommand {
     },
     /// Read the channel configuration again and restart the adapters.
     Reload,
-    /// Review an interrupted (ambiguous) channel send: check Telegram first.
+    /// Review an interrupted (ambiguous) channel send or settlement edit:
+    /// check Telegram first.
     #[command(subcommand)]
     Recover(RecoverCommand),
 }
 
 #[derive(Debug, Subcommand)]
 pub(super) enum RecoverCommand {
-    /// The message did arrive: record the send as applied.
+    /// The message did arrive (or was edited): record it as applied.
     Confirm { profile: String, attempt_id: String },
-    /// Send it again as the next attempt (a duplicate message is possible).
+    /// Send (or edit) it again as the next attempt (a duplicate message is
+    /// possible).
     Retry { profile: String, attempt_id: String },
 }
 
@@ -99,10 +101,10 @@ pub(super) async fn run(settings: &Settings, command: ChannelCommand) -> Outcome
                 .await
                 .map_err(|error| refused(error, None))?;
             if action == "confirm" {
-                println!("confirmed {attempt_id} of profile {profile}: recorded as sent");
+                println!("confirmed {attempt_id} of profile {profile}: recorded as done");
             } else {
                 println!(
-                    "profile {profile} will send it again as {}",
+                    "profile {profile} will try it again as {}",
                     recovered.receipt.attempt_id.as_str()
                 );
             }

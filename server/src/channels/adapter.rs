@@ -13,8 +13,15 @@
 //!   exits, each of its sends still applying becomes ambiguous
 //!   (`kernel::channel::on_adapter_lost`) and is never sent again without
 //!   an operator's recovery.
-//! - An answer is a `decision.answer` with source `{telegram, user id}`
-//!   and the key `telegram:<profile>:<press id>`, and counts only after
+//! - Once a presented decision is no longer pending, each delivered send
+//!   is settled: the edit is reserved and moved to `applying` in a commit
+//!   (`kernel::channel::settle`) before the adapter is told to edit the
+//!   send's messages (`channel.settle`), and its report is decided by
+//!   `kernel::channel::report` as the settlement's (a report never settles
+//!   other work than its kind and profile name).
+//! - An answer (a press, or the reply that gives the text of a choice that
+//!   takes text) is a `decision.answer` with source `{telegram, user id}`
+//!   and the key `telegram:<profile>:<event id>`, and counts only after
 //!   `kernel::channel::check_identity` and, in the answer's own job,
 //!   `kernel::channel::check_answer`.
 //! - The adapter gets its credential on stdin at launch and an empty
@@ -31,13 +38,16 @@ use crate::projection::run_view::to_wire;
 use crate::shell;
 use crate::store::blobs::{self, Blob};
 use crate::store::{Commit, channels, decisions, runs};
-use kernel::channel::{AdapterSession, ChannelRejection, Header, Presented, SendOutcome};
-use kernel::ids::RunId;
+use kernel::channel::{
+    AdapterSession, ChannelRejection, ChannelWork, Header, Presented, SendOutcome, Settling,
+};
+use kernel::decision::{DecisionStatus, Provenance};
+use kernel::ids::{EffectId, RunId};
 use protocol::generated::constrained::{ChannelButtons, ChannelPollTimeout, TelegramIds};
 use protocol::generated::types::{
-    ChannelAdapterKind, ChannelAdapterMessage, ChannelLaunch, ChannelSendOutcome,
-    ChannelServerMessage, DecisionAnswerPayload, DecisionChannel, DecisionSource,
-    HumanDecisionRequest,
+    ChannelAdapterKind, ChannelAdapterMessage, ChannelLaunch, ChannelMessageRef,
+    ChannelSendOutcome, ChannelServerMessage, DecisionAnswerPayload, DecisionChannel,
+    DecisionResponse, DecisionSource, HumanDecisionRequest,
 };
 use std::process::Stdio;
 use std::sync::Arc;
@@ -177,7 +187,10 @@ async fn run(
                 let Ok(Some(line)) = line else { break };
                 handle(app, profile, &mut session, &mut ready, &mut stdin, &line).await;
             }
-            _ = tick.tick(), if ready => present_pending(app, profile, &mut stdin).await,
+            _ = tick.tick(), if ready => {
+                present_pending(app, profile, &mut stdin).await;
+                settle_decided(app, profile, &mut stdin).await;
+            }
         }
     }
     let _ = child.wait().await;
@@ -226,19 +239,24 @@ async fn handle(
             *ready = true;
             set(app, profile, AdapterState::Running, None);
         }
-        ChannelAdapterKind::ChannelPresent => report(app, profile, &header, &message).await,
-        ChannelAdapterKind::ChannelAnswer => {
-            let verdict = answer(app, profile, &header, &message).await;
-            let (accepted, note) = match verdict {
-                Ok(()) => (true, "Recorded."),
-                Err(note) => (false, note),
-            };
-            reply(stdin, &header, &message, accepted, note).await;
+        ChannelAdapterKind::ChannelPresent => {
+            report(app, profile, ChannelWork::Send, &header, &message).await;
         }
-        ChannelAdapterKind::ChannelSettle => crate::log::line(&format!(
-            "channel {}: an unexpected settle report was ignored",
-            profile.name
-        )),
+        ChannelAdapterKind::ChannelSettle => {
+            report(app, profile, ChannelWork::Settle, &header, &message).await;
+        }
+        ChannelAdapterKind::ChannelAnswer => {
+            let verdict = checked_answer(app, profile, &header, &message).await;
+            // A press on a choice that takes text: the presser replies to
+            // the decision message with it, which the adapter reports.
+            let await_text = matches!(verdict, Err(Refusal::Channel(ChannelRejection::NeedsText)))
+                && message.text.is_none();
+            let (accepted, note) = match &verdict {
+                Ok(()) => (true, "Recorded."),
+                Err(refusal) => (false, refusal.note()),
+            };
+            reply(stdin, &header, &message, accepted, note, await_text).await;
+        }
         ChannelAdapterKind::ChannelExiting => crate::log::line(&format!(
             "channel {}: the adapter is exiting: {}",
             profile.name,
@@ -277,7 +295,7 @@ async fn refuse(
         profile.name
     ));
     if message.kind == ChannelAdapterKind::ChannelAnswer {
-        reply(stdin, &header_of(message), message, false, text).await;
+        reply(stdin, &header_of(message), message, false, text, false).await;
     }
 }
 
@@ -287,6 +305,7 @@ async fn reply(
     message: &ChannelAdapterMessage,
     accepted: bool,
     note: &str,
+    await_text: bool,
 ) {
     let (Some(attempt_id), Some(event_id)) = (header.attempt_id.as_ref(), &message.event_id) else {
         return;
@@ -307,6 +326,8 @@ async fn reply(
         note: Some(note),
         buttons: None,
         text: None,
+        messages: None,
+        await_text: await_text.then_some(true),
     };
     send(stdin, &verdict).await;
 }
@@ -433,13 +454,17 @@ fn present_message(
         event_id: None,
         accepted: None,
         note: None,
+        messages: None,
+        await_text: None,
     })
 }
 
-/// A send attempt's report.
+/// A send's or a settlement's attempt report (`work`, by the message's
+/// kind).
 async fn report(
     app: &Arc<Context>,
     profile: &Profile,
+    work: ChannelWork,
     header: &Header,
     message: &ChannelAdapterMessage,
 ) {
@@ -449,7 +474,7 @@ async fn report(
         .and_then(kernel::channel::parse_attempt_id)
     else {
         crate::log::line(&format!(
-            "channel {}: a send report named no attempt",
+            "channel {}: a report named no attempt",
             profile.name
         ));
         return;
@@ -461,7 +486,15 @@ async fn report(
         },
         Some(ChannelSendOutcome::Unknown) | None => SendOutcome::Unknown,
     };
-    let result = Blob::json(&serde_json::to_value(&message.messages).unwrap_or_default());
+    // A send's result is where its messages landed; a settlement edits
+    // those and keeps nothing of its own.
+    let result = match work {
+        ChannelWork::Send => {
+            Blob::json(&serde_json::to_value(&message.messages).unwrap_or_default())
+        }
+        ChannelWork::Settle => Blob::json(&serde_json::Value::Null),
+    };
+    let name = profile.name.clone();
     let reported = shell::transact(app, move |connection, now_ms| {
         let Some(run_id) = channels::run_of_effect(connection, &effect_id)? else {
             return Ok(Commit::Discard((
@@ -477,6 +510,8 @@ async fn report(
         };
         let reported = match kernel::channel::report(
             &before,
+            &name,
+            work,
             &effect_id,
             number,
             outcome,
@@ -507,36 +542,211 @@ async fn report(
     .await;
     if let Ok(Err(rejection)) = reported {
         crate::log::line(&format!(
-            "channel {}: a send report was refused: {}",
+            "channel {}: a report was refused: {}",
             profile.name,
             kernel::reject::Coded::message(&rejection)
         ));
     }
 }
 
-/// What a press that did not answer is told when the decision refused it
-/// (decided already, or the request changed).
-const NOT_ACCEPTED: &str = "This press did not answer the decision: it may be decided already.";
+/// Settles every delivered send of the profile whose decision is no longer
+/// pending and has no settlement yet (or one reserved for its next
+/// attempt).
+async fn settle_decided(app: &Arc<Context>, profile: &Profile, stdin: &mut ChildStdin) {
+    let send_type = kernel::channel::send_type(&profile.name);
+    let settle_type = kernel::channel::settle_type(&profile.name);
+    let Ok(decided) = app
+        .store
+        .read(move |connection| channels::awaiting_settle(connection, &send_type, &settle_type))
+        .await
+    else {
+        return;
+    };
+    for (run_id, send_id) in decided {
+        settle_one(app, profile, stdin, run_id, send_id).await;
+    }
+}
 
-/// A press: who pressed, which attempt and choice; the answer itself. A
-/// refusal is the note the press is answered with.
-async fn answer(
+/// What a settlement edits and says: the send's messages, the settled text
+/// and the request revision the messages showed.
+struct Settlement {
+    messages: Vec<ChannelMessageRef>,
+    text: String,
+    revision: u64,
+}
+
+/// Reads what the settlement of `send_id` edits and says.
+fn settlement(
+    connection: &rusqlite::Connection,
+    run_id: &RunId,
+    send_id: &EffectId,
+) -> rusqlite::Result<Option<Settlement>> {
+    let Some(send) = runs::load_effect(connection, run_id, send_id)? else {
+        return Ok(None);
+    };
+    let messages: Vec<ChannelMessageRef> = match send.result_digest {
+        Some(digest) => blobs::get(connection, &digest)?
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let node = &send.key.node_path;
+    let (Some((decision, channel)), Some(request)) = (
+        decisions::on_node(connection, run_id, node)?,
+        decisions::request(connection, run_id, node)?,
+    ) else {
+        return Ok(None);
+    };
+    let chosen = decisions::response(connection, &decision)?
+        .and_then(|value| serde_json::from_value::<DecisionResponse>(value).ok());
+    let label = chosen
+        .as_ref()
+        .and_then(|response| {
+            request
+                .choices
+                .as_slice()
+                .iter()
+                .find(|known| known.id.as_str() == response.choice.as_str())
+        })
+        .map_or("", |choice| choice.label.as_str());
+    let outcome = match &decision.status {
+        DecisionStatus::Pending => return Ok(None),
+        DecisionStatus::Accepted {
+            provenance: Provenance::Human,
+            ..
+        } => super::render::Outcome::Answered {
+            label,
+            channel: channel.as_deref(),
+        },
+        DecisionStatus::Accepted {
+            provenance: Provenance::Timeout,
+            ..
+        } => super::render::Outcome::Defaulted { label },
+        DecisionStatus::Cancelled => super::render::Outcome::Cancelled,
+        DecisionStatus::Expired => super::render::Outcome::Expired,
+    };
+    Ok(Some(Settlement {
+        messages,
+        text: super::render::render_settled(&request, &outcome),
+        revision: request.revision.get(),
+    }))
+}
+
+async fn settle_one(
     app: &Arc<Context>,
     profile: &Profile,
-    header: &Header,
-    message: &ChannelAdapterMessage,
-) -> Result<(), &'static str> {
-    checked_answer(app, profile, header, message)
-        .await
-        .map_err(|refusal| match refusal {
-            Refusal::Channel(rejection) => kernel::reject::Coded::message(&rejection),
-            Refusal::NotAccepted => NOT_ACCEPTED,
-        })
+    stdin: &mut ChildStdin,
+    run_id: RunId,
+    send_id: EffectId,
+) {
+    let (read_run, read_send) = (run_id.clone(), send_id.clone());
+    let read = app
+        .store
+        .read(move |connection| settlement(connection, &read_run, &read_send))
+        .await;
+    let Ok(Some(Settlement {
+        messages,
+        text,
+        revision,
+    })) = read
+    else {
+        return;
+    };
+    let fingerprint = crate::ids::sha256(
+        serde_json::to_string(&(&text, &messages))
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    let count = messages.len();
+    let name = profile.name.clone();
+    let settling = shell::transact(app, move |connection, now_ms| {
+        let (Some(before), Some(send)) = (
+            runs::load(connection, &run_id)?,
+            runs::load_effect(connection, &run_id, &send_id)?,
+        ) else {
+            return Ok(Commit::Discard((None, Vec::new())));
+        };
+        let key = kernel::channel::settle_key(&send, &name);
+        let existing = runs::load_effect(connection, &run_id, &key.effect_id())?;
+        match kernel::channel::settle(
+            &before,
+            &name,
+            &send,
+            count,
+            fingerprint,
+            existing.as_ref(),
+            now_ms,
+        ) {
+            Ok(Settling::Edit {
+                transition,
+                effect_id,
+                attempt_number,
+            }) => {
+                let outputs =
+                    shell::write_transition(connection, Some(&before), transition, &[], now_ms)?;
+                Ok(Commit::Keep((Some((effect_id, attempt_number)), outputs)))
+            }
+            Ok(Settling::NothingToEdit { transition }) => {
+                let outputs =
+                    shell::write_transition(connection, Some(&before), transition, &[], now_ms)?;
+                Ok(Commit::Keep((None, outputs)))
+            }
+            Ok(Settling::Settled { .. }) | Err(_) => Ok(Commit::Discard((None, Vec::new()))),
+        }
+    })
+    .await;
+    let Ok(Some((effect_id, attempt_number))) = settling else {
+        return;
+    };
+    let attempt_id = kernel::channel::attempt_id(&effect_id, attempt_number);
+    let (Ok(wire_attempt), Ok(expected_revision), Ok(text), Ok(messages)) = (
+        to_wire("attemptId", &attempt_id),
+        to_wire("expectedRevision", revision),
+        to_wire("text", &text),
+        to_wire("messages", &messages),
+    ) else {
+        crate::log::line(&format!(
+            "channel {}: a settlement could not be rendered for the channel",
+            profile.name
+        ));
+        return;
+    };
+    send(
+        stdin,
+        &ChannelServerMessage {
+            kind: ChannelAdapterKind::ChannelSettle,
+            attempt_id: wire_attempt,
+            expected_revision,
+            text: Some(text),
+            messages: Some(messages),
+            buttons: None,
+            event_id: None,
+            accepted: None,
+            note: None,
+            await_text: None,
+        },
+    )
+    .await;
 }
+
+/// What a press or reply that did not answer is told when the decision
+/// refused it (decided already, the request changed, or the text does not
+/// fit the choice).
+const NOT_ACCEPTED: &str = "This did not answer the decision: it may be decided already, or the text does not fit the choice.";
 
 enum Refusal {
     Channel(ChannelRejection),
     NotAccepted,
+}
+
+impl Refusal {
+    /// The note the press (or reply) is answered with.
+    fn note(&self) -> &'static str {
+        match self {
+            Self::Channel(rejection) => kernel::reject::Coded::message(rejection),
+            Self::NotAccepted => NOT_ACCEPTED,
+        }
+    }
 }
 
 impl From<ChannelRejection> for Refusal {
@@ -545,6 +755,8 @@ impl From<ChannelRejection> for Refusal {
     }
 }
 
+/// A press, or a reply with the text of a choice that takes text: who
+/// answered, which attempt and choice; the answer itself.
 async fn checked_answer(
     app: &Arc<Context>,
     profile: &Profile,
@@ -598,15 +810,23 @@ async fn checked_answer(
     else {
         return Err(ChannelRejection::StaleRevision.into());
     };
-    if choice.input.is_some() {
-        return Err(ChannelRejection::NeedsText.into());
-    }
+    // The text goes only into the answer, which the decision rules check
+    // against the choice's input; it is never logged.
+    let input = match (&choice.input, &message.text) {
+        (Some(input), Some(text)) => {
+            let entry = std::collections::BTreeMap::from([(input.name.to_string(), text.as_str())]);
+            Some(to_wire("input", entry).map_err(|_| Refusal::NotAccepted)?)
+        }
+        (Some(_), None) => return Err(ChannelRejection::NeedsText.into()),
+        (None, Some(_)) => return Err(Refusal::NotAccepted),
+        (None, None) => None,
+    };
     let payload = DecisionAnswerPayload {
         decision_id: to_wire("decisionId", decision.decision_id.as_str())
             .map_err(|_| ChannelRejection::NoPendingDecision)?,
         request_digest: request.request_digest.clone(),
         choice: choice.id.clone(),
-        input: None,
+        input,
         source: DecisionSource {
             channel: DecisionChannel::Telegram,
             actor_id: to_wire("actorId", user.as_str())
@@ -651,21 +871,25 @@ async fn checked_answer(
     Err(rejection.map_or(Refusal::NotAccepted, Refusal::Channel))
 }
 
-/// Each of the profile's sends still applying becomes ambiguous.
+/// Each of the profile's sends and settlement edits still applying becomes
+/// ambiguous.
 pub(super) async fn lose_applying(app: &Arc<Context>, profile: &str) {
-    let effect_type = kernel::channel::send_type(profile);
     let Ok(applying) = app.store.read(channels::applying_sends).await else {
         return;
     };
-    for (run_id, _) in applying
+    let mut runs: Vec<RunId> = applying
         .into_iter()
-        .filter(|(_, found)| *found == effect_type)
-    {
+        .filter(|(_, found)| kernel::channel::profile_of(found) == Some(profile))
+        .map(|(run_id, _)| run_id)
+        .collect();
+    runs.dedup();
+    for run_id in runs {
         lose(app, run_id, profile.to_owned()).await;
     }
 }
 
-/// `run_id`'s sends to `profile` still applying become ambiguous.
+/// `run_id`'s sends and settlement edits of `profile` still applying
+/// become ambiguous.
 pub(super) async fn lose(app: &Arc<Context>, run_id: RunId, profile: String) {
     let lost = shell::transact(app, move |connection, now_ms| {
         let Some(before) = runs::load(connection, &run_id)? else {

@@ -2,9 +2,9 @@
 //! Telegram profile (docs/CHANNELS.md).
 //!
 //! Invariants:
-//! - At startup, every channel send a previous server left applying
-//!   becomes ambiguous before any adapter starts (its adapter is gone; it
-//!   is never sent again without an operator's recovery).
+//! - At startup, every channel send or settlement edit a previous server
+//!   left applying becomes ambiguous before any adapter starts (its adapter
+//!   is gone; it is never sent again without an operator's recovery).
 //! - The configuration is read at startup and at each `channel.reload`; a
 //!   reload stops every adapter (their applying sends become ambiguous)
 //!   and starts the profiles configured now. A profile that cannot run is
@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 pub async fn run(app: Arc<Context>, configured: BTreeMap<String, Result<Profile, String>>) {
     if let Ok(applying) = app.store.read(crate::store::channels::applying_sends).await {
         for (run_id, effect_type) in applying {
-            if let Some(profile) = effect_type.strip_prefix("channel.send:") {
+            if let Some(profile) = kernel::channel::profile_of(&effect_type) {
                 adapter::lose(&app, run_id, profile.to_owned()).await;
             }
         }

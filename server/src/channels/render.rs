@@ -8,6 +8,10 @@
 //!   channel.
 //! - The text fits one Telegram message (4,096 characters): a longer
 //!   presentation is cut at a character boundary and says so.
+//! - A settled decision's text is the same presentation with one outcome
+//!   line: the chosen choice's label and where it was answered, or that the
+//!   decision was cancelled or expired. Never the text input of an answer,
+//!   nor who answered.
 
 use protocol::generated::types::{HumanDecisionRequest, PresentationBlock};
 
@@ -23,7 +27,55 @@ pub(super) struct Rendered {
     pub(super) buttons: Vec<String>,
 }
 
+/// How a decision ended, as its settled message states it.
+pub(super) enum Outcome<'a> {
+    /// A person's answer: the choice's label and the channel it came from
+    /// (`pi`, `cli`, `telegram`).
+    Answered {
+        label: &'a str,
+        channel: Option<&'a str>,
+    },
+    /// The deadline's default answer.
+    Defaulted {
+        label: &'a str,
+    },
+    Cancelled,
+    Expired,
+}
+
+impl Outcome<'_> {
+    fn line(&self) -> String {
+        match self {
+            Self::Answered { label, channel } => {
+                let from = match *channel {
+                    Some("pi") => " (answered in Pi)",
+                    Some("cli") => " (answered from the command line)",
+                    Some("telegram") => " (answered in Telegram)",
+                    _ => "",
+                };
+                format!("Decided: {label}{from}")
+            }
+            Self::Defaulted { label } => format!("Decided by the deadline's default: {label}"),
+            Self::Cancelled => "Cancelled: this decision no longer waits for an answer.".into(),
+            Self::Expired => "Expired: no answer came before the deadline.".into(),
+        }
+    }
+}
+
+/// The settled text of `request`: its presentation and the outcome line
+/// (the message keeps no buttons).
+pub(super) fn render_settled(request: &HumanDecisionRequest, outcome: &Outcome<'_>) -> String {
+    let label: String = outcome.line().chars().take(MAX_LABEL * 4).collect();
+    render_with(request, &format!("\n\n{label}")).text
+}
+
 pub(super) fn render(request: &HumanDecisionRequest) -> Rendered {
+    render_with(request, "")
+}
+
+/// The presentation with `outcome` (empty, or the settled outcome line)
+/// before the footer.
+fn render_with(request: &HumanDecisionRequest, outcome: &str) -> Rendered {
     let mut text = String::new();
     text.push_str(request.title.as_str());
     text.push_str("\n\n");
@@ -55,7 +107,7 @@ pub(super) fn render(request: &HumanDecisionRequest) -> Rendered {
     let digest = request.request_digest.as_str();
     let fingerprint = digest.strip_prefix("sha256:").unwrap_or(digest);
     let footer = format!(
-        "\n\nRequest {} (revision {})",
+        "{outcome}\n\nRequest {} (revision {})",
         fingerprint.chars().take(12).collect::<String>(),
         request.revision.get()
     );

@@ -4,10 +4,11 @@
 //! Invariants:
 //! - Status shows each configured profile's state and one safe diagnostic;
 //!   never a token, an identity or a path.
-//! - `channel.recover` is `effect.recover` on the channel send its attempt
-//!   id names, refused unless that attempt is the send's current one and
-//!   the send belongs to the named profile; a retry reserves the next
-//!   numbered attempt, which the profile's adapter sends again.
+//! - `channel.recover` is `effect.recover` on the channel send or
+//!   settlement edit its attempt id names, refused unless that attempt is
+//!   the effect's current one and the effect belongs to the named profile;
+//!   a retry reserves the next numbered attempt, which the profile's
+//!   adapter sends (or edits) again.
 
 use super::receipts::{Executed, command};
 use super::request::Request;
@@ -118,9 +119,11 @@ pub(super) async fn recover(
         ) else {
             return Ok(Executed::rejected(&ChannelRejection::StaleAttempt));
         };
-        if send.key.effect_type != kernel::channel::send_type(&profile)
-            || send.attempt_number != number
-        {
+        let of_profile = [
+            kernel::channel::send_type(&profile),
+            kernel::channel::settle_type(&profile),
+        ];
+        if !of_profile.contains(&send.key.effect_type) || send.attempt_number != number {
             return Ok(Executed::rejected(&ChannelRejection::StaleAttempt));
         }
         let recovered = match super::decisions::recover_in(

@@ -341,8 +341,10 @@ pub(super) struct EffectRecovered {
     pub(super) outputs: Vec<Output>,
 }
 
-/// `kernel::effect::recover` of `effect_id` on `before`, written inside the
-/// caller's job (`effect.recover`, `channel.recover`), or the refusal.
+/// `kernel::channel::recover` (`kernel::effect::recover`, which also lets an
+/// ambiguous settlement edit be retried after its run ended) of `effect_id`
+/// on `before`, written inside the caller's job (`effect.recover`,
+/// `channel.recover`), or the refusal.
 pub(super) fn recover_in(
     connection: &Connection,
     before: &RunAggregate,
@@ -358,7 +360,7 @@ pub(super) fn recover_in(
     // receipt of it, so its result is `null`.
     let observed = Blob::json(&Value::Null);
     let transition =
-        match kernel::effect::recover(before, effect_id, action, observed.digest, now_ms) {
+        match kernel::channel::recover(before, effect_id, action, observed.digest, now_ms) {
             Ok(transition) => transition,
             Err(rejection) => return Ok(Err(Executed::rejected(&rejection))),
         };

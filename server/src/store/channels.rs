@@ -1,6 +1,8 @@
-//! Channel sends (`effects` of type `channel.send:<profile>`, see
-//! `kernel::channel`): which decisions still need one, which run an effect
-//! belongs to, the sends left applying, and an attempt's own end.
+//! Channel sends and settlements (`effects` of type `channel.send:<profile>`
+//! and `channel.settle:<profile>`, see `kernel::channel`): which decisions
+//! still need a send, which delivered sends still need their settlement
+//! edit, which run an effect belongs to, the channel work left applying,
+//! and an attempt's own end.
 //!
 //! Invariant: a send's state lives only in `effects` and `effect_attempts`
 //! (written by `runs::write` from the kernel's facts); these are reads,
@@ -32,6 +34,32 @@ pub(crate) fn awaiting_send(
     rows.collect()
 }
 
+/// Delivered sends of `send_type` whose decision is no longer pending and
+/// that have no settlement of `settle_type` yet, or one reserved for its
+/// next attempt: the run and the send, oldest first, at most 64.
+pub(crate) fn awaiting_settle(
+    connection: &Connection,
+    send_type: &str,
+    settle_type: &str,
+) -> rusqlite::Result<Vec<(RunId, EffectId)>> {
+    let mut statement = connection.prepare_cached(
+        "SELECT e.run_id, e.effect_id FROM effects e
+         JOIN human_decisions d ON d.run_id = e.run_id AND d.node_id = e.node_path
+         WHERE e.effect_type = ?1 AND e.state = 'applied' AND d.state <> 'pending'
+           AND NOT EXISTS (SELECT 1 FROM effects s
+                           WHERE s.run_id = e.run_id AND s.effect_type = ?2 AND s.node_path = e.node_path
+                             AND s.state <> 'reserved')
+         ORDER BY e.updated_at_ms, e.effect_id LIMIT 64",
+    )?;
+    let rows = statement.query_map(params![send_type, settle_type], |row| {
+        Ok((
+            RunId::new(row.get::<_, String>(0)?),
+            EffectId::new(row.get::<_, String>(1)?),
+        ))
+    })?;
+    rows.collect()
+}
+
 /// The run of effect `effect_id`.
 pub(crate) fn run_of_effect(
     connection: &Connection,
@@ -46,11 +74,12 @@ pub(crate) fn run_of_effect(
         .optional()
 }
 
-/// Runs with a channel send still applying, and the send's effect type.
+/// Runs with a channel send or settlement still applying, and its effect
+/// type.
 pub(crate) fn applying_sends(connection: &Connection) -> rusqlite::Result<Vec<(RunId, String)>> {
     let mut statement = connection.prepare_cached(
         "SELECT DISTINCT run_id, effect_type FROM effects
-         WHERE state = 'applying' AND effect_type LIKE 'channel.send:%'
+         WHERE state = 'applying' AND (effect_type LIKE 'channel.send:%' OR effect_type LIKE 'channel.settle:%')
          ORDER BY run_id, effect_type",
     )?;
     let rows = statement.query_map([], |row| {
@@ -83,11 +112,19 @@ pub(crate) fn record_attempt(
     Ok(())
 }
 
-/// Whether any protected decision is pending (a running channel adapter
-/// keeps the server up for its answers).
-pub(crate) fn any_pending_decision(connection: &Connection) -> rusqlite::Result<bool> {
+/// Whether any protected decision is pending, or any delivered send still
+/// needs its settlement edit (a running channel adapter keeps the server
+/// up for its answers and its edits).
+pub(crate) fn any_channel_work(connection: &Connection) -> rusqlite::Result<bool> {
     connection.query_row_cached(
-        "SELECT EXISTS (SELECT 1 FROM human_decisions WHERE state = 'pending')",
+        "SELECT EXISTS (SELECT 1 FROM human_decisions WHERE state = 'pending')
+             OR EXISTS (SELECT 1 FROM effects e
+                        JOIN human_decisions d ON d.run_id = e.run_id AND d.node_id = e.node_path
+                        WHERE e.effect_type LIKE 'channel.send:%' AND e.state = 'applied' AND d.state <> 'pending'
+                          AND NOT EXISTS (SELECT 1 FROM effects s
+                                          WHERE s.run_id = e.run_id AND s.node_path = e.node_path
+                                            AND s.effect_type = 'channel.settle:' || substr(e.effect_type, 14)
+                                            AND s.state IN ('applied', 'rejected', 'cancelled', 'ambiguous')))",
         [],
         |row| row.get(0),
     )

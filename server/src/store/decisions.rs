@@ -42,6 +42,25 @@ pub(crate) fn for_checkpoint(
         .optional()
 }
 
+/// The latest decision of `run_id` on `node_id`, in any state, and the
+/// channel that answered it (`pi`, `cli`, `telegram`; `None` unless a
+/// person's answer was accepted). For the outcome a settlement edit states.
+pub(crate) fn on_node(
+    connection: &Connection,
+    run_id: &RunId,
+    node_id: &NodeId,
+) -> rusqlite::Result<Option<(DecisionRecord, Option<String>)>> {
+    connection
+        .query_row_cached(
+            "SELECT decision_id, node_id, request_digest, state, provenance, answer_digest, deadline_at_ms,
+                    default_answer_digest, continuation_run_id, answer_channel
+             FROM human_decisions WHERE run_id = ?1 AND node_id = ?2 ORDER BY created_at_ms DESC LIMIT 1",
+            params![run_id.as_str(), node_id.as_str()],
+            |row| Ok((decision_from_row(run_id, row)?, row.get::<_, Option<String>>(9)?)),
+        )
+        .optional()
+}
+
 /// The sealed request the checkpoint `node_id` of `run_id` finished with:
 /// the output of its latest `ok` attempt, read as a `HumanDecisionRequest`.
 pub(crate) fn request(

@@ -1,9 +1,12 @@
 //! A fake Telegram Bot API on 127.0.0.1 for the channel tests: it answers
-//! `getUpdates` (long-polled, from a queue of presses the test adds),
+//! `getUpdates` (long-polled, from a queue of presses and replies the test
+//! adds),
 //! `sendMessage`, `editMessageText` and `answerCallbackQuery` at
 //! `/bot<token>/<method>`, records every call, and can drop the connection
 //! of the next `sendMessage` after reading it (an ambiguous send) or hold
-//! every `sendMessage` without answering (a send in flight).
+//! every `sendMessage` or `editMessageText` without answering (a send or an
+//! edit in flight). Like the Bot API, it refuses an edit that would not
+//! change the message ("message is not modified").
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -27,6 +30,11 @@ struct State {
     next_message: i64,
     drop_next_send: bool,
     hold_sends: bool,
+    hold_edits: bool,
+    /// Where each sent message landed: (chat id, message id).
+    sent: Vec<(i64, i64)>,
+    /// The text each edited message shows now.
+    edited: std::collections::BTreeMap<(i64, i64), Value>,
 }
 
 /// The fake server.
@@ -81,6 +89,28 @@ impl FakeTelegram {
         id
     }
 
+    /// Queues a message of `user` in `chat` replying to message `reply_to`
+    /// with `text`; returns the event id the adapter reports it under.
+    pub fn reply(&self, user: i64, chat: i64, reply_to: i64, text: &str) -> String {
+        let (lock, ready) = &*self.shared;
+        let mut state = lock.lock().unwrap();
+        state.next_update += 1;
+        let message_id = 10_000 + state.next_update;
+        let update = json!({
+            "update_id": state.next_update,
+            "message": {
+                "message_id": message_id,
+                "from": {"id": user},
+                "chat": {"id": chat},
+                "text": text,
+                "reply_to_message": {"message_id": reply_to, "chat": {"id": chat}},
+            },
+        });
+        state.updates.push(update);
+        ready.notify_all();
+        format!("reply-{chat}-{message_id}")
+    }
+
     /// Drops the connection of the next `sendMessage` after reading it.
     pub fn drop_next_send(&self) {
         self.shared.0.lock().unwrap().drop_next_send = true;
@@ -89,6 +119,16 @@ impl FakeTelegram {
     /// Holds every `sendMessage` without an answer (or stops holding).
     pub fn hold_sends(&self, hold: bool) {
         self.shared.0.lock().unwrap().hold_sends = hold;
+    }
+
+    /// Holds every `editMessageText` without an answer (or stops holding).
+    pub fn hold_edits(&self, hold: bool) {
+        self.shared.0.lock().unwrap().hold_edits = hold;
+    }
+
+    /// Where every answered `sendMessage` landed: (chat id, message id).
+    pub fn sent(&self) -> Vec<(i64, i64)> {
+        self.shared.0.lock().unwrap().sent.clone()
     }
 
     /// Every call of `method` so far.
@@ -202,9 +242,32 @@ fn serve(mut stream: TcpStream, shared: &(Mutex<State>, Condvar)) {
                 return;
             }
             state.next_message += 1;
+            let landed = (body["chat_id"].as_i64().unwrap_or(0), state.next_message);
+            state.sent.push(landed);
             json!({"ok": true, "result": {"message_id": state.next_message, "chat": {"id": body["chat_id"]}}})
         }
-        "answerCallbackQuery" | "editMessageText" => json!({"ok": true, "result": true}),
+        "editMessageText" => {
+            if state.hold_edits {
+                drop(state);
+                std::thread::sleep(Duration::from_secs(600));
+                return;
+            }
+            let message = (
+                body["chat_id"].as_i64().unwrap_or(0),
+                body["message_id"].as_i64().unwrap_or(0),
+            );
+            if state.edited.get(&message) == Some(&body["text"]) {
+                drop(state);
+                return respond(
+                    &mut stream,
+                    400,
+                    &json!({"ok": false, "error_code": 400, "description": "Bad Request: message is not modified"}),
+                );
+            }
+            state.edited.insert(message, body["text"].clone());
+            json!({"ok": true, "result": true})
+        }
+        "answerCallbackQuery" => json!({"ok": true, "result": true}),
         _ => json!({"ok": false, "description": "unknown method"}),
     };
     drop(state);

@@ -26,8 +26,10 @@ pub(crate) struct Api {
 pub(crate) enum Answer {
     /// `ok: true` and its `result`.
     Ok(Value),
-    /// `ok: false` (or an HTTP error status): retryable for 429 and 5xx.
-    Refused { retryable: bool },
+    /// `ok: false` (or an HTTP error status): retryable for 429 and 5xx;
+    /// `not_modified` when an edit would not change the message (it shows
+    /// that text already).
+    Refused { retryable: bool, not_modified: bool },
 }
 
 /// A request without a complete answer.
@@ -90,8 +92,12 @@ impl Api {
         if status == 200 && value["ok"] == Value::Bool(true) {
             return Ok(Answer::Ok(value["result"].clone()));
         }
+        let not_modified = value["description"]
+            .as_str()
+            .is_some_and(|description| description.contains("message is not modified"));
         Ok(Answer::Refused {
             retryable: status == 429 || status >= 500,
+            not_modified,
         })
     }
 }
