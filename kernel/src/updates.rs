@@ -542,43 +542,33 @@ fn authorize_source(
             run::authorize_runner(tx, authority, runner_epoch, *ttl_ms)
                 .map_err(UpdateRejection::Run)?;
         }
-        UpdateSource::AgentTool {
-            session_id,
-            interaction_id,
-        } => {
+        // `publish` checked the authority and the named request's kind (and,
+        // from the origin session, its session) before the receipt lookup;
+        // a new update also needs the request still pending.
+        UpdateSource::AgentTool { interaction_id, .. } => {
             if attempt.status != AttemptStatus::Waiting {
                 return Err(UpdateRejection::AttemptNotWaiting);
             }
-            check_request(&tx.agg, attempt_id, session_id, interaction_id)?;
+            check_pending(&tx.agg, interaction_id)?;
         }
         UpdateSource::HeadlessTool { interaction_id, .. } => {
-            // `publish` checked the runner's authority and the request's kind.
             if attempt.status != AttemptStatus::Active {
                 return Err(UpdateRejection::AttemptNotActive);
             }
-            let pending = tx.agg.interaction.as_ref().is_some_and(|request| {
-                request.interaction_id == *interaction_id
-                    && request.status == InteractionStatus::Pending
-            });
-            if !pending {
-                return Err(UpdateRejection::RequestMismatch);
-            }
+            check_pending(&tx.agg, interaction_id)?;
         }
     }
     Ok(node_id)
 }
 
-/// The request of an origin-session agent-tool update, checked before its
-/// receipt is looked up (the shell checked the coordinator epoch with
-/// `interaction::check_authority`): the named submitted-output request of
-/// the named attempt, sent to this session, settled or not (so that a
-/// repeat after settlement is answered).
-fn check_agent_tool(
-    agg: &RunAggregate,
-    session_id: &SessionId,
+/// The named submitted-output request of the named attempt, settled or not
+/// (so that a repeat after settlement is answered): what an agent-tool
+/// update, from either mode, must name.
+fn agent_request<'a>(
+    agg: &'a RunAggregate,
     interaction_id: &InteractionId,
     attempt_id: &AttemptId,
-) -> Result<(), UpdateRejection> {
+) -> Result<&'a crate::interaction::InteractionRecord, UpdateRejection> {
     let request = agg
         .interaction
         .as_ref()
@@ -589,6 +579,20 @@ fn check_agent_tool(
     if request.kind != InteractionKind::SubmittedOutput {
         return Err(UpdateRejection::NotAgentStep);
     }
+    Ok(request)
+}
+
+/// The request of an origin-session agent-tool update, checked before its
+/// receipt is looked up (the shell checked the coordinator epoch with
+/// `interaction::check_authority`): the named agent request, sent to this
+/// session.
+fn check_agent_tool(
+    agg: &RunAggregate,
+    session_id: &SessionId,
+    interaction_id: &InteractionId,
+    attempt_id: &AttemptId,
+) -> Result<(), UpdateRejection> {
+    let request = agent_request(agg, interaction_id, attempt_id)?;
     if request.target_session.as_ref() != Some(session_id) {
         return Err(UpdateRejection::WrongSession);
     }
@@ -612,41 +616,22 @@ fn check_headless_tool(
     if !crate::interaction::is_live_runner(&agg.run, generation, runner_epoch) {
         return Err(UpdateRejection::Run(run::Rejection::StaleRunner));
     }
-    let request = agg
-        .interaction
-        .as_ref()
-        .filter(|request| {
-            request.interaction_id == *interaction_id && request.attempt_id == *attempt_id
-        })
-        .ok_or(UpdateRejection::RequestMismatch)?;
-    if request.kind != InteractionKind::SubmittedOutput {
-        return Err(UpdateRejection::NotAgentStep);
-    }
-    Ok(())
+    agent_request(agg, interaction_id, attempt_id).map(|_| ())
 }
 
-fn check_request(
+/// The named request is still pending.
+fn check_pending(
     agg: &RunAggregate,
-    attempt_id: &AttemptId,
-    session_id: &SessionId,
     interaction_id: &InteractionId,
 ) -> Result<(), UpdateRejection> {
-    let request = agg
-        .interaction
-        .as_ref()
-        .filter(|request| {
-            request.status == InteractionStatus::Pending
-                && request.interaction_id == *interaction_id
-                && request.attempt_id == *attempt_id
-        })
-        .ok_or(UpdateRejection::RequestMismatch)?;
-    if request.kind != InteractionKind::SubmittedOutput {
-        return Err(UpdateRejection::NotAgentStep);
+    let pending = agg.interaction.as_ref().is_some_and(|request| {
+        request.interaction_id == *interaction_id && request.status == InteractionStatus::Pending
+    });
+    if pending {
+        Ok(())
+    } else {
+        Err(UpdateRejection::RequestMismatch)
     }
-    if request.target_session.as_ref() != Some(session_id) {
-        return Err(UpdateRejection::WrongSession);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
