@@ -22,11 +22,10 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use common::{PRODUCTION, Stats, ms, raw_commits, stats};
+use common::{PRODUCTION, Stats, checkpoint_script, ms, raw_commits, stats};
 use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;
 use tokio::sync::mpsc;
@@ -64,26 +63,6 @@ fn parse_baseline(bytes: &[u8]) -> Duration {
     stats(samples).p50
 }
 
-fn waiting_script(dir: &Path) -> std::path::PathBuf {
-    write_script(
-        dir,
-        "waits.json",
-        &json!({
-            "workflowName": "waits",
-            "topology": {
-                "startAt": "review",
-                "nodes": [
-                    {"id": "review", "nodeType": "checkpoint", "timeout": {"kind": "none"}, "mountPath": []},
-                    {"id": "after", "nodeType": "compute", "timeout": {"kind": "default"}, "mountPath": []}
-                ],
-                "edges": [{"kind": "plain", "from": "review", "to": "after"}],
-                "mounts": []
-            },
-            "nodes": {"review": [{"finish": {"question": "go?"}}]}
-        }),
-    )
-}
-
 /// Waits until the run's view settled (no runner left).
 async fn settled(client: &mut Client, run_id: &str) -> Value {
     wait_view(client, run_id, Duration::from_secs(120), |view| {
@@ -98,7 +77,7 @@ async fn patch_delivery() -> (Stats, Stats) {
     let server = server_with(&[]);
     let dir = tempfile::tempdir().unwrap();
     let mut driver = server.client().await;
-    let run_id = started(&mut driver, &waiting_script(dir.path())).await;
+    let run_id = started(&mut driver, &checkpoint_script(dir.path())).await;
     settled(&mut driver, &run_id).await;
     let (arrivals, mut arrived) = mpsc::unbounded_channel::<(u64, Instant)>();
     for _ in 0..SUBSCRIBERS {
