@@ -616,7 +616,8 @@ fn settlement(
             ..
         } => super::render::Outcome::Answered {
             label,
-            channel: channel.as_deref(),
+            // The stored source (its column admits only the wire's channels).
+            channel: channel.as_deref().and_then(|text| text.parse().ok()),
         },
         DecisionStatus::Accepted {
             provenance: Provenance::Timeout,

@@ -13,7 +13,7 @@
 //!   decision was cancelled or expired. Never the text input of an answer,
 //!   nor who answered.
 
-use protocol::generated::types::{HumanDecisionRequest, PresentationBlock};
+use protocol::generated::types::{DecisionChannel, HumanDecisionRequest, PresentationBlock};
 
 /// Telegram's limit for one message's text.
 const MAX_TEXT: usize = 4096;
@@ -30,10 +30,10 @@ pub(super) struct Rendered {
 /// How a decision ended, as its settled message states it.
 pub(super) enum Outcome<'a> {
     /// A person's answer: the choice's label and the channel it came from
-    /// (`pi`, `cli`, `telegram`).
+    /// (none when the stored source is missing).
     Answered {
         label: &'a str,
-        channel: Option<&'a str>,
+        channel: Option<DecisionChannel>,
     },
     /// The deadline's default answer.
     Defaulted {
@@ -47,11 +47,12 @@ impl Outcome<'_> {
     fn line(&self) -> String {
         match self {
             Self::Answered { label, channel } => {
-                let from = match *channel {
-                    Some("pi") => " (answered in Pi)",
-                    Some("cli") => " (answered from the command line)",
-                    Some("telegram") => " (answered in Telegram)",
-                    _ => "",
+                let from = match channel {
+                    Some(DecisionChannel::Pi) => " (answered in Pi)",
+                    Some(DecisionChannel::Cli) => " (answered from the command line)",
+                    Some(DecisionChannel::Piw) => " (answered in piw)",
+                    Some(DecisionChannel::Telegram) => " (answered in Telegram)",
+                    None => "",
                 };
                 format!("Decided: {label}{from}")
             }
