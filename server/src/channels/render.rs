@@ -127,3 +127,38 @@ fn render_with(request: &HumanDecisionRequest, outcome: &str) -> Rendered {
         .collect();
     Rendered { text, buttons }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+    use protocol::generated::types::DecisionChannel;
+
+    /// Every answer source is named in the settled line, none left out.
+    #[test]
+    fn a_settled_answer_names_each_source() {
+        let line = |channel| {
+            Outcome::Answered {
+                label: "Approve",
+                channel,
+            }
+            .line()
+        };
+        assert_eq!(
+            [
+                Some(DecisionChannel::Pi),
+                Some(DecisionChannel::Cli),
+                Some(DecisionChannel::Piw),
+                Some(DecisionChannel::Telegram),
+                None,
+            ]
+            .map(line),
+            [
+                "Decided: Approve (answered in Pi)",
+                "Decided: Approve (answered from the command line)",
+                "Decided: Approve (answered in piw)",
+                "Decided: Approve (answered in Telegram)",
+                "Decided: Approve",
+            ]
+        );
+    }
+}
