@@ -16,7 +16,7 @@
 //!   in the external system is possible.
 
 use super::receipts::{Executed, command, command_committed};
-use super::request::Request;
+use super::request::{Request, required_run_id};
 use crate::context::Context;
 use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
@@ -43,22 +43,6 @@ use std::sync::Arc;
 const DUPLICATE_WARNING: &str = "the effect will be applied again as a new attempt: if its earlier attempt reached the external system, a duplicate is possible";
 
 /// The run a command names, or the refusal that it names none.
-fn run_of(request: &Request) -> Result<RunId, Value> {
-    request.run_id.clone().ok_or_else(|| {
-        response(
-            &request.request_id,
-            &request.operation,
-            "rejected",
-            None,
-            None,
-            Some((
-                ErrorCode::SchemaInvalid,
-                "this operation needs a runId".into(),
-            )),
-        )
-    })
-}
-
 fn no_run() -> Executed {
     Executed::refused(
         CommandOutcome::NotFound,
@@ -136,7 +120,7 @@ async fn answer_checked(
     payload: DecisionAnswerPayload,
     channel_check: Option<ChannelCheck>,
 ) -> (Value, Option<CommandOutcome>) {
-    let run_id = match run_of(&request) {
+    let run_id = match required_run_id(&request, "this operation needs a runId") {
         Ok(run_id) => run_id,
         Err(refusal) => return (refusal, None),
     };
@@ -297,7 +281,7 @@ pub(super) async fn recover_effect(
     request: Request,
     payload: EffectRecoverPayload,
 ) -> Value {
-    let run_id = match run_of(&request) {
+    let run_id = match required_run_id(&request, "this operation needs a runId") {
         Ok(run_id) => run_id,
         Err(refusal) => return refusal,
     };

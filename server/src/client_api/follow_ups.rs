@@ -9,11 +9,10 @@
 //! (`terminal_messages`).
 
 use super::receipts::{Executed, command};
-use super::request::Request;
+use super::request::{Request, required_run_id};
 use crate::context::Context;
 use crate::projection::run_view::to_wire;
 use crate::store::{follow_ups, meta, runs};
-use crate::wire::client::response;
 use kernel::follow_up::{self, ChainFacts, FollowUpRecord, FollowUpState, NewFollowUp};
 use kernel::receipt::CommandOutcome;
 use protocol::ErrorCode;
@@ -34,18 +33,12 @@ pub(super) async fn add(
     request: Request,
     payload: FollowUpAddPayload,
 ) -> Value {
-    let Some(run_id) = request.run_id.clone() else {
-        return response(
-            &request.request_id,
-            &request.operation,
-            "rejected",
-            None,
-            None,
-            Some((
-                ErrorCode::SchemaInvalid,
-                "followUp.add needs the runId of the workflow it follows".into(),
-            )),
-        );
+    let run_id = match required_run_id(
+        &request,
+        "followUp.add needs the runId of the workflow it follows",
+    ) {
+        Ok(run_id) => run_id,
+        Err(refusal) => return refusal,
     };
     let prompt = String::from(payload.prompt);
     command(app, request, move |connection, now_ms| {

@@ -31,6 +31,15 @@ pub(super) fn refusal(request: &Request, outcome: &str, code: ErrorCode, message
     )
 }
 
+/// The request's `runId`, or the `schemaInvalid` refusal with `message`
+/// (what the operation needs it for).
+pub(super) fn required_run_id(request: &Request, message: &str) -> Result<RunId, Value> {
+    request
+        .run_id
+        .clone()
+        .ok_or_else(|| schema_invalid(request, message))
+}
+
 /// A `rejected` response with `schemaInvalid` and `message`.
 pub(super) fn schema_invalid(request: &Request, message: &str) -> Value {
     refusal(request, "rejected", ErrorCode::SchemaInvalid, message)

@@ -3,7 +3,7 @@
 //! `checkpoint.answer`, each decided by `kernel::run` inside its receipt job.
 
 use super::receipts::{Executed, command, command_committed, precheck};
-use super::request::Request;
+use super::request::{Request, required_run_id};
 use crate::children::resolver;
 use crate::context::Context;
 use crate::projection::run_view::{OffSchema, to_wire};
@@ -189,18 +189,9 @@ pub(super) async fn run_command(
     request: Request,
     run_command: RunCommand,
 ) -> Value {
-    let Some(run_id) = request.run_id.clone() else {
-        return response(
-            &request.request_id,
-            &request.operation,
-            "rejected",
-            None,
-            None,
-            Some((
-                ErrorCode::SchemaInvalid,
-                "this operation needs a runId".into(),
-            )),
-        );
+    let run_id = match required_run_id(&request, "this operation needs a runId") {
+        Ok(run_id) => run_id,
+        Err(refusal) => return refusal,
     };
     let job_app = app.clone();
     let control = app.control.clone();
