@@ -18,6 +18,15 @@ cd "$(dirname "$0")/.."
 # minutes on 2 cores), so the log shows where the time goes.
 started_at=$SECONDS
 step() { printf '\n==> [%ds] %s\n' "$((SECONDS - started_at))" "$*"; }
+# A full disk fails the storage tests with "disk full" (the server says so):
+# the free space is printed at the start and again on any failure, so a log
+# tells a full machine from a defect.
+free_space() { printf 'free space: %s\n' "$(df -h --output=avail,target . | tail -1)"; }
+trap 'status=$?; ((status)) && free_space; exit $status' EXIT
+free_space
+# A clean clone gains nothing from incremental compilation, which more than
+# doubles target/ (about 9 GiB of the debug tree here): keep the disk footprint small.
+export CARGO_INCREMENTAL=0
 
 step "test tools (strace for the checkpoint-kill test and piw's open trace, unshare for the full-disk tests, tmux for piw's and Pi's TUI tests)"
 # server/tests/storage_faults.rs kills the server inside a checkpoint write
