@@ -300,6 +300,55 @@ async fn server_start_runs_a_detached_server_that_status_sees_and_stop_stops() {
     assert!(!server.socket().exists(), "the socket file is removed");
 }
 
+/// `server stop` while another client brings a server back at once (the Pi
+/// extension starts one when its connection drops): the stop reports that
+/// the server it asked stopped, and names the new one, instead of waiting
+/// for no server at all and failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_stop_succeeds_when_a_client_starts_a_new_server_at_once() {
+    let server = TestServer::new(&[]);
+    let detached = Detached::start(&server);
+    let epoch_of = |server: &TestServer| -> u64 {
+        let status = server.cli(&["server", "status", "--json"]);
+        assert!(status.status.success(), "{}", text(&status));
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["serverEpoch"].as_u64().expect("an epoch")
+    };
+    let first = epoch_of(&server);
+    // The restarting client: as soon as the socket is gone, start a server
+    // (retrying while the old one still holds the lock).
+    let restarter = std::thread::spawn({
+        let socket = server.socket();
+        let mut start = server.command();
+        start.args(["server", "start"]);
+        move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while socket.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            while Instant::now() < deadline {
+                let started = start.output().unwrap();
+                if text(&started).contains("started (epoch") {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("no server started again");
+        }
+    });
+    let stop = server.cli(&["server", "stop"]);
+    restarter.join().unwrap();
+    assert!(stop.status.success(), "{}", text(&stop));
+    let second = epoch_of(&server);
+    assert_ne!(first, second, "a new server runs");
+    assert!(
+        text(&stop).contains("stopped") && text(&stop).contains(&format!("(epoch {first})")),
+        "{}",
+        text(&stop)
+    );
+    drop(detached);
+}
+
 async fn status_of(client: &mut Client, run_id: &str) -> String {
     status(&wait_settled(client, run_id).await).to_owned()
 }

@@ -57,9 +57,14 @@ fn client_failure(error: ClientError) -> ExitCode {
 
 /// A client that never starts a server (the answer limit applies).
 async fn probe(settings: &Settings) -> Result<WorkflowClient, ClientError> {
+    Ok(probe_epoch(settings).await?.0)
+}
+
+/// [`probe`], with the epoch of the server that answered.
+async fn probe_epoch(settings: &Settings) -> Result<(WorkflowClient, u64), ClientError> {
     let mut client = WorkflowClient::new(settings.client_options("cli", false));
-    client.connect().await?;
-    Ok(client)
+    let epoch = client.connect().await?;
+    Ok((client, epoch))
 }
 
 /// Starts the server in the background (unless one runs) and waits for its
@@ -88,8 +93,8 @@ fn start(settings: &Settings, runtime: &tokio::runtime::Runtime) -> ExitCode {
 }
 
 async fn stop(settings: &Settings) -> ExitCode {
-    let mut client = match probe(settings).await {
-        Ok(client) => client,
+    let (mut client, epoch) = match probe_epoch(settings).await {
+        Ok(answered) => answered,
         Err(ClientError::Unavailable) => {
             println!("pi-workflows server is not running");
             return ExitCode::SUCCESS;
@@ -110,12 +115,26 @@ async fn stop(settings: &Settings) -> ExitCode {
         }
     }
     drop(client);
-    // The server closes the socket when it has stored every receipt and parked its runs.
+    // The server closes the socket when it has stored every receipt and
+    // parked its runs, and releases the server lock as it exits. A client
+    // may start a new server at once (the Pi extension does when its
+    // connection drops): one that answers with another epoch holds the
+    // lock the stopped server released.
     let deadline = Instant::now() + settings.stop_grace + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if probe(settings).await.is_err() && settings.home.server_lock_is_free() {
-            println!("pi-workflows server stopped");
-            return ExitCode::SUCCESS;
+        match probe_epoch(settings).await {
+            Ok((_, now)) if now != epoch => {
+                println!(
+                    "pi-workflows server stopped (epoch {epoch}); a client started a new server at once (epoch {now})"
+                );
+                return ExitCode::SUCCESS;
+            }
+            Ok(_) => {}
+            Err(_) if settings.home.server_lock_is_free() => {
+                println!("pi-workflows server stopped (epoch {epoch})");
+                return ExitCode::SUCCESS;
+            }
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
