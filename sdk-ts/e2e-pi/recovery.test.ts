@@ -289,6 +289,31 @@ describe("workflow messages across failures in real Pi", () => {
     assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 2, "the step's turn and the terminal message's");
   });
 
+  it("a graceful server stop mid-step and a new server: the open step turn is not closed as lost, no duplicate step message, and the run completes", async (t) => {
+    const s = await setup(t);
+    const pi = await spawnWorkflowPi(s);
+    const runId = await startGatedStep(s, pi);
+    const pid = serverPid(s.server);
+    await s.server.cli(["server", "stop"]).catch((error: unknown) => {
+      throw new Error(`${String(error)}\n${s.server.serverLog()}`);
+    });
+    const client = await newServerAfter(t, s, pid);
+    // The turn is still open on the new server (a turn closed as lost would have made a reminder at once).
+    const open = await client.view(runId);
+    assert.equal(open.display.activity, "modelTurn", JSON.stringify(open.display));
+    writeFileSync(s.gate, "");
+    const done = await client.waitFor(runId, (view) => view.display.status === "completed" || view.display.status === "failed", 90_000, "the run to finish");
+    assert.equal(done.display.status, "completed", `${JSON.stringify(done.display)}\n${s.server.serverLog()}`);
+    await terminalTurnSettled(pi, s.fixture.mock, runId);
+    assert.deepEqual(
+      (await customEntries(pi, STEP_TYPE)).map((entry) => entry.details?.stepReason),
+      ["initial"],
+      "one step message across the stop: no reminder for a lost turn",
+    );
+    assert.equal(stepTurns(s.fixture.mock.requests).length, 1, "one model turn opened by the step");
+    assert.equal(pi.records.filter((record) => record.type === "agent_start").length, 2, "the step's turn and the terminal message's");
+  });
+
   it("a notify node's notification reaches the session without a model turn", async (t) => {
     const s = await setup(t, () => [terminalRule, { name: "any", reply: reply.text("mock model: unexpected turn") }]);
     const pi = await spawnWorkflowPi(s);
