@@ -358,6 +358,42 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal(agentStarts(pi, since), 1, "the terminal message's turn is the only model turn of the chain");
   });
 
+  it("a run that completes while the step turn's closing text streams: Pi finishes the turn, its capture ends normally, and no interruption shows", async (t) => {
+    // The closing text streams for about 4.5 s after the accepted submission (15 chunks, 300 ms apart).
+    const closing = "All done here. ".repeat(16);
+    const s = await setup(t, [
+      { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text(closing, { delayMs: 300 }) },
+      { name: "submit", lastRole: "user", when: STEP_CONTRACT, reply: submitStep(APPROVED) },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "review fix the bug");
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    // The runner's continuation ends the run inside the step turn.
+    await client.waitFor(runId, (view) => view.display.status === "completed", 60_000, "the run to complete");
+    const closingRequest = s.fixture.mock.requests.find((request) => request.rule === "done");
+    assert.equal(closingRequest?.outcome, "streaming", "the run ended while the step turn's closing text still streamed");
+    await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+    assert.equal(closingRequest?.outcome, "completed", "Pi finished the closing text: nothing stopped the step turn");
+    const stepEnd = pi.records.slice(since).find((record) => record.type === "agent_end") as { messages?: { role?: string; stopReason?: string }[] } | undefined;
+    assert.deepEqual(
+      (stepEnd?.messages ?? []).filter((message) => message.role === "assistant").map((message) => message.stopReason).at(-1),
+      "stop",
+      "the step turn's last assistant message ended normally",
+    );
+    // Its capture ends as a turn that finished, not one aborted.
+    const page = await client.request("view.page", { collection: "sessionEvents", limit: 256, maxBytes: 524_288, revision: 1 }, { runId });
+    const items = (page.receipt as { items: { type: string; data: Record<string, unknown> }[] }).items;
+    assert.deepEqual(items.find((event) => event.type === "turn_finished")?.data.aborted, false, JSON.stringify(items.map((event) => event.type)));
+    // No interruption is shown: no widget line, status or notification speaks of one.
+    const shown = pi.records
+      .slice(since)
+      .flatMap((record) => (record.type === "extension_ui_request" ? [...((record as { widgetLines?: string[] }).widgetLines ?? []), String((record as { message?: unknown }).message ?? ""), String((record as { statusText?: unknown }).statusText ?? "")] : []));
+    assert.deepEqual(shown.filter((line) => /interrupt|server stopped|lost|error/i.test(line)), [], "no interruption shown");
+  });
+
   it("session capture: the step turn's Pi events reach the server under run-wide numbers from 1, and a viewer reads them back in pages", async (t) => {
     const s = await setup(t, [
       { name: "done", lastRole: "tool", when: "Output accepted for step review", reply: reply.text("Done.") },

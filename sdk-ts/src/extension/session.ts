@@ -232,13 +232,17 @@ export class WorkflowSession {
   }
 
   /**
-   * A workflow step turn whose run ended (or whose attempt is no longer the
-   * pending one) is stopped: the model cannot keep working on a closed step.
-   * It is the extension's own abort, not a user's Escape.
+   * A workflow step turn whose step the server closed without its output
+   * (the run ended, or the attempt is no longer the pending one: a timeout,
+   * a cancellation, a lost claim) is stopped: the model cannot keep working
+   * on a closed step. It is the extension's own abort, not a user's Escape.
+   * A turn whose submission was accepted is never stopped: the runner's
+   * continuation, even to the run's end, leaves it open until Pi ends it, so
+   * its closing text and its capture finish normally.
    */
   private abortClosedWorkflowTurn(view: LoadedView): void {
     const turn = this.turns.activeWorkflowTurn();
-    if (turn === undefined || turn.systemAborted || typeof turn.binding !== "object" || turn.binding.kind !== "step") return;
+    if (turn === undefined || turn.systemAborted || turn.stepAccepted || typeof turn.binding !== "object" || turn.binding.kind !== "step") return;
     if (this.options.pi.isIdle()) return;
     const run = view.run;
     const message = view.messages.find((candidate) => candidate.messageId === (turn.binding as { messageId: string }).messageId);
@@ -509,6 +513,7 @@ export class WorkflowSession {
         { idempotencyKey: key, ...(signal !== undefined ? { signal } : {}) },
       );
       if (settled.receipt.outcome === "accepted") {
+        this.turns.markStepAccepted();
         this.tailSuppressed = true;
         void this.source.refresh();
         return { text: texts.acceptedText(pending.nodeId), details: { action: "submit", step: pending.nodeId, accepted: true }, isError: false };

@@ -66,6 +66,8 @@ export interface LocalTurn {
   endReported: boolean;
   /** The extension aborted this turn itself (once). */
   systemAborted: boolean;
+  /** The server accepted a step output submitted in this turn: its step closed normally. */
+  stepAccepted: boolean;
 }
 
 export interface TurnReporterOptions {
@@ -123,6 +125,12 @@ export class TurnReporter implements TurnSink {
     this.systemAbort = true;
   }
 
+  /** The `workflow` tool's submission was accepted inside the open turn. */
+  markStepAccepted(): void {
+    const turn = this.openTurn();
+    if (turn !== undefined) turn.stepAccepted = true;
+  }
+
   /** `agent_start`. */
   onAgentStart(): void {
     const view = this.options.gate.currentView;
@@ -137,6 +145,7 @@ export class TurnReporter implements TurnSink {
       endAwaitsSettle: false,
       endReported: false,
       systemAborted: false,
+      stepAccepted: false,
     };
     if (turn.trigger === undefined && view !== undefined) turn.binding = candidateOf(view);
     this.turns.push(turn);
