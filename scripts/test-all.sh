@@ -28,7 +28,7 @@ free_space
 # doubles target/ (about 9 GiB of the debug tree here): keep the disk footprint small.
 export CARGO_INCREMENTAL=0
 
-step "test tools (strace for the checkpoint-kill test and piw's open trace, unshare for the full-disk tests, tmux for piw's and Pi's TUI tests)"
+step "test tools (strace for the checkpoint-kill test, piw's open trace and the real-Pi state-ownership trace, unshare for the full-disk tests, tmux for piw's and Pi's TUI tests)"
 # server/tests/storage_faults.rs kills the server inside a checkpoint write
 # with `strace -e inject` and mounts a small tmpfs inside `unshare -rm`;
 # piw/tests/live.rs drives piw in tmux under strace; these tests fail (never

@@ -5,7 +5,7 @@
  * SDK's protocol module. Not a WorkflowClient: just enough to start runs,
  * send commands and read run views.
  */
-import { execFile, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { createConnection, type Socket } from "node:net";
@@ -97,6 +97,27 @@ export class TestServer {
       throw new Error(`the server did not start: ${out}\n${server.serverLog()}`);
     }
     return server;
+  }
+
+  /**
+   * Runs the server attached (`pi-workflows server run`) under `wrapper`
+   * (e.g. `strace -f -o <file>`), and resolves once it answers. `exited`
+   * resolves when the wrapper ends (after `stop()`).
+   */
+  static async runWrapped(wrapper: string[], options: ServerOptions = {}): Promise<{ server: TestServer; exited: Promise<number | null> }> {
+    const server = new TestServer(options);
+    const [command = server.bin, ...args] = [...wrapper, server.bin, "server", "run"];
+    const child = spawn(command, args, { env: server.env, stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = new Promise<number | null>((resolveExit) => child.on("exit", (code) => resolveExit(code)));
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      if (existsSync(server.socketPath) && (await server.cli(["server", "status"]).then(() => true, () => false))) break;
+      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`the wrapped server did not start: ${stderr}\n${server.serverLog()}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return { server, exited };
   }
 
   /** Runs the CLI with this server's environment (in `cwd`, default this process's); resolves its stdout and stderr. */
