@@ -93,19 +93,14 @@ pub async fn submit(
     };
     let payload_blob = submissions::payload_hash(&payload.output).1;
     let request_id_owned = request_id.to_owned();
-    // The session's active coordinator epoch enters the job as a fact,
-    // held (not re-read in the job) so that no takeover commits between
-    // this read and the job; the kernel compares it (`check_authority`).
-    let coordinators = match &authority {
-        SubmitAuthority::Coordinator { .. } => Some(app.coordinators.hold().await),
-        SubmitAuthority::Runner { .. } => None,
-    };
-    let active_coordinator = match (&coordinators, &authority) {
-        (Some(held), SubmitAuthority::Coordinator { session_id, .. }) => {
-            held.active_epoch(session_id)
-        }
-        _ => None,
-    };
+    // The kernel compares the active epoch (`check_authority`).
+    let (coordinators, active_coordinator) = app
+        .coordinators
+        .hold_for(match &authority {
+            SubmitAuthority::Coordinator { session_id, .. } => Some(session_id),
+            SubmitAuthority::Runner { .. } => None,
+        })
+        .await;
     let decided = crate::shell::transact(app, move |connection, now_ms| {
             let refuse = |outcome: &str, code: ErrorCode, message: &str| {
                 Ok(Commit::Discard((

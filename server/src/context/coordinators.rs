@@ -27,6 +27,25 @@ impl Coordinators {
     pub async fn hold(&self) -> Held<'_> {
         Held(self.sessions.lock().await)
     }
+
+    /// For work under an origin session's authority (`session_id`): the
+    /// held state and the session's active epoch, which enters the write
+    /// job as a fact (held, not re-read in the job, so no takeover commits
+    /// between this read and the job; the kernel compares it). Nothing for
+    /// work under a runner's authority.
+    pub async fn hold_for(
+        &self,
+        session_id: Option<&SessionId>,
+    ) -> (Option<Held<'_>>, Option<CoordinatorEpoch>) {
+        match session_id {
+            Some(session_id) => {
+                let held = self.hold().await;
+                let active = held.active_epoch(session_id);
+                (Some(held), active)
+            }
+            None => (None, None),
+        }
+    }
 }
 
 /// The coordinator state, held by one operation.

@@ -221,9 +221,7 @@ pub async fn tool_update(
             interaction_id: interaction_id.clone(),
         },
     };
-    // An origin-session update: the session's active coordinator epoch
-    // enters the job as a fact, held (not re-read in the job) so that no
-    // takeover commits between this read and the job, as for a submission.
+    // An origin-session update, held as a submission is.
     let coordinator = match &payload.authority {
         InteractionAuthority::Coordinator {
             session_id,
@@ -234,16 +232,13 @@ pub async fn tool_update(
         }),
         InteractionAuthority::Runner { .. } => None,
     };
-    let coordinators = match &coordinator {
-        Some(_) => Some(app.coordinators.hold().await),
-        None => None,
-    };
-    let active_coordinator = match (&coordinators, &coordinator) {
-        (Some(held), Some(SubmitAuthority::Coordinator { session_id, .. })) => {
-            held.active_epoch(session_id)
-        }
-        _ => None,
-    };
+    let (coordinators, active_coordinator) = app
+        .coordinators
+        .hold_for(match &coordinator {
+            Some(SubmitAuthority::Coordinator { session_id, .. }) => Some(session_id),
+            Some(SubmitAuthority::Runner { .. }) | None => None,
+        })
+        .await;
     let update = payload.update.clone();
     let data = EncodedUpdate::of(&update.data);
     let attempt_id = AttemptId::new(payload.attempt_id.to_string());
