@@ -11,7 +11,9 @@
 //!   (→ `Applied`) or `retry` (→ `Reserved` with the next attempt number)
 //!   leaves it.
 //! - Cancellation turns `Reserved` into `Cancelled` and `Applying` into
-//!   `Ambiguous`; losing the runner while `Applying` also gives `Ambiguous`.
+//!   `Ambiguous`; losing the runner while `Applying` also gives `Ambiguous`,
+//!   and so does the end of its node attempt or of its run with no settle
+//!   reported: an effect is never left `Applying` by anything but its runner.
 //! - An effect is applied at most once per attempt number: `reserve` moves
 //!   an effect to `Applying` only when it is new or `Reserved`, and only the
 //!   runner holding the live claim may do so. A settled effect is adopted
@@ -128,7 +130,9 @@ pub fn on_run_cancelled(effect: &EffectRecord) -> EffectRecord {
 
 /// What losing the runner (crash, pause, claim loss) does to an effect: an
 /// effect that may have reached the external system becomes ambiguous; a
-/// reservation that never began stays reusable.
+/// reservation that never began stays reusable. The end of the effect's node
+/// attempt or of its run without a settle does the same: nobody will report
+/// the outcome any more.
 pub fn on_runner_lost(effect: &EffectRecord) -> EffectRecord {
     let mut next = effect.clone();
     if effect.state == EffectState::Applying {

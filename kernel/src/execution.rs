@@ -714,6 +714,11 @@ fn settle_attempt_in(
     }
     record_step_in(tx, result.outcome);
     settle_interaction_in(tx, &attempt.attempt_id, result.outcome);
+    for effect in &mut tx.agg.effects {
+        if effect.node_attempt_id.as_ref() == Some(&attempt.attempt_id) {
+            *effect = effect::on_runner_lost(effect);
+        }
+    }
     let route = routing::route(topology, &attempt.node_id, result.outcome, &result.record);
     apply_route_in(
         tx,

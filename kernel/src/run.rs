@@ -1277,6 +1277,9 @@ pub(crate) fn finish_in(
     if let Some(interaction) = tx.agg.interaction.as_mut() {
         *interaction = interaction::on_run_terminal(interaction);
     }
+    for effect in &mut tx.agg.effects {
+        *effect = effect::on_runner_lost(effect);
+    }
     for message in &mut tx.agg.messages {
         *message = message::on_run_terminal(message, kind);
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::attempt::NodeOutcome;
 use crate::claim::ClaimLostReason;
 use crate::fixtures::{self, TTL_MS, control_request, host_authority, live_run};
 use crate::output::StopReason;
@@ -870,5 +871,74 @@ proptest! {
                 prop_assert!(!world.agg.has_ambiguous_effect());
             }
         }
+    }
+}
+
+/// The node attempt of `applying()` reports its end while its effect is still
+/// applying (its action was aborted after the apply began, or the runner never
+/// settled it): the outcome is unknown, so the effect becomes ambiguous and is
+/// never left applying.
+#[test]
+fn an_effect_still_applying_when_its_attempt_finishes_becomes_ambiguous() {
+    for outcome in [NodeOutcome::Ok, NodeOutcome::Failed, NodeOutcome::TimedOut] {
+        let agg = applying();
+        let attempt = agg.attempt.clone().unwrap();
+        let record = fixtures::result_record(
+            attempt.attempt_id.as_str(),
+            attempt.node_id.as_str(),
+            outcome,
+            serde_json::Value::Null,
+        );
+        let (step, _) = crate::execution::finish_attempt(
+            &agg,
+            &fixtures::chain(&["act", "next"]),
+            crate::execution::Actor::Runner {
+                authority: &host_authority(1),
+                runner_epoch: &fixtures::runner_epoch(1),
+            },
+            &attempt.attempt_id,
+            crate::execution::NodeResult { outcome, record },
+            AttemptId::from("a-2-next"),
+            NOW_MS + 1,
+            TTL_MS,
+        )
+        .unwrap();
+        assert_eq!(
+            step.facts
+                .effects
+                .iter()
+                .map(|e| e.state)
+                .collect::<Vec<_>>(),
+            vec![EffectState::Ambiguous],
+            "{outcome:?}"
+        );
+    }
+}
+
+/// The runner ends the run while an effect applies: the run is terminal and
+/// the effect ambiguous, never applying under a terminal run.
+#[test]
+fn a_run_that_ends_while_an_effect_applies_leaves_it_ambiguous() {
+    for terminal in [
+        run::Terminal::Completed,
+        run::Terminal::Failed {
+            error: run::RunError {
+                class: run::FailureClass::NodeFailed,
+                reason: run::ReasonKind::NodeFailed,
+                node_id: None,
+            },
+        },
+    ] {
+        let step =
+            run::finish(&applying(), Some(&host_authority(1)), terminal, NOW_MS + 1).unwrap();
+        assert!(step.facts.run.status.is_terminal());
+        assert_eq!(
+            step.facts
+                .effects
+                .iter()
+                .map(|e| e.state)
+                .collect::<Vec<_>>(),
+            vec![EffectState::Ambiguous]
+        );
     }
 }
