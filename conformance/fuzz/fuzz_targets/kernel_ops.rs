@@ -28,17 +28,34 @@
 //!    request id and per idempotency key, a retry adopts the stored receipt
 //!    of its first execution, and a conflict names a receipt with another
 //!    identity.
+//!
+//! Managed effects run through the same sequences (`effect.reserve`,
+//! `effect.settle` by the runner, `effect.recover` by an operator, against
+//! a simulated `effects` table the way the shell loads it), with:
+//! 8. never twice: an effect begins applying at most once per attempt
+//!    number, and only a runner write with the live claim begins it;
+//! 9. settled is settled: an applied, rejected or cancelled row never
+//!    changes again, an ambiguous one changes only by an operator's
+//!    recovery, and an applying one settles as applied or rejected only by
+//!    the runner's report;
+//! 10. uncertainty is kept: an applying effect that does not settle becomes
+//!    ambiguous (never reserved or cancelled), and a terminal run leaves no
+//!    effect applying.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use kernel::attempt::NodeOutcome;
+use kernel::effect::{
+    self, EffectRecord, EffectState, RecoveryAction, ReserveRequest, SettleOutcome, SettleReport,
+};
 use kernel::execution::{self, Actor, NodeResult};
 use kernel::fixtures;
 use kernel::ids::{
-    AttemptId, ClientId, Digest, Generation, IdempotencyKey, MessageId, RequestId, Revision,
+    AttemptId, ClientId, Digest, EffectId, Generation, IdempotencyKey, MessageId, RequestId,
+    Revision,
 };
 use kernel::output::StopReason;
-use kernel::output::{Output, Step, Transition};
+use kernel::output::{Output, RunEvent, Step, Transition};
 use kernel::receipt::{
     self, CommandIdentity, CommandOperation, CommandOutcome, ConflictReason, Incoming,
     ReceiptDecision, StoredCommand,
@@ -49,6 +66,7 @@ use kernel::run::{
 use kernel::runner::{self, ExitKind, RunnerExit};
 use kernel::topology::Topology;
 use libfuzzer_sys::fuzz_target;
+use std::collections::{BTreeMap, BTreeSet};
 
 const TTL: u64 = fixtures::TTL_MS;
 const NODES: [&str; 3] = ["a", "b", "c"];
@@ -106,6 +124,25 @@ enum Op {
     /// The server crashes: it forgets every host authority; the runner it
     /// spawned is an orphan from now on.
     ServerCrash,
+    /// The runner asks to apply effect `kind` (of two) of its active
+    /// attempt, with one of two request fingerprints.
+    EffectReserve {
+        stale: bool,
+        kind: bool,
+        fingerprint: bool,
+    },
+    /// The runner reports how effect `kind` of the active attempt ended.
+    EffectSettle {
+        stale: bool,
+        kind: bool,
+        applied: bool,
+        result: bool,
+    },
+    /// An operator recovers effect `which` (of those recorded).
+    EffectRecover {
+        which: u8,
+        retry: bool,
+    },
     /// A client command (request ids and keys from a small set, so retries
     /// and reuse are frequent).
     Client {
@@ -132,6 +169,10 @@ struct World {
     next_attempt: u64,
     next_message: u64,
     receipts: Vec<StoredCommand>,
+    /// The `effects` table: every effect row as last committed.
+    effects: BTreeMap<EffectId, EffectRecord>,
+    /// Every (effect, attempt number) that began applying.
+    applying_began: BTreeSet<(EffectId, u32)>,
     /// Every durable execution: (client, request id, key, identity, outcome, revision).
     executions: Vec<(
         ClientId,
@@ -306,10 +347,82 @@ fn apply(
     match result {
         Ok(step) => {
             check_step(&world.agg, &step, admitted);
+            record_effects(world, &step);
             world.agg = step.facts.reload();
             true
         }
         Err(_) => false,
+    }
+}
+
+/// Invariant 8, and the committed rows into the simulated table.
+fn record_effects(world: &mut World, step: &Transition<RunAggregate>) {
+    for output in &step.outputs {
+        if let Output::Event {
+            event:
+                RunEvent::EffectApplying {
+                    effect_id,
+                    attempt_number,
+                },
+            ..
+        } = output
+        {
+            assert!(
+                world
+                    .applying_began
+                    .insert((effect_id.clone(), *attempt_number)),
+                "effect {effect_id:?} began applying twice as attempt {attempt_number}"
+            );
+        }
+    }
+    for effect in &step.facts.effects {
+        world.effects.insert(effect.effect_id.clone(), effect.clone());
+    }
+}
+
+/// What an operation may do to effect rows (invariants 9 and 10).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EffectWrite {
+    Other,
+    Settle,
+    Recover,
+}
+
+/// Invariants 9 and 10 over one operation's change of the table.
+fn check_effects(
+    before: &BTreeMap<EffectId, EffectRecord>,
+    world: &World,
+    write: EffectWrite,
+) {
+    for (id, old) in before {
+        let new = &world.effects[id];
+        match (old.state, new.state) {
+            (EffectState::Applied | EffectState::Rejected | EffectState::Cancelled, _) => {
+                assert_eq!(old, new, "a settled effect changed");
+            }
+            (EffectState::Ambiguous, EffectState::Ambiguous) => {}
+            (EffectState::Ambiguous, _) => assert!(
+                write == EffectWrite::Recover,
+                "an ambiguous effect moved without an operator's recovery"
+            ),
+            (EffectState::Applying, EffectState::Applied | EffectState::Rejected) => assert!(
+                write == EffectWrite::Settle,
+                "an applying effect settled without the runner's report"
+            ),
+            (EffectState::Applying, EffectState::Reserved | EffectState::Cancelled) => {
+                panic!("an applying effect became {:?}, not ambiguous", new.state)
+            }
+            (EffectState::Applying | EffectState::Reserved, _) => {}
+        }
+    }
+    if world.agg.run.status.is_terminal() {
+        assert!(
+            world
+                .effects
+                .values()
+                .all(|effect| effect.state != EffectState::Applying),
+            "a terminal run leaves an effect applying"
+        );
     }
 }
 
@@ -418,6 +531,79 @@ fn runner_op(world: &mut World, op: &Op) {
         _ => unreachable!("only runner operations"),
     };
     if apply(world, result, false) {
+        check_runner_write(&pre, generation, now);
+    }
+}
+
+/// An effect operation's transition (its rejection is not a run rejection,
+/// so it goes through `apply` as a plain step).
+fn apply_effect(world: &mut World, decided: Result<Transition<RunAggregate>, ()>) -> bool {
+    match decided {
+        Ok(step) => apply(world, Ok(step), false),
+        Err(()) => false,
+    }
+}
+
+/// `effect.reserve` and `effect.settle` by the runner of `generation`.
+fn effect_op(world: &mut World, op: &Op) {
+    let (stale, kind) = match op {
+        Op::EffectReserve { stale, kind, .. } | Op::EffectSettle { stale, kind, .. } => {
+            (*stale, *kind)
+        }
+        _ => unreachable!("only effect operations"),
+    };
+    let generation = world.runner_generation(stale);
+    let authority = fixtures::host_authority(generation);
+    let epoch = fixtures::runner_epoch(generation);
+    let Some(attempt) = world.agg.attempt.clone() else {
+        return;
+    };
+    let effect_type = if kind { "deploy" } else { "notify" };
+    let effect_id = effect::effect_key(&world.agg.run.run_id, &attempt, effect_type).effect_id();
+    let row = world.effects.get(&effect_id).cloned();
+    let pre = world.agg.clone();
+    let now = world.now;
+    let committed = match op {
+        Op::EffectReserve { fingerprint, .. } => {
+            let request = ReserveRequest {
+                attempt_id: attempt.attempt_id.clone(),
+                effect_type: effect_type.to_owned(),
+                request_fingerprint: Digest::repeat(u8::from(*fingerprint)),
+            };
+            match effect::reserve(&pre, &authority, &epoch, request, row.as_ref(), now, TTL) {
+                Ok(effect::Reserved::Apply { transition, .. }) => {
+                    apply_effect(world, Ok(transition))
+                }
+                Ok(effect::Reserved::Adopt { effect }) => {
+                    assert!(
+                        matches!(effect.state, EffectState::Applied | EffectState::Rejected),
+                        "adopted an effect that did not settle"
+                    );
+                    false
+                }
+                Err(_) => false,
+            }
+        }
+        Op::EffectSettle {
+            applied, result, ..
+        } => {
+            let report = SettleReport {
+                effect_id,
+                outcome: if *applied {
+                    SettleOutcome::Applied
+                } else {
+                    SettleOutcome::Rejected
+                },
+                result_digest: Digest::repeat(u8::from(*result)),
+            };
+            match effect::settle(&pre, &authority, &epoch, report, row.as_ref(), now, TTL) {
+                Ok(effect::Settled::Commit(transition)) => apply_effect(world, Ok(transition)),
+                Ok(effect::Settled::Adopt { .. }) | Err(_) => false,
+            }
+        }
+        _ => unreachable!("only effect operations"),
+    };
+    if committed {
         check_runner_write(&pre, generation, now);
     }
 }
@@ -601,6 +787,25 @@ fn step(world: &mut World, op: &Op) {
                 apply(world, Ok(transition), false);
             }
         }
+        Op::EffectReserve { .. } | Op::EffectSettle { .. } => effect_op(world, op),
+        Op::EffectRecover { which, retry } => {
+            let Some(id) = world
+                .effects
+                .keys()
+                .nth(usize::from(*which) % world.effects.len().max(1))
+                .cloned()
+            else {
+                return;
+            };
+            let action = if *retry {
+                RecoveryAction::Retry
+            } else {
+                RecoveryAction::Confirm
+            };
+            let decided = effect::recover(&world.agg, &id, action, Digest::repeat(0), world.now)
+                .map_err(|_| ());
+            apply_effect(world, decided);
+        }
         Op::ServerCrash => world.supervised = false,
         Op::Client {
             client: c,
@@ -628,6 +833,8 @@ fuzz_target!(|input: Input| {
         next_message: 0,
         receipts: Vec::new(),
         executions: Vec::new(),
+        effects: BTreeMap::new(),
+        applying_began: BTreeSet::new(),
     };
     let trace = std::env::var_os("KERNEL_OPS_TRACE").is_some();
     for op in input.ops.iter().take(64) {
@@ -637,6 +844,13 @@ fuzz_target!(|input: Input| {
                 world.now, world.agg.run.status, world.agg.run.queue
             );
         }
+        let before = world.effects.clone();
         step(&mut world, op);
+        let write = match op {
+            Op::EffectSettle { .. } => EffectWrite::Settle,
+            Op::EffectRecover { .. } => EffectWrite::Recover,
+            _ => EffectWrite::Other,
+        };
+        check_effects(&before, &world, write);
     }
 });
