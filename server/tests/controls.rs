@@ -561,3 +561,80 @@ async fn an_interactive_update_needs_the_active_coordinator_epoch() {
         shown["updates"]
     );
 }
+
+/// Pause is stored once, on the run, and its interaction derives it: while
+/// an interactive run waiting for its step is paused, the active
+/// coordinator's submission is refused `paused` and stores nothing, the
+/// interaction row itself is unchanged, and after `run.resume` the same
+/// step's submission is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_refuses_its_interactions_submission_until_resumed() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let ask = one_node(
+        server.scratch(),
+        "ask",
+        "agent",
+        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
+    );
+    let run_id = start(&mut client, &ask, Some("session-paused")).await;
+    wait_status(&mut client, &run_id, "waiting").await;
+    let (_, submit) = control_command(&server, &run_id, "submit");
+    let interaction_id = submit["interactionId"].as_str().unwrap().to_owned();
+    let interaction_row = |server: &TestServer| -> String {
+        server
+            .db()
+            .query_row(
+                "SELECT status || ' ' || revision FROM interactive_requests WHERE interaction_id = ?1",
+                [&interaction_id],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    let before = interaction_row(&server);
+
+    let paused = command(&mut client, "run.pause", &run_id, json!({})).await;
+    assert_eq!(paused.outcome, "accepted", "{:?}", paused.frame);
+    let pause_flags: i64 = server
+        .db()
+        .query_row(
+            "SELECT paused FROM runs WHERE run_id = ?1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(pause_flags, 1, "the pause is the run's flag");
+    assert_eq!(
+        interaction_row(&server),
+        before,
+        "the interaction row is not touched"
+    );
+
+    let mut coordinator = server.client().await;
+    let authority = as_coordinator(&server, &mut coordinator, &run_id).await;
+    let mut during = submit.clone();
+    during["authority"] = authority.clone();
+    let refused = command(&mut coordinator, "interaction.submit", &run_id, during).await;
+    assert_eq!(
+        refused.frame["error"]["code"], "paused",
+        "{:?}",
+        refused.frame
+    );
+    let stored: i64 = server
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = ?1",
+            [&interaction_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 0, "a submission to a paused run stores nothing");
+
+    let resumed = command(&mut client, "run.resume", &run_id, json!({})).await;
+    assert_eq!(resumed.outcome, "accepted", "{:?}", resumed.frame);
+    let mut after = submit.clone();
+    after["authority"] = authority;
+    after["submissionId"] = json!("sub-after-resume");
+    let taken = command(&mut coordinator, "interaction.submit", &run_id, after).await;
+    assert_eq!(taken.outcome, "accepted", "{:?}", taken.frame);
+}
