@@ -120,6 +120,14 @@ const stepEntries = (pi: PiRpc): ReturnType<typeof customEntries> => customEntri
 const stepTurns = (requests: readonly MockRequest[]): MockRequest[] =>
   requests.filter((request) => request.last?.role === "user" && request.last.text.includes(STEP_CONTRACT));
 
+async function until(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 const agentStarts = (pi: PiRpc, since = 0): number => pi.records.slice(since).filter((record) => record.type === "agent_start").length;
 
 describe("interactive workflows in a real Pi conversation", () => {
@@ -356,6 +364,37 @@ describe("interactive workflows in a real Pi conversation", () => {
     assert.equal(terminalTurns(s.fixture.mock.requests).length, 1, "one model turn, opened by it");
     assert.equal(terminalTurns(s.fixture.mock.requests, parent).length, 0);
     assert.equal(agentStarts(pi, since), 1, "the terminal message's turn is the only model turn of the chain");
+  });
+
+  it("two follow-ups of a continuation chain reach Pi in order, each opening one model turn, only after the final leaf's terminal turn", async (t) => {
+    const s = await setup(t, [
+      { name: "first", lastRole: "user", when: "FOLLOW-UP ONE", reply: reply.text("Did the first.") },
+      { name: "second", lastRole: "user", when: "FOLLOW-UP TWO", reply: reply.text("Did the second.") },
+    ]);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "chain");
+    const parent = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await widget(pi, /^⏸ workflow chain \[waiting\]$/, since);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    for (const prompt of ["FOLLOW-UP ONE", "FOLLOW-UP TWO"]) {
+      const added = await client.command("followUp.add", { prompt }, parent);
+      assert.equal(added.outcome, "accepted", JSON.stringify(added));
+    }
+    // Queued while the chain waits: nothing reaches Pi.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    assert.deepEqual(await customEntries(pi, "pi-workflows-follow-up"), [], "no follow-up while the chain waits");
+    const answered = await workflow(pi, `answer {"approved":true}`);
+    assert.equal(answered.notifyType, "info", answered.message);
+    await until("both follow-up turns answered", () => s.fixture.mock.requests.filter((request) => request.rule === "second" && request.outcome === "completed").length === 1, 60_000);
+    await until("Pi settled after the second follow-up's turn", () => pi.records.slice(since).filter((record) => record.type === "agent_settled").length >= 3, 30_000);
+    const rules = s.fixture.mock.requests.map((request) => request.rule);
+    assert.deepEqual(rules, ["terminal", "first", "second"], "the terminal turn, then one turn per follow-up, in order");
+    const entries = await customEntries(pi, "pi-workflows-follow-up");
+    assert.equal(entries.length, 2, JSON.stringify(entries));
+    assert.ok(JSON.stringify(entries[0]?.content).includes("FOLLOW-UP ONE") && JSON.stringify(entries[1]?.content).includes("FOLLOW-UP TWO"), JSON.stringify(entries));
+    assert.equal(agentStarts(pi, since), 3, "three model turns: the terminal message's and one per follow-up");
   });
 
   it("a run that completes while the step turn's closing text streams: Pi finishes the turn, its capture ends normally, and no interruption shows", async (t) => {
