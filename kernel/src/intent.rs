@@ -472,6 +472,29 @@ pub fn claim(
     Ok(claimed)
 }
 
+/// The intent `run`'s terminal message presents, claimed by that message in
+/// the transaction that creates it (the message is the intent's factual
+/// presentation: `pi-workflows-deferred-turn`). The run's end is its policy
+/// row ([`terminal_event`]); `open` is the run's unresolved intent, if any,
+/// which is reused. `Ok(None)` when the row creates none (an owned run).
+/// Refused when the intent is not eligible or another message claimed it;
+/// the shell then builds no message.
+pub fn for_terminal_message(
+    run: &RunRecord,
+    open: Option<&IntentRecord>,
+    by: Canceller,
+    message_id: &MessageId,
+    now_ms: u64,
+) -> Result<Option<IntentRecord>, IntentRejection> {
+    let Some(event) = terminal_event(run, by, false) else {
+        return Ok(None);
+    };
+    match on_event(run, open, event, None, now_ms) {
+        Some(intent) => claim(&intent, message_id).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// Whether the intent is resolved: its claiming message was sent
 /// (`message_sent`, the message's state). A resolved intent never starts
 /// another turn: nothing claims it again.

@@ -136,6 +136,41 @@ pub fn build(
     Ok(Transition::new(Built { message, content }).with(Output::PublishSession { session_id }))
 }
 
+/// The small display fields of a terminal message's card
+/// (`pi-workflows.deferred-turn-message.v1`'s `presentation`): never the
+/// input, result, fingerprint or instruction.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Presentation {
+    pub workflow_name: String,
+    pub state: RunStatus,
+    /// The stored reason of a failed or timed-out run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_kind: Option<crate::run::ReasonKind>,
+    pub restart: RestartCount,
+}
+
+/// How many restarts the run's chain has and allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RestartCount {
+    pub count: u32,
+    pub limit: u32,
+}
+
+/// The card fields of `run`'s terminal message.
+pub fn presentation(run: &RunRecord, facts: &TerminalFacts<'_>) -> Presentation {
+    let count = restart_state(run, facts).count;
+    Presentation {
+        workflow_name: String::from(facts.workflow_name),
+        state: run.status,
+        reason_kind: run.error.as_ref().map(|error| error.reason),
+        restart: RestartCount {
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            limit: run::MAX_RESTARTS,
+        },
+    }
+}
+
 /// What the restart rule says about the run now.
 struct RestartState {
     count: usize,

@@ -329,7 +329,7 @@ describe("interactive workflows in a real Pi conversation", () => {
     await terminalTurnSettled(pi, s.fixture.mock, runId, since);
   });
 
-  it("a terminal message reaches only the final leaf of a continuation chain: one hidden message for the continuation, none for its parent, one model turn", async (t) => {
+  it("a terminal message reaches only the final leaf of a continuation chain: one deferred-turn card for the continuation, claiming its terminal intent, none for its parent, one model turn in which the model stops", async (t) => {
     const s = await setup(t, []);
     const pi = await spawnWorkflowPi(s);
     const since = pi.mark();
@@ -360,10 +360,46 @@ describe("interactive workflows in a real Pi conversation", () => {
       [leaf],
       "one terminal message, the continuation's",
     );
-    assert.equal(terminal[0]?.display, false, "hidden from the transcript");
+    assert.equal(terminal[0]?.display, true, "the visible card");
+    const details = terminal[0]?.details as { schema?: string; turnIntentId?: string; cause?: string; stopsByDefault?: boolean; presentation?: unknown } | undefined;
+    assert.equal(details?.schema, "pi-workflows.deferred-turn-message.v1");
+    assert.match(details?.turnIntentId ?? "", /^deferred-turn:[0-9a-f]{64}$/);
+    assert.deepEqual([details?.cause, details?.stopsByDefault], ["terminal", false]);
+    assert.deepEqual(details?.presentation, { workflowName: "chain", state: "completed", restart: { count: 0, limit: 3 } });
     assert.equal(terminalTurns(s.fixture.mock.requests).length, 1, "one model turn, opened by it");
     assert.equal(terminalTurns(s.fixture.mock.requests, parent).length, 0);
     assert.equal(agentStarts(pi, since), 1, "the terminal message's turn is the only model turn of the chain");
+    // The model stopped: its answer was text, and nothing started after it.
+    assert.equal(request.outcome, "completed", JSON.stringify(request.outcome));
+    const after = await client.request("runs.list", { limit: 10 });
+    assert.equal((after.receipt as { rows: unknown[] }).rows.length, 2, "no run started after the terminal turn");
+  });
+
+  it("a cancelled run gets one deferred-turn card that stops by default: its turn is told not to restart, the model stops, and nothing starts again", async (t) => {
+    const s = await setup(t, []);
+    const pi = await spawnWorkflowPi(s);
+    const since = pi.mark();
+    const started = await workflow(pi, "chain");
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await widget(pi, /^⏸ workflow chain \[waiting\]$/, since);
+    const cancelled = await workflow(pi, "cancel");
+    assert.equal(cancelled.notifyType, "info", cancelled.message);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    await client.waitFor(runId, (view) => view.display.status === "cancelled", 30_000, "the run to be cancelled");
+
+    const request = await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+    assert.match(request.last?.text ?? "", /^Workflow chain ended: cancelled \(run /);
+    assert.ok(request.last?.text.includes("The workflow was cancelled. Do not restart it"), request.last?.text);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const terminal = await customEntries(pi, TERMINAL_TYPE);
+    assert.equal(terminal.length, 1, JSON.stringify(terminal));
+    const details = terminal[0]?.details as { cause?: string; stopsByDefault?: boolean; runId?: string } | undefined;
+    assert.deepEqual([details?.runId, details?.cause, details?.stopsByDefault], [runId, "cancelled", true]);
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 1, "one model turn");
+    assert.equal(agentStarts(pi, since), 1, "the cancellation's turn is the only model turn");
+    const runs = await client.request("runs.list", { limit: 10 });
+    assert.equal((runs.receipt as { rows: unknown[] }).rows.length, 1, "nothing restarted");
   });
 
   it("two follow-ups of a continuation chain reach Pi in order, each opening one model turn, only after the final leaf's terminal turn", async (t) => {
@@ -493,6 +529,41 @@ describe("interactive workflows in a real Pi conversation", () => {
 });
 
 describe("interactive workflows in real Pi's TUI (tmux)", () => {
+  it("a restored deferred-turn card renders collapsed (name, state, run, restarts; no content), expands to the whole message, and starts no turn", async (t) => {
+    const s = await setup(t, [{ name: "hello", lastRole: "user", when: "hello", reply: reply.text("Hello.") }]);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    // First an rpc Pi runs the chain to its end and the terminal turn; its session file keeps the card.
+    const pi = await spawnWorkflowPi(s);
+    assert.equal(await pi.prompt("hello"), "started");
+    await pi.waitFor((record) => record.type === "agent_settled", { what: "the first exchange", timeoutMs: 30_000 });
+    const started = await workflow(pi, "chain");
+    const parent = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await widget(pi, /^⏸ workflow chain \[waiting\]$/);
+    await workflow(pi, `answer {"approved":true}`);
+    const runs = await client.request("runs.list", { limit: 10 });
+    const leaf = (runs.receipt as { rows: { runId: string }[] }).rows.map((row) => row.runId).find((runId) => runId !== parent) as string;
+    await terminalTurnSettled(pi, s.fixture.mock, leaf);
+    const sessionFile = pi.state?.sessionFile as string;
+    await pi.stop();
+    const requestsBefore = s.fixture.mock.requests.length;
+
+    const tui = await s.fixture.startTui({ extensions: [SDK_DIR], cwd: s.project, env: s.env, args: ["--session", sessionFile] }, { cols: 200, rows: 50 });
+    const { tmux } = tui;
+    const card = new RegExp(`◆ chain · completed · run ${leaf.slice(0, 40).replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`);
+    await tmux.waitForScreen(card, 30_000);
+    const collapsed = tmux.capture();
+    assert.match(collapsed, /restarts 0\/3/, collapsed);
+    assert.ok(!collapsed.includes("Terminal facts") && !collapsed.includes("This message comes from the workflow server"), `collapsed shows no content:\n${collapsed}`);
+    tmux.sendKeys("C-o");
+    await tmux.waitForScreen(/Terminal facts \(pi-workflows\.terminal-facts\.v1/, 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    assert.equal(s.fixture.mock.requests.length, requestsBefore, "the restored card opens no model turn");
+    assert.equal(terminalTurns(s.fixture.mock.requests, leaf).length, 1);
+    const stop = await tui.stop();
+    assert.equal(stop.status, 0);
+  });
+
   it("the widget shows running for the whole exact step turn, and paused only once the server holds the durable pause", async (t) => {
     const slow = "Let me look at this change carefully before I decide anything at all. ".repeat(20);
     const s = await setup(t, [

@@ -457,6 +457,55 @@ describe("Pi restarted while a run's work computes", () => {
   });
 });
 
+describe("Pi restarted between a run's terminal commit and its terminal turn", () => {
+  it("the run ends while Pi is closed: the Pi opened again gets exactly one deferred-turn card and one turn, and a third Pi process restores it without a turn", async (t) => {
+    const s = await setup(t, () => [terminalRule, { name: "hello", lastRole: "user", when: "hello", reply: reply.text("Hello.") }]);
+    writeFileSync(join(s.project, ".pi", "workflows", "build.workflow.ts"), buildWorkflow(s.gate));
+    const first = await spawnWorkflowPi(s);
+    assert.equal(await first.prompt("hello"), "started");
+    await first.waitFor((record) => record.type === "agent_settled", { what: "the first exchange", timeoutMs: 30_000 });
+    const started = await workflow(first, "build");
+    assert.equal(started.notifyType, "info", started.message);
+    const runId = runIdOf(started);
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    await client.waitFor(runId, (view) => view.display.status === "running" && view.display.currentNode === "build", 30_000, "the build node computing");
+    const sessionFile = first.state?.sessionFile;
+    assert.ok(sessionFile && existsSync(sessionFile), "the first Pi has a session file");
+    process.kill(-first.pid, "SIGKILL");
+    await first.exited;
+
+    // The run ends and its terminal message (with its claimed intent) is committed while no Pi is open.
+    writeFileSync(s.gate, "");
+    const done = await client.waitFor(runId, (view) => ["completed", "failed", "timed_out", "cancelled"].includes(view.display.status), 60_000, "the run to end");
+    assert.equal(done.display.status, "completed", JSON.stringify(done.display));
+    const sessionId = first.state?.sessionId as string;
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const view = await client.request("sessionView.get", { sessionId });
+      const messages = (view.receipt as { messages: { messageId: string; deferredTurn?: unknown }[] }).messages;
+      if (messages.some((message) => message.messageId === `terminal:${runId}` && message.deferredTurn !== undefined)) break;
+      assert.ok(Date.now() < deadline, `the terminal message with its intent: ${JSON.stringify(messages)}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 0, "no turn while Pi is closed");
+
+    const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
+    await terminalTurnSettled(second, s.fixture.mock, runId);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const terminal = await customEntries(second, TERMINAL_TYPE);
+    assert.deepEqual(terminal.map((entry) => entry.details?.runId), [runId], "one card, in the new process");
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 1, "exactly one turn");
+    await second.stop();
+
+    const third = await spawnWorkflowPi(s, ["--session", sessionFile]);
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    assert.deepEqual((await customEntries(third, TERMINAL_TYPE)).map((entry) => entry.details?.runId), [runId], "restored, not sent again");
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 1, "the restored card opens no turn");
+    assert.equal(third.records.filter((record) => record.type === "agent_start").length, 0, "no agent run in the third process");
+  });
+});
+
 describe("interactive deadlines in real Pi", () => {
   it("the deadline is not consumed while Pi is closed: the step waits far past its 6 s timeout, and times out only after reported turn time", async (t) => {
     const s = await setup(t, (gate) => [

@@ -362,8 +362,8 @@ describe("the extension's session modules against the real server", () => {
     endTurn(h);
     await viewUntil(h.observer, runId, "the run to complete", (view) => view.display.status === "completed");
 
-    // The terminal message: sent hidden, and it opens one turn.
-    await until("the terminal message sent", () => h.pi.sent.some((delivery) => delivery.message.customType === "pi-workflows-terminal"), 30_000);
+    // The terminal message: sent as the deferred-turn card, and it opens one turn.
+    await until("the terminal message sent", () => h.pi.sent.some((delivery) => delivery.message.customType === "pi-workflows-deferred-turn"), 30_000);
     const retained = (await h.observer.sessionView({ sessionId: h.sessionId })).view.activeRun;
     assert.equal(retained?.runId, runId, "the terminal run stays in the session view while its message is pending or its turn open");
     assert.deepEqual(retained?.display.controls, [], "no control of a retained terminal run");

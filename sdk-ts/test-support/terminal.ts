@@ -1,7 +1,8 @@
 /**
  * Test support: the terminal workflow message in real-Pi tests. Every
  * interactive run that ends (the final leaf of its continuation chain) gets
- * one hidden `pi-workflows-terminal` message from the server, and it opens
+ * one `pi-workflows-deferred-turn` message (the terminal decision card, which
+ * claimed the run's turn intent) from the server, and it opens
  * one model turn; a test that completes, fails or cancels an interactive run
  * answers that turn with `terminalRule` and waits for it to settle before it
  * sends Pi anything else.
@@ -14,7 +15,7 @@ import type { PiRpc } from "./pi.js";
 export const TERMINAL_FACTS = "Terminal facts (pi-workflows.terminal-facts.v1";
 
 /** The custom type the extension sends a terminal message as. */
-export const TERMINAL_TYPE = "pi-workflows-terminal";
+export const TERMINAL_TYPE = "pi-workflows-deferred-turn";
 
 /** What the mock model answers a terminal message with. */
 export const TERMINAL_REPLY = "Noted: the workflow ended.";

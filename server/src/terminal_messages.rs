@@ -20,8 +20,9 @@
 
 use crate::context::Context;
 use crate::store::blobs::Blob;
-use crate::store::{Commit, StoreError, follow_ups, meta, runs, terminal, viewer};
+use crate::store::{Commit, StoreError, follow_ups, intents, meta, runs, terminal, viewer};
 use kernel::ids::RunId;
+use kernel::intent::{Canceller, IntentRejection};
 use kernel::terminal::TerminalRejection;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,8 @@ pub enum Built {
     Refused(TerminalRejection),
     /// The run or the rows its message needs are missing.
     Missing,
+    /// The run's turn intent cannot be claimed by its terminal message.
+    IntentRefused(IntentRejection),
 }
 
 /// Performs `Output::BuildTerminalMessage` after its commit: one task that
@@ -61,7 +64,7 @@ pub fn spawn(app: &Arc<Context>, run_id: RunId) {
                     );
                     return;
                 }
-                Ok(Built::Inserted | Built::Refused(_)) => return,
+                Ok(Built::Inserted | Built::Refused(_) | Built::IntentRefused(_)) => return,
                 Err(_) => {}
             }
         }
@@ -97,10 +100,32 @@ pub async fn build(app: &Arc<Context>, run_id: RunId) -> Result<Built, StoreErro
             Ok(built) => built,
             Err(rejection) => return Ok(Commit::Discard((Built::Refused(rejection), Vec::new()))),
         };
+        // The run's turn intent, claimed by this message before it can be
+        // sent (DEFERRED_TURNS); refused: no message.
+        let open = intents::open_of_run(connection, &run_id)?;
+        let intent = match kernel::intent::for_terminal_message(
+            &agg.run,
+            open.as_ref(),
+            Canceller::User,
+            &message_id,
+            now_ms,
+        ) {
+            Ok(intent) => intent,
+            Err(rejection) => {
+                return Ok(Commit::Discard((
+                    Built::IntentRefused(rejection),
+                    Vec::new(),
+                )));
+            }
+        };
         let message = &built.facts.message;
         let content = [(message_id, Blob::text(&built.facts.content))];
         let digest = runs::message_content(connection, message, &agg, &content, now_ms)?;
         runs::insert_message(connection, message, &digest, now_ms)?;
+        if let Some(intent) = &intent {
+            let card = kernel::terminal::presentation(&agg.run, &rows.facts());
+            intents::write(connection, intent, Some(&card))?;
+        }
         viewer::mark(&run_id);
         // The chain ended with this leaf: its queued follow-ups get their
         // messages (completed) or are cancelled, in this transaction.

@@ -78,6 +78,8 @@ const MISSING_PATCH: &str = "a retained revision without its patch";
 const VIEW_DISAGREES: &str = "a stored run view that disagrees with its run";
 const TERMINAL_MESSAGE: &str =
     "a terminal message of a run that is not an ended final leaf, or a second one";
+const INTENT_CLAIM: &str = "a turn intent claimed by a missing message or one of another run or session, or before it was eligible";
+const UNCLAIMED_TERMINAL: &str = "a terminal message that claimed no turn intent";
 const CAPTURE_GAP: &str = "a session capture whose events are not numbered 1..n without gaps";
 const STRAY_EVENT: &str = "an event of a run that does not exist";
 const LOST_LINEAGE: &str = "a restart or continuation whose chain root or parent does not exist";
@@ -400,15 +402,45 @@ const PLANTED: &[Planted] = &[
         sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
                   state, created_at_ms, updated_at_ms)
               SELECT 'terminal:' || run_id, 's-planted', run_id, 'terminal', input_digest, 1, 'pending', 0, 0
+              FROM runs WHERE workflow_name = 'checkpoint';
+              INSERT INTO turn_intents (intent_id, source_id, session_id, run_id, cause, eligible_at_ms,
+                  stops_by_default, message_id, created_at_ms)
+              SELECT 'deferred-turn:planted', 'turn-source:planted', 's-planted', run_id, 'terminal', 0, 0,
+                     'terminal:' || run_id, 0
               FROM runs WHERE workflow_name = 'checkpoint'",
     },
     Planted {
         bug: "a second terminal message for an ended run",
-        trips: &[TERMINAL_MESSAGE],
+        trips: &[TERMINAL_MESSAGE, UNCLAIMED_TERMINAL],
         sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
                   state, created_at_ms, updated_at_ms)
               SELECT 'terminal-' || n || ':' || run_id, 's-planted', run_id, 'terminal', input_digest, n, 'pending', 0, 0
               FROM runs, (SELECT 1 AS n UNION SELECT 2) WHERE workflow_name = 'linear'",
+    },
+    Planted {
+        bug: "a terminal message built without claiming its run's turn intent",
+        trips: &[UNCLAIMED_TERMINAL],
+        sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
+                  state, created_at_ms, updated_at_ms)
+              SELECT 'terminal:' || run_id, 's-planted', run_id, 'terminal', input_digest, 1, 'pending', 0, 0
+              FROM runs WHERE workflow_name = 'linear';
+              INSERT INTO turn_intents (intent_id, source_id, session_id, run_id, cause, eligible_at_ms,
+                  stops_by_default, created_at_ms)
+              SELECT 'deferred-turn:planted', 'turn-source:planted', 's-planted', run_id, 'terminal', 0, 0, 0
+              FROM runs WHERE workflow_name = 'linear'",
+    },
+    Planted {
+        bug: "a turn intent claimed by another run's message",
+        trips: &[INTENT_CLAIM],
+        sql: "INSERT INTO workflow_messages (message_id, session_id, run_id, kind, content_digest, session_order,
+                  state, created_at_ms, updated_at_ms)
+              SELECT 'terminal:' || run_id, 's-planted', run_id, 'terminal', input_digest, 1, 'pending', 0, 0
+              FROM runs WHERE workflow_name = 'linear';
+              INSERT INTO turn_intents (intent_id, source_id, session_id, run_id, cause, eligible_at_ms,
+                  stops_by_default, message_id, created_at_ms)
+              SELECT 'deferred-turn:planted', 'turn-source:planted', 's-planted', c.run_id, 'terminal', 0, 0,
+                     'terminal:' || l.run_id, 0
+              FROM runs l, runs c WHERE l.workflow_name = 'linear' AND c.workflow_name = 'checkpoint'",
     },
     Planted {
         bug: "a captured event stored past a gap",

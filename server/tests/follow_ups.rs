@@ -9,7 +9,7 @@
 mod support;
 
 use pi_workflows_client::{Connection as Client, RequestSpec, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
 
 async fn add(client: &mut Client, run_id: &str, prompt: &str) -> Response {
@@ -76,108 +76,6 @@ fn message_of(server: &TestServer, follow_up_id: &str) -> String {
             |row| row.get(0),
         )
         .unwrap()
-}
-
-/// Waits until `run_id`'s terminal message is stored (it is built after
-/// the terminal commit, in its own job).
-async fn wait_terminal_message(server: &TestServer, run_id: &str) -> String {
-    let id = format!("terminal:{run_id}");
-    wait_for(SETTLE_TIMEOUT, "the terminal message", || {
-        let n = count(
-            &server.db(),
-            "SELECT COUNT(*) FROM workflow_messages WHERE message_id = ?1",
-            [&id],
-        );
-        (n == 1).then_some(())
-    })
-    .await;
-    id
-}
-
-/// The session's coordinator, played over one connection.
-struct Coordinator {
-    session: String,
-    epoch: Value,
-}
-
-impl Coordinator {
-    /// Takes the session's epoch and reports an idle, empty branch.
-    async fn connect(client: &mut Client, session: &str) -> Self {
-        let mut coordinator = Self {
-            session: session.to_owned(),
-            epoch: Value::Null,
-        };
-        let view = coordinator.view(client).await;
-        coordinator.epoch = view["coordinatorEpoch"].clone();
-        assert!(coordinator.epoch.is_u64(), "{view}");
-        coordinator.branch(client, &[], true).await;
-        coordinator
-    }
-
-    async fn view(&self, client: &mut Client) -> Value {
-        let view = client
-            .request(&RequestSpec::read(
-                "sessionView.get",
-                None,
-                json!({ "sessionId": self.session, "coordinate": true }),
-            ))
-            .await
-            .unwrap();
-        assert_eq!(view.outcome, "accepted", "{:?}", view.frame);
-        view.receipt.unwrap()
-    }
-
-    /// The message the server offers next, if any.
-    async fn next(&self, client: &mut Client) -> Option<String> {
-        self.view(client).await["nextEligibleMessageId"]
-            .as_str()
-            .map(str::to_owned)
-    }
-
-    async fn branch(&self, client: &mut Client, messages: &[&str], idle: bool) {
-        let entries: Vec<Value> = messages
-            .iter()
-            .map(|id| json!({"messageId": id, "entryId": format!("entry-{id}")}))
-            .collect();
-        let response = client
-            .request(&RequestSpec::read(
-                "workflowMessage.reportBranch",
-                None,
-                json!({ "sessionId": self.session, "coordinatorEpoch": self.epoch,
-                        "entries": entries, "isIdle": idle, "hasPendingMessages": false }),
-            ))
-            .await
-            .unwrap();
-        assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
-    }
-
-    async fn turn(
-        &self,
-        client: &mut Client,
-        message: &str,
-        run_id: &str,
-        turn: &str,
-        phase: &str,
-    ) {
-        let mut payload = json!({ "sessionId": self.session, "coordinatorEpoch": self.epoch,
-                                  "messageId": message, "runId": run_id, "turnId": turn,
-                                  "phase": phase });
-        if phase == "end" {
-            payload["stopReason"] = json!("completed");
-        }
-        let response = client
-            .request(&RequestSpec::read("workflowTurn.report", None, payload))
-            .await
-            .unwrap();
-        assert_eq!(response.outcome, "accepted", "{:?}", response.frame);
-    }
-
-    /// Runs the one model turn of the sent `message` to its end.
-    async fn run_turn(&self, client: &mut Client, message: &str, run_id: &str) {
-        let turn = format!("turn-{message}");
-        self.turn(client, message, run_id, &turn, "start").await;
-        self.turn(client, message, run_id, &turn, "end").await;
-    }
 }
 
 /// Follow-ups queued while a checkpoint waits stay queued (no message) until

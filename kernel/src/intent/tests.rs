@@ -391,3 +391,71 @@ fn one_message_claims_an_intent_and_no_other_message_can() {
     assert!(is_resolved(&claimed, true));
     assert!(!is_resolved(&intent, true), "unclaimed is never resolved");
 }
+
+#[test]
+fn a_terminal_message_claims_its_runs_intent_by_the_runs_end_and_a_headless_run_has_none() {
+    let live = interactive_live();
+    let message = MessageId::from("terminal:run-1");
+    let completed = ended(&live, Terminal::Completed);
+    let intent = for_terminal_message(&completed, None, Canceller::User, &message, 70)
+        .expect("eligible at once")
+        .expect("an interactive end owes a turn");
+    assert_eq!(intent.cause, Cause::Terminal);
+    assert_eq!(intent.message_id.as_ref(), Some(&message), "claimed");
+    assert_eq!(intent.eligible_at_ms, Some(70));
+    assert!(!intent.stops_by_default);
+
+    let cancelled = run::cancel(
+        &live,
+        Some(&host_authority(1)),
+        fixtures::control_request(),
+        50,
+        fixtures::TTL_MS,
+    )
+    .expect("cancel")
+    .facts
+    .run;
+    let intent = for_terminal_message(&cancelled, None, Canceller::User, &message, 70)
+        .expect("eligible after the durable cancellation")
+        .expect("a cancellation owes a turn");
+    assert_eq!(
+        (intent.cause, intent.stops_by_default),
+        (Cause::Cancelled, true),
+        "a user cancellation: the kernel's (0.15.0) row, stopping by default"
+    );
+
+    // An unresolved intent of the run (an earlier abort intent) is reused
+    // and claimed, not a second one created.
+    let failed_run = ended(&live, failed());
+    let earlier = on_event(
+        &live.run,
+        None,
+        SourceEvent::FailedOrTimedOut { timed_out: false },
+        None,
+        40,
+    )
+    .expect("created before the terminal state");
+    assert_eq!(earlier.eligible_at_ms, None);
+    let reused = for_terminal_message(&failed_run, Some(&earlier), Canceller::User, &message, 80)
+        .expect("eligible now")
+        .expect("reused");
+    assert_eq!(reused.intent_id, earlier.intent_id);
+    assert_eq!(reused.eligible_at_ms, Some(80));
+    assert_eq!(reused.message_id.as_ref(), Some(&message));
+
+    // Claimed by another message: refused, so no second message is built.
+    let other = MessageId::from("other");
+    let mut claimed = reused.clone();
+    claimed.message_id = Some(other.clone());
+    assert_eq!(
+        for_terminal_message(&failed_run, Some(&claimed), Canceller::User, &message, 90),
+        Err(IntentRejection::AlreadyClaimed { message_id: other })
+    );
+
+    let headless = ended(&fixtures::live_run(2, "build", 10), Terminal::Completed);
+    assert_eq!(
+        for_terminal_message(&headless, None, Canceller::User, &message, 70),
+        Ok(None),
+        "its owner receives the result"
+    );
+}

@@ -255,6 +255,12 @@ fn a_restart_chain_shows_its_count_its_earlier_outcomes_and_the_rules_refusal() 
         ])
     );
     assert_eq!(facts["state"], "timed_out");
+    assert_eq!(
+        serde_json::to_value(presentation(&run, &self::facts(None, &restarts, &earlier))).unwrap(),
+        json!({"workflowName": "review", "state": "timed_out", "reasonKind": "nodeFailed",
+               "restart": {"count": 3, "limit": 3}}),
+        "the card's fields: the chain's restart count, never input, result or instruction"
+    );
     assert!(content.contains("Do not restart it"), "{content}");
     assert!(!content.contains("pi-workflows restart"), "{content}");
 

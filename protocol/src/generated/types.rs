@@ -2730,6 +2730,257 @@ pub struct DecisionView {
     pub summary: DecisionText,
     pub title: Title,
 }
+///The turn intent a workflow message resolves: its id, why the turn is owed, whether the decision defaults to stopping, and the card's small display fields.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeferredTurn {
+    ///Why the successor turn is owed.
+    pub cause: DeferredTurnCause,
+    pub presentation: DeferredTurnPresentation,
+    ///The decision defaults to stopping (a cancellation).
+    #[serde(rename = "stopsByDefault")]
+    pub stops_by_default: bool,
+    ///`deferred-turn:` and 64 hex digits.
+    #[serde(rename = "turnIntentId")]
+    pub turn_intent_id: DeferredTurnTurnIntentId,
+}
+///Why the successor turn is owed.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum DeferredTurnCause {
+    #[serde(rename = "agentCancelled")]
+    AgentCancelled,
+    #[serde(rename = "timedOut")]
+    TimedOut,
+    #[serde(rename = "failed")]
+    Failed,
+    #[serde(rename = "launchFailed")]
+    LaunchFailed,
+    #[serde(rename = "controllerInterrupted")]
+    ControllerInterrupted,
+    #[serde(rename = "claimLost")]
+    ClaimLost,
+    #[serde(rename = "terminal")]
+    Terminal,
+    #[serde(rename = "cancelled")]
+    Cancelled,
+}
+impl ::std::fmt::Display for DeferredTurnCause {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::AgentCancelled => f.write_str("agentCancelled"),
+            Self::TimedOut => f.write_str("timedOut"),
+            Self::Failed => f.write_str("failed"),
+            Self::LaunchFailed => f.write_str("launchFailed"),
+            Self::ControllerInterrupted => f.write_str("controllerInterrupted"),
+            Self::ClaimLost => f.write_str("claimLost"),
+            Self::Terminal => f.write_str("terminal"),
+            Self::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+impl ::std::str::FromStr for DeferredTurnCause {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "agentCancelled" => Ok(Self::AgentCancelled),
+            "timedOut" => Ok(Self::TimedOut),
+            "failed" => Ok(Self::Failed),
+            "launchFailed" => Ok(Self::LaunchFailed),
+            "controllerInterrupted" => Ok(Self::ControllerInterrupted),
+            "claimLost" => Ok(Self::ClaimLost),
+            "terminal" => Ok(Self::Terminal),
+            "cancelled" => Ok(Self::Cancelled),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for DeferredTurnCause {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DeferredTurnCause {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The compact card's fields: never the input, result, fingerprint or instruction.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeferredTurnPresentation {
+    ///The stored reason of a failed or timed-out run.
+    #[serde(
+        rename = "reasonKind",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub reason_kind: ::std::option::Option<DeferredTurnPresentationReasonKind>,
+    pub restart: DeferredTurnRestart,
+    pub state: RunStatus,
+    #[serde(rename = "workflowName")]
+    pub workflow_name: WorkflowName,
+}
+///The stored reason of a failed or timed-out run.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum DeferredTurnPresentationReasonKind {
+    #[serde(rename = "nodeFailed")]
+    NodeFailed,
+    #[serde(rename = "nodeTimedOut")]
+    NodeTimedOut,
+    #[serde(rename = "maxSteps")]
+    MaxSteps,
+    #[serde(rename = "routing")]
+    Routing,
+    #[serde(rename = "unproductiveTurns")]
+    UnproductiveTurns,
+    #[serde(rename = "decisionExpired")]
+    DecisionExpired,
+    #[serde(rename = "workerCrashed")]
+    WorkerCrashed,
+    #[serde(rename = "runnerFailed")]
+    RunnerFailed,
+}
+impl ::std::fmt::Display for DeferredTurnPresentationReasonKind {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::NodeFailed => f.write_str("nodeFailed"),
+            Self::NodeTimedOut => f.write_str("nodeTimedOut"),
+            Self::MaxSteps => f.write_str("maxSteps"),
+            Self::Routing => f.write_str("routing"),
+            Self::UnproductiveTurns => f.write_str("unproductiveTurns"),
+            Self::DecisionExpired => f.write_str("decisionExpired"),
+            Self::WorkerCrashed => f.write_str("workerCrashed"),
+            Self::RunnerFailed => f.write_str("runnerFailed"),
+        }
+    }
+}
+impl ::std::str::FromStr for DeferredTurnPresentationReasonKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "nodeFailed" => Ok(Self::NodeFailed),
+            "nodeTimedOut" => Ok(Self::NodeTimedOut),
+            "maxSteps" => Ok(Self::MaxSteps),
+            "routing" => Ok(Self::Routing),
+            "unproductiveTurns" => Ok(Self::UnproductiveTurns),
+            "decisionExpired" => Ok(Self::DecisionExpired),
+            "workerCrashed" => Ok(Self::WorkerCrashed),
+            "runnerFailed" => Ok(Self::RunnerFailed),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for DeferredTurnPresentationReasonKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for DeferredTurnPresentationReasonKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///How many restarts the run's restart chain has, and the limit.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeferredTurnRestart {
+    pub count: super::constrained::Count,
+    pub limit: super::constrained::Count,
+}
+///`deferred-turn:` and 64 hex digits.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct DeferredTurnTurnIntentId(::std::string::String);
+impl ::std::ops::Deref for DeferredTurnTurnIntentId {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<DeferredTurnTurnIntentId> for ::std::string::String {
+    fn from(value: DeferredTurnTurnIntentId) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for DeferredTurnTurnIntentId {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^deferred-turn:[0-9a-f]{64}$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err("doesn't match pattern \"^deferred-turn:[0-9a-f]{64}$\"".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for DeferredTurnTurnIntentId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DeferredTurnTurnIntentId {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for DeferredTurnTurnIntentId {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
 ///A SHA-256 digest of exact bytes.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -9413,6 +9664,12 @@ pub struct WorkflowMessage {
     )]
     pub attempt_id: ::std::option::Option<AttemptId>,
     pub content: ContentReference,
+    ///The turn intent a terminal message claimed before it could be sent (DEFERRED_TURNS); the Pi extension sends the message as `pi-workflows-deferred-turn` with these details (terminal messages only).
+    #[serde(
+        rename = "deferredTurn",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub deferred_turn: ::std::option::Option<DeferredTurn>,
     #[serde(rename = "entryId", skip_serializing_if = "::std::option::Option::is_none")]
     pub entry_id: ::std::option::Option<EntryId>,
     ///The interactive request a step message presents (step messages only).

@@ -18,7 +18,7 @@
  *   gets string lines (Pi caps them at 10).
  */
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
-import { truncateToWidth } from "@earendil-works/pi-tui";
+import { truncateToWidth, wrapTextWithAnsi } from "@earendil-works/pi-tui";
 import { WorkflowClient } from "../client/client.js";
 import type { JsonValue } from "../generated/types.js";
 import type { BranchEntryLike } from "./messages.js";
@@ -29,6 +29,7 @@ import { RESERVED_WORDS, USAGE } from "./grammar.js";
 import { WIDGET_KEY } from "./widget.js";
 import { herdrAvailable, registerPiw } from "./piw.js";
 import { registerWorkflowChannel } from "./channels.js";
+import { DEFERRED_TURN_TYPE, deferredTurnCard } from "./deferred-turn.js";
 
 export { WorkflowSession } from "./session.js";
 export { WorkflowMessageCoordinator } from "./coordinator.js";
@@ -53,7 +54,8 @@ function piPort(pi: ExtensionAPI, ctx: ExtensionContext): PiPort {
     isIdle: () => ctx.isIdle(),
     hasPendingMessages: () => ctx.hasPendingMessages(),
     getBranch: () => ctx.sessionManager.getBranch() as unknown as readonly BranchEntryLike[],
-    sendMessage: (delivery) => pi.sendMessage(delivery.message, { triggerTurn: delivery.triggerTurn }),
+    sendMessage: (delivery) =>
+      pi.sendMessage(delivery.message, delivery.deliverAs === undefined ? { triggerTurn: delivery.triggerTurn } : { triggerTurn: delivery.triggerTurn, deliverAs: delivery.deliverAs }),
     abort: () => ctx.abort(),
   };
 }
@@ -174,6 +176,19 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
     },
   });
 
+  // The terminal decision card: collapsed by default, the whole message when expanded (Ctrl+O).
+  // Rendering only: a restored message draws the same card and sends nothing.
+  pi.registerMessageRenderer(DEFERRED_TURN_TYPE, (message, options, theme) => {
+    const style = { accent: (text: string) => theme.fg("accent", text), dim: (text: string) => theme.fg("dim", text), bold: (text: string) => theme.bold(text) };
+    const lines = deferredTurnCard(message.details, message.content, options.expanded, style);
+    return {
+      render: (width: number) => {
+        const room = Math.max(1, width);
+        return options.expanded ? lines.flatMap((line) => wrapTextWithAnsi(line, room)) : lines.map((line) => truncateToWidth(line, room));
+      },
+      invalidate: () => undefined,
+    };
+  });
   pi.registerShortcut("shift+up", { description: "pi-workflows: scroll the workflow widget up", handler: () => current()?.scrollBy(-1) });
   pi.registerShortcut("shift+down", { description: "pi-workflows: scroll the workflow widget down", handler: () => current()?.scrollBy(1) });
   // `/workflow-channel status|reload|recover …`: the server's channel adapters.

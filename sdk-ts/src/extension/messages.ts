@@ -8,9 +8,12 @@
  *   is searched for that id, never for the text.
  * - The kind alone decides the custom type, visibility and whether the send
  *   starts a turn: step, terminal and follow-up messages start one;
- *   decisions and notifications never do.
+ *   decisions and notifications never do. A terminal message that claimed
+ *   a turn intent (`deferredTurn`) is the visible `pi-workflows-deferred-turn`
+ *   card, delivered as a follow-up (deferred-turn.ts).
  */
 import type { MessageKind, StepReason, WorkflowMessage } from "../generated/types.js";
+import { DEFERRED_TURN_SCHEMA, DEFERRED_TURN_TYPE, type DeferredTurnDetails, deferredTurnDetails } from "./deferred-turn.js";
 
 /** The `details.schema` of every workflow message this extension sends. */
 export const MESSAGE_DETAILS_SCHEMA = "pi-workflows.workflow-message.v1";
@@ -35,8 +38,9 @@ export interface WorkflowMessageDetails {
 
 /** The Pi message and send options for one workflow message. */
 export interface Delivery {
-  message: { customType: string; content: string; display: boolean; details: WorkflowMessageDetails };
+  message: { customType: string; content: string; display: boolean; details: WorkflowMessageDetails | DeferredTurnDetails };
   triggerTurn: boolean;
+  deliverAs?: "followUp";
 }
 
 /** Whether a kind starts a model turn when it is sent. */
@@ -52,8 +56,19 @@ export function startsTurn(kind: MessageKind): boolean {
   }
 }
 
-/** The Pi message for `message` with its text. A terminal message is hidden (the model answers it visibly). */
+/**
+ * The Pi message for `message` with its text. A terminal message with its
+ * turn intent is the visible deferred-turn card; one without (a server that
+ * sends none) is hidden (the model answers it visibly).
+ */
 export function deliveryOf(message: WorkflowMessage, text: string): Delivery {
+  if (message.kind === "terminal" && message.deferredTurn !== undefined) {
+    return {
+      message: { customType: DEFERRED_TURN_TYPE, content: text, display: true, details: deferredTurnDetails(message, message.deferredTurn) },
+      triggerTurn: true,
+      deliverAs: "followUp",
+    };
+  }
   const details: WorkflowMessageDetails = {
     schema: MESSAGE_DETAILS_SCHEMA,
     workflowMessageId: message.messageId,
@@ -82,7 +97,8 @@ export function workflowMessageIdOf(entry: BranchEntryLike): string | undefined 
   const details = entry.details;
   if (typeof details !== "object" || details === null) return undefined;
   const fields = details as { schema?: unknown; workflowMessageId?: unknown };
-  return fields.schema === MESSAGE_DETAILS_SCHEMA && typeof fields.workflowMessageId === "string" ? fields.workflowMessageId : undefined;
+  const ours = fields.schema === MESSAGE_DETAILS_SCHEMA || fields.schema === DEFERRED_TURN_SCHEMA;
+  return ours && typeof fields.workflowMessageId === "string" ? fields.workflowMessageId : undefined;
 }
 
 /** The entry ids of the workflow messages on a branch, by message id (the last entry wins). */

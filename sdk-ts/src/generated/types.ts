@@ -554,6 +554,32 @@ export interface DecisionView {
   "title": Title;
 }
 
+/** The turn intent a workflow message resolves: its id, why the turn is owed, whether the decision defaults to stopping, and the card's small display fields. */
+export interface DeferredTurn {
+  /** Why the successor turn is owed. */
+  "cause": "agentCancelled" | "timedOut" | "failed" | "launchFailed" | "controllerInterrupted" | "claimLost" | "terminal" | "cancelled";
+  "presentation": DeferredTurnPresentation;
+  /** The decision defaults to stopping (a cancellation). */
+  "stopsByDefault": boolean;
+  /** `deferred-turn:` and 64 hex digits. */
+  "turnIntentId": string;
+}
+
+/** The compact card's fields: never the input, result, fingerprint or instruction. */
+export interface DeferredTurnPresentation {
+  /** The stored reason of a failed or timed-out run. */
+  "reasonKind"?: "nodeFailed" | "nodeTimedOut" | "maxSteps" | "routing" | "unproductiveTurns" | "decisionExpired" | "workerCrashed" | "runnerFailed";
+  "restart": DeferredTurnRestart;
+  "state": RunStatus;
+  "workflowName": WorkflowName;
+}
+
+/** How many restarts the run's restart chain has, and the limit. */
+export interface DeferredTurnRestart {
+  "count": Count;
+  "limit": Count;
+}
+
 /** A SHA-256 digest of exact bytes. */
 export type Digest = string;
 
@@ -2150,6 +2176,8 @@ export interface WorkflowMessage {
   /** The node attempt of that request (step messages only). */
   "attemptId"?: AttemptId;
   "content": ContentReference;
+  /** The turn intent a terminal message claimed before it could be sent (DEFERRED_TURNS); the Pi extension sends the message as `pi-workflows-deferred-turn` with these details (terminal messages only). */
+  "deferredTurn"?: DeferredTurn;
   "entryId"?: EntryId;
   /** The interactive request a step message presents (step messages only). */
   "interactionId"?: InteractionId;

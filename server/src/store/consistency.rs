@@ -205,6 +205,22 @@ pub const CHECKS: &[Check] = &[
              OR r.continued_by IS NOT NULL
              OR (SELECT COUNT(*) FROM workflow_messages o WHERE o.run_id = m.run_id AND o.kind = 'terminal') > 1)",
     },
+    // Turn intents (kernel::intent): a claim names a message of the same
+    // run and session, made once the intent was eligible; every terminal
+    // message claimed its run's intent when it was built.
+    Check {
+        message: "a turn intent claimed by a missing message or one of another run or session, or before it was eligible",
+        quiescent_only: false,
+        sql: "SELECT i.intent_id FROM turn_intents i LEFT JOIN workflow_messages m ON m.message_id = i.message_id
+         WHERE i.message_id IS NOT NULL
+           AND (m.message_id IS NULL OR m.run_id <> i.run_id OR m.session_id <> i.session_id OR i.eligible_at_ms IS NULL)",
+    },
+    Check {
+        message: "a terminal message that claimed no turn intent",
+        quiescent_only: false,
+        sql: "SELECT m.message_id FROM workflow_messages m
+         WHERE m.kind = 'terminal' AND NOT EXISTS (SELECT 1 FROM turn_intents i WHERE i.message_id = m.message_id)",
+    },
     Check {
         message: "a session capture whose events are not numbered 1..n without gaps",
         quiescent_only: false,

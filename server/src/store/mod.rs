@@ -44,6 +44,7 @@ pub mod decisions;
 mod disk;
 pub(crate) mod follow_ups;
 pub mod host;
+pub(crate) mod intents;
 pub mod meta;
 mod open;
 pub mod processes;

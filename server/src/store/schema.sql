@@ -16,7 +16,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 8),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 9),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -424,6 +424,30 @@ CREATE TABLE workflow_follow_ups (
 ) STRICT;
 -- A chain's follow-ups (settled when its leaf ends; deleted with its tree).
 CREATE INDEX workflow_follow_ups_by_chain ON workflow_follow_ups(chain_run_id, state, position);
+
+-- Turn intents (kernel::intent, DEFERRED_TURNS): the one successor model
+-- turn an eligible event of an interactive run owes its origin session, and
+-- the message that claimed it before it could be sent. One row per source
+-- event; at most one message claims it; a claimed intent is never eligible
+-- again for another message. `presentation_json` holds the card's small
+-- display fields (kernel::terminal::Presentation), never input or result.
+CREATE TABLE turn_intents (
+  intent_id TEXT PRIMARY KEY CHECK (intent_id LIKE 'deferred-turn:%'),
+  source_id TEXT NOT NULL UNIQUE CHECK (source_id LIKE 'turn-source:%'),
+  session_id TEXT NOT NULL,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  cause TEXT NOT NULL CHECK (cause IN ('agentCancelled', 'timedOut', 'failed', 'launchFailed', 'controllerInterrupted', 'claimLost', 'terminal', 'cancelled')),
+  node_id TEXT,
+  attempt_id TEXT,
+  eligible_at_ms INTEGER,
+  stops_by_default INTEGER NOT NULL CHECK (stops_by_default IN (0, 1)),
+  message_id TEXT UNIQUE REFERENCES workflow_messages(message_id) ON DELETE CASCADE,
+  presentation_json TEXT,
+  created_at_ms INTEGER NOT NULL,
+  CHECK (message_id IS NULL OR eligible_at_ms IS NOT NULL)
+) STRICT;
+-- A run's intents (the unresolved one is reused by a later event).
+CREATE INDEX turn_intents_by_run ON turn_intents(run_id);
 
 -- A run's session capture (sessionEvents.record, kernel::capture): how many
 -- events it holds and the replay state after the last one.

@@ -81,8 +81,9 @@ pub(crate) fn run_messages(
 ) -> rusqlite::Result<Vec<wire::WorkflowMessage>> {
     let mut statement = connection.prepare_cached(
         "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
-                b.media_type, length(b.bytes)
+                b.media_type, length(b.bytes), i.intent_id, i.cause, i.stops_by_default, i.presentation_json
          FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+              LEFT JOIN turn_intents i ON i.message_id = m.message_id
          WHERE m.run_id = ?1 ORDER BY m.session_order LIMIT ?2 OFFSET ?3",
     )?;
     let rows = statement.query_map(
@@ -99,6 +100,7 @@ fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<wire::WorkflowMess
     let order = row.get::<_, i64>(4)?;
     Ok(wire::WorkflowMessage {
         attempt_id: None,
+        deferred_turn: deferred_turn(row)?,
         content: wire::ContentReference {
             bytes: u64::try_from(row.get::<_, i64>(9)?)
                 .ok()
@@ -126,6 +128,24 @@ fn message_value(row: &rusqlite::Row<'_>) -> rusqlite::Result<wire::WorkflowMess
             .map(|reason| to_wire("stepReason", reason))
             .transpose()?,
     })
+}
+
+/// The turn intent the message claimed (columns 10–13), with its card
+/// fields.
+fn deferred_turn(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<wire::DeferredTurn>> {
+    let Some(intent_id) = row.get::<_, Option<String>>(10)? else {
+        return Ok(None);
+    };
+    let presentation: String = row
+        .get::<_, Option<String>>(13)?
+        .ok_or(OffSchema("deferredTurn.presentation"))?;
+    Ok(Some(wire::DeferredTurn {
+        cause: to_wire("deferredTurn.cause", row.get::<_, String>(11)?)?,
+        presentation: serde_json::from_str(&presentation)
+            .map_err(|_| OffSchema("deferredTurn.presentation"))?,
+        stops_by_default: row.get::<_, i64>(12)? != 0,
+        turn_intent_id: to_wire("deferredTurn.turnIntentId", intent_id)?,
+    }))
 }
 
 /// When `session`'s retained terminal view was last cleared (0: never).
@@ -168,8 +188,9 @@ pub(crate) fn session_messages(
 ) -> rusqlite::Result<Vec<wire::WorkflowMessage>> {
     let mut statement = connection.prepare_cached(
         "SELECT m.message_id, m.run_id, m.kind, m.state, m.session_order, m.content_digest, m.step_reason, m.entry_id,
-                b.media_type, length(b.bytes)
+                b.media_type, length(b.bytes), i.intent_id, i.cause, i.stops_by_default, i.presentation_json
          FROM workflow_messages m JOIN blobs b ON b.digest = m.content_digest
+              LEFT JOIN turn_intents i ON i.message_id = m.message_id
          WHERE m.session_id = ?1
            AND (m.state = 'pending'
                 OR m.run_id IN (SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting'))

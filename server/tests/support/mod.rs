@@ -6,9 +6,11 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod clone;
+pub mod coordinator;
 pub mod namespace;
 pub mod telegram;
 pub use clone::*;
+pub use coordinator::*;
 pub use namespace::*;
 
 use pi_workflows_client::{Connection as Client, RequestSpec, Response};
