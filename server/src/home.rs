@@ -10,12 +10,21 @@
 //!   holder exits, however it exits, so holding it proves that every earlier
 //!   server process is gone (`kernel::epoch::ServerLockHeld`). The lock file
 //!   is never removed.
+//! - A start refuses at once only while a server answers on the socket. A
+//!   lock that no answering server holds is waited for, up to
+//!   [`LOCK_HANDOFF_WAIT`]: a SIGKILLed server's child caught between fork
+//!   and exec still shares the lock's open file description for a moment,
+//!   and a restart right after the crash must not be refused for it.
 
 use crate::config::Config;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long a start waits for a lock that no answering server holds.
+pub const LOCK_HANDOFF_WAIT: Duration = Duration::from_secs(2);
 
 /// Creates the state directories with private permissions.
 pub fn prepare(config: &Config) -> io::Result<()> {
@@ -47,7 +56,9 @@ pub enum LockError {
     Io(io::Error),
 }
 
-/// Takes the exclusive server lock without waiting.
+/// Takes the exclusive server lock: at once, or (no server answering on the
+/// socket) within [`LOCK_HANDOFF_WAIT`]. Blocks the calling thread while it
+/// waits (the server has nothing else to do before it holds the lock).
 pub fn lock(config: &Config) -> Result<ServerLock, LockError> {
     let file = OpenOptions::new()
         .create(true)
@@ -57,11 +68,24 @@ pub fn lock(config: &Config) -> Result<ServerLock, LockError> {
         .mode(0o600)
         .open(config.lock_path())
         .map_err(LockError::Io)?;
-    match file.try_lock() {
-        Ok(()) => Ok(ServerLock { _file: file }),
-        Err(fs::TryLockError::WouldBlock) => Err(LockError::Held),
-        Err(fs::TryLockError::Error(error)) => Err(LockError::Io(error)),
+    let deadline = Instant::now() + LOCK_HANDOFF_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(ServerLock { _file: file }),
+            Err(fs::TryLockError::WouldBlock)
+                if Instant::now() < deadline && !server_answers(config) =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Err(LockError::Held),
+            Err(fs::TryLockError::Error(error)) => return Err(LockError::Io(error)),
+        }
     }
+}
+
+/// Whether a server accepts connections on the socket.
+fn server_answers(config: &Config) -> bool {
+    std::os::unix::net::UnixStream::connect(config.socket_path()).is_ok()
 }
 
 /// Opens a user-only append log file (`host/server.log`).

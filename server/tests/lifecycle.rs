@@ -20,6 +20,33 @@ fn a_second_live_server_is_refused_with_one_line() {
     assert!(!error.contains('\n'));
 }
 
+/// A lock that no answering server holds (a SIGKILLed server's child still
+/// between fork and exec shares it for a moment) does not refuse a start:
+/// the start waits for it and then runs. Here the test process holds the
+/// lock for 500 ms with no server running.
+#[test]
+fn a_start_waits_for_a_lock_no_answering_server_holds() {
+    let mut server = TestServer::new(&[]);
+    let host = server.home.join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(host.join("server.lock"))
+        .unwrap();
+    lock.try_lock().expect("the test takes the lock");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        drop(lock);
+    });
+    server
+        .spawn()
+        .expect("the start waits for the released lock instead of refusing");
+    release.join().unwrap();
+    assert!(server.is_running());
+}
+
 #[test]
 fn an_incompatible_database_is_refused_and_left_untouched() {
     let server = TestServer::new(&[]);
