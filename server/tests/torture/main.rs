@@ -77,9 +77,7 @@ fn torture_crash_points() {
     );
     let first = env_u64("PI_WORKFLOWS_TORTURE_FIRST").unwrap_or(0);
     let parallel = env_u64("PI_WORKFLOWS_TORTURE_PARALLEL").unwrap_or(2).max(1);
-    eprintln!(
-        "torture: {trials} trial(s) from {first}, seed {seed:#x}, {parallel} at a time"
-    );
+    eprintln!("torture: {trials} trial(s) from {first}, seed {seed:#x}, {parallel} at a time");
     let started = Instant::now();
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(first));
     let workers: Vec<_> = (0..parallel)
