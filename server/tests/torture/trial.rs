@@ -458,7 +458,10 @@ pub(crate) async fn run(seed: u64, trial: u64) -> String {
 
     // A new server recovers from committed state alone.
     server.remove_env("PI_WORKFLOWS_FAULT");
-    server.spawn().expect("the server restarts");
+    if let Err(error) = server.spawn() {
+        let holders = lock_holders(&server.home.join("host").join("server.lock"));
+        panic!("{label}: the server restarts: {error}; the lock file is open in {holders:?}");
+    }
     driver
         .connect(&server)
         .await
@@ -526,6 +529,41 @@ pub(crate) async fn run(seed: u64, trial: u64) -> String {
         crashed.applying.len(),
         finished_in.as_secs_f64()
     )
+}
+
+/// The processes that have `lock` open (pid, state and command line from
+/// `/proc`): who holds the server lock when a restart is refused.
+fn lock_holders(lock: &Path) -> Vec<String> {
+    let mut holders = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == lock))
+        {
+            let read = |name: &str| {
+                std::fs::read_to_string(entry.path().join(name))
+                    .unwrap_or_default()
+                    .replace('\0', " ")
+            };
+            let state = read("stat")
+                .rsplit(')')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            holders.push(format!(
+                "{} {state} {}",
+                entry.file_name().to_string_lossy(),
+                read("cmdline").trim()
+            ));
+        }
+    }
+    holders
 }
 
 /// Fails the trial: a workflow did not finish within `STUCK_AFTER` of the
