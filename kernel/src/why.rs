@@ -161,7 +161,8 @@ pub struct WhyFacts {
     pub ambiguous: Vec<EffectFact>,
     pub failure: Option<FailureClass>,
     pub restart_eligible: bool,
-    /// Present for a run waiting for admission (time-varying: not in the view).
+    /// The run's place in the admission order (time-varying: not in the
+    /// view); shown only while the run waits for admission.
     pub queue_position: Option<QueueFact>,
     pub last_commit: CommitFact,
 }
@@ -562,6 +563,18 @@ pub fn relative(at_ms: u64, now_ms: u64) -> String {
     }
 }
 
+const fn queue_words(queue: QueueStatus) -> &'static str {
+    match queue {
+        QueueStatus::Queued => "queued",
+        QueueStatus::Starting => "starting",
+        QueueStatus::Running => "running",
+        QueueStatus::Parked => "parked",
+        QueueStatus::Done => "done",
+        QueueStatus::Failed => "failed",
+        QueueStatus::Cancelled => "cancelled",
+    }
+}
+
 const fn runner_words(status: RunnerStatus) -> &'static str {
     match status {
         RunnerStatus::Launching => "starting (no runner.ready yet)",
@@ -601,8 +614,10 @@ pub fn explain(facts: &WhyFacts, now_ms: u64) -> Why {
     let run = facts.run_id.as_str();
     let mut lines = Vec::new();
     lines.push(format!(
-        "run {run}: {} — who acts: {}",
+        "run {run}: {}, queue {}{} — who acts: {}",
         status_words(facts.status),
+        queue_words(facts.queue),
+        if facts.paused { ", paused" } else { "" },
         actor_words(headline.actor)
     ));
     lines.push(format!("why: {}", headline.summary));
@@ -699,11 +714,13 @@ pub fn explain(facts: &WhyFacts, now_ms: u64) -> Why {
         ));
     }
     if !effects.is_empty() {
-        lines.push(format!(
-            "then: `pi-workflows resume {run}` once no effect is ambiguous"
-        ));
+        lines.push(
+            "then: the run continues on its own once no effect is ambiguous (unless paused)".into(),
+        );
     }
-    let queue = facts.queue_position;
+    let queue = facts
+        .queue_position
+        .filter(|_| headline.state == WhyState::Queued);
     if let Some(queue) = queue {
         lines.push(format!(
             "queue: position {} for admission (oldest first); runners {} of {} busy",

@@ -167,7 +167,7 @@ fn an_ambiguous_effect_names_both_recovery_commands_and_wins_over_a_pending_requ
         text.contains("`pi-workflows recover run-1 retry --effect effect-abc`"),
         "{text}"
     );
-    assert!(text.contains("`pi-workflows resume run-1` once no effect is ambiguous"));
+    assert!(text.contains("then: the run continues on its own once no effect is ambiguous"));
     assert_eq!(why.effects[0].attempt_number, 2);
 }
 
@@ -490,8 +490,9 @@ proptest! {
         let why = explain(&facts, now);
         prop_assert_eq!(&why.headline, &headline(&facts));
         prop_assert!(why.lines.len() <= MAX_LINES);
-        prop_assert!(why.lines.iter().all(|line| line.chars().count() <= MAX_LINE_CHARS + 1));
+        prop_assert!(why.lines.iter().all(|line| line.chars().count() <= MAX_LINE_CHARS));
         prop_assert!(why.effects.len() <= MAX_EFFECTS);
+        prop_assert_eq!(why.queue.is_some(), why.headline.state == WhyState::Queued && facts.queue_position.is_some());
         prop_assert!(why.lines[1].starts_with("why: "));
         let expected_actor = match why.headline.state {
             WhyState::Done => Actor::Nobody,
