@@ -350,10 +350,11 @@ pub fn state(facts: &WhyFacts) -> (WhyState, Actor) {
         };
     }
     if parked(facts) {
-        if let Some(reason) = facts.park_reason {
-            if !reason.resumes_automatically() {
-                return (WhyState::ParkedForReview, Actor::Operator);
-            }
+        if facts
+            .park_reason
+            .is_some_and(|reason| !reason.resumes_automatically())
+        {
+            return (WhyState::ParkedForReview, Actor::Operator);
         }
         return (WhyState::Queued, Actor::Server);
     }
