@@ -48,3 +48,4 @@ pub mod steps;
 pub mod terminal;
 pub mod topology;
 pub mod updates;
+pub mod why;

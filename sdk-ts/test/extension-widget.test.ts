@@ -66,3 +66,33 @@ describe("the widget's call to action", () => {
     assert.ok(render(ended).includes("  ⚠ mail.send at send may have applied: check it, then /workflow recover confirm"), render(ended).join("\n"));
   });
 });
+
+describe("the widget's who-acts line (display.why)", () => {
+  const render = (view: RunView): string[] => renderWidget(view, { nowMs: 2_000, maxLines: STRING_WIDGET_LINES, scroll: 0 }).lines;
+
+  it("names who must act in one compact line when it is not the run's own runner", () => {
+    const parked = runView({
+      nodes: [node("a", "compute", "pending")],
+      display: {
+        status: "queued", activity: "none", controls: ["pause", "resume", "cancel"],
+        why: { state: "parkedForReview", actor: "operator", summary: "parked: the workflow source changed since the run started; an operator resumes it: `pi-workflows resume run-1`" },
+      },
+    });
+    const lines = render(parked);
+    assert.ok(lines.includes(`  who acts: an operator · parked for review (pi-workflows why ${parked.runId})`), lines.join("\n"));
+    const checkpoint = runView({
+      nodes: [node("review", "checkpoint", "waiting")],
+      display: { status: "waiting", activity: "none", controls: ["answer", "pause", "cancel"], waitingOn: "review", why: { state: "waitingForAnswer", actor: "person", summary: "waiting for a person" } },
+    });
+    const withAnswer = render(checkpoint);
+    assert.ok(withAnswer.some((line) => line.startsWith("  who acts: a person · waiting for an answer")), withAnswer.join("\n"));
+    assert.equal(withAnswer.at(-1), "  waiting on checkpoint: review — answer with /workflow answer <json>");
+  });
+
+  it("says nothing while the run's runner drives it or nobody needs to act", () => {
+    for (const actor of ["runner", "nobody"] as const) {
+      const view = runView({ nodes: [node("a", "compute", "running")], display: { status: "running", activity: "runner", controls: ["pause", "cancel"], currentNode: "a", why: { state: "running", actor, summary: "running" } } });
+      assert.ok(!render(view).some((line) => line.includes("who acts")), render(view).join("\n"));
+    }
+  });
+});

@@ -50,6 +50,7 @@ fn every_operation_round_trips_through_its_wire_name() {
 fn reads_and_reports_are_not_commands() {
     for name in [
         "run.view",
+        "run.why",
         "runs.list",
         "subscribe",
         "view.content",

@@ -248,6 +248,17 @@ fn output<'a>(app: &App, run: &RunState, node: Option<&str>, w: usize) -> Vec<Li
             lines.push(Line::styled(format!("   {part}"), status_style));
         }
     }
+    if let Some(why) = &view.display.why {
+        // The kernel's explainer (`display.why`): who must act and why;
+        // `pi-workflows why <runId>` adds the claim, queue and commit.
+        lines.push(Line::styled(
+            format!(" why · {} acts · {}", why.actor, why.state),
+            theme.dim(),
+        ));
+        for part in wrap(why.summary.as_str(), w.saturating_sub(3)) {
+            lines.push(Line::styled(format!("   {part}"), theme.text()));
+        }
+    }
     if let Some(reason) = &view.display.reason {
         lines.push(Line::styled(" reason", theme.dim()));
         for part in wrap(reason.as_str(), w.saturating_sub(3)) {

@@ -408,6 +408,19 @@ impl WorkflowClient {
             .receipt)
     }
 
+    /// `run.why`: why the run is not progressing and who must act (the
+    /// kernel's explanation, `kernel::why`).
+    pub async fn run_why(
+        &mut self,
+        run_id: &str,
+    ) -> Result<protocol::generated::types::RunWhy, ClientError> {
+        let empty = protocol::generated::types::EmptyPayload {};
+        Ok(self
+            .call::<ops::RunWhy>(Some(run_id), &empty, CallOptions::default())
+            .await?
+            .receipt)
+    }
+
     /// Subscribes to `target`, resuming after `from_revision` when given.
     /// The subscription is kept (and restored after reconnects) until
     /// [`WorkflowClient::unsubscribe`].

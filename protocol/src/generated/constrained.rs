@@ -1752,3 +1752,65 @@ impl<'de> ::serde::Deserialize<'de> for Visit {
             ))
     }
 }
+///The run's ambiguous effects (at most 16 shown).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct WhyEffects(::std::vec::Vec<types::WhyEffect>);
+impl WhyEffects {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::WhyEffect>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 16 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::WhyEffect] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::WhyEffect> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for WhyEffects {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::WhyEffect>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///The one-screen explanation, one line each (at most 24).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct WhyLines(::std::vec::Vec<types::SafeMessage>);
+impl WhyLines {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::SafeMessage>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 24 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::SafeMessage] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::SafeMessage> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for WhyLines {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::SafeMessage>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}

@@ -51,6 +51,8 @@ pub enum RequestPayload {
     RunsList(types::RunsListPayload),
     /// `run.view`
     RunView(types::EmptyPayload),
+    /// `run.why`
+    RunWhy(types::EmptyPayload),
     /// `view.page`
     ViewPage(types::ViewPagePayload),
     /// `view.content`
@@ -109,6 +111,7 @@ impl RequestPayload {
             Self::WorkflowsList(_) => types::Operation::WorkflowsList,
             Self::RunsList(_) => types::Operation::RunsList,
             Self::RunView(_) => types::Operation::RunView,
+            Self::RunWhy(_) => types::Operation::RunWhy,
             Self::ViewPage(_) => types::Operation::ViewPage,
             Self::ViewContent(_) => types::Operation::ViewContent,
             Self::Subscribe(_) => types::Operation::Subscribe,
@@ -226,6 +229,9 @@ pub fn parse_request_payload(
             }
             types::Operation::RunView => {
                 RequestPayload::RunView(types::EmptyPayload::deserialize(value)?)
+            }
+            types::Operation::RunWhy => {
+                RequestPayload::RunWhy(types::EmptyPayload::deserialize(value)?)
             }
             types::Operation::ViewPage => {
                 RequestPayload::ViewPage(types::ViewPagePayload::deserialize(value)?)
@@ -345,6 +351,8 @@ pub enum ResponseReceipt {
     RunsList(types::RunListReceipt),
     /// `run.view`
     RunView(types::RunView),
+    /// `run.why`
+    RunWhy(types::RunWhy),
     /// `view.page`
     ViewPage(types::ViewPage),
     /// `view.content`
@@ -403,6 +411,7 @@ impl ResponseReceipt {
             Self::WorkflowsList(_) => types::Operation::WorkflowsList,
             Self::RunsList(_) => types::Operation::RunsList,
             Self::RunView(_) => types::Operation::RunView,
+            Self::RunWhy(_) => types::Operation::RunWhy,
             Self::ViewPage(_) => types::Operation::ViewPage,
             Self::ViewContent(_) => types::Operation::ViewContent,
             Self::Subscribe(_) => types::Operation::Subscribe,
@@ -524,6 +533,9 @@ pub fn parse_response_receipt(
             }
             types::Operation::RunView => {
                 ResponseReceipt::RunView(types::RunView::deserialize(value)?)
+            }
+            types::Operation::RunWhy => {
+                ResponseReceipt::RunWhy(types::RunWhy::deserialize(value)?)
             }
             types::Operation::ViewPage => {
                 ResponseReceipt::ViewPage(types::ViewPage::deserialize(value)?)

@@ -218,6 +218,15 @@ impl ClientOperation for RunView {
     type Receipt = types::RunView;
     const STATE_CHANGING: bool = false;
 }
+/// `run.why`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunWhy;
+impl ClientOperation for RunWhy {
+    const OPERATION: types::Operation = types::Operation::RunWhy;
+    type Payload = types::EmptyPayload;
+    type Receipt = types::RunWhy;
+    const STATE_CHANGING: bool = false;
+}
 /// `view.page`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ViewPage;

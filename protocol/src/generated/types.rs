@@ -3066,6 +3066,8 @@ pub struct DisplayFields {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub waiting_on: ::std::option::Option<NodeId>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub why: ::std::option::Option<WhyHeadline>,
 }
 ///The effective status computed by the server.
 #[derive(
@@ -5623,6 +5625,8 @@ pub enum Operation {
     RunsList,
     #[serde(rename = "run.view")]
     RunView,
+    #[serde(rename = "run.why")]
+    RunWhy,
     #[serde(rename = "view.page")]
     ViewPage,
     #[serde(rename = "view.content")]
@@ -5680,6 +5684,7 @@ impl ::std::fmt::Display for Operation {
             Self::WorkflowsList => f.write_str("workflows.list"),
             Self::RunsList => f.write_str("runs.list"),
             Self::RunView => f.write_str("run.view"),
+            Self::RunWhy => f.write_str("run.why"),
             Self::ViewPage => f.write_str("view.page"),
             Self::ViewContent => f.write_str("view.content"),
             Self::Subscribe => f.write_str("subscribe"),
@@ -5728,6 +5733,7 @@ impl ::std::str::FromStr for Operation {
             "workflows.list" => Ok(Self::WorkflowsList),
             "runs.list" => Ok(Self::RunsList),
             "run.view" => Ok(Self::RunView),
+            "run.why" => Ok(Self::RunWhy),
             "view.page" => Ok(Self::ViewPage),
             "view.content" => Ok(Self::ViewContent),
             "subscribe" => Ok(Self::Subscribe),
@@ -7041,6 +7047,34 @@ impl ::std::convert::TryFrom<::std::string::String> for RunViewSchemaId {
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///run.why: a one-screen explanation of why a run is not progressing and who must act (kernel::why::explain over facts the server reads in one read). lines is the text pi-workflows why prints; the other fields are the same content as data. Never a token, prompt, output, session id or path.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunWhy {
+    pub actor: WhyActor,
+    #[serde(
+        rename = "ambiguousEffects",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub ambiguous_effects: ::std::option::Option<super::constrained::WhyEffects>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub claim: ::std::option::Option<WhyClaim>,
+    #[serde(rename = "lastCommit")]
+    pub last_commit: WhyCommit,
+    pub lines: super::constrained::WhyLines,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub park: ::std::option::Option<WhyParkReason>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub pending: ::std::option::Option<WhyPending>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub queue: ::std::option::Option<WhyQueue>,
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub runner: ::std::option::Option<WhyRunner>,
+    pub state: WhyState,
+    pub summary: SafeMessage,
 }
 ///One frame on the private runner channel (stdio NDJSON), either direction.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -9539,6 +9573,574 @@ pub struct ViewPagePayload {
     #[serde(rename = "maxBytes")]
     pub max_bytes: super::constrained::PageByteBudget,
     pub revision: super::constrained::Revision,
+}
+///Who must act for the run to move: nobody (it ended), the server, the run's runner, a person (an answer), the origin Pi session, or an operator (resume, recover, cancel).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WhyActor {
+    #[serde(rename = "nobody")]
+    Nobody,
+    #[serde(rename = "server")]
+    Server,
+    #[serde(rename = "runner")]
+    Runner,
+    #[serde(rename = "person")]
+    Person,
+    #[serde(rename = "originSession")]
+    OriginSession,
+    #[serde(rename = "operator")]
+    Operator,
+}
+impl ::std::fmt::Display for WhyActor {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Nobody => f.write_str("nobody"),
+            Self::Server => f.write_str("server"),
+            Self::Runner => f.write_str("runner"),
+            Self::Person => f.write_str("person"),
+            Self::OriginSession => f.write_str("originSession"),
+            Self::Operator => f.write_str("operator"),
+        }
+    }
+}
+impl ::std::str::FromStr for WhyActor {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "nobody" => Ok(Self::Nobody),
+            "server" => Ok(Self::Server),
+            "runner" => Ok(Self::Runner),
+            "person" => Ok(Self::Person),
+            "originSession" => Ok(Self::OriginSession),
+            "operator" => Ok(Self::Operator),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyActor {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyActor {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The run's claim: its holder, generation and expiry (never its token).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyClaim {
+    #[serde(rename = "expiresAtMs")]
+    pub expires_at_ms: super::constrained::TimestampMs,
+    pub generation: super::constrained::Generation,
+    pub live: bool,
+    pub owner: WhyClaimOwner,
+}
+///Who holds a run's claim: the server for the run's runner, or the server's own control path.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WhyClaimOwner {
+    #[serde(rename = "runner")]
+    Runner,
+    #[serde(rename = "control")]
+    Control,
+}
+impl ::std::fmt::Display for WhyClaimOwner {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Runner => f.write_str("runner"),
+            Self::Control => f.write_str("control"),
+        }
+    }
+}
+impl ::std::str::FromStr for WhyClaimOwner {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "runner" => Ok(Self::Runner),
+            "control" => Ok(Self::Control),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyClaimOwner {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyClaimOwner {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The run's last commit: its revision, when, and the kind of its last event.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyCommit {
+    #[serde(rename = "atMs")]
+    pub at_ms: super::constrained::TimestampMs,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub event: ::std::option::Option<WhyEventKind>,
+    pub revision: super::constrained::Revision,
+}
+///An ambiguous managed effect and the commands that recover it.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyEffect {
+    #[serde(rename = "attemptNumber")]
+    pub attempt_number: super::constrained::AttemptNumber,
+    pub confirm: SafeMessage,
+    #[serde(rename = "effectId")]
+    pub effect_id: EffectId,
+    pub retry: SafeMessage,
+}
+///The kind of a stored run event (a closed set of the server's event names).
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct WhyEventKind(::std::string::String);
+impl ::std::ops::Deref for WhyEventKind {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<WhyEventKind> for ::std::string::String {
+    fn from(value: WhyEventKind) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for WhyEventKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
+        { ::regress::Regex::new("^[a-z][A-Za-z]{0,63}$").unwrap() });
+        if PATTERN.find(value).is_none() {
+            return Err("doesn't match pattern \"^[a-z][A-Za-z]{0,63}$\"".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyEventKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyEventKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for WhyEventKind {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///Why the run is or is not progressing and who must act, from durable facts only (kernel::why::headline); pi-workflows why <runId> (run.why) adds the claim, runner, queue and commit details. Never a token, prompt, output, session id or path.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyHeadline {
+    pub actor: WhyActor,
+    pub state: WhyState,
+    pub summary: SafeMessage,
+}
+///Why the run is parked.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WhyParkReason {
+    #[serde(rename = "drained")]
+    Drained,
+    #[serde(rename = "recovered")]
+    Recovered,
+    #[serde(rename = "workerCrashed")]
+    WorkerCrashed,
+    #[serde(rename = "resumeReady")]
+    ResumeReady,
+    #[serde(rename = "paused")]
+    Paused,
+    #[serde(rename = "runnerNoProgress")]
+    RunnerNoProgress,
+    #[serde(rename = "workflowSourceChanged")]
+    WorkflowSourceChanged,
+    #[serde(rename = "effectAmbiguous")]
+    EffectAmbiguous,
+    #[serde(rename = "workerTimedOut")]
+    WorkerTimedOut,
+    #[serde(rename = "protocolRejected")]
+    ProtocolRejected,
+    #[serde(rename = "held")]
+    Held,
+}
+impl ::std::fmt::Display for WhyParkReason {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Drained => f.write_str("drained"),
+            Self::Recovered => f.write_str("recovered"),
+            Self::WorkerCrashed => f.write_str("workerCrashed"),
+            Self::ResumeReady => f.write_str("resumeReady"),
+            Self::Paused => f.write_str("paused"),
+            Self::RunnerNoProgress => f.write_str("runnerNoProgress"),
+            Self::WorkflowSourceChanged => f.write_str("workflowSourceChanged"),
+            Self::EffectAmbiguous => f.write_str("effectAmbiguous"),
+            Self::WorkerTimedOut => f.write_str("workerTimedOut"),
+            Self::ProtocolRejected => f.write_str("protocolRejected"),
+            Self::Held => f.write_str("held"),
+        }
+    }
+}
+impl ::std::str::FromStr for WhyParkReason {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "drained" => Ok(Self::Drained),
+            "recovered" => Ok(Self::Recovered),
+            "workerCrashed" => Ok(Self::WorkerCrashed),
+            "resumeReady" => Ok(Self::ResumeReady),
+            "paused" => Ok(Self::Paused),
+            "runnerNoProgress" => Ok(Self::RunnerNoProgress),
+            "workflowSourceChanged" => Ok(Self::WorkflowSourceChanged),
+            "effectAmbiguous" => Ok(Self::EffectAmbiguous),
+            "workerTimedOut" => Ok(Self::WorkerTimedOut),
+            "protocolRejected" => Ok(Self::ProtocolRejected),
+            "held" => Ok(Self::Held),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyParkReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyParkReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The pending request, its node, who can answer it and when it expires.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyPending {
+    #[serde(rename = "answeredBy")]
+    pub answered_by: WhyActor,
+    #[serde(
+        rename = "expiresAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub expires_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    pub kind: WhyPendingKind,
+    #[serde(rename = "nodeId", skip_serializing_if = "::std::option::Option::is_none")]
+    pub node_id: ::std::option::Option<NodeId>,
+}
+///The kind of a pending request.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WhyPendingKind {
+    #[serde(rename = "agentSubmit")]
+    AgentSubmit,
+    #[serde(rename = "visibleResponse")]
+    VisibleResponse,
+    #[serde(rename = "checkpointAnswer")]
+    CheckpointAnswer,
+    #[serde(rename = "humanDecision")]
+    HumanDecision,
+}
+impl ::std::fmt::Display for WhyPendingKind {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::AgentSubmit => f.write_str("agentSubmit"),
+            Self::VisibleResponse => f.write_str("visibleResponse"),
+            Self::CheckpointAnswer => f.write_str("checkpointAnswer"),
+            Self::HumanDecision => f.write_str("humanDecision"),
+        }
+    }
+}
+impl ::std::str::FromStr for WhyPendingKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "agentSubmit" => Ok(Self::AgentSubmit),
+            "visibleResponse" => Ok(Self::VisibleResponse),
+            "checkpointAnswer" => Ok(Self::CheckpointAnswer),
+            "humanDecision" => Ok(Self::HumanDecision),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyPendingKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyPendingKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///A run waiting for admission: its 1-based place among the admissible runs (FIFO), the live runners and the server's runner capacity.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyQueue {
+    pub capacity: super::constrained::Count,
+    #[serde(rename = "liveRunners")]
+    pub live_runners: super::constrained::Count,
+    pub position: super::constrained::Count,
+}
+///The run's latest runner: its state, since when, its outcome once exited, and when it last sent an accepted message (no message contents).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WhyRunner {
+    #[serde(
+        rename = "lastMessageAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub last_message_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub outcome: ::std::option::Option<RunnerOutcome>,
+    #[serde(rename = "sinceMs")]
+    pub since_ms: super::constrained::TimestampMs,
+    pub state: WhyRunnerState,
+}
+///The state of the run's latest runner.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WhyRunnerState {
+    #[serde(rename = "starting")]
+    Starting,
+    #[serde(rename = "ready")]
+    Ready,
+    #[serde(rename = "exited")]
+    Exited,
+}
+impl ::std::fmt::Display for WhyRunnerState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Starting => f.write_str("starting"),
+            Self::Ready => f.write_str("ready"),
+            Self::Exited => f.write_str("exited"),
+        }
+    }
+}
+impl ::std::str::FromStr for WhyRunnerState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "starting" => Ok(Self::Starting),
+            "ready" => Ok(Self::Ready),
+            "exited" => Ok(Self::Exited),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyRunnerState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyRunnerState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///Why a run is or is not progressing (kernel::why): done, running, starting, recovering (its claim holder is gone; the server recovers it), waitingForAnswer (a person answers a checkpoint or decision), waitingForAgent (the agent of the run's step: the origin Pi session or a headless runner's Pi), validating, ambiguous, paused, parkedForReview (an explicit resume or cancel), queued (for a runner slot), held (until the Pi turn that launched it settles).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WhyState {
+    #[serde(rename = "done")]
+    Done,
+    #[serde(rename = "running")]
+    Running,
+    #[serde(rename = "starting")]
+    Starting,
+    #[serde(rename = "recovering")]
+    Recovering,
+    #[serde(rename = "waitingForAnswer")]
+    WaitingForAnswer,
+    #[serde(rename = "waitingForAgent")]
+    WaitingForAgent,
+    #[serde(rename = "validating")]
+    Validating,
+    #[serde(rename = "ambiguous")]
+    Ambiguous,
+    #[serde(rename = "paused")]
+    Paused,
+    #[serde(rename = "parkedForReview")]
+    ParkedForReview,
+    #[serde(rename = "queued")]
+    Queued,
+    #[serde(rename = "held")]
+    Held,
+}
+impl ::std::fmt::Display for WhyState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Done => f.write_str("done"),
+            Self::Running => f.write_str("running"),
+            Self::Starting => f.write_str("starting"),
+            Self::Recovering => f.write_str("recovering"),
+            Self::WaitingForAnswer => f.write_str("waitingForAnswer"),
+            Self::WaitingForAgent => f.write_str("waitingForAgent"),
+            Self::Validating => f.write_str("validating"),
+            Self::Ambiguous => f.write_str("ambiguous"),
+            Self::Paused => f.write_str("paused"),
+            Self::ParkedForReview => f.write_str("parkedForReview"),
+            Self::Queued => f.write_str("queued"),
+            Self::Held => f.write_str("held"),
+        }
+    }
+}
+impl ::std::str::FromStr for WhyState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "done" => Ok(Self::Done),
+            "running" => Ok(Self::Running),
+            "starting" => Ok(Self::Starting),
+            "recovering" => Ok(Self::Recovering),
+            "waitingForAnswer" => Ok(Self::WaitingForAnswer),
+            "waitingForAgent" => Ok(Self::WaitingForAgent),
+            "validating" => Ok(Self::Validating),
+            "ambiguous" => Ok(Self::Ambiguous),
+            "paused" => Ok(Self::Paused),
+            "parkedForReview" => Ok(Self::ParkedForReview),
+            "queued" => Ok(Self::Queued),
+            "held" => Ok(Self::Held),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WhyState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WhyState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
 }
 ///pi-workflows.worker-launch.v1: the launch envelope, the first frame the server writes to the runner's stdin.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

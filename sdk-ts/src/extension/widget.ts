@@ -12,8 +12,11 @@
  *   waiting node), and the scroll offset moves the window.
  * - While Herdr is available the widget names `Ctrl+Shift+R piw` on its
  *   last line (sharing the scroll hint's line when rows are hidden).
+ * - Who must act is the view's `display.why` (the kernel's explainer), as
+ *   one compact line, only when someone other than the run's own runner
+ *   must act; the full explanation is `pi-workflows why <runId>`.
  */
-import type { AmbiguousEffect, DisplayStatus, GraphNode, NodeState, NodeType, RunView, StepRecord } from "../generated/types.js";
+import type { AmbiguousEffect, DisplayStatus, GraphNode, NodeState, NodeType, RunView, StepRecord, WhyActor, WhyState } from "../generated/types.js";
 
 /** The widget and status keys. */
 export const WIDGET_KEY = "pi-workflows";
@@ -190,8 +193,45 @@ function ambiguityLine(view: RunView): string | undefined {
   return `  ⚠ ${effects.length} effects may have applied (${effects.map((effect) => effect.effectId).join(", ")}): check them, then ${command} <effectId>`;
 }
 
+const ACTOR_WORDS: Readonly<Record<WhyActor, string>> = {
+  nobody: "nobody",
+  server: "the server",
+  runner: "its runner",
+  person: "a person",
+  originSession: "this Pi session",
+  operator: "an operator",
+};
+
+const STATE_WORDS: Readonly<Record<WhyState, string>> = {
+  done: "done",
+  running: "running",
+  starting: "starting",
+  recovering: "recovering",
+  waitingForAnswer: "waiting for an answer",
+  waitingForAgent: "waiting for the agent",
+  validating: "validating a submission",
+  ambiguous: "an effect is ambiguous",
+  paused: "paused",
+  parkedForReview: "parked for review",
+  queued: "waiting for a runner slot",
+  held: "held until this turn settles",
+};
+
+/**
+ * The compact line of the view's `display.why`: who must act and why, when
+ * someone other than the run's own runner must (the full text names
+ * command-line commands; `pi-workflows why <runId>` shows it all).
+ */
+export function whyLine(view: RunView): string | undefined {
+  const why = view.display.why;
+  if (why === undefined || why.actor === "runner" || why.actor === "nobody") return undefined;
+  return `  who acts: ${ACTOR_WORDS[why.actor]} · ${STATE_WORDS[why.state]} (pi-workflows why ${view.runId})`;
+}
+
 function footerLines(view: RunView): string[] {
   const lines: string[] = [];
+  const why = whyLine(view);
+  if (why !== undefined) lines.push(clip(why, MAX_DETAIL + 40));
   const ambiguity = ambiguityLine(view);
   const reason = view.display.reason ?? view.display.reasonNotice ?? view.failure?.message;
   if (ambiguity !== undefined) lines.push(clip(ambiguity, MAX_DETAIL + 40));

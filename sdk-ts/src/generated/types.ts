@@ -593,6 +593,7 @@ export interface Display {
   "reasonNotice"?: ReasonNotice;
   "status": DisplayStatus;
   "waitingOn"?: NodeId;
+  "why"?: WhyHeadline;
 }
 
 /** The effective status computed by the server. */
@@ -949,10 +950,10 @@ export interface NotificationResult {
 export type OlderThanDays = number;
 
 /** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
-export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
+export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "run.why" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
 
 /** Every value of Operation, in schema order. */
-export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
+export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "run.why", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
 
 /** An npm/crate package version (semantic version). */
 export type PackageVersion = string;
@@ -1298,6 +1299,22 @@ export type RunViewSchemaId = "pi-workflows.run-view.v1";
 
 /** Every value of RunViewSchemaId, in schema order. */
 export const RunViewSchemaIdValues: readonly RunViewSchemaId[] = ["pi-workflows.run-view.v1"];
+
+/** run.why: a one-screen explanation of why a run is not progressing and who must act (kernel::why::explain over facts the server reads in one read). lines is the text pi-workflows why prints; the other fields are the same content as data. Never a token, prompt, output, session id or path. */
+export interface RunWhy {
+  "actor": WhyActor;
+  "ambiguousEffects"?: WhyEffects;
+  "claim"?: WhyClaim;
+  "lastCommit": WhyCommit;
+  "lines": WhyLines;
+  "park"?: WhyParkReason;
+  "pending"?: WhyPending;
+  "queue"?: WhyQueue;
+  "runId": RunId;
+  "runner"?: WhyRunner;
+  "state": WhyState;
+  "summary": SafeMessage;
+}
 
 /** One frame on the private runner channel (stdio NDJSON), either direction. */
 export type RunnerChannelFrame = RunnerMessage | ServerMessage;
@@ -2137,6 +2154,104 @@ export interface ViewPagePayload {
 /** The 1-based visit number of a node within a run. Capped at 2^53-1. */
 export type Visit = number;
 
+/** Who must act for the run to move: nobody (it ended), the server, the run's runner, a person (an answer), the origin Pi session, or an operator (resume, recover, cancel). */
+export type WhyActor = "nobody" | "server" | "runner" | "person" | "originSession" | "operator";
+
+/** Every value of WhyActor, in schema order. */
+export const WhyActorValues: readonly WhyActor[] = ["nobody", "server", "runner", "person", "originSession", "operator"];
+
+/** The run's claim: its holder, generation and expiry (never its token). */
+export interface WhyClaim {
+  "expiresAtMs": TimestampMs;
+  "generation": Generation;
+  "live": boolean;
+  "owner": WhyClaimOwner;
+}
+
+/** Who holds a run's claim: the server for the run's runner, or the server's own control path. */
+export type WhyClaimOwner = "runner" | "control";
+
+/** Every value of WhyClaimOwner, in schema order. */
+export const WhyClaimOwnerValues: readonly WhyClaimOwner[] = ["runner", "control"];
+
+/** The run's last commit: its revision, when, and the kind of its last event. */
+export interface WhyCommit {
+  "atMs": TimestampMs;
+  "event"?: WhyEventKind;
+  "revision": Revision;
+}
+
+/** An ambiguous managed effect and the commands that recover it. */
+export interface WhyEffect {
+  "attemptNumber": AttemptNumber;
+  "confirm": SafeMessage;
+  "effectId": EffectId;
+  "retry": SafeMessage;
+}
+
+/** The run's ambiguous effects (at most 16 shown). */
+export type WhyEffects = WhyEffect[];
+
+/** The kind of a stored run event (a closed set of the server's event names). */
+export type WhyEventKind = string;
+
+/** Why the run is or is not progressing and who must act, from durable facts only (kernel::why::headline); pi-workflows why <runId> (run.why) adds the claim, runner, queue and commit details. Never a token, prompt, output, session id or path. */
+export interface WhyHeadline {
+  "actor": WhyActor;
+  "state": WhyState;
+  "summary": SafeMessage;
+}
+
+/** The one-screen explanation, one line each (at most 24). */
+export type WhyLines = SafeMessage[];
+
+/** Why the run is parked. */
+export type WhyParkReason = "drained" | "recovered" | "workerCrashed" | "resumeReady" | "paused" | "runnerNoProgress" | "workflowSourceChanged" | "effectAmbiguous" | "workerTimedOut" | "protocolRejected" | "held";
+
+/** Every value of WhyParkReason, in schema order. */
+export const WhyParkReasonValues: readonly WhyParkReason[] = ["drained", "recovered", "workerCrashed", "resumeReady", "paused", "runnerNoProgress", "workflowSourceChanged", "effectAmbiguous", "workerTimedOut", "protocolRejected", "held"];
+
+/** The pending request, its node, who can answer it and when it expires. */
+export interface WhyPending {
+  "answeredBy": WhyActor;
+  "expiresAtMs"?: TimestampMs;
+  "kind": WhyPendingKind;
+  "nodeId"?: NodeId;
+}
+
+/** The kind of a pending request. */
+export type WhyPendingKind = "agentSubmit" | "visibleResponse" | "checkpointAnswer" | "humanDecision";
+
+/** Every value of WhyPendingKind, in schema order. */
+export const WhyPendingKindValues: readonly WhyPendingKind[] = ["agentSubmit", "visibleResponse", "checkpointAnswer", "humanDecision"];
+
+/** A run waiting for admission: its 1-based place among the admissible runs (FIFO), the live runners and the server's runner capacity. */
+export interface WhyQueue {
+  "capacity": Count;
+  "liveRunners": Count;
+  "position": Count;
+}
+
+/** The run's latest runner: its state, since when, its outcome once exited, and when it last sent an accepted message (no message contents). */
+export interface WhyRunner {
+  "lastMessageAtMs"?: TimestampMs;
+  "outcome"?: RunnerOutcome;
+  "sinceMs": TimestampMs;
+  "state": WhyRunnerState;
+}
+
+/** The state of the run's latest runner. */
+export type WhyRunnerState = "starting" | "ready" | "exited";
+
+/** Every value of WhyRunnerState, in schema order. */
+export const WhyRunnerStateValues: readonly WhyRunnerState[] = ["starting", "ready", "exited"];
+
+/** Why a run is or is not progressing (kernel::why): done, running, starting, recovering (its claim holder is gone; the server recovers it), waitingForAnswer (a person answers a checkpoint or decision), waitingForAgent (the agent of the run's step: the origin Pi session or a headless runner's Pi), validating, ambiguous, paused, parkedForReview (an explicit resume or cancel), queued (for a runner slot), held (until the Pi turn that launched it settles). */
+export type WhyState = "done" | "running" | "starting" | "recovering" | "waitingForAnswer" | "waitingForAgent" | "validating" | "ambiguous" | "paused" | "parkedForReview" | "queued" | "held";
+
+/** Every value of WhyState, in schema order. */
+export const WhyStateValues: readonly WhyState[] = ["done", "running", "starting", "recovering", "waitingForAnswer", "waitingForAgent", "validating", "ambiguous", "paused", "parkedForReview", "queued", "held"];
+
 /** pi-workflows.worker-launch.v1: the launch envelope, the first frame the server writes to the runner's stdin. */
 export interface WorkerLaunch {
   /** The run's Pi model arguments for headless agent steps; a node's or its workflow's own model wins. */
@@ -2240,6 +2355,7 @@ export interface RequestPayloadByOperation {
   "workflows.list": WorkflowsListPayload;
   "runs.list": RunsListPayload;
   "run.view": EmptyPayload;
+  "run.why": EmptyPayload;
   "view.page": ViewPagePayload;
   "view.content": ViewContentPayload;
   "subscribe": SubscribePayload;
@@ -2281,6 +2397,7 @@ export interface ResponseReceiptByOperation {
   "workflows.list": WorkflowListReceipt;
   "runs.list": RunListReceipt;
   "run.view": RunView;
+  "run.why": RunWhy;
   "view.page": ViewPage;
   "view.content": ContentChunk;
   "subscribe": SubscribeReceipt;

@@ -19,6 +19,7 @@ mod runs;
 mod server;
 mod state;
 mod view;
+mod why;
 
 use clap::{Parser, Subcommand};
 use pi_workflows_client::home::{self, Home, SettingError};
@@ -238,6 +239,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Explain why a run is not progressing and who must act: its claim,
+    /// runner, pending request, ambiguous effects, queue place, park and
+    /// last commit, on one screen.
+    Why {
+        run_id: String,
+        /// Print the explanation as JSON (the `run.why` receipt).
+        #[arg(long)]
+        json: bool,
+    },
     /// Pause a run at its next safe point.
     Pause(ControlArgs),
     /// Resume a paused or parked run.
@@ -394,6 +404,7 @@ pub fn run(cli: Cli) -> ExitCode {
             watch: _,
             json,
         } => runtime.block_on(view::view(settings, &run_id, !once, json)),
+        Command::Why { run_id, json } => runtime.block_on(why::why(settings, &run_id, json)),
         Command::Pause(args) => {
             runtime.block_on(runs::control(settings, runs::Control::Pause, args))
         }

@@ -152,6 +152,11 @@ pub(super) fn status_line(view: &Value) -> String {
     if let Some(reason) = display["reason"].as_str() {
         let _ = write!(line, " · {}", cut(reason, CELL_CHARS));
     }
+    // Who must act, when someone other than the run's own runner must.
+    let why = &display["why"];
+    if !matches!(why["actor"].as_str(), None | Some("runner" | "nobody")) {
+        let _ = write!(line, " · why: {}", cut(text(&why["summary"]), CELL_CHARS));
+    }
     line
 }
 
@@ -206,6 +211,9 @@ pub(super) fn view_frame(view: &Value, now_ms: u64) -> String {
     );
     if let Some(reason) = display["reason"].as_str() {
         let _ = writeln!(out, "reason    {}", cut(reason, 200));
+    }
+    if let Some(summary) = display["why"]["summary"].as_str() {
+        let _ = writeln!(out, "why       {}", cut(summary, 512));
     }
     if let Some(notice) = display["reasonNotice"].as_object() {
         let _ = writeln!(
@@ -387,7 +395,9 @@ mod tests {
     fn the_frame_shows_the_display_status_controls_and_answer_hint() {
         let view = json!({
             "runId": "r1", "workflowName": "review", "revision": 7,
-            "display": { "status": "waiting", "waitingOn": "approve", "controls": ["answer", "cancel"] },
+            "display": { "status": "waiting", "waitingOn": "approve", "controls": ["answer", "cancel"],
+                         "why": { "state": "waitingForAnswer", "actor": "person",
+                                  "summary": "waiting for a person to answer the checkpoint" } },
             "nodes": [{ "id": "build", "nodeType": "shell", "state": "completed", "visits": 1 },
                       { "id": "approve", "nodeType": "checkpoint", "state": "waiting", "visits": 1 }],
             "steps": { "items": [{ "nodeId": "build", "startedAtMs": 1000, "finishedAtMs": 1250 }], "total": 1 },
@@ -403,9 +413,13 @@ mod tests {
         assert!(frame.contains("250ms"), "{frame}");
         assert!(frame.contains("progress build: 3/10"), "{frame}");
         assert!(frame.contains("pi-workflows answer r1 '<json>'"), "{frame}");
+        assert!(
+            frame.contains("why       waiting for a person to answer the checkpoint"),
+            "{frame}"
+        );
         assert_eq!(
             status_line(&view),
-            "waiting on approve · progress build: 3/10"
+            "waiting on approve · progress build: 3/10 · why: waiting for a person to answer the checkpoint"
         );
         let progress = json!({ "type": "progress", "key": "build",
             "data": { "completed": 3, "total": 8, "unit": "steps", "status": "running" } });

@@ -19,7 +19,7 @@
 //! (origin sessions), `submissions` (`interaction.submit`), `follow_ups`
 //! (`followUp.add`, `followUp.cancel`),
 //! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
-//! `server_status`, and `socket` (the listener and its connections).
+//! `server_status`, `why` (`run.why`), and `socket` (the listener and its connections).
 
 mod capture;
 mod channels;
@@ -35,6 +35,7 @@ pub mod server_status;
 pub mod socket;
 pub mod submissions;
 mod subscriptions;
+mod why;
 
 use reads::{clear_terminal, runs_list, view_content, view_page, workflows_list};
 use request::{Request, not_found, refusal, schema_invalid};
@@ -157,6 +158,9 @@ async fn dispatch(
                 request.run_id.as_ref(),
             )
             .await
+        }
+        RequestPayload::RunWhy(_) => {
+            why::respond(app, &request.request_id, request.run_id.as_ref()).await
         }
         RequestPayload::ServerStop(_) => {
             // Answered before the stop is requested: `server.stop` has no

@@ -2,3 +2,4 @@
 
 pub mod decision;
 pub mod run_view;
+pub mod why;

@@ -621,6 +621,14 @@ pub fn display_value(
     detail: &ReasonDetail<'_>,
 ) -> Result<(wire::DisplayFields, Option<String>), OffSchema> {
     let display = display::display(&DisplayFacts::from_run(agg, outside));
+    let why = kernel::why::headline(&kernel::why::WhyFacts::from_run(
+        agg,
+        kernel::why::OutsideFacts {
+            validating: outside.submission_validating,
+            restart_eligible: outside.restart_eligible,
+            ..kernel::why::OutsideFacts::default()
+        },
+    ));
     let controls: Vec<wire::Control> = display
         .controls
         .iter()
@@ -643,6 +651,7 @@ pub fn display_value(
             .as_ref()
             .map(|node| to_wire("waitingOn", node))
             .transpose()?,
+        why: Some(super::why::headline(&why)?),
     };
     let reason = display
         .reason

@@ -59,6 +59,7 @@ pub mod updates;
 pub mod view_facts;
 pub mod view_reads;
 pub mod viewer;
+pub mod why;
 
 use rusqlite::{Connection, Params, Row};
 use sha2::{Digest as _, Sha256};

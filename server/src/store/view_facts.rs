@@ -34,16 +34,8 @@ pub(crate) fn header(
         params![run_id.as_str()],
         |row| row.get(0),
     )?;
-    let validating: bool = match &agg.interaction {
-        Some(interaction) => connection.query_row_cached(
-            "SELECT EXISTS (SELECT 1 FROM interactive_submissions WHERE interaction_id = ?1 AND outcome = 'validating')",
-            params![interaction.interaction_id.as_str()],
-            |row| row.get(0),
-        )?,
-        None => false,
-    };
     let outside = OutsideFacts {
-        submission_validating: validating,
+        submission_validating: submission_validating(connection, agg)?,
         restart_eligible: restart_eligible(connection, agg)?,
     };
     let detail = ReasonDetail {
@@ -85,9 +77,27 @@ pub(crate) fn header(
     )?)
 }
 
+/// Whether a submission of the run's pending request is being validated.
+pub(crate) fn submission_validating(
+    connection: &Connection,
+    agg: &RunAggregate,
+) -> rusqlite::Result<bool> {
+    match &agg.interaction {
+        Some(interaction) => connection.query_row_cached(
+            "SELECT EXISTS (SELECT 1 FROM interactive_submissions WHERE interaction_id = ?1 AND outcome = 'validating')",
+            params![interaction.interaction_id.as_str()],
+            |row| row.get(0),
+        ),
+        None => Ok(false),
+    }
+}
+
 /// Whether `run.restart` would be accepted: the kernel's one restart rule
 /// over the run's terminal fingerprint and its whole chain.
-fn restart_eligible(connection: &Connection, agg: &RunAggregate) -> rusqlite::Result<bool> {
+pub(crate) fn restart_eligible(
+    connection: &Connection,
+    agg: &RunAggregate,
+) -> rusqlite::Result<bool> {
     if kernel::run::restart_state_allows(&agg.run).is_err() {
         return Ok(false);
     }

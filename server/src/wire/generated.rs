@@ -67,6 +67,7 @@ pub const fn command_operation(operation: Operation) -> Option<CommandOperation>
         Operation::WorkflowsList => None,
         Operation::RunsList => None,
         Operation::RunView => None,
+        Operation::RunWhy => None,
         Operation::ViewPage => None,
         Operation::ViewContent => None,
         Operation::Subscribe => None,
