@@ -117,6 +117,24 @@ async fn start(client: &mut Client, script: &std::path::Path, session: Option<&s
         .to_owned()
 }
 
+/// An interactive run of one agent step in `session`, waiting for its step:
+/// its id and its waiting view.
+async fn waiting_agent_step(
+    server: &TestServer,
+    client: &mut Client,
+    session: &str,
+) -> (String, Value) {
+    let ask = one_node(
+        server.scratch(),
+        "ask",
+        "agent",
+        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
+    );
+    let run_id = start(client, &ask, Some(session)).await;
+    let waiting = wait_status(client, &run_id, "waiting").await;
+    (run_id, waiting)
+}
+
 async fn command(client: &mut Client, operation: &str, run_id: &str, payload: Value) -> Response {
     client
         .request(&RequestSpec::command(operation, Some(run_id), payload))
@@ -410,14 +428,7 @@ async fn every_advertised_control_of_every_display_state_is_accepted() {
 async fn an_interactive_submission_needs_the_active_coordinator_epoch() {
     let server = TestServer::start();
     let mut client = server.client().await;
-    let ask = one_node(
-        server.scratch(),
-        "ask",
-        "agent",
-        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
-    );
-    let run_id = start(&mut client, &ask, Some("session-epochs")).await;
-    wait_status(&mut client, &run_id, "waiting").await;
+    let (run_id, _) = waiting_agent_step(&server, &mut client, "session-epochs").await;
     let (_, submit) = control_command(&server, &run_id, "submit");
 
     let mut first = server.client().await;
@@ -485,14 +496,7 @@ async fn an_interactive_submission_needs_the_active_coordinator_epoch() {
 async fn an_interactive_update_needs_the_active_coordinator_epoch() {
     let server = TestServer::start();
     let mut client = server.client().await;
-    let ask = one_node(
-        server.scratch(),
-        "ask",
-        "agent",
-        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
-    );
-    let run_id = start(&mut client, &ask, Some("session-updates")).await;
-    let waiting = wait_status(&mut client, &run_id, "waiting").await;
+    let (run_id, waiting) = waiting_agent_step(&server, &mut client, "session-updates").await;
     assert!(
         controls_of(&waiting).contains(&"update".to_owned()),
         "an origin-session agent step offers update: {}",
@@ -571,14 +575,7 @@ async fn an_interactive_update_needs_the_active_coordinator_epoch() {
 async fn a_paused_run_refuses_its_interactions_submission_until_resumed() {
     let server = TestServer::start();
     let mut client = server.client().await;
-    let ask = one_node(
-        server.scratch(),
-        "ask",
-        "agent",
-        json!({"nodes": {"a": [{"interact": {"prompt": "Write it."}}]}}),
-    );
-    let run_id = start(&mut client, &ask, Some("session-paused")).await;
-    wait_status(&mut client, &run_id, "waiting").await;
+    let (run_id, _) = waiting_agent_step(&server, &mut client, "session-paused").await;
     let (_, submit) = control_command(&server, &run_id, "submit");
     let interaction_id = submit["interactionId"].as_str().unwrap().to_owned();
     let interaction_row = |server: &TestServer| -> String {
