@@ -119,19 +119,7 @@ async fn follow_ups_wait_for_the_final_continuation_its_terminal_turn_earlier_fo
         "no message while the chain runs"
     );
 
-    let answered = client
-        .request(&RequestSpec::command(
-            "checkpoint.answer",
-            Some(&parent),
-            json!({"answer": {"approved": true}}),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
-    let leaf = answered.receipt.as_ref().unwrap()["continuationRunId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let leaf = answered_checkpoint(&mut client, &parent).await;
     assert_eq!(status(&wait_settled(&mut client, &leaf).await), "completed");
     let terminal = wait_terminal_message(&server, &leaf).await;
     assert_eq!(

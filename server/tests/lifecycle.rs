@@ -492,17 +492,7 @@ async fn a_terminal_message_reaches_only_the_final_leaf_of_a_continuation_chain(
     .await;
     let view = wait_settled(&mut client, &parent).await;
     assert_eq!(status(&view), "waiting", "{view}");
-    let answer = RequestSpec::command(
-        "checkpoint.answer",
-        Some(&parent),
-        json!({ "answer": { "approved": true } }),
-    );
-    let answered = client.request(&answer).await.unwrap();
-    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
-    let leaf = answered.receipt.unwrap()["continuationRunId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let leaf = answered_checkpoint(&mut client, &parent).await;
     let view = wait_settled(&mut client, &leaf).await;
     assert_eq!(status(&view), "completed", "{view}");
     let headless = started(&mut client, &script("linear.json")).await;

@@ -93,19 +93,7 @@ async fn a_completed_chain_leaf_owns_one_terminal_intent_its_message_claims_and_
         [],
         "a waiting run owns no intent"
     );
-    let answered = client
-        .request(&RequestSpec::command(
-            "checkpoint.answer",
-            Some(&parent),
-            json!({"answer": {"approved": true}}),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
-    let leaf = answered.receipt.as_ref().unwrap()["continuationRunId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let leaf = answered_checkpoint(&mut client, &parent).await;
     assert_eq!(status(&wait_settled(&mut client, &leaf).await), "completed");
     let terminal = wait_terminal_message(&server, &leaf).await;
     assert_eq!(

@@ -471,6 +471,24 @@ pub async fn started_interactive(
 }
 
 /// The origin-session view of `session` (`sessionView.get`, no coordination).
+/// Answers the checkpoint `parent` waits at with `{"approved": true}` and
+/// returns its continuation's run id.
+pub async fn answered_checkpoint(client: &mut Client, parent: &str) -> String {
+    let answered = client
+        .request(&RequestSpec::command(
+            "checkpoint.answer",
+            Some(parent),
+            json!({"answer": {"approved": true}}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(answered.outcome, "accepted", "{:?}", answered.frame);
+    answered.receipt.as_ref().unwrap()["continuationRunId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 pub async fn session_view(client: &mut Client, session: &str) -> Value {
     let response = client
         .request(&RequestSpec::read(
