@@ -416,24 +416,33 @@ describe("workflow messages across two Pi processes in real Pi", () => {
   });
 });
 
+/**
+ * A `build` run started from a first Pi process (after one exchange, so Pi
+ * wrote its session file), then that Pi SIGKILLed while the run's node
+ * computes (held by the gate).
+ */
+async function buildComputingWithPiKilled(t: TestContext) {
+  const s = await setup(t, () => [terminalRule, { name: "hello", lastRole: "user", when: "hello", reply: reply.text("Hello.") }]);
+  writeFileSync(join(s.project, ".pi", "workflows", "build.workflow.ts"), buildWorkflow(s.gate));
+  const first = await spawnWorkflowPi(s);
+  assert.equal(await first.prompt("hello"), "started");
+  await first.waitFor((record) => record.type === "agent_settled", { what: "the first exchange", timeoutMs: 30_000 });
+  const started = await workflow(first, "build");
+  assert.equal(started.notifyType, "info", started.message);
+  const runId = runIdOf(started);
+  const client = await s.server.connect();
+  t.after(() => client.close());
+  await client.waitFor(runId, (view) => view.display.status === "running" && view.display.currentNode === "build", 30_000, "the build node computing");
+  const sessionFile = first.state?.sessionFile;
+  assert.ok(sessionFile && existsSync(sessionFile), "the first Pi has a session file");
+  process.kill(-first.pid, "SIGKILL");
+  await first.exited;
+  return { s, first, runId, client, sessionFile };
+}
+
 describe("Pi restarted while a run's work computes", () => {
   it("Pi SIGKILLed while the run's node computes and opened again: the runner goes on without it, and the run's end reaches the new Pi process once", async (t) => {
-    const s = await setup(t, () => [terminalRule, { name: "hello", lastRole: "user", when: "hello", reply: reply.text("Hello.") }]);
-    writeFileSync(join(s.project, ".pi", "workflows", "build.workflow.ts"), buildWorkflow(s.gate));
-    const first = await spawnWorkflowPi(s);
-    // A first exchange: Pi writes its session file at the first assistant message, so a new process can open it.
-    assert.equal(await first.prompt("hello"), "started");
-    await first.waitFor((record) => record.type === "agent_settled", { what: "the first exchange", timeoutMs: 30_000 });
-    const started = await workflow(first, "build");
-    assert.equal(started.notifyType, "info", started.message);
-    const runId = runIdOf(started);
-    const client = await s.server.connect();
-    t.after(() => client.close());
-    await client.waitFor(runId, (view) => view.display.status === "running" && view.display.currentNode === "build", 30_000, "the build node computing");
-    const sessionFile = first.state?.sessionFile;
-    assert.ok(sessionFile && existsSync(sessionFile), "the first Pi has a session file");
-    process.kill(-first.pid, "SIGKILL");
-    await first.exited;
+    const { s, first, runId, client, sessionFile } = await buildComputingWithPiKilled(t);
 
     const second = await spawnWorkflowPi(s, ["--session", sessionFile]);
     assert.equal(second.state?.sessionId, first.state?.sessionId, "one session");
@@ -459,21 +468,7 @@ describe("Pi restarted while a run's work computes", () => {
 
 describe("Pi restarted between a run's terminal commit and its terminal turn", () => {
   it("the run ends while Pi is closed: the Pi opened again gets exactly one deferred-turn card and one turn, and a third Pi process restores it without a turn", async (t) => {
-    const s = await setup(t, () => [terminalRule, { name: "hello", lastRole: "user", when: "hello", reply: reply.text("Hello.") }]);
-    writeFileSync(join(s.project, ".pi", "workflows", "build.workflow.ts"), buildWorkflow(s.gate));
-    const first = await spawnWorkflowPi(s);
-    assert.equal(await first.prompt("hello"), "started");
-    await first.waitFor((record) => record.type === "agent_settled", { what: "the first exchange", timeoutMs: 30_000 });
-    const started = await workflow(first, "build");
-    assert.equal(started.notifyType, "info", started.message);
-    const runId = runIdOf(started);
-    const client = await s.server.connect();
-    t.after(() => client.close());
-    await client.waitFor(runId, (view) => view.display.status === "running" && view.display.currentNode === "build", 30_000, "the build node computing");
-    const sessionFile = first.state?.sessionFile;
-    assert.ok(sessionFile && existsSync(sessionFile), "the first Pi has a session file");
-    process.kill(-first.pid, "SIGKILL");
-    await first.exited;
+    const { s, first, runId, client, sessionFile } = await buildComputingWithPiKilled(t);
 
     // The run ends and its terminal message (with its claimed intent) is committed while no Pi is open.
     writeFileSync(s.gate, "");
