@@ -635,3 +635,42 @@ async fn a_paused_run_refuses_its_interactions_submission_until_resumed() {
     let taken = command(&mut coordinator, "interaction.submit", &run_id, after).await;
     assert_eq!(taken.outcome, "accepted", "{:?}", taken.frame);
 }
+
+/// A duplicate origin-session submission (the same tool call again, under
+/// its idempotency key) adopts the stored outcome and stores nothing new;
+/// the same key with another output conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_interactive_submission_adopts_and_a_reused_key_conflicts() {
+    let server = TestServer::start();
+    let mut client = server.client().await;
+    let (run_id, _) = waiting_agent_step(&server, &mut client, "session-duplicates").await;
+    let (_, mut submit) = control_command(&server, &run_id, "submit");
+    let mut coordinator = server.client().await;
+    submit["authority"] = as_coordinator(&server, &mut coordinator, &run_id).await;
+    let spec = RequestSpec::command("interaction.submit", Some(&run_id), submit.clone());
+    let first = request_as(&mut coordinator, &spec, &fresh_request_id()).await;
+    assert_eq!(first.outcome, "accepted", "{:?}", first.frame);
+    let again = request_as(&mut coordinator, &spec, &fresh_request_id()).await;
+    assert_eq!(again.outcome, "adopted", "{:?}", again.frame);
+    assert_eq!(again.receipt, first.receipt, "the stored outcome");
+    let stored = |server: &TestServer| -> i64 {
+        server
+            .db()
+            .query_row(
+                "SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = ?1",
+                [submit["interactionId"].as_str().unwrap()],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(stored(&server), 1, "one submission stored");
+    let mut other = spec.clone();
+    other.payload["output"] = json!({"something": "else"});
+    let conflict = request_as(&mut coordinator, &other, &fresh_request_id()).await;
+    assert_eq!(
+        conflict.frame["error"]["code"], "conflict",
+        "{:?}",
+        conflict.frame
+    );
+    assert_eq!(stored(&server), 1, "the conflicting reuse stores nothing");
+}
