@@ -70,7 +70,7 @@ describe("the widget's call to action", () => {
 describe("the widget's who-acts line (display.why)", () => {
   const render = (view: RunView): string[] => renderWidget(view, { nowMs: 2_000, maxLines: STRING_WIDGET_LINES, scroll: 0 }).lines;
 
-  it("names who must act in one compact line when it is not the run's own runner", () => {
+  it("names who must act in one compact line when it is not the run's own runner and no answer or recovery line says so", () => {
     const parked = runView({
       nodes: [node("a", "compute", "pending")],
       display: {
@@ -84,8 +84,9 @@ describe("the widget's who-acts line (display.why)", () => {
       nodes: [node("review", "checkpoint", "waiting")],
       display: { status: "waiting", activity: "none", controls: ["answer", "pause", "cancel"], waitingOn: "review", why: { state: "waitingForAnswer", actor: "person", summary: "waiting for a person" } },
     });
+    // The checkpoint's answer line already says who acts: no second line.
     const withAnswer = render(checkpoint);
-    assert.ok(withAnswer.some((line) => line.startsWith("  who acts: a person · waiting for an answer")), withAnswer.join("\n"));
+    assert.ok(!withAnswer.some((line) => line.includes("who acts")), withAnswer.join("\n"));
     assert.equal(withAnswer.at(-1), "  waiting on checkpoint: review — answer with /workflow answer <json>");
   });
 

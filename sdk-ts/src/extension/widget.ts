@@ -228,14 +228,18 @@ export function whyLine(view: RunView): string | undefined {
   return `  who acts: ${ACTOR_WORDS[why.actor]} · ${STATE_WORDS[why.state]} (pi-workflows why ${view.runId})`;
 }
 
+/**
+ * The reason, then what must happen: the decision's or checkpoint's answer
+ * line, or the ambiguity's recovery line; the who-acts line only when
+ * neither of those already says who acts.
+ */
 function footerLines(view: RunView): string[] {
   const lines: string[] = [];
-  const why = whyLine(view);
-  if (why !== undefined) lines.push(clip(why, MAX_DETAIL + 40));
   const ambiguity = ambiguityLine(view);
   const reason = view.display.reason ?? view.display.reasonNotice ?? view.failure?.message;
+  const reasonShown = ambiguity === undefined && reason !== undefined && reason !== "";
   if (ambiguity !== undefined) lines.push(clip(ambiguity, MAX_DETAIL + 40));
-  else if (reason !== undefined && reason !== "") lines.push(`  ${clip(reason, MAX_DETAIL)}`);
+  else if (reasonShown) lines.push(`  ${clip(reason, MAX_DETAIL)}`);
   const waiting = view.display.waitingOn;
   const decision = view.decision;
   if (waiting !== undefined && decision !== undefined && view.display.controls.includes("humanAnswer")) {
@@ -244,6 +248,9 @@ function footerLines(view: RunView): string[] {
   } else if (waiting !== undefined && view.nodes.find((node) => node.id === waiting)?.nodeType === "checkpoint" && view.display.controls.includes("answer")) {
     lines.push(clip(`  waiting on checkpoint: ${waiting} — answer with /workflow answer <json>`, MAX_DETAIL + 40));
   }
+  const saysWhoActs = ambiguity !== undefined || lines.length > (reasonShown ? 1 : 0);
+  const why = whyLine(view);
+  if (why !== undefined && !saysWhoActs) lines.unshift(clip(why, MAX_DETAIL + 40));
   return lines;
 }
 
