@@ -16,29 +16,7 @@ import { reply, stepContract, submitStep } from "../test-support/mock-model.js";
 import { MOCK_ALT_MODEL_ID, MOCK_MODEL_ID, MOCK_PROVIDER, piFixture, processAlive } from "../test-support/pi.js";
 import { TestServer, stepNodes } from "../test-support/server.js";
 import { callKey } from "../src/runner/pi-bridge.js";
-
-/** `review` submits a verdict that its validate checks; the verdict routes the run. */
-export const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
-export default defineWorkflow({
-  name: "review",
-  startAt: "review",
-  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
-  nodes: {
-    review: agent({
-      prompt: ({ input }) => "Review the change: " + (input as { task?: string }).task,
-      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
-      validate: (output) => {
-        const verdict = (output as { verdict?: unknown }).verdict;
-        if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
-        return output;
-      },
-    }),
-    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
-    rework: compute({ run: () => ({ shipped: false }) }),
-  },
-  edges: [{ from: "review", switch: { on: "$.verdict", cases: { approve: "ship", reject: "rework" } } }],
-});
-`;
+import { REVIEW_WORKFLOW } from "../test-support/workflows.js";
 
 describe("agent workflows through the server with real Pi", () => {
   it("pi-workflows start runs the agent step headless; validate rejects the first submission, the model sees the error, the second is accepted and routes the run", async (t) => {

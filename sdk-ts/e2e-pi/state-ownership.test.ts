@@ -20,29 +20,9 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 
 import { reply, submitStep } from "../test-support/mock-model.js";
-import { MOCK_MODEL_ID, MOCK_PROVIDER, piFixture } from "../test-support/pi.js";
+import { piFixture } from "../test-support/pi.js";
 import { TestServer, serverBinary, stepNodes } from "../test-support/server.js";
-
-/** An agent step whose output `validate` checks (in the validation child), then a compute node. */
-const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
-export default defineWorkflow({
-  name: "review",
-  startAt: "review",
-  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
-  nodes: {
-    review: agent({
-      prompt: () => "Review the change.",
-      expectedOutput: '{ "verdict": "approve", "reason": string }',
-      validate: (output) => {
-        if ((output as { verdict?: unknown }).verdict !== "approve") throw new Error("verdict must be approve");
-        return output;
-      },
-    }),
-    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
-  },
-  edges: [{ from: "review", to: "ship" }],
-});
-`;
+import { REVIEW_WORKFLOW } from "../test-support/workflows.js";
 
 const TRACED = ["-f", "-qq", "-s", "4096", "-e", "trace=open,openat,openat2,execve,clone,clone3,fork,vfork"];
 

@@ -1,6 +1,30 @@
 /**
  * Test support: workflow sources shared by the end-to-end suites.
  */
+import { MOCK_MODEL_ID, MOCK_PROVIDER } from "./pi.js";
+
+/** `review` submits a verdict that its validate checks; the verdict routes the run. */
+export const REVIEW_WORKFLOW = `import { agent, compute, defineWorkflow } from "@pi-workflows/sdk";
+export default defineWorkflow({
+  name: "review",
+  startAt: "review",
+  model: { provider: "${MOCK_PROVIDER}", model: "${MOCK_MODEL_ID}" },
+  nodes: {
+    review: agent({
+      prompt: ({ input }) => "Review the change: " + (input as { task?: string }).task,
+      expectedOutput: '{ "verdict": "approve" | "reject", "reason": string }',
+      validate: (output) => {
+        const verdict = (output as { verdict?: unknown }).verdict;
+        if (verdict !== "approve" && verdict !== "reject") throw new Error("verdict must be approve or reject, got " + JSON.stringify(verdict));
+        return output;
+      },
+    }),
+    ship: compute({ run: ({ outputs }) => ({ shipped: true, review: outputs.review }) }),
+    rework: compute({ run: () => ({ shipped: false }) }),
+  },
+  edges: [{ from: "review", switch: { on: "$.verdict", cases: { approve: "ship", reject: "rework" } } }],
+});
+`;
 
 /** A protected human decision: ship, or revise with a text; the continuation routes on the choice. */
 export const RELEASE_GATE = `
