@@ -237,21 +237,27 @@ function footerLines(view: RunView): string[] {
   const lines: string[] = [];
   const ambiguity = ambiguityLine(view);
   const reason = view.display.reason ?? view.display.reasonNotice ?? view.failure?.message;
-  const reasonShown = ambiguity === undefined && reason !== undefined && reason !== "";
   if (ambiguity !== undefined) lines.push(clip(ambiguity, MAX_DETAIL + 40));
-  else if (reasonShown) lines.push(`  ${clip(reason, MAX_DETAIL)}`);
+  else if (reason !== undefined && reason !== "") lines.push(`  ${clip(reason, MAX_DETAIL)}`);
+  const answer = answerLine(view);
+  if (answer !== undefined) lines.push(clip(answer, MAX_DETAIL + 40));
+  const why = whyLine(view);
+  if (why !== undefined && ambiguity === undefined && answer === undefined) lines.unshift(clip(why, MAX_DETAIL + 40));
+  return lines;
+}
+
+/** How a person answers the decision or checkpoint the run waits on, if it does. */
+function answerLine(view: RunView): string | undefined {
   const waiting = view.display.waitingOn;
   const decision = view.decision;
   if (waiting !== undefined && decision !== undefined && view.display.controls.includes("humanAnswer")) {
     const choices = decision.choices.map((choice) => choice.id).join(", ");
-    lines.push(clip(`  waiting on decision: ${waiting} (${clip(decision.title, 40)}) — answer with /workflow answer <choice> [text] (choices: ${choices})`, MAX_DETAIL + 40));
-  } else if (waiting !== undefined && view.nodes.find((node) => node.id === waiting)?.nodeType === "checkpoint" && view.display.controls.includes("answer")) {
-    lines.push(clip(`  waiting on checkpoint: ${waiting} — answer with /workflow answer <json>`, MAX_DETAIL + 40));
+    return `  waiting on decision: ${waiting} (${clip(decision.title, 40)}) — answer with /workflow answer <choice> [text] (choices: ${choices})`;
   }
-  const saysWhoActs = ambiguity !== undefined || lines.length > (reasonShown ? 1 : 0);
-  const why = whyLine(view);
-  if (why !== undefined && !saysWhoActs) lines.unshift(clip(why, MAX_DETAIL + 40));
-  return lines;
+  if (waiting !== undefined && view.nodes.find((node) => node.id === waiting)?.nodeType === "checkpoint" && view.display.controls.includes("answer")) {
+    return `  waiting on checkpoint: ${waiting} — answer with /workflow answer <json>`;
+  }
+  return undefined;
 }
 
 /** The call to action for piw, shown while Herdr is available (reference §5.7). */
