@@ -31,6 +31,22 @@ fn one_node(dir: &Path, name: &str, node_type: &str, extra: Value) -> PathBuf {
     write_script(dir, &format!("{name}.json"), &script)
 }
 
+/// Waits until no runner of `run_id` is launching or ready: a waiting run's
+/// runner exits after it parks, and `why` reads its text and its JSON a
+/// moment apart, so both must see the same settled state.
+async fn runner_gone(server: &TestServer, run_id: &str) {
+    let db = server.db();
+    wait_for(WAIT, "the run's runner to exit", || {
+        (count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1 AND status IN ('launching', 'ready')",
+            [run_id],
+        ) == 0)
+            .then_some(())
+    })
+    .await;
+}
+
 fn text_of(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -163,6 +179,7 @@ async fn a_run_waiting_for_a_decision_names_the_person_and_the_answer_command() 
         view["decision"].is_object()
     })
     .await;
+    runner_gone(&server, &run_id).await;
     let (text, document) = why(&server, &run_id, "waiting for a decision");
     assert_eq!(document["state"], "waitingForAnswer");
     assert_eq!(document["actor"], "person");
@@ -198,6 +215,7 @@ async fn a_run_waiting_at_a_checkpoint_or_on_an_interaction_says_who_answers() {
         status(view) == "waiting"
     })
     .await;
+    runner_gone(&server, &checkpoint).await;
     let (text, document) = why(&server, &checkpoint, "waiting at a checkpoint");
     assert_eq!(
         (&document["state"], &document["actor"]),
@@ -224,6 +242,7 @@ async fn a_run_waiting_at_a_checkpoint_or_on_an_interaction_says_who_answers() {
         status(view) == "waiting"
     })
     .await;
+    runner_gone(&server, &interaction).await;
     let (text, document) = why(&server, &interaction, "waiting on an interaction");
     assert_eq!(
         (&document["state"], &document["actor"]),
@@ -260,6 +279,7 @@ async fn an_ambiguous_effect_names_its_recovery_commands() {
         status(view) == "ambiguous"
     })
     .await;
+    runner_gone(&server, &run_id).await;
     let effect_id = view["ambiguousEffects"][0]["effectId"]
         .as_str()
         .unwrap()
@@ -302,6 +322,7 @@ async fn an_ambiguous_effect_names_its_recovery_commands() {
         status(view) == "completed"
     })
     .await;
+    runner_gone(&server, &run_id).await;
     assert_eq!(why(&server, &run_id, "after confirm").1["state"], "done");
 }
 
@@ -390,6 +411,7 @@ async fn runs_parked_on_a_source_change_or_no_progress_need_an_operator() {
         ),
     ] {
         wait_view(&mut client, run_id, WAIT, parked).await;
+        runner_gone(&server, run_id).await;
         let (text, document) = why(&server, run_id, kind);
         assert_eq!(
             (&document["state"], &document["actor"]),
@@ -419,6 +441,7 @@ async fn a_completed_run_says_it_is_done_and_a_missing_run_is_one_line() {
         status(view) == "completed"
     })
     .await;
+    runner_gone(&server, &run_id).await;
     let (text, document) = why(&server, &run_id, "a completed run");
     assert_eq!(
         (&document["state"], &document["actor"]),
@@ -497,6 +520,9 @@ async fn why_shows_no_token_prompt_output_session_id_or_path() {
     .await;
     wait_view(&mut client, &failed, WAIT, |view| status(view) == "failed").await;
     wait_view(&mut client, &done, WAIT, |view| status(view) == "completed").await;
+    for run_id in [&waiting, &failed, &done] {
+        runner_gone(&server, run_id).await;
+    }
     let db = server.db();
     let mut secrets: Vec<String> = [TOKEN, PROMPT, SESSION, PATH_PART, OUTPUT, ERROR]
         .into_iter()
