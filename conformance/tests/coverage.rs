@@ -207,6 +207,8 @@ fn is_end_to_end(file: &str) -> bool {
         || [
             "sdk-ts/test/client-server.test.ts",
             "sdk-ts/test/parity.test.ts",
+            // Inspects the package exactly as `npm pack` builds it.
+            "sdk-ts/test/package.test.ts",
         ]
         .contains(&file)
 }

@@ -353,6 +353,63 @@ describe("a server killed during validation", () => {
   });
 });
 
+describe("headless agent steps that end without an accepted output", () => {
+  it("a step whose model never submits fails after two reminders, and $result.outcome routes the run", async (t) => {
+    const { mock, sandbox } = await piFixture(t, { rules: [{ name: "idle", reply: reply.text("I will not call the tool.") }] });
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(
+      join(project, ".pi", "workflows", "review.workflow.ts"),
+      REVIEW_WORKFLOW.replace(
+        'edges: [{ from: "review", switch: { on: "$.verdict", cases: { approve: "ship", reject: "rework" } } }]',
+        'edges: [{ from: "review", switch: { on: "$result.outcome", cases: { ok: "ship", failed: "rework" } } }]',
+      ),
+    );
+    assert.match(readFileSync(join(project, ".pi", "workflows", "review.workflow.ts"), "utf8"), /"\$result\.outcome"/);
+    const out = await server.cli(["start", "review", "stall"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId, 60_000);
+    assert.equal(view.status.run, "completed", `${JSON.stringify(view.display)}\n${server.serverLog()}`);
+    assert.deepEqual(view.steps.items.map((step) => `${step.nodeId}:${step.outcome}`), ["review:failed", "rework:ok"], "the failed outcome routed the run");
+    // One prompt and two reminders, each one model turn; then the step failed.
+    const prompts = mock.requests.map((request) => request.last?.text ?? "");
+    assert.equal(prompts.length, 3, prompts.join(" | "));
+    assert.match(prompts[0] ?? "", /Workflow step contract \(workflow: review, step: review/);
+    assert.match(prompts[1] ?? "", /^Reminder: workflow step review is still awaiting your output \(1 reminder left\)\./);
+    assert.match(prompts[2] ?? "", /^Reminder: workflow step review is still awaiting your output \(0 reminders left\)\./);
+    const records = await server.journalAfterExit(runId);
+    const review = records.find((record) => record.event === "node" && record.nodeId === "review");
+    assert.match(String(review?.error), /the agent settled 3 times without submitting step review via the workflow tool/);
+  });
+
+  it("a visible assistant-message step of a headless run fails with headlessAssistantMessage and starts no Pi", async (t) => {
+    const { mock, sandbox } = await piFixture(t, { rules: [{ name: "any", reply: reply.text("unexpected") }] });
+    const server = await TestServer.start({ env: { PI_WORKFLOWS_PI: sandbox.piExecutable() } });
+    t.after(() => server.stop());
+    const project = server.project();
+    writeFileSync(
+      join(project, ".pi", "workflows", "say.workflow.ts"),
+      `import { agent, defineWorkflow } from "@pi-workflows/sdk";\nexport default defineWorkflow({ name: "say", startAt: "say", nodes: { say: agent({ prompt: "Say hello", expectedOutput: { kind: "assistant-message" } }) } });\n`,
+    );
+    const out = await server.cli(["start", "say"], project);
+    const runId = /started run (\S+)/.exec(out)?.[1];
+    assert.ok(runId, out);
+    const client = await server.connect();
+    t.after(() => client.close());
+    const view = await client.settled(runId);
+    assert.equal(view.status.run, "failed", JSON.stringify(view.display));
+    assert.deepEqual(view.steps.items.map((step) => `${step.nodeId}:${step.outcome}`), ["say:failed"]);
+    assert.match(view.display.reason ?? "", /needs an origin Pi session/);
+    const [row] = sql(server, `SELECT error_reason, error_node FROM runs WHERE run_id = '${runId}'`);
+    assert.deepEqual(row, ["headlessAssistantMessage", "say"], "the run's stored failure names the closed code");
+    assert.equal(mock.requests.length, 0, "no Pi was started: the model saw nothing");
+  });
+});
+
 describe("the run's model arguments", () => {
   it("pi-workflows start --model provider/model --thinking level reaches the Pi child of a workflow without a model", async (t) => {
     const approved = { verdict: "approve", reason: "chosen model" };
