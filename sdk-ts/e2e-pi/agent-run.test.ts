@@ -7,7 +7,7 @@
  * `npm run test:pi`.
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { type TestContext, describe, it } from "node:test";
@@ -404,8 +404,18 @@ describe("headless agent steps that end without an accepted output", () => {
     assert.equal(view.status.run, "failed", JSON.stringify(view.display));
     assert.deepEqual(view.steps.items.map((step) => `${step.nodeId}:${step.outcome}`), ["say:failed"]);
     assert.match(view.display.reason ?? "", /needs an origin Pi session/);
-    const [row] = sql(server, `SELECT error_reason, error_node FROM runs WHERE run_id = '${runId}'`);
-    assert.deepEqual(row, ["headlessAssistantMessage", "say"], "the run's stored failure names the closed code");
+    // The runner refuses the step with the closed code `headlessAssistantMessage`
+    // on its `node.failed` frame (schema-checked by the server); the run's
+    // stored failure is that node's failure, with the message saying what to do.
+    const [row] = sql(server, `SELECT error_class, error_reason, error_node, error_message FROM runs WHERE run_id = '${runId}'`);
+    assert.deepEqual(row, [
+      "nodeFailed",
+      "nodeFailed",
+      "say",
+      "agent say: a visible assistant-message step needs an origin Pi session, and a headless run has none; start the run from Pi, or make the step submit its output",
+    ]);
+    const runnerLogs = readdirSync(join(server.home, "host", "logs")).map((name) => readFileSync(join(server.home, "host", "logs", name), "utf8"));
+    assert.ok(runnerLogs.some((log) => log.includes("headlessAssistantMessage")), `the runner logged the closed code: ${runnerLogs.join("\n")}`);
     assert.equal(mock.requests.length, 0, "no Pi was started: the model saw nothing");
   });
 });

@@ -350,6 +350,8 @@ export class Executor {
     } else {
       failure = outcome.failure;
     }
+    // The closed code only: the message may carry workflow data, which logs never hold.
+    this.host.log(`node ${target.nodeId} attempt ${target.attemptId}: ${failure.outcome} (${failure.code})`);
     const reply = await channel.request("node.failed", {
       attemptId: target.attemptId,
       outcome: failure.outcome,
