@@ -244,6 +244,41 @@ fn everything_written(server: &TestServer) -> String {
     out
 }
 
+/// At run time, the adapter is transport-only: it starts with an empty
+/// environment (no state directory to find) and, while it presents a
+/// decision and forwards a press, holds no file of the state directory open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_adapter_has_an_empty_environment_and_no_state_file_open() {
+    let telegram = FakeTelegram::start(TOKEN);
+    let server = channel_server(&telegram, 0o600, &[]);
+    let mut client = server.client().await;
+    wait_running(&mut client).await;
+    let (_run_id, _, data) = presented(&mut client, &server, &telegram, 0).await;
+    let pid = adapter_pid(&server).expect("the adapter process");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        environ.is_empty(),
+        "the adapter's environment: {}",
+        String::from_utf8_lossy(&environ).replace('\0', " ")
+    );
+    let press = telegram.press(USER, CHAT, &data[0]);
+    assert_eq!(wait_note(&telegram, &press).await, "Recorded.");
+    let home = server.home.canonicalize().unwrap();
+    let open: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .collect();
+    assert!(!open.is_empty(), "the adapter's descriptors were read");
+    assert!(
+        open.iter()
+            .all(|target| !target.starts_with(home.to_str().unwrap())
+                && !target.contains("state.sqlite")),
+        "the adapter holds a state file open: {open:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_press_answers_the_decision_with_telegram_provenance() {
     let telegram = FakeTelegram::start(TOKEN);
@@ -291,7 +326,22 @@ async fn a_telegram_press_answers_the_decision_with_telegram_provenance() {
         "publish"
     );
 
-    // The same press again (a retry of the same event) adopts; nothing changes.
+    // The same person pressing the same button again (a double tap, after
+    // the run continued) changes nothing: the note says so, the decision
+    // keeps its one answer, and there is still one continuation.
+    let again = telegram.press(USER, CHAT, &data[0]);
+    assert_eq!(
+        wait_note(&telegram, &again).await,
+        "the run waits on no pending decision"
+    );
+    assert_eq!(
+        decision_row(&server, &run_id),
+        (
+            "accepted".into(),
+            Some("telegram".into()),
+            Some(USER.to_string())
+        )
+    );
     assert_eq!(
         count(
             &db,
