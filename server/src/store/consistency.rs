@@ -117,8 +117,12 @@ pub const CHECKS: &[Check] = &[
     Check {
         message: "an applying effect on a run without a live runner slot (it must be ambiguous)",
         quiescent_only: false,
+        // A channel send or settlement is applied by its channel adapter, not
+        // by a runner: it is applying while its run waits on the decision
+        // (a lost adapter leaves it ambiguous, `kernel::channel`).
         sql: "SELECT e.effect_id FROM effects e JOIN run_queue q USING (run_id)
-         WHERE e.state = 'applying' AND q.status NOT IN ('starting', 'running')",
+         WHERE e.state = 'applying' AND q.status NOT IN ('starting', 'running')
+           AND e.effect_type NOT LIKE 'channel.send:%' AND e.effect_type NOT LIKE 'channel.settle:%'",
     },
     Check {
         message: "effect without a matching current effect attempt",
