@@ -50,7 +50,13 @@
 //!   reply whose `next` is `exit` sends `runner.exiting` with that reason
 //!   and exits 0. After each `node.finished`/`node.failed` the reply's
 //!   `next` decides the same way.
-//! - **validate** is not scripted: the runner logs and exits 2.
+//! - **validate**: with a script `validate` entry (below), it re-hashes
+//!   the saved source, sends `runner.ready`, waits for the `validate`
+//!   command, then after `delayMs` sends `interaction.accepted {output:
+//!   {"valid": true, "submissionId"}}` (or `interaction.rejected` with the
+//!   `reject` message), waits for its reply, sends `runner.exiting
+//!   {finished}` and exits 0. Without a `validate` entry it logs and exits
+//!   2 without a verdict.
 //!
 //! # Script format
 //!
@@ -60,8 +66,14 @@
 //!  "rejectInput": false, "resolveDelayMs": 0, "resolveOnly": false,
 //!  "startup": {"exitBeforeReady": 3, "readyDelayMs": 0, "exitAfterReady": 3,
 //!              "ignoreSigterm": false, "keepWritingAfterClaimLost": false},
-//!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]}}
+//!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]},
+//!  "validate": {"reject": "why", "delayMs": 0, "ignoreSigterm": false, "record": "validations.log"}}
 //! ```
+//!
+//! `validate` (validate mode): `reject` rejects with that message (absent:
+//! accept); `delayMs` waits before the verdict; `ignoreSigterm` as in
+//! `startup`; `record` appends `started <submissionId> <pid>` when the
+//! command arrives and `verdict <submissionId> <pid>` just before the verdict.
 //!
 //! Only `topology` is required (the kernel topology JSON, passed through).
 //! `workflowName` defaults to the file stem. Unknown fields are errors.
@@ -145,6 +157,7 @@ mod channel;
 mod resolve;
 mod run;
 mod script;
+mod validate;
 
 use protocol::generated::types::LaunchMode;
 use sha2::{Digest as _, Sha256};
@@ -194,8 +207,7 @@ fn main() {
         LaunchMode::Resolve => resolve::resolve(&launch, stdin),
         LaunchMode::Run => run::run(&launch, channel::Channel::open(&launch, Some(stdin))),
         LaunchMode::Validate => {
-            log!("validate mode is not scripted");
-            std::process::exit(EXIT_PROTOCOL);
+            validate::validate(&launch, channel::Channel::open(&launch, Some(stdin)))
         }
     }
 }

@@ -43,6 +43,30 @@ pub(crate) struct Script {
     /// Behaviours per node id, indexed by `visit - 1` (the last repeats).
     #[serde(default)]
     pub(crate) nodes: BTreeMap<String, Vec<Behaviour>>,
+    /// Validate mode: the verdict on a submission (none: validate mode
+    /// logs and exits 2 without a verdict).
+    #[serde(default)]
+    pub(crate) validate: Option<ValidateSpec>,
+}
+
+/// What a validate-mode child does with the submission it is given.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ValidateSpec {
+    /// Reject the submission with this message (none: accept it).
+    #[serde(default)]
+    pub(crate) reject: Option<String>,
+    /// Wait this long after the `validate` command before the verdict.
+    #[serde(default)]
+    pub(crate) delay_ms: u64,
+    /// SIGTERM does nothing (SIGKILL still kills).
+    #[serde(default)]
+    pub(crate) ignore_sigterm: bool,
+    /// Append `started <submissionId> <pid>` when the command arrives and
+    /// `verdict <submissionId> <pid>` before the verdict is sent (relative
+    /// to the script's directory).
+    #[serde(default)]
+    pub(crate) record: Option<PathBuf>,
 }
 
 /// Run-mode options applied after the source is verified.
