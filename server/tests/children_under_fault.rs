@@ -214,7 +214,8 @@ fn finished_in_logs(server: &TestServer, db: &rusqlite::Connection, run_id: &str
 /// the next): the server notices its exit, kills what is left of its group
 /// (the helper in it) and the registered headless-Pi stand-in's group, and
 /// a new generation resumes the run exactly once: the hit node reruns, no
-/// finished node runs again, the run completes.
+/// finished node runs again, the run completes. (k = 0, a crash before the
+/// first result, parks `runnerNoProgress` and takes one explicit resume.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_sigkilled_at_a_seeded_point_is_reaped_and_its_run_resumes_once() {
     let mut points =
@@ -228,6 +229,44 @@ async fn a_runner_sigkilled_at_a_seeded_point_is_reaped_and_its_run_resumes_once
     let db = server.db();
     let (runner, children) = at_point(&db, &run_id, finished, into_ms).await;
     nix::sys::signal::kill(Pid::from_raw(runner.pid as i32), Signal::SIGKILL).unwrap();
+
+    // A runner that crashed before its first result made no progress by the
+    // kernel's rule (`runner::decide_exit`: the revision did not move past
+    // its `runner.ready`; `node.started` and process registrations do not
+    // move it), so its run parks `runnerNoProgress` for one explicit resume
+    // instead of resuming on its own; any later crash resumes on its own.
+    let parked = wait_for(SETTLE_TIMEOUT, "the killed runner's exit to be decided", || {
+        let (queue, park): (String, Option<String>) = db
+            .query_row(
+                "SELECT q.status, r.park_reason FROM runs r JOIN run_queue q USING (run_id) WHERE run_id = ?1",
+                [&run_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .ok()?;
+        let exited = count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1 AND generation = 1 AND status = 'exited'",
+            [&run_id],
+        ) == 1;
+        exited.then_some(queue == "parked" && park.as_deref() == Some("runnerNoProgress"))
+    })
+    .await;
+    assert_eq!(
+        parked,
+        finished == 0,
+        "only a crash before the first result parks for review"
+    );
+    if parked {
+        let resumed = client
+            .request(&RequestSpec::command(
+                "run.resume",
+                Some(&run_id),
+                json!({}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(resumed.outcome, "accepted", "{:?}", resumed.frame);
+    }
 
     let view = wait_settled(&mut client, &run_id).await;
     assert_eq!(status(&view), "completed", "{view}");
