@@ -1148,3 +1148,234 @@ async fn a_channel_adapter_sigkilled_or_sigstopped_is_replaced_once_and_none_is_
     )
     .await;
 }
+
+/// The pending request of `run_id`: (interaction id, attempt id, the
+/// attempt's generation).
+fn pending_request(db: &rusqlite::Connection, run_id: &str) -> Option<(String, String, i64)> {
+    db.query_row(
+        "SELECT i.interaction_id, i.attempt_id, a.generation FROM interactive_requests i JOIN node_attempts a USING (attempt_id) WHERE i.run_id = ?1 AND i.status = 'pending' ORDER BY a.generation DESC LIMIT 1",
+        [run_id],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )
+    .ok()
+}
+
+/// The `interaction.submit` and `interaction.update` a headless step's Pi
+/// bridge sends with its runner's authority (`pi-bridge.ts`).
+fn bridge_requests(
+    run_id: &str,
+    request: &(String, String, i64),
+    authority: &Value,
+    call: &str,
+) -> [RequestSpec; 2] {
+    let (interaction_id, attempt_id, _) = request;
+    [
+        RequestSpec::command(
+            "interaction.update",
+            Some(run_id),
+            json!({"interactionId": interaction_id, "attemptId": attempt_id, "toolCallId": format!("tc-{call}"),
+                   "authority": authority, "update": {"type": "progress", "key": call, "data": {"call": call}}}),
+        ),
+        RequestSpec::command(
+            "interaction.submit",
+            Some(run_id),
+            json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": format!("sub-{call}"),
+                   "authority": authority, "output": {"by": call}}),
+        ),
+    ]
+}
+
+/// A headless agent step's Pi (the registered stand-in, in a group of its
+/// own) and its runner SIGSTOPped together until the runner's claim
+/// expired, then the Pi continued: the bridge writes it sends with the old
+/// runner's authority (an update and a submission) are refused and store
+/// nothing; once the runner is continued it exits and both groups are
+/// empty; exactly one new runner asks again, and its Pi's submission is
+/// validated, accepted and completes the step once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_headless_pi_stopped_with_its_runner_past_the_claim_cannot_write_when_continued() {
+    let server = TestServer::start_with(&[("PI_WORKFLOWS_STOP_GRACE_MS", "10000")]);
+    let script = write_script(
+        server.scratch(),
+        "headless.json",
+        &json!({
+            "workflowName": "headless",
+            "topology": {"startAt": "a",
+                         "nodes": [{"id": "a", "nodeType": "agent", "timeout": {"kind": "none"}, "mountPath": []}],
+                         "edges": [], "mounts": []},
+            "nodes": {"a": [{
+                "spawnChild": {"sleepSeconds": 1000, "newGroup": true},
+                "then": {"interact": {"prompt": "Write it.",
+                                      "headless": {"awaitFile": "accepted", "then": {"finish": {"a": "done"}}}}}
+            }]},
+            "validate": {"record": "validations.log"},
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started(&mut client, &script).await;
+    let db = server.db();
+    let (runner, pi, first) = wait_for(
+        Duration::from_secs(30),
+        "the headless step's request",
+        || {
+            let runner = runner_identity(&db, &run_id, 1)?;
+            let pi = registered(&db).into_iter().next()?;
+            Some((runner, pi, pending_request(&db, &run_id)?))
+        },
+    )
+    .await;
+    let old_epoch: String = db
+        .query_row(
+            "SELECT runner_epoch FROM run_workers WHERE run_id = ?1 AND generation = 1",
+            [&run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let old_authority = json!({"kind": "runner", "generation": 1, "runnerEpoch": old_epoch});
+    signal(&runner, Signal::SIGSTOP);
+    signal(&pi, Signal::SIGSTOP);
+    wait_for(
+        Duration::from_secs(15),
+        "recovery of the expired claim",
+        || {
+            (count(
+                &db,
+                "SELECT generation FROM leases WHERE run_id = ?1",
+                [&run_id],
+            ) >= 2)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The Pi is continued and its bridge writes with the old authority.
+    signal(&pi, Signal::SIGCONT);
+    for spec in bridge_requests(&run_id, &first, &old_authority, "stale") {
+        let refused = client.request(&spec).await.unwrap();
+        eprintln!(
+            "{} with the fenced runner's authority: {:?}",
+            spec.operation, refused.frame
+        );
+        assert_ne!(refused.outcome, "accepted", "{:?}", refused.frame);
+    }
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM interactive_submissions WHERE interaction_id = ?1",
+            [&first.0]
+        ),
+        0,
+        "a stale submission was stored"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM workflow_updates WHERE run_id = ?1",
+            [&run_id]
+        ),
+        0,
+        "a stale update was published"
+    );
+    assert!(
+        validations(&server).is_empty(),
+        "a stale submission was validated"
+    );
+
+    // The runner continued takes its pending SIGTERM; both groups empty.
+    signal(&runner, Signal::SIGCONT);
+    wait_groups_empty(
+        &[runner.pid, pi.pid],
+        Duration::from_secs(10),
+        "the fenced runner's and its Pi's groups",
+    )
+    .await;
+
+    // Exactly one new runner asks again; its Pi's submission completes the step.
+    let (second, new_epoch) = wait_for(SETTLE_TIMEOUT, "the new runner's request", || {
+        let request = pending_request(&db, &run_id).filter(|request| request.2 >= 2)?;
+        let epoch: String = db
+            .query_row(
+                "SELECT runner_epoch FROM run_workers WHERE run_id = ?1 AND generation = ?2",
+                rusqlite::params![run_id, request.2],
+                |row| row.get(0),
+            )
+            .ok()?;
+        Some((request, epoch))
+    })
+    .await;
+    let requests: Vec<String> = db
+        .prepare("SELECT i.status || ':' || a.status FROM interactive_requests i JOIN node_attempts a USING (attempt_id) WHERE i.run_id = ?1 ORDER BY a.generation")
+        .unwrap()
+        .query_map([&run_id], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    eprintln!("the run's requests (request:attempt status): {requests:?}");
+    let authority = json!({"kind": "runner", "generation": second.2, "runnerEpoch": new_epoch});
+    let [update, submit] = bridge_requests(&run_id, &second, &authority, "fresh");
+    let updated = client.request(&update).await.unwrap();
+    assert_eq!(updated.outcome, "accepted", "{:?}", updated.frame);
+    let submitted = client.request(&submit).await.unwrap();
+    assert_eq!(submitted.outcome, "accepted", "{:?}", submitted.frame);
+    assert_eq!(
+        submitted.receipt.as_ref().unwrap()["outcome"],
+        "accepted",
+        "{:?}",
+        submitted.frame
+    );
+    std::fs::write(server.scratch().join("accepted"), b"yes").unwrap();
+    let view = wait_view(&mut client, &run_id, SETTLE_TIMEOUT, |view| {
+        status(view) == "completed"
+    })
+    .await;
+    assert_eq!(status(&view), "completed", "{view}");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM run_workers WHERE run_id = ?1",
+            [&run_id]
+        ),
+        2,
+        "one runner before the stop, exactly one after"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1 AND status = 'finished'",
+            [&run_id]
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM interactive_submissions s JOIN interactive_requests i USING (interaction_id) WHERE i.run_id = ?1",
+            [&run_id]
+        ),
+        1,
+        "only the new Pi's submission"
+    );
+    assert_eq!(
+        validations(&server)
+            .iter()
+            .filter(|(what, _, _)| what == "started")
+            .count(),
+        1
+    );
+    let requests: Vec<String> = db
+        .prepare("SELECT i.status || ':' || a.status FROM interactive_requests i JOIN node_attempts a USING (attempt_id) WHERE i.run_id = ?1 ORDER BY a.generation")
+        .unwrap()
+        .query_map([&run_id], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        !requests
+            .iter()
+            .any(|request| request.starts_with("pending")),
+        "a request of the completed run is still pending: {requests:?}"
+    );
+    wait_quiescent(&db).await;
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM runner_processes", []), 0);
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
+}

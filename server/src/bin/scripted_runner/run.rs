@@ -545,6 +545,13 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                     "contract": spec.contract,
                 }),
             );
+            if reply.outcome == ReplyOutcome::Accepted
+                && reply.next.is_none()
+                && let Some(headless) = &spec.headless
+            {
+                log!("the headless request is open; going on");
+                return perform(channel, headless, attempt);
+            }
             if reply.outcome == ReplyOutcome::Rejected || reply.next.is_none() {
                 return End::Failed {
                     outcome: NodeFailureOutcome::Failed,

@@ -267,6 +267,12 @@ pub(crate) struct InteractSpec {
     /// The output contract (any JSON; default `{}`).
     #[serde(default = "empty_object")]
     pub(crate) contract: Value,
+    /// A headless run: its accepted reply carries no `next` (the attempt
+    /// stays active under this runner's claim while its Pi works), and the
+    /// attempt goes on with this behaviour (without it, such a reply fails
+    /// the node).
+    #[serde(default)]
+    pub(crate) headless: Option<Box<Behaviour>>,
 }
 
 fn default_interaction_kind() -> String {
@@ -690,8 +696,15 @@ mod tests {
                 kind: "agent".into(),
                 prompt: "Write it".into(),
                 contract: json!({}),
+                headless: None,
             })
         );
+        let headless =
+            behaviour(r#"{"interact":{"prompt":"p","headless":{"stall":true}}}"#).unwrap();
+        let Action::Interact(spec) = headless.action else {
+            panic!("not an interact: {headless:?}");
+        };
+        assert_eq!(spec.headless.map(|then| then.action), Some(Action::Stall));
         assert!(behaviour(r#"{"interact":{"prompt":"p"},"then":{"finish":1}}"#).is_err());
         assert!(behaviour(r#"{"interact":{"prompt":"p","extra":1}}"#).is_err());
     }
