@@ -6,7 +6,10 @@
 //! Invariants:
 //! - The child runs in its own process group with the run's saved source
 //!   identity, and is killed with its group when it exits, reports, or
-//!   misses its deadline. It gets the attempt, the run state and the
+//!   misses its deadline, and (checked every claim renewal period, a
+//!   SIGSTOPped child too) as soon as its verdict can no longer count
+//!   (`interaction::validation_abandoned` no longer refuses: its run ended
+//!   or its request closed) or the server is stopping. It gets the attempt, the run state and the
 //!   submitted output in one `validate` command after `runner.ready`.
 //! - Exactly one verdict is committed per validating submission: the
 //!   child's `interaction.accepted` / `interaction.rejected`, or
@@ -262,8 +265,24 @@ async fn run_child(
         let mut frames = FramedRead::new(stdout, protocol::FrameCodec::new());
         let ready_deadline = Duration::from_millis(app.config.runner_ready_timeout_ms);
         let mut deadline = tokio::time::Instant::now() + ready_deadline;
+        // While the child works, the kernel is asked whether its verdict can
+        // still count (a cancelled run, a closed request) and the server
+        // whether it is stopping; either ends the child now, a stopped
+        // (SIGSTOP) or hung one too, instead of at its bound.
+        let mut check = tokio::time::interval(app.config.claim_renew_interval());
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let Ok(Some(Ok(bytes))) = tokio::time::timeout_at(deadline, frames.next()).await else {
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(deadline, frames.next()) => next,
+                _ = check.tick() => {
+                    if app.is_stopping() || !verdict_counts(app, run_id, interaction_id, submission_id).await {
+                        crate::log::line("a validation child was ended: its verdict can no longer count, or the server is stopping");
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let Ok(Some(Ok(bytes))) = next else {
                 break;
             };
             let Ok(message) = protocol::decode_runner_frame(&bytes) else {
@@ -337,6 +356,39 @@ async fn run_child(
     }
     let _ = child.wait().await;
     reported
+}
+
+/// Whether a verdict on `submission_id` can still count: the kernel
+/// (`interaction::validation_abandoned`) refuses to abandon it because its
+/// request is pending in a live run. A read that fails keeps the child.
+async fn verdict_counts(
+    app: &Arc<Context>,
+    run_id: &RunId,
+    interaction_id: &InteractionId,
+    submission_id: &SubmissionId,
+) -> bool {
+    let (run_id, interaction_id, submission_id) = (
+        run_id.clone(),
+        interaction_id.clone(),
+        submission_id.clone(),
+    );
+    app.store
+        .read(move |connection| {
+            let (Some(mut agg), Some(record)) = (
+                runs::load(connection, &run_id)?,
+                runs::interaction_by_id(connection, &interaction_id)?,
+            ) else {
+                return Ok(false);
+            };
+            agg.interaction = Some(record);
+            let stored = submissions::of_interaction(connection, &interaction_id)?;
+            Ok(matches!(
+                interaction::validation_abandoned(&agg, &stored, &interaction_id, &submission_id),
+                Err(interaction::InteractionRejection::ValidationInProgress { .. })
+            ))
+        })
+        .await
+        .unwrap_or(true)
 }
 
 /// Commits the verdict (or the stop) of one validating submission and wakes its waiters.

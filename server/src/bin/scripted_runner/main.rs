@@ -50,7 +50,13 @@
 //!   reply whose `next` is `exit` sends `runner.exiting` with that reason
 //!   and exits 0. After each `node.finished`/`node.failed` the reply's
 //!   `next` decides the same way.
-//! - **validate** is not scripted: the runner logs and exits 2.
+//! - **validate**: with a script `validate` entry (below), it re-hashes
+//!   the saved source, sends `runner.ready`, waits for the `validate`
+//!   command, then after `delayMs` sends `interaction.accepted {output:
+//!   {"valid": true, "submissionId"}}` (or `interaction.rejected` with the
+//!   `reject` message), waits for its reply, sends `runner.exiting
+//!   {finished}` and exits 0. Without a `validate` entry it logs and exits
+//!   2 without a verdict.
 //!
 //! # Script format
 //!
@@ -60,8 +66,14 @@
 //!  "rejectInput": false, "resolveDelayMs": 0, "resolveOnly": false,
 //!  "startup": {"exitBeforeReady": 3, "readyDelayMs": 0, "exitAfterReady": 3,
 //!              "ignoreSigterm": false, "keepWritingAfterClaimLost": false},
-//!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]}}
+//!  "nodes": {"a": [{"finish": {"x": 1}}], "b": [{"fail": "boom"}], "c": [{"stall": true}]},
+//!  "validate": {"reject": "why", "delayMs": 0, "ignoreSigterm": false, "record": "validations.log"}}
 //! ```
+//!
+//! `validate` (validate mode): `reject` rejects with that message (absent:
+//! accept); `delayMs` waits before the verdict; `ignoreSigterm` as in
+//! `startup`; `record` appends `started <submissionId> <pid>` when the
+//! command arrives and `verdict <submissionId> <pid>` just before the verdict.
 //!
 //! Only `topology` is required (the kernel topology JSON, passed through).
 //! `workflowName` defaults to the file stem. Unknown fields are errors.
@@ -110,7 +122,7 @@
 //! | `{"stderrBytes": N, "then": B}` | write N bytes of numbered 100-byte lines (`stderr line 00000000 xxx…`) to stderr, then B |
 //! | `{"duplicate": true, "then": B}` | the next message B sends goes out twice with one message id (both replies are read and logged) |
 //! | `{"contentRead": {"reference", "offset"?: 0, "length"?: 524288, "record": "<file>"}, "then": B}` | `content.read`; its chunk or refusing reply is appended to `record` as one JSON line (`{type: "content.chunk", offset, reference, bytes, final}` or `{type: "reply", outcome, error}`), then B |
-//! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}` (interactive runs only); an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node |
+//! | `{"interact": {"prompt": "<text>", "kind"?: "agent", "contract"?: <json>, "headless"?: B}}` | `interaction.requested {attemptId, kind, prompt: {kind: inline, text}, contract}`; an accepted reply's `next` (an exit, `waiting`) is followed; a refused one fails the node; a headless run's accepted reply has no `next` (the attempt stays active under the runner's claim while its Pi works): with `headless` the attempt goes on with B, without it the node fails |
 //! | `{"protocolViolation": "schema"\|"revision"\|"attempt"\|"idempotency"}` | one message that fails that protocol check — a canonical frame that is not a runner message; `node.finished` with `expectedRevision` 2^53−1; `node.finished` for attempt `an-attempt-never-dispatched`; a `node.update` and then another payload under its message id — then block until killed |
 //! | `{"notify": {"text": "<text>", "kind"?: "progress"\|"final"}}` | `notification.requested {attemptId, kind, content: {kind: inline, text}}`; the server records the node's result, so an accepted reply's `next` is followed (no `node.finished`); a refused one fails the node |
 //!
@@ -145,6 +157,7 @@ mod channel;
 mod resolve;
 mod run;
 mod script;
+mod validate;
 
 use protocol::generated::types::LaunchMode;
 use sha2::{Digest as _, Sha256};
@@ -194,8 +207,7 @@ fn main() {
         LaunchMode::Resolve => resolve::resolve(&launch, stdin),
         LaunchMode::Run => run::run(&launch, channel::Channel::open(&launch, Some(stdin))),
         LaunchMode::Validate => {
-            log!("validate mode is not scripted");
-            std::process::exit(EXIT_PROTOCOL);
+            validate::validate(&launch, channel::Channel::open(&launch, Some(stdin)))
         }
     }
 }

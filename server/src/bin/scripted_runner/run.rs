@@ -99,7 +99,7 @@ pub(crate) fn run(launch: &WorkerLaunch, mut channel: Channel) -> ! {
 
 /// Re-hashes every file of the saved source identity; returns the root
 /// script's path and bytes.
-fn verify(source: &WorkflowSource) -> Result<(PathBuf, Vec<u8>), String> {
+pub(crate) fn verify(source: &WorkflowSource) -> Result<(PathBuf, Vec<u8>), String> {
     let mut root = None;
     for identity in iter::once(&source.root).chain(&source.mounted) {
         let SourceIdentity::File { hash, path } = identity else {
@@ -127,22 +127,7 @@ fn fatal(channel: &mut Channel, message: &str) -> ! {
 fn apply_startup(startup: &Startup, channel: &mut Channel) {
     channel.keep_writing_after_claim_lost = startup.keep_writing_after_claim_lost;
     if startup.ignore_sigterm {
-        let received = Arc::new(AtomicBool::new(false));
-        if let Err(e) =
-            signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&received))
-        {
-            log!("cannot ignore SIGTERM: {e}");
-            std::process::exit(EXIT_PROTOCOL);
-        }
-        log!("ignoring SIGTERM");
-        thread::spawn(move || {
-            loop {
-                thread::sleep(Duration::from_millis(20));
-                if received.swap(false, Ordering::Relaxed) {
-                    log!("SIGTERM received and ignored");
-                }
-            }
-        });
+        ignore_sigterm();
     }
     if let Some(code) = startup.exit_before_ready {
         log!("exitBeforeReady: exiting with {code}");
@@ -152,6 +137,26 @@ fn apply_startup(startup: &Startup, channel: &mut Channel) {
         log!("waiting {} ms before runner.ready", startup.ready_delay_ms);
         thread::sleep(Duration::from_millis(startup.ready_delay_ms));
     }
+}
+
+/// Makes SIGTERM do nothing but log `SIGTERM received and ignored`
+/// (SIGKILL still kills).
+pub(crate) fn ignore_sigterm() {
+    let received = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&received))
+    {
+        log!("cannot ignore SIGTERM: {e}");
+        std::process::exit(EXIT_PROTOCOL);
+    }
+    log!("ignoring SIGTERM");
+    thread::spawn(move || {
+        loop {
+            thread::sleep(Duration::from_millis(20));
+            if received.swap(false, Ordering::Relaxed) {
+                log!("SIGTERM received and ignored");
+            }
+        }
+    });
 }
 
 /// The attempt being run.
@@ -540,6 +545,13 @@ fn perform(channel: &mut Channel, behaviour: &Behaviour, attempt: &mut Attempt) 
                     "contract": spec.contract,
                 }),
             );
+            if reply.outcome == ReplyOutcome::Accepted
+                && reply.next.is_none()
+                && let Some(headless) = &spec.headless
+            {
+                log!("the headless request is open; going on");
+                return perform(channel, headless, attempt);
+            }
             if reply.outcome == ReplyOutcome::Rejected || reply.next.is_none() {
                 return End::Failed {
                     outcome: NodeFailureOutcome::Failed,

@@ -43,6 +43,30 @@ pub(crate) struct Script {
     /// Behaviours per node id, indexed by `visit - 1` (the last repeats).
     #[serde(default)]
     pub(crate) nodes: BTreeMap<String, Vec<Behaviour>>,
+    /// Validate mode: the verdict on a submission (none: validate mode
+    /// logs and exits 2 without a verdict).
+    #[serde(default)]
+    pub(crate) validate: Option<ValidateSpec>,
+}
+
+/// What a validate-mode child does with the submission it is given.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ValidateSpec {
+    /// Reject the submission with this message (none: accept it).
+    #[serde(default)]
+    pub(crate) reject: Option<String>,
+    /// Wait this long after the `validate` command before the verdict.
+    #[serde(default)]
+    pub(crate) delay_ms: u64,
+    /// SIGTERM does nothing (SIGKILL still kills).
+    #[serde(default)]
+    pub(crate) ignore_sigterm: bool,
+    /// Append `started <submissionId> <pid>` when the command arrives and
+    /// `verdict <submissionId> <pid>` before the verdict is sent (relative
+    /// to the script's directory).
+    #[serde(default)]
+    pub(crate) record: Option<PathBuf>,
 }
 
 /// Run-mode options applied after the source is verified.
@@ -243,6 +267,12 @@ pub(crate) struct InteractSpec {
     /// The output contract (any JSON; default `{}`).
     #[serde(default = "empty_object")]
     pub(crate) contract: Value,
+    /// A headless run: its accepted reply carries no `next` (the attempt
+    /// stays active under this runner's claim while its Pi works), and the
+    /// attempt goes on with this behaviour (without it, such a reply fails
+    /// the node).
+    #[serde(default)]
+    pub(crate) headless: Option<Box<Behaviour>>,
 }
 
 fn default_interaction_kind() -> String {
@@ -666,8 +696,15 @@ mod tests {
                 kind: "agent".into(),
                 prompt: "Write it".into(),
                 contract: json!({}),
+                headless: None,
             })
         );
+        let headless =
+            behaviour(r#"{"interact":{"prompt":"p","headless":{"stall":true}}}"#).unwrap();
+        let Action::Interact(spec) = headless.action else {
+            panic!("not an interact: {headless:?}");
+        };
+        assert_eq!(spec.headless.map(|then| then.action), Some(Action::Stall));
         assert!(behaviour(r#"{"interact":{"prompt":"p"},"then":{"finish":1}}"#).is_err());
         assert!(behaviour(r#"{"interact":{"prompt":"p","extra":1}}"#).is_err());
     }
