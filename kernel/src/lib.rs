@@ -32,6 +32,7 @@ pub mod follow_up;
 pub mod generated;
 pub mod ids;
 pub mod intent;
+pub mod launch;
 pub mod interaction;
 pub mod maintenance;
 pub mod message;
