@@ -95,8 +95,9 @@ pub struct Reservation {
 /// One launch request from a decision turn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchRequest {
-    /// The origin session the launched run would reserve (the requester's).
-    pub session_id: SessionId,
+    /// The origin session the launched run would reserve (the requester's;
+    /// none for a headless run, which no decision turn can launch).
+    pub session_id: Option<SessionId>,
     pub tool_call_id: String,
     pub fingerprint: Digest,
 }
@@ -139,7 +140,7 @@ pub fn select(
         Some(intent_id) if source.terminal && source.sent => intent_id,
         _ => return Err(LaunchRefusal::NotADecisionTurn),
     };
-    if source.session_id != request.session_id {
+    if request.session_id.as_ref() != Some(&source.session_id) {
         return Err(LaunchRefusal::NotADecisionTurn);
     }
     match existing {

@@ -27,7 +27,7 @@ fn restart_of(run: &str) -> Digest {
 
 fn request(tool_call: &str, fingerprint: Digest) -> LaunchRequest {
     LaunchRequest {
-        session_id: s1(),
+        session_id: Some(s1()),
         tool_call_id: tool_call.to_string(),
         fingerprint,
     }
@@ -143,6 +143,18 @@ fn only_a_sent_terminal_message_of_this_session_with_an_intent_opens_a_decision_
             Err(LaunchRefusal::NotADecisionTurn)
         );
     }
+}
+
+#[test]
+fn a_headless_launch_is_never_a_decision_turn_launch() {
+    let headless = LaunchRequest {
+        session_id: None,
+        ..request("tc.1", restart_of("run-1"))
+    };
+    assert_eq!(
+        select(Some(&terminal_message()), None, &headless),
+        Err(LaunchRefusal::NotADecisionTurn)
+    );
 }
 
 #[test]
