@@ -166,6 +166,38 @@ describe("after a run ends in a real Pi conversation", () => {
     assert.equal(toolResults(s.fixture.mock.requests).filter((text) => /restarted as run/.test(text)).length, 1, "exactly one restart");
   });
 
+  it("Pi killed inside the decision turn after the restart was reserved: the reopened Pi activates the surviving reservation once", async (t) => {
+    const s = await setup(t, [
+      { name: "restart", lastRole: "user", when: TERMINAL_FACTS, reply: (request) => reply.toolCall("workflow", { action: "restart", runId: terminalRunId(request) }) },
+      // The first answer to the restart's result streams for a long time: Pi is killed inside it.
+      { name: "restarted-slow", lastRole: "tool", when: /restarted as run/, times: 1, reply: reply.text("Restart queued; it runs after this turn ends.", { delayMs: 1000, chunkChars: 2 }) },
+      { name: "refused", lastRole: "tool", when: /cannot be restarted/, reply: reply.text("The restart was refused; stopping here.") },
+    ]);
+    const first = await s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const started = await workflow(first, "fails");
+    const original = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    const result = await s.fixture.mock.waitForRequest((request) => request.last?.role === "tool" && /restarted as run/.test(request.last.text), 60_000, "the restart's tool result");
+    const restarted = /restarted as run ([^;\s]+);/.exec(result.last?.text ?? "")?.[1] as string;
+    const sessionFile = first.state?.sessionFile;
+    assert.ok(sessionFile);
+    process.kill(-first.pid, "SIGKILL");
+    await first.exited;
+    assert.equal((await client.view(restarted)).display.status, "queued", "held: the decision turn never settled");
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    assert.equal((await client.view(restarted)).display.status, "queued", "no Pi, no activation");
+
+    const second = await s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env, args: ["--session", sessionFile] });
+    const ended = await client.waitFor(restarted, (view) => view.display.status === "failed", 60_000, "the surviving reservation runs once the session is open and idle");
+    assert.equal(ended.display.status, "failed");
+    await terminalTurnSettled(second, s.fixture.mock, restarted);
+    assert.equal(toolResults(s.fixture.mock.requests).filter((text) => /restarted as run/.test(text)).length, 1, "one restart, reserved once");
+    assert.equal((await client.view(original)).display.status, "failed");
+    // The restarted run's own decision turn meets the restart rule (same failure).
+    await until("the refusal", () => toolResults(s.fixture.mock.requests).some((text) => new RegExp(`^Workflow run ${restarted} cannot be restarted`).test(text)));
+  });
+
   it("each new failure may restart, but a fourth restart of the chain is refused", async (t) => {
     const s = await setup(t, restartRules);
     const pi = await s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
