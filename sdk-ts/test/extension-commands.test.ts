@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
+import { WorkflowClientError } from "../src/client/errors.js";
 import { RESERVED_WORDS, parseWorkflowCommand } from "../src/extension/grammar.js";
 import { WorkflowSession, keyOfToolCall } from "../src/extension/session.js";
 import { ACTIONS, MAX_ISSUES, WORKFLOW_TOOL_PARAMETERS, parseToolCall } from "../src/extension/tool.js";
@@ -357,6 +358,22 @@ describe("workflow tool", () => {
     assert.deepEqual(restart?.payload, { held: true });
     assert.equal(restart?.runId, "run-9");
     assert.equal(restart?.idempotencyKey, keyOfToolCall("call_r"));
+  });
+
+  it("in a terminal message's turn, restart and start carry that message as their selected launch; the server's refusal of a second launch is a clear error", async () => {
+    const { server, pi, session } = harness();
+    const terminal = server.addMessage("terminal", "Workflow fails ended: failed", { state: "sent", runId: "run-9" });
+    await session.start();
+    pi.idle = false;
+    session.onAgentStart(); // the terminal message's decision turn (the server answers active)
+    const restarted = await session.tool("call_r", { action: "restart", runId: "run-9" });
+    assert.equal(restarted.isError, false, restarted.text);
+    assert.match(restarted.text, /This was this turn's one workflow launch: end your turn now\.$/);
+    assert.deepEqual(server.ops("run.restart")[0]?.payload, { held: true, selectedLaunch: { messageId: terminal.messageId, toolCallId: keyOfToolCall("call_r") } });
+    server.failing.set("run.start", new WorkflowClientError("conflict", "this workflow decision turn already selected its one launch (a restart or a start); it runs after the turn ends, so end your turn now"));
+    const second = await session.tool("call_s", { action: "start", workflow: "review" });
+    assert.equal(second.isError, true);
+    assert.match(second.text, /^Not launched: this workflow decision turn already selected its one launch/);
   });
 
   it("followUp queues a prompt on this session's run and cancelFollowUp cancels it, each keyed by its tool call", async () => {
