@@ -33,6 +33,7 @@ pub mod generated;
 pub mod ids;
 pub mod intent;
 pub mod interaction;
+pub mod launch;
 pub mod maintenance;
 pub mod message;
 pub mod output;

@@ -21,6 +21,7 @@ use crate::effect::EffectRejection;
 use crate::follow_up::FollowUpRejection;
 use crate::intent::IntentRejection;
 use crate::interaction::InteractionRejection;
+use crate::launch::LaunchRefusal;
 use crate::maintenance::{BackupRefusal, PruneRefusal};
 use crate::run::{Rejection, RestartRefusal};
 use crate::runner::ProtocolCheck;
@@ -527,6 +528,37 @@ impl Coded for FollowUpRejection {
     fn protocol_check(&self) -> Option<ProtocolCheck> {
         match self {
             Self::Headless | Self::ChainEnded { .. } | Self::AlreadyDelivered => None,
+        }
+    }
+}
+
+impl Coded for LaunchRefusal {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::NotADecisionTurn => WireCode::IllegalTransition,
+            Self::AlreadySelected { .. } | Self::ToolCallReused { .. } => WireCode::Conflict,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::NotADecisionTurn => {
+                "only the model turn of a workflow's terminal message can select a launch from it"
+            }
+            Self::AlreadySelected { .. } => {
+                "this workflow decision turn already selected its one launch (a restart or a start); it runs after the turn ends, so end your turn now"
+            }
+            Self::ToolCallReused { .. } => {
+                "this tool call already selected another launch; repeat it with its original request"
+            }
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::NotADecisionTurn | Self::AlreadySelected { .. } | Self::ToolCallReused { .. } => {
+                None
+            }
         }
     }
 }

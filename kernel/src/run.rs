@@ -659,12 +659,16 @@ pub fn reserve_held(
             queue: QueueStatus::Queued,
         });
     }
-    let mut reserved = reserve(new_run, lineage, session_runs, now_ms)?;
+    reserve(new_run, lineage, session_runs, now_ms).map(held)
+}
+
+/// A reservation held: parked [`ParkReason::Held`] and not scheduled.
+fn held(mut reserved: Transition<RunAggregate>) -> Transition<RunAggregate> {
     reserved.facts.run.park_reason = Some(ParkReason::Held);
     reserved
         .outputs
         .retain(|output| *output != Output::Schedule);
-    Ok(reserved)
+    reserved
 }
 
 /// `run.activate`: a held launch becomes an ordinary queued run and the
@@ -1460,6 +1464,25 @@ pub fn restart(
         },
     );
     Ok(transition)
+}
+
+/// [`restart`] held, as a model's selected launch is (`crate::launch`): the
+/// same new run, parked [`ParkReason::Held`] until [`activate`] releases it
+/// after the decision turn settles. Only an interactive run can be held.
+pub fn restart_held(
+    source: RestartSource<'_>,
+    new_run: NewRun,
+    session_runs: &[RunId],
+    now_ms: u64,
+) -> Result<Transition<RunAggregate>, Rejection> {
+    if new_run.mode.origin_session().is_none() {
+        return Err(Rejection::IllegalTransition {
+            operation: Operation::Activate,
+            status: RunStatus::Queued,
+            queue: QueueStatus::Queued,
+        });
+    }
+    restart(source, new_run, session_runs, now_ms).map(held)
 }
 
 /// The result of a continuation reservation: the settled parent and the new

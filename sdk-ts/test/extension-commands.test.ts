@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
+import { WorkflowClientError } from "../src/client/errors.js";
 import { RESERVED_WORDS, parseWorkflowCommand } from "../src/extension/grammar.js";
 import { WorkflowSession, keyOfToolCall } from "../src/extension/session.js";
 import { ACTIONS, MAX_ISSUES, WORKFLOW_TOOL_PARAMETERS, parseToolCall } from "../src/extension/tool.js";
@@ -34,12 +35,15 @@ describe("/workflow grammar", () => {
       ["review fix the login bug", { kind: "start", workflow: "review", input: { task: "fix the login bug" } }],
       ['review --input-json {"files": ["a.ts"]}', { kind: "start", workflow: "review", input: { files: ["a.ts"] } }],
       [".pi/workflows/clear.workflow.ts", { kind: "start", workflow: ".pi/workflows/clear.workflow.ts", input: {} }],
+      ["then summarize the changes", { kind: "followUp", prompt: "summarize the changes" }],
+      ["then cancel the release afterwards", { kind: "followUp", prompt: "cancel the release afterwards" }],
+      ["then cancel 3f2a-9c", { kind: "cancelFollowUp", followUpId: "3f2a-9c" }],
     ];
     for (const [args, expected] of cases) assert.deepEqual(parseWorkflowCommand(args), expected, `/workflow ${args}`);
   });
 
   it("refuses malformed commands with their usage, and treats the reserved words as subcommands", () => {
-    assert.deepEqual([...RESERVED_WORDS], ["list", "status", "pause", "resume", "cancel", "answer", "clear", "recover"]);
+    assert.deepEqual([...RESERVED_WORDS], ["list", "status", "pause", "resume", "cancel", "answer", "clear", "recover", "then"]);
     for (const [args, usage] of [
       ["list next", /Usage: \/workflow list \[offset\]/],
       ["status two words", /Usage: \/workflow status \[runId\]/],
@@ -51,6 +55,8 @@ describe("/workflow grammar", () => {
       ["recover retry e-1 e-2", /Usage: \/workflow recover confirm\|retry \[effectId\]/],
       ["review --input-json {broken", /the input is not valid JSON/],
       ["review --input-json", /the input is not valid JSON/],
+      ["then", /Usage: \/workflow then <prompt>/],
+      ["then cancel", /Usage: \/workflow then <prompt>/],
     ] as const) {
       const parsed = parseWorkflowCommand(args);
       assert.equal(parsed.kind, "error", args);
@@ -65,7 +71,7 @@ describe("workflow tool parameters", () => {
     assert.equal(schema.type, "object");
     assert.deepEqual(schema.required, ["action"]);
     assert.deepEqual(schema.properties["action"]?.enum, [...ACTIONS]);
-    assert.deepEqual(Object.keys(schema.properties).sort(), ["action", "attempt", "input", "offset", "output", "runId", "step", "update", "workflow"]);
+    assert.deepEqual(Object.keys(schema.properties).sort(), ["action", "attempt", "followUpId", "input", "offset", "output", "prompt", "runId", "step", "update", "workflow"]);
     assert.doesNotMatch(JSON.stringify(schema), /oneOf|anyOf|allOf/);
   });
 
@@ -83,7 +89,12 @@ describe("workflow tool parameters", () => {
     const message = (many as { error: string }).error;
     assert.equal(message.split(";").length, MAX_ISSUES + 1, message);
     assert.match(message, /^Invalid workflow call for action "submit": step: required; attempt: required; output: required; and 4 more\.$/);
-    assert.match((parseToolCall({ action: "fly" }) as { error: string }).error, /action must be one of list, start, status, pause, resume, cancel, answer, update, submit/);
+    assert.match((parseToolCall({ action: "fly" }) as { error: string }).error, /action must be one of list, start, status, pause, resume, cancel, restart, answer, followUp, cancelFollowUp, update, submit/);
+    assert.deepEqual(parseToolCall({ action: "restart", runId: "run-1" }), { ok: true, call: { action: "restart", runId: "run-1" } });
+    assert.deepEqual(parseToolCall({ action: "restart" }), { ok: false, error: 'Invalid workflow call for action "restart": runId: required.' });
+    assert.deepEqual(parseToolCall({ action: "followUp", prompt: " next " }), { ok: true, call: { action: "followUp", prompt: "next" } });
+    assert.deepEqual(parseToolCall({ action: "cancelFollowUp", followUpId: "fu-1" }), { ok: true, call: { action: "cancelFollowUp", followUpId: "fu-1" } });
+    assert.match((parseToolCall({ action: "followUp", prompt: "" }) as { error: string }).error, /prompt: must be a prompt/);
     assert.match((parseToolCall({ action: "update", step: "s", attempt: "a", update: { type: "progress", key: "k", data: 3 } }) as { error: string }).error, /update: data must be a JSON object/);
     assert.match((parseToolCall({ action: "list", offset: -1 }) as { error: string }).error, /offset: must be a whole number/);
   });
@@ -335,6 +346,51 @@ describe("workflow tool", () => {
     session.onAgentSettled(false);
     await until("the activation", () => server.ops("run.activate").length === 1);
     assert.equal(server.ops("run.activate")[0]?.runId, "run-1");
+  });
+
+  it("restart outside a decision turn is a held restart; a refusal names the server's restart rule", async () => {
+    const { server, session } = harness();
+    await session.start();
+    const outcome = await session.tool("call_r", { action: "restart", runId: "run-9" });
+    assert.equal(outcome.isError, false, outcome.text);
+    assert.match(outcome.text, /^Workflow run run-9 restarted as run run-1; it starts after this turn ends\.$/);
+    const restart = server.ops("run.restart")[0];
+    assert.deepEqual(restart?.payload, { held: true });
+    assert.equal(restart?.runId, "run-9");
+    assert.equal(restart?.idempotencyKey, keyOfToolCall("call_r"));
+  });
+
+  it("in a terminal message's turn, restart and start carry that message as their selected launch; the server's refusal of a second launch is a clear error", async () => {
+    const { server, pi, session } = harness();
+    const terminal = server.addMessage("terminal", "Workflow fails ended: failed", { state: "sent", runId: "run-9" });
+    await session.start();
+    pi.idle = false;
+    session.onAgentStart(); // the terminal message's decision turn (the server answers active)
+    const restarted = await session.tool("call_r", { action: "restart", runId: "run-9" });
+    assert.equal(restarted.isError, false, restarted.text);
+    assert.match(restarted.text, /This was this turn's one workflow launch: end your turn now\.$/);
+    assert.deepEqual(server.ops("run.restart")[0]?.payload, { held: true, selectedLaunch: { messageId: terminal.messageId, toolCallId: keyOfToolCall("call_r") } });
+    server.failing.set("run.start", new WorkflowClientError("conflict", "this workflow decision turn already selected its one launch (a restart or a start); it runs after the turn ends, so end your turn now"));
+    const second = await session.tool("call_s", { action: "start", workflow: "review" });
+    assert.equal(second.isError, true);
+    assert.match(second.text, /^Not launched: this workflow decision turn already selected its one launch/);
+  });
+
+  it("followUp queues a prompt on this session's run and cancelFollowUp cancels it, each keyed by its tool call", async () => {
+    const { server, session } = harness();
+    await session.start();
+    await session.tool("call_s", { action: "start", workflow: "review" });
+    const added = await session.tool("call_f", { action: "followUp", prompt: "then write the notes" });
+    assert.equal(added.isError, false, added.text);
+    assert.match(added.text, /^Follow-up fu-\d+ queued: it runs in this session after workflow run run-1 completes/);
+    const add = server.ops("followUp.add")[0];
+    assert.deepEqual(add?.payload, { prompt: "then write the notes" });
+    assert.equal(add?.runId, "run-1");
+    assert.equal(add?.idempotencyKey, keyOfToolCall("call_f"));
+    const followUpId = added.details["followUpId"] as string;
+    const cancelled = await session.tool("call_c", { action: "cancelFollowUp", followUpId });
+    assert.equal(cancelled.text, `Follow-up ${followUpId} cancelled.`);
+    assert.deepEqual(server.ops("followUp.cancel")[0]?.payload, { followUpId });
   });
 
   it("submit outside a step, with a wrong step or a stale attempt gets the reference errors", async () => {

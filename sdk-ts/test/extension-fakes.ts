@@ -496,6 +496,29 @@ export class FakeServer implements ServerPort {
     return this.control("run.cancel", runId, options.idempotencyKey);
   }
 
+  async runRestart(runId: string, options: { idempotencyKey?: string } = {}, payload: Record<string, unknown> = {}): Promise<Accepted<"run.restart">> {
+    this.requireConnection();
+    this.fail("run.restart");
+    this.record("run.restart", payload, runId, options.idempotencyKey);
+    this.log.push(`run.restart${payload["held"] === true ? ":held" : ""}`);
+    const newRunId = `run-${++this.runs}`;
+    return this.accepted("run.restart", { runId, revision: 1, status: "failed", newRunId });
+  }
+
+  async followUpAdd(runId: string, prompt: string, options: { idempotencyKey?: string } = {}): Promise<Accepted<"followUp.add">> {
+    this.requireConnection();
+    this.fail("followUp.add");
+    this.record("followUp.add", { prompt }, runId, options.idempotencyKey);
+    return this.accepted("followUp.add", { followUpId: `fu-${this.calls.length}` });
+  }
+
+  async followUpCancel(followUpId: string, options: { idempotencyKey?: string } = {}): Promise<Accepted<"followUp.cancel">> {
+    this.requireConnection();
+    this.fail("followUp.cancel");
+    this.record("followUp.cancel", { followUpId }, undefined, options.idempotencyKey);
+    return this.accepted("followUp.cancel", { followUpId });
+  }
+
   async checkpointAnswer(runId: string, answer: unknown, options: { idempotencyKey?: string } = {}): Promise<Accepted<"checkpoint.answer">> {
     this.requireConnection();
     this.fail("checkpoint.answer");

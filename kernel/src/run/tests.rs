@@ -1628,3 +1628,34 @@ fn a_stale_expected_revision_is_refused_before_anything_is_decided() {
         Some(crate::runner::ProtocolCheck::Revision)
     );
 }
+
+#[test]
+fn a_held_restart_is_the_same_restart_parked_held_and_not_scheduled_until_activated() {
+    let old = failed_run(1, None);
+    let source = RestartSource {
+        run: &old.run,
+        terminal_fingerprint: Digest::repeat(1),
+        chain: &[],
+    };
+    let interactive = ExecutionMode::Interactive {
+        origin_session: SessionId::from("s-1"),
+    };
+    let new_run = NewRun {
+        run_id: RunId::from("run-2"),
+        mode: interactive,
+    };
+    let held = restart_held(source.clone(), new_run, &[], 40).unwrap();
+    assert_eq!(held.facts.run.park_reason, Some(ParkReason::Held));
+    assert!(!held.facts.run.is_admissible());
+    assert!(!held.outputs.contains(&Output::Schedule));
+    assert_eq!(held.facts.run.lineage.restart.as_ref().unwrap().number, 1);
+    let activated = activate(&held.facts, 50).unwrap();
+    assert!(activated.facts.run.is_admissible());
+    assert!(activated.outputs.contains(&Output::Schedule));
+    // A headless run has no turn to wait for: it cannot be held.
+    let headless = NewRun {
+        run_id: RunId::from("run-3"),
+        mode: ExecutionMode::Headless,
+    };
+    assert!(restart_held(source, headless, &[], 40).is_err());
+}

@@ -18,7 +18,7 @@ pub enum RequestPayload {
     /// `run.cancel`
     RunCancel(types::EmptyPayload),
     /// `run.restart`
-    RunRestart(types::EmptyPayload),
+    RunRestart(types::RunRestartPayload),
     /// `run.activate`
     RunActivate(types::EmptyPayload),
     /// `checkpoint.answer`
@@ -156,7 +156,7 @@ pub fn parse_request_payload(
                 RequestPayload::RunCancel(types::EmptyPayload::deserialize(value)?)
             }
             types::Operation::RunRestart => {
-                RequestPayload::RunRestart(types::EmptyPayload::deserialize(value)?)
+                RequestPayload::RunRestart(types::RunRestartPayload::deserialize(value)?)
             }
             types::Operation::RunActivate => {
                 RequestPayload::RunActivate(types::EmptyPayload::deserialize(value)?)

@@ -70,7 +70,7 @@ impl ClientOperation for RunCancel {
 pub struct RunRestart;
 impl ClientOperation for RunRestart {
     const OPERATION: types::Operation = types::Operation::RunRestart;
-    type Payload = types::EmptyPayload;
+    type Payload = types::RunRestartPayload;
     type Receipt = types::RunRestartReceipt;
     const STATE_CHANGING: bool = true;
 }

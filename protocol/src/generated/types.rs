@@ -6824,6 +6824,18 @@ pub struct RunListRow {
     #[serde(rename = "workflowName")]
     pub workflow_name: WorkflowName,
 }
+///Restart a failed or timed-out run (every field optional; {} is the plain restart). held: true (interactive only) saves the new run without starting it, as run.start's held; selectedLaunch (implies held) makes it the one launch of a terminal decision turn.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunRestartPayload {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub held: ::std::option::Option<bool>,
+    #[serde(
+        rename = "selectedLaunch",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub selected_launch: ::std::option::Option<SelectedLaunch>,
+}
 ///The restarted run.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -6835,7 +6847,7 @@ pub struct RunRestartReceipt {
     pub run_id: RunId,
     pub status: RunStatus,
 }
-///Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. held: true (interactive only) saves the run without starting it; run.activate releases it (a model-started run activates after its initiating turn settles).
+///Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. held: true (interactive only) saves the run without starting it; run.activate releases it (a model-started run activates after its initiating turn settles). selectedLaunch (implies held) makes it the one launch of a terminal decision turn.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunStartPayload {
@@ -6858,6 +6870,12 @@ pub struct RunStartPayload {
     pub origin_session_id: ::std::option::Option<SessionId>,
     #[serde(rename = "projectPath")]
     pub project_path: AbsolutePath,
+    ///The one launch of a terminal decision turn (implies held).
+    #[serde(
+        rename = "selectedLaunch",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub selected_launch: ::std::option::Option<SelectedLaunch>,
     pub workflow: WorkflowRef,
 }
 ///The started run.
@@ -7830,6 +7848,15 @@ impl<'de> ::serde::Deserialize<'de> for SafeMessage {
                 <D::Error as ::serde::de::Error>::custom(e.to_string())
             })
     }
+}
+///The model's launch from a terminal decision turn (DEFERRED_TURNS, "Selected launch and restart"): messageId names the sent terminal message whose turn the tool call runs in (its turn intent allows one launch), toolCallId the model's tool call. The launch is held until the turn settles; the same tool call with the same request adopts its run, another launch from the same message is refused (conflict).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SelectedLaunch {
+    #[serde(rename = "messageId")]
+    pub message_id: MessageId,
+    #[serde(rename = "toolCallId")]
+    pub tool_call_id: ToolCallId,
 }
 ///One server-to-runner frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

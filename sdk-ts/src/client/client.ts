@@ -42,6 +42,7 @@ import type {
   Response,
   ResponseReceiptByOperation,
   ReportBranchPayload,
+  RunRestartPayload,
   RunStartPayload,
   RunView,
   SessionView,
@@ -277,8 +278,18 @@ export class WorkflowClient implements SubscriptionHost {
   }
 
   /** `run.restart`: a new run from a terminal run's exact reference and input. */
-  runRestart(runId: string, options: CommandOptions = {}): Promise<Accepted<"run.restart">> {
-    return this.command("run.restart", runId, {}, options);
+  runRestart(runId: string, options: CommandOptions = {}, payload: RunRestartPayload = {}): Promise<Accepted<"run.restart">> {
+    return this.command("run.restart", runId, payload, options);
+  }
+
+  /** `followUp.add`: queues `prompt` to run in the run's origin session after its continuation chain completes. */
+  followUpAdd(runId: string, prompt: string, options: CommandOptions = {}): Promise<Accepted<"followUp.add">> {
+    return this.command("followUp.add", runId, { prompt }, options);
+  }
+
+  /** `followUp.cancel`: cancels a follow-up that was not delivered yet. */
+  followUpCancel(followUpId: string, options: CommandOptions = {}): Promise<Accepted<"followUp.cancel">> {
+    return this.command("followUp.cancel", undefined, { followUpId }, options);
   }
 
   /** `checkpoint.answer`: the answer becomes the input of the one continuation run. */

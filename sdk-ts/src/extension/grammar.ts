@@ -2,9 +2,9 @@
  * The `/workflow` command grammar (reference §5.2).
  *
  * Invariants:
- * - The words `list status pause resume cancel answer clear recover` are
- *   always subcommands. A workflow whose name is one of them (authoring
- *   reserves all but `clear` and `recover`) is started by its path, e.g.
+ * - The words `list status pause resume cancel answer clear recover then`
+ *   are always subcommands. A workflow whose name is one of them (authoring
+ *   reserves all but `clear`, `recover` and `then`) is started by its path, e.g.
  *   `/workflow .pi/workflows/clear.workflow.ts`.
  * - Parsing is pure: it never touches the server, and a malformed command is
  *   one `error` with the usage to type instead.
@@ -12,7 +12,7 @@
 import type { DecisionChoice, JsonValue, RecoverAction } from "../generated/types.js";
 
 /** The subcommand words. */
-export const RESERVED_WORDS = ["list", "status", "pause", "resume", "cancel", "answer", "clear", "recover"] as const;
+export const RESERVED_WORDS = ["list", "status", "pause", "resume", "cancel", "answer", "clear", "recover", "then"] as const;
 
 const RUN_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
@@ -26,11 +26,15 @@ export type WorkflowCommand =
   | { kind: "clear" }
   | { kind: "answer"; runId?: string; answer: JsonValue; text: string }
   | { kind: "recover"; action: RecoverAction; effectId?: string }
+  | { kind: "followUp"; prompt: string }
+  | { kind: "cancelFollowUp"; followUpId: string }
   | { kind: "start"; workflow: string; input: JsonValue }
   | { kind: "error"; message: string };
 
 export const USAGE =
-  "Usage: /workflow [list [offset]] | <name-or-path> [task… | --input-json <json>] | status [runId] | pause | resume | cancel | answer [runId] <json|text> | clear | recover confirm|retry [effectId]";
+  "Usage: /workflow [list [offset]] | <name-or-path> [task… | --input-json <json>] | status [runId] | pause | resume | cancel | answer [runId] <json|text> | clear | recover confirm|retry [effectId] | then <prompt> | then cancel <followUpId>";
+
+const THEN_USAGE = "Usage: /workflow then <prompt> (runs in this session after the workflow completes) | /workflow then cancel <followUpId>";
 
 /** Effect ids have the run id's pattern (protocol `EffectId`). */
 const EFFECT_ID = RUN_ID;
@@ -77,9 +81,25 @@ export function parseWorkflowCommand(args: string): WorkflowCommand {
       return parseAnswer(rest);
     case "recover":
       return parseRecover(rest);
+    case "then":
+      return parseThen(rest);
     default:
       return parseStart(word, rest);
   }
+}
+
+/**
+ * `then <prompt>`: a follow-up of this session's workflow; `then cancel
+ * <followUpId>` cancels one. A prompt that starts with the word `cancel`
+ * followed by anything but one follow-up id is a prompt.
+ */
+function parseThen(rest: string): WorkflowCommand {
+  if (rest === "") return { kind: "error", message: THEN_USAGE };
+  const [first, remainder] = head(rest);
+  if (first === "cancel" && remainder !== "" && !/\s/.test(remainder) && RUN_ID.test(remainder)) return { kind: "cancelFollowUp", followUpId: remainder };
+  if (first === "cancel" && remainder === "") return { kind: "error", message: THEN_USAGE };
+  if (rest.length > 16384) return { kind: "error", message: "The follow-up prompt is longer than 16,384 characters." };
+  return { kind: "followUp", prompt: rest };
 }
 
 /** `recover confirm|retry [effectId]`, as `pi-workflows recover RUN confirm|retry [--effect ID]` on this session's run. */

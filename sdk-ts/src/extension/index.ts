@@ -147,7 +147,7 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
   );
 
   pi.registerCommand("workflow", {
-    description: "Run and control pi-workflows: /workflow [list] | <name> [task | --input-json <json>] | status | pause | resume | cancel | answer <json|text> | clear",
+    description: "Run and control pi-workflows: /workflow [list] | <name> [task | --input-json <json>] | status | pause | resume | cancel | answer <json|text> | clear | then <prompt> | then cancel <id>",
     getArgumentCompletions: (prefix) =>
       RESERVED_WORDS.filter((word) => word.startsWith(prefix)).map((word) => ({ value: word, label: word })),
     handler: async (args, ctx) => {

@@ -21,6 +21,7 @@ import type {
   ReportBranchPayload,
   RequestPayloadByOperation,
   ResponseReceiptByOperation,
+  RunRestartPayload,
   RunStartPayload,
   RunView,
   SessionEventsRecordPayload,
@@ -53,6 +54,9 @@ export interface ServerPort {
   runPause(runId: string, options?: CommandOptions): Promise<Accepted<"run.pause">>;
   runResume(runId: string, options?: CommandOptions): Promise<Accepted<"run.resume">>;
   runCancel(runId: string, options?: CommandOptions): Promise<Accepted<"run.cancel">>;
+  runRestart(runId: string, options?: CommandOptions, payload?: RunRestartPayload): Promise<Accepted<"run.restart">>;
+  followUpAdd(runId: string, prompt: string, options?: CommandOptions): Promise<Accepted<"followUp.add">>;
+  followUpCancel(followUpId: string, options?: CommandOptions): Promise<Accepted<"followUp.cancel">>;
   checkpointAnswer(runId: string, answer: JsonValue, options?: CommandOptions): Promise<Accepted<"checkpoint.answer">>;
   decisionAnswer(runId: string, payload: DecisionAnswerPayload, options?: CommandOptions): Promise<Accepted<"decision.answer">>;
   effectRecover(runId: string, payload: EffectRecoverPayload, options?: CommandOptions): Promise<Accepted<"effect.recover">>;

@@ -324,7 +324,26 @@ export class WorkflowSession {
         return this.answer(command.runId, command.answer, undefined, true, command.text);
       case "recover":
         return this.recoverEffect(command.action, command.effectId);
+      case "followUp":
+        return this.followUp(command.prompt, undefined, undefined);
+      case "cancelFollowUp":
+        return this.cancelFollowUp(command.followUpId, undefined);
     }
+  }
+
+  /** Queues a follow-up of the named run, or of this session's run (active, or the finished one the view keeps). */
+  private async followUp(prompt: string, runId: string | undefined, idempotencyKey: string | undefined): Promise<{ text: string; level: "info" | "warning"; runId?: string; followUpId?: string }> {
+    const target = runId ?? (await this.freshView())?.run?.runId;
+    if (target === undefined) return { text: texts.NO_RUN_TO_FOLLOW_TEXT, level: "warning" };
+    const added = await this.options.server.followUpAdd(target, prompt, idempotencyKey !== undefined ? { idempotencyKey } : {});
+    void this.source.refresh();
+    return { text: texts.followUpQueuedText(target, added.receipt.followUpId), level: "info", runId: target, followUpId: added.receipt.followUpId };
+  }
+
+  private async cancelFollowUp(followUpId: string, idempotencyKey: string | undefined): Promise<{ text: string; level: "info" }> {
+    await this.options.server.followUpCancel(followUpId, idempotencyKey !== undefined ? { idempotencyKey } : {});
+    void this.source.refresh();
+    return { text: texts.followUpCancelledText(followUpId), level: "info" };
   }
 
   private async listText(offset: number): Promise<string> {
@@ -452,11 +471,39 @@ export class WorkflowSession {
         return ok(await this.listText(call.offset));
       case "start": {
         const { server, sessionId, projectPath } = this.options;
-        const payload = { workflow: call.workflow, input: call.input, executionMode: "interactive", projectPath, originSessionId: sessionId, held: true } as const;
-        const started = await server.runStart(payload, { idempotencyKey: key });
+        const selectedLaunch = await this.selectedLaunch(key);
+        const payload = { workflow: call.workflow, input: call.input, executionMode: "interactive", projectPath, originSessionId: sessionId, held: true, ...(selectedLaunch !== undefined ? { selectedLaunch } : {}) } as const;
+        let started;
+        try {
+          started = await server.runStart(payload, { idempotencyKey: key });
+        } catch (error) {
+          if (selectedLaunch !== undefined && error instanceof WorkflowClientError && error.code === "conflict") return fail(texts.launchRefusedText(error.message));
+          throw error;
+        }
         void this.source.refresh();
         return ok(texts.queuedText(call.workflow, started.receipt.runId), { workflow: call.workflow, runId: started.receipt.runId, queued: true });
       }
+      case "restart": {
+        const selectedLaunch = await this.selectedLaunch(key);
+        let restarted;
+        try {
+          restarted = await this.options.server.runRestart(call.runId, { idempotencyKey: key }, { held: true, ...(selectedLaunch !== undefined ? { selectedLaunch } : {}) });
+        } catch (error) {
+          if (error instanceof WorkflowClientError && error.code === "restartRefused") return fail(texts.restartRefusedText(call.runId, error.message), { runId: call.runId, refused: true });
+          if (selectedLaunch !== undefined && error instanceof WorkflowClientError && error.code === "conflict") return fail(texts.launchRefusedText(error.message), { runId: call.runId });
+          throw error;
+        }
+        void this.source.refresh();
+        const newRunId = restarted.receipt.newRunId;
+        return ok(texts.restartQueuedText(call.runId, newRunId, selectedLaunch !== undefined), { runId: call.runId, newRunId, queued: true });
+      }
+      case "followUp": {
+        const added = await this.followUp(call.prompt, call.runId, key);
+        if (added.followUpId === undefined) return fail(added.text);
+        return ok(added.text, { runId: added.runId ?? null, followUpId: added.followUpId });
+      }
+      case "cancelFollowUp":
+        return ok((await this.cancelFollowUp(call.followUpId, key)).text, { followUpId: call.followUpId });
       case "status": {
         if (call.runId !== undefined) return ok(texts.statusText(await this.options.server.runView(call.runId), undefined), { runId: call.runId });
         const run = (await this.freshView())?.run;
@@ -473,6 +520,17 @@ export class WorkflowSession {
       case "submit":
         return this.stepCall(call, toolCallId, signal);
     }
+  }
+
+  /**
+   * The selected launch of a tool call made in a terminal decision turn (the
+   * turn a run's terminal message opened, DEFERRED_TURNS "Selected launch"):
+   * the terminal message and the tool call's key, so the server reserves at
+   * most one launch for that turn. Undefined in any other turn.
+   */
+  private async selectedLaunch(toolCallKey: string): Promise<{ messageId: string; toolCallId: string } | undefined> {
+    const messageId = await this.turns.decisionMessage();
+    return messageId === undefined ? undefined : { messageId, toolCallId: toolCallKey };
   }
 
   /** `update` and `submit`: only for the pending step of this session's run, as the server's view names it. */

@@ -42,6 +42,24 @@ export const queuedText = (workflow: string, runId: string): string => `Workflow
 
 export const NO_RUN_TEXT = "No workflow is running.";
 
+// ---- restart and follow-ups (DEFERRED_TURNS "Selected launch and restart") ---
+
+export const restartQueuedText = (runId: string, newRunId: string, selected: boolean): string =>
+  `Workflow run ${runId} restarted as run ${newRunId}; it starts after this turn ends.${selected ? " This was this turn's one workflow launch: end your turn now." : ""}`;
+
+/** The model's restart was refused: the server's reason names the restart rule (cancelled, the limit of three, the same failure twice). */
+export const restartRefusedText = (runId: string, reason: string): string => `Workflow run ${runId} cannot be restarted: ${reason}. Do not retry the restart.`;
+
+/** Another launch from a decision turn that already selected one. */
+export const launchRefusedText = (reason: string): string => `Not launched: ${reason}.`;
+
+export const followUpQueuedText = (runId: string, followUpId: string): string =>
+  `Follow-up ${followUpId} queued: it runs in this session after workflow run ${runId} completes (and is cancelled if it fails or is cancelled). Cancel it with /workflow then cancel ${followUpId}.`;
+
+export const followUpCancelledText = (followUpId: string): string => `Follow-up ${followUpId} cancelled.`;
+
+export const NO_RUN_TO_FOLLOW_TEXT = "No workflow run of this session to follow up; start one first.";
+
 export const unavailableText = (message: string): string => `The pi-workflows server is unavailable (${message}); status shows again once it is back.`;
 
 export const pausingText = (view: RunView): string =>

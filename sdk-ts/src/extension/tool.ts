@@ -15,12 +15,15 @@ import type { JsonValue } from "../generated/types.js";
 
 export const TOOL_NAME = "workflow";
 
-export const ACTIONS = ["list", "start", "status", "pause", "resume", "cancel", "answer", "update", "submit"] as const;
+export const ACTIONS = ["list", "start", "status", "pause", "resume", "cancel", "restart", "answer", "followUp", "cancelFollowUp", "update", "submit"] as const;
 export type ToolAction = (typeof ACTIONS)[number];
 
 export const TOOL_DESCRIPTION = [
   "Work with pi-workflows runs of this Pi session: list the workflows, start one (it is saved at once and runs after your turn ends),",
-  "inspect a run's status, pause, resume or cancel it, and answer a waiting checkpoint.",
+  "inspect a run's status, pause, resume or cancel it, answer a waiting checkpoint,",
+  "restart a failed or timed-out run (runId; it runs after your turn ends; a cancelled run, a run that failed the same way after a restart, or a fourth restart is refused),",
+  "and queue (followUp, prompt) or cancel (cancelFollowUp, followUpId) a prompt that runs in this session after the workflow completes.",
+  "After a workflow's terminal message, start or restart at most one workflow in that turn.",
   "Use update and submit only when a workflow step contract asks for them, with the step and attempt ids of the latest step contract:",
   "update publishes a non-completing update of the step, submit completes the step with its output.",
 ].join(" ");
@@ -31,7 +34,9 @@ export const WORKFLOW_TOOL_PARAMETERS = Type.Object({
   offset: Type.Optional(Type.Integer({ minimum: 0, description: "list: the first workflow to list (default 0)." })),
   workflow: Type.Optional(Type.String({ description: "start: the workflow name or path." })),
   input: Type.Optional(Type.Unknown({ description: "start: the workflow input (default {}); answer: the checkpoint answer." })),
-  runId: Type.Optional(Type.String({ description: "status, cancel, answer: the run (default: this session's run)." })),
+  runId: Type.Optional(Type.String({ description: "status, cancel, answer, followUp: the run (default: this session's run); restart: the ended run to restart." })),
+  prompt: Type.Optional(Type.String({ description: "followUp: the prompt to run after the workflow completes." })),
+  followUpId: Type.Optional(Type.String({ description: "cancelFollowUp: the follow-up id followUp returned." })),
   step: Type.Optional(Type.String({ description: "update, submit: the step id of the step contract." })),
   attempt: Type.Optional(Type.String({ description: "update, submit: the attempt id of the step contract." })),
   update: Type.Optional(
@@ -55,6 +60,9 @@ export type ToolCall =
   | { action: "pause" }
   | { action: "resume" }
   | { action: "cancel"; runId?: string }
+  | { action: "restart"; runId: string }
+  | { action: "followUp"; prompt: string; runId?: string }
+  | { action: "cancelFollowUp"; followUpId: string }
   | { action: "answer"; input: JsonValue; runId?: string }
   | { action: "update"; step: string; attempt: string; update: { type: string; key: string; data: JsonValue } }
   | { action: "submit"; step: string; attempt: string; output: JsonValue };
@@ -66,6 +74,9 @@ const FIELDS: Readonly<Record<ToolAction, { required: readonly string[]; optiona
   pause: { required: [], optional: [] },
   resume: { required: [], optional: [] },
   cancel: { required: [], optional: ["runId"] },
+  restart: { required: ["runId"], optional: [] },
+  followUp: { required: ["prompt"], optional: ["runId"] },
+  cancelFollowUp: { required: ["followUpId"], optional: [] },
   answer: { required: ["input"], optional: ["runId"] },
   update: { required: ["step", "attempt", "update"], optional: [] },
   submit: { required: ["step", "attempt", "output"], optional: [] },
@@ -75,6 +86,9 @@ const FIELDS: Readonly<Record<ToolAction, { required: readonly string[]; optiona
 export const MAX_ISSUES = 3;
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/** A follow-up prompt's longest inline text (protocol `PromptText`). */
+export const MAX_PROMPT = 16384;
 const UPDATE_TYPE = /^[A-Za-z][A-Za-z0-9._-]{0,63}$/;
 
 /** Parses the tool's arguments strictly for their action. */
@@ -98,6 +112,8 @@ export function parseToolCall(params: unknown): { ok: true; call: ToolCall } | {
   check("offset", Number.isSafeInteger(args["offset"]) && (args["offset"] as number) >= 0 ? undefined : "must be a whole number ≥ 0");
   check("workflow", typeof args["workflow"] === "string" && args["workflow"].trim() !== "" ? undefined : "must be a workflow name or path");
   check("runId", typeof args["runId"] === "string" && ID.test(args["runId"]) ? undefined : "must be a run id");
+  check("prompt", typeof args["prompt"] === "string" && args["prompt"].trim() !== "" && args["prompt"].length <= MAX_PROMPT ? undefined : `must be a prompt of 1-${MAX_PROMPT} characters`);
+  check("followUpId", typeof args["followUpId"] === "string" && ID.test(args["followUpId"]) ? undefined : "must be a follow-up id");
   check("step", typeof args["step"] === "string" && args["step"] !== "" ? undefined : "must be the step id of the step contract");
   check("attempt", typeof args["attempt"] === "string" && ID.test(args["attempt"]) ? undefined : "must be the attempt id of the step contract");
   check("update", updateProblem(args["update"]));
@@ -146,6 +162,12 @@ function callOf(action: ToolAction, args: Record<string, unknown>): ToolCall {
       return { action };
     case "cancel":
       return { action, ...runId };
+    case "restart":
+      return { action, runId: args["runId"] as string };
+    case "followUp":
+      return { action, prompt: (args["prompt"] as string).trim(), ...runId };
+    case "cancelFollowUp":
+      return { action, followUpId: args["followUpId"] as string };
     case "answer":
       return { action, input: args["input"] as JsonValue, ...runId };
     case "update":

@@ -120,6 +120,27 @@ export class TurnReporter implements TurnSink {
     return last !== undefined && last.ownership === "active" && last.end === undefined ? last : undefined;
   }
 
+  /**
+   * The terminal message whose decision turn is the open turn (DEFERRED_TURNS
+   * "Selected launch"): the open turn's message when it is a terminal message
+   * the server accepted the turn for (`active`). Waits up to `waitMs` while
+   * the turn is not bound or its start not answered yet (a tool call can run
+   * before the start report returns); undefined for any other turn.
+   */
+  async decisionMessage(waitMs = 3000): Promise<string | undefined> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const turn = this.openTurn();
+      if (turn === undefined) return undefined;
+      const binding = turn.binding;
+      if (binding === "none" || turn.ownership === "absent" || turn.ownership === "settled") return undefined;
+      if (binding !== undefined && turn.ownership === "active") return binding.kind === "terminal" ? binding.messageId : undefined;
+      if (Date.now() >= deadline) return undefined;
+      void this.flush();
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+  }
+
   /** The extension is about to call `ctx.abort()` itself: the turn it ends is not a user's Escape. */
   markSystemAbort(): void {
     this.systemAbort = true;

@@ -1227,6 +1227,12 @@ export interface RunListRow {
   "workflowName": WorkflowName;
 }
 
+/** Restart a failed or timed-out run (every field optional; {} is the plain restart). held: true (interactive only) saves the new run without starting it, as run.start's held; selectedLaunch (implies held) makes it the one launch of a terminal decision turn. */
+export interface RunRestartPayload {
+  "held"?: boolean;
+  "selectedLaunch"?: SelectedLaunch;
+}
+
 /** The restarted run. */
 export interface RunRestartReceipt {
   "newRunId": RunId;
@@ -1235,7 +1241,7 @@ export interface RunRestartReceipt {
   "status": RunStatus;
 }
 
-/** Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. held: true (interactive only) saves the run without starting it; run.activate releases it (a model-started run activates after its initiating turn settles). */
+/** Start a run. input is the workflow input ({} when the workflow takes none). originSessionId is required for interactive runs. held: true (interactive only) saves the run without starting it; run.activate releases it (a model-started run activates after its initiating turn settles). selectedLaunch (implies held) makes it the one launch of a terminal decision turn. */
 export interface RunStartPayload {
   /** The run's Pi model arguments for headless agent steps (pi-workflows start --model, --thinking); a node's or its workflow's own model wins. */
   "agentModel"?: AgentModel;
@@ -1245,6 +1251,8 @@ export interface RunStartPayload {
   "input": JsonValue;
   "originSessionId"?: SessionId;
   "projectPath": AbsolutePath;
+  /** The one launch of a terminal decision turn (implies held). */
+  "selectedLaunch"?: SelectedLaunch;
   "workflow": WorkflowRef;
 }
 
@@ -1622,6 +1630,12 @@ export interface SafeError {
 
 /** A bounded human-readable message. Never contains payload contents. */
 export type SafeMessage = string;
+
+/** The model's launch from a terminal decision turn (DEFERRED_TURNS, "Selected launch and restart"): messageId names the sent terminal message whose turn the tool call runs in (its turn intent allows one launch), toolCallId the model's tool call. The launch is held until the turn settles; the same tool call with the same request adopts its run, another launch from the same message is refused (conflict). */
+export interface SelectedLaunch {
+  "messageId": MessageId;
+  "toolCallId": ToolCallId;
+}
 
 /** A monotonic sequence number. Capped at 2^53-1. */
 export type Sequence = number;
@@ -2338,7 +2352,7 @@ export interface RequestPayloadByOperation {
   "run.pause": EmptyPayload;
   "run.resume": EmptyPayload;
   "run.cancel": EmptyPayload;
-  "run.restart": EmptyPayload;
+  "run.restart": RunRestartPayload;
   "run.activate": EmptyPayload;
   "checkpoint.answer": CheckpointAnswerPayload;
   "decision.answer": DecisionAnswerPayload;

@@ -215,7 +215,9 @@ async fn dispatch(
         RequestPayload::RunPause(_) => run_command(app, request, RunCommand::Pause).await,
         RequestPayload::RunResume(_) => run_command(app, request, RunCommand::Resume).await,
         RequestPayload::RunCancel(_) => run_command(app, request, RunCommand::Cancel).await,
-        RequestPayload::RunRestart(_) => run_command(app, request, RunCommand::Restart).await,
+        RequestPayload::RunRestart(restart) => {
+            run_command(app, request, RunCommand::Restart(restart)).await
+        }
         RequestPayload::RunActivate(_) => run_command(app, request, RunCommand::Activate).await,
         RequestPayload::CheckpointAnswer(answer) => {
             let answer = Blob::json(&answer.answer);

@@ -9,20 +9,22 @@ use crate::context::Context;
 use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
-use crate::store::runs;
+use crate::store::{launches, runs};
 use crate::wire::client::response;
-use kernel::ids::{MessageId, RunId, SessionId};
+use kernel::ids::{Digest, MessageId, RunId, SessionId};
+use kernel::launch::{self, LaunchKind, LaunchRequest, Reservation, Selected};
 use kernel::output::Step;
 use kernel::receipt::CommandOutcome;
 use kernel::run::{self, ExecutionMode, Lineage, NewRun, RunAggregate};
 use protocol::ErrorCode;
 use protocol::generated::types::{
     CheckpointAnswerReceipt, ExecutionMode as WireExecutionMode, RunControlReceipt,
-    RunRestartReceipt, RunStartPayload, RunStartReceipt,
+    RunRestartPayload, RunRestartReceipt, RunStartPayload, RunStartReceipt, SelectedLaunch,
 };
 use rusqlite::Connection;
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(super) async fn run_start(
     app: &Arc<Context>,
@@ -55,8 +57,17 @@ pub(super) async fn run_start(
     if let Some(adopted) = precheck(app, &request).await {
         return adopted;
     }
-    let held = payload.held == Some(true);
+    let selected = payload.selected_launch;
+    // A selected launch is always held: it runs after its decision turn settles.
+    let held = payload.held == Some(true) || selected.is_some();
     let input = payload.input;
+    let launch_fingerprint = launch::request_fingerprint(LaunchKind::Start {
+        workflow_ref: &workflow,
+        input_digest: Blob::json(&input).digest,
+    });
+    // Set when the job adopted the decision turn's earlier launch: no new run.
+    let adopted = Arc::new(AtomicBool::new(false));
+    let job_adopted = adopted.clone();
     // The schema checked its fields; stored canonical, handed to every runner launch.
     let agent_model_json = payload
         .agent_model
@@ -91,6 +102,25 @@ pub(super) async fn run_start(
                     error.message,
                 ));
             }
+        };
+        let selection = match &selected {
+            Some(selected) => {
+                let request = launch_request(selected, mode.origin_session(), launch_fingerprint);
+                match select_launch(connection, selected, &request)? {
+                    Ok(Selected::Adopt { run_id }) => {
+                        job_adopted.store(true, Ordering::Relaxed);
+                        return adopt_start(connection, &run_id);
+                    }
+                    Ok(Selected::Reserve { intent_id }) => Some(Reservation {
+                        intent_id,
+                        tool_call_id: request.tool_call_id,
+                        fingerprint: launch_fingerprint,
+                        run_id: run_id.clone(),
+                    }),
+                    Err(refusal) => return Ok(Executed::rejected(&refusal)),
+                }
+            }
+            None => None,
         };
         let project_id = meta::ensure_project(connection, &project_path, now_ms)?;
         meta::put_definition(
@@ -136,6 +166,9 @@ pub(super) async fn run_start(
         meta::insert_run(connection, &meta, &mode, None, now_ms)?;
         let revision = reserved.facts.run.revision;
         let outputs = crate::shell::write_transition(connection, None, reserved, &[], now_ms)?;
+        if let Some(reservation) = &selection {
+            launches::insert(connection, reservation, now_ms)?;
+        }
         let receipt = RunStartReceipt {
             revision: crate::projection::run_view::revision(revision.0)?,
             run_id: to_wire("runId", run_id.as_str())?,
@@ -146,13 +179,14 @@ pub(super) async fn run_start(
     match committed {
         // The run exists: the first admission round after this decides
         // whether its resolver runs it or ends.
-        Some(CommandOutcome::Accepted) => {
+        Some(CommandOutcome::Accepted) if !adopted.load(Ordering::Relaxed) => {
             app.waiting.committed(&run_id);
             app.scheduler.notify();
         }
         // Refused, adopted, or not stored: no run for the resolver to run.
         Some(
-            CommandOutcome::Adopted
+            CommandOutcome::Accepted
+            | CommandOutcome::Adopted
             | CommandOutcome::Rejected
             | CommandOutcome::Conflict
             | CommandOutcome::NotFound
@@ -173,13 +207,60 @@ pub(super) fn workflow_stem(workflow: &str) -> &str {
         .trim_start_matches("builtin:")
 }
 
+/// The kernel's launch request of a selected launch: the requesting
+/// session, the model's tool call and the request's fingerprint.
+fn launch_request(
+    selected: &SelectedLaunch,
+    session: Option<&SessionId>,
+    fingerprint: Digest,
+) -> LaunchRequest {
+    LaunchRequest {
+        session_id: session.cloned(),
+        tool_call_id: selected.tool_call_id.to_string(),
+        fingerprint,
+    }
+}
+
+/// The one-launch rule (`kernel::launch::select`) over the facts of the
+/// named decision turn: its message with the intent it claimed, and that
+/// intent's reservation.
+fn select_launch(
+    connection: &Connection,
+    selected: &SelectedLaunch,
+    request: &LaunchRequest,
+) -> rusqlite::Result<Result<Selected, launch::LaunchRefusal>> {
+    let message_id = MessageId::new(selected.message_id.to_string());
+    let source = launches::source_message(connection, &message_id)?;
+    let existing = match source.as_ref().and_then(|source| source.intent_id.as_ref()) {
+        Some(intent_id) => launches::of_intent(connection, intent_id)?,
+        None => None,
+    };
+    Ok(launch::select(source.as_ref(), existing.as_ref(), request))
+}
+
+/// `run.start`'s receipt for the run a repeated tool call already reserved.
+fn adopt_start(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Executed> {
+    let Some(run) = runs::load(connection, run_id)? else {
+        return Ok(Executed::refused(
+            CommandOutcome::NotFound,
+            ErrorCode::NotFound,
+            "the run this tool call selected no longer exists",
+        ));
+    };
+    let receipt = RunStartReceipt {
+        revision: crate::projection::run_view::revision(run.run.revision.0)?,
+        run_id: to_wire("runId", run_id.as_str())?,
+    };
+    Ok(Executed::accepted(run.run.revision, &receipt, Vec::new()))
+}
+
 /// A command on one run, from its typed payload.
 #[derive(Debug)]
 pub(super) enum RunCommand {
     Pause,
     Resume,
     Cancel,
-    Restart,
+    Restart(RunRestartPayload),
     Activate,
     AnswerCheckpoint(Blob),
 }
@@ -221,7 +302,9 @@ pub(super) async fn run_command(
                 };
                 run::resume(&before, ids, now_ms)
             }
-            RunCommand::Restart => return restart(connection, &before, now_ms),
+            RunCommand::Restart(payload) => {
+                return restart(connection, &before, &payload, now_ms);
+            }
             RunCommand::Activate => run::activate(&before, now_ms),
             RunCommand::AnswerCheckpoint(answer) => {
                 return answer_checkpoint(connection, &before, Some(answer), now_ms);
@@ -259,8 +342,37 @@ pub(super) fn control_receipt(agg: &RunAggregate) -> Result<RunControlReceipt, O
 pub(super) fn restart(
     connection: &Connection,
     before: &RunAggregate,
+    payload: &RunRestartPayload,
     now_ms: u64,
 ) -> rusqlite::Result<Executed> {
+    let selection = match &payload.selected_launch {
+        Some(selected) => {
+            let fingerprint = launch::request_fingerprint(LaunchKind::Restart {
+                run_id: &before.run.run_id,
+            });
+            let request = launch_request(selected, before.run.mode.origin_session(), fingerprint);
+            match select_launch(connection, selected, &request)? {
+                Ok(Selected::Adopt { run_id }) => {
+                    let receipt = RunRestartReceipt {
+                        new_run_id: to_wire("newRunId", run_id.as_str())?,
+                        revision: crate::projection::run_view::revision(before.run.revision.0)?,
+                        run_id: to_wire("runId", before.run.run_id.as_str())?,
+                        status: to_wire("status", before.run.status)?,
+                    };
+                    return Ok(Executed::accepted(
+                        before.run.revision,
+                        &receipt,
+                        Vec::new(),
+                    ));
+                }
+                Ok(Selected::Reserve { intent_id }) => Some((intent_id, request)),
+                Err(refusal) => return Ok(Executed::rejected(&refusal)),
+            }
+        }
+        None => None,
+    };
+    // A selected launch is always held: it runs after its decision turn settles.
+    let held = payload.held == Some(true) || selection.is_some();
     let (Some((fingerprint, chain)), Some(meta)) = (
         runs::restart_facts(connection, &before.run)?,
         meta::load(connection, &before.run.run_id)?,
@@ -285,7 +397,12 @@ pub(super) fn restart(
         run_id: new_run_id.clone(),
         mode: before.run.mode.clone(),
     };
-    let transition = match run::restart(source, new_run, &session_runs, now_ms) {
+    let restart = if held {
+        run::restart_held
+    } else {
+        run::restart
+    };
+    let transition = match restart(source, new_run, &session_runs, now_ms) {
         Ok(transition) => transition,
         Err(rejection) => return Ok(Executed::rejected(&rejection)),
     };
@@ -296,6 +413,15 @@ pub(super) fn restart(
     meta::insert_run(connection, &new_meta, &before.run.mode, None, now_ms)?;
     let revision = transition.facts.run.revision;
     let outputs = crate::shell::write_transition(connection, None, transition, &[], now_ms)?;
+    if let Some((intent_id, request)) = selection {
+        let reservation = Reservation {
+            intent_id,
+            tool_call_id: request.tool_call_id,
+            fingerprint: request.fingerprint,
+            run_id: new_run_id.clone(),
+        };
+        launches::insert(connection, &reservation, now_ms)?;
+    }
     // Whether the chain's other runs may restart changed with this one.
     runs::mark_restart_chain(connection, before.run.restart_root())?;
     let receipt = RunRestartReceipt {

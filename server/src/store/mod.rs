@@ -45,6 +45,7 @@ mod disk;
 pub(crate) mod follow_ups;
 pub mod host;
 pub(crate) mod intents;
+pub(crate) mod launches;
 pub mod meta;
 mod open;
 pub mod processes;

@@ -1,4 +1,4 @@
--- pi-workflows-state, schema version 8 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 10 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
 -- on node attempts, so a runner message read every finished step; version 3
 -- counted an interactive node timeout on the wall clock, with no turn clock
@@ -7,8 +7,9 @@
 -- content a runner reply references; version 5 did not record who
 -- answered a human decision; version 6 did not accept a Telegram channel
 -- as that source; version 7 had neither piw's answer dialog as a source
--- nor follow-up queues; all are refused as
--- incompatible).
+-- nor follow-up queues; version 8 had no durable turn intents; version 9
+-- did not record a terminal decision turn's selected launch; all are
+-- refused as incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -16,7 +17,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 9),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 10),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -448,6 +449,18 @@ CREATE TABLE turn_intents (
 ) STRICT;
 -- A run's intents (the unresolved one is reused by a later event).
 CREATE INDEX turn_intents_by_run ON turn_intents(run_id);
+
+-- Selected launches (kernel::launch, DEFERRED_TURNS "Selected launch and
+-- restart"): the one launch (a restart, or a start of another workflow) the
+-- terminal decision turn of an intent reserved, with the model's tool call and
+-- the request fingerprint; the run is held until the turn settles.
+CREATE TABLE selected_launches (
+  intent_id TEXT PRIMARY KEY REFERENCES turn_intents(intent_id) ON DELETE CASCADE,
+  run_id TEXT NOT NULL UNIQUE REFERENCES runs(run_id) ON DELETE CASCADE,
+  tool_call_id TEXT NOT NULL,
+  request_fingerprint BLOB NOT NULL CHECK (length(request_fingerprint) = 32),
+  created_at_ms INTEGER NOT NULL
+) STRICT;
 
 -- A run's session capture (sessionEvents.record, kernel::capture): how many
 -- events it holds and the replay state after the last one.
