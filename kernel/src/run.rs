@@ -652,14 +652,21 @@ pub fn reserve_held(
     session_runs: &[RunId],
     now_ms: u64,
 ) -> Result<Transition<RunAggregate>, Rejection> {
-    if new_run.mode.origin_session().is_none() {
-        return Err(Rejection::IllegalTransition {
+    holdable(&new_run)?;
+    reserve(new_run, lineage, session_runs, now_ms).map(held)
+}
+
+/// Only an interactive run (one with an origin session) can be held: a
+/// held run waits for its session's turn to settle.
+fn holdable(new_run: &NewRun) -> Result<(), Rejection> {
+    match new_run.mode.origin_session() {
+        Some(_) => Ok(()),
+        None => Err(Rejection::IllegalTransition {
             operation: Operation::Activate,
             status: RunStatus::Queued,
             queue: QueueStatus::Queued,
-        });
+        }),
     }
-    reserve(new_run, lineage, session_runs, now_ms).map(held)
 }
 
 /// A reservation held: parked [`ParkReason::Held`] and not scheduled.
@@ -1475,13 +1482,7 @@ pub fn restart_held(
     session_runs: &[RunId],
     now_ms: u64,
 ) -> Result<Transition<RunAggregate>, Rejection> {
-    if new_run.mode.origin_session().is_none() {
-        return Err(Rejection::IllegalTransition {
-            operation: Operation::Activate,
-            status: RunStatus::Queued,
-            queue: QueueStatus::Queued,
-        });
-    }
+    holdable(&new_run)?;
     restart(source, new_run, session_runs, now_ms).map(held)
 }
 
