@@ -193,11 +193,21 @@ async fn the_same_subscription_through_the_socket_and_the_relay_is_byte_identica
             )
         })
         .collect();
+    // Each side reads until 2 s pass without a frame, so under load one
+    // side may stop a patch earlier than the other (the resumed run keeps
+    // moving): the frames both read must be the same, in the same order —
+    // a frame the relay dropped, added or changed shifts or breaks that
+    // common run of frames — and it reaches the pause's patches.
+    let common = direct.len().min(relayed.len());
     assert!(
-        kinds.iter().any(|kind| kind == "event:runViewPatch"),
-        "{kinds:?}"
+        kinds[..common]
+            .iter()
+            .filter(|kind| *kind == "event:runViewPatch")
+            .count()
+            >= 2,
+        "{kinds:?} (relayed {})",
+        relayed.len()
     );
-    assert_eq!(direct.len(), relayed.len(), "{kinds:?}");
     for (index, (a, b)) in direct.iter().zip(&relayed).enumerate() {
         assert!(
             a == b,
