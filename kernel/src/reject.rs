@@ -16,6 +16,8 @@
 
 use crate::capture::CaptureRejection;
 use crate::channel::ChannelRejection;
+use crate::child_workflow::ChildRejection;
+use crate::controller_effect::EffectEnsureRejection;
 use crate::decision::DecisionRejection;
 use crate::effect::EffectRejection;
 use crate::follow_up::FollowUpRejection;
@@ -23,6 +25,8 @@ use crate::intent::IntentRejection;
 use crate::interaction::InteractionRejection;
 use crate::launch::LaunchRefusal;
 use crate::maintenance::{BackupRefusal, PruneRefusal};
+use crate::reconcile::ReconcileRejection;
+use crate::resource::ResourceRejection;
 use crate::run::{Rejection, RestartRefusal};
 use crate::runner::ProtocolCheck;
 use crate::session::SessionRejection;
@@ -674,6 +678,123 @@ impl Coded for BackupRefusal {
     fn protocol_check(&self) -> Option<ProtocolCheck> {
         match self {
             Self::StateFile | Self::DestinationExists | Self::NoSuchDirectory => None,
+        }
+    }
+}
+
+impl Coded for ResourceRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::BadControllerName | Self::BadKey | Self::TooLarge | Self::BadStatus => {
+                WireCode::SchemaInvalid
+            }
+            Self::Deleting => WireCode::IllegalTransition,
+            Self::NotFound => WireCode::NotFound,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::BadControllerName => {
+                "a controller name is lowercase letters, digits and dashes, starting with a letter"
+            }
+            Self::BadKey => "a resource key is 1 to 512 bytes with no control characters",
+            Self::TooLarge => "a resource spec or status is at most 1 MiB of JSON",
+            Self::BadStatus => {
+                "a condition needs a type and a reason (at most 64 conditions), and finalizers are at most 32 names"
+            }
+            Self::Deleting => {
+                "the resource is being deleted; wait until it is gone, then apply it again"
+            }
+            Self::NotFound => "no such resource; list them with `pi-workflows resources`",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::BadControllerName
+            | Self::BadKey
+            | Self::TooLarge
+            | Self::BadStatus
+            | Self::Deleting
+            | Self::NotFound => None,
+        }
+    }
+}
+
+impl Coded for ReconcileRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::ClaimLost => WireCode::ClaimLost,
+            Self::NotClaimable => WireCode::Conflict,
+            Self::BadDuration => WireCode::SchemaInvalid,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::ClaimLost => "another reconcile owns the resource or its claim expired",
+            Self::NotClaimable => "the resource is being reconciled or is not due yet",
+            Self::BadDuration => "a lease is at least 300 ms and a requeue delay more than 0 ms",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::ClaimLost | Self::NotClaimable | Self::BadDuration => None,
+        }
+    }
+}
+
+impl Coded for EffectEnsureRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::RequestConflict | Self::SecondEffectInPass => WireCode::Conflict,
+            Self::BadKey => WireCode::SchemaInvalid,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::RequestConflict => {
+                "this effect key was used with another kind, request or generation; use a new key"
+            }
+            Self::SecondEffectInPass => {
+                "a reconcile applies at most one effect; requeue and apply the next one in the next pass"
+            }
+            Self::BadKey => "an effect key and kind are 1 to 512 bytes",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::RequestConflict | Self::SecondEffectInPass | Self::BadKey => None,
+        }
+    }
+}
+
+impl Coded for ChildRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::RequestConflict => WireCode::Conflict,
+            Self::BadKey => WireCode::SchemaInvalid,
+            Self::StaleRun => WireCode::StaleAttempt,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::RequestConflict => {
+                "this request key was used with another workflow or input; a changed input needs a new key"
+            }
+            Self::BadKey => "a workflow request key is 1 to 512 bytes",
+            Self::StaleRun => "the run is not the request's current attempt",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::RequestConflict | Self::BadKey | Self::StaleRun => None,
         }
     }
 }
