@@ -427,6 +427,42 @@ pub fn on_event(
     })
 }
 
+/// The intent a cancellation (`run.cancel`) creates in its own transaction,
+/// before the turn it stops is aborted ("create before turn abort when
+/// needed"): `run` is the run after the accepted cancellation, `by` who
+/// cancelled it. Eligible once the cancellation is durable (at once when the
+/// cancellation ended the run, otherwise when its terminal message reuses
+/// it), stopping by default. Only this records who cancelled: the terminal
+/// message reuses the intent and so keeps its cause (`agentCancelled` for
+/// the model's cancel through the `workflow` tool). `None` for a run without
+/// an origin session.
+pub fn on_cancel(
+    run: &RunRecord,
+    open: Option<&IntentRecord>,
+    by: Canceller,
+    now_ms: u64,
+) -> Option<IntentRecord> {
+    on_event(run, open, SourceEvent::Cancelled { by }, None, now_ms)
+}
+
+/// What the store knows about how a run was launched, for [`launch_failed`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LaunchFacts {
+    /// The run is a terminal decision turn's selected launch (a queued
+    /// launch: held until the turn settled, then activated).
+    pub selected_launch: bool,
+    /// Any node attempt of the run started.
+    pub node_started: bool,
+}
+
+/// Whether `run` is a queued launch whose activation failed: a selected
+/// launch that failed before any node ran (its runner could not load or
+/// start the workflow). Such an end is the "queued launch activation fails"
+/// row (`launchFailed`, created eligible), not a plain failure.
+pub fn launch_failed(run: &RunRecord, launch: LaunchFacts) -> bool {
+    run.status == RunStatus::Failed && launch.selected_launch && !launch.node_started
+}
+
 /// The policy row of a terminal run's end: a run without an origin session
 /// (headless, owned by a controller or by the server) ends as an owned run;
 /// an interactive one by its terminal status. `launch_failed` marks a
@@ -475,7 +511,7 @@ pub fn claim(
 /// The intent `run`'s terminal message presents, claimed by that message in
 /// the transaction that creates it (the message is the intent's factual
 /// presentation: `pi-workflows-deferred-turn`). The run's end is its policy
-/// row ([`terminal_event`]); `open` is the run's unresolved intent, if any,
+/// row ([`terminal_event`], a failed selected launch by [`launch_failed`]); `open` is the run's unresolved intent, if any,
 /// which is reused. `Ok(None)` when the row creates none (an owned run).
 /// Refused when the intent is not eligible or another message claimed it;
 /// the shell then builds no message.
@@ -483,10 +519,11 @@ pub fn for_terminal_message(
     run: &RunRecord,
     open: Option<&IntentRecord>,
     by: Canceller,
+    launch: LaunchFacts,
     message_id: &MessageId,
     now_ms: u64,
 ) -> Result<Option<IntentRecord>, IntentRejection> {
-    let Some(event) = terminal_event(run, by, false) else {
+    let Some(event) = terminal_event(run, by, launch_failed(run, launch)) else {
         return Ok(None);
     };
     match on_event(run, open, event, None, now_ms) {

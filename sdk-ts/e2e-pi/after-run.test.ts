@@ -4,20 +4,22 @@
  * `workflow` tool, held until the turn settles), the restart rule as the
  * model meets it (the same failure twice, a fourth restart), and ordered
  * follow-ups from `/workflow then` (run in order after the terminal turn;
- * cancelled by a failure). Real Pi 1.6.0 in rpc mode with this package's
+ * cancelled by a failure), the model's own cancel (its card stops by
+ * default), and a selected launch whose activation fails (its factual
+ * fallback reaches the model once). Real Pi 1.6.0 in rpc mode with this package's
  * extension, the real server binary, the node runner and the mock model.
  * Run with `npm run test:pi` (after `scripts/install-pi.sh` and
  * `cargo build -p server`).
  */
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type TestContext, describe, it } from "node:test";
 
 import { type MockRequest, type MockRule, reply } from "../test-support/mock-model.js";
 import { type PiFixture, type PiRecord, type PiRpc, piFixture } from "../test-support/pi.js";
 import { SDK_DIR, TestServer, serverBinary } from "../test-support/server.js";
-import { TERMINAL_FACTS, TERMINAL_REPLY, terminalRule, terminalTurnSettled, terminalTurns } from "../test-support/terminal.js";
+import { TERMINAL_FACTS, TERMINAL_REPLY, TERMINAL_TYPE, terminalRule, terminalTurnSettled, terminalTurns } from "../test-support/terminal.js";
 
 /** One compute node that always fails the same way. */
 const FAILS = `import { compute, defineWorkflow } from "@pi-workflows/sdk";
@@ -69,6 +71,22 @@ export default defineWorkflow({
 });
 `;
 
+/**
+ * A workflow whose module throws while it loads once `marker` exists: it
+ * resolves when started, and its runner cannot load it when the marker was
+ * written before its activation.
+ */
+const brittle = (marker: string): string => `import { compute, defineWorkflow } from "@pi-workflows/sdk";
+import { existsSync } from "node:fs";
+if (existsSync(${JSON.stringify(marker)})) throw new Error("the brittle workflow cannot load now");
+export default defineWorkflow({
+  name: "brittle",
+  startAt: "work",
+  nodes: { work: compute({ run: () => ({ done: true }) }) },
+  edges: [],
+});
+`;
+
 type UiRequest = Extract<PiRecord, { type: "extension_ui_request" }>;
 type Notify = Extract<UiRequest, { method: "notify" }>;
 
@@ -107,6 +125,14 @@ function terminalRunId(request: MockRequest): string {
   const match = /"runId":"([^"]+)","schema":"pi-workflows\.terminal-facts\.v1"/.exec(request.last?.text ?? "");
   assert.ok(match, `no runId in the terminal message: ${request.last?.text.slice(0, 400)}`);
   return match[1] as string;
+}
+
+/** The custom messages of `customType` the extension put into Pi's session. */
+async function customEntries(pi: PiRpc, customType: string): Promise<{ content?: unknown; details?: Record<string, unknown> }[]> {
+  const { entries } = await pi.getEntries();
+  return (entries as unknown as { type: string; customType?: string; content?: unknown; details?: Record<string, unknown> }[]).filter(
+    (entry) => entry.type === "custom_message" && entry.customType === customType,
+  );
 }
 
 /** The tool results the model received (the last message of a request is the tool's result). */
@@ -261,5 +287,79 @@ describe("after a run ends in a real Pi conversation", () => {
     assert.equal(s.fixture.mock.requests.filter((request) => request.last?.text.includes("FOLLOW-UP-NEVER")).length, 0, "the follow-up never ran");
     assert.equal(terminalTurns(s.fixture.mock.requests).length, 1);
     assert.ok(followUpId !== undefined, queued.message);
+  });
+  it("a cancelled run has a stopping default: the model cancels it through the workflow tool, its one card is agentCancelled and stops by default, the model stops, and nothing restarts", async (t) => {
+    const s = await setup(t, [
+      { name: "cancel", lastRole: "user", when: "CANCEL-THE-WORKFLOW", reply: reply.toolCall("workflow", { action: "cancel" }) },
+      { name: "cancelled", lastRole: "tool", when: /^Workflow gated cancelled \(run /, reply: reply.text("I cancelled the workflow.") },
+      terminalRule,
+    ]);
+    const pi = await s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const started = await workflow(pi, `gated --input-json ${JSON.stringify({ gate: join(s.project, "never-opened") })}`);
+    assert.equal(started.notifyType, "info", started.message);
+    const runId = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    await client.waitFor(runId, (view) => view.display.status === "running", 30_000, "the run to run");
+    const since = pi.mark();
+    assert.equal(await pi.prompt("CANCEL-THE-WORKFLOW: it is no longer needed"), "started");
+    await client.waitFor(runId, (view) => view.display.status === "cancelled", 30_000, "the model's cancel");
+
+    const request = await terminalTurnSettled(pi, s.fixture.mock, runId, since);
+    assert.ok(request.last?.text.includes("The workflow was cancelled. Do not restart it or continue its work on your own"), request.last?.text);
+    assert.equal(request.outcome, "completed");
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const cards = await customEntries(pi, TERMINAL_TYPE);
+    assert.equal(cards.length, 1, JSON.stringify(cards));
+    assert.deepEqual([cards[0]?.details?.runId, cards[0]?.details?.cause, cards[0]?.details?.stopsByDefault], [runId, "agentCancelled", true]);
+    assert.equal(terminalTurns(s.fixture.mock.requests, runId).length, 1, "one decision turn");
+    assert.equal(toolResults(s.fixture.mock.requests).length, 1, "the model called no tool in its decision turn");
+    const runs = await client.request("runs.list", { limit: 10 });
+    assert.equal((runs.receipt as { rows: unknown[] }).rows.length, 1, "nothing restarted");
+  });
+
+  it("a launch failure gets its fallback: the decision turn's selected start cannot load when it activates, and the model sees the factual launchFailed message exactly once", async (t) => {
+    let marker = "";
+    const s = await setup(t, [
+      // The failed run's decision turn starts another workflow (its one selected launch).
+      { name: "start", lastRole: "user", when: TERMINAL_FACTS, times: 1, reply: reply.toolCall("workflow", { action: "start", workflow: "brittle", input: {} }) },
+      // The start resolved; before the turn settles and the launch activates, the workflow breaks.
+      {
+        name: "queued",
+        lastRole: "tool",
+        when: /^Workflow brittle queued \(run /,
+        reply: () => {
+          writeFileSync(marker, "broken");
+          return reply.text("Started brittle; it runs after this turn.");
+        },
+      },
+      terminalRule,
+    ]);
+    marker = join(s.project, "brittle-broken");
+    writeFileSync(join(s.project, ".pi", "workflows", "brittle.workflow.ts"), brittle(marker));
+    const pi = await s.fixture.spawnRpc({ extensions: [SDK_DIR], cwd: s.project, env: s.env });
+    const client = await s.server.connect();
+    t.after(() => client.close());
+    const started = await workflow(pi, "fails");
+    assert.equal(started.notifyType, "info", started.message);
+    const first = /\(run ([^)\s]+)\)/.exec(started.message)?.[1] as string;
+    const queued = await s.fixture.mock.waitForRequest((request) => request.last?.role === "tool" && /^Workflow brittle queued/.test(request.last.text), 60_000, "the start's tool result");
+    const launched = /\(run ([^)\s]+)\)/.exec(queued.last?.text ?? "")?.[1] as string;
+    assert.ok(launched !== undefined && launched !== first, queued.last?.text);
+    assert.ok(existsSync(marker));
+
+    const ended = await client.waitFor(launched, (view) => view.display.status === "failed", 60_000, "the activation to fail");
+    assert.equal(ended.display.status, "failed");
+    const request = await terminalTurnSettled(pi, s.fixture.mock, launched);
+    assert.match(request.last?.text ?? "", /^Workflow brittle ended: failed \(run /);
+    assert.ok(request.last?.text.includes("the brittle workflow cannot load now"), request.last?.text);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const cards = (await customEntries(pi, TERMINAL_TYPE)).filter((card) => card.details?.runId === launched);
+    assert.equal(cards.length, 1, JSON.stringify(cards));
+    assert.equal(cards[0]?.details?.cause, "launchFailed");
+    assert.equal(cards[0]?.details?.stopsByDefault, false);
+    assert.deepEqual(cards[0]?.details?.presentation, { workflowName: "brittle", state: "failed", reasonKind: "runnerFailed", restart: { count: 0, limit: 3 } });
+    assert.equal(terminalTurns(s.fixture.mock.requests, launched).length, 1, "the model saw the fallback exactly once");
+    assert.equal(terminalTurns(s.fixture.mock.requests, first).length, 1);
   });
 });

@@ -168,7 +168,7 @@ describe("/workflow commands", () => {
     assert.equal(ui.lastNote, "Workflow review resumed (run run-1).");
     await session.command("cancel");
     assert.equal(ui.lastNote, "Workflow review cancelled (run run-1).");
-    assert.equal(server.ops("run.cancel").length, 1);
+    assert.deepEqual(server.ops("run.cancel").map((call) => call.payload), [{ by: "user" }], "a person's cancel: the run's turn intent is `cancelled`");
   });
 
   it("cancel with only a finished run in view clears it; with nothing it says no workflow is running", async () => {
@@ -346,6 +346,18 @@ describe("workflow tool", () => {
     session.onAgentSettled(false);
     await until("the activation", () => server.ops("run.activate").length === 1);
     assert.equal(server.ops("run.activate")[0]?.runId, "run-1");
+  });
+
+  it("cancel tells the server the model cancelled (its turn intent is agentCancelled)", async () => {
+    const { server, session } = harness();
+    server.run = waitingAgent(["pause", "cancel"]);
+    await session.start();
+    const outcome = await session.tool("call_c", { action: "cancel" });
+    assert.equal(outcome.isError, false, outcome.text);
+    assert.deepEqual(
+      server.ops("run.cancel").map((call) => [call.runId, call.payload]),
+      [["run-1", { by: "agent" }]],
+    );
   });
 
   it("restart outside a decision turn is a held restart; a refusal names the server's restart rule", async () => {

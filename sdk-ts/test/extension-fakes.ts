@@ -473,10 +473,10 @@ export class FakeServer implements ServerPort {
     return this.accepted("run.start", { runId, revision: 1 });
   }
 
-  private control<Op extends "run.pause" | "run.resume" | "run.cancel">(operation: Op, runId: string, idempotencyKey?: string): Accepted<Op> {
+  private control<Op extends "run.pause" | "run.resume" | "run.cancel">(operation: Op, runId: string, idempotencyKey?: string, payload: Record<string, unknown> = {}): Accepted<Op> {
     this.requireConnection();
     this.fail(operation);
-    this.record(operation, {}, runId, idempotencyKey);
+    this.record(operation, payload, runId, idempotencyKey);
     this.log.push(operation);
     const status = operation === "run.pause" ? "paused" : operation === "run.resume" ? "running" : "cancelled";
     if (this.run !== undefined) this.setRun({ ...this.run, display: { ...this.run.display, status, controls: status === "cancelled" ? [] : this.run.display.controls } });
@@ -492,8 +492,8 @@ export class FakeServer implements ServerPort {
     return this.control("run.resume", runId, options.idempotencyKey);
   }
 
-  async runCancel(runId: string, options: { idempotencyKey?: string } = {}): Promise<Accepted<"run.cancel">> {
-    return this.control("run.cancel", runId, options.idempotencyKey);
+  async runCancel(runId: string, options: { idempotencyKey?: string } = {}, payload: Record<string, unknown> = {}): Promise<Accepted<"run.cancel">> {
+    return this.control("run.cancel", runId, options.idempotencyKey, payload);
   }
 
   async runRestart(runId: string, options: { idempotencyKey?: string } = {}, payload: Record<string, unknown> = {}): Promise<Accepted<"run.restart">> {

@@ -20,7 +20,9 @@
 
 use crate::context::Context;
 use crate::store::blobs::Blob;
-use crate::store::{Commit, StoreError, follow_ups, intents, meta, runs, terminal, viewer};
+use crate::store::{
+    Commit, StoreError, follow_ups, intents, launches, meta, runs, terminal, viewer,
+};
 use kernel::ids::RunId;
 use kernel::intent::{Canceller, IntentRejection};
 use kernel::terminal::TerminalRejection;
@@ -102,11 +104,14 @@ pub async fn build(app: &Arc<Context>, run_id: RunId) -> Result<Built, StoreErro
         };
         // The run's turn intent, claimed by this message before it can be
         // sent (DEFERRED_TURNS); refused: no message.
+        // A cancellation's intent (with who cancelled) is the open one.
         let open = intents::open_of_run(connection, &run_id)?;
+        let launch = launches::launch_facts(connection, &run_id)?;
         let intent = match kernel::intent::for_terminal_message(
             &agg.run,
             open.as_ref(),
             Canceller::User,
+            launch,
             &message_id,
             now_ms,
         ) {

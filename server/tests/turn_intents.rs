@@ -165,9 +165,8 @@ async fn a_completed_chain_leaf_owns_one_terminal_intent_its_message_claims_and_
     assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
 }
 
-/// A pause creates no intent; a cancellation (`run.cancel`: a person's or
-/// the model's — the server is not told which, so the kernel's `cancelled`
-/// row applies) creates one `cancelled` intent that stops by default; a
+/// A pause creates no intent; a person's cancellation (`run.cancel` without
+/// `by`) creates one `cancelled` intent that stops by default; a
 /// failure one `failed` intent whose card names its reason; a headless run
 /// none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,6 +307,267 @@ async fn a_crash_before_the_terminal_message_leaves_one_intent_claimed_by_the_me
     coordinator.branch(&mut client, &[&terminal], false).await;
     coordinator.run_turn(&mut client, &terminal, &run_id).await;
     assert_eq!(coordinator.next(&mut client).await, None);
+    wait_quiescent_at(&server).await;
+    assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
+}
+
+/// A compute node `a` that runs `behaviour` with `timeout`.
+fn one_node(
+    server: &TestServer,
+    name: &str,
+    timeout: Value,
+    behaviour: Value,
+) -> std::path::PathBuf {
+    write_script(
+        server.scratch(),
+        &format!("{name}.json"),
+        &json!({
+            "workflowName": name,
+            "topology": {"startAt": "a", "nodes": [
+                {"id": "a", "nodeType": "compute", "timeout": timeout, "mountPath": []}],
+                "edges": [], "mounts": []},
+            "nodes": {"a": [behaviour]}
+        }),
+    )
+}
+
+/// The model's cancel through the `workflow` tool (`run.cancel {by:
+/// "agent"}`) creates the run's intent in the cancel's own transaction,
+/// with its cause `agentCancelled`, stopping by default: the server dies
+/// after that commit, before the terminal message (`before_terminal_message`),
+/// and the intent is already stored, unclaimed; the next server's terminal
+/// message reuses and claims it (no second intent), so the card names the
+/// agent's cause. A person's cancel (`{}`) is `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_cancel_creates_its_agent_cancelled_intent_before_the_terminal_message_which_reuses_it()
+ {
+    const SESSION: &str = "session-intent-agent-cancel";
+    let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", "before_terminal_message:1")]);
+    server.spawn().expect("the server starts");
+    let gate = server.scratch().join("never");
+    let gated = one_node(
+        &server,
+        "gated",
+        json!({"kind": "none"}),
+        json!({"awaitFile": gate.to_string_lossy(), "then": {"finish": {}}}),
+    );
+    let run_id = {
+        let mut client = server.client().await;
+        let run_id = started_interactive(&mut client, &gated, SESSION, json!({})).await;
+        wait_view(&mut client, &run_id, SETTLE_TIMEOUT, |view| {
+            view["display"]["status"] == "running"
+        })
+        .await;
+        // The fault stops the server right after the cancel's commit: the
+        // response may not arrive.
+        let _ = client
+            .request(&RequestSpec::command(
+                "run.cancel",
+                Some(&run_id),
+                json!({"by": "agent"}),
+            ))
+            .await;
+        run_id
+    };
+    assert!(
+        server.wait_exit(Duration::from_secs(20)),
+        "the server did not stop before the terminal message"
+    );
+    assert_eq!(
+        intents(&server, &run_id),
+        [("agentCancelled".to_owned(), true, true, None)],
+        "stored with the cancellation, before any message"
+    );
+    server.remove_env("PI_WORKFLOWS_FAULT");
+    server.spawn().expect("the server restarts");
+    let mut client = server.client().await;
+    let terminal = wait_terminal_message(&server, &run_id).await;
+    assert_eq!(
+        intents(&server, &run_id),
+        [(
+            "agentCancelled".to_owned(),
+            true,
+            true,
+            Some(terminal.clone())
+        )],
+        "the terminal message reused and claimed the cancel's intent"
+    );
+    let coordinator = Coordinator::connect(&mut client, SESSION).await;
+    let record = message_record(&coordinator, &mut client, &terminal).await;
+    assert_eq!(
+        record["deferredTurn"]["cause"], "agentCancelled",
+        "{record}"
+    );
+    assert_eq!(record["deferredTurn"]["stopsByDefault"], true, "{record}");
+    assert_eq!(record["deferredTurn"]["presentation"]["state"], "cancelled");
+
+    // A person's cancel (no `by`): `cancelled`, also stopping by default.
+    let by_user = started_interactive(&mut client, &gated, SESSION, json!({})).await;
+    wait_view(&mut client, &by_user, SETTLE_TIMEOUT, |view| {
+        view["display"]["status"] == "running"
+    })
+    .await;
+    command(&mut client, "run.cancel", &by_user).await;
+    let message = wait_terminal_message(&server, &by_user).await;
+    assert_eq!(
+        intents(&server, &by_user),
+        [("cancelled".to_owned(), true, true, Some(message))]
+    );
+    wait_quiescent_at(&server).await;
+    assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
+}
+
+/// A node that outlives its timeout ends the interactive run `timed_out`:
+/// one `timedOut` intent, eligible with the durable terminal state and
+/// claimed by the terminal message, whose card names the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_run_owns_one_timed_out_intent_its_terminal_message_claims() {
+    const SESSION: &str = "session-intent-timeout";
+    let server = TestServer::start();
+    let slow = one_node(
+        &server,
+        "slow",
+        json!({"kind": "ms", "ms": 300}),
+        json!({"stall": true}),
+    );
+    let mut client = server.client().await;
+    let run_id = started_interactive(&mut client, &slow, SESSION, json!({})).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &run_id).await),
+        "timed_out"
+    );
+    let terminal = wait_terminal_message(&server, &run_id).await;
+    assert_eq!(
+        intents(&server, &run_id),
+        [("timedOut".to_owned(), true, false, Some(terminal.clone()))]
+    );
+    let coordinator = Coordinator::connect(&mut client, SESSION).await;
+    let record = message_record(&coordinator, &mut client, &terminal).await;
+    assert_eq!(record["deferredTurn"]["cause"], "timedOut", "{record}");
+    assert_eq!(
+        record["deferredTurn"]["presentation"]["reasonKind"], "nodeTimedOut",
+        "{record}"
+    );
+    wait_quiescent_at(&server).await;
+    assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
+}
+
+/// A decision turn's selected launch whose activation fails — its runner
+/// cannot load the workflow and reports the run failed before any node ran
+/// — gets one `launchFailed` intent, created eligible with the failure and
+/// claimed by its terminal message (the factual fallback), offered once. The
+/// same failure of a run that was not a selected launch is plain `failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selected_launch_whose_activation_fails_owns_one_launch_failed_intent_offered_once() {
+    const SESSION: &str = "session-intent-launch-failed";
+    let server = TestServer::start();
+    let failing = one_node(
+        &server,
+        "fails",
+        json!({"kind": "none"}),
+        json!({"fail": "boom"}),
+    );
+    let unloadable = write_script(
+        server.scratch(),
+        "unloadable.json",
+        &json!({
+            "workflowName": "unloadable",
+            "topology": {"startAt": "a", "nodes": [
+                {"id": "a", "nodeType": "compute", "timeout": {"kind": "none"}, "mountPath": []}],
+                "edges": [], "mounts": []},
+            "startup": {"failBeforeReady": "the workflow no longer loads"},
+            "nodes": {"a": [{"finish": {}}]}
+        }),
+    );
+    let mut client = server.client().await;
+    let failed = started_interactive(&mut client, &failing, SESSION, json!({})).await;
+    assert_eq!(status(&wait_settled(&mut client, &failed).await), "failed");
+    let terminal = wait_terminal_message(&server, &failed).await;
+    let coordinator = Coordinator::connect(&mut client, SESSION).await;
+    assert_eq!(
+        coordinator.next(&mut client).await.as_deref(),
+        Some(terminal.as_str())
+    );
+    coordinator.branch(&mut client, &[&terminal], false).await;
+    coordinator
+        .turn(&mut client, &terminal, &failed, "turn-decision", "start")
+        .await;
+    let started = client
+        .request(&RequestSpec::command(
+            "run.start",
+            None,
+            json!({ "workflow": unloadable.to_string_lossy(), "input": {}, "projectPath": "/tmp",
+                    "executionMode": "interactive", "originSessionId": SESSION,
+                    "selectedLaunch": {"messageId": terminal, "toolCallId": "tc-start"} }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(started.outcome, "accepted", "{:?}", started.frame);
+    let launched = started.receipt.as_ref().unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    coordinator
+        .turn(&mut client, &terminal, &failed, "turn-decision", "end")
+        .await;
+    command(&mut client, "run.activate", &launched).await;
+    assert_eq!(
+        status(&wait_settled(&mut client, &launched).await),
+        "failed"
+    );
+    let fallback = wait_terminal_message(&server, &launched).await;
+    assert_eq!(
+        intents(&server, &launched),
+        [(
+            "launchFailed".to_owned(),
+            true,
+            false,
+            Some(fallback.clone())
+        )],
+        "created eligible with the durable failure, claimed by its fallback"
+    );
+    assert_eq!(
+        count(
+            &server.db(),
+            "SELECT COUNT(*) FROM node_attempts WHERE run_id = ?1",
+            [&launched],
+        ),
+        0,
+        "no node ran"
+    );
+    coordinator.branch(&mut client, &[], true).await;
+    assert_eq!(
+        coordinator.next(&mut client).await.as_deref(),
+        Some(fallback.as_str())
+    );
+    let record = message_record(&coordinator, &mut client, &fallback).await;
+    assert_eq!(
+        record["deferredTurn"],
+        json!({
+            "turnIntentId": intent_id(&server, &launched),
+            "cause": "launchFailed",
+            "stopsByDefault": false,
+            "presentation": {"workflowName": "unloadable", "state": "failed",
+                             "reasonKind": "runnerFailed", "restart": {"count": 0, "limit": 3}}
+        }),
+        "{record}"
+    );
+    coordinator.branch(&mut client, &[&fallback], false).await;
+    coordinator
+        .run_turn(&mut client, &fallback, &launched)
+        .await;
+    // Pi idle with the message gone from its branch: not offered again.
+    coordinator.branch(&mut client, &[], true).await;
+    assert_eq!(coordinator.next(&mut client).await, None, "offered once");
+
+    // The same failure of a run the session started directly: `failed`.
+    let direct = started_interactive(&mut client, &unloadable, SESSION, json!({})).await;
+    assert_eq!(status(&wait_settled(&mut client, &direct).await), "failed");
+    let message = wait_terminal_message(&server, &direct).await;
+    assert_eq!(
+        intents(&server, &direct),
+        [("failed".to_owned(), true, false, Some(message))]
+    );
     wait_quiescent_at(&server).await;
     assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
 }

@@ -397,9 +397,16 @@ fn a_terminal_message_claims_its_runs_intent_by_the_runs_end_and_a_headless_run_
     let live = interactive_live();
     let message = MessageId::from("terminal:run-1");
     let completed = ended(&live, Terminal::Completed);
-    let intent = for_terminal_message(&completed, None, Canceller::User, &message, 70)
-        .expect("eligible at once")
-        .expect("an interactive end owes a turn");
+    let intent = for_terminal_message(
+        &completed,
+        None,
+        Canceller::User,
+        LaunchFacts::default(),
+        &message,
+        70,
+    )
+    .expect("eligible at once")
+    .expect("an interactive end owes a turn");
     assert_eq!(intent.cause, Cause::Terminal);
     assert_eq!(intent.message_id.as_ref(), Some(&message), "claimed");
     assert_eq!(intent.eligible_at_ms, Some(70));
@@ -415,9 +422,16 @@ fn a_terminal_message_claims_its_runs_intent_by_the_runs_end_and_a_headless_run_
     .expect("cancel")
     .facts
     .run;
-    let intent = for_terminal_message(&cancelled, None, Canceller::User, &message, 70)
-        .expect("eligible after the durable cancellation")
-        .expect("a cancellation owes a turn");
+    let intent = for_terminal_message(
+        &cancelled,
+        None,
+        Canceller::User,
+        LaunchFacts::default(),
+        &message,
+        70,
+    )
+    .expect("eligible after the durable cancellation")
+    .expect("a cancellation owes a turn");
     assert_eq!(
         (intent.cause, intent.stops_by_default),
         (Cause::Cancelled, true),
@@ -436,9 +450,16 @@ fn a_terminal_message_claims_its_runs_intent_by_the_runs_end_and_a_headless_run_
     )
     .expect("created before the terminal state");
     assert_eq!(earlier.eligible_at_ms, None);
-    let reused = for_terminal_message(&failed_run, Some(&earlier), Canceller::User, &message, 80)
-        .expect("eligible now")
-        .expect("reused");
+    let reused = for_terminal_message(
+        &failed_run,
+        Some(&earlier),
+        Canceller::User,
+        LaunchFacts::default(),
+        &message,
+        80,
+    )
+    .expect("eligible now")
+    .expect("reused");
     assert_eq!(reused.intent_id, earlier.intent_id);
     assert_eq!(reused.eligible_at_ms, Some(80));
     assert_eq!(reused.message_id.as_ref(), Some(&message));
@@ -448,14 +469,146 @@ fn a_terminal_message_claims_its_runs_intent_by_the_runs_end_and_a_headless_run_
     let mut claimed = reused.clone();
     claimed.message_id = Some(other.clone());
     assert_eq!(
-        for_terminal_message(&failed_run, Some(&claimed), Canceller::User, &message, 90),
+        for_terminal_message(
+            &failed_run,
+            Some(&claimed),
+            Canceller::User,
+            LaunchFacts::default(),
+            &message,
+            90
+        ),
         Err(IntentRejection::AlreadyClaimed { message_id: other })
     );
 
     let headless = ended(&fixtures::live_run(2, "build", 10), Terminal::Completed);
     assert_eq!(
-        for_terminal_message(&headless, None, Canceller::User, &message, 70),
+        for_terminal_message(
+            &headless,
+            None,
+            Canceller::User,
+            LaunchFacts::default(),
+            &message,
+            70
+        ),
         Ok(None),
         "its owner receives the result"
     );
+}
+
+#[test]
+fn a_cancel_creates_its_intent_in_its_own_transaction_and_the_terminal_message_keeps_the_agents_cause()
+ {
+    let live = interactive_live();
+    let cancelled = run::cancel(
+        &live,
+        Some(&host_authority(1)),
+        fixtures::control_request(),
+        50,
+        fixtures::TTL_MS,
+    )
+    .expect("cancel")
+    .facts
+    .run;
+    let by_agent = on_cancel(&cancelled, None, Canceller::Agent, 55).expect("an interactive run");
+    assert_eq!(
+        (by_agent.cause, by_agent.stops_by_default),
+        (Cause::AgentCancelled, true)
+    );
+    assert_eq!(
+        by_agent.eligible_at_ms,
+        Some(55),
+        "the cancellation is durable with it"
+    );
+    assert_eq!(by_agent.message_id, None, "no message claimed it yet");
+    // The terminal message does not know who cancelled: it reuses the
+    // cancel's intent, so the agent's cause stays.
+    let message = MessageId::from("terminal:run-1");
+    let claimed = for_terminal_message(
+        &cancelled,
+        Some(&by_agent),
+        Canceller::User,
+        LaunchFacts::default(),
+        &message,
+        70,
+    )
+    .expect("eligible")
+    .expect("an interactive end");
+    assert_eq!(claimed.intent_id, by_agent.intent_id);
+    assert_eq!(claimed.cause, Cause::AgentCancelled);
+    assert_eq!(claimed.message_id.as_ref(), Some(&message));
+    assert_eq!(claimed.eligible_at_ms, Some(55));
+
+    let by_user = on_cancel(&cancelled, None, Canceller::User, 55).expect("an interactive run");
+    assert_eq!(
+        (by_user.cause, by_user.stops_by_default),
+        (Cause::Cancelled, true),
+        "a direct cancellation creates one too (0.15.0 row 3)"
+    );
+    assert_ne!(by_user.intent_id, by_agent.intent_id);
+    // Before the run is terminal (a cancellation that has not ended it
+    // yet): created, not eligible.
+    let waiting = on_cancel(&live.run, None, Canceller::Agent, 45).expect("interactive");
+    assert_eq!(waiting.eligible_at_ms, None);
+
+    let headless = fixtures::live_run(2, "build", 10);
+    let headless_cancelled = run::cancel(
+        &headless,
+        Some(&host_authority(1)),
+        fixtures::control_request(),
+        50,
+        fixtures::TTL_MS,
+    )
+    .expect("cancel")
+    .facts
+    .run;
+    assert_eq!(
+        on_cancel(&headless_cancelled, None, Canceller::Agent, 55),
+        None,
+        "a run without an origin session owes no turn"
+    );
+}
+
+#[test]
+fn a_selected_launch_that_fails_before_any_node_ran_is_a_launch_failure_created_eligible() {
+    let live = interactive_live();
+    let failed_run = ended(&live, failed());
+    let selected = LaunchFacts {
+        selected_launch: true,
+        node_started: false,
+    };
+    assert!(launch_failed(&failed_run, selected));
+    assert!(!launch_failed(
+        &failed_run,
+        LaunchFacts {
+            node_started: true,
+            ..selected
+        }
+    ));
+    assert!(!launch_failed(&failed_run, LaunchFacts::default()));
+    let completed = ended(&live, Terminal::Completed);
+    assert!(!launch_failed(&completed, selected));
+
+    let message = MessageId::from("terminal:run-1");
+    let intent = for_terminal_message(&failed_run, None, Canceller::User, selected, &message, 70)
+        .expect("created eligible")
+        .expect("an interactive end");
+    assert_eq!(intent.cause, Cause::LaunchFailed);
+    assert_eq!(intent.eligible_at_ms, Some(70));
+    assert!(!intent.stops_by_default);
+    assert_eq!(intent.message_id.as_ref(), Some(&message));
+    let plain = for_terminal_message(
+        &failed_run,
+        None,
+        Canceller::User,
+        LaunchFacts {
+            node_started: true,
+            ..selected
+        },
+        &message,
+        70,
+    )
+    .expect("eligible")
+    .expect("an interactive end");
+    assert_eq!(plain.cause, Cause::Failed, "a node ran: a plain failure");
+    assert_ne!(plain.intent_id, intent.intent_id);
 }

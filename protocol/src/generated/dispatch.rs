@@ -16,7 +16,7 @@ pub enum RequestPayload {
     /// `run.resume`
     RunResume(types::EmptyPayload),
     /// `run.cancel`
-    RunCancel(types::EmptyPayload),
+    RunCancel(types::RunCancelPayload),
     /// `run.restart`
     RunRestart(types::RunRestartPayload),
     /// `run.activate`
@@ -153,7 +153,7 @@ pub fn parse_request_payload(
                 RequestPayload::RunResume(types::EmptyPayload::deserialize(value)?)
             }
             types::Operation::RunCancel => {
-                RequestPayload::RunCancel(types::EmptyPayload::deserialize(value)?)
+                RequestPayload::RunCancel(types::RunCancelPayload::deserialize(value)?)
             }
             types::Operation::RunRestart => {
                 RequestPayload::RunRestart(types::RunRestartPayload::deserialize(value)?)

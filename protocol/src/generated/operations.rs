@@ -61,7 +61,7 @@ impl ClientOperation for RunResume {
 pub struct RunCancel;
 impl ClientOperation for RunCancel {
     const OPERATION: types::Operation = types::Operation::RunCancel;
-    type Payload = types::EmptyPayload;
+    type Payload = types::RunCancelPayload;
     type Receipt = types::RunControlReceipt;
     const STATE_CHANGING: bool = true;
 }

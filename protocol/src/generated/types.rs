@@ -731,6 +731,61 @@ impl<'de> ::serde::Deserialize<'de> for BuiltinId {
             })
     }
 }
+///Who cancels a run: the model through the workflow tool (agent), or a person or any other client (user).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum Canceller {
+    #[serde(rename = "agent")]
+    Agent,
+    #[serde(rename = "user")]
+    User,
+}
+impl ::std::fmt::Display for Canceller {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Agent => f.write_str("agent"),
+            Self::User => f.write_str("user"),
+        }
+    }
+}
+impl ::std::str::FromStr for Canceller {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "agent" => Ok(Self::Agent),
+            "user" => Ok(Self::User),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for Canceller {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for Canceller {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
 ///The kind of a channel-adapter message (the private channel.v1 protocol between the server and a supervised channel adapter; docs/CHANNELS.md).
 #[derive(
     ::serde::Deserialize,
@@ -6663,6 +6718,13 @@ pub struct ResourceReceipt {
 pub struct ResourceRefPayload {
     pub controller: ControllerName,
     pub key: ResourceKey,
+}
+///Cancel a run (every field optional; {} is a person's cancellation). by: "agent" when the model cancels through the workflow tool (its turn intent's cause is agentCancelled), "user" (the default) for a person or any other client (cause cancelled). Either way the run's turn intent stops by default (DEFERRED_TURNS).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunCancelPayload {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub by: ::std::option::Option<Canceller>,
 }
 ///The run after a control command.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

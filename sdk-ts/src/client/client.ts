@@ -42,6 +42,7 @@ import type {
   Response,
   ResponseReceiptByOperation,
   ReportBranchPayload,
+  RunCancelPayload,
   RunRestartPayload,
   RunStartPayload,
   RunView,
@@ -273,8 +274,8 @@ export class WorkflowClient implements SubscriptionHost {
   }
 
   /** `run.cancel`. */
-  runCancel(runId: string, options: CommandOptions = {}): Promise<Accepted<"run.cancel">> {
-    return this.command("run.cancel", runId, {}, options);
+  runCancel(runId: string, options: CommandOptions = {}, payload: RunCancelPayload = {}): Promise<Accepted<"run.cancel">> {
+    return this.command("run.cancel", runId, payload, options);
   }
 
   /** `run.restart`: a new run from a terminal run's exact reference and input. */

@@ -21,6 +21,7 @@ import type {
   ReportBranchPayload,
   RequestPayloadByOperation,
   ResponseReceiptByOperation,
+  RunCancelPayload,
   RunRestartPayload,
   RunStartPayload,
   RunView,
@@ -53,7 +54,7 @@ export interface ServerPort {
   runStart(payload: RunStartPayload, options?: CommandOptions): Promise<Accepted<"run.start">>;
   runPause(runId: string, options?: CommandOptions): Promise<Accepted<"run.pause">>;
   runResume(runId: string, options?: CommandOptions): Promise<Accepted<"run.resume">>;
-  runCancel(runId: string, options?: CommandOptions): Promise<Accepted<"run.cancel">>;
+  runCancel(runId: string, options?: CommandOptions, payload?: RunCancelPayload): Promise<Accepted<"run.cancel">>;
   runRestart(runId: string, options?: CommandOptions, payload?: RunRestartPayload): Promise<Accepted<"run.restart">>;
   followUpAdd(runId: string, prompt: string, options?: CommandOptions): Promise<Accepted<"followUp.add">>;
   followUpCancel(followUpId: string, options?: CommandOptions): Promise<Accepted<"followUp.cancel">>;

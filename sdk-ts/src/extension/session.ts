@@ -313,7 +313,7 @@ export class WorkflowSession {
       case "resume":
         return this.control(command.kind);
       case "cancel":
-        return this.cancel();
+        return this.cancel(undefined, undefined, "user");
       case "clear": {
         const run = (await this.freshView())?.run;
         await this.options.server.sessionViewClearTerminal(this.options.sessionId);
@@ -368,19 +368,25 @@ export class WorkflowSession {
     return { text: kind === "pause" ? texts.pausingText(run) : texts.resumedText(run), level: "info" };
   }
 
-  private async cancel(runId?: string, idempotencyKey?: string): Promise<{ text: string; level: "info" | "warning" }> {
+  /**
+   * Cancels `runId` (default: this session's run). `by`: "agent" when the
+   * model cancels through the `workflow` tool, so the run's turn intent is
+   * `agentCancelled`; "user" for `/workflow cancel` (cause `cancelled`).
+   */
+  private async cancel(runId: string | undefined, idempotencyKey: string | undefined, by: "agent" | "user"): Promise<{ text: string; level: "info" | "warning" }> {
     const { server, sessionId } = this.options;
     const options = idempotencyKey !== undefined ? { idempotencyKey } : {};
+    const payload = { by } as const;
     if (runId !== undefined) {
       const view = await server.runView(runId);
-      await server.runCancel(runId, options);
+      await server.runCancel(runId, options, payload);
       await this.source.refresh();
       return { text: texts.cancelledText(view), level: "info" };
     }
     const run = (await this.freshView())?.run;
     if (run !== undefined && !TERMINAL.has(run.display.status)) {
       if (!run.display.controls.includes("cancel")) return { text: texts.notAllowedText(run, "cancel"), level: "warning" };
-      await server.runCancel(run.runId, options);
+      await server.runCancel(run.runId, options, payload);
       await this.source.refresh();
       return { text: texts.cancelledText(run), level: "info" };
     }
@@ -513,7 +519,7 @@ export class WorkflowSession {
       case "resume":
         return settle(await this.control(call.action, key));
       case "cancel":
-        return settle(await this.cancel(call.runId, key));
+        return settle(await this.cancel(call.runId, key, "agent"));
       case "answer":
         return settle(await this.answer(call.runId, call.input, key, false));
       case "update":

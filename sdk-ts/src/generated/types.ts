@@ -92,6 +92,12 @@ export type ByteCount = number;
 /** A byte offset into referenced content. Capped at 2^53-1. */
 export type ByteOffset = number;
 
+/** Who cancels a run: the model through the workflow tool (agent), or a person or any other client (user). */
+export type Canceller = "agent" | "user";
+
+/** Every value of Canceller, in schema order. */
+export const CancellerValues: readonly Canceller[] = ["agent", "user"];
+
 /** The kind of a channel-adapter message (the private channel.v1 protocol between the server and a supervised channel adapter; docs/CHANNELS.md). */
 export type ChannelAdapterKind = "channel.ready" | "channel.present" | "channel.answer" | "channel.settle" | "channel.exiting";
 
@@ -1184,6 +1190,11 @@ export interface ResourceRefPayload {
 
 /** A presentation or run revision. Increases by one per accepted change. Capped at 2^53-1. */
 export type Revision = number;
+
+/** Cancel a run (every field optional; {} is a person's cancellation). by: "agent" when the model cancels through the workflow tool (its turn intent's cause is agentCancelled), "user" (the default) for a person or any other client (cause cancelled). Either way the run's turn intent stops by default (DEFERRED_TURNS). */
+export interface RunCancelPayload {
+  "by"?: Canceller;
+}
 
 /** The run after a control command. */
 export interface RunControlReceipt {
@@ -2351,7 +2362,7 @@ export interface RequestPayloadByOperation {
   "run.start": RunStartPayload;
   "run.pause": EmptyPayload;
   "run.resume": EmptyPayload;
-  "run.cancel": EmptyPayload;
+  "run.cancel": RunCancelPayload;
   "run.restart": RunRestartPayload;
   "run.activate": EmptyPayload;
   "checkpoint.answer": CheckpointAnswerPayload;

@@ -48,6 +48,7 @@ use crate::store::blobs::Blob;
 use crate::wire::client::Outbox;
 use crate::wire::client::{receipt, response};
 use kernel::ids::RunId;
+use kernel::intent::Canceller;
 use protocol::generated::types::{ClientMessage, EmptyReceipt, ServerStopReceipt};
 use protocol::{ErrorCode, RequestPayload};
 use serde_json::Value;
@@ -214,7 +215,13 @@ async fn dispatch(
         RequestPayload::WorkflowsList(list) => workflows_list(app, &request, &list),
         RequestPayload::RunPause(_) => run_command(app, request, RunCommand::Pause).await,
         RequestPayload::RunResume(_) => run_command(app, request, RunCommand::Resume).await,
-        RequestPayload::RunCancel(_) => run_command(app, request, RunCommand::Cancel).await,
+        RequestPayload::RunCancel(cancel) => {
+            let by = match cancel.by {
+                Some(protocol::generated::types::Canceller::Agent) => Canceller::Agent,
+                Some(protocol::generated::types::Canceller::User) | None => Canceller::User,
+            };
+            run_command(app, request, RunCommand::Cancel(by)).await
+        }
         RequestPayload::RunRestart(restart) => {
             run_command(app, request, RunCommand::Restart(restart)).await
         }

@@ -9,9 +9,11 @@ use crate::context::Context;
 use crate::projection::run_view::{OffSchema, to_wire};
 use crate::store::blobs::{self, Blob};
 use crate::store::meta::{self, RunMeta};
-use crate::store::{launches, runs};
+use crate::store::{intents, launches, runs};
 use crate::wire::client::response;
+use kernel::claim::{Authority, ClaimRequest};
 use kernel::ids::{Digest, MessageId, RunId, SessionId};
+use kernel::intent::Canceller;
 use kernel::launch::{self, LaunchKind, LaunchRequest, Reservation, Selected};
 use kernel::output::Step;
 use kernel::receipt::CommandOutcome;
@@ -259,7 +261,8 @@ fn adopt_start(connection: &Connection, run_id: &RunId) -> rusqlite::Result<Exec
 pub(super) enum RunCommand {
     Pause,
     Resume,
-    Cancel,
+    /// Who cancels: the model through the `workflow` tool, or a person.
+    Cancel(Canceller),
     Restart(RunRestartPayload),
     Activate,
     AnswerCheckpoint(Blob),
@@ -293,7 +296,17 @@ pub(super) async fn run_command(
         }
         let decided = match run_command {
             RunCommand::Pause => run::pause(&before, host.as_ref(), control, now_ms, ttl_ms),
-            RunCommand::Cancel => run::cancel(&before, host.as_ref(), control, now_ms, ttl_ms),
+            RunCommand::Cancel(by) => {
+                return cancel(
+                    connection,
+                    &before,
+                    by,
+                    host.as_ref(),
+                    control,
+                    now_ms,
+                    ttl_ms,
+                );
+            }
             RunCommand::Resume => {
                 let order = meta::next_message_order(connection, before.run.mode.origin_session())?;
                 let ids = run::ResumeIds {
@@ -327,6 +340,35 @@ pub(super) async fn run_command(
         }
     })
     .await
+}
+
+/// `run.cancel`: the kernel's cancellation, and in the same transaction the
+/// run's turn intent (`kernel::intent::on_cancel`), created before the
+/// stopped turn is aborted so that who cancelled (its cause) is durable
+/// before the terminal message reuses it.
+fn cancel(
+    connection: &Connection,
+    before: &RunAggregate,
+    by: Canceller,
+    host: Option<&Authority>,
+    control: ClaimRequest,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<Executed> {
+    let transition = match run::cancel(before, host, control, now_ms, ttl_ms) {
+        Ok(transition) => transition,
+        Err(rejection) => return Ok(Executed::rejected(&rejection)),
+    };
+    let open = intents::open_of_run(connection, &before.run.run_id)?;
+    let intent = kernel::intent::on_cancel(&transition.facts.run, open.as_ref(), by, now_ms);
+    let revision = transition.facts.run.revision;
+    let receipt = control_receipt(&transition.facts)?;
+    let outputs =
+        crate::shell::write_step(connection, before, Step::Apply(transition), &[], now_ms)?;
+    if let Some(intent) = &intent {
+        intents::write(connection, intent, None)?;
+    }
+    Ok(Executed::accepted(revision, &receipt, outputs))
 }
 
 pub(super) fn control_receipt(agg: &RunAggregate) -> Result<RunControlReceipt, OffSchema> {

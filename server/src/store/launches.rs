@@ -4,7 +4,8 @@
 //! Invariants:
 //! - One row per intent (the primary key) and per run: a second reservation
 //!   of an intent cannot be written even if a caller skipped the kernel.
-//! - Reads are bounded: one message with its intent, one intent's row.
+//! - Reads are bounded: one message with its intent, one intent's row, one
+//!   run's launch facts.
 
 use super::Cached as _;
 use super::codec::{DigestColumn, i64_of};
@@ -78,4 +79,23 @@ pub(crate) fn insert(
         ],
     )?;
     Ok(())
+}
+
+/// The launch facts of `run_id` `kernel::intent::launch_failed` reads:
+/// whether it is a selected launch, and whether any node attempt started.
+pub(crate) fn launch_facts(
+    connection: &Connection,
+    run_id: &RunId,
+) -> rusqlite::Result<kernel::intent::LaunchFacts> {
+    connection.query_row_cached(
+        "SELECT EXISTS (SELECT 1 FROM selected_launches WHERE run_id = ?1),
+                EXISTS (SELECT 1 FROM node_attempts WHERE run_id = ?1)",
+        params![run_id.as_str()],
+        |row| {
+            Ok(kernel::intent::LaunchFacts {
+                selected_launch: row.get::<_, i64>(0)? != 0,
+                node_started: row.get::<_, i64>(1)? != 0,
+            })
+        },
+    )
 }

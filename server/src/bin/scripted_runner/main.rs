@@ -79,7 +79,9 @@
 //! `workflowName` defaults to the file stem. Unknown fields are errors.
 //!
 //! `startup` (run mode, after the source check): `exitBeforeReady: N` exits
-//! with N before `runner.ready`; `readyDelayMs` waits before it;
+//! with N before `runner.ready`; `failBeforeReady: "<message>"` reports
+//! `run.finished` failed (class `sourceChanged`, as a runner whose workflow
+//! no longer loads) before it, then exits 0; `readyDelayMs` waits before it;
 //! `exitAfterReady: N` exits with N right after it; `ignoreSigterm` makes
 //! SIGTERM do nothing (SIGKILL still kills); `keepWritingAfterClaimLost`
 //! makes a runner that got a `claimLost` reply send `node.update` messages

@@ -133,6 +133,15 @@ fn apply_startup(startup: &Startup, channel: &mut Channel) {
         log!("exitBeforeReady: exiting with {code}");
         std::process::exit(code);
     }
+    if let Some(message) = &startup.fail_before_ready {
+        log!("failBeforeReady: run.finished failed");
+        let _ = channel.request(
+            "run.finished",
+            json!({"outcome": "failed", "failureClass": "sourceChanged",
+                   "error": {"code": "sourceChanged", "message": message}}),
+        );
+        std::process::exit(0);
+    }
     if startup.ready_delay_ms > 0 {
         log!("waiting {} ms before runner.ready", startup.ready_delay_ms);
         thread::sleep(Duration::from_millis(startup.ready_delay_ms));

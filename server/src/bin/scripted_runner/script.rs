@@ -76,6 +76,11 @@ pub(crate) struct Startup {
     /// Exit with this code before `runner.ready`.
     #[serde(default)]
     pub(crate) exit_before_ready: Option<i32>,
+    /// Before `runner.ready`, report `run.finished` failed with this message
+    /// (failure class `sourceChanged`, as a runner whose workflow no longer
+    /// loads does), then exit 0.
+    #[serde(default)]
+    pub(crate) fail_before_ready: Option<String>,
     /// Wait this long before `runner.ready`.
     #[serde(default)]
     pub(crate) ready_delay_ms: u64,
