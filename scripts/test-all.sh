@@ -4,7 +4,8 @@
 # the server binary, built just before them), codegen freshness, the Rust
 # workspace (unit, property and integration tests), the TypeScript end-to-end
 # tests (the real server binary with node runners), the real-Pi tests (Pi in
-# rpc mode and in its TUI through tmux, against a mock model), both
+# rpc mode and in its TUI through tmux, against a mock model) and the torture
+# driver's Pi lane (server/tests/torture_pi), both
 # protocol conformance runners with the comparison of their verdicts (on the
 # corpus and on fast-check inputs), and the bounded run of the coverage-guided
 # fuzz targets (scripts/fuzz.sh ci).
@@ -102,6 +103,12 @@ PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:e
 
 step "sdk-ts: real-Pi tests (rpc mode and the TUI through tmux, against the mock model)"
 PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" npm --prefix sdk-ts run test:pi
+
+step "torture, Pi lane: crash points with shell actions and headless agent steps (real Pi, the TypeScript runner; CI mode 10 trials)"
+# Its own test target (test = false): it needs Pi and sdk-ts/build, which
+# the two steps above installed and built (test:pi compiles the runner and
+# the mock model into sdk-ts/build).
+cargo test -p server --locked --test torture_pi
 
 step "Model checks: build (release)"
 cargo build --release -p model --locked

@@ -119,6 +119,13 @@ enum Onward {
 /// last step; for a continuation the parent's checkpoint, with the validated
 /// response as its output for a protected decision). It is required exactly
 /// when the run has steps and no abandoned attempt.
+///
+/// `adopted` is the `ok` result of an abandoned attempt whose interaction
+/// accepted a submission ([`crate::interaction::adoptable_submission`], the record
+/// with that submission's output): it is required exactly then; the attempt
+/// finishes with it (the step is not run again) and the run parks
+/// `resumeReady` or ends, so this runner exits and the next generation
+/// routes on from the committed step.
 #[expect(
     clippy::too_many_arguments,
     reason = "facts, authority and ids are all inputs"
@@ -129,6 +136,7 @@ pub fn start_generation(
     authority: &Authority,
     runner_epoch: &RunnerEpochId,
     route_from: Option<&Value>,
+    adopted: Option<NodeResult>,
     new_attempt_id: AttemptId,
     now_ms: u64,
     ttl_ms: u64,
@@ -139,14 +147,35 @@ pub fn start_generation(
     if let Some(runner) = tx.agg.run.runner.as_mut() {
         runner.ready_revision = Some(ready_revision);
     }
+    let adoptable = crate::interaction::adoptable_submission(agg).is_some();
+    if adopted.is_some() != adoptable {
+        return Err(Rejection::ResultMismatch);
+    }
     let dispatch = match resume_point(agg, topology, route_from)? {
-        ResumePoint::Rerun(abandoned) => start_attempt_in(
-            &mut tx,
-            abandoned.node_id,
-            new_attempt_id,
-            abandoned.visit,
-            abandoned.crash_retries,
-        ),
+        ResumePoint::Rerun(abandoned) => match adopted {
+            Some(result) => {
+                if result.outcome != NodeOutcome::Ok {
+                    return Err(Rejection::ResultMismatch);
+                }
+                let attempt = tx
+                    .agg
+                    .attempt
+                    .as_mut()
+                    .expect("resume_point found the abandoned attempt");
+                attempt.status = AttemptStatus::Active;
+                attempt.finished_at_ms = None;
+                // The run parks `resumeReady` (or ends): the next generation
+                // routes on from the committed step and its stored output.
+                settle_attempt_in(&mut tx, topology, authority, result, Onward::Park, None)?
+            }
+            None => start_attempt_in(
+                &mut tx,
+                abandoned.node_id,
+                new_attempt_id,
+                abandoned.visit,
+                abandoned.crash_retries,
+            ),
+        },
         ResumePoint::Route { route, from } => {
             let onward = Onward::Dispatch(new_attempt_id);
             apply_route_in(&mut tx, topology, authority, route, from, onward, None)?

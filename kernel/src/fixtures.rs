@@ -167,6 +167,7 @@ pub fn try_running(
         &host_authority(generation),
         &runner_epoch(generation),
         route_from.as_ref(),
+        None,
         attempt,
         now_ms,
         TTL_MS,

@@ -10,7 +10,10 @@
 //!   `initial` step message. A headless run's request has no session and no
 //!   message: the attempt stays `Active` under the live runner's claim, the
 //!   runner's own Pi child does the work, and the runner finishes the attempt
-//!   itself once a submission is accepted ([`finish_allowed`]).
+//!   itself once a submission is accepted ([`finish_allowed`]). An attempt
+//!   abandoned after its submission was accepted is decided by it: the next
+//!   generation adopts that output ([`adoptable_submission`]), never asks
+//!   again.
 //! - A submission names its authority: the origin session and its active
 //!   coordinator epoch for an interactive run, the live runner (generation
 //!   and epoch) for a headless one ([`check_authority`]), checked before any
@@ -519,6 +522,25 @@ pub fn finish_allowed(
         }
         _ => Ok(()),
     }
+}
+
+/// The accepted submission that decides an abandoned attempt. A headless
+/// runner finishes its attempt itself once a submission is accepted
+/// ([`finish_allowed`]); when the runner (or the server) dies between that
+/// acceptance and its `node.finished`, the attempt is abandoned with its
+/// request accepted. That output is the step's: the next generation adopts
+/// it (`execution::start_generation`) instead of asking the agent again.
+pub fn adoptable_submission(agg: &RunAggregate) -> Option<&SubmissionId> {
+    let attempt = agg
+        .attempt
+        .as_ref()
+        .filter(|attempt| attempt.status == AttemptStatus::Abandoned)?;
+    agg.interaction
+        .as_ref()
+        .filter(|record| {
+            record.attempt_id == attempt.attempt_id && record.status == InteractionStatus::Accepted
+        })
+        .and_then(|record| record.accepted_submission.as_ref())
 }
 
 /// A repeat for an attempt that already has a request. The claim was released

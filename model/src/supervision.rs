@@ -861,6 +861,7 @@ impl SupervisionModel {
                     &authority,
                     &epoch,
                     route_from.as_ref(),
+                    None,
                     attempt,
                     now,
                     TTL,

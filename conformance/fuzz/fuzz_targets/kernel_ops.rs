@@ -460,6 +460,7 @@ fn runner_op(world: &mut World, op: &Op) {
                 &authority,
                 &epoch,
                 route_from(&pre).as_ref(),
+                None,
                 attempt,
                 now,
                 TTL,

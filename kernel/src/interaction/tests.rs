@@ -1069,3 +1069,111 @@ fn a_validating_submission_of_a_closed_request_is_abandoned_as_rejected_and_an_o
         Err(InteractionRejection::StaleVerdict { .. })
     ));
 }
+
+/// The torture driver's Pi lane found it (`server/tests/torture_pi`): a
+/// server killed after a headless agent step's submission was accepted and
+/// before its runner's `node.finished` left the attempt abandoned, and the
+/// next generation ran the step again (a second Pi, a second accepted
+/// submission, the first one lost). Now the accepted submission decides the
+/// abandoned attempt: the next generation finishes it with that output and
+/// the run parks `resumeReady` to route on.
+#[test]
+fn a_headless_attempt_abandoned_after_its_submission_was_accepted_finishes_with_it_next_generation()
+{
+    use crate::execution::{Dispatch, NodeResult, start_generation};
+    use crate::runner::ExitKind;
+    let agg = headless_running();
+    let agg = created(request_now(
+        &agg,
+        request_proposal(&agg, InteractionKind::SubmittedOutput),
+    ))
+    .facts;
+    let (agg, submissions) = validating_on(&agg, &[], "k1", 1);
+    let submission_id = submissions[0].submission_id.clone();
+    let accepted = validation_accepted(&agg, &submissions, &i1(), &submission_id, 40)
+        .unwrap()
+        .run
+        .facts;
+    assert_eq!(
+        adoptable_submission(&accepted),
+        None,
+        "the live runner finishes it"
+    );
+    let attempt_id = accepted.attempt.as_ref().unwrap().attempt_id.clone();
+
+    // The server dies before `node.finished`: the restarted one finds the
+    // runner orphaned and abandons its attempt.
+    let parked = fixtures::runner_exited(&accepted, ExitKind::Orphaned, 50).facts;
+    assert_eq!(
+        parked.attempt.as_ref().map(|a| a.status),
+        Some(AttemptStatus::Abandoned)
+    );
+    assert_eq!(adoptable_submission(&parked), Some(&submission_id));
+
+    let admitted = fixtures::admitted(&parked, 60).facts;
+    let topology = fixtures::chain(&["ask", "next"]);
+    let output = serde_json::json!({"verdict": "approve"});
+    let result = NodeResult {
+        outcome: crate::attempt::NodeOutcome::Ok,
+        record: fixtures::result_record(
+            attempt_id.as_str(),
+            "ask",
+            crate::attempt::NodeOutcome::Ok,
+            output,
+        ),
+    };
+    let start = |adopted: Option<NodeResult>| {
+        start_generation(
+            &admitted,
+            &topology,
+            &host_authority(2),
+            &runner_epoch(2),
+            None,
+            adopted,
+            crate::ids::AttemptId::from("a-2"),
+            70,
+            TTL_MS,
+        )
+    };
+    assert_eq!(
+        start(None).map(|_| ()),
+        Err(Rejection::ResultMismatch),
+        "rerunning the step would ask the agent again"
+    );
+    let (transition, dispatch) = start(Some(result)).expect("adopted");
+    let next = transition.facts;
+    assert!(matches!(dispatch, Dispatch::Exit { .. }), "{dispatch:?}");
+    let attempt = next.attempt.as_ref().unwrap();
+    assert_eq!(
+        attempt.attempt_id, attempt_id,
+        "the same attempt, not a new one"
+    );
+    assert_eq!(
+        attempt.status,
+        AttemptStatus::Finished(crate::attempt::NodeOutcome::Ok)
+    );
+    assert_eq!(
+        next.steps.last().map(|step| step.attempt_id.clone()),
+        Some(attempt_id)
+    );
+    assert_eq!(
+        next.interaction.as_ref().map(|record| record.status),
+        Some(InteractionStatus::Accepted)
+    );
+    assert_eq!(
+        next.interaction
+            .as_ref()
+            .and_then(|record| record.accepted_submission.clone()),
+        Some(submission_id)
+    );
+    assert_eq!(
+        (next.run.status, next.run.queue, next.run.park_reason),
+        (
+            RunStatus::Running,
+            QueueStatus::Parked,
+            Some(crate::run::ParkReason::ResumeReady)
+        ),
+        "the next generation routes on from the committed step"
+    );
+    assert_eq!(adoptable_submission(&next), None);
+}

@@ -391,6 +391,7 @@ fn a_crash_loop_fails_the_run_when_one_visit_was_abandoned_max_times() {
             &host_authority(generation),
             &runner_epoch(generation),
             None,
+            None,
             AttemptId::new(alloc::format!("a-{generation}")),
             now_ms + 2,
             TTL_MS,

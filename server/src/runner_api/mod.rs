@@ -1129,6 +1129,29 @@ fn ready(
         return Ok(Err(Rejection::StaleRunner.into()));
     };
     let route_from = attempts::last_step_record(connection, &runner.run_id, &topology)?;
+    // An attempt abandoned after its agent's submission was accepted finishes
+    // with that submission's output (`kernel::interaction::adoptable_submission`).
+    let adopted = match (
+        kernel::interaction::adoptable_submission(before),
+        before.attempt.as_ref(),
+    ) {
+        (Some(submission_id), Some(attempt)) => {
+            let stored = crate::store::submissions::stored(connection, submission_id)?;
+            let output = match stored.and_then(|stored| stored.accepted_output) {
+                Some(output) => Some(output),
+                None => crate::store::submissions::payload(connection, submission_id)?,
+            };
+            let record = ResultRecord::of(attempt, &topology, NodeOutcome::Ok, now_ms)
+                .output(output.as_ref())
+                .to_value();
+            let result = NodeResult {
+                outcome: NodeOutcome::Ok,
+                record,
+            };
+            Some((result, attempt.attempt_id.clone(), output))
+        }
+        _ => None,
+    };
     let new_attempt = AttemptId::new(crate::ids::uuid());
     let started = execution::start_generation(
         before,
@@ -1136,6 +1159,7 @@ fn ready(
         &runner.authority,
         &runner.runner_epoch,
         route_from.as_ref(),
+        adopted.as_ref().map(|(result, ..)| result.clone()),
         new_attempt,
         now_ms,
         ttl_ms,
@@ -1176,7 +1200,17 @@ fn ready(
             with_next(to.accepted(Some(revision), ReplyResult::Nothing), &dispatch)
         }
     };
-    Ok(decided(transition, answer, None))
+    let extra = adopted.map(|(_, attempt_id, output)| -> Extra {
+        let run_id = runner.run_id.clone();
+        let stored = AttemptResult {
+            output: output.as_ref().map(Blob::json),
+            ..AttemptResult::default()
+        };
+        Box::new(move |connection: &Connection| {
+            attempts::record_result(connection, &run_id, &attempt_id, &stored, now_ms)
+        })
+    });
+    Ok(decided(transition, answer, extra))
 }
 
 fn command_kind(command: &LaunchCommand) -> wire::RunnerCommandKind {

@@ -503,13 +503,33 @@ fn interaction_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Interaction
     })
 }
 
+/// The run's pending interactive request or, when there is none, the
+/// accepted request of an abandoned attempt (a headless runner lost between
+/// the acceptance and its `node.finished`): the next generation finishes that
+/// attempt with the accepted submission (`kernel::interaction::adoptable_submission`).
 fn load_interaction(
     connection: &Connection,
     run_id: &RunId,
 ) -> rusqlite::Result<Option<InteractionRecord>> {
-    connection
+    let pending = connection
         .query_row_cached(
             &format!("SELECT {INTERACTION_COLUMNS} FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'"),
+            params![run_id.as_str()],
+            interaction_from_row,
+        )
+        .optional()?;
+    if pending.is_some() {
+        return Ok(pending);
+    }
+    connection
+        .query_row_cached(
+            &format!(
+                "SELECT {INTERACTION_COLUMNS} FROM interactive_requests r
+                 WHERE r.run_id = ?1 AND r.status = 'accepted' AND EXISTS (
+                   SELECT 1 FROM node_attempts a
+                   WHERE a.run_id = r.run_id AND a.attempt_id = r.attempt_id AND a.status = 'abandoned')
+                 ORDER BY r.created_at_ms DESC LIMIT 1"
+            ),
             params![run_id.as_str()],
             interaction_from_row,
         )

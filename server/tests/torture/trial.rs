@@ -2,9 +2,10 @@
 //! workload until everything finished, and the checks (module doc of
 //! `main.rs`).
 
+use super::pi;
 use super::rng::Rng;
 use super::support::*;
-use super::workload::{self, KEYED_LOG, Kind, PLAIN_LOG, WORKFLOWS};
+use super::workload::{self, KEYED_LOG, Kind, Lane, PLAIN_LOG, SHELL_LOG};
 use pi_workflows_client::{Connection as Client, RequestSpec};
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -31,8 +32,24 @@ const POINTS: [(&str, u64, u64); 10] = [
     ("after_fused_commit", 1, 70),
 ];
 
+/// The crash points of the Pi lane and their ranges (its six workflows
+/// make fewer commits, spawns and commands; no decisions).
+const PI_POINTS: [(&str, u64, u64); 9] = [
+    ("before_commit", 3, 120),
+    ("after_commit", 3, 120),
+    ("before_spawn", 1, 8),
+    ("after_spawn", 1, 8),
+    ("after_receipt", 1, 6),
+    ("after_reply", 1, 7),
+    ("before_terminal_message", 1, 6),
+    ("before_fused_commit", 1, 16),
+    ("after_fused_commit", 1, 16),
+];
+
 /// The latest random kill moment after the server is ready.
 const LATEST_KILL_MS: u64 = 3000;
+/// The same for the Pi lane, whose runners and Pi start slower.
+const PI_LATEST_KILL_MS: u64 = 8000;
 
 /// How long every workflow has to finish after the restart.
 const STUCK_AFTER: Duration = Duration::from_secs(60);
@@ -47,13 +64,17 @@ pub(crate) enum Crash {
 }
 
 impl Crash {
-    /// The crash of trial `trial`: the named points in turn, every eleventh
-    /// a random moment.
-    pub(crate) fn of(seed: u64, trial: u64) -> Self {
+    /// The crash of trial `trial`: the lane's named points in turn, after
+    /// them (every eleventh, every tenth in the Pi lane) a random moment.
+    pub(crate) fn of(lane: Lane, seed: u64, trial: u64) -> Self {
         let mut rng = Rng::for_trial(seed, trial);
-        match POINTS.get((trial % (POINTS.len() as u64 + 1)) as usize) {
+        let (points, latest): (&[(&'static str, u64, u64)], u64) = match lane {
+            Lane::Scripted => (&POINTS, LATEST_KILL_MS),
+            Lane::Pi => (&PI_POINTS, PI_LATEST_KILL_MS),
+        };
+        match points.get((trial % (points.len() as u64 + 1)) as usize) {
             Some((point, low, high)) => Crash::Fault(point, rng.between(*low, *high)),
-            None => Crash::At(rng.below(LATEST_KILL_MS + 1)),
+            None => Crash::At(rng.below(latest + 1)),
         }
     }
 }
@@ -107,6 +128,7 @@ impl Workflow {
 }
 
 struct Driver {
+    lane: Lane,
     dir: PathBuf,
     client_id: String,
     client: Option<Client>,
@@ -129,11 +151,11 @@ fn run_status(db: &Connection, run_id: &str) -> String {
 }
 
 impl Driver {
-    fn new(dir: &Path, rng: &mut Rng) -> Self {
-        let workflows = (0..WORKFLOWS)
+    fn new(lane: Lane, dir: &Path, rng: &mut Rng) -> Self {
+        let workflows = (0..lane.workflows())
             .map(|index| Workflow {
-                kind: Kind::of(index),
-                script: workload::write_script(dir, index, rng),
+                kind: lane.kind(index),
+                script: workload::write_script(dir, lane, index, rng),
                 started: false,
                 root: None,
                 followed: false,
@@ -141,6 +163,7 @@ impl Driver {
             })
             .collect();
         Self {
+            lane,
             dir: dir.to_path_buf(),
             client_id: format!("torture-{}", server::ids::random_hex::<4>()),
             client: None,
@@ -213,11 +236,15 @@ impl Driver {
         for index in 0..self.workflows.len() {
             let workflow = &self.workflows[index];
             if !workflow.started {
+                let project = match self.lane {
+                    Lane::Scripted => PathBuf::from("/tmp"),
+                    Lane::Pi => workload::project_dir(&self.dir),
+                };
                 let spec = RequestSpec::command(
                     "run.start",
                     None,
                     json!({"workflow": workflow.script.to_string_lossy(), "input": {"workflow": index},
-                           "executionMode": "headless", "projectPath": "/tmp"}),
+                           "executionMode": "headless", "projectPath": project.to_string_lossy()}),
                 );
                 self.workflows[index].started = true;
                 self.send(Purpose::Start(index), spec).await?;
@@ -270,6 +297,7 @@ impl Driver {
         }
         if recover {
             let plain = applications(&self.dir.join(PLAIN_LOG));
+            let shell = shell_runs(&self.dir.join(SHELL_LOG));
             let ambiguous: Vec<(String, String, String, i64)> = db
                 .prepare("SELECT effect_id, run_id, effect_type, attempt_number FROM effects WHERE state = 'ambiguous'")
                 .unwrap()
@@ -283,12 +311,10 @@ impl Driver {
                 }
                 // An idempotent external system takes the same key again;
                 // for the other one the operator looks first.
-                let action = if effect_type == "plain"
-                    && plain.contains_key(&(effect_id.clone(), attempt))
-                {
-                    "confirm"
-                } else {
-                    "retry"
+                let action = match effect_type.as_str() {
+                    "plain" if plain.contains_key(&(effect_id.clone(), attempt)) => "confirm",
+                    "shell" if shell.contains_key(&run_id) => "confirm",
+                    _ => "retry",
                 };
                 let spec = RequestSpec::command(
                     "effect.recover",
@@ -364,11 +390,27 @@ fn applications(path: &Path) -> BTreeMap<(String, i64), usize> {
     seen
 }
 
+/// The shell actions' apply log: run id → its lines (`<runId>
+/// <attemptId>`, one per application).
+fn shell_runs(path: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in apply_lines(path) {
+        let (run_id, attempt_id) = line.split_once(' ').expect("<runId> <attemptId>");
+        seen.entry(run_id.to_owned())
+            .or_default()
+            .push(attempt_id.to_owned());
+    }
+    seen
+}
+
 /// The state the crash left, read before the restart.
 struct AtCrash {
     applying: Vec<String>,
     runners: Vec<server::process::ProcessIdentity>,
     receipts: usize,
+    /// Agent steps whose submission was accepted: (run, interaction,
+    /// accepted submission).
+    accepted: Vec<(String, String, String)>,
 }
 
 fn at_crash(db: &Connection, driver: &Driver) -> AtCrash {
@@ -389,13 +431,24 @@ fn at_crash(db: &Connection, driver: &Driver) -> AtCrash {
         .filter_map(|text| server::process::ProcessIdentity::decode(text))
         .collect(),
         receipts: driver.sent.iter().filter(|s| s.receipt.is_some()).count(),
+        accepted: accepted_interactions(db),
     }
 }
 
-/// Runs trial `trial` of `seed`; panics on a failed check. Returns a
-/// one-line summary.
-pub(crate) async fn run(seed: u64, trial: u64) -> String {
-    let crash = Crash::of(seed, trial);
+/// Every accepted agent-step interaction: (run, interaction, submission).
+fn accepted_interactions(db: &Connection) -> Vec<(String, String, String)> {
+    db.prepare("SELECT run_id, interaction_id, accepted_submission_id FROM interactive_requests WHERE status = 'accepted' ORDER BY run_id")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Runs trial `trial` of `seed` in `lane` (the Pi lane needs its parts);
+/// panics on a failed check. Returns a one-line summary.
+pub(crate) async fn run(lane: Lane, parts: Option<&pi::Parts>, seed: u64, trial: u64) -> String {
+    let crash = Crash::of(lane, seed, trial);
     let mut rng = Rng::for_trial(seed ^ 0x746f_7274_7572_6521, trial);
     let mut server = match &crash {
         Crash::Fault(point, count) => {
@@ -404,8 +457,21 @@ pub(crate) async fn run(seed: u64, trial: u64) -> String {
         Crash::At(_) => TestServer::new(&[]),
     };
     let dir = server.scratch().to_path_buf();
-    let mut driver = Driver::new(&dir, &mut rng);
-    let label = format!("seed {seed:#x} trial {trial} ({crash})");
+    let rig = match lane {
+        Lane::Scripted => None,
+        Lane::Pi => {
+            let parts = parts.expect("the Pi lane's parts");
+            let rig = pi::Rig::start(parts, &dir);
+            server.set_env("PI_WORKFLOWS_RUNNER", &parts.runner_command());
+            server.set_env("PI_WORKFLOWS_PI", &rig.pi.to_string_lossy());
+            // A loaded two-core box starts a node runner in seconds.
+            server.set_env("PI_WORKFLOWS_CLAIM_TTL_MS", "3000");
+            server.set_env("PI_WORKFLOWS_READY_TIMEOUT_MS", "30000");
+            Some(rig)
+        }
+    };
+    let mut driver = Driver::new(lane, &dir, &mut rng);
+    let label = format!("{lane:?} lane seed {seed:#x} trial {trial} ({crash})");
 
     // Until the crash.
     let mut reached = true;
@@ -508,6 +574,22 @@ pub(crate) async fn run(seed: u64, trial: u64) -> String {
     wait_quiescent(&db).await;
     driver.retry_all(&format!("{label}, at the end")).await;
     check(&driver, &db, &label);
+    if let Some(rig) = &rig {
+        check_agent_steps(&driver, &db, &crashed, &label);
+        // No runner, shell command or Pi of this trial outlives its work.
+        let leftovers: Vec<String> = [
+            format!("PI_WORKFLOWS_HOME={}", server.home.display()),
+            format!("PI_CODING_AGENT_DIR={}", rig.agent_dir.display()),
+        ]
+        .iter()
+        .flat_map(|needle| pi::processes_with_env(needle, server.pid()))
+        .collect();
+        assert_eq!(
+            leftovers,
+            Vec::<String>::new(),
+            "{label}: processes left once every runner exit is recorded"
+        );
+    }
     assert_eq!(consistency_violations(&db), Vec::<String>::new(), "{label}");
     for identity in &crashed.runners {
         assert!(
@@ -616,7 +698,7 @@ fn check(driver: &Driver, db: &Connection, label: &str) {
         .count();
     assert_eq!(
         count(db, "SELECT COUNT(*) FROM runs", []) as usize,
-        WORKFLOWS + follow_ons,
+        driver.lane.workflows() + follow_ons,
         "{label}: one run per workflow and follow-on"
     );
     for (index, workflow) in driver.workflows.iter().enumerate() {
@@ -652,6 +734,16 @@ fn check(driver: &Driver, db: &Connection, label: &str) {
     // applied twice, no non-idempotent effect applied twice.
     let keyed = applications(&driver.dir.join(KEYED_LOG));
     let plain = applications(&driver.dir.join(PLAIN_LOG));
+    let shell = shell_runs(&driver.dir.join(SHELL_LOG));
+    // A shell action has no external key: applied exactly once per run.
+    for (run_id, attempts) in &shell {
+        assert_eq!(
+            attempts.len(),
+            1,
+            "{label}: the shell action of run {run_id} was applied {} times (visits {attempts:?})",
+            attempts.len()
+        );
+    }
     for (log, applied) in [("keyed", &keyed), ("plain", &plain)] {
         for ((effect_id, attempt), times) in applied {
             assert_eq!(
@@ -675,11 +767,17 @@ fn check(driver: &Driver, db: &Connection, label: &str) {
                 .collect::<Vec<_>>()
         );
     }
-    let effects: Vec<(String, String, String, i64)> = db
-        .prepare("SELECT effect_id, effect_type, state, attempt_number FROM effects")
+    let effects: Vec<(String, String, String, i64, String)> = db
+        .prepare("SELECT effect_id, effect_type, state, attempt_number, run_id FROM effects")
         .unwrap()
         .query_map([], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
         })
         .unwrap()
         .map(Result::unwrap)
@@ -688,7 +786,12 @@ fn check(driver: &Driver, db: &Connection, label: &str) {
         .workflows
         .iter()
         .map(|w| match w.kind {
-            Kind::KeyedEffect | Kind::PlainEffect | Kind::Checkpoint | Kind::Decision => 1,
+            Kind::KeyedEffect
+            | Kind::PlainEffect
+            | Kind::Checkpoint
+            | Kind::Decision
+            | Kind::ShellAgent
+            | Kind::Shell => 1,
             Kind::Compute | Kind::Restart => 0,
         })
         .sum::<usize>();
@@ -697,8 +800,15 @@ fn check(driver: &Driver, db: &Connection, label: &str) {
         effect_runs,
         "{label}: one effect per effect step"
     );
-    for (effect_id, effect_type, state, attempt) in &effects {
+    for (effect_id, effect_type, state, attempt, run_id) in &effects {
         assert_eq!(state, "applied", "{label}: effect {effect_id}");
+        if effect_type == "shell" {
+            assert!(
+                shell.contains_key(run_id),
+                "{label}: the shell action of run {run_id} is applied but not in its apply log"
+            );
+            continue;
+        }
         let log = if effect_type == "keyed" {
             &keyed
         } else {
@@ -715,6 +825,65 @@ fn check(driver: &Driver, db: &Connection, label: &str) {
         assert!(
             stored.contains(effect_id.as_str()),
             "{label}: effect {effect_id} was applied but is not stored"
+        );
+    }
+    let shell_effect_runs: BTreeSet<&str> = effects
+        .iter()
+        .filter(|(_, effect_type, ..)| effect_type == "shell")
+        .map(|(.., run_id)| run_id.as_str())
+        .collect();
+    for run_id in shell.keys() {
+        assert!(
+            shell_effect_runs.contains(run_id.as_str()),
+            "{label}: run {run_id} applied a shell action that is not stored"
+        );
+    }
+}
+
+/// The agent steps (Pi lane): each `ShellAgent` run has exactly one
+/// accepted interaction with exactly one accepted submission, the agent
+/// node finished once with the model's output, and an interaction accepted
+/// before the crash is the one that counts (not lost, not asked again).
+fn check_agent_steps(driver: &Driver, db: &Connection, crashed: &AtCrash, label: &str) {
+    let accepted = accepted_interactions(db);
+    for (index, workflow) in driver.workflows.iter().enumerate() {
+        if workflow.kind != Kind::ShellAgent {
+            continue;
+        }
+        let run = workflow.root.as_ref().expect("started");
+        let of_run: Vec<&(String, String, String)> =
+            accepted.iter().filter(|(r, ..)| r == run).collect();
+        assert_eq!(
+            of_run.len(),
+            1,
+            "{label}: workflow {index} run {run}: accepted agent interactions {of_run:?}"
+        );
+        let submissions = count(
+            db,
+            "SELECT COUNT(*) FROM interactive_submissions s JOIN interactive_requests r USING (interaction_id) WHERE r.run_id = ?1 AND s.outcome = 'accepted'",
+            [run],
+        );
+        assert_eq!(
+            submissions, 1,
+            "{label}: workflow {index} run {run}: accepted submissions of its agent step"
+        );
+        let output: String = db
+            .query_row(
+                "SELECT CAST(b.bytes AS TEXT) FROM node_attempts a JOIN blobs b ON b.digest = a.output_digest WHERE a.run_id = ?1 AND a.node_id = 'review' AND a.status = 'finished'",
+                [run],
+                |row| row.get(0),
+            )
+            .unwrap_or_else(|error| panic!("{label}: run {run}: the review's output: {error}"));
+        assert_eq!(
+            serde_json::from_str::<Value>(&output).unwrap(),
+            json!({"verdict": workload::VERDICT}),
+            "{label}: run {run}: the agent step's output is the accepted submission"
+        );
+    }
+    for before in &crashed.accepted {
+        assert!(
+            accepted.contains(before),
+            "{label}: the agent interaction accepted before the crash {before:?} is not the one that counts: {accepted:?}"
         );
     }
 }
