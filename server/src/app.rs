@@ -101,6 +101,7 @@ pub async fn open(
         control,
         faults,
         ports: PORTS,
+        clock: crate::clock::Clock::System,
         previous_host,
     });
     Ok((context, lock))

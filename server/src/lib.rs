@@ -36,6 +36,8 @@ pub mod runner_api;
 pub mod runner_logs;
 pub mod serve;
 pub mod shell;
+#[cfg(test)]
+mod simulation;
 pub mod store;
 pub mod terminal_messages;
 pub mod time;

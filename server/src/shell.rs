@@ -38,6 +38,8 @@ use rusqlite::Connection;
 /// on and the performer of the committed outputs (`App`).
 pub(crate) trait Shell {
     fn store(&self) -> &Store;
+    /// Where the job reads its transaction time.
+    fn clock(&self) -> crate::clock::Clock;
     /// Performs outputs of a committed job, in order.
     fn perform(&self, outputs: Vec<Output>);
 }
@@ -123,10 +125,11 @@ where
     R: Send + 'static,
     J: FnOnce(&Connection, u64) -> rusqlite::Result<Commit<(R, Vec<Output>)>> + Send + 'static,
 {
+    let clock = app.clock();
     let (answer, outputs) = app
         .store()
         .write(move |connection| {
-            Ok(match job(connection, crate::clock::now_ms())? {
+            Ok(match job(connection, clock.now_ms())? {
                 Commit::Keep(kept) => Commit::Keep(kept),
                 Commit::Discard((answer, _not_written)) => Commit::Discard((answer, Vec::new())),
             })

@@ -38,7 +38,8 @@ pub async fn run(app: Arc<Context>) {
     }
 }
 
-async fn admit_round(app: &Arc<Context>) {
+/// One admission round (the loop's work; the simulation's too).
+pub(crate) async fn admit_round(app: &Arc<Context>) {
     let offered = app.waiting.offered();
     admit_all(app).await;
     app.waiting.end(&offered);

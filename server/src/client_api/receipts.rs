@@ -227,13 +227,14 @@ where
         Err(response) => return (response, None),
     };
     let request_for_job = request.clone();
+    let clock = app.clock.clone();
     let result = app
         .store
         .write(move |connection| {
             if let Some(response) = lookup(connection, &request_for_job, &identity)? {
                 return Ok(Commit::Discard((response, Vec::new(), None)));
             }
-            let now_ms = crate::clock::now_ms();
+            let now_ms = clock.now_ms();
             let executed = execute(connection, now_ms)?;
             let outcome = crate::wire::codec_name(&executed.outcome);
             let body = receipt_body(&executed);

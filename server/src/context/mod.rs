@@ -67,6 +67,9 @@ pub struct Context {
     pub control: ClaimRequest,
     pub faults: Faults,
     pub ports: Ports,
+    /// Where every handler reads its transaction time (the system clock;
+    /// the simulation's own clock in `crate::simulation`).
+    pub clock: crate::clock::Clock,
     /// The host facts the previous server left (taken before this epoch):
     /// startup recovery stops work that counts only while a server runs at
     /// the previous server's last sign of life (`kernel::epoch::last_alive_ms`).
@@ -111,6 +114,7 @@ pub struct Parts {
     pub control: ClaimRequest,
     pub faults: Faults,
     pub ports: Ports,
+    pub clock: crate::clock::Clock,
     pub previous_host: kernel::epoch::HostFacts,
 }
 
@@ -125,6 +129,7 @@ impl Context {
             control,
             faults,
             ports,
+            clock,
             previous_host,
         } = parts;
         Arc::new(Self {
@@ -143,6 +148,7 @@ impl Context {
             control,
             faults,
             ports,
+            clock,
             previous_host,
             clients: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -203,6 +209,10 @@ impl Context {
 impl crate::shell::Shell for Arc<Context> {
     fn store(&self) -> &Store {
         &self.store
+    }
+
+    fn clock(&self) -> crate::clock::Clock {
+        self.clock.clone()
     }
 
     fn perform(&self, outputs: Vec<Output>) {

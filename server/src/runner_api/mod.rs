@@ -624,7 +624,7 @@ fn decide_in(
             "the run does not exist",
         ))));
     };
-    let now_ms = crate::clock::now_ms();
+    let now_ms = app.clock.now_ms();
     // The runner's claim is checked before its payload is read: a runner
     // that lost it (replaced or expired) gets `claimLost` for every message
     // and must exit, whatever the kernel would have said about the payload.
@@ -1460,7 +1460,7 @@ async fn progress(
     let runner_epoch = runner.runner_epoch.clone();
     let run_id = runner.run_id.clone();
     let authority = runner.authority.clone();
-    let now_ms = crate::clock::now_ms();
+    let now_ms = app.clock.now_ms();
     let registered = app
         .store
         .write(move |connection| {

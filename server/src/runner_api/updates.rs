@@ -243,10 +243,11 @@ pub async fn tool_update(
     let data = EncodedUpdate::of(&update.data);
     let attempt_id = AttemptId::new(payload.attempt_id.to_string());
     let key = key.to_owned();
+    let clock = app.clock.clone();
     let decided = app
         .store
         .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+            let now_ms = clock.now_ms();
             let refuse = |code: ErrorCode, message: &str| {
                 Ok(Commit::Discard((
                     Err(("rejected".to_owned(), code, message.to_owned())),

@@ -153,11 +153,18 @@ pub const CHECKS: &[Check] = &[
         sql: "SELECT m.runner_epoch || ' ' || m.message_id FROM worker_messages m
          WHERE m.runner_epoch NOT IN (SELECT runner_epoch FROM run_workers)",
     },
+    // A resumed run waits parked without a reason until its admission
+    // (`kernel::run::resume`; `RunRecord::is_admissible` admits it, `why`
+    // says it waits for a runner slot): only a run whose latest park was not
+    // followed by a resume (every park writes a `parked` event) is a violation (found by `crate::simulation`: `state
+    // verify` flagged every resumed run that waited for capacity).
     Check {
         message: "parked run without a park reason",
         quiescent_only: false,
         sql: "SELECT r.run_id FROM runs r JOIN run_queue q USING (run_id)
-         WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0",
+         WHERE r.status = 'running' AND q.status = 'parked' AND r.park_reason IS NULL AND r.paused = 0
+           AND (SELECT e.kind FROM events e WHERE e.run_id = r.run_id AND e.kind IN ('parked', 'resumed')
+                ORDER BY e.seq DESC LIMIT 1) IS NOT 'resumed'",
     },
     // The viewer projection advances in the same commit as the change.
     Check {

@@ -90,7 +90,7 @@ async fn stop_turn_clocks(app: &Arc<Context>) {
         .read(crate::store::sessions::pending_clocks)
         .await
         .unwrap_or_default();
-    let now_ms = crate::clock::now_ms();
+    let now_ms = app.clock.now_ms();
     for (run_id, attempt_id, clock) in clocks {
         if let Some(at_ms) = clock.deadline_at_ms(now_ms) {
             app.timers

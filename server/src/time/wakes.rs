@@ -56,7 +56,7 @@ pub async fn run_wakes(app: Arc<Context>) {
         if app.is_stopping() {
             return;
         }
-        let now_ms = crate::clock::now_ms();
+        let now_ms = app.clock.now_ms();
         match app.timers.next_due(now_ms) {
             Ok(wake) => fire(&app, wake).await,
             Err(next) => {
@@ -73,7 +73,8 @@ pub async fn run_wakes(app: Arc<Context>) {
     }
 }
 
-async fn fire(app: &Arc<Context>, wake: Wake) {
+/// Fires one due wake (the wake loop's work; the simulation's too).
+pub(crate) async fn fire(app: &Arc<Context>, wake: Wake) {
     match wake.reason {
         WakeReason::NodeDeadline { attempt_id } => {
             expire_node(app, wake.run_id, attempt_id).await;
@@ -151,6 +152,7 @@ async fn expire_node(app: &Arc<Context>, run_id: RunId, attempt_id: AttemptId) -
     let ttl_ms = app.config.claim_ttl_ms;
     let stored_attempt = attempt_id.clone();
     let stored_run = run_id.clone();
+    let clock = app.clock.clone();
     shell::apply_then(
         app,
         run_id,
@@ -173,7 +175,7 @@ async fn expire_node(app: &Arc<Context>, run_id: RunId, attempt_id: AttemptId) -
             ))
         },
         move |connection, after| {
-            let now_ms = crate::clock::now_ms();
+            let now_ms = clock.now_ms();
             let stored = attempts::AttemptResult {
                 error_message: Some(DEADLINE_MESSAGE.into()),
                 ..Default::default()
@@ -246,9 +248,10 @@ async fn renew_epoch(app: &Arc<Context>) -> Renewal {
     let epoch = app.epoch;
     let owner = app.server_owner.clone();
     let lease_ms = app.config.server_lease_ms;
+    let clock = app.clock.clone();
     app.store
         .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+            let now_ms = clock.now_ms();
             let facts = crate::store::host::load(connection)?;
             match kernel::epoch::renew(&facts, epoch, &owner, now_ms, lease_ms) {
                 Ok(next) => {
@@ -281,10 +284,11 @@ async fn renew_claims(app: &Arc<Context>) {
         return;
     }
     let ttl_ms = app.config.claim_ttl_ms;
+    let clock = app.clock.clone();
     let _ = app
         .store
         .write(move |connection| {
-            let now_ms = crate::clock::now_ms();
+            let now_ms = clock.now_ms();
             for (run_id, authority) in runners {
                 let Some(before) = runs::load(connection, &run_id)? else {
                     continue;
@@ -304,14 +308,15 @@ async fn renew_claims(app: &Arc<Context>) {
 
 /// Finds running rows whose claims expired and schedules their recovery.
 pub async fn schedule_expired(app: &Arc<Context>) {
+    let clock = app.clock.clone();
     let expired = app
         .store
-        .read(|connection| {
-            crate::store::runs::expired_running_claims(connection, crate::clock::now_ms())
+        .read(move |connection| {
+            crate::store::runs::expired_running_claims(connection, clock.now_ms())
         })
         .await
         .unwrap_or_default();
-    let now_ms = crate::clock::now_ms();
+    let now_ms = app.clock.now_ms();
     for run_id in expired {
         app.timers.wake(run_id, now_ms, WakeReason::ClaimExpiry);
     }
