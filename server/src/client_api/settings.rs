@@ -62,7 +62,6 @@ pub(super) async fn update(
                 store::write_change(
                     connection,
                     &key,
-                    scope,
                     project_id.as_deref(),
                     &next,
                     &patch,

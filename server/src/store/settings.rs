@@ -15,7 +15,7 @@
 use super::Cached as _;
 use super::codec::{i64_of, u64_of};
 use kernel::ids::RunId;
-use kernel::settings::{Binding, Scope, ScopeKey, ScopeSettings};
+use kernel::settings::{Binding, ScopeKey, ScopeSettings};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value};
 
@@ -50,11 +50,12 @@ pub(crate) struct ChangeReceipt<'a> {
     pub(crate) idempotency_key: &'a str,
 }
 
-/// Writes a scope's changed settings and the change row of `patch`.
+/// Writes a scope's changed settings and the change row of `patch`; a
+/// scope with `project_id` is that project's (`kernel::settings::scope_key`
+/// made `key` from the same two).
 pub(crate) fn write_change(
     connection: &Connection,
     key: &ScopeKey,
-    scope: Scope,
     project_id: Option<&str>,
     settings: &ScopeSettings,
     patch: &Map<String, Value>,
@@ -63,9 +64,9 @@ pub(crate) fn write_change(
 ) -> rusqlite::Result<()> {
     let value_json = serde_json::to_string(&settings.value).unwrap_or_else(|_| "{}".into());
     let patch_json = serde_json::to_string(patch).unwrap_or_else(|_| "{}".into());
-    let scope = match scope {
-        Scope::User => "user",
-        Scope::Project => "project",
+    let scope = match project_id {
+        None => "user",
+        Some(_) => "project",
     };
     connection.execute_cached(
         "INSERT INTO workflow_settings (scope_key, scope, project_id, revision, value_json, updated_at_ms)
