@@ -49,6 +49,7 @@ pub mod run;
 pub mod runner;
 pub mod scheduler;
 pub mod session;
+pub mod settings;
 pub mod steps;
 pub mod terminal;
 pub mod topology;

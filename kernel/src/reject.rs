@@ -30,6 +30,7 @@ use crate::resource::ResourceRejection;
 use crate::run::{Rejection, RestartRefusal};
 use crate::runner::ProtocolCheck;
 use crate::session::SessionRejection;
+use crate::settings::SettingsRejection;
 use crate::updates::UpdateRejection;
 
 pub use crate::generated::WireCode;
@@ -532,6 +533,44 @@ impl Coded for FollowUpRejection {
     fn protocol_check(&self) -> Option<ProtocolCheck> {
         match self {
             Self::Headless | Self::ChainEnded { .. } | Self::AlreadyDelivered => None,
+        }
+    }
+}
+
+impl Coded for SettingsRejection {
+    fn code(&self) -> WireCode {
+        match self {
+            Self::ProjectRequired
+            | Self::ProjectForUserScope
+            | Self::TooManyKeys { .. }
+            | Self::TooLarge { .. } => WireCode::SchemaInvalid,
+            Self::RevisionExhausted => WireCode::IllegalTransition,
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::ProjectRequired => "the project scope needs the project's path (projectPath)",
+            Self::ProjectForUserScope => {
+                "the user scope names no project; drop projectPath or use the project scope"
+            }
+            Self::TooManyKeys { .. } => {
+                "the settings would hold more than 512 keys; delete keys (set them to null) first"
+            }
+            Self::TooLarge { .. } => {
+                "the settings would exceed 64 KiB of JSON; delete or shorten values first"
+            }
+            Self::RevisionExhausted => "the settings scope reached its highest revision",
+        }
+    }
+
+    fn protocol_check(&self) -> Option<ProtocolCheck> {
+        match self {
+            Self::ProjectRequired
+            | Self::ProjectForUserScope
+            | Self::TooManyKeys { .. }
+            | Self::TooLarge { .. }
+            | Self::RevisionExhausted => None,
         }
     }
 }

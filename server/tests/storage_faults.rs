@@ -700,9 +700,9 @@ fn damaged_and_foreign_state_files_are_told_apart_from_incompatible_ones() {
     // session capture or before state retention's deletion indexes; 5:
     // before a decision's answer source; 6: before a Telegram answer
     // source; 7: before a piw answer source and follow-ups; 8: before
-    // durable turn intents; 9: before selected launches) gets the
-    // back-up-and-move instruction.
-    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9] {
+    // durable turn intents; 9: before selected launches; 10: before live
+    // settings) gets the back-up-and-move instruction.
+    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
         let error = refusal_of(|path| {
             std::fs::write(path, &real).unwrap();
             let connection = Connection::open(path).unwrap();

@@ -33,6 +33,8 @@ pub enum RequestPayload {
     EffectRecover(types::EffectRecoverPayload),
     /// `settings.update`
     SettingsUpdate(types::SettingsUpdatePayload),
+    /// `settings.get`
+    SettingsGet(types::SettingsGetPayload),
     /// `followUp.add`
     FollowUpAdd(types::FollowUpAddPayload),
     /// `followUp.cancel`
@@ -102,6 +104,7 @@ impl RequestPayload {
             Self::InteractionSubmit(_) => types::Operation::InteractionSubmit,
             Self::EffectRecover(_) => types::Operation::EffectRecover,
             Self::SettingsUpdate(_) => types::Operation::SettingsUpdate,
+            Self::SettingsGet(_) => types::Operation::SettingsGet,
             Self::FollowUpAdd(_) => types::Operation::FollowUpAdd,
             Self::FollowUpCancel(_) => types::Operation::FollowUpCancel,
             Self::ResourceApply(_) => types::Operation::ResourceApply,
@@ -189,6 +192,11 @@ pub fn parse_request_payload(
             types::Operation::SettingsUpdate => {
                 RequestPayload::SettingsUpdate(
                     types::SettingsUpdatePayload::deserialize(value)?,
+                )
+            }
+            types::Operation::SettingsGet => {
+                RequestPayload::SettingsGet(
+                    types::SettingsGetPayload::deserialize(value)?,
                 )
             }
             types::Operation::FollowUpAdd => {
@@ -333,6 +341,8 @@ pub enum ResponseReceipt {
     EffectRecover(types::EffectRecoverReceipt),
     /// `settings.update`
     SettingsUpdate(types::SettingsReceipt),
+    /// `settings.get`
+    SettingsGet(types::SettingsView),
     /// `followUp.add`
     FollowUpAdd(types::FollowUpReceipt),
     /// `followUp.cancel`
@@ -402,6 +412,7 @@ impl ResponseReceipt {
             Self::InteractionSubmit(_) => types::Operation::InteractionSubmit,
             Self::EffectRecover(_) => types::Operation::EffectRecover,
             Self::SettingsUpdate(_) => types::Operation::SettingsUpdate,
+            Self::SettingsGet(_) => types::Operation::SettingsGet,
             Self::FollowUpAdd(_) => types::Operation::FollowUpAdd,
             Self::FollowUpCancel(_) => types::Operation::FollowUpCancel,
             Self::ResourceApply(_) => types::Operation::ResourceApply,
@@ -494,6 +505,9 @@ pub fn parse_response_receipt(
                 ResponseReceipt::SettingsUpdate(
                     types::SettingsReceipt::deserialize(value)?,
                 )
+            }
+            types::Operation::SettingsGet => {
+                ResponseReceipt::SettingsGet(types::SettingsView::deserialize(value)?)
             }
             types::Operation::FollowUpAdd => {
                 ResponseReceipt::FollowUpAdd(types::FollowUpReceipt::deserialize(value)?)

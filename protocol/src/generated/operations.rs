@@ -137,6 +137,15 @@ impl ClientOperation for SettingsUpdate {
     type Receipt = types::SettingsReceipt;
     const STATE_CHANGING: bool = true;
 }
+/// `settings.get`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SettingsGet;
+impl ClientOperation for SettingsGet {
+    const OPERATION: types::Operation = types::Operation::SettingsGet;
+    type Payload = types::SettingsGetPayload;
+    type Receipt = types::SettingsView;
+    const STATE_CHANGING: bool = false;
+}
 /// `followUp.add`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FollowUpAdd;

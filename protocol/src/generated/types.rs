@@ -5682,6 +5682,8 @@ pub enum Operation {
     RunView,
     #[serde(rename = "run.why")]
     RunWhy,
+    #[serde(rename = "settings.get")]
+    SettingsGet,
     #[serde(rename = "view.page")]
     ViewPage,
     #[serde(rename = "view.content")]
@@ -5740,6 +5742,7 @@ impl ::std::fmt::Display for Operation {
             Self::RunsList => f.write_str("runs.list"),
             Self::RunView => f.write_str("run.view"),
             Self::RunWhy => f.write_str("run.why"),
+            Self::SettingsGet => f.write_str("settings.get"),
             Self::ViewPage => f.write_str("view.page"),
             Self::ViewContent => f.write_str("view.content"),
             Self::Subscribe => f.write_str("subscribe"),
@@ -5789,6 +5792,7 @@ impl ::std::str::FromStr for Operation {
             "runs.list" => Ok(Self::RunsList),
             "run.view" => Ok(Self::RunView),
             "run.why" => Ok(Self::RunWhy),
+            "settings.get" => Ok(Self::SettingsGet),
             "view.page" => Ok(Self::ViewPage),
             "view.content" => Ok(Self::ViewContent),
             "subscribe" => Ok(Self::Subscribe),
@@ -7067,6 +7071,8 @@ pub struct RunView {
     #[serde(rename = "runId")]
     pub run_id: RunId,
     pub schema: RunViewSchemaId,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub settings: ::std::option::Option<SettingsRevisions>,
     pub status: StatusFacts,
     pub steps: StepPage,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -8142,11 +8148,28 @@ pub struct SessionViewGetPayload {
     #[serde(rename = "sessionId")]
     pub session_id: SessionId,
 }
-///The new settings revision.
+///Read the current settings: the user scope, and the project scope of projectPath when given.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsGetPayload {
+    #[serde(
+        rename = "projectPath",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub project_path: ::std::option::Option<AbsolutePath>,
+}
+///The scope's settings revision after the patch (its change number: one more per patch that changed the value; unchanged when the patch changed nothing).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsReceipt {
     pub revision: super::constrained::Revision,
+}
+///The settings revisions in effect when the run started (settings.update's change numbers; 0: the scope had no change yet). A checkpoint continuation carries its parent's.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsRevisions {
+    pub project: super::constrained::Revision,
+    pub user: super::constrained::Revision,
 }
 ///A settings scope.
 #[derive(
@@ -8203,12 +8226,32 @@ impl ::std::convert::TryFrom<::std::string::String> for SettingsScope {
         value.parse()
     }
 }
-///Apply a settings patch.
+///One settings scope: its revision (0 before its first change) and its current value.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsScopeView {
+    pub revision: super::constrained::Revision,
+    pub value: JsonObject,
+}
+///Apply a JSON merge patch (RFC 7396: null deletes a key) to one settings scope. projectPath names the project of the project scope (required for scope project, refused for scope user).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsUpdatePayload {
     pub patch: JsonObject,
+    #[serde(
+        rename = "projectPath",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub project_path: ::std::option::Option<AbsolutePath>,
     pub scope: SettingsScope,
+}
+///The current settings: the user scope, and the project scope when the request named a project.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsView {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub project: ::std::option::Option<SettingsScopeView>,
+    pub user: SettingsScopeView,
 }
 ///The terminal state a runner settles an effect to.
 #[derive(

@@ -47,6 +47,8 @@ import type {
   RunStartPayload,
   RunView,
   SessionView,
+  SettingsUpdatePayload,
+  SettingsView,
   SafeError as WireSafeError,
   ServerStatus,
   ServerStopReceipt,
@@ -293,6 +295,15 @@ export class WorkflowClient implements SubscriptionHost {
     return this.command("followUp.cancel", undefined, { followUpId }, options);
   }
 
+  /**
+   * `settings.update`: one JSON merge patch (`null` deletes a key) of the
+   * user's settings or of a project's (`{scope: "project", projectPath}`);
+   * the receipt is the scope's revision after it.
+   */
+  settingsUpdate(payload: SettingsUpdatePayload, options: CommandOptions = {}): Promise<Accepted<"settings.update">> {
+    return this.command("settings.update", undefined, payload, options);
+  }
+
   /** `checkpoint.answer`: the answer becomes the input of the one continuation run. */
   checkpointAnswer(runId: string, answer: JsonValue, options: CommandOptions = {}): Promise<Accepted<"checkpoint.answer">> {
     return this.command("checkpoint.answer", runId, { answer }, options);
@@ -401,6 +412,11 @@ export class WorkflowClient implements SubscriptionHost {
   /** `run.view`: the live run view. A missing run is a `notFound` error. */
   async runView(runId: string, options: RequestOptions = {}): Promise<RunView> {
     return (await this.read("run.view", runId, {}, options)).receipt;
+  }
+
+  /** `settings.get`: the user's settings, and the project's of `projectPath` when given. */
+  async settingsGet(projectPath?: string, options: RequestOptions = {}): Promise<SettingsView> {
+    return (await this.read("settings.get", undefined, projectPath !== undefined ? { projectPath } : {}, options)).receipt;
   }
 
   /**

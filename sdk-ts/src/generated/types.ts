@@ -956,10 +956,10 @@ export interface NotificationResult {
 export type OlderThanDays = number;
 
 /** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
-export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "run.why" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
+export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "run.why" | "settings.get" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
 
 /** Every value of Operation, in schema order. */
-export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "run.why", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
+export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "run.why", "settings.get", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
 
 /** An npm/crate package version (semantic version). */
 export type PackageVersion = string;
@@ -1305,6 +1305,7 @@ export interface RunView {
   "revision": Revision;
   "runId": RunId;
   "schema": RunViewSchemaId;
+  "settings"?: SettingsRevisions;
   "status": StatusFacts;
   "steps": StepPage;
   "title"?: Title;
@@ -1762,9 +1763,20 @@ export interface SessionViewGetPayload {
   "sessionId": SessionId;
 }
 
-/** The new settings revision. */
+/** Read the current settings: the user scope, and the project scope of projectPath when given. */
+export interface SettingsGetPayload {
+  "projectPath"?: AbsolutePath;
+}
+
+/** The scope's settings revision after the patch (its change number: one more per patch that changed the value; unchanged when the patch changed nothing). */
 export interface SettingsReceipt {
   "revision": Revision;
+}
+
+/** The settings revisions in effect when the run started (settings.update's change numbers; 0: the scope had no change yet). A checkpoint continuation carries its parent's. */
+export interface SettingsRevisions {
+  "project": Revision;
+  "user": Revision;
 }
 
 /** A settings scope. */
@@ -1773,10 +1785,23 @@ export type SettingsScope = "user" | "project";
 /** Every value of SettingsScope, in schema order. */
 export const SettingsScopeValues: readonly SettingsScope[] = ["user", "project"];
 
-/** Apply a settings patch. */
+/** One settings scope: its revision (0 before its first change) and its current value. */
+export interface SettingsScopeView {
+  "revision": Revision;
+  "value": JsonObject;
+}
+
+/** Apply a JSON merge patch (RFC 7396: null deletes a key) to one settings scope. projectPath names the project of the project scope (required for scope project, refused for scope user). */
 export interface SettingsUpdatePayload {
   "patch": JsonObject;
+  "projectPath"?: AbsolutePath;
   "scope": SettingsScope;
+}
+
+/** The current settings: the user scope, and the project scope when the request named a project. */
+export interface SettingsView {
+  "project"?: SettingsScopeView;
+  "user": SettingsScopeView;
 }
 
 /** The terminal state a runner settles an effect to. */
@@ -2371,6 +2396,7 @@ export interface RequestPayloadByOperation {
   "interaction.submit": InteractionSubmitPayload;
   "effect.recover": EffectRecoverPayload;
   "settings.update": SettingsUpdatePayload;
+  "settings.get": SettingsGetPayload;
   "followUp.add": FollowUpAddPayload;
   "followUp.cancel": FollowUpCancelPayload;
   "resource.apply": ResourceApplyPayload;
@@ -2413,6 +2439,7 @@ export interface ResponseReceiptByOperation {
   "interaction.submit": InteractionSubmitReceipt;
   "effect.recover": EffectRecoverReceipt;
   "settings.update": SettingsReceipt;
+  "settings.get": SettingsView;
   "followUp.add": FollowUpReceipt;
   "followUp.cancel": FollowUpReceipt;
   "resource.apply": ResourceReceipt;

@@ -14,6 +14,7 @@
 
 mod channel;
 mod herdr;
+mod live_settings;
 mod render;
 mod runs;
 mod server;
@@ -289,6 +290,15 @@ enum Command {
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
     },
+    /// Show the live settings (the user's and this project's), or change
+    /// them with `settings set`.
+    Settings {
+        #[command(subcommand)]
+        command: Option<SettingsCommand>,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// The supervised channel adapters (Telegram): status, reload, and the
     /// review of an interrupted send.
     #[command(subcommand)]
@@ -312,6 +322,30 @@ enum HerdrCommand {
         /// Print JSON (schema in docs/CLI.md).
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SettingsCommand {
+    /// Change settings: each KEY=VALUE sets a key (VALUE as JSON, or as
+    /// text when it is not JSON; KEY=null deletes it), or --patch-file
+    /// sends a JSON merge patch.
+    Set {
+        /// Change this directory's project settings (default: the user's).
+        #[arg(long)]
+        project: bool,
+        /// KEY=VALUE pairs.
+        pairs: Vec<String>,
+        /// A file holding a JSON merge patch (an object; null deletes).
+        #[arg(long, value_name = "FILE")]
+        patch_file: Option<String>,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+        /// Makes a retry safe: the same change with the same key adopts the
+        /// first attempt's receipt (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
 }
 
@@ -369,6 +403,30 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Server(command) => return server::main(command, settings, &runtime),
         Command::Herdr(HerdrCommand::Sync { json }) => herdr::main(settings.home.root(), json),
         Command::Channel(command) => runtime.block_on(channel::run(settings, command)),
+        Command::Settings {
+            command: None,
+            json,
+        } => runtime.block_on(live_settings::show(settings, json)),
+        Command::Settings {
+            command:
+                Some(SettingsCommand::Set {
+                    project,
+                    pairs,
+                    patch_file,
+                    json,
+                    idempotency_key,
+                }),
+            json: _,
+        } => runtime.block_on(live_settings::set(
+            settings,
+            live_settings::SetArgs {
+                project,
+                pairs,
+                patch_file,
+                json,
+                idempotency_key,
+            },
+        )),
         Command::State(command) => runtime.block_on(state::main(settings, command)),
         Command::List { json } => runtime.block_on(runs::list(settings, json)),
         Command::Start {

@@ -53,12 +53,12 @@ pub(super) async fn list(settings: &Settings, json_output: bool) -> Outcome {
 /// after a kill or a timeout — is the same durable command (client id +
 /// idempotency key) and adopts the receipt the first attempt stored, while
 /// two different keys are two different clients and never collide.
-struct Retry {
+pub(super) struct Retry {
     key: Option<String>,
 }
 
 impl Retry {
-    fn new(key: Option<String>) -> Result<Self, Failure> {
+    pub(super) fn new(key: Option<String>) -> Result<Self, Failure> {
         let valid = |key: &str| {
             let mut chars = key.chars();
             key.len() <= 128
@@ -74,7 +74,7 @@ impl Retry {
         }
     }
 
-    async fn connect(&self, settings: &Settings) -> Result<WorkflowClient, Failure> {
+    pub(super) async fn connect(&self, settings: &Settings) -> Result<WorkflowClient, Failure> {
         match &self.key {
             Some(key) => {
                 // `sha256:` and the first 16 hex digits of the key's digest.
@@ -85,7 +85,7 @@ impl Retry {
         }
     }
 
-    fn options(&self) -> CallOptions {
+    pub(super) fn options(&self) -> CallOptions {
         CallOptions {
             idempotency_key: self.key.clone(),
             expected_revision: None,
@@ -94,7 +94,7 @@ impl Retry {
 
     /// The failure of a refused command; a key used for another command
     /// says so.
-    fn refused(&self, error: ClientError, run_id: Option<&str>) -> Failure {
+    pub(super) fn refused(&self, error: ClientError, run_id: Option<&str>) -> Failure {
         match (&self.key, error) {
             (Some(key), ClientError::Conflict { .. }) => Failure::new(
                 Exit::Refused,
@@ -518,7 +518,7 @@ pub(super) async fn recover(settings: &Settings, args: RecoverArgs) -> Outcome {
     Ok(Exit::Ok)
 }
 
-fn project_path() -> Result<String, Failure> {
+pub(super) fn project_path() -> Result<String, Failure> {
     std::env::current_dir()
         .map(|dir| dir.to_string_lossy().into_owned())
         .map_err(|_| {

@@ -17,7 +17,8 @@
 //! receipt job), `run_commands`, `decisions` (`decision.answer`,
 //! `effect.recover`), `reads`, `subscriptions`, `coordinator`
 //! (origin sessions), `submissions` (`interaction.submit`), `follow_ups`
-//! (`followUp.add`, `followUp.cancel`),
+//! (`followUp.add`, `followUp.cancel`), `settings` (`settings.update`,
+//! `settings.get`),
 //! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
 //! `server_status`, `why` (`run.why`), and `socket` (the listener and its connections).
 
@@ -32,6 +33,7 @@ mod receipts;
 mod request;
 mod run_commands;
 pub mod server_status;
+mod settings;
 pub mod socket;
 pub mod submissions;
 mod subscriptions;
@@ -288,8 +290,9 @@ async fn dispatch(
         RequestPayload::FollowUpCancel(cancel) => follow_ups::cancel(app, request, cancel).await,
         // Operations of the schema this server version does not implement:
         // answered `unavailable`, and never advertised as a control.
-        RequestPayload::SettingsUpdate(_)
-        | RequestPayload::ResourceApply(_)
+        RequestPayload::SettingsUpdate(update) => settings::update(app, request, update).await,
+        RequestPayload::SettingsGet(get) => settings::get(app, &request, &get).await,
+        RequestPayload::ResourceApply(_)
         | RequestPayload::ResourceReconcile(_)
         | RequestPayload::ResourceDelete(_) => refusal(
             &request,

@@ -339,6 +339,8 @@ pub struct HeaderFacts<'a> {
     pub graph_history: wire::ContentReference,
     /// The request of the run's pending protected decision, when it has one.
     pub decision_request: Option<&'a wire::HumanDecisionRequest>,
+    /// The settings revisions the run saw (`store::settings`), when bound.
+    pub settings: Option<kernel::settings::Binding>,
 }
 
 /// The header of a run view: every [`wire::RunView`] field that is not the
@@ -365,6 +367,8 @@ pub struct Header {
     pub graph_history: wire::ContentReference,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lineage: Option<wire::Lineage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<wire::SettingsRevisions>,
     pub status: wire::StatusFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<wire::Title>,
@@ -428,6 +432,11 @@ impl Header {
             "/lineage",
             before.and_then(|b| b.lineage.as_ref()),
             self.lineage.as_ref(),
+        )?;
+        diff.field(
+            "/settings",
+            before.and_then(|b| b.settings.as_ref()),
+            self.settings.as_ref(),
         )?;
         diff.field("/status", before.map(|b| &b.status), Some(&self.status))?;
         diff.field(
@@ -531,6 +540,15 @@ pub fn header(agg: &RunAggregate, facts: HeaderFacts<'_>) -> Result<Header, OffS
             .transpose()?,
         graph_history: facts.graph_history,
         lineage: lineage_value(agg)?,
+        settings: facts
+            .settings
+            .map(|binding| {
+                Ok(wire::SettingsRevisions {
+                    project: revision(binding.project)?,
+                    user: revision(binding.user)?,
+                })
+            })
+            .transpose()?,
         status: wire::StatusFacts {
             execution_mode: if agg.run.mode.origin_session().is_some() {
                 wire::ExecutionMode::Interactive
@@ -731,6 +749,7 @@ pub fn document(
         finished_at_ms,
         graph_history,
         lineage,
+        settings,
         status,
         title,
         updated_at_ms,
@@ -751,6 +770,7 @@ pub fn document(
         revision: self::revision(revision)?,
         run_id: to_wire("runId", run_id)?,
         schema: wire::RunViewSchemaId::PiWorkflowsRunViewV1,
+        settings,
         status,
         steps,
         title,

@@ -59,13 +59,18 @@ pub(crate) fn load(connection: &Connection, run_id: &RunId) -> rusqlite::Result<
         .optional()
 }
 
+/// The project id of a canonical path (whether or not it is stored).
+pub(crate) fn project_id_of(path: &str) -> String {
+    hex::encode(&crate::ids::sha256(path.as_bytes()).0[..12])
+}
+
 /// The project id of a canonical path, inserting the project if new.
 pub(crate) fn ensure_project(
     connection: &Connection,
     path: &str,
     now_ms: u64,
 ) -> rusqlite::Result<String> {
-    let project_id = hex::encode(&crate::ids::sha256(path.as_bytes()).0[..12]);
+    let project_id = project_id_of(path);
     connection.execute_cached(
         "INSERT INTO projects (project_id, canonical_path, created_at_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT (project_id) DO NOTHING",
@@ -121,8 +126,9 @@ pub(crate) fn topology(
 }
 
 /// Inserts the rows of a new run (`runs`, `run_sources`, `run_bindings`,
-/// `run_queue`, `leases`) in the reserved state; the kernel's reservation
-/// then writes its facts over them.
+/// `run_queue`, `leases`, `viewer_runs`, and its settings binding: the
+/// revisions in effect, or a continuation's parent's) in the reserved
+/// state; the kernel's reservation then writes its facts over them.
 pub(crate) fn insert_run(
     connection: &Connection,
     meta: &RunMeta,
@@ -180,6 +186,16 @@ pub(crate) fn insert_run(
     connection.execute_cached(
         "INSERT INTO viewer_runs (run_id, presentation_revision, retained_floor) VALUES (?1, 0, 0)",
         params![meta.run_id.as_str()],
+    )?;
+    let parent_binding = match continuation_parent {
+        Some((parent, _)) => super::settings::binding(connection, parent)?,
+        None => None,
+    };
+    let current = super::settings::current_binding(connection, &meta.project_id)?;
+    super::settings::insert_binding(
+        connection,
+        &meta.run_id,
+        kernel::settings::bind(parent_binding, current),
     )?;
     Ok(())
 }

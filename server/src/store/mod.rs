@@ -54,6 +54,7 @@ pub mod retention;
 pub mod runs;
 pub mod schema;
 pub mod sessions;
+pub(crate) mod settings;
 pub mod submissions;
 pub(crate) mod terminal;
 pub mod updates;

@@ -1,4 +1,4 @@
--- pi-workflows-state, schema version 10 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 11 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
 -- on node attempts, so a runner message read every finished step; version 3
 -- counted an interactive node timeout on the wall clock, with no turn clock
@@ -8,8 +8,8 @@
 -- answered a human decision; version 6 did not accept a Telegram channel
 -- as that source; version 7 had neither piw's answer dialog as a source
 -- nor follow-up queues; version 8 had no durable turn intents; version 9
--- did not record a terminal decision turn's selected launch; all are
--- refused as incompatible).
+-- did not record a terminal decision turn's selected launch; version 10
+-- had no live settings; all are refused as incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -17,7 +17,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 10),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 11),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -425,6 +425,45 @@ CREATE TABLE workflow_follow_ups (
 ) STRICT;
 -- A chain's follow-ups (settled when its leaf ends; deleted with its tree).
 CREATE INDEX workflow_follow_ups_by_chain ON workflow_follow_ups(chain_run_id, state, position);
+
+-- Live settings (settings.update, kernel::settings): each scope's current
+-- value (a JSON object) and revision, its public change number. A scope is
+-- `user` or one project's (`project:<projectId>`); its row appears with its
+-- first change.
+CREATE TABLE workflow_settings (
+  scope_key TEXT PRIMARY KEY,
+  scope TEXT NOT NULL CHECK (scope IN ('user', 'project')),
+  project_id TEXT REFERENCES projects(project_id),
+  revision INTEGER NOT NULL CHECK (revision >= 1),
+  value_json TEXT NOT NULL CHECK (json_type(value_json) = 'object'),
+  updated_at_ms INTEGER NOT NULL,
+  CHECK ((scope = 'project') = (project_id IS NOT NULL)),
+  CHECK (scope_key = CASE scope WHEN 'user' THEN 'user' ELSE 'project:' || project_id END)
+) STRICT;
+-- One scope per project (and the index of its foreign key).
+CREATE UNIQUE INDEX workflow_settings_by_project ON workflow_settings(project_id);
+
+-- One row per accepted patch that changed a scope: the patch, the revision
+-- it made, and the command receipt (host_commands' client id and
+-- idempotency key) that acknowledged it, written in the receipt's
+-- transaction with the scope's new value.
+CREATE TABLE workflow_setting_changes (
+  scope_key TEXT NOT NULL REFERENCES workflow_settings(scope_key),
+  revision INTEGER NOT NULL CHECK (revision >= 1),
+  patch_json TEXT NOT NULL CHECK (json_type(patch_json) = 'object'),
+  client_id TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  changed_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (scope_key, revision)
+) STRICT;
+
+-- The settings revisions a run saw (0: the scope had no change yet), written
+-- with the run's first rows; a checkpoint continuation copies its parent's.
+CREATE TABLE workflow_setting_bindings (
+  run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+  user_revision INTEGER NOT NULL CHECK (user_revision >= 0),
+  project_revision INTEGER NOT NULL CHECK (project_revision >= 0)
+) STRICT;
 
 -- Turn intents (kernel::intent, DEFERRED_TURNS): the one successor model
 -- turn an eligible event of an interactive run owes its origin session, and

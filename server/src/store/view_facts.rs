@@ -73,6 +73,7 @@ pub(crate) fn header(
             definition,
             graph_history,
             decision_request: decision_request.as_ref(),
+            settings: super::settings::binding(connection, run_id)?,
         },
     )?)
 }

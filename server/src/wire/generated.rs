@@ -68,6 +68,7 @@ pub const fn command_operation(operation: Operation) -> Option<CommandOperation>
         Operation::RunsList => None,
         Operation::RunView => None,
         Operation::RunWhy => None,
+        Operation::SettingsGet => None,
         Operation::ViewPage => None,
         Operation::ViewContent => None,
         Operation::Subscribe => None,
