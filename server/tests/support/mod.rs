@@ -217,7 +217,7 @@ impl TestServer {
         ) {
             for sql in [
                 "SELECT r.run_id || ' ' || r.status || '/' || q.status || ' paused=' || r.paused || ' park=' || COALESCE(r.park_reason, '-') || ' rev=' || r.revision FROM runs r JOIN run_queue q USING (run_id)",
-                "SELECT runner_epoch || ' ' || run_id || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') || ' pid=' || COALESCE(pid, 0) FROM run_workers",
+                "SELECT runner_epoch || ' ' || run_id || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') || ' pid=' || COALESCE(pid, 0) || ' code=' || COALESCE(exit_code, '-') || ' signal=' || COALESCE(signal, '-') || ' ready_at=' || COALESCE(ready_at_ms, '-') FROM run_workers",
                 "SELECT run_id || ' ' || node_id || ' v' || visit || ' g' || generation || ' ' || status || ' ' || COALESCE(outcome, '-') FROM node_attempts ORDER BY run_id, seq",
                 "SELECT effect_id || ' ' || run_id || ' ' || state || ' #' || attempt_number FROM effects",
                 "SELECT seq || ' ' || run_id || ' ' || kind || ' ' || payload FROM events ORDER BY seq",
