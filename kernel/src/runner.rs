@@ -13,7 +13,9 @@
 //!   records its outcome, without advancing the run revision.
 //! - A runner that made no progress after `runner.ready` (the revision did
 //!   not move past [`RunnerRecord::ready_revision`]) parks the run for an
-//!   explicit resume; it is never claimed again automatically.
+//!   explicit resume; it is never claimed again automatically. A runner the
+//!   server stopped (orphaned, drained, fenced for claim loss) is not judged
+//!   by its progress: its run resumes automatically.
 
 use crate::attempt::AttemptStatus;
 use crate::claim::{Authority, ClaimRequest};
@@ -128,8 +130,9 @@ pub struct RunnerExit {
 ///   parked, terminal): only the outcome is recorded (`exited`, `cancelled`
 ///   after pause or cancel, `claimLost` if it was fenced, …);
 /// - a missed startup deadline: park `workerTimedOut`;
-/// - a runner orphaned by a server crash or stopped by a draining server:
-///   park `recovered` / `drained` (resumed automatically);
+/// - a runner orphaned by a server crash, stopped by a draining server, or
+///   stopped because it lost its claim (outcome `claimLost`): park
+///   `recovered` / `drained` (resumed automatically), ready or not;
 /// - an effect still applying: park (it becomes ambiguous, `effectAmbiguous`);
 /// - no progress since `runner.ready` (or never ready): park `runnerNoProgress`;
 /// - the active attempt's visit already abandoned by crashes
@@ -169,6 +172,9 @@ pub fn decide_exit(
     let outcome = match exit.kind {
         ExitKind::StartupDeadlineMissed => RunnerOutcome::TimedOut,
         ExitKind::Orphaned => RunnerOutcome::Orphaned,
+        ExitKind::Stopped {
+            reason: StopReason::ClaimLost,
+        } => RunnerOutcome::ClaimLost,
         ExitKind::Clean | ExitKind::Abnormal | ExitKind::Stopped { .. } => RunnerOutcome::Crashed,
     };
     record_exit_in(&mut tx, exit.runner_epoch, outcome);
@@ -334,10 +340,16 @@ fn exit_decision(agg: &RunAggregate, runner: &RunnerRecord, kind: ExitKind) -> E
         return ExitDecision::Park(ParkReason::WorkerTimedOut);
     }
     // The server, not the runner, stopped: a runner orphaned by a server
-    // crash, or parked by a draining server, did nothing wrong. Its run
-    // resumes automatically (an applying effect still makes it ambiguous).
+    // crash, parked by a draining server, or fenced because the server let
+    // its claim expire (a claim loss is a handoff, decided as the
+    // claim-expiry wake would have: `on_claim_expired`), did nothing wrong,
+    // ready or not. Its run resumes automatically (an applying effect still
+    // makes it ambiguous).
     match kind {
-        ExitKind::Orphaned => return ExitDecision::Park(ParkReason::Recovered),
+        ExitKind::Orphaned
+        | ExitKind::Stopped {
+            reason: StopReason::ClaimLost,
+        } => return ExitDecision::Park(ParkReason::Recovered),
         ExitKind::Stopped {
             reason: StopReason::Parked,
         } => return ExitDecision::Park(ParkReason::Drained),

@@ -346,6 +346,45 @@ fn an_exit_without_progress_since_ready_parks_runner_no_progress() {
     assert_eq!(runner_outcome(&parked), Some(RunnerOutcome::Crashed));
 }
 
+/// Torture seed 0x5eed3204 trials 320, 374, 386, 409, 410: the server let a
+/// runner's claim expire before it committed anything (a loaded machine),
+/// the runner's `runner.ready` was refused `claimLost`, the server fenced and
+/// stopped it, and its exit parked the run `runnerNoProgress` (explicit
+/// resume only) with outcome `crashed`. Claim loss is a handoff, not the
+/// runner's fault: the exit records `claimLost` and parks `recovered`, as
+/// the claim-expiry wake would have, whether or not the runner was ready or
+/// made progress, and it is not a crash retry.
+#[test]
+fn a_runner_stopped_for_claim_loss_parks_for_automatic_resume_even_before_ready() {
+    let stopped = ExitKind::Stopped {
+        reason: StopReason::ClaimLost,
+    };
+    let starting = admitted(&reserved(1, 0), 5).facts;
+    for agg in [starting, live(), progressed(&live(), 20)] {
+        let expired = claim_expiry(&agg) + 1;
+        // Fenced: the server no longer acts with the runner's authority.
+        let transition = decide_exit(
+            &agg,
+            exit(1, stopped),
+            None,
+            control_request(),
+            expired,
+            TTL_MS,
+        )
+        .unwrap();
+        let parked = &transition.facts;
+        assert_eq!(runner_outcome(parked), Some(RunnerOutcome::ClaimLost));
+        assert_eq!(parked.run.park_reason, Some(ParkReason::Recovered));
+        assert!(parked.run.is_admissible(), "resumed automatically");
+        assert_eq!(parked.run.lease.claim, None);
+        assert_eq!(
+            parked.attempt.as_ref().map(|attempt| attempt.crash_retries),
+            agg.attempt.as_ref().map(|attempt| attempt.crash_retries),
+            "a claim loss is not a crash retry"
+        );
+    }
+}
+
 #[test]
 fn a_crash_after_progress_parks_worker_crashed_and_counts_a_retry() {
     let agg = progressed(&live(), 20);
