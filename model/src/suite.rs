@@ -201,7 +201,7 @@ pub fn models() -> Vec<ModelEntry> {
         },
         ModelEntry {
             name: "effects",
-            ci_unique_states: 201_533,
+            ci_unique_states: 209_574,
             run: effects,
             properties: || names(&EffectsModel::ci(EffectRules::Kernel)),
         },
