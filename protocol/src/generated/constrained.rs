@@ -1421,6 +1421,103 @@ impl<'de> ::serde::Deserialize<'de> for PrunedTrees {
         Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
+///The conditions a reconcile proposes (merged by type): at most 64.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceConditionPatches(::std::vec::Vec<types::ResourceConditionPatch>);
+impl ResourceConditionPatches {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceConditionPatch>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 64 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceConditionPatch] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceConditionPatch> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionPatches {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceConditionPatch,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///A resource's conditions, one per type: at most 64.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceConditions(::std::vec::Vec<types::ResourceCondition>);
+impl ResourceConditions {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceCondition>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 64 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceCondition] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceCondition> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditions {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceCondition,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///A resource's finalizers: at most 32 names of 1-256 bytes.
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceFinalizers(::std::vec::Vec<types::ResourceLabel>);
+impl ResourceFinalizers {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceLabel>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 32 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceLabel] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceLabel> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceFinalizers {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<types::ResourceLabel>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
 ///A presentation or run revision. Increases by one per accepted change. Capped at 2^53-1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize)]
 #[serde(transparent)]

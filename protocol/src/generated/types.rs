@@ -1572,6 +1572,142 @@ pub struct CheckpointAnswerReceipt {
     #[serde(rename = "continuationRunId")]
     pub continuation_run_id: RunId,
 }
+///Where a controller's child workflow request is: running (its run is reserved or running), waiting, succeeded, failed, interrupted (its worker stopped; the next reconcile starts a new attempt).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ChildWorkflowState {
+    #[serde(rename = "running")]
+    Running,
+    #[serde(rename = "waiting")]
+    Waiting,
+    #[serde(rename = "succeeded")]
+    Succeeded,
+    #[serde(rename = "failed")]
+    Failed,
+    #[serde(rename = "interrupted")]
+    Interrupted,
+}
+impl ::std::fmt::Display for ChildWorkflowState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Running => f.write_str("running"),
+            Self::Waiting => f.write_str("waiting"),
+            Self::Succeeded => f.write_str("succeeded"),
+            Self::Failed => f.write_str("failed"),
+            Self::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+impl ::std::str::FromStr for ChildWorkflowState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "running" => Ok(Self::Running),
+            "waiting" => Ok(Self::Waiting),
+            "succeeded" => Ok(Self::Succeeded),
+            "failed" => Ok(Self::Failed),
+            "interrupted" => Ok(Self::Interrupted),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChildWorkflowState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChildWorkflowState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///A controller's child workflow request: its stable request key, workflow, attempt, the attempt's run id (reserved before the run starts) and state.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChildWorkflowView {
+    pub attempt: super::constrained::Count,
+    #[serde(rename = "requestKey")]
+    pub request_key: ChildWorkflowViewRequestKey,
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub state: ChildWorkflowState,
+    pub workflow: WorkflowRef,
+}
+///`ChildWorkflowViewRequestKey`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ChildWorkflowViewRequestKey(::std::string::String);
+impl ::std::ops::Deref for ChildWorkflowViewRequestKey {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ChildWorkflowViewRequestKey> for ::std::string::String {
+    fn from(value: ChildWorkflowViewRequestKey) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ChildWorkflowViewRequestKey {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ChildWorkflowViewRequestKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ChildWorkflowViewRequestKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ChildWorkflowViewRequestKey {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
 ///A human decision's choice id: 1-128 characters of [A-Za-z0-9_-], starting with a letter or underscore (the authoring rule of defineHumanChoices).
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -2123,6 +2259,864 @@ impl ::std::convert::TryFrom<::std::string::String> for Control {
         value.parse()
     }
 }
+///How an effect's apply ended (an exception is indeterminate).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerApplyResult {
+    #[serde(rename = "applied")]
+    Applied,
+    #[serde(rename = "rejected")]
+    Rejected,
+    #[serde(rename = "indeterminate")]
+    Indeterminate,
+}
+impl ::std::fmt::Display for ControllerApplyResult {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Applied => f.write_str("applied"),
+            Self::Rejected => f.write_str("rejected"),
+            Self::Indeterminate => f.write_str("indeterminate"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerApplyResult {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "applied" => Ok(Self::Applied),
+            "rejected" => Ok(Self::Rejected),
+            "indeterminate" => Ok(Self::Indeterminate),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerApplyResult {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerApplyResult {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///One line a controller child writes; requestId is 1, 2, … within the child, and the server answers each with one ControllerServerMessage of the same requestId.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum ControllerChildMessage {
+    /**ControllerResolved
+
+Resolve mode: the definition's exported name, initialStatus(spec), the digest of the source bytes loaded and the controller's timeoutMs.*/
+    #[serde(rename = "resolved")]
+    Resolved {
+        #[serde(rename = "exportName")]
+        export_name: ControllerChildMessageExportName,
+        ///initialStatus(spec).
+        #[serde(rename = "initialStatus")]
+        initial_status: ::serde_json::Value,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+        #[serde(rename = "sourceDigest")]
+        source_digest: Digest,
+        #[serde(
+            rename = "timeoutMs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        timeout_ms: ::std::option::Option<super::constrained::DurationMs>,
+    },
+    /**ControllerResolveFailed
+
+Resolve mode: the controller could not be resolved.*/
+    #[serde(rename = "resolveFailed")]
+    ResolveFailed {
+        code: ResolveFailureCode,
+        message: SafeMessage,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+    },
+    /**ControllerEffectEnsure
+
+ctx.effects.ensure: reserve or find the effect key of this resource (the request fingerprint is sha256 of the request's canonical JSON).*/
+    #[serde(rename = "effect.ensure")]
+    EffectEnsure {
+        #[serde(rename = "effectKind")]
+        effect_kind: ControllerChildMessageEffectKind,
+        key: ControllerChildMessageKey,
+        #[serde(rename = "requestFingerprint")]
+        request_fingerprint: Digest,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+    },
+    /**ControllerEffectObserved
+
+What observe found for a pending or indeterminate effect.*/
+    #[serde(rename = "effect.observed")]
+    EffectObserved {
+        key: ControllerChildMessageKey,
+        observation: ControllerObservation,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+    },
+    /**ControllerEffectSettled
+
+How apply ended.*/
+    #[serde(rename = "effect.settled")]
+    EffectSettled {
+        #[serde(rename = "applyResult")]
+        apply_result: ControllerApplyResult,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        error: ::std::option::Option<SafeMessage>,
+        #[serde(
+            rename = "externalRef",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        external_ref: ::std::option::Option<ControllerChildMessageExternalRef>,
+        key: ControllerChildMessageKey,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+    },
+    /**ControllerWorkflowEnsure
+
+ctx.workflows.ensure: the child workflow run of this resource under a stable request key.*/
+    #[serde(rename = "workflow.ensure")]
+    WorkflowEnsure {
+        ///The child run's input.
+        input: ::serde_json::Value,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+        #[serde(rename = "requestKey")]
+        request_key: ControllerChildMessageRequestKey,
+        workflow: WorkflowRef,
+    },
+    /**ControllerFinished
+
+The pass ended: its result, afterMs for requeueAfter, and its status patch.*/
+    #[serde(rename = "finished")]
+    Finished {
+        #[serde(
+            rename = "afterMs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        after_ms: ::std::option::Option<super::constrained::DurationMs>,
+        patch: ResourceStatusPatch,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+        result: ControllerReconcileResult,
+    },
+    /**ControllerFailed
+
+The pass failed: reconcile threw, returned an invalid result or refused its source.*/
+    #[serde(rename = "failed")]
+    Failed {
+        message: SafeMessage,
+        #[serde(rename = "requestId")]
+        request_id: super::constrained::Sequence,
+    },
+}
+///`ControllerChildMessageEffectKind`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerChildMessageEffectKind(::std::string::String);
+impl ::std::ops::Deref for ControllerChildMessageEffectKind {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerChildMessageEffectKind> for ::std::string::String {
+    fn from(value: ControllerChildMessageEffectKind) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerChildMessageEffectKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerChildMessageEffectKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for ControllerChildMessageEffectKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerChildMessageEffectKind {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ControllerChildMessageExportName`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerChildMessageExportName(::std::string::String);
+impl ::std::ops::Deref for ControllerChildMessageExportName {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerChildMessageExportName> for ::std::string::String {
+    fn from(value: ControllerChildMessageExportName) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerChildMessageExportName {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerChildMessageExportName {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for ControllerChildMessageExportName {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerChildMessageExportName {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ControllerChildMessageExternalRef`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerChildMessageExternalRef(::std::string::String);
+impl ::std::ops::Deref for ControllerChildMessageExternalRef {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerChildMessageExternalRef> for ::std::string::String {
+    fn from(value: ControllerChildMessageExternalRef) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerChildMessageExternalRef {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 1024usize {
+            return Err("longer than 1024 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerChildMessageExternalRef {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for ControllerChildMessageExternalRef {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerChildMessageExternalRef {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ControllerChildMessageKey`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerChildMessageKey(::std::string::String);
+impl ::std::ops::Deref for ControllerChildMessageKey {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerChildMessageKey> for ::std::string::String {
+    fn from(value: ControllerChildMessageKey) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerChildMessageKey {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerChildMessageKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerChildMessageKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerChildMessageKey {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ControllerChildMessageRequestKey`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerChildMessageRequestKey(::std::string::String);
+impl ::std::ops::Deref for ControllerChildMessageRequestKey {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerChildMessageRequestKey> for ::std::string::String {
+    fn from(value: ControllerChildMessageRequestKey) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerChildMessageRequestKey {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerChildMessageRequestKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for ControllerChildMessageRequestKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerChildMessageRequestKey {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///What the child does next with an effect: apply it (newly reserved pending, or observed not applied), observe it first (pending or indeterminate from an earlier pass), or nothing (applied or rejected: its record is final).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerEffectAction {
+    #[serde(rename = "apply")]
+    Apply,
+    #[serde(rename = "observe")]
+    Observe,
+    #[serde(rename = "done")]
+    Done,
+}
+impl ::std::fmt::Display for ControllerEffectAction {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Apply => f.write_str("apply"),
+            Self::Observe => f.write_str("observe"),
+            Self::Done => f.write_str("done"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerEffectAction {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "apply" => Ok(Self::Apply),
+            "observe" => Ok(Self::Observe),
+            "done" => Ok(Self::Done),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerEffectAction {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerEffectAction {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///Where a controller effect is: pending (reserved before any provider call), applied, rejected, indeterminate (observed before any retry).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerEffectState {
+    #[serde(rename = "pending")]
+    Pending,
+    #[serde(rename = "applied")]
+    Applied,
+    #[serde(rename = "rejected")]
+    Rejected,
+    #[serde(rename = "indeterminate")]
+    Indeterminate,
+}
+impl ::std::fmt::Display for ControllerEffectState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Pending => f.write_str("pending"),
+            Self::Applied => f.write_str("applied"),
+            Self::Rejected => f.write_str("rejected"),
+            Self::Indeterminate => f.write_str("indeterminate"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerEffectState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "pending" => Ok(Self::Pending),
+            "applied" => Ok(Self::Applied),
+            "rejected" => Ok(Self::Rejected),
+            "indeterminate" => Ok(Self::Indeterminate),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerEffectState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerEffectState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///A controller effect's record.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerEffectView {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub error: ::std::option::Option<SafeMessage>,
+    #[serde(
+        rename = "externalRef",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub external_ref: ::std::option::Option<ControllerEffectViewExternalRef>,
+    pub key: ControllerEffectViewKey,
+    pub kind: ControllerEffectViewKind,
+    pub state: ControllerEffectState,
+}
+///`ControllerEffectViewExternalRef`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerEffectViewExternalRef(::std::string::String);
+impl ::std::ops::Deref for ControllerEffectViewExternalRef {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerEffectViewExternalRef> for ::std::string::String {
+    fn from(value: ControllerEffectViewExternalRef) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerEffectViewExternalRef {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 1024usize {
+            return Err("longer than 1024 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerEffectViewExternalRef {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerEffectViewExternalRef {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerEffectViewExternalRef {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ControllerEffectViewKey`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerEffectViewKey(::std::string::String);
+impl ::std::ops::Deref for ControllerEffectViewKey {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerEffectViewKey> for ::std::string::String {
+    fn from(value: ControllerEffectViewKey) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerEffectViewKey {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerEffectViewKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerEffectViewKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerEffectViewKey {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ControllerEffectViewKind`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ControllerEffectViewKind(::std::string::String);
+impl ::std::ops::Deref for ControllerEffectViewKind {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ControllerEffectViewKind> for ::std::string::String {
+    fn from(value: ControllerEffectViewKind) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ControllerEffectViewKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerEffectViewKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerEffectViewKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ControllerEffectViewKind {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///What became of a finished or failed pass: committed (its status and queue change committed), conflict (the resource changed since the pass read it: nothing written, requeued at once) or claimLost (another owner holds the row: nothing written).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerFinishOutcome {
+    #[serde(rename = "committed")]
+    Committed,
+    #[serde(rename = "conflict")]
+    Conflict,
+    #[serde(rename = "claimLost")]
+    ClaimLost,
+}
+impl ::std::fmt::Display for ControllerFinishOutcome {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Committed => f.write_str("committed"),
+            Self::Conflict => f.write_str("conflict"),
+            Self::ClaimLost => f.write_str("claimLost"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerFinishOutcome {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "committed" => Ok(Self::Committed),
+            "conflict" => Ok(Self::Conflict),
+            "claimLost" => Ok(Self::ClaimLost),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerFinishOutcome {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerFinishOutcome {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///The first line the server writes to a controller child's stdin (the private controller.v1 channel, NDJSON both ways; docs/CONTROLLERS.md). controller.resolve: load the controller module at controllerPath, check its definition and compute initialStatus(spec) for resource.apply. controller.reconcile: one reconcile pass of one resource under a claim.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum ControllerLaunch {
+    /**ControllerResolveLaunch
+
+Resolve a controller for resource.apply.*/
+    #[serde(rename = "controller.resolve")]
+    ControllerResolve {
+        controller: ControllerName,
+        #[serde(rename = "controllerPath")]
+        controller_path: AbsolutePath,
+        #[serde(rename = "projectPath")]
+        project_path: AbsolutePath,
+        ///The applied spec.
+        spec: ::serde_json::Value,
+    },
+    /**ControllerReconcileLaunch
+
+One reconcile pass: the resource as read under the claim, the claim generation that fences the pass, the controller source digest the resource was applied with (the child refuses another source: sourceChanged) and the pass's deadline (ctx.signal aborts at it; the server kills the child's process group after it).*/
+    #[serde(rename = "controller.reconcile")]
+    ControllerReconcile {
+        #[serde(rename = "claimGeneration")]
+        claim_generation: super::constrained::Generation,
+        controller: ControllerName,
+        #[serde(rename = "controllerPath")]
+        controller_path: AbsolutePath,
+        #[serde(rename = "projectPath")]
+        project_path: AbsolutePath,
+        resource: ControllerResource,
+        #[serde(rename = "sourceDigest")]
+        source_digest: Digest,
+        #[serde(rename = "timeoutMs")]
+        timeout_ms: super::constrained::DurationMs,
+    },
+}
 ///A resource manager controller name. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -2179,6 +3173,218 @@ impl<'de> ::serde::Deserialize<'de> for ControllerName {
             .map_err(|e: self::error::ConversionError| {
                 <D::Error as ::serde::de::Error>::custom(e.to_string())
             })
+    }
+}
+///What an effect's observe found in the external system.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerObservation {
+    #[serde(rename = "applied")]
+    Applied,
+    #[serde(rename = "notApplied")]
+    NotApplied,
+    #[serde(rename = "indeterminate")]
+    Indeterminate,
+}
+impl ::std::fmt::Display for ControllerObservation {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Applied => f.write_str("applied"),
+            Self::NotApplied => f.write_str("notApplied"),
+            Self::Indeterminate => f.write_str("indeterminate"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerObservation {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "applied" => Ok(Self::Applied),
+            "notApplied" => Ok(Self::NotApplied),
+            "indeterminate" => Ok(Self::Indeterminate),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerObservation {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerObservation {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///How a reconcile pass ends: settled (nothing to do until the next change), requeue (again at once) or requeueAfter (after afterMs).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerReconcileResult {
+    #[serde(rename = "settled")]
+    Settled,
+    #[serde(rename = "requeue")]
+    Requeue,
+    #[serde(rename = "requeueAfter")]
+    RequeueAfter,
+}
+impl ::std::fmt::Display for ControllerReconcileResult {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Settled => f.write_str("settled"),
+            Self::Requeue => f.write_str("requeue"),
+            Self::RequeueAfter => f.write_str("requeueAfter"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerReconcileResult {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "settled" => Ok(Self::Settled),
+            "requeue" => Ok(Self::Requeue),
+            "requeueAfter" => Ok(Self::RequeueAfter),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerReconcileResult {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerReconcileResult {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///A managed resource as a reconcile reads it: metadata, the applied spec, the last status.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerResource {
+    pub metadata: ResourceMetadata,
+    ///The applied spec.
+    pub spec: ::serde_json::Value,
+    pub status: ResourceStatusDocument,
+}
+///One line the server writes to a controller child after its launch: the reply to the child's message requestId. accepted: effect.ensure and effect.observed carry effectAction and effect, effect.settled carries effect, workflow.ensure carries workflowRequest, finished and failed carry finishOutcome. rejected: code and message (the pass fails with them; claimLost also aborts ctx.signal).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerServerMessage {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub code: ::std::option::Option<ErrorCode>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub effect: ::std::option::Option<ControllerEffectView>,
+    #[serde(
+        rename = "effectAction",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub effect_action: ::std::option::Option<ControllerEffectAction>,
+    #[serde(
+        rename = "finishOutcome",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub finish_outcome: ::std::option::Option<ControllerFinishOutcome>,
+    pub kind: ::std::string::String,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub message: ::std::option::Option<SafeMessage>,
+    pub outcome: ControllerServerMessageOutcome,
+    #[serde(rename = "requestId")]
+    pub request_id: super::constrained::Sequence,
+    #[serde(
+        rename = "workflowRequest",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub workflow_request: ::std::option::Option<ChildWorkflowView>,
+}
+///`ControllerServerMessageOutcome`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ControllerServerMessageOutcome {
+    #[serde(rename = "accepted")]
+    Accepted,
+    #[serde(rename = "rejected")]
+    Rejected,
+}
+impl ::std::fmt::Display for ControllerServerMessageOutcome {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Accepted => f.write_str("accepted"),
+            Self::Rejected => f.write_str("rejected"),
+        }
+    }
+}
+impl ::std::str::FromStr for ControllerServerMessageOutcome {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "accepted" => Ok(Self::Accepted),
+            "rejected" => Ok(Self::Rejected),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ControllerServerMessageOutcome {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ControllerServerMessageOutcome {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
     }
 }
 ///An opaque page cursor.
@@ -6652,6 +7858,307 @@ pub struct ResourceApplyPayload {
     ///Any JSON value.
     pub spec: ::serde_json::Value,
 }
+///One condition of a resource's status; lastTransitionTime changes only when status changes.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceCondition {
+    #[serde(rename = "lastTransitionTime")]
+    pub last_transition_time: super::constrained::TimestampMs,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub message: ::std::option::Option<ResourceConditionMessage>,
+    #[serde(rename = "observedGeneration")]
+    pub observed_generation: super::constrained::Count,
+    pub reason: ResourceConditionReason,
+    pub status: ResourceConditionStatus,
+    #[serde(rename = "type")]
+    pub type_: ResourceLabel,
+}
+///`ResourceConditionMessage`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionMessage(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionMessage {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionMessage> for ::std::string::String {
+    fn from(value: ResourceConditionMessage) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionMessage {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 8192usize {
+            return Err("longer than 8192 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionMessage {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionMessage {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionMessage {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///A condition as a reconcile proposes it; the server stamps observedGeneration and lastTransitionTime.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConditionPatch {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub message: ::std::option::Option<ResourceConditionPatchMessage>,
+    pub reason: ResourceConditionPatchReason,
+    pub status: ResourceConditionStatus,
+    #[serde(rename = "type")]
+    pub type_: ResourceLabel,
+}
+///`ResourceConditionPatchMessage`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionPatchMessage(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionPatchMessage {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionPatchMessage> for ::std::string::String {
+    fn from(value: ResourceConditionPatchMessage) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionPatchMessage {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 8192usize {
+            return Err("longer than 8192 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionPatchMessage {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionPatchMessage {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionPatchMessage {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceConditionPatchReason`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionPatchReason(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionPatchReason {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionPatchReason> for ::std::string::String {
+    fn from(value: ResourceConditionPatchReason) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionPatchReason {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionPatchReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionPatchReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionPatchReason {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceConditionReason`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionReason(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionReason {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionReason> for ::std::string::String {
+    fn from(value: ResourceConditionReason) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionReason {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionReason {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///A condition's value on the wire: "true", "false" or "unknown" (the authoring API's true, false and "unknown").
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ResourceConditionStatus {
+    #[serde(rename = "true")]
+    True,
+    #[serde(rename = "false")]
+    False,
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+impl ::std::fmt::Display for ResourceConditionStatus {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::True => f.write_str("true"),
+            Self::False => f.write_str("false"),
+            Self::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+impl ::std::str::FromStr for ResourceConditionStatus {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "true" => Ok(Self::True),
+            "false" => Ok(Self::False),
+            "unknown" => Ok(Self::Unknown),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionStatus {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionStatus {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
 ///A resource key within its controller.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -6709,6 +8216,144 @@ impl<'de> ::serde::Deserialize<'de> for ResourceKey {
             })
     }
 }
+///A finalizer name, condition type or effect kind: 1-256 characters.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceLabel(::std::string::String);
+impl ::std::ops::Deref for ResourceLabel {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceLabel> for ::std::string::String {
+    fn from(value: ResourceLabel) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceLabel {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceLabel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceLabel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceLabel {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///What the server keeps about a resource: its uid, controller and key, resourceVersion (the compare-and-swap token: +1 on every write), generation (+1 only when the spec changes), deletionTimestamp (when deletion was requested) and finalizers.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceMetadata {
+    pub controller: ControllerName,
+    #[serde(
+        rename = "deletionTimestamp",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub deletion_timestamp: ::std::option::Option<super::constrained::TimestampMs>,
+    pub finalizers: super::constrained::ResourceFinalizers,
+    pub generation: super::constrained::Revision,
+    pub key: ResourceKey,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: super::constrained::Revision,
+    pub uid: ResourceMetadataUid,
+}
+///`ResourceMetadataUid`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceMetadataUid(::std::string::String);
+impl ::std::ops::Deref for ResourceMetadataUid {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceMetadataUid> for ::std::string::String {
+    fn from(value: ResourceMetadataUid) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceMetadataUid {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceMetadataUid {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceMetadataUid {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceMetadataUid {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///A value a status patch sets (null clears workflowRun).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcePatchValue {
+    ///Any JSON value.
+    pub value: ::serde_json::Value,
+}
 ///The resource version after the command.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -6722,6 +8367,39 @@ pub struct ResourceReceipt {
 pub struct ResourceRefPayload {
     pub controller: ControllerName,
     pub key: ResourceKey,
+}
+///A resource's status: the generation the last reconcile read, its conditions (merged by type), the controller's own status value and the child workflow run it points at (null: none).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceStatusDocument {
+    pub conditions: super::constrained::ResourceConditions,
+    ///The controller's own status value.
+    #[serde(rename = "controllerStatus")]
+    pub controller_status: ::serde_json::Value,
+    #[serde(rename = "observedGeneration")]
+    pub observed_generation: super::constrained::Count,
+    ///The child workflow run the status points at, or null.
+    #[serde(rename = "workflowRun")]
+    pub workflow_run: ::serde_json::Value,
+}
+///The status change a reconcile proposes: an absent field keeps its value, conditions merge by type, finalizers replace the list.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceStatusPatch {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub conditions: ::std::option::Option<super::constrained::ResourceConditionPatches>,
+    #[serde(
+        rename = "controllerStatus",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub controller_status: ::std::option::Option<ResourcePatchValue>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub finalizers: ::std::option::Option<super::constrained::ResourceFinalizers>,
+    #[serde(
+        rename = "workflowRun",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub workflow_run: ::std::option::Option<ResourcePatchValue>,
 }
 ///Cancel a run (every field optional; {} is a person's cancellation). by: "agent" when the model cancels through the workflow tool (its turn intent's cause is agentCancelled), "user" (the default) for a person or any other client (cause cancelled). Either way the run's turn intent stops by default (DEFERRED_TURNS).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]

@@ -256,6 +256,21 @@ export interface CheckpointAnswerReceipt {
   "continuationRunId": RunId;
 }
 
+/** Where a controller's child workflow request is: running (its run is reserved or running), waiting, succeeded, failed, interrupted (its worker stopped; the next reconcile starts a new attempt). */
+export type ChildWorkflowState = "running" | "waiting" | "succeeded" | "failed" | "interrupted";
+
+/** Every value of ChildWorkflowState, in schema order. */
+export const ChildWorkflowStateValues: readonly ChildWorkflowState[] = ["running", "waiting", "succeeded", "failed", "interrupted"];
+
+/** A controller's child workflow request: its stable request key, workflow, attempt, the attempt's run id (reserved before the run starts) and state. */
+export interface ChildWorkflowView {
+  "attempt": Count;
+  "requestKey": string;
+  "runId": RunId;
+  "state": ChildWorkflowState;
+  "workflow": WorkflowRef;
+}
+
 /** A human decision's choice id: 1-128 characters of [A-Za-z0-9_-], starting with a letter or underscore (the authoring rule of defineHumanChoices). */
 export type ChoiceId = string;
 
@@ -441,8 +456,174 @@ export type Control = "submit" | "update" | "answer" | "humanAnswer" | "pause" |
 /** Every value of Control, in schema order. */
 export const ControlValues: readonly Control[] = ["submit", "update", "answer", "humanAnswer", "pause", "resume", "cancel", "recoverEffect", "restart", "activate"];
 
+/** How an effect's apply ended (an exception is indeterminate). */
+export type ControllerApplyResult = "applied" | "rejected" | "indeterminate";
+
+/** Every value of ControllerApplyResult, in schema order. */
+export const ControllerApplyResultValues: readonly ControllerApplyResult[] = ["applied", "rejected", "indeterminate"];
+
+/** Resolve mode: the definition's exported name, initialStatus(spec), the digest of the source bytes loaded and the controller's timeoutMs. */
+export interface ControllerResolved {
+  "exportName": string;
+  /** initialStatus(spec). */
+  "initialStatus": JsonValue;
+  "kind": "resolved";
+  "requestId": Sequence;
+  "sourceDigest": Digest;
+  "timeoutMs"?: DurationMs;
+}
+
+/** Resolve mode: the controller could not be resolved. */
+export interface ControllerResolveFailed {
+  "code": ResolveFailureCode;
+  "kind": "resolveFailed";
+  "message": SafeMessage;
+  "requestId": Sequence;
+}
+
+/** ctx.effects.ensure: reserve or find the effect key of this resource (the request fingerprint is sha256 of the request's canonical JSON). */
+export interface ControllerEffectEnsure {
+  "effectKind": string;
+  "key": string;
+  "kind": "effect.ensure";
+  "requestFingerprint": Digest;
+  "requestId": Sequence;
+}
+
+/** What observe found for a pending or indeterminate effect. */
+export interface ControllerEffectObserved {
+  "key": string;
+  "kind": "effect.observed";
+  "observation": ControllerObservation;
+  "requestId": Sequence;
+}
+
+/** How apply ended. */
+export interface ControllerEffectSettled {
+  "applyResult": ControllerApplyResult;
+  "error"?: SafeMessage;
+  "externalRef"?: string;
+  "key": string;
+  "kind": "effect.settled";
+  "requestId": Sequence;
+}
+
+/** ctx.workflows.ensure: the child workflow run of this resource under a stable request key. */
+export interface ControllerWorkflowEnsure {
+  /** The child run's input. */
+  "input": JsonValue;
+  "kind": "workflow.ensure";
+  "requestId": Sequence;
+  "requestKey": string;
+  "workflow": WorkflowRef;
+}
+
+/** The pass ended: its result, afterMs for requeueAfter, and its status patch. */
+export interface ControllerFinished {
+  "afterMs"?: DurationMs;
+  "kind": "finished";
+  "patch": ResourceStatusPatch;
+  "requestId": Sequence;
+  "result": ControllerReconcileResult;
+}
+
+/** The pass failed: reconcile threw, returned an invalid result or refused its source. */
+export interface ControllerFailed {
+  "kind": "failed";
+  "message": SafeMessage;
+  "requestId": Sequence;
+}
+
+/** One line a controller child writes; requestId is 1, 2, … within the child, and the server answers each with one ControllerServerMessage of the same requestId. */
+export type ControllerChildMessage = ControllerResolved | ControllerResolveFailed | ControllerEffectEnsure | ControllerEffectObserved | ControllerEffectSettled | ControllerWorkflowEnsure | ControllerFinished | ControllerFailed;
+
+/** What the child does next with an effect: apply it (newly reserved pending, or observed not applied), observe it first (pending or indeterminate from an earlier pass), or nothing (applied or rejected: its record is final). */
+export type ControllerEffectAction = "apply" | "observe" | "done";
+
+/** Every value of ControllerEffectAction, in schema order. */
+export const ControllerEffectActionValues: readonly ControllerEffectAction[] = ["apply", "observe", "done"];
+
+/** Where a controller effect is: pending (reserved before any provider call), applied, rejected, indeterminate (observed before any retry). */
+export type ControllerEffectState = "pending" | "applied" | "rejected" | "indeterminate";
+
+/** Every value of ControllerEffectState, in schema order. */
+export const ControllerEffectStateValues: readonly ControllerEffectState[] = ["pending", "applied", "rejected", "indeterminate"];
+
+/** A controller effect's record. */
+export interface ControllerEffectView {
+  "error"?: SafeMessage;
+  "externalRef"?: string;
+  "key": string;
+  "kind": string;
+  "state": ControllerEffectState;
+}
+
+/** What became of a finished or failed pass: committed (its status and queue change committed), conflict (the resource changed since the pass read it: nothing written, requeued at once) or claimLost (another owner holds the row: nothing written). */
+export type ControllerFinishOutcome = "committed" | "conflict" | "claimLost";
+
+/** Every value of ControllerFinishOutcome, in schema order. */
+export const ControllerFinishOutcomeValues: readonly ControllerFinishOutcome[] = ["committed", "conflict", "claimLost"];
+
+/** Resolve a controller for resource.apply. */
+export interface ControllerResolveLaunch {
+  "controller": ControllerName;
+  "controllerPath": AbsolutePath;
+  "kind": "controller.resolve";
+  "projectPath": AbsolutePath;
+  /** The applied spec. */
+  "spec": JsonValue;
+}
+
+/** One reconcile pass: the resource as read under the claim, the claim generation that fences the pass, the controller source digest the resource was applied with (the child refuses another source: sourceChanged) and the pass's deadline (ctx.signal aborts at it; the server kills the child's process group after it). */
+export interface ControllerReconcileLaunch {
+  "claimGeneration": Generation;
+  "controller": ControllerName;
+  "controllerPath": AbsolutePath;
+  "kind": "controller.reconcile";
+  "projectPath": AbsolutePath;
+  "resource": ControllerResource;
+  "sourceDigest": Digest;
+  "timeoutMs": DurationMs;
+}
+
+/** The first line the server writes to a controller child's stdin (the private controller.v1 channel, NDJSON both ways; docs/CONTROLLERS.md). controller.resolve: load the controller module at controllerPath, check its definition and compute initialStatus(spec) for resource.apply. controller.reconcile: one reconcile pass of one resource under a claim. */
+export type ControllerLaunch = ControllerResolveLaunch | ControllerReconcileLaunch;
+
 /** A resource manager controller name. 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit. */
 export type ControllerName = string;
+
+/** What an effect's observe found in the external system. */
+export type ControllerObservation = "applied" | "notApplied" | "indeterminate";
+
+/** Every value of ControllerObservation, in schema order. */
+export const ControllerObservationValues: readonly ControllerObservation[] = ["applied", "notApplied", "indeterminate"];
+
+/** How a reconcile pass ends: settled (nothing to do until the next change), requeue (again at once) or requeueAfter (after afterMs). */
+export type ControllerReconcileResult = "settled" | "requeue" | "requeueAfter";
+
+/** Every value of ControllerReconcileResult, in schema order. */
+export const ControllerReconcileResultValues: readonly ControllerReconcileResult[] = ["settled", "requeue", "requeueAfter"];
+
+/** A managed resource as a reconcile reads it: metadata, the applied spec, the last status. */
+export interface ControllerResource {
+  "metadata": ResourceMetadata;
+  /** The applied spec. */
+  "spec": JsonValue;
+  "status": ResourceStatusDocument;
+}
+
+/** One line the server writes to a controller child after its launch: the reply to the child's message requestId. accepted: effect.ensure and effect.observed carry effectAction and effect, effect.settled carries effect, workflow.ensure carries workflowRequest, finished and failed carry finishOutcome. rejected: code and message (the pass fails with them; claimLost also aborts ctx.signal). */
+export interface ControllerServerMessage {
+  "code"?: ErrorCode;
+  "effect"?: ControllerEffectView;
+  "effectAction"?: ControllerEffectAction;
+  "finishOutcome"?: ControllerFinishOutcome;
+  "kind": "reply";
+  "message"?: SafeMessage;
+  "outcome": "accepted" | "rejected";
+  "requestId": Sequence;
+  "workflowRequest"?: ChildWorkflowView;
+}
 
 /** The allowed controls, each at most once. */
 export type Controls = Control[];
@@ -1174,8 +1355,61 @@ export interface ResourceApplyPayload {
   "spec": JsonValue;
 }
 
+/** One condition of a resource's status; lastTransitionTime changes only when status changes. */
+export interface ResourceCondition {
+  "lastTransitionTime": TimestampMs;
+  "message"?: string;
+  "observedGeneration": Count;
+  "reason": string;
+  "status": ResourceConditionStatus;
+  "type": ResourceLabel;
+}
+
+/** A condition as a reconcile proposes it; the server stamps observedGeneration and lastTransitionTime. */
+export interface ResourceConditionPatch {
+  "message"?: string;
+  "reason": string;
+  "status": ResourceConditionStatus;
+  "type": ResourceLabel;
+}
+
+/** The conditions a reconcile proposes (merged by type): at most 64. */
+export type ResourceConditionPatches = ResourceConditionPatch[];
+
+/** A condition's value on the wire: "true", "false" or "unknown" (the authoring API's true, false and "unknown"). */
+export type ResourceConditionStatus = "true" | "false" | "unknown";
+
+/** Every value of ResourceConditionStatus, in schema order. */
+export const ResourceConditionStatusValues: readonly ResourceConditionStatus[] = ["true", "false", "unknown"];
+
+/** A resource's conditions, one per type: at most 64. */
+export type ResourceConditions = ResourceCondition[];
+
+/** A resource's finalizers: at most 32 names of 1-256 bytes. */
+export type ResourceFinalizers = ResourceLabel[];
+
 /** A resource key within its controller. */
 export type ResourceKey = string;
+
+/** A finalizer name, condition type or effect kind: 1-256 characters. */
+export type ResourceLabel = string;
+
+/** What the server keeps about a resource: its uid, controller and key, resourceVersion (the compare-and-swap token: +1 on every write), generation (+1 only when the spec changes), deletionTimestamp (when deletion was requested) and finalizers. */
+export interface ResourceMetadata {
+  "controller": ControllerName;
+  "deletionTimestamp"?: TimestampMs;
+  "finalizers": ResourceFinalizers;
+  "generation": Revision;
+  "key": ResourceKey;
+  "resourceVersion": Revision;
+  "uid": string;
+}
+
+/** A value a status patch sets (null clears workflowRun). */
+export interface ResourcePatchValue {
+  /** Any JSON value. */
+  "value": JsonValue;
+}
 
 /** The resource version after the command. */
 export interface ResourceReceipt {
@@ -1186,6 +1420,24 @@ export interface ResourceReceipt {
 export interface ResourceRefPayload {
   "controller": ControllerName;
   "key": ResourceKey;
+}
+
+/** A resource's status: the generation the last reconcile read, its conditions (merged by type), the controller's own status value and the child workflow run it points at (null: none). */
+export interface ResourceStatusDocument {
+  "conditions": ResourceConditions;
+  /** The controller's own status value. */
+  "controllerStatus": JsonValue;
+  "observedGeneration": Count;
+  /** The child workflow run the status points at, or null. */
+  "workflowRun": JsonValue;
+}
+
+/** The status change a reconcile proposes: an absent field keeps its value, conditions merge by type, finalizers replace the list. */
+export interface ResourceStatusPatch {
+  "conditions"?: ResourceConditionPatches;
+  "controllerStatus"?: ResourcePatchValue;
+  "finalizers"?: ResourceFinalizers;
+  "workflowRun"?: ResourcePatchValue;
 }
 
 /** A presentation or run revision. Increases by one per accepted change. Capped at 2^53-1. */
