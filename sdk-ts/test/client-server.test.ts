@@ -376,7 +376,9 @@ describe("WorkflowClient against the real server", () => {
       }
       assert.fail("the subscription ended before the run completed");
     })();
-    const final = await Promise.race([followed, sleep(120_000).then(() => assert.fail("the live view did not see the run complete"))]);
+    // An unref'd deadline: a pending timer would keep this file's process alive for two minutes after its tests.
+    const deadline = new Promise<never>((_, reject) => setTimeout(() => reject(new Error("the live view did not see the run complete")), 120_000).unref());
+    const final = await Promise.race([followed, deadline]);
     subscription.close();
     assert.equal(final.updates.total, 170);
     // The inline view is bounded; every update is reachable through pages.
