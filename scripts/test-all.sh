@@ -111,13 +111,13 @@ step "torture, Pi lane: crash points with shell actions and headless agent steps
 cargo test -p server --locked --test torture_pi
 
 step "Model checks: build (release)"
-cargo build --release -p model --locked
 cargo test --release -p model --locked --no-run
 
-step "Model checks: table (CI bounds, pinned state counts, planted bugs; limit 300 s)"
-timeout 300 cargo run --release -p model --locked --quiet
-
-step "Model checks: tests (limit 300 s)"
+step "Model checks: tests (CI bounds, pinned state counts, planted bugs; limit 300 s)"
+# The tests are the model binary's table as one test per model and per
+# planted bug (a test checks that every registered one has its test), so the
+# binary itself is not run again here: `cargo run --release -p model` prints
+# the same checks as a table.
 timeout 300 cargo test --release -p model --locked
 
 step "protocol conformance: Rust and TypeScript runners, compared (corpus, then fast-check inputs)"

@@ -333,6 +333,22 @@ fn a_fused_commit_that_drops_the_deadline_is_caught() {
     is_caught("fused-drops-deadline");
 }
 
+/// Completeness: every registered model and every registered planted bug
+/// has its own test in this file, so `cargo test --release -p model` (what
+/// scripts/test-all.sh runs) checks all of them, as the `model` binary does.
+#[test]
+fn every_registered_model_and_planted_bug_has_a_test_here() {
+    let source = include_str!("ci.rs");
+    for entry in suite::models() {
+        let call = format!("holds_with_pinned_count(\"{}\")", entry.name);
+        assert!(source.contains(&call), "model {:?} has no test: add one calling {call}", entry.name);
+    }
+    for mutation in suite::mutations() {
+        let call = format!("is_caught(\"{}\")", mutation.name);
+        assert!(source.contains(&call), "planted bug {:?} has no test: add one calling {call}", mutation.name);
+    }
+}
+
 /// Non-vacuity: each `always` and `eventually` property of every model is
 /// the target of at least one planted bug, and every target names a real
 /// property of its model.

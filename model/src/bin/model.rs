@@ -115,11 +115,11 @@ fn main() -> ExitCode {
         let report = mutation.run();
         let found = report.counterexample(mutation.breaks).map(<[String]>::len);
         match found {
-            Some(_) => println!(
+            Some(steps) if steps > 0 => println!(
                 "caught   {:<36} {:>7} states {:>6.2}s  breaks: {}",
                 mutation.name, report.unique_states, report.seconds, mutation.breaks
             ),
-            None => {
+            Some(_) | None => {
                 failed = true;
                 println!(
                     "MISSED   {:<36} breaks nothing it should: {}",
