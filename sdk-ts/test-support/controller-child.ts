@@ -20,7 +20,7 @@ export const CONTROLLER_BIN = join(SDK_DIR, "build", "src", "controllers", "bin.
 export type ReplyFields = Omit<ControllerServerMessage, "kind" | "requestId">;
 
 /** What a test's server end answers to one child message; `null` writes nothing (the test closes or kills the child). */
-export type Handler = (message: ControllerChildMessage) => ReplyFields | string | null;
+export type Handler = (message: ControllerChildMessage) => ReplyFields | string | null | Promise<ReplyFields>;
 
 /** How one child process ended, and everything it said. */
 export interface ChildTranscript {
@@ -63,7 +63,10 @@ export function runChild(launch: ControllerLaunch | string, handler: Handler, en
       messages.push(message);
       const answer = handler(message);
       if (answer === null) continue;
-      if (typeof answer === "string") child.stdin.write(answer);
+      if (answer instanceof Promise) {
+        const requestId = message.requestId;
+        void answer.then((fields) => child.stdin.write(encodeControllerServer({ kind: "reply", requestId, ...fields })));
+      } else if (typeof answer === "string") child.stdin.write(answer);
       else child.stdin.write(encodeControllerServer({ kind: "reply", requestId: message.requestId, ...answer }));
     }
   });

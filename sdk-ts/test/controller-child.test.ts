@@ -107,7 +107,7 @@ let controllerPath: string;
 let env: NodeJS.ProcessEnv;
 let logCount = 0;
 
-before(() => {
+before(async () => {
   dir = mkdtempSync(join(tmpdir(), "piw-controller-child-"));
   project = join(dir, "project");
   mkdirSync(join(project, ".pi", "controllers"), { recursive: true });
@@ -115,6 +115,9 @@ before(() => {
   writeFileSync(controllerPath, TEST_CONTROLLER);
   // One state directory for the file: its transform cache makes every load after the first skip Babel.
   env = { ...process.env, HOME: join(dir, "home"), PI_WORKFLOWS_HOME: join(dir, "state") };
+  // Warm the transform cache, so that a pass's deadline (which runs from its launch) is not spent in Babel.
+  const warm = await runChild(resolveLaunch("test", controllerPath, {}), () => ({ outcome: "accepted" }), env);
+  assert.equal(warm.code, 0, warm.stderr);
 });
 
 /** A fresh apply log. */
@@ -178,7 +181,7 @@ describe("controller child: resolve mode", () => {
     assert.match(named.message, /no controller named "other" \(it exports: test\)/);
   });
 
-  it("answers resolveFailed invalidInput when initialStatus throws, without the error's contents; sourceNotFound and compileFailed likewise", async () => {
+  it("answers resolveFailed invalidInput when initialStatus throws, without the error's contents; sourceNotFound, invalidDefinition (a defineController shape error) and compileFailed likewise", async () => {
     const t = await runChild(resolveLaunch("test", controllerPath, { scenario: "ready", log: newLog(), badInitial: true, secret: SECRET }), () => ({ outcome: "accepted" }), env);
     assert.equal(t.code, 0, t.stderr);
     const [failed] = t.messages;
@@ -189,6 +192,12 @@ describe("controller child: resolve mode", () => {
 
     const missing = await runChild(resolveLaunch("gone", join(project, ".pi", "controllers", "gone.controller.ts"), {}), () => ({ outcome: "accepted" }), env);
     assert.equal((missing.messages[0] as { code?: string }).code, "sourceNotFound");
+
+    const misnamed = join(project, ".pi", "controllers", "misnamed.controller.ts");
+    writeFileSync(misnamed, 'import { defineController } from "@pi-workflows/sdk/controllers";\nexport default defineController({ name: "Bad_Name", initialStatus: () => ({}), reconcile: () => ({ kind: "settled" }) });\n');
+    const shape = await runChild(resolveLaunch("misnamed", misnamed, {}), () => ({ outcome: "accepted" }), env);
+    assert.equal((shape.messages[0] as { code?: string }).code, "invalidDefinition", JSON.stringify(shape.messages));
+    assert.match((shape.messages[0] as { message: string }).message, /name must match/);
 
     const broken = join(project, ".pi", "controllers", "broken.controller.ts");
     writeFileSync(broken, "export default {{{ ;\n");
@@ -339,12 +348,27 @@ describe("controller child: reconcile mode", () => {
 
   it("the deadline aborts a cooperative reconcile: the signal's reason is a TimeoutError and the pass fails", async () => {
     const log = newLog();
-    const t = await runChild(reconcileLaunch("test", controllerPath, project, resourceWith("test", { scenario: "cooperative", log }), { timeoutMs: 300 }), () => committed, env);
+    const t = await runChild(reconcileLaunch("test", controllerPath, project, resourceWith("test", { scenario: "cooperative", log }), { timeoutMs: 600 }), () => committed, env);
     assert.equal(t.code, 0, t.stderr);
-    assert.deepEqual(t.messages, [{ kind: "failed", requestId: 1, message: "the reconcile deadline (300 ms) passed" }]);
+    assert.deepEqual(t.messages, [{ kind: "failed", requestId: 1, message: "the reconcile deadline (600 ms) passed" }]);
     // The abort reached reconcile's signal before the child wrote `failed` (or right after: the race decides which is logged first).
     await waitFor(() => readLog(log).length > 0, 500);
     assert.deepEqual(readLog(log), [{ did: "aborted", reason: "TimeoutError" }]);
+  });
+
+  it("an effect whose ensure reply arrives after the deadline is not applied: the pass fails and the effect stays for the next pass to observe", async () => {
+    const log = newLog();
+    const late = effectServer("apply", () => committed);
+    const t = await runChild(
+      reconcileLaunch("test", controllerPath, project, resourceWith("test", { scenario: "effect", log }), { timeoutMs: 600 }),
+      // The reply leaves after the deadline, however long loading took.
+      (m) => (m.kind === "effect.ensure" ? new Promise<ReplyFields>((resolve) => setTimeout(() => resolve(late(m)), 700)) : late(m)),
+      env,
+    );
+    assert.equal(t.code, 0, t.stderr);
+    assert.deepEqual(t.messages.map((m) => m.kind), ["effect.ensure", "failed"]);
+    assert.equal((t.messages[1] as { message: string }).message, "the reconcile deadline (600 ms) passed");
+    assert.deepEqual(readLog(log), [], "apply never ran");
   });
 
   it("a claimLost reply aborts the signal and the pass ends without writing a result", async () => {

@@ -572,6 +572,12 @@ class Pass {
     return reply;
   }
 
+  /** Throws when the pass is over (deadline, claim lost): no provider call starts after it. */
+  private live(what: string): void {
+    if (this.claimLost) throw new ControllerChannelError(`the claim is lost: ${what} is not called`, "claimLost");
+    if (this.ended || this.abort.signal.aborted) throw new ControllerChannelError(`the reconcile pass has ended: ${what} is not called`);
+  }
+
   loseClaim(): void {
     if (this.claimLost) return;
     this.claimLost = true;
@@ -598,6 +604,7 @@ class Pass {
       let reply = await this.call({ kind: "effect.ensure", key: effect.key, effectKind: effect.kind, requestFingerprint: fingerprint });
       if (reply.effectAction === "observe") {
         let observation: ControllerObservation;
+        this.live("observe");
         try {
           const found: unknown = await effect.observe(this.abort.signal);
           const mapped = typeof found === "string" ? OBSERVATIONS[found as Observation] : undefined;
@@ -615,6 +622,7 @@ class Pass {
       if (reply.effectAction === "apply") {
         let applyResult: "applied" | "rejected" | "indeterminate";
         let error: string | undefined;
+        this.live("apply");
         try {
           const result: unknown = await effect.apply(this.abort.signal);
           if (result === "applied" || result === "rejected" || result === "indeterminate") applyResult = result;
