@@ -11,7 +11,7 @@
 //!   (see [`wire`]);
 //! - `sdk-ts/src/generated/types.ts`: TypeScript types (see [`ts`]) and
 //!   `STATE_CHANGING_OPERATIONS`;
-//! - `sdk-ts/src/generated/{runner,client}-validators.cts`: the ajv 8
+//! - `sdk-ts/src/generated/{runner,controller,client}-validators.cts`: the ajv 8
 //!   standalone validators of each channel, as CommonJS modules the SDK
 //!   requires on first use, compiled by
 //!   `node sdk-ts/scripts/compile-validators.mjs` (needs `npm ci` in
@@ -86,8 +86,9 @@ pub fn generate(root: &Path) -> Result<Vec<Output>, String> {
 }
 
 /// The channels with their own validator module: a process loads only the
-/// validators of the channels it speaks (the runner never loads client.v1's).
-pub const VALIDATOR_CHANNELS: [&str; 2] = ["runner", "client"];
+/// validators of the channels it speaks (the runner never loads client.v1's,
+/// a controller child only controller.v1's).
+pub const VALIDATOR_CHANNELS: [&str; 3] = ["runner", "controller", "client"];
 
 /// Runs the ajv standalone compiler script with node for one channel.
 fn validators(root: &Path, channel: &str) -> Result<String, String> {

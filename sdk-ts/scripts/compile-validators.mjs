@@ -3,20 +3,25 @@
 // process loads only the validators of the channels it speaks), and prints
 // it to stdout. Run by `cargo run -p codegen`, which adds the generated-file
 // header and writes sdk-ts/src/generated/<channel>-validators.cts.
-// Usage: node scripts/compile-validators.mjs <protocol-dir> <runner|client>
+// Usage: node scripts/compile-validators.mjs <protocol-dir> <runner|controller|client>
 import fs from "node:fs";
 import path from "node:path";
 import Ajv2020 from "ajv/dist/2020.js";
 import standaloneCode from "ajv/dist/standalone/index.js";
 
 const BASE = "https://pi-workflows.invalid/protocol/";
-/** The validators of each channel: the runner channel (runner.v1) and the client channel (client.v1 and the run view it carries). */
+/** The validators of each channel: the runner channel (runner.v1), the controller.v1 channel (its $defs in runner.v1) and the client channel (client.v1 and the run view it carries). */
 const CHANNELS = {
   runner: {
     validateRunnerMessage: `${BASE}runner.v1.schema.json#/$defs/RunnerMessage`,
     validateServerMessage: `${BASE}runner.v1.schema.json#/$defs/ServerMessage`,
     validateWorkerLaunch: `${BASE}runner.v1.schema.json#/$defs/WorkerLaunch`,
     validateRunState: `${BASE}runner.v1.schema.json#/$defs/RunState`,
+  },
+  controller: {
+    validateControllerLaunch: `${BASE}runner.v1.schema.json#/$defs/ControllerLaunch`,
+    validateControllerChildMessage: `${BASE}runner.v1.schema.json#/$defs/ControllerChildMessage`,
+    validateControllerServerMessage: `${BASE}runner.v1.schema.json#/$defs/ControllerServerMessage`,
   },
   client: {
     validateClientMessage: `${BASE}client.v1.schema.json`,

@@ -64,6 +64,8 @@ const manifest = JSON.parse(readFileSync(join(SDK_DIR, "package.json"), "utf8"))
   dependencies: Record<string, string>;
 };
 const strip = (path: string): string => relative(".", path);
+/** The controller child program (a server child like the runner): the only files outside dist/runner/ that may import the runner's modules. */
+const CONTROLLER_CHILD = new Set(["dist/controllers/bin.js", "dist/controllers/child.js"]);
 
 describe("the production package (npm pack --dry-run)", () => {
   it("packs the compiled dist and package.json, and every export, bin and Pi extension it declares", () => {
@@ -75,7 +77,7 @@ describe("the production package (npm pack --dry-run)", () => {
     assert.deepEqual(Object.keys(manifest.dependencies).filter((name) => /sqlite/i.test(name)), []);
   });
 
-  it("holds no embedded execution fallback: in-process entries reach no runner module and no SQLite, and only the runner imports the runner", () => {
+  it("holds no embedded execution fallback: in-process entries reach no runner module, no controller child and no SQLite, and only the server's child programs (the runner, the controller child) import the runner", () => {
     const files = packedFiles();
     const packed = new Set(files);
     const inProcess = Object.entries(manifest.exports)
@@ -88,11 +90,11 @@ describe("the production package (npm pack --dry-run)", () => {
       const graph = packedGraph(entry, packed);
       assert.ok(graph.size > 1, `${entry} reaches nothing: the walk did not follow its imports`);
       for (const [file, bare] of graph) {
-        if (file.startsWith("dist/runner/")) problems.push(`${entry} reaches ${file}`);
+        if (file.startsWith("dist/runner/") || CONTROLLER_CHILD.has(file)) problems.push(`${entry} reaches ${file}`);
         for (const specifier of bare) if (/sqlite/i.test(specifier)) problems.push(`${file} (from ${entry}) imports ${specifier}`);
       }
     }
-    for (const file of files.filter((name) => name.endsWith(".js") && !name.startsWith("dist/runner/"))) {
+    for (const file of files.filter((name) => name.endsWith(".js") && !name.startsWith("dist/runner/") && !CONTROLLER_CHILD.has(name))) {
       for (const specifier of specifiers(readFileSync(join(SDK_DIR, file), "utf8"))) {
         if (specifier.startsWith(".") && normalize(join(dirname(file), specifier)).startsWith("dist/runner/")) problems.push(`${file} imports ${specifier}`);
         if (specifier.includes("/runner")) problems.push(`${file} imports ${specifier}`);
@@ -101,6 +103,9 @@ describe("the production package (npm pack --dry-run)", () => {
     assert.deepEqual(problems, []);
     // The runner itself is packed, as the server's child: its bin is a runner module.
     assert.equal(strip(manifest.bin["pi-workflows-runner"] as string), "dist/runner/bin.js");
+    // So is the controller child (it loads controller modules with the runner's loader).
+    assert.equal(strip(manifest.bin["pi-workflows-controller"] as string), "dist/controllers/bin.js");
+    assert.ok([...CONTROLLER_CHILD].every((file) => packed.has(file)), "the controller child is packed");
   });
 
   it("the walk sees compiled imports of every form (it is not vacuous)", () => {

@@ -4,12 +4,13 @@
  * and their helpers, and the reconcile context a controller's `reconcile`
  * receives.
  *
- * What is built: the definitions, their eager shape checks, the result
- * constructors and discovery (`discovery.ts`). The server side (resources,
- * the reconcile queue and its supervised worker that builds a real
- * `ReconcileContext`) is not built yet: `resource.*` operations answer
- * `unavailable`. The rules a worker will apply are the kernel's
- * (`kernel::resource`, `reconcile`, `controller_effect`, `child_workflow`).
+ * What is here: the definitions, their eager shape checks, the result
+ * constructors, discovery (`discovery.ts`) and the controller child
+ * (`child.ts`, the `pi-workflows-controller` program the server runs for a
+ * resolve or a reconcile pass; it builds the real `ReconcileContext` over
+ * the controller.v1 channel). The rules the server applies to what a
+ * child proposes are the kernel's (`kernel::resource`, `reconcile`,
+ * `controller_effect`, `child_workflow`).
  */
 import { fail, isRecord } from "../authoring/errors.js";
 
@@ -108,6 +109,9 @@ export interface EffectRecord {
   key: string;
   kind: string;
   state: EffectState;
+  /** Why apply ended indeterminate (a bounded message without payload contents). */
+  error?: string;
+  externalRef?: string;
 }
 
 /** A child workflow request's state. */

@@ -8,12 +8,16 @@
  * The validators of each channel are one generated CommonJS module,
  * required on the first frame of that channel: a runner loads runner.v1's
  * (about a third of the code) and never client.v1's, a client the reverse,
- * and a workflow that imports the SDK loads none.
+ * a controller child only controller.v1's, and a workflow that imports the
+ * SDK loads none.
  */
 import { createRequire } from "node:module";
 import { REPLY_RESULT_TYPES } from "../generated/types.js";
 import type {
   ClientMessage,
+  ControllerChildMessage,
+  ControllerLaunch,
+  ControllerServerMessage,
   JsonValue,
   ReplyResultByMessageType,
   RequestPayloadByOperation,
@@ -39,6 +43,13 @@ interface RunnerValidators {
   validateRunState: Validator;
 }
 
+/** `generated/controller-validators.cts`: the controller.v1 channel (its `$defs` live in runner.v1). */
+interface ControllerValidators {
+  validateControllerLaunch: Validator;
+  validateControllerChildMessage: Validator;
+  validateControllerServerMessage: Validator;
+}
+
 /** `generated/client-validators.cts`: client.v1 and the run view. */
 interface ClientValidators {
   validateClientMessage: Validator;
@@ -55,9 +66,10 @@ function onFirstUse<T>(specifier: string): () => T {
 
 const runnerValidators = onFirstUse<RunnerValidators>("../generated/runner-validators.cjs");
 const clientValidators = onFirstUse<ClientValidators>("../generated/client-validators.cjs");
+const controllerValidators = onFirstUse<ControllerValidators>("../generated/controller-validators.cjs");
 
 /** The generated validators by name, each channel's module loaded when one of its validators is first read. */
-export const validators: Readonly<RunnerValidators & ClientValidators> = Object.freeze({
+export const validators: Readonly<RunnerValidators & ControllerValidators & ClientValidators> = Object.freeze({
   get validateRunnerMessage(): Validator {
     return runnerValidators().validateRunnerMessage;
   },
@@ -69,6 +81,15 @@ export const validators: Readonly<RunnerValidators & ClientValidators> = Object.
   },
   get validateRunState(): Validator {
     return runnerValidators().validateRunState;
+  },
+  get validateControllerLaunch(): Validator {
+    return controllerValidators().validateControllerLaunch;
+  },
+  get validateControllerChildMessage(): Validator {
+    return controllerValidators().validateControllerChildMessage;
+  },
+  get validateControllerServerMessage(): Validator {
+    return controllerValidators().validateControllerServerMessage;
   },
   get validateClientMessage(): Validator {
     return clientValidators().validateClientMessage;
@@ -136,6 +157,24 @@ export function decodeLaunch(bytes: Uint8Array): WorkerLaunch {
   return validated<WorkerLaunch>(validators.validateWorkerLaunch, parseCanonical(bytes));
 }
 
+/** Decodes a controller child's launch: the first stdin line the server writes, without its newline. */
+export function decodeControllerLaunch(bytes: Uint8Array): ControllerLaunch {
+  if (bytes.length > MAX_FRAME_BYTES) {
+    throw TOO_LARGE();
+  }
+  return validated<ControllerLaunch>(validators.validateControllerLaunch, parseCanonical(bytes));
+}
+
+/** Decodes one server-to-controller-child frame (a reply). */
+export function decodeControllerServerFrame(frame: Uint8Array): ControllerServerMessage {
+  return validated<ControllerServerMessage>(validators.validateControllerServerMessage, parseCanonical(frameContent(frame)));
+}
+
+/** Decodes one controller-child-to-server frame. */
+export function decodeControllerChildFrame(frame: Uint8Array): ControllerChildMessage {
+  return validated<ControllerChildMessage>(validators.validateControllerChildMessage, parseCanonical(frameContent(frame)));
+}
+
 /** Decodes a standalone run-view document (canonical JSON, no newline). */
 export function decodeRunView(bytes: Uint8Array): RunView {
   if (bytes.length > MAX_FRAME_BYTES) {
@@ -192,6 +231,21 @@ export function encodeClient(message: ClientMessage): Uint8Array {
 /** Encodes a runner-to-server message as one frame. */
 export function encodeRunner(message: RunnerMessage): Uint8Array {
   return frame(message, validators.validateRunnerMessage);
+}
+
+/** Encodes a controller child's message as one frame. */
+export function encodeControllerChild(message: ControllerChildMessage): Uint8Array {
+  return frame(message, validators.validateControllerChildMessage);
+}
+
+/** Encodes a reply to a controller child as one frame. */
+export function encodeControllerServer(message: ControllerServerMessage): Uint8Array {
+  return frame(message, validators.validateControllerServerMessage);
+}
+
+/** Encodes a controller child's launch as one frame. */
+export function encodeControllerLaunch(message: ControllerLaunch): Uint8Array {
+  return frame(message, validators.validateControllerLaunch);
 }
 
 /** Encodes a server-to-runner message as one frame. */

@@ -1,7 +1,10 @@
 /**
- * Loading workflow modules, and compiling a root workflow with its includes.
- * Imports of `@pi-workflows/sdk` (and `/runner`, `/protocol`, `pi-workflows`)
- * inside a workflow resolve to this package's own modules.
+ * Loading workflow (and controller) modules, and compiling a root workflow
+ * with its includes. Imports of `@pi-workflows/sdk` (and `/runner`,
+ * `/protocol`, `/controllers`, `pi-workflows`), and of
+ * `@osolmaz/pi-workflows` and `@osolmaz/pi-workflows/controllers` (the
+ * reference package's names), inside a loaded module resolve to this
+ * package's own modules.
  *
  * Two loaders:
  * - Node's type stripping, where the process enabled it
@@ -49,7 +52,12 @@ import { type TransformCache, cacheKey } from "./transform-cache.js";
 const SDK_ENTRY = fileURLToPath(new URL("../index.js", import.meta.url));
 const RUNNER_ENTRY = fileURLToPath(new URL("./index.js", import.meta.url));
 const PROTOCOL_ENTRY = fileURLToPath(new URL("../protocol/index.js", import.meta.url));
+const CONTROLLERS_ENTRY = fileURLToPath(new URL("../controllers/index.js", import.meta.url));
 const ALIASES: Record<string, string> = {
+  "@pi-workflows/sdk/controllers": CONTROLLERS_ENTRY,
+  "@osolmaz/pi-workflows/controllers": CONTROLLERS_ENTRY,
+  "pi-workflows/controllers": CONTROLLERS_ENTRY,
+  "@osolmaz/pi-workflows": SDK_ENTRY,
   "@pi-workflows/sdk/runner": RUNNER_ENTRY,
   "@pi-workflows/sdk/protocol": PROTOCOL_ENTRY,
   "@pi-workflows/sdk": SDK_ENTRY,
@@ -246,11 +254,6 @@ function registerNativeHooks(): void {
   });
 }
 
-async function importNatively(path: string): Promise<unknown> {
-  const namespace = (await import(pathToFileURL(path).href)) as { default?: unknown };
-  return namespace.default ?? namespace;
-}
-
 // --- jiti -----------------------------------------------------------------
 
 const requireHere = nodeModule.createRequire(import.meta.url);
@@ -317,31 +320,39 @@ export async function hashFile(path: string): Promise<string> {
   return sha256Digest(bytes);
 }
 
-/** Loads a workflow file and returns its default export, which must be a `defineWorkflow` value. */
-export async function loadWorkflowFile(path: string): Promise<WorkflowDefinition> {
-  let exported: unknown;
-  let loaded = false;
+/**
+ * Imports a module file with this process's loaders (type stripping where
+ * enabled, else or after a failure jiti) and returns its namespace, or with
+ * `defaultOnly` its default export (the namespace when it has none).
+ * `keep(error)` names errors of the module's own definitions, thrown as
+ * they are; any other failure is a `WorkflowLoadError`.
+ */
+export async function importModuleFile(path: string, defaultOnly: boolean, keep: (error: unknown) => boolean): Promise<unknown> {
   if (native) {
     try {
-      exported = await importNatively(path);
-      loaded = true;
+      const namespace = (await import(pathToFileURL(path).href)) as { default?: unknown };
       counts.native += 1;
+      return defaultOnly ? (namespace.default ?? namespace) : namespace;
     } catch (error) {
-      if (error instanceof WorkflowDefinitionError) throw error;
+      if (keep(error)) throw error;
       const code = (error as { code?: unknown } | null)?.code;
       counts.fellBack.push(typeof code === "string" ? code : error instanceof Error ? error.name : "error");
     }
   }
-  if (!loaded) {
-    try {
-      exported = await loader().import(path, { default: true });
-      counts.jiti += 1;
-    } catch (error) {
-      if (error instanceof WorkflowDefinitionError) throw error;
-      const message = error instanceof Error ? error.message : String(error);
-      throw new WorkflowLoadError(`cannot load ${path}: ${message}`);
-    }
+  try {
+    const exported = await loader().import(path, defaultOnly ? { default: true } : {});
+    counts.jiti += 1;
+    return exported;
+  } catch (error) {
+    if (keep(error)) throw error;
+    const message = error instanceof Error ? error.message : String(error);
+    throw new WorkflowLoadError(`cannot load ${path}: ${message}`);
   }
+}
+
+/** Loads a workflow file and returns its default export, which must be a `defineWorkflow` value. */
+export async function loadWorkflowFile(path: string): Promise<WorkflowDefinition> {
+  const exported = await importModuleFile(path, true, (error) => error instanceof WorkflowDefinitionError);
   if (!isWorkflowDefinition(exported)) {
     throw new WorkflowDefinitionError(`${path} must default-export defineWorkflow({...})`);
   }
