@@ -25,6 +25,10 @@ pub struct Config {
     pub stop_grace_ms: u64,
     /// `PI_WORKFLOWS_RUNNER` (default: the TypeScript runner): the runner program and arguments.
     pub runner_command: Vec<String>,
+    /// `PI_WORKFLOWS_CONTROLLER_RUNNER` (default: the TypeScript controller
+    /// child, `pi-workflows-controller`): the controller child program and
+    /// arguments (resolve and reconcile passes).
+    pub controller_command: Vec<String>,
     /// The user's home directory (`HOME`), for `~/.pi/agent/workflows/` discovery.
     pub user_home: Option<PathBuf>,
     /// Limits of the client socket's connections.
@@ -91,6 +95,12 @@ impl Config {
             }
             _ => default_runner_command(),
         };
+        let controller_command = match lookup("PI_WORKFLOWS_CONTROLLER_RUNNER") {
+            Some(text) if !text.trim().is_empty() => {
+                text.split_whitespace().map(str::to_owned).collect()
+            }
+            _ => default_controller_command(),
+        };
         let channel_adapter = match lookup("PI_WORKFLOWS_CHANNEL_ADAPTER") {
             Some(path) if !path.trim().is_empty() => PathBuf::from(path),
             _ => default_channel_adapter(),
@@ -115,6 +125,7 @@ impl Config {
             runner_ready_timeout_ms: positive(&lookup, "PI_WORKFLOWS_READY_TIMEOUT_MS", 30_000)?,
             stop_grace_ms: positive(&lookup, "PI_WORKFLOWS_STOP_GRACE_MS", 5_000)?,
             runner_command,
+            controller_command,
             user_home: lookup("HOME")
                 .filter(|home| !home.is_empty())
                 .map(PathBuf::from),
@@ -217,6 +228,10 @@ fn default_runner_command() -> Vec<String> {
     vec!["pi-workflows-runner".to_owned()]
 }
 
+fn default_controller_command() -> Vec<String> {
+    vec!["pi-workflows-controller".to_owned()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +309,17 @@ mod tests {
     fn home_override_wins() {
         let config = config(&[("HOME", "/h"), ("PI_WORKFLOWS_HOME", "/tmp/x")]).unwrap();
         assert_eq!(config.database_path(), PathBuf::from("/tmp/x/state.sqlite"));
+    }
+
+    #[test]
+    fn the_controller_runner_is_split_on_whitespace_with_a_default() {
+        let default = config(&[("HOME", "/h")]).unwrap();
+        assert_eq!(default.controller_command, ["pi-workflows-controller"]);
+        let set = config(&[
+            ("HOME", "/h"),
+            ("PI_WORKFLOWS_CONTROLLER_RUNNER", " node  /x/bin.js "),
+        ])
+        .unwrap();
+        assert_eq!(set.controller_command, ["node", "/x/bin.js"]);
     }
 }

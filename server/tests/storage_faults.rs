@@ -701,8 +701,9 @@ fn damaged_and_foreign_state_files_are_told_apart_from_incompatible_ones() {
     // before a decision's answer source; 6: before a Telegram answer
     // source; 7: before a piw answer source and follow-ups; 8: before
     // durable turn intents; 9: before selected launches; 10: before live
-    // settings) gets the back-up-and-move instruction.
-    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
+    // settings; 11: before resources and the controller queue) gets the
+    // back-up-and-move instruction.
+    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] {
         let error = refusal_of(|path| {
             std::fs::write(path, &real).unwrap();
             let connection = Connection::open(path).unwrap();

@@ -29,6 +29,7 @@ import { RESERVED_WORDS, USAGE } from "./grammar.js";
 import { WIDGET_KEY } from "./widget.js";
 import { herdrAvailable, registerPiw } from "./piw.js";
 import { registerWorkflowChannel } from "./channels.js";
+import { registerController } from "./controllers.js";
 import { DEFERRED_TURN_TYPE, deferredTurnCard } from "./deferred-turn.js";
 
 export { WorkflowSession } from "./session.js";
@@ -193,6 +194,8 @@ export default function piWorkflowsExtension(pi: ExtensionAPI): void {
   pi.registerShortcut("shift+down", { description: "pi-workflows: scroll the workflow widget down", handler: () => current()?.scrollBy(1) });
   // `/workflow-channel status|reload|recover …`: the server's channel adapters.
   registerWorkflowChannel(pi, () => client);
+  // `/controller list|get|apply|reconcile|delete …`: the server's managed resources (it loads no controller code).
+  registerController(pi, () => client);
   // `/piw` and Ctrl+Shift+R open or focus piw on the run of this session's view.
   registerPiw(pi, () => {
     const run = current()?.view?.run;

@@ -50,6 +50,7 @@ pub mod meta;
 mod open;
 pub mod processes;
 mod reader;
+pub mod resources;
 pub mod retention;
 pub mod runs;
 pub mod schema;

@@ -1,4 +1,4 @@
-//! The version-11 DDL of `pi-workflows-state` (see `schema.sql`).
+//! The version-12 DDL of `pi-workflows-state` (see `schema.sql`).
 //!
 //! Invariant: the digest of this text is the schema identity; editing it is an
 //! in-place alpha schema change that makes older databases incompatible.
@@ -7,4 +7,4 @@
 pub(crate) const DDL: &str = include_str!("schema.sql");
 
 /// The schema version this binary writes and accepts (with the DDL digest).
-pub(crate) const VERSION: i64 = 11;
+pub(crate) const VERSION: i64 = 12;

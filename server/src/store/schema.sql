@@ -1,4 +1,4 @@
--- pi-workflows-state, schema version 11 (version 1 kept the live view's node
+-- pi-workflows-state, schema version 12 (version 1 kept the live view's node
 -- list and step history as growing documents; version 2 had no step index
 -- on node attempts, so a runner message read every finished step; version 3
 -- counted an interactive node timeout on the wall clock, with no turn clock
@@ -9,7 +9,9 @@
 -- as that source; version 7 had neither piw's answer dialog as a source
 -- nor follow-up queues; version 8 had no durable turn intents; version 9
 -- did not record a terminal decision turn's selected launch; version 10
--- had no live settings; all are refused as incompatible).
+-- had no live settings; version 11 had no resources, controller queue,
+-- controller effects or child workflow requests; all are refused as
+-- incompatible).
 -- The SHA-256 of this file is the DDL digest stored in schema_meta. Any edit
 -- changes the digest; an installed database with another digest is refused
 -- before any mutation (alpha state policy: no migrations).
@@ -17,7 +19,7 @@
 CREATE TABLE schema_meta (
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
-  schema_version INTEGER NOT NULL CHECK (schema_version = 11),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 12),
   ddl_digest TEXT NOT NULL,
   created_at_ms INTEGER NOT NULL
 ) STRICT;
@@ -464,6 +466,109 @@ CREATE TABLE workflow_setting_bindings (
   user_revision INTEGER NOT NULL CHECK (user_revision >= 0),
   project_revision INTEGER NOT NULL CHECK (project_revision >= 0)
 ) STRICT;
+
+-- Managed resources (kernel::resource, CONTROLLERS): one row per controller
+-- and key. resource_version grows by one on every write of the row,
+-- generation only when the spec's canonical digest changes. controller_path
+-- and source_digest are the controller file the spec was accepted under
+-- (resource.apply re-checks discovery and the digest in its receipt
+-- transaction); project_path is the project it was applied from (NULL:
+-- only the home controllers directory was searched).
+CREATE TABLE resources (
+  controller TEXT NOT NULL CHECK (length(controller) BETWEEN 1 AND 64),
+  resource_key TEXT NOT NULL CHECK (length(CAST(resource_key AS BLOB)) BETWEEN 1 AND 512),
+  uid TEXT NOT NULL UNIQUE,
+  resource_version INTEGER NOT NULL CHECK (resource_version >= 1),
+  generation INTEGER NOT NULL CHECK (generation >= 1),
+  spec_json TEXT NOT NULL CHECK (json_valid(spec_json)),
+  spec_digest BLOB NOT NULL CHECK (length(spec_digest) = 32),
+  status_json TEXT NOT NULL CHECK (json_type(status_json) = 'object'),
+  deletion_requested_at_ms INTEGER,
+  finalizers_json TEXT NOT NULL CHECK (json_type(finalizers_json) = 'array'),
+  controller_path TEXT NOT NULL,
+  project_path TEXT,
+  source_digest BLOB NOT NULL CHECK (length(source_digest) = 32),
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (controller, resource_key)
+) STRICT;
+
+-- The controller work queue (kernel::reconcile): one row per resource,
+-- written with it and deleted with it. available_at_ms NULL: idle. version
+-- grows by one per enqueue. claim_generation is the shared lease generation
+-- (the last one handed out; it only grows); a live or expired claim has its
+-- token hash, expiry and the version it claimed, and none of them without
+-- the others.
+CREATE TABLE resource_queue (
+  resource_uid TEXT PRIMARY KEY REFERENCES resources(uid) ON DELETE CASCADE,
+  available_at_ms INTEGER,
+  version INTEGER NOT NULL CHECK (version >= 1),
+  consecutive_errors INTEGER NOT NULL CHECK (consecutive_errors >= 0),
+  last_error TEXT CHECK (last_error IS NULL OR length(CAST(last_error AS BLOB)) <= 8192),
+  claim_generation INTEGER NOT NULL CHECK (claim_generation >= 0),
+  claim_token_hash BLOB CHECK (claim_token_hash IS NULL OR length(claim_token_hash) = 32),
+  claim_expires_at_ms INTEGER,
+  claimed_version INTEGER,
+  CHECK ((claim_token_hash IS NULL) = (claim_expires_at_ms IS NULL)),
+  CHECK ((claim_token_hash IS NULL) = (claimed_version IS NULL))
+) STRICT;
+-- Admission: the rows available soonest.
+CREATE INDEX resource_queue_available ON resource_queue(available_at_ms)
+  WHERE available_at_ms IS NOT NULL;
+
+-- A controller's external effects (kernel::controller_effect): reserved
+-- (pending) before any provider call, observed before any retry. Kind,
+-- request fingerprint and generation never change under a key.
+-- external_ref and error are what apply reported (bounded, no payloads).
+CREATE TABLE controller_effects (
+  resource_uid TEXT NOT NULL REFERENCES resources(uid) ON DELETE CASCADE,
+  effect_key TEXT NOT NULL CHECK (length(CAST(effect_key AS BLOB)) BETWEEN 1 AND 512),
+  kind TEXT NOT NULL CHECK (length(CAST(kind AS BLOB)) BETWEEN 1 AND 512),
+  request_fingerprint BLOB NOT NULL CHECK (length(request_fingerprint) = 32),
+  generation INTEGER NOT NULL CHECK (generation >= 1),
+  state TEXT NOT NULL CHECK (state IN ('pending', 'applied', 'rejected', 'indeterminate')),
+  started_at_ms INTEGER NOT NULL,
+  completed_at_ms INTEGER,
+  external_ref TEXT CHECK (external_ref IS NULL OR length(CAST(external_ref AS BLOB)) <= 1024),
+  error TEXT CHECK (error IS NULL OR length(CAST(error AS BLOB)) <= 8192),
+  PRIMARY KEY (resource_uid, effect_key)
+) STRICT;
+
+-- A controller's child workflow requests (kernel::child_workflow): one per
+-- resource and stable request key. run_id is the current attempt's run,
+-- reserved here before the run exists (so no foreign key); workflow and
+-- input fingerprint never change under a key.
+CREATE TABLE controller_child_requests (
+  resource_uid TEXT NOT NULL REFERENCES resources(uid) ON DELETE CASCADE,
+  request_key TEXT NOT NULL CHECK (length(CAST(request_key AS BLOB)) BETWEEN 1 AND 512),
+  workflow TEXT NOT NULL,
+  input_fingerprint BLOB NOT NULL CHECK (length(input_fingerprint) = 32),
+  attempt INTEGER NOT NULL CHECK (attempt >= 1),
+  run_id TEXT NOT NULL UNIQUE,
+  state TEXT NOT NULL CHECK (state IN ('running', 'waiting', 'succeeded', 'failed', 'interrupted')),
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (resource_uid, request_key)
+) STRICT;
+
+-- The resources' audit feed (the views' recent events): append-only, kept
+-- after the resource row is deleted. detail is a bounded phrase, never spec
+-- or status contents.
+CREATE TABLE resource_events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  controller TEXT NOT NULL,
+  resource_key TEXT NOT NULL,
+  resource_uid TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('applied', 'reconcile_requested', 'deletion_requested',
+    'reconcile_started', 'reconcile_settled', 'reconcile_requeued', 'reconcile_conflict',
+    'reconcile_failed', 'claim_lost', 'effect_reserved', 'effect_settled', 'effect_recovered',
+    'workflow_started', 'workflow_ended', 'resource_deleted')),
+  resource_version INTEGER,
+  generation INTEGER,
+  at_ms INTEGER NOT NULL,
+  detail TEXT CHECK (detail IS NULL OR length(CAST(detail AS BLOB)) <= 1024)
+) STRICT;
+CREATE INDEX resource_events_by_resource ON resource_events(controller, resource_key, seq);
 
 -- Turn intents (kernel::intent, DEFERRED_TURNS): the one successor model
 -- turn an eligible event of an interactive run owes its origin session, and
