@@ -7,12 +7,13 @@
  * controller's status value never appear in what is shown.
  */
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, readlinkSync, realpathSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import { WorkflowClient } from "../src/client/index.js";
 import { CONTROLLER_USAGE, type ControllerHost, parseControllerCommand, registerController } from "../src/extension/controllers.js";
+import { CONTROLLER_BIN } from "../test-support/controller-child.js";
 import { TestServer, serverBinary } from "../test-support/server.js";
 
 type Handler = Parameters<ControllerHost["registerCommand"]>[1]["handler"];
@@ -108,5 +109,52 @@ describe("/controller against the real server", () => {
     assert.match(elsewhere.message, /^controller apply repos k was refused: /);
 
     assert.equal((await command("get Repos k")).level, "warning");
+  });
+});
+
+describe("/controller with the real controller child", () => {
+  let server: TestServer;
+  let client: WorkflowClient;
+  let handler: Handler;
+
+  before(async () => {
+    server = await TestServer.start({ env: { PI_WORKFLOWS_CONTROLLER_RUNNER: `${process.execPath} ${CONTROLLER_BIN}` } });
+    client = new WorkflowClient({ home: server.home, bin: serverBinary(), env: server.env, startDeadlineMs: 60_000 });
+    registerController({ registerCommand: (_name, options) => (handler = options.handler) }, () => client);
+  });
+
+  after(async () => {
+    client?.close();
+    await server?.stop();
+  });
+
+  it("neither the extension nor the server loads controller code: the module records each process that loads it, and each is a controller child of the server", async () => {
+    const project = join(server.root, "project");
+    const marker = join(server.root, "loaded-by.ndjson");
+    const file = join(project, ".pi", "controllers", "probe.controller.mjs");
+    mkdirSync(dirname(file), { recursive: true });
+    writeFileSync(
+      file,
+      [
+        'import { appendFileSync } from "node:fs";',
+        // No package import: any process that evaluates the file records itself, whatever it could resolve.
+        `appendFileSync(${JSON.stringify(marker)}, JSON.stringify({ pid: process.pid, ppid: process.ppid, entry: process.argv[1] }) + "\\n");`,
+        'export default { name: "probe", initialStatus: () => ({ seen: false }), reconcile: (ctx) => ctx.settled(), [Symbol.for("pi-workflows.controller")]: true };',
+        "",
+      ].join("\n"),
+    );
+    const notified: { message: string; level: string }[] = [];
+    await handler("apply probe one {}", { cwd: project, ui: { notify: (message, level) => notified.push({ message, level }) } });
+    assert.deepEqual(notified, [{ message: "Applied probe/one: resource version 1; the server reconciles it (/controller get probe one).", level: "info" }]);
+
+    const serverExe = realpathSync(serverBinary());
+    const loads = readFileSync(marker, "utf8").trim().split("\n").map((line) => JSON.parse(line) as { pid: number; ppid: number; entry: string });
+    assert.ok(loads.length >= 1, "the resolve child loaded the module");
+    for (const load of loads) {
+      assert.notEqual(load.pid, process.pid, "the extension's process loaded controller code");
+      assert.equal(load.entry, CONTROLLER_BIN, "a controller child loaded it");
+      // Its parent is the server (still running): the server spawned it and did not load the module itself.
+      assert.equal(readlinkSync(`/proc/${load.ppid}/exe`), serverExe, "the loading process is a child of the server");
+    }
   });
 });
