@@ -392,3 +392,63 @@ describe("TurnReporter", () => {
     await session.stop();
   });
 });
+
+describe("session shutdown (DEFERRED_TURNS: a closing session cannot start another turn)", () => {
+  const deferredTurn = {
+    turnIntentId: `deferred-turn:${"a".repeat(64)}`,
+    cause: "failed",
+    stopsByDefault: false,
+    presentation: { workflowName: "review", state: "failed", reasonKind: "nodeFailed", restart: { count: 0, limit: 3 } },
+  };
+  const failedRun = () => runView({ nodes: [node("draft", "agent", "failed")], display: { status: "failed", activity: "none", controls: ["restart"] } });
+  /** Server operations that could end, pause or launch a run, and so create a turn intent or a turn. */
+  const changing = (server: FakeServer): string[] =>
+    server.calls.map((call) => call.operation).filter((operation) => /^(run\.|interaction\.|followUp\.)/.test(operation));
+
+  it("a terminal fallback whose content read is in flight when session_shutdown begins is never sent, and nothing after the shutdown sends it", async () => {
+    const { server, pi, session } = harness();
+    server.run = failedRun();
+    server.addMessage("terminal", "Workflow review ended: failed (run run-1).", { deferredTurn } as never);
+    const read = server.readContent.bind(server);
+    let release: (() => void) | undefined;
+    let reads = 0;
+    server.readContent = async (reference, options) => {
+      reads++;
+      if (reads === 1) await new Promise<void>((resolve) => (release = resolve));
+      return read(reference, options);
+    };
+    await session.start();
+    await until("the fallback's content read", () => release !== undefined);
+    const before = server.log.length;
+    await session.stop(); // session_shutdown began
+    release?.();
+    await settle();
+    // Everything that used to wake a pass: a pushed change, a poll, a settled turn.
+    server.changed();
+    await session.tick();
+    session.onAgentSettled(false);
+    await settle();
+    assert.deepEqual(pi.sent, [], "no fallback delivered after session_shutdown began");
+    const after = server.log.slice(before);
+    assert.deepEqual(after.filter((line) => line.startsWith("turn:") || line === "SEND"), [], after.join("\n"));
+    assert.deepEqual(changing(server), [], "the shutdown asked the server for nothing that creates an intent");
+  });
+
+  it("a held launch is not activated and no turn starts once session_shutdown began, even when Pi goes idle", async () => {
+    const { server, pi, session } = harness();
+    server.run = runView({ nodes: [node("draft", "agent", "pending")], display: { status: "queued", activity: "none", controls: ["activate", "cancel"] } });
+    pi.idle = false; // the decision turn that selected the launch is still running
+    await session.start();
+    await settle();
+    assert.deepEqual(server.ops("run.activate"), [], "not during the turn");
+    await session.stop();
+    pi.idle = true;
+    session.onAgentSettled(false);
+    server.changed();
+    await session.tick();
+    await settle();
+    assert.deepEqual(server.ops("run.activate"), [], "a closing session activates nothing");
+    assert.deepEqual(pi.sent, []);
+    assert.deepEqual(changing(server), []);
+  });
+});
