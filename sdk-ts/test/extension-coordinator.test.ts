@@ -452,3 +452,36 @@ describe("session shutdown (DEFERRED_TURNS: a closing session cannot start anoth
     assert.deepEqual(changing(server), []);
   });
 });
+
+describe("a surviving selected launch (DEFERRED_TURNS: session-start recovery activates it once)", () => {
+  it("a new session start finds the held launch and activates it once, however many views arrive while the activation is in flight", async () => {
+    const { server, pi, session } = harness();
+    server.run = runView({ nodes: [node("draft", "agent", "pending")], display: { status: "queued", activity: "none", controls: ["activate", "cancel"] } });
+    const request = server.request.bind(server);
+    const gates: (() => void)[] = [];
+    server.request = (async (operation: string, spec: never) => {
+      if (operation === "run.activate") await new Promise<void>((resolve) => gates.push(resolve));
+      return request(operation as never, spec);
+    }) as typeof server.request;
+    await session.start(); // Pi is idle: the session start offers the held run
+    await until("the activation request", () => gates.length > 0);
+    for (let view = 0; view < 5; view++) {
+      server.changed();
+      await session.tick();
+      session.onAgentSettled(false);
+      await settle();
+    }
+    assert.equal(gates.length, 1, "one activation in flight");
+    for (const gate of gates) gate();
+    await until("the activated run", () => session.source.current?.run?.display.status === "running");
+    await session.tick();
+    await settle();
+    assert.deepEqual(
+      server.ops("run.activate").map((call) => [call.runId, call.idempotencyKey]),
+      [["run-1", "activate.run-1"]],
+      "one activation, under the run's own key",
+    );
+    assert.deepEqual(pi.sent, [], "an activation is not a turn");
+    await session.stop();
+  });
+});
