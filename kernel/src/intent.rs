@@ -20,13 +20,18 @@
 //!   (`session`), so a claimed intent is resolved by exactly one successor
 //!   turn, and a resolved intent never starts another ([`is_resolved`]: its
 //!   claiming message was sent).
+//! - A lost queue claim under an active workflow turn ([`on_claim_lost`])
+//!   creates its intent ineligible: only a later event of the run (its
+//!   terminal message, a cancellation), which reuses it, makes it eligible,
+//!   so a run a new owner continues to its end owes one turn, not two.
 //! - No intent comes from a pause, an Escape or a held run, a closing
 //!   session, a waiting result, or a run without an origin session (a
 //!   headless, controller-owned or internally owned run: its owner receives
 //!   the result).
 
 use crate::ids::{AttemptId, MessageId, NodeId, RunId, SessionId, TurnIntentId, TurnSourceId};
-use crate::run::{RunRecord, RunStatus};
+use crate::message::TurnState;
+use crate::run::{ParkReason, QueueStatus, RunAggregate, RunRecord, RunStatus};
 use alloc::format;
 use alloc::string::String;
 use serde::{Deserialize, Serialize};
@@ -443,6 +448,47 @@ pub fn on_cancel(
     now_ms: u64,
 ) -> Option<IntentRecord> {
     on_event(run, open, SourceEvent::Cancelled { by }, None, now_ms)
+}
+
+/// Whether `before → after` handed a lost queue claim to a new owner while a
+/// workflow turn of the run was active (row 7, "active workflow turn loses
+/// its queue claim"): the run held a claim (`running/starting|running`), the
+/// decision parked it `recovered` (the claim-expiry wake fencing a stalled
+/// runner, `runner::on_claim_expired`, or the exit of a runner fenced for
+/// claim loss or orphaned by a server crash, `runner::decide_exit`), and an
+/// open turn of the run was active in its origin session.
+pub fn loses_claim_with_active_turn(before: &RunAggregate, after: &RunAggregate) -> bool {
+    RunRecord::pair_holds_claim(before.run.status, before.run.queue)
+        && after.run.queue == QueueStatus::Parked
+        && after.run.park_reason == Some(ParkReason::Recovered)
+        && before
+            .turns
+            .iter()
+            .any(|turn| turn.state == TurnState::Open && turn.run_id == before.run.run_id)
+}
+
+/// The intent of a lost queue claim ([`loses_claim_with_active_turn`]),
+/// created in the transaction that records the loss, before the turn it
+/// strands is aborted: cause `claimLost`, naming the abandoned attempt, and
+/// ineligible while a new owner can continue the run. A later event of the
+/// run (its terminal message, a cancellation) reuses it with its cause, and
+/// only that event's rule makes it eligible: a run a new owner continues to
+/// its end gets one terminal message and one turn, never two. `None` for any
+/// other transition and for a run without an origin session.
+pub fn on_claim_lost(
+    before: &RunAggregate,
+    after: &RunAggregate,
+    open: Option<&IntentRecord>,
+    now_ms: u64,
+) -> Option<IntentRecord> {
+    if !loses_claim_with_active_turn(before, after) {
+        return None;
+    }
+    let at = before.attempt.as_ref().map(|attempt| EventAt {
+        node_id: &attempt.node_id,
+        attempt_id: &attempt.attempt_id,
+    });
+    on_event(&after.run, open, SourceEvent::ClaimLost, at, now_ms)
 }
 
 /// What the store knows about how a run was launched, for [`launch_failed`].

@@ -392,3 +392,96 @@ describe("TurnReporter", () => {
     await session.stop();
   });
 });
+
+describe("session shutdown (DEFERRED_TURNS: a closing session cannot start another turn)", () => {
+  const deferredTurn = {
+    turnIntentId: `deferred-turn:${"a".repeat(64)}`,
+    cause: "failed",
+    stopsByDefault: false,
+    presentation: { workflowName: "review", state: "failed", reasonKind: "nodeFailed", restart: { count: 0, limit: 3 } },
+  };
+  const failedRun = () => runView({ nodes: [node("draft", "agent", "failed")], display: { status: "failed", activity: "none", controls: ["restart"] } });
+  /** Server operations that could end, pause or launch a run, and so create a turn intent or a turn. */
+  const changing = (server: FakeServer): string[] =>
+    server.calls.map((call) => call.operation).filter((operation) => /^(run\.|interaction\.|followUp\.)/.test(operation));
+
+  it("a terminal fallback whose content read is in flight when session_shutdown begins is never sent, and nothing after the shutdown sends it", async () => {
+    const { server, pi, session } = harness();
+    server.run = failedRun();
+    server.addMessage("terminal", "Workflow review ended: failed (run run-1).", { deferredTurn } as never);
+    const read = server.readContent.bind(server);
+    let release: (() => void) | undefined;
+    let reads = 0;
+    server.readContent = async (reference, options) => {
+      reads++;
+      if (reads === 1) await new Promise<void>((resolve) => (release = resolve));
+      return read(reference, options);
+    };
+    await session.start();
+    await until("the fallback's content read", () => release !== undefined);
+    const before = server.log.length;
+    await session.stop(); // session_shutdown began
+    release?.();
+    await settle();
+    // Everything that used to wake a pass: a pushed change, a poll, a settled turn.
+    server.changed();
+    await session.tick();
+    session.onAgentSettled(false);
+    await settle();
+    assert.deepEqual(pi.sent, [], "no fallback delivered after session_shutdown began");
+    const after = server.log.slice(before);
+    assert.deepEqual(after.filter((line) => line.startsWith("turn:") || line === "SEND"), [], after.join("\n"));
+    assert.deepEqual(changing(server), [], "the shutdown asked the server for nothing that creates an intent");
+  });
+
+  it("a held launch is not activated and no turn starts once session_shutdown began, even when Pi goes idle", async () => {
+    const { server, pi, session } = harness();
+    server.run = runView({ nodes: [node("draft", "agent", "pending")], display: { status: "queued", activity: "none", controls: ["activate", "cancel"] } });
+    pi.idle = false; // the decision turn that selected the launch is still running
+    await session.start();
+    await settle();
+    assert.deepEqual(server.ops("run.activate"), [], "not during the turn");
+    await session.stop();
+    pi.idle = true;
+    session.onAgentSettled(false);
+    server.changed();
+    await session.tick();
+    await settle();
+    assert.deepEqual(server.ops("run.activate"), [], "a closing session activates nothing");
+    assert.deepEqual(pi.sent, []);
+    assert.deepEqual(changing(server), []);
+  });
+});
+
+describe("a surviving selected launch (DEFERRED_TURNS: session-start recovery activates it once)", () => {
+  it("a new session start finds the held launch and activates it once, however many views arrive while the activation is in flight", async () => {
+    const { server, pi, session } = harness();
+    server.run = runView({ nodes: [node("draft", "agent", "pending")], display: { status: "queued", activity: "none", controls: ["activate", "cancel"] } });
+    const request = server.request.bind(server);
+    const gates: (() => void)[] = [];
+    server.request = (async (operation: string, spec: never) => {
+      if (operation === "run.activate") await new Promise<void>((resolve) => gates.push(resolve));
+      return request(operation as never, spec);
+    }) as typeof server.request;
+    await session.start(); // Pi is idle: the session start offers the held run
+    await until("the activation request", () => gates.length > 0);
+    for (let view = 0; view < 5; view++) {
+      server.changed();
+      await session.tick();
+      session.onAgentSettled(false);
+      await settle();
+    }
+    assert.equal(gates.length, 1, "one activation in flight");
+    for (const gate of gates) gate();
+    await until("the activated run", () => session.source.current?.run?.display.status === "running");
+    await session.tick();
+    await settle();
+    assert.deepEqual(
+      server.ops("run.activate").map((call) => [call.runId, call.idempotencyKey]),
+      [["run-1", "activate.run-1"]],
+      "one activation, under the run's own key",
+    );
+    assert.deepEqual(pi.sent, [], "an activation is not a turn");
+    await session.stop();
+  });
+});

@@ -23,12 +23,15 @@
 //!   outputs of that job.
 //! - A rejection writes none of the kernel's facts. Supervision records the
 //!   closure itself wrote before deciding (a runner's exit status) are kept.
+//! - A decision that hands a lost queue claim to a new owner under an
+//!   active workflow turn writes the kernel's `claimLost` turn intent in its
+//!   own transaction (event policy row 7), before the turn is aborted.
 //! - This module names only the store: the server context reaches it
 //!   through [`Shell`], so the transaction path sits below every handler in
 //!   the import graph.
 
 use crate::store::blobs::Blob;
-use crate::store::{Commit, Store, StoreError, runs};
+use crate::store::{Commit, Store, StoreError, intents, runs};
 use kernel::ids::{MessageId, RunId};
 use kernel::output::{Output, Step, Transition};
 use kernel::run::{Rejection, RunAggregate};
@@ -171,10 +174,33 @@ where
         let (facts, outputs) = step.into_outputs(&before.run.run_id);
         if let Some(facts) = &facts {
             runs::write(connection, Some(&before), facts, &outputs, now_ms)?;
+            claim_lost_intent(connection, &before, facts, now_ms)?;
             then(connection, facts)?;
         }
         Ok(Commit::Keep((applied, outputs)))
     })
     .await
     .unwrap_or(Applied::Unavailable)
+}
+
+/// A decision that handed a lost queue claim to a new owner while a workflow
+/// turn of the run was active (the claim-expiry wake, a fenced or orphaned
+/// runner's exit: `kernel::intent::loses_claim_with_active_turn`) creates
+/// the run's `claimLost` intent, ineligible, in its own transaction
+/// (`kernel::intent::on_claim_lost`); the run's later terminal message
+/// reuses it.
+fn claim_lost_intent(
+    connection: &Connection,
+    before: &RunAggregate,
+    after: &RunAggregate,
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    if !kernel::intent::loses_claim_with_active_turn(before, after) {
+        return Ok(());
+    }
+    let open = intents::open_of_run(connection, &after.run.run_id)?;
+    if let Some(intent) = kernel::intent::on_claim_lost(before, after, open.as_ref(), now_ms) {
+        intents::write(connection, &intent, None)?;
+    }
+    Ok(())
 }

@@ -261,3 +261,123 @@ async fn a_decision_turn_may_start_another_workflow_instead_and_then_restart_not
     wait_quiescent_at(&server).await;
     assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
 }
+
+/// A reservation whose answer never reached the tool call (the server died
+/// after the restart's receipt committed, before its reply:
+/// `after_receipt`), and whose decision turn and coordinator epoch are gone
+/// with that server: the reservation survives the restart held — startup
+/// recovery admits nothing — and a new session start finds it. The
+/// repeated tool call adopts it (no second run); any other launch from the
+/// same intent is refused; activation succeeds once (a second activation,
+/// e.g. the old Pi's late one, is refused) and the run is admitted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_answer_was_lost_survives_the_crash_and_is_adopted_and_activated_once()
+{
+    const SESSION: &str = "session-selected-lost-answer";
+    // The first receipt is run.start's, the second the restart's.
+    let mut server = TestServer::new(&[("PI_WORKFLOWS_FAULT", "after_receipt:2")]);
+    server.spawn().expect("the server starts");
+    let failing = fails_script(&server);
+    let (failed, terminal) = {
+        let mut client = server.client().await;
+        let failed = started_interactive(&mut client, &failing, SESSION, json!({"n": 1})).await;
+        assert_eq!(status(&wait_settled(&mut client, &failed).await), "failed");
+        let terminal = wait_terminal_message(&server, &failed).await;
+        let coordinator = Coordinator::connect(&mut client, SESSION).await;
+        assert_eq!(
+            coordinator.next(&mut client).await.as_deref(),
+            Some(terminal.as_str())
+        );
+        coordinator.branch(&mut client, &[&terminal], false).await;
+        coordinator
+            .turn(&mut client, &terminal, &failed, "turn-decision", "start")
+            .await;
+        let lost = client
+            .request(&RequestSpec::command(
+                "run.restart",
+                Some(&failed),
+                json!({"selectedLaunch": {"messageId": terminal, "toolCallId": "tc-1"}}),
+            ))
+            .await;
+        assert!(lost.is_err(), "no reply: the server died after the commit");
+        (failed, terminal)
+    };
+    assert!(
+        server.wait_exit(Duration::from_secs(20)),
+        "the server did not stop after the restart's receipt"
+    );
+    let reserved = selected_launches(&server);
+    assert_eq!(reserved.len(), 1, "the reservation committed: {reserved:?}");
+    let (intent, tool_call, new_run) = reserved[0].clone();
+    assert_eq!(tool_call, "tc-1");
+    let intent_of_message: String = server
+        .db()
+        .query_row(
+            "SELECT intent_id FROM turn_intents WHERE message_id = ?1",
+            [&terminal],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(intent, intent_of_message);
+
+    server.remove_env("PI_WORKFLOWS_FAULT");
+    server.spawn().expect("the server restarts");
+    let mut client = server.client().await;
+    // Queue recovery keeps it held: nothing admits it before activation.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = view(&mut client, &new_run).await;
+    assert_eq!(status(&held), "queued", "{held}");
+    assert!(
+        held["display"]["controls"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("activate")),
+        "{held}"
+    );
+    let admitted = || {
+        count(
+            &server.db(),
+            "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind = 'admitted'",
+            [&new_run],
+        )
+    };
+    assert_eq!(admitted(), 0, "held across the restart");
+
+    // The new session start: the repeated tool call adopts the reservation.
+    let coordinator = Coordinator::connect(&mut client, SESSION).await;
+    let restart = |tool_call: &str| json!({"selectedLaunch": {"messageId": terminal, "toolCallId": tool_call}});
+    let again = send(&mut client, "run.restart", Some(&failed), restart("tc-1")).await;
+    assert_eq!(again.outcome, "accepted", "{:?}", again.frame);
+    assert_eq!(again.receipt.as_ref().unwrap()["newRunId"], json!(new_run));
+    let other = send(&mut client, "run.restart", Some(&failed), restart("tc-2")).await;
+    assert_eq!(other.outcome, "rejected", "{:?}", other.frame);
+    assert_eq!(other.error_code.as_deref(), Some("conflict"));
+    let start = send(
+        &mut client,
+        "run.start",
+        None,
+        json!({ "workflow": script("linear.json").to_string_lossy(), "input": {}, "projectPath": "/tmp",
+                "executionMode": "interactive", "originSessionId": SESSION,
+                "selectedLaunch": {"messageId": terminal, "toolCallId": "tc-3"} }),
+    )
+    .await;
+    assert_eq!(start.outcome, "rejected", "{:?}", start.frame);
+    assert_eq!(start.error_code.as_deref(), Some("conflict"));
+    assert_eq!(
+        runs_of_session(&server, SESSION),
+        2,
+        "one run and its one restart"
+    );
+    assert_eq!(selected_launches(&server).len(), 1);
+
+    // Activated once: the new session's activation, then a late second one.
+    let activated = send(&mut client, "run.activate", Some(&new_run), json!({})).await;
+    assert_eq!(activated.outcome, "accepted", "{:?}", activated.frame);
+    let late = send(&mut client, "run.activate", Some(&new_run), json!({})).await;
+    assert_eq!(late.outcome, "rejected", "{:?}", late.frame);
+    assert_eq!(status(&wait_settled(&mut client, &new_run).await), "failed");
+    assert_eq!(admitted(), 1, "admitted once");
+    drop(coordinator);
+    wait_quiescent_at(&server).await;
+    assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
+}

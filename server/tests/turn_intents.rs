@@ -5,7 +5,9 @@
 //! creates the message, before it can be sent; the message carries the
 //! intent to the coordinator (`deferredTurn`), is sent once and opens one
 //! turn, and a resolved intent never starts another, across a server
-//! restart and a crash between the terminal commit and the message. No
+//! restart and a crash between the terminal commit and the message. A
+//! claim lost under an active workflow turn creates its intent ineligible,
+//! and the new owner's terminal message reuses it. No
 //! intent comes from a pause, a headless run or a settled parent. The tests
 //! play the Pi extension's coordinator against a real server and the
 //! scripted runner.
@@ -570,4 +572,165 @@ async fn a_selected_launch_whose_activation_fails_owns_one_launch_failed_intent_
     );
     wait_quiescent_at(&server).await;
     assert_eq!(consistency_violations(&server.db()), Vec::<String>::new());
+}
+
+/// Event policy row 7, "an active workflow turn loses its queue claim":
+/// the agent's turn on step `a` is still open (it submitted, the output was
+/// accepted, and the run went on to `b` under a new runner's claim) when
+/// that runner stalls past its claim. The claim-expiry decision that fences
+/// it and parks the run `recovered` for a new owner creates one `claimLost`
+/// intent in its own transaction, ineligible and unclaimed. The new owner
+/// continues the run to completion: the terminal message reuses that
+/// intent (its cause stays), which becomes eligible only with the durable
+/// terminal state; the run has one intent, one terminal message, one
+/// successor turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lost_under_an_active_turn_owns_one_ineligible_intent_the_new_owners_terminal_message_reuses()
+ {
+    const SESSION: &str = "session-intent-claim-lost";
+    let server = TestServer::start();
+    let release = server.scratch().join("release");
+    let script = write_script(
+        server.scratch(),
+        "handoff.json",
+        &json!({
+            "workflowName": "handoff",
+            "topology": {"startAt": "a",
+                         "nodes": [{"id": "a", "nodeType": "agent", "timeout": {"kind": "none"}, "mountPath": []},
+                                   {"id": "b", "nodeType": "compute", "timeout": {"kind": "none"}, "mountPath": []}],
+                         "edges": [{"kind": "plain", "from": "a", "to": "b"}], "mounts": []},
+            "nodes": {"a": [{"interact": {"prompt": "Write it."}}],
+                      "b": [{"ifFile": release.to_string_lossy(), "then": {"finish": {"b": "done"}},
+                             "else": {"stall": true}}]},
+            "validate": {}
+        }),
+    );
+    let mut client = server.client().await;
+    let run_id = started_interactive(&mut client, &script, SESSION, json!({})).await;
+    wait_view(&mut client, &run_id, SETTLE_TIMEOUT, |view| {
+        status(view) == "waiting"
+    })
+    .await;
+    let coordinator = Coordinator::connect(&mut client, SESSION).await;
+    let step = coordinator
+        .next(&mut client)
+        .await
+        .expect("the step message is offered");
+    coordinator.branch(&mut client, &[&step], false).await;
+    coordinator
+        .turn(&mut client, &step, &run_id, "turn-step", "start")
+        .await;
+    let (interaction_id, attempt_id): (String, String) = server
+        .db()
+        .query_row(
+            "SELECT interaction_id, attempt_id FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'",
+            [&run_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("the run's pending interaction");
+    let submitted = client
+        .request(&RequestSpec::command(
+            "interaction.submit",
+            Some(&run_id),
+            json!({"interactionId": interaction_id, "attemptId": attempt_id, "submissionId": "sub-1",
+                   "output": {"a": "written"},
+                   "authority": {"kind": "coordinator", "sessionId": SESSION,
+                                 "coordinatorEpoch": coordinator.epoch}}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(submitted.outcome, "accepted", "{:?}", submitted.frame);
+
+    // `b` runs under a new runner's claim while the agent's turn is open.
+    let db = server.db();
+    let (generation, runner) = wait_for(Duration::from_secs(20), "b's runner", || {
+        let generation = db
+            .query_row(
+                "SELECT generation FROM node_attempts WHERE run_id = ?1 AND node_id = 'b'",
+                [&run_id],
+                |row| row.get::<_, i64>(0),
+            )
+            .ok()?;
+        let identity = runner_identity(&db, &run_id, generation as u64)?;
+        Some((generation, identity))
+    })
+    .await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM workflow_turns WHERE run_id = ?1 AND state = 'open'",
+            [&run_id],
+        ),
+        1,
+        "the agent's turn is still active"
+    );
+    assert_eq!(intents(&server, &run_id), [], "no intent while it runs");
+    signal(&runner, nix::sys::signal::Signal::SIGSTOP);
+    wait_for(
+        Duration::from_secs(15),
+        "the expired claim's handoff",
+        || {
+            (count(
+                &db,
+                "SELECT generation FROM leases WHERE run_id = ?1",
+                [&run_id],
+            ) > generation)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        intents(&server, &run_id),
+        [("claimLost".to_owned(), false, false, None)],
+        "created with the claim loss, ineligible while a new owner can continue"
+    );
+    assert_eq!(
+        coordinator.next(&mut client).await,
+        None,
+        "nothing is offered while the run can continue"
+    );
+
+    // The new owner continues the run to its end.
+    std::fs::write(&release, b"go").unwrap();
+    signal(&runner, nix::sys::signal::Signal::SIGKILL);
+    assert_eq!(
+        status(&wait_settled(&mut client, &run_id).await),
+        "completed"
+    );
+    let terminal = wait_terminal_message(&server, &run_id).await;
+    assert_eq!(
+        intents(&server, &run_id),
+        [("claimLost".to_owned(), true, false, Some(terminal.clone()))],
+        "the terminal message reused the claim loss's intent, eligible now"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1 AND kind = 'terminal'",
+            [&run_id],
+        ),
+        1
+    );
+    coordinator.branch(&mut client, &[], true).await;
+    assert_eq!(
+        coordinator.next(&mut client).await.as_deref(),
+        Some(terminal.as_str())
+    );
+    let record = message_record(&coordinator, &mut client, &terminal).await;
+    assert_eq!(record["deferredTurn"]["cause"], "claimLost", "{record}");
+    assert_eq!(record["deferredTurn"]["presentation"]["state"], "completed");
+    coordinator.branch(&mut client, &[&terminal], false).await;
+    coordinator.run_turn(&mut client, &terminal, &run_id).await;
+    coordinator.branch(&mut client, &[], true).await;
+    assert_eq!(coordinator.next(&mut client).await, None, "one turn");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM workflow_turns WHERE message_id = ?1",
+            [&terminal],
+        ),
+        1
+    );
+    wait_quiescent_at(&server).await;
+    assert_eq!(consistency_violations(&db), Vec::<String>::new());
 }

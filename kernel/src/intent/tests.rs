@@ -612,3 +612,106 @@ fn a_selected_launch_that_fails_before_any_node_ran_is_a_launch_failure_created_
     assert_eq!(plain.cause, Cause::Failed, "a node ran: a plain failure");
     assert_ne!(plain.intent_id, intent.intent_id);
 }
+
+/// `agg` with an open workflow turn of its run in its origin session.
+fn with_active_turn(agg: &RunAggregate) -> RunAggregate {
+    let mut agg = agg.clone();
+    let session_id = agg.run.mode.origin_session().expect("interactive").clone();
+    agg.turns.push(crate::message::TurnRecord {
+        turn_id: crate::ids::TurnId::from("turn-1"),
+        message_id: MessageId::from("m-1"),
+        run_id: agg.run.run_id.clone(),
+        session_id,
+        state: crate::message::TurnState::Open,
+        started_at_ms: 8,
+        ended_at_ms: None,
+        response_entry_id: None,
+    });
+    agg
+}
+
+#[test]
+fn row_7_a_claim_loss_under_an_active_turn_creates_an_ineligible_intent_its_terminal_message_reuses()
+ {
+    let live = with_active_turn(&interactive_live());
+    // The claim expired (the runner stalled): the claim-expiry decision
+    // fences it and parks the run `recovered` for a new owner.
+    let expired_at = live
+        .run
+        .lease
+        .claim
+        .as_ref()
+        .expect("claimed")
+        .expires_at_ms
+        + 1;
+    let recovered = match crate::runner::on_claim_expired(
+        &live,
+        true,
+        fixtures::control_request(),
+        expired_at,
+        fixtures::TTL_MS,
+    )
+    .expect("recovered")
+    {
+        crate::output::Step::Apply(transition) => transition.facts,
+        other => panic!("the expired claim is recovered: {other:?}"),
+    };
+    assert!(loses_claim_with_active_turn(&live, &recovered));
+    let lost = on_claim_lost(&live, &recovered, None, expired_at).expect("a claimLost intent");
+    assert_eq!(lost.cause, Cause::ClaimLost);
+    assert_eq!(
+        lost.eligible_at_ms, None,
+        "ineligible while a new owner can continue"
+    );
+    assert_eq!(
+        lost.node_id,
+        live.attempt.as_ref().map(|a| a.node_id.clone())
+    );
+    assert_eq!(
+        claim(&lost, &MessageId::from("terminal:run-1")),
+        Err(IntentRejection::NotEligible)
+    );
+    // No active turn, or a park that is not a handoff (a pause): none.
+    let idle = interactive_live();
+    let idle_recovered = run::recover(
+        &idle,
+        fixtures::control_request(),
+        run::ParkReason::Recovered,
+        expired_at,
+        fixtures::TTL_MS,
+    )
+    .expect("recovered")
+    .facts;
+    assert_eq!(
+        on_claim_lost(&idle, &idle_recovered, None, expired_at),
+        None
+    );
+    let drained = run::recover(
+        &live,
+        fixtures::control_request(),
+        run::ParkReason::Drained,
+        expired_at,
+        fixtures::TTL_MS,
+    )
+    .expect("drained")
+    .facts;
+    assert_eq!(on_claim_lost(&live, &drained, None, expired_at), None);
+    // The new owner continues the run to its end: the terminal message
+    // reuses the one intent with its cause, eligible only now.
+    let completed = ended(&interactive_live(), Terminal::Completed);
+    let message = MessageId::from("terminal:run-1");
+    let claimed = for_terminal_message(
+        &completed,
+        Some(&lost),
+        Canceller::User,
+        LaunchFacts::default(),
+        &message,
+        900,
+    )
+    .expect("claimable once terminal")
+    .expect("an intent");
+    assert_eq!(claimed.intent_id, lost.intent_id, "one intent, one turn");
+    assert_eq!(claimed.cause, Cause::ClaimLost);
+    assert_eq!(claimed.eligible_at_ms, Some(900));
+    assert_eq!(claimed.message_id.as_ref(), Some(&message));
+}

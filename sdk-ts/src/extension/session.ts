@@ -17,6 +17,12 @@
  *   a cached run.
  * - A held model-started run is activated only while Pi is idle (after the
  *   starting turn settled, or when the session starts again).
+ * - Once `stop()` (session_shutdown) began, nothing is sent, activated or
+ *   reported as a new turn, not even by a pass already in flight (the
+ *   coordinator's final send check reads its stop flag): a closing session
+ *   cannot start another turn (DEFERRED_TURNS), and the shutdown asks the
+ *   server for nothing that could end, pause or launch a run, so no turn
+ *   intent comes from it.
  */
 import { createHash } from "node:crypto";
 import { WorkflowClientError } from "../client/errors.js";
