@@ -5,8 +5,9 @@
 //! through tests/fixtures/ts-view.mjs) after every control piw sends
 //! (pause, resume, cancel, restart, activate, a checkpoint answer, a
 //! protected decision's answer, an effect review),
-//! the remote path through `piw serve` with reconnect, and the one-line
-//! errors. Needs `cargo build -p server` and tmux.
+//! the remote path through `piw serve` with reconnect, the resources screen
+//! through `piw serve` (a resource applied with the CLI and the scripted
+//! controller child), and the one-line errors. Needs `cargo build -p server` and tmux.
 
 mod support;
 

@@ -191,7 +191,9 @@ pub fn snapshot(name: &str, screen: &str) {
     }
 }
 
-/// The resources fixture (tests/fixtures/resources.json): a
+/// The resources fixture (tests/fixtures/resources.json, written by hand:
+/// the server on this branch applies resources but does not reconcile
+/// them yet, so it cannot make conditions, effects or child runs): a
 /// `resource.list` answer and the `resource.get` view of each row, typed
 /// by the protocol crate.
 pub fn resources_fixture() -> (
