@@ -874,3 +874,20 @@ fn resources_are_read_again_every_second_while_shown() {
     harness.pump();
     assert_eq!(resource_reads(&harness).0, 2);
 }
+
+#[test]
+fn resources_a_clicked_row_is_selected_with_its_detail() {
+    let (rows, views) = resources_fixture();
+    let mut harness = resources_harness(Some(rows), views);
+    harness.render(80, 24);
+    // The third row (preview-env/staging) is on the list's third line.
+    harness.app.mouse(click(10, 4));
+    harness.pump();
+    assert_eq!(resource_reads(&harness).1.last().unwrap(), "staging");
+    let screen = harness.render(80, 24);
+    assert!(
+        screen.contains("╭ preview-env/staging")
+            && screen.contains("finalizers left: preview-env/teardown"),
+        "{screen}"
+    );
+}
