@@ -86,11 +86,13 @@ step "Rust tests (piw's live, relay and snapshot tests among them)"
 if cargo nextest --version >/dev/null 2>&1; then
   PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" \
     PI_WORKFLOWS_SCRIPTED_RUNNER="$target_dir/debug/pi-workflows-scripted-runner" \
+    PI_WORKFLOWS_SCRIPTED_CONTROLLER="$target_dir/debug/pi-workflows-scripted-controller" \
     cargo nextest run --workspace --exclude model --locked --test-threads 4 --no-fail-fast
 else
   echo "cargo-nextest is not installed: running cargo test (slower; cargo install cargo-nextest)"
   PI_WORKFLOWS_BIN="$target_dir/debug/pi-workflows" \
     PI_WORKFLOWS_SCRIPTED_RUNNER="$target_dir/debug/pi-workflows-scripted-runner" \
+    PI_WORKFLOWS_SCRIPTED_CONTROLLER="$target_dir/debug/pi-workflows-scripted-controller" \
     cargo test --workspace --exclude model --locked
 fi
 

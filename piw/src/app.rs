@@ -56,6 +56,8 @@ const TOAST_MS: u64 = 6000;
 pub enum Screen {
     Runs,
     Run,
+    /// Managed resources (`m` from the run list).
+    Resources,
 }
 
 /// Which pane takes keys on the run screen.
@@ -338,6 +340,8 @@ impl RunState {
 pub enum Hit {
     RunRow(String),
     BrowserRow(String),
+    /// A row of the resources screen: (controller, key).
+    ResourceRow(crate::resources::ResourceId),
     Graph,
     Node(String),
     Tab(Tab),
@@ -382,6 +386,8 @@ pub struct App {
     /// Rows per page, as last drawn.
     pub page_rows: usize,
     pub run: Option<RunState>,
+    /// The resources screen's reads and selection.
+    pub resources: crate::resources::Resources,
     pub density: Density,
     /// Whether the user chose the density (else it follows the height).
     pub density_chosen: bool,
@@ -430,6 +436,7 @@ impl App {
             workflow_filter: None,
             page_rows: DEFAULT_PAGE,
             run: None,
+            resources: crate::resources::Resources::default(),
             density: Density::Box,
             density_chosen: false,
             follow: true,
@@ -645,6 +652,15 @@ impl App {
                 let label = control_spec(control).label;
                 self.toast(format!("{label}: {outcome} · {line}"));
             }
+            SourceEvent::ResourceList(result) => {
+                let follow = self.resources.apply_list(result);
+                self.outbox.extend(follow);
+            }
+            SourceEvent::Resource {
+                controller,
+                key,
+                result,
+            } => self.resources.apply_detail(controller, key, result),
         }
     }
 
@@ -1050,6 +1066,10 @@ impl App {
         {
             self.toast = None;
         }
+        if self.screen == Screen::Resources {
+            let due = self.resources.due(now_ms);
+            self.outbox.extend(due);
+        }
         if self.replay.playing && !self.replay.live {
             let total = self.run.as_ref().map_or(0, |run| run.model.steps.len());
             while self.replay.playing && self.replay.next_at_ms <= now_ms {
@@ -1238,6 +1258,7 @@ impl App {
             _ => match self.screen {
                 Screen::Runs => self.runs_key(key),
                 Screen::Run => self.run_key(key),
+                Screen::Resources => self.resources_key(key),
             },
         }
     }
@@ -1353,8 +1374,33 @@ impl App {
                 }
             }
             KeyCode::Esc if self.run.is_some() => self.screen = Screen::Run,
+            KeyCode::Char('m') => self.open_resources(),
             _ => {}
         }
+    }
+
+    /// Shows the resources screen; its reads start at the next tick.
+    pub fn open_resources(&mut self) {
+        self.screen = Screen::Resources;
+        self.resources.open();
+    }
+
+    fn resources_key(&mut self, key: KeyEvent) {
+        let page = self.page_rows.max(1) as isize;
+        let follow = match key.code {
+            KeyCode::Up | KeyCode::Char('k') => self.resources.move_cursor(-1),
+            KeyCode::Down | KeyCode::Char('j') => self.resources.move_cursor(1),
+            KeyCode::PageUp => self.resources.move_cursor(-page),
+            KeyCode::PageDown => self.resources.move_cursor(page),
+            KeyCode::Home | KeyCode::Char('g') => self.resources.move_cursor(isize::MIN / 2),
+            KeyCode::End | KeyCode::Char('G') => self.resources.move_cursor(isize::MAX / 2),
+            KeyCode::Esc | KeyCode::Char('m') => {
+                self.screen = Screen::Runs;
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        self.outbox.extend(follow);
     }
 
     fn run_key(&mut self, key: KeyEvent) {
@@ -1516,6 +1562,17 @@ impl App {
                         self.cursor = Some(id.clone());
                         self.open_run(&id);
                     }
+                    Some((_, Hit::ResourceRow(id))) => {
+                        let to = self.resources.rows.as_ref().and_then(|rows| {
+                            rows.iter().position(|row| {
+                                row.controller.as_str() == id.0 && row.key.as_str() == id.1
+                            })
+                        });
+                        if let (Some(to), Some(at)) = (to, self.resources.cursor_index()) {
+                            let follow = self.resources.move_cursor(to as isize - at as isize);
+                            self.outbox.extend(follow);
+                        }
+                    }
                     Some((_, Hit::Node(id))) => {
                         if let Some(run) = self.run.as_mut() {
                             run.selected_node = Some(id);
@@ -1569,6 +1626,10 @@ impl App {
                 };
                 match hit.map(|(_, hit)| hit) {
                     Some(Hit::RunRow(_) | Hit::BrowserRow(_)) => self.move_cursor(delta as isize),
+                    _ if self.screen == Screen::Resources => {
+                        let follow = self.resources.move_cursor(delta as isize);
+                        self.outbox.extend(follow);
+                    }
                     Some(Hit::Graph | Hit::Node(_)) => {
                         if event.modifiers.contains(KeyModifiers::SHIFT) {
                             self.pan_by(delta * 4, 0);

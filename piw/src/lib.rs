@@ -8,7 +8,8 @@
 //!
 //! Map: [`source`] is the one data boundary (events in, commands out);
 //! [`layout`] places the graph; [`app`] is the state machine of the
-//! screens, fed by source events and input; [`ui`] draws it; [`terminal`]
+//! screens, fed by source events and input ([`resources`] holds the
+//! resources screen's reads); [`ui`] draws it; [`terminal`]
 //! runs it on a real terminal; [`relay`] is `piw serve`; [`herdr`] is the
 //! Herdr plugin pane's start (`piw --herdr-pane`).
 
@@ -20,6 +21,7 @@ pub mod layout;
 pub mod live;
 pub mod model;
 pub mod relay;
+pub mod resources;
 pub mod source;
 pub mod terminal;
 pub mod theme;

@@ -15,7 +15,9 @@
 //!   folded into a run view (a patch that does not apply, a document that is
 //!   no run view) is told to piw as a stale view, never dropped, and the
 //!   run is subscribed again from nothing for a fresh snapshot; pages are `view.page`
-//!   answers; content is the client's verified bytes.
+//!   answers; content is the client's verified bytes; resources are one
+//!   `resource.list` or `resource.get` answer per command (reads only; piw
+//!   asks again to refresh, nothing is subscribed).
 //! - Desired state survives any loss: the run list and the watched run are
 //!   subscribed again (the run from the revision piw holds) when the
 //!   connection comes back, after the client's own restore or, when that
@@ -37,8 +39,8 @@ use pi_workflows_client::{
     SubscriptionHandle, WorkflowClient, ops,
 };
 use protocol::generated::types::{
-    ClientEvent, ContentReference, PageCollection, RunListRow, RunView, RunsListPayload,
-    SubscriptionTarget, ViewPagePayload,
+    ClientEvent, ContentReference, PageCollection, ResourceGetPayload, ResourceListPayload,
+    RunListRow, RunView, RunsListPayload, SubscriptionTarget, ViewPagePayload,
 };
 use tokio::sync::mpsc;
 
@@ -461,7 +463,48 @@ impl Worker {
             } => self.page(run_id, collection, cursor, revision).await,
             Command::FetchContent { run_id, reference } => self.content(run_id, reference).await,
             Command::Control(request) => self.control(request).await,
+            Command::ListResources => self.resources().await,
+            Command::GetResource { controller, key } => self.resource(controller, key).await,
         }
+    }
+
+    /// `resource.list` once: the rows or the client's one line.
+    async fn resources(&mut self) {
+        let answer = self
+            .client
+            .call::<ops::ResourceList>(
+                None,
+                &ResourceListPayload { controller: None },
+                CallOptions::default(),
+            )
+            .await;
+        (self.out)(SourceEvent::ResourceList(
+            answer
+                .map(|page| page.receipt.resources.into_inner())
+                .map_err(|error| error.to_string()),
+        ));
+    }
+
+    /// `resource.get` once for this resource: its view or the client's one
+    /// line (a name the protocol refuses is said so without asking).
+    async fn resource(&mut self, controller: String, key: String) {
+        let payload = serde_json::from_value::<ResourceGetPayload>(serde_json::json!({
+            "controller": controller, "key": key,
+        }));
+        let result = match payload {
+            Ok(payload) => self
+                .client
+                .call::<ops::ResourceGet>(None, &payload, CallOptions::default())
+                .await
+                .map(|view| Box::new(view.receipt))
+                .map_err(|error| error.to_string()),
+            Err(_) => Err("this resource cannot be asked for (its name is not valid)".to_owned()),
+        };
+        (self.out)(SourceEvent::Resource {
+            controller,
+            key,
+            result,
+        });
     }
 
     async fn unwatch(&mut self) {

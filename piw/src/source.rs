@@ -17,7 +17,8 @@
 use std::collections::VecDeque;
 
 use protocol::generated::types::{
-    ContentReference, Control, PageCollection, RunListRow, RunView, ViewPage,
+    ContentReference, Control, PageCollection, ResourceListRow, ResourceView, RunListRow, RunView,
+    ViewPage,
 };
 use serde_json::Value;
 
@@ -73,6 +74,17 @@ pub enum SourceEvent {
     },
     /// The server's reachability changed.
     Availability(Availability),
+    /// The answer to [`Command::ListResources`]: the server's
+    /// `resource.list` rows (by controller and key), or one line saying why
+    /// they could not be read.
+    ResourceList(Result<Vec<ResourceListRow>, String>),
+    /// The answer to [`Command::GetResource`] for that resource: the
+    /// server's `resource.get` view, or one line.
+    Resource {
+        controller: String,
+        key: String,
+        result: Result<Box<ResourceView>, String>,
+    },
     /// The outcome of a control: the server's outcome word
     /// (`accepted`, `adopted`, `rejected`, …) and one line for the user.
     ControlResult {
@@ -124,6 +136,10 @@ pub enum Command {
     },
     /// Send a confirmed control.
     Control(ControlRequest),
+    /// Read the resources once (`resource.list`; read-only).
+    ListResources,
+    /// Read one resource once (`resource.get`; read-only).
+    GetResource { controller: String, key: String },
 }
 
 /// Where piw's events come from and where its commands go.
@@ -174,8 +190,14 @@ pub struct FakeSource {
     /// Pages the fake answers `FetchPage` with, by run and collection
     /// (the first matching page; absent: an empty page).
     pub pages: Vec<(String, ViewPage)>,
-    /// Whether `FetchContent` and `FetchPage` are answered at once.
+    /// Whether `FetchContent`, `FetchPage` and the resource reads are
+    /// answered at once.
     pub answer_reads: bool,
+    /// What `ListResources` is answered with (absent: a failure line).
+    pub resources: Option<Vec<ResourceListRow>>,
+    /// The views `GetResource` is answered with, by controller and key
+    /// (absent: a not-found line).
+    pub resource_views: Vec<ResourceView>,
 }
 
 impl FakeSource {
@@ -230,6 +252,26 @@ impl FakeSource {
                 self.events.push_back(SourceEvent::Page {
                     run_id: run_id.clone(),
                     page,
+                });
+            }
+            Command::ListResources => {
+                let result = self
+                    .resources
+                    .clone()
+                    .ok_or_else(|| "the fake has no resources to list".to_owned());
+                self.events.push_back(SourceEvent::ResourceList(result));
+            }
+            Command::GetResource { controller, key } => {
+                let result = self
+                    .resource_views
+                    .iter()
+                    .find(|view| view.controller.as_str() == controller && view.key.as_str() == key)
+                    .map(|view| Box::new(view.clone()))
+                    .ok_or_else(|| format!("no resource {controller}/{key}"));
+                self.events.push_back(SourceEvent::Resource {
+                    controller: controller.clone(),
+                    key: key.clone(),
+                    result,
                 });
             }
             Command::WatchRuns

@@ -5,8 +5,9 @@
 //! through tests/fixtures/ts-view.mjs) after every control piw sends
 //! (pause, resume, cancel, restart, activate, a checkpoint answer, a
 //! protected decision's answer, an effect review),
-//! the remote path through `piw serve` with reconnect, and the one-line
-//! errors. Needs `cargo build -p server` and tmux.
+//! the remote path through `piw serve` with reconnect, the resources screen
+//! through `piw serve` (a resource applied with the CLI and the scripted
+//! controller child), and the one-line errors. Needs `cargo build -p server` and tmux.
 
 mod support;
 
@@ -758,4 +759,59 @@ fn another_package_or_protocol_version_is_one_package_version_line() {
         );
         assert!(!stderr.to_lowercase().contains("sqlite") && !stderr.contains("database"));
     }
+}
+
+/// The resources screen (`m`) through `piw serve`: the empty state says how
+/// to apply one; a resource applied with the CLI (resolved by the scripted
+/// controller child) appears at the next read, with its detail
+/// (`resource.get`) and never its spec.
+#[test]
+fn resources_screen_through_the_relay_shows_a_resource_applied_with_the_cli() {
+    let server = Server::started();
+    let relay = RelayProcess::start(&server, "127.0.0.1:0");
+    let tmux = Tmux::start(
+        server.dir.path(),
+        &server.env(),
+        &[piw().to_str().unwrap(), "--connect", &relay.url()],
+        120,
+        32,
+    );
+    tmux.wait_screen("the run list", |s| s.contains("piw runs"));
+    tmux.keys(&["m"]);
+    tmux.wait_screen("the empty resources screen", |s| {
+        s.contains("No resources yet: `pi-workflows apply <controller> <key> <spec.json>`")
+    });
+
+    // The CLI applies from the server's directory: its project's controller.
+    let controllers = server.dir.path().join(".pi/controllers");
+    std::fs::create_dir_all(&controllers).unwrap();
+    std::fs::write(
+        controllers.join("repos.controller.ts"),
+        "export default {};\n",
+    )
+    .unwrap();
+    let spec = server.dir.path().join("spec.json");
+    std::fs::write(&spec, r#"{"repo": "SPEC-VALUE-NEVER-SHOWN"}"#).unwrap();
+    server.cli(&["apply", "repos", "acme#1", spec.to_str().unwrap()]);
+
+    let screen = tmux.wait_screen("the applied resource and its detail", |s| {
+        s.contains("repos/acme#1") && s.contains("applied (version 1)")
+    });
+    assert!(screen.contains("piw resources · 1"), "{screen}");
+    assert!(
+        screen
+            .lines()
+            .any(|line| line.contains("▸ ○ no Ready") && line.contains("1/0")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("version 1 · generation 1 (observed 0)"),
+        "{screen}"
+    );
+    assert!(screen.contains("child runs: none"), "{screen}");
+    assert!(!screen.contains("SPEC-VALUE-NEVER-SHOWN"), "{screen}");
+    tmux.keys(&["q"]);
+    wait_for("piw to quit", Duration::from_secs(5), || {
+        tmux.exited().then_some(())
+    });
 }

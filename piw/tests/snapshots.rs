@@ -756,3 +756,138 @@ fn the_help_names_the_key_of_every_control_piw_sends() {
         assert!(named, "{} ({}) is not in the help", spec.label, spec.key);
     }
 }
+
+// ----- resources (`m` from the run list) -----
+
+/// The fixture's clock: a few seconds after its newest update.
+const RESOURCES_NOW: u64 = 1_796_129_450_000;
+
+/// The run list, then `m`: the resources screen with the fake answering
+/// `resource.list` with `rows` (absent: a failure) and `resource.get`
+/// from `views`.
+fn resources_harness(
+    rows: Option<Vec<protocol::generated::types::ResourceListRow>>,
+    views: Vec<protocol::generated::types::ResourceView>,
+) -> Harness {
+    let mut harness = Harness::new(None, RESOURCES_NOW);
+    harness.event(SourceEvent::RunList {
+        revision: 1,
+        rows: Vec::new(),
+    });
+    harness.source.resources = rows;
+    harness.source.resource_views = views;
+    harness.keys("m");
+    harness.app.tick(RESOURCES_NOW);
+    harness.pump();
+    harness
+}
+
+fn resource_reads(harness: &Harness) -> (usize, Vec<String>) {
+    let lists = harness
+        .source
+        .sent
+        .iter()
+        .filter(|c| **c == Command::ListResources)
+        .count();
+    let gets = harness
+        .source
+        .sent
+        .iter()
+        .filter_map(|c| match c {
+            Command::GetResource { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    (lists, gets)
+}
+
+#[test]
+fn resources_list_and_the_selected_resources_detail() {
+    let (rows, views) = resources_fixture();
+    let mut harness = resources_harness(Some(rows), views);
+    both("resources_detail", &mut harness);
+    harness.key(KeyCode::Down);
+    both("resources_detail_second", &mut harness);
+    harness.keys("j");
+    snapshot("resources_deleting.200x60", &harness.render(200, 60));
+    // The detail is the selected resource's, read once per selection.
+    assert_eq!(
+        resource_reads(&harness).1,
+        ["octo/widgets#12", "octo/widgets#13", "staging"]
+    );
+    // Never the spec, the controller's status value or the status's run.
+    for (w, h) in [SMALL, LARGE] {
+        harness.keys("gg");
+        for _ in 0..3 {
+            let screen = harness.render(w, h);
+            assert!(
+                !screen.contains("SECRET") && !screen.contains("STATUS-RUN"),
+                "{screen}"
+            );
+            harness.keys("j");
+        }
+    }
+}
+
+#[test]
+fn resources_empty_says_how_to_apply_one() {
+    let mut harness = resources_harness(Some(Vec::new()), Vec::new());
+    both("resources_empty", &mut harness);
+    let screen = harness.render(200, 60);
+    assert!(
+        screen.contains("pi-workflows apply <controller> <key> <spec.json>"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn resources_a_failed_read_is_one_line() {
+    let mut harness = resources_harness(None, Vec::new());
+    snapshot("resources_failed.80x24", &harness.render(80, 24));
+}
+
+#[test]
+fn resources_are_read_again_every_second_while_shown() {
+    let (rows, views) = resources_fixture();
+    let first = rows[..1].to_vec();
+    let mut harness = resources_harness(Some(first), views);
+    assert_eq!(
+        resource_reads(&harness),
+        (1, vec!["octo/widgets#12".into()])
+    );
+    harness.app.tick(RESOURCES_NOW + 500);
+    harness.pump();
+    assert_eq!(resource_reads(&harness).0, 1, "not due before a second");
+    // A resource applied meanwhile shows at the next read.
+    harness.source.resources = Some(rows);
+    assert!(!harness.render(200, 60).contains("preview-env/staging"));
+    harness.app.tick(RESOURCES_NOW + 1_000);
+    harness.pump();
+    assert_eq!(
+        resource_reads(&harness),
+        (2, vec!["octo/widgets#12".into(), "octo/widgets#12".into()])
+    );
+    assert!(harness.render(200, 60).contains("preview-env/staging"));
+    // Back on the run list nothing is read.
+    harness.key(KeyCode::Esc);
+    harness.app.tick(RESOURCES_NOW + 5_000);
+    harness.pump();
+    assert_eq!(resource_reads(&harness).0, 2);
+}
+
+#[test]
+fn resources_a_clicked_row_is_selected_with_its_detail() {
+    let (rows, views) = resources_fixture();
+    let mut harness = resources_harness(Some(rows), views);
+    harness.render(80, 24);
+    // The third row (preview-env/staging) is on the list's third line.
+    harness.app.mouse(click(10, 4));
+    harness.pump();
+    assert_eq!(resource_reads(&harness).1.last().unwrap(), "staging");
+    let screen = harness.render(80, 24);
+    assert!(
+        screen.contains("╭ preview-env/staging")
+            && screen.contains("finalizers left: preview-env/teardown"),
+        "{screen}"
+    );
+}

@@ -204,7 +204,7 @@ pub(super) fn draw_runs(frame: &mut Frame<'_>, app: &mut App, area: Rect) {
     let shown_from = if visible.is_empty() { 0 } else { first + 1 };
     let shown_to = (first + app.page_rows).min(visible.len());
     let hints = format!(
-        "{shown_from}–{shown_to} of {} · page {}/{pages} · Enter open · s status · w workflow · c clear · ? help · q quit",
+        "{shown_from}–{shown_to} of {} · page {}/{pages} · Enter open · m resources · s status · w workflow · c clear · ? help · q quit",
         visible.len(),
         page + 1
     );

@@ -6,6 +6,7 @@
 mod graph;
 mod inspector;
 mod list;
+mod resources;
 pub mod text;
 mod timeline;
 
@@ -46,6 +47,7 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
         _ => match app.screen {
             Screen::Runs => list::draw_runs(frame, app, area),
             Screen::Run => draw_run(frame, app, area),
+            Screen::Resources => resources::draw_resources(frame, app, area),
         },
     }
     match app.overlay.clone() {
@@ -344,6 +346,10 @@ pub const HELP: &[(&str, &str)] = &[
     (",", "theme picker (↑↓ preview, Enter keep, Esc restore)"),
     ("Enter / Esc", "open the run · back to the run list"),
     ("s / w / c", "run list: filter by status / workflow / clear"),
+    (
+        "m",
+        "run list ↔ resources: the list and the selected one's detail",
+    ),
     (
         "↑↓ PgUp PgDn",
         "move, page (list) · pan (graph) · scroll (inspector)",

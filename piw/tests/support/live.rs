@@ -1,7 +1,9 @@
 //! Real parts for piw's live tests: the real `pi-workflows` server (the
 //! binary named by `PI_WORKFLOWS_BIN`, else `target/debug/pi-workflows`)
 //! with the scripted runner (`PI_WORKFLOWS_SCRIPTED_RUNNER`, else
-//! `target/debug/pi-workflows-scripted-runner`) on a temporary home, its
+//! `target/debug/pi-workflows-scripted-runner`) and the scripted controller
+//! child (`PI_WORKFLOWS_SCRIPTED_CONTROLLER`, else
+//! `target/debug/pi-workflows-scripted-controller`) on a temporary home, its
 //! CLI, the `piw` binary of this build, `piw serve`, and a private tmux
 //! server for the TUI. Build the server first: `cargo build -p server`.
 #![allow(dead_code, unreachable_pub)]
@@ -109,6 +111,14 @@ impl Server {
                 program(
                     "PI_WORKFLOWS_SCRIPTED_RUNNER",
                     "pi-workflows-scripted-runner",
+                )
+                .into_os_string(),
+            ),
+            (
+                "PI_WORKFLOWS_CONTROLLER_RUNNER",
+                program(
+                    "PI_WORKFLOWS_SCRIPTED_CONTROLLER",
+                    "pi-workflows-scripted-controller",
                 )
                 .into_os_string(),
             ),

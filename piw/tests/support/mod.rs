@@ -190,3 +190,20 @@ pub fn snapshot(name: &str, screen: &str) {
         );
     }
 }
+
+/// The resources fixture (tests/fixtures/resources.json, written by hand:
+/// the server on this branch applies resources but does not reconcile
+/// them yet, so it cannot make conditions, effects or child runs): a
+/// `resource.list` answer and the `resource.get` view of each row, typed
+/// by the protocol crate.
+pub fn resources_fixture() -> (
+    Vec<protocol::generated::types::ResourceListRow>,
+    Vec<protocol::generated::types::ResourceView>,
+) {
+    let text = std::fs::read_to_string(fixtures().join("resources.json")).expect("fixture");
+    let value: Value = serde_json::from_str(&text).expect("json");
+    let list: protocol::generated::types::ResourceListView =
+        serde_json::from_value(value["list"].clone()).expect("a resource list view");
+    let views = serde_json::from_value(value["views"].clone()).expect("resource views");
+    (list.resources.into_inner(), views)
+}
