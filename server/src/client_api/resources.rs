@@ -111,7 +111,7 @@ pub(super) async fn apply(
         resource_kernel::check_name(&controller).and_then(|()| resource_kernel::check_key(&key))
     {
         let (code, message, _) = crate::wire::rejection(&rejection);
-        return refusal(&request, "rejected", code, &message);
+        return refusal(&request, "rejected", code, message);
     }
     // A retry of an apply that already committed adopts it without resolving again.
     if let Some(adopted) = precheck(app, &request).await {
