@@ -341,11 +341,19 @@ fn every_registered_model_and_planted_bug_has_a_test_here() {
     let source = include_str!("ci.rs");
     for entry in suite::models() {
         let call = format!("holds_with_pinned_count(\"{}\")", entry.name);
-        assert!(source.contains(&call), "model {:?} has no test: add one calling {call}", entry.name);
+        assert!(
+            source.contains(&call),
+            "model {:?} has no test: add one calling {call}",
+            entry.name
+        );
     }
     for mutation in suite::mutations() {
         let call = format!("is_caught(\"{}\")", mutation.name);
-        assert!(source.contains(&call), "planted bug {:?} has no test: add one calling {call}", mutation.name);
+        assert!(
+            source.contains(&call),
+            "planted bug {:?} has no test: add one calling {call}",
+            mutation.name
+        );
     }
 }
 
