@@ -17,6 +17,11 @@ pub struct Config {
     pub claim_ttl_ms: u64,
     /// `PI_WORKFLOWS_SERVER_LEASE_MS` (default 15000): server epoch lease lifetime.
     pub server_lease_ms: u64,
+    /// `PI_WORKFLOWS_RECONCILE_TIMEOUT_MS` (default
+    /// `kernel::reconcile::defaults::RECONCILE_TIMEOUT_MS`): a reconcile
+    /// pass's deadline (its launch's `timeoutMs`; the server kills the
+    /// child's group a grace after it).
+    pub reconcile_timeout_ms: u64,
     /// `PI_WORKFLOWS_IDLE_EXIT_MS` (default 300000): exit after this long with nothing to do.
     pub idle_exit_ms: u64,
     /// `PI_WORKFLOWS_READY_TIMEOUT_MS` (default 30000): runner startup handshake deadline.
@@ -25,6 +30,10 @@ pub struct Config {
     pub stop_grace_ms: u64,
     /// `PI_WORKFLOWS_RUNNER` (default: the TypeScript runner): the runner program and arguments.
     pub runner_command: Vec<String>,
+    /// `PI_WORKFLOWS_CONTROLLER_RUNNER` (default: the TypeScript controller
+    /// child, `pi-workflows-controller`): the controller child program and
+    /// arguments (resolve and reconcile passes).
+    pub controller_command: Vec<String>,
     /// The user's home directory (`HOME`), for `~/.pi/agent/workflows/` discovery.
     pub user_home: Option<PathBuf>,
     /// Limits of the client socket's connections.
@@ -91,6 +100,12 @@ impl Config {
             }
             _ => default_runner_command(),
         };
+        let controller_command = match lookup("PI_WORKFLOWS_CONTROLLER_RUNNER") {
+            Some(text) if !text.trim().is_empty() => {
+                text.split_whitespace().map(str::to_owned).collect()
+            }
+            _ => default_controller_command(),
+        };
         let channel_adapter = match lookup("PI_WORKFLOWS_CHANNEL_ADAPTER") {
             Some(path) if !path.trim().is_empty() => PathBuf::from(path),
             _ => default_channel_adapter(),
@@ -111,10 +126,16 @@ impl Config {
                 "PI_WORKFLOWS_SERVER_LEASE_MS",
                 kernel::epoch::SERVER_LEASE_TTL_MS,
             )?,
+            reconcile_timeout_ms: positive(
+                &lookup,
+                "PI_WORKFLOWS_RECONCILE_TIMEOUT_MS",
+                kernel::reconcile::defaults::RECONCILE_TIMEOUT_MS,
+            )?,
             idle_exit_ms: positive(&lookup, "PI_WORKFLOWS_IDLE_EXIT_MS", 300_000)?,
             runner_ready_timeout_ms: positive(&lookup, "PI_WORKFLOWS_READY_TIMEOUT_MS", 30_000)?,
             stop_grace_ms: positive(&lookup, "PI_WORKFLOWS_STOP_GRACE_MS", 5_000)?,
             runner_command,
+            controller_command,
             user_home: lookup("HOME")
                 .filter(|home| !home.is_empty())
                 .map(PathBuf::from),
@@ -217,6 +238,10 @@ fn default_runner_command() -> Vec<String> {
     vec!["pi-workflows-runner".to_owned()]
 }
 
+fn default_controller_command() -> Vec<String> {
+    vec!["pi-workflows-controller".to_owned()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +319,14 @@ mod tests {
     fn home_override_wins() {
         let config = config(&[("HOME", "/h"), ("PI_WORKFLOWS_HOME", "/tmp/x")]).unwrap();
         assert_eq!(config.database_path(), PathBuf::from("/tmp/x/state.sqlite"));
+    }
+
+    #[test]
+    fn the_controller_runner_is_split_on_whitespace_with_a_default() {
+        let default = config(&[("HOME", "/h")]).unwrap();
+        assert_eq!(default.controller_command, ["pi-workflows-controller"]);
+        let set = config(&[("HOME", "/h"), ("PI_WORKFLOWS_CONTROLLER_RUNNER", " node  /x/bin.js ")])
+            .unwrap();
+        assert_eq!(set.controller_command, ["node", "/x/bin.js"]);
     }
 }
