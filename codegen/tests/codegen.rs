@@ -59,7 +59,7 @@ fn the_real_schemas_are_in_the_profile() {
         .collect::<Vec<_>>();
     assert_eq!(
         c,
-        vec![("Request", "payload", 39), ("Response", "receipt", 39)]
+        vec![("Request", "payload", 41), ("Response", "receipt", 41)]
     );
 }
 

@@ -15,7 +15,8 @@
 //! - [`SafeError`]: a closed code and a static message, never payload text;
 //! - [`content`]: verified reads of digest-bound content references in
 //!   512 KiB parts (the server, the runners and the Rust client share it);
-//! - [`workflow_ref`]: the one rule that tells a workflow path from a name.
+//! - [`workflow_ref`]: the one rule that tells a workflow path from a name;
+//! - [`controller_ref`]: the one rule that tells a controller module's file name.
 //!
 //! A frame is decoded in this order, identical in the TypeScript SDK (so
 //! both report the same code for the same bytes): framing
@@ -24,6 +25,7 @@
 
 pub mod canonical;
 pub mod content;
+pub mod controller_ref;
 mod error;
 pub mod framing;
 pub mod generated;

@@ -162,7 +162,7 @@ describe("messages", () => {
     assert.equal(code(() => decodeClientFrame(frame({ ...cancel, payload: start }))), "schemaInvalid");
     const typed: TypedRequest<"run.start"> = { ...cancel, operation: "run.start", payload: { workflow: "w", input: {}, executionMode: "headless", projectPath: "/p" } };
     assert.equal(typed.payload.executionMode, "headless");
-    assert.equal(OperationValues.length, 39);
+    assert.equal(OperationValues.length, 41);
   });
 
   it("rejects null for optional fields and unknown fields", () => {

@@ -325,8 +325,11 @@ mod tests {
     fn the_controller_runner_is_split_on_whitespace_with_a_default() {
         let default = config(&[("HOME", "/h")]).unwrap();
         assert_eq!(default.controller_command, ["pi-workflows-controller"]);
-        let set = config(&[("HOME", "/h"), ("PI_WORKFLOWS_CONTROLLER_RUNNER", " node  /x/bin.js ")])
-            .unwrap();
+        let set = config(&[
+            ("HOME", "/h"),
+            ("PI_WORKFLOWS_CONTROLLER_RUNNER", " node  /x/bin.js "),
+        ])
+        .unwrap();
         assert_eq!(set.controller_command, ["node", "/x/bin.js"]);
     }
 }

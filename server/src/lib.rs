@@ -25,6 +25,7 @@ pub mod config;
 pub mod context;
 pub mod continuation;
 pub mod controller_api;
+pub mod controller_discovery;
 pub mod discovery;
 pub mod fault;
 pub mod home;

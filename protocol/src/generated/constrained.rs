@@ -1421,6 +1421,39 @@ impl<'de> ::serde::Deserialize<'de> for PrunedTrees {
         Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
+///A resource's child workflow requests, newest first (at most 50).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceChildWorkflowViews(::std::vec::Vec<types::ResourceChildWorkflowView>);
+impl ResourceChildWorkflowViews {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceChildWorkflowView>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 50 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceChildWorkflowView] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceChildWorkflowView> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceChildWorkflowViews {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceChildWorkflowView,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
 ///The conditions a reconcile proposes (merged by type): at most 64.
 #[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
 #[serde(transparent)]
@@ -1450,6 +1483,39 @@ impl<'de> ::serde::Deserialize<'de> for ResourceConditionPatches {
     ) -> ::std::result::Result<Self, D::Error> {
         let items = ::std::vec::Vec::<
             types::ResourceConditionPatch,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///A status's conditions, merged by type (at most 64).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceConditionViews(::std::vec::Vec<types::ResourceConditionView>);
+impl ResourceConditionViews {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceConditionView>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 64 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceConditionView] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceConditionView> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionViews {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceConditionView,
         >::deserialize(deserializer)?;
         Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
@@ -1487,6 +1553,105 @@ impl<'de> ::serde::Deserialize<'de> for ResourceConditions {
         Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }
+///A resource's controller effects, newest first (at most 50).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceEffectViews(::std::vec::Vec<types::ResourceEffectView>);
+impl ResourceEffectViews {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceEffectView>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 50 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceEffectView] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceEffectView> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEffectViews {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceEffectView,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///A resource's last events, oldest first (at most 20).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceEventViews(::std::vec::Vec<types::ResourceEventView>);
+impl ResourceEventViews {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceEventView>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 20 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceEventView] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceEventView> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEventViews {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceEventView,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///A resource's finalizers (at most 32).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceFinalizerNames(::std::vec::Vec<types::ResourceFinalizerName>);
+impl ResourceFinalizerNames {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceFinalizerName>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 32 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceFinalizerName] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceFinalizerName> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceFinalizerNames {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceFinalizerName,
+        >::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
 ///A resource's finalizers: at most 32 names of 1-256 bytes.
 #[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
 #[serde(transparent)]
@@ -1515,6 +1680,39 @@ impl<'de> ::serde::Deserialize<'de> for ResourceFinalizers {
         deserializer: D,
     ) -> ::std::result::Result<Self, D::Error> {
         let items = ::std::vec::Vec::<types::ResourceLabel>::deserialize(deserializer)?;
+        Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
+    }
+}
+///Resources by controller and key (at most 1000).
+#[derive(Clone, Debug, PartialEq, ::serde::Serialize)]
+#[serde(transparent)]
+pub struct ResourceListRows(::std::vec::Vec<types::ResourceListRow>);
+impl ResourceListRows {
+    /// The items, if they satisfy the array constraints.
+    pub fn new(
+        items: ::std::vec::Vec<types::ResourceListRow>,
+    ) -> ::std::result::Result<Self, ConstraintError> {
+        if items.len() > 1000 {
+            return ::std::result::Result::Err(ConstraintError("too many items"));
+        }
+        ::std::result::Result::Ok(Self(items))
+    }
+    /// The items.
+    pub fn as_slice(&self) -> &[types::ResourceListRow] {
+        &self.0
+    }
+    /// The items, by value.
+    pub fn into_inner(self) -> ::std::vec::Vec<types::ResourceListRow> {
+        self.0
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceListRows {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::std::result::Result<Self, D::Error> {
+        let items = ::std::vec::Vec::<
+            types::ResourceListRow,
+        >::deserialize(deserializer)?;
         Self::new(items).map_err(|e| <D::Error as ::serde::de::Error>::custom(e.0))
     }
 }

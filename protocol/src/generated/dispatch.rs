@@ -35,6 +35,10 @@ pub enum RequestPayload {
     SettingsUpdate(types::SettingsUpdatePayload),
     /// `settings.get`
     SettingsGet(types::SettingsGetPayload),
+    /// `resource.get`
+    ResourceGet(types::ResourceGetPayload),
+    /// `resource.list`
+    ResourceList(types::ResourceListPayload),
     /// `followUp.add`
     FollowUpAdd(types::FollowUpAddPayload),
     /// `followUp.cancel`
@@ -105,6 +109,8 @@ impl RequestPayload {
             Self::EffectRecover(_) => types::Operation::EffectRecover,
             Self::SettingsUpdate(_) => types::Operation::SettingsUpdate,
             Self::SettingsGet(_) => types::Operation::SettingsGet,
+            Self::ResourceGet(_) => types::Operation::ResourceGet,
+            Self::ResourceList(_) => types::Operation::ResourceList,
             Self::FollowUpAdd(_) => types::Operation::FollowUpAdd,
             Self::FollowUpCancel(_) => types::Operation::FollowUpCancel,
             Self::ResourceApply(_) => types::Operation::ResourceApply,
@@ -197,6 +203,16 @@ pub fn parse_request_payload(
             types::Operation::SettingsGet => {
                 RequestPayload::SettingsGet(
                     types::SettingsGetPayload::deserialize(value)?,
+                )
+            }
+            types::Operation::ResourceGet => {
+                RequestPayload::ResourceGet(
+                    types::ResourceGetPayload::deserialize(value)?,
+                )
+            }
+            types::Operation::ResourceList => {
+                RequestPayload::ResourceList(
+                    types::ResourceListPayload::deserialize(value)?,
                 )
             }
             types::Operation::FollowUpAdd => {
@@ -343,6 +359,10 @@ pub enum ResponseReceipt {
     SettingsUpdate(types::SettingsReceipt),
     /// `settings.get`
     SettingsGet(types::SettingsView),
+    /// `resource.get`
+    ResourceGet(types::ResourceView),
+    /// `resource.list`
+    ResourceList(types::ResourceListView),
     /// `followUp.add`
     FollowUpAdd(types::FollowUpReceipt),
     /// `followUp.cancel`
@@ -413,6 +433,8 @@ impl ResponseReceipt {
             Self::EffectRecover(_) => types::Operation::EffectRecover,
             Self::SettingsUpdate(_) => types::Operation::SettingsUpdate,
             Self::SettingsGet(_) => types::Operation::SettingsGet,
+            Self::ResourceGet(_) => types::Operation::ResourceGet,
+            Self::ResourceList(_) => types::Operation::ResourceList,
             Self::FollowUpAdd(_) => types::Operation::FollowUpAdd,
             Self::FollowUpCancel(_) => types::Operation::FollowUpCancel,
             Self::ResourceApply(_) => types::Operation::ResourceApply,
@@ -508,6 +530,14 @@ pub fn parse_response_receipt(
             }
             types::Operation::SettingsGet => {
                 ResponseReceipt::SettingsGet(types::SettingsView::deserialize(value)?)
+            }
+            types::Operation::ResourceGet => {
+                ResponseReceipt::ResourceGet(types::ResourceView::deserialize(value)?)
+            }
+            types::Operation::ResourceList => {
+                ResponseReceipt::ResourceList(
+                    types::ResourceListView::deserialize(value)?,
+                )
             }
             types::Operation::FollowUpAdd => {
                 ResponseReceipt::FollowUpAdd(types::FollowUpReceipt::deserialize(value)?)

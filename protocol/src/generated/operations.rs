@@ -146,6 +146,24 @@ impl ClientOperation for SettingsGet {
     type Receipt = types::SettingsView;
     const STATE_CHANGING: bool = false;
 }
+/// `resource.get`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceGet;
+impl ClientOperation for ResourceGet {
+    const OPERATION: types::Operation = types::Operation::ResourceGet;
+    type Payload = types::ResourceGetPayload;
+    type Receipt = types::ResourceView;
+    const STATE_CHANGING: bool = false;
+}
+/// `resource.list`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceList;
+impl ClientOperation for ResourceList {
+    const OPERATION: types::Operation = types::Operation::ResourceList;
+    type Payload = types::ResourceListPayload;
+    type Receipt = types::ResourceListView;
+    const STATE_CHANGING: bool = false;
+}
 /// `followUp.add`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FollowUpAdd;

@@ -6890,6 +6890,10 @@ pub enum Operation {
     RunWhy,
     #[serde(rename = "settings.get")]
     SettingsGet,
+    #[serde(rename = "resource.get")]
+    ResourceGet,
+    #[serde(rename = "resource.list")]
+    ResourceList,
     #[serde(rename = "view.page")]
     ViewPage,
     #[serde(rename = "view.content")]
@@ -6949,6 +6953,8 @@ impl ::std::fmt::Display for Operation {
             Self::RunView => f.write_str("run.view"),
             Self::RunWhy => f.write_str("run.why"),
             Self::SettingsGet => f.write_str("settings.get"),
+            Self::ResourceGet => f.write_str("resource.get"),
+            Self::ResourceList => f.write_str("resource.list"),
             Self::ViewPage => f.write_str("view.page"),
             Self::ViewContent => f.write_str("view.content"),
             Self::Subscribe => f.write_str("subscribe"),
@@ -6999,6 +7005,8 @@ impl ::std::str::FromStr for Operation {
             "run.view" => Ok(Self::RunView),
             "run.why" => Ok(Self::RunWhy),
             "settings.get" => Ok(Self::SettingsGet),
+            "resource.get" => Ok(Self::ResourceGet),
+            "resource.list" => Ok(Self::ResourceList),
             "view.page" => Ok(Self::ViewPage),
             "view.content" => Ok(Self::ViewContent),
             "subscribe" => Ok(Self::Subscribe),
@@ -7849,14 +7857,215 @@ pub struct ResolveTarget {
     pub input: ::serde_json::Value,
     pub workflow: WorkflowRef,
 }
-///Apply a resource spec.
+///Apply a resource spec. projectPath is the project whose .pi/controllers/ is searched before ~/.pi/agent/controllers/ (absent: only the latter); the CLI sends its working directory.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceApplyPayload {
     pub controller: ControllerName,
     pub key: ResourceKey,
+    #[serde(
+        rename = "projectPath",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub project_path: ::std::option::Option<AbsolutePath>,
     ///Any JSON value.
     pub spec: ::serde_json::Value,
+}
+///A controller's child workflow request: its stable request key, workflow, attempt, the attempt's run id (reserved before the run starts) and state.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceChildWorkflowView {
+    pub attempt: super::constrained::Count,
+    #[serde(rename = "requestKey")]
+    pub request_key: ResourceChildWorkflowViewRequestKey,
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub state: ResourceChildWorkflowViewState,
+    pub workflow: ResourceChildWorkflowViewWorkflow,
+}
+///`ResourceChildWorkflowViewRequestKey`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceChildWorkflowViewRequestKey(::std::string::String);
+impl ::std::ops::Deref for ResourceChildWorkflowViewRequestKey {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceChildWorkflowViewRequestKey>
+for ::std::string::String {
+    fn from(value: ResourceChildWorkflowViewRequestKey) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceChildWorkflowViewRequestKey {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceChildWorkflowViewRequestKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for ResourceChildWorkflowViewRequestKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceChildWorkflowViewRequestKey {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceChildWorkflowViewState`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ResourceChildWorkflowViewState {
+    #[serde(rename = "running")]
+    Running,
+    #[serde(rename = "waiting")]
+    Waiting,
+    #[serde(rename = "succeeded")]
+    Succeeded,
+    #[serde(rename = "failed")]
+    Failed,
+    #[serde(rename = "interrupted")]
+    Interrupted,
+}
+impl ::std::fmt::Display for ResourceChildWorkflowViewState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Running => f.write_str("running"),
+            Self::Waiting => f.write_str("waiting"),
+            Self::Succeeded => f.write_str("succeeded"),
+            Self::Failed => f.write_str("failed"),
+            Self::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+impl ::std::str::FromStr for ResourceChildWorkflowViewState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "running" => Ok(Self::Running),
+            "waiting" => Ok(Self::Waiting),
+            "succeeded" => Ok(Self::Succeeded),
+            "failed" => Ok(Self::Failed),
+            "interrupted" => Ok(Self::Interrupted),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceChildWorkflowViewState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceChildWorkflowViewState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///`ResourceChildWorkflowViewWorkflow`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceChildWorkflowViewWorkflow(::std::string::String);
+impl ::std::ops::Deref for ResourceChildWorkflowViewWorkflow {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceChildWorkflowViewWorkflow> for ::std::string::String {
+    fn from(value: ResourceChildWorkflowViewWorkflow) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceChildWorkflowViewWorkflow {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 1024usize {
+            return Err("longer than 1024 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceChildWorkflowViewWorkflow {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String>
+for ResourceChildWorkflowViewWorkflow {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceChildWorkflowViewWorkflow {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
 }
 ///One condition of a resource's status; lastTransitionTime changes only when status changes.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -8159,6 +8368,796 @@ impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionStatus 
         value.parse()
     }
 }
+///One condition of a resource's status; lastTransitionAtMs changes only when status changes.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceConditionView {
+    #[serde(rename = "lastTransitionAtMs")]
+    pub last_transition_at_ms: super::constrained::TimestampMs,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub message: ::std::option::Option<ResourceConditionViewMessage>,
+    #[serde(rename = "observedGeneration")]
+    pub observed_generation: super::constrained::Count,
+    pub reason: ResourceConditionViewReason,
+    pub status: ResourceConditionViewStatus,
+    #[serde(rename = "type")]
+    pub type_: ResourceConditionViewType,
+}
+///`ResourceConditionViewMessage`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionViewMessage(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionViewMessage {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionViewMessage> for ::std::string::String {
+    fn from(value: ResourceConditionViewMessage) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionViewMessage {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 8192usize {
+            return Err("longer than 8192 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionViewMessage {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionViewMessage {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionViewMessage {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceConditionViewReason`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionViewReason(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionViewReason {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionViewReason> for ::std::string::String {
+    fn from(value: ResourceConditionViewReason) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionViewReason {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionViewReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionViewReason {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionViewReason {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceConditionViewStatus`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ResourceConditionViewStatus {
+    #[serde(rename = "true")]
+    True,
+    #[serde(rename = "false")]
+    False,
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+impl ::std::fmt::Display for ResourceConditionViewStatus {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::True => f.write_str("true"),
+            Self::False => f.write_str("false"),
+            Self::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+impl ::std::str::FromStr for ResourceConditionViewStatus {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "true" => Ok(Self::True),
+            "false" => Ok(Self::False),
+            "unknown" => Ok(Self::Unknown),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionViewStatus {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionViewStatus {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///`ResourceConditionViewType`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceConditionViewType(::std::string::String);
+impl ::std::ops::Deref for ResourceConditionViewType {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceConditionViewType> for ::std::string::String {
+    fn from(value: ResourceConditionViewType) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceConditionViewType {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceConditionViewType {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceConditionViewType {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceConditionViewType {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///A controller effect's record.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceEffectView {
+    #[serde(
+        rename = "completedAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub completed_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub error: ::std::option::Option<ResourceEffectViewError>,
+    #[serde(
+        rename = "externalRef",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub external_ref: ::std::option::Option<ResourceEffectViewExternalRef>,
+    pub generation: super::constrained::Count,
+    pub key: ResourceEffectViewKey,
+    pub kind: ResourceEffectViewKind,
+    #[serde(rename = "startedAtMs")]
+    pub started_at_ms: super::constrained::TimestampMs,
+    pub state: ResourceEffectViewState,
+}
+///`ResourceEffectViewError`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceEffectViewError(::std::string::String);
+impl ::std::ops::Deref for ResourceEffectViewError {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceEffectViewError> for ::std::string::String {
+    fn from(value: ResourceEffectViewError) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceEffectViewError {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 8192usize {
+            return Err("longer than 8192 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEffectViewError {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEffectViewError {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEffectViewError {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceEffectViewExternalRef`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceEffectViewExternalRef(::std::string::String);
+impl ::std::ops::Deref for ResourceEffectViewExternalRef {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceEffectViewExternalRef> for ::std::string::String {
+    fn from(value: ResourceEffectViewExternalRef) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceEffectViewExternalRef {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 1024usize {
+            return Err("longer than 1024 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEffectViewExternalRef {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEffectViewExternalRef {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEffectViewExternalRef {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceEffectViewKey`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceEffectViewKey(::std::string::String);
+impl ::std::ops::Deref for ResourceEffectViewKey {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceEffectViewKey> for ::std::string::String {
+    fn from(value: ResourceEffectViewKey) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceEffectViewKey {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEffectViewKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEffectViewKey {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEffectViewKey {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceEffectViewKind`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceEffectViewKind(::std::string::String);
+impl ::std::ops::Deref for ResourceEffectViewKind {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceEffectViewKind> for ::std::string::String {
+    fn from(value: ResourceEffectViewKind) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceEffectViewKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 512usize {
+            return Err("longer than 512 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEffectViewKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEffectViewKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEffectViewKind {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceEffectViewState`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ResourceEffectViewState {
+    #[serde(rename = "pending")]
+    Pending,
+    #[serde(rename = "applied")]
+    Applied,
+    #[serde(rename = "rejected")]
+    Rejected,
+    #[serde(rename = "indeterminate")]
+    Indeterminate,
+}
+impl ::std::fmt::Display for ResourceEffectViewState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Pending => f.write_str("pending"),
+            Self::Applied => f.write_str("applied"),
+            Self::Rejected => f.write_str("rejected"),
+            Self::Indeterminate => f.write_str("indeterminate"),
+        }
+    }
+}
+impl ::std::str::FromStr for ResourceEffectViewState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "pending" => Ok(Self::Pending),
+            "applied" => Ok(Self::Applied),
+            "rejected" => Ok(Self::Rejected),
+            "indeterminate" => Ok(Self::Indeterminate),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEffectViewState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEffectViewState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///One entry of a resource's audit feed (oldest first); detail is a bounded phrase, never spec or status contents.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceEventView {
+    #[serde(rename = "atMs")]
+    pub at_ms: super::constrained::TimestampMs,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub detail: ::std::option::Option<ResourceEventViewDetail>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub generation: ::std::option::Option<super::constrained::Count>,
+    pub kind: ResourceEventViewKind,
+    #[serde(
+        rename = "resourceVersion",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub resource_version: ::std::option::Option<super::constrained::Count>,
+    pub seq: super::constrained::Count,
+}
+///`ResourceEventViewDetail`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceEventViewDetail(::std::string::String);
+impl ::std::ops::Deref for ResourceEventViewDetail {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceEventViewDetail> for ::std::string::String {
+    fn from(value: ResourceEventViewDetail) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceEventViewDetail {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 1024usize {
+            return Err("longer than 1024 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEventViewDetail {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEventViewDetail {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceEventViewDetail {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceEventViewKind`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ResourceEventViewKind {
+    #[serde(rename = "applied")]
+    Applied,
+    #[serde(rename = "reconcile_requested")]
+    ReconcileRequested,
+    #[serde(rename = "deletion_requested")]
+    DeletionRequested,
+    #[serde(rename = "reconcile_started")]
+    ReconcileStarted,
+    #[serde(rename = "reconcile_settled")]
+    ReconcileSettled,
+    #[serde(rename = "reconcile_requeued")]
+    ReconcileRequeued,
+    #[serde(rename = "reconcile_conflict")]
+    ReconcileConflict,
+    #[serde(rename = "reconcile_failed")]
+    ReconcileFailed,
+    #[serde(rename = "claim_lost")]
+    ClaimLost,
+    #[serde(rename = "effect_reserved")]
+    EffectReserved,
+    #[serde(rename = "effect_settled")]
+    EffectSettled,
+    #[serde(rename = "effect_recovered")]
+    EffectRecovered,
+    #[serde(rename = "workflow_started")]
+    WorkflowStarted,
+    #[serde(rename = "workflow_ended")]
+    WorkflowEnded,
+    #[serde(rename = "resource_deleted")]
+    ResourceDeleted,
+}
+impl ::std::fmt::Display for ResourceEventViewKind {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Applied => f.write_str("applied"),
+            Self::ReconcileRequested => f.write_str("reconcile_requested"),
+            Self::DeletionRequested => f.write_str("deletion_requested"),
+            Self::ReconcileStarted => f.write_str("reconcile_started"),
+            Self::ReconcileSettled => f.write_str("reconcile_settled"),
+            Self::ReconcileRequeued => f.write_str("reconcile_requeued"),
+            Self::ReconcileConflict => f.write_str("reconcile_conflict"),
+            Self::ReconcileFailed => f.write_str("reconcile_failed"),
+            Self::ClaimLost => f.write_str("claim_lost"),
+            Self::EffectReserved => f.write_str("effect_reserved"),
+            Self::EffectSettled => f.write_str("effect_settled"),
+            Self::EffectRecovered => f.write_str("effect_recovered"),
+            Self::WorkflowStarted => f.write_str("workflow_started"),
+            Self::WorkflowEnded => f.write_str("workflow_ended"),
+            Self::ResourceDeleted => f.write_str("resource_deleted"),
+        }
+    }
+}
+impl ::std::str::FromStr for ResourceEventViewKind {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "applied" => Ok(Self::Applied),
+            "reconcile_requested" => Ok(Self::ReconcileRequested),
+            "deletion_requested" => Ok(Self::DeletionRequested),
+            "reconcile_started" => Ok(Self::ReconcileStarted),
+            "reconcile_settled" => Ok(Self::ReconcileSettled),
+            "reconcile_requeued" => Ok(Self::ReconcileRequeued),
+            "reconcile_conflict" => Ok(Self::ReconcileConflict),
+            "reconcile_failed" => Ok(Self::ReconcileFailed),
+            "claim_lost" => Ok(Self::ClaimLost),
+            "effect_reserved" => Ok(Self::EffectReserved),
+            "effect_settled" => Ok(Self::EffectSettled),
+            "effect_recovered" => Ok(Self::EffectRecovered),
+            "workflow_started" => Ok(Self::WorkflowStarted),
+            "workflow_ended" => Ok(Self::WorkflowEnded),
+            "resource_deleted" => Ok(Self::ResourceDeleted),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceEventViewKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceEventViewKind {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///A finalizer's name.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceFinalizerName(::std::string::String);
+impl ::std::ops::Deref for ResourceFinalizerName {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceFinalizerName> for ::std::string::String {
+    fn from(value: ResourceFinalizerName) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceFinalizerName {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 256usize {
+            return Err("longer than 256 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceFinalizerName {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceFinalizerName {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceFinalizerName {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///Read one resource: its spec and status, its queue row (without claim secrets), its controller effects, child workflow requests and recent events.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceGetPayload {
+    pub controller: ControllerName,
+    pub key: ResourceKey,
+}
 ///A resource key within its controller.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -8273,6 +9272,156 @@ impl<'de> ::serde::Deserialize<'de> for ResourceLabel {
             })
     }
 }
+///List resources (of one controller when given), by controller and key, at most 1000.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceListPayload {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub controller: ::std::option::Option<ControllerName>,
+}
+///One resource in resource.list: its Ready condition (absent: none yet), generation and observedGeneration, whether deletion was requested, and the queue's last error.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceListRow {
+    #[serde(rename = "consecutiveErrors")]
+    pub consecutive_errors: super::constrained::Count,
+    pub controller: ControllerName,
+    pub deleting: bool,
+    pub generation: super::constrained::Revision,
+    pub key: ResourceKey,
+    #[serde(
+        rename = "lastError",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub last_error: ::std::option::Option<ResourceListRowLastError>,
+    #[serde(rename = "observedGeneration")]
+    pub observed_generation: super::constrained::Count,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub ready: ::std::option::Option<ResourceListRowReady>,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: super::constrained::Revision,
+    #[serde(rename = "updatedAtMs")]
+    pub updated_at_ms: super::constrained::TimestampMs,
+}
+///`ResourceListRowLastError`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceListRowLastError(::std::string::String);
+impl ::std::ops::Deref for ResourceListRowLastError {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceListRowLastError> for ::std::string::String {
+    fn from(value: ResourceListRowLastError) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceListRowLastError {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 8192usize {
+            return Err("longer than 8192 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceListRowLastError {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceListRowLastError {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceListRowLastError {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///`ResourceListRowReady`
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum ResourceListRowReady {
+    #[serde(rename = "true")]
+    True,
+    #[serde(rename = "false")]
+    False,
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+impl ::std::fmt::Display for ResourceListRowReady {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::True => f.write_str("true"),
+            Self::False => f.write_str("false"),
+            Self::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+impl ::std::str::FromStr for ResourceListRowReady {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "true" => Ok(Self::True),
+            "false" => Ok(Self::False),
+            "unknown" => Ok(Self::Unknown),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceListRowReady {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceListRowReady {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///resource.list: resources by controller and key, at most 1000.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceListView {
+    pub resources: super::constrained::ResourceListRows,
+}
 ///What the server keeps about a resource: its uid, controller and key, resourceVersion (the compare-and-swap token: +1 on every write), generation (+1 only when the spec changes), deletionTimestamp (when deletion was requested) and finalizers.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -8354,6 +9503,89 @@ pub struct ResourcePatchValue {
     ///Any JSON value.
     pub value: ::serde_json::Value,
 }
+///A resource's reconcile queue row without claim secrets: when it is next due (absent: idle), its enqueue count, consecutive errors, the last error, and the live or expired claim's generation and expiry.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceQueueView {
+    #[serde(
+        rename = "availableAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub available_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    #[serde(
+        rename = "claimExpiresAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub claim_expires_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    #[serde(
+        rename = "claimGeneration",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub claim_generation: ::std::option::Option<super::constrained::Count>,
+    pub claimed: bool,
+    #[serde(rename = "consecutiveErrors")]
+    pub consecutive_errors: super::constrained::Count,
+    #[serde(
+        rename = "lastError",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub last_error: ::std::option::Option<ResourceQueueViewLastError>,
+    pub version: super::constrained::Count,
+}
+///`ResourceQueueViewLastError`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceQueueViewLastError(::std::string::String);
+impl ::std::ops::Deref for ResourceQueueViewLastError {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceQueueViewLastError> for ::std::string::String {
+    fn from(value: ResourceQueueViewLastError) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceQueueViewLastError {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 8192usize {
+            return Err("longer than 8192 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceQueueViewLastError {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceQueueViewLastError {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceQueueViewLastError {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
 ///The resource version after the command.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -8400,6 +9632,107 @@ pub struct ResourceStatusPatch {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub workflow_run: ::std::option::Option<ResourcePatchValue>,
+}
+///A resource's status: the generation the last reconcile read, its conditions, the controller's own status value and the child workflow run it points at (null: none).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceStatusView {
+    pub conditions: super::constrained::ResourceConditionViews,
+    ///The controller's own status value.
+    #[serde(rename = "controllerStatus")]
+    pub controller_status: ::serde_json::Value,
+    #[serde(rename = "observedGeneration")]
+    pub observed_generation: super::constrained::Count,
+    ///The child workflow run the status points at, or null.
+    #[serde(rename = "workflowRun")]
+    pub workflow_run: ::serde_json::Value,
+}
+///resource.get: one resource with its spec and status, its queue row, its effects and child workflow requests (newest first, at most 50 each) and its last 20 events.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceView {
+    #[serde(rename = "childWorkflows")]
+    pub child_workflows: super::constrained::ResourceChildWorkflowViews,
+    pub controller: ControllerName,
+    #[serde(rename = "createdAtMs")]
+    pub created_at_ms: super::constrained::TimestampMs,
+    #[serde(
+        rename = "deletionRequestedAtMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub deletion_requested_at_ms: ::std::option::Option<super::constrained::TimestampMs>,
+    pub effects: super::constrained::ResourceEffectViews,
+    pub events: super::constrained::ResourceEventViews,
+    pub finalizers: super::constrained::ResourceFinalizerNames,
+    pub generation: super::constrained::Revision,
+    pub key: ResourceKey,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub queue: ::std::option::Option<ResourceQueueView>,
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: super::constrained::Revision,
+    ///The applied spec.
+    pub spec: ::serde_json::Value,
+    pub status: ResourceStatusView,
+    pub uid: ResourceViewUid,
+    #[serde(rename = "updatedAtMs")]
+    pub updated_at_ms: super::constrained::TimestampMs,
+}
+///`ResourceViewUid`
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct ResourceViewUid(::std::string::String);
+impl ::std::ops::Deref for ResourceViewUid {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<ResourceViewUid> for ::std::string::String {
+    fn from(value: ResourceViewUid) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for ResourceViewUid {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for ResourceViewUid {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for ResourceViewUid {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for ResourceViewUid {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
 }
 ///Cancel a run (every field optional; {} is a person's cancellation). by: "agent" when the model cancels through the workflow tool (its turn intent's cause is agentCancelled), "user" (the default) for a person or any other client (cause cancelled). Either way the run's turn intent stops by default (DEFERRED_TURNS).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]

@@ -1137,10 +1137,10 @@ export interface NotificationResult {
 export type OlderThanDays = number;
 
 /** The closed set of client operations. x-stateChanging lists the operations that change state and store a durable receipt (they need an idempotencyKey); codegen turns it into Operation::is_state_changing, the kernel's CommandOperation and the SDK's STATE_CHANGING_OPERATIONS. */
-export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "run.why" | "settings.get" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
+export type Operation = "run.start" | "run.pause" | "run.resume" | "run.cancel" | "run.restart" | "run.activate" | "checkpoint.answer" | "decision.answer" | "interaction.update" | "interaction.submit" | "effect.recover" | "settings.update" | "followUp.add" | "followUp.cancel" | "resource.apply" | "resource.reconcile" | "resource.delete" | "server.stop" | "workflows.list" | "runs.list" | "run.view" | "run.why" | "settings.get" | "resource.get" | "resource.list" | "view.page" | "view.content" | "subscribe" | "unsubscribe" | "sessionView.get" | "sessionView.clearTerminal" | "sessionEvents.record" | "workflowMessage.reportBranch" | "workflowTurn.report" | "server.status" | "state.verify" | "state.backup" | "state.prune" | "channel.status" | "channel.reload" | "channel.recover";
 
 /** Every value of Operation, in schema order. */
-export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "run.why", "settings.get", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
+export const OperationValues: readonly Operation[] = ["run.start", "run.pause", "run.resume", "run.cancel", "run.restart", "run.activate", "checkpoint.answer", "decision.answer", "interaction.update", "interaction.submit", "effect.recover", "settings.update", "followUp.add", "followUp.cancel", "resource.apply", "resource.reconcile", "resource.delete", "server.stop", "workflows.list", "runs.list", "run.view", "run.why", "settings.get", "resource.get", "resource.list", "view.page", "view.content", "subscribe", "unsubscribe", "sessionView.get", "sessionView.clearTerminal", "sessionEvents.record", "workflowMessage.reportBranch", "workflowTurn.report", "server.status", "state.verify", "state.backup", "state.prune", "channel.status", "channel.reload", "channel.recover"];
 
 /** An npm/crate package version (semantic version). */
 export type PackageVersion = string;
@@ -1347,13 +1347,26 @@ export interface ResolveTarget {
   "workflow": WorkflowRef;
 }
 
-/** Apply a resource spec. */
+/** Apply a resource spec. projectPath is the project whose .pi/controllers/ is searched before ~/.pi/agent/controllers/ (absent: only the latter); the CLI sends its working directory. */
 export interface ResourceApplyPayload {
   "controller": ControllerName;
   "key": ResourceKey;
+  "projectPath"?: AbsolutePath;
   /** Any JSON value. */
   "spec": JsonValue;
 }
+
+/** A controller's child workflow request: its stable request key, workflow, attempt, the attempt's run id (reserved before the run starts) and state. */
+export interface ResourceChildWorkflowView {
+  "attempt": Count;
+  "requestKey": string;
+  "runId": RunId;
+  "state": "running" | "waiting" | "succeeded" | "failed" | "interrupted";
+  "workflow": string;
+}
+
+/** A resource's child workflow requests, newest first (at most 50). */
+export type ResourceChildWorkflowViews = ResourceChildWorkflowView[];
 
 /** One condition of a resource's status; lastTransitionTime changes only when status changes. */
 export interface ResourceCondition {
@@ -1382,17 +1395,97 @@ export type ResourceConditionStatus = "true" | "false" | "unknown";
 /** Every value of ResourceConditionStatus, in schema order. */
 export const ResourceConditionStatusValues: readonly ResourceConditionStatus[] = ["true", "false", "unknown"];
 
+/** One condition of a resource's status; lastTransitionAtMs changes only when status changes. */
+export interface ResourceConditionView {
+  "lastTransitionAtMs": TimestampMs;
+  "message"?: string;
+  "observedGeneration": Count;
+  "reason": string;
+  "status": "true" | "false" | "unknown";
+  "type": string;
+}
+
+/** A status's conditions, merged by type (at most 64). */
+export type ResourceConditionViews = ResourceConditionView[];
+
 /** A resource's conditions, one per type: at most 64. */
 export type ResourceConditions = ResourceCondition[];
 
+/** A controller effect's record. */
+export interface ResourceEffectView {
+  "completedAtMs"?: TimestampMs;
+  "error"?: string;
+  "externalRef"?: string;
+  "generation": Count;
+  "key": string;
+  "kind": string;
+  "startedAtMs": TimestampMs;
+  "state": "pending" | "applied" | "rejected" | "indeterminate";
+}
+
+/** A resource's controller effects, newest first (at most 50). */
+export type ResourceEffectViews = ResourceEffectView[];
+
+/** One entry of a resource's audit feed (oldest first); detail is a bounded phrase, never spec or status contents. */
+export interface ResourceEventView {
+  "atMs": TimestampMs;
+  "detail"?: string;
+  "generation"?: Count;
+  "kind": "applied" | "reconcile_requested" | "deletion_requested" | "reconcile_started" | "reconcile_settled" | "reconcile_requeued" | "reconcile_conflict" | "reconcile_failed" | "claim_lost" | "effect_reserved" | "effect_settled" | "effect_recovered" | "workflow_started" | "workflow_ended" | "resource_deleted";
+  "resourceVersion"?: Count;
+  "seq": Count;
+}
+
+/** A resource's last events, oldest first (at most 20). */
+export type ResourceEventViews = ResourceEventView[];
+
+/** A finalizer's name. */
+export type ResourceFinalizerName = string;
+
+/** A resource's finalizers (at most 32). */
+export type ResourceFinalizerNames = ResourceFinalizerName[];
+
 /** A resource's finalizers: at most 32 names of 1-256 bytes. */
 export type ResourceFinalizers = ResourceLabel[];
+
+/** Read one resource: its spec and status, its queue row (without claim secrets), its controller effects, child workflow requests and recent events. */
+export interface ResourceGetPayload {
+  "controller": ControllerName;
+  "key": ResourceKey;
+}
 
 /** A resource key within its controller. */
 export type ResourceKey = string;
 
 /** A finalizer name, condition type or effect kind: 1-256 characters. */
 export type ResourceLabel = string;
+
+/** List resources (of one controller when given), by controller and key, at most 1000. */
+export interface ResourceListPayload {
+  "controller"?: ControllerName;
+}
+
+/** One resource in resource.list: its Ready condition (absent: none yet), generation and observedGeneration, whether deletion was requested, and the queue's last error. */
+export interface ResourceListRow {
+  "consecutiveErrors": Count;
+  "controller": ControllerName;
+  "deleting": boolean;
+  "generation": Revision;
+  "key": ResourceKey;
+  "lastError"?: string;
+  "observedGeneration": Count;
+  "ready"?: "true" | "false" | "unknown";
+  "resourceVersion": Revision;
+  "updatedAtMs": TimestampMs;
+}
+
+/** Resources by controller and key (at most 1000). */
+export type ResourceListRows = ResourceListRow[];
+
+/** resource.list: resources by controller and key, at most 1000. */
+export interface ResourceListView {
+  "resources": ResourceListRows;
+}
 
 /** What the server keeps about a resource: its uid, controller and key, resourceVersion (the compare-and-swap token: +1 on every write), generation (+1 only when the spec changes), deletionTimestamp (when deletion was requested) and finalizers. */
 export interface ResourceMetadata {
@@ -1409,6 +1502,17 @@ export interface ResourceMetadata {
 export interface ResourcePatchValue {
   /** Any JSON value. */
   "value": JsonValue;
+}
+
+/** A resource's reconcile queue row without claim secrets: when it is next due (absent: idle), its enqueue count, consecutive errors, the last error, and the live or expired claim's generation and expiry. */
+export interface ResourceQueueView {
+  "availableAtMs"?: TimestampMs;
+  "claimExpiresAtMs"?: TimestampMs;
+  "claimGeneration"?: Count;
+  "claimed": boolean;
+  "consecutiveErrors": Count;
+  "lastError"?: string;
+  "version": Count;
 }
 
 /** The resource version after the command. */
@@ -1438,6 +1542,36 @@ export interface ResourceStatusPatch {
   "controllerStatus"?: ResourcePatchValue;
   "finalizers"?: ResourceFinalizers;
   "workflowRun"?: ResourcePatchValue;
+}
+
+/** A resource's status: the generation the last reconcile read, its conditions, the controller's own status value and the child workflow run it points at (null: none). */
+export interface ResourceStatusView {
+  "conditions": ResourceConditionViews;
+  /** The controller's own status value. */
+  "controllerStatus": JsonValue;
+  "observedGeneration": Count;
+  /** The child workflow run the status points at, or null. */
+  "workflowRun": JsonValue;
+}
+
+/** resource.get: one resource with its spec and status, its queue row, its effects and child workflow requests (newest first, at most 50 each) and its last 20 events. */
+export interface ResourceView {
+  "childWorkflows": ResourceChildWorkflowViews;
+  "controller": ControllerName;
+  "createdAtMs": TimestampMs;
+  "deletionRequestedAtMs"?: TimestampMs;
+  "effects": ResourceEffectViews;
+  "events": ResourceEventViews;
+  "finalizers": ResourceFinalizerNames;
+  "generation": Revision;
+  "key": ResourceKey;
+  "queue"?: ResourceQueueView;
+  "resourceVersion": Revision;
+  /** The applied spec. */
+  "spec": JsonValue;
+  "status": ResourceStatusView;
+  "uid": string;
+  "updatedAtMs": TimestampMs;
 }
 
 /** A presentation or run revision. Increases by one per accepted change. Capped at 2^53-1. */
@@ -2649,6 +2783,8 @@ export interface RequestPayloadByOperation {
   "effect.recover": EffectRecoverPayload;
   "settings.update": SettingsUpdatePayload;
   "settings.get": SettingsGetPayload;
+  "resource.get": ResourceGetPayload;
+  "resource.list": ResourceListPayload;
   "followUp.add": FollowUpAddPayload;
   "followUp.cancel": FollowUpCancelPayload;
   "resource.apply": ResourceApplyPayload;
@@ -2692,6 +2828,8 @@ export interface ResponseReceiptByOperation {
   "effect.recover": EffectRecoverReceipt;
   "settings.update": SettingsReceipt;
   "settings.get": SettingsView;
+  "resource.get": ResourceView;
+  "resource.list": ResourceListView;
   "followUp.add": FollowUpReceipt;
   "followUp.cancel": FollowUpReceipt;
   "resource.apply": ResourceReceipt;

@@ -16,6 +16,7 @@ mod channel;
 mod herdr;
 mod live_settings;
 mod render;
+mod resources;
 mod runs;
 mod server;
 mod state;
@@ -290,6 +291,60 @@ enum Command {
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
     },
+    /// List the managed resources: Ready, generation and observed
+    /// generation, deletion and the last reconcile error.
+    Resources {
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one resource: its spec, status and conditions, queue, effects,
+    /// child runs and recent events.
+    Resource {
+        controller: String,
+        key: String,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply a resource spec (a JSON file) with the controller discovered
+    /// from this directory (.pi/controllers/, then ~/.pi/agent/controllers/).
+    Apply {
+        controller: String,
+        key: String,
+        /// The spec: a file holding one JSON value.
+        spec_file: String,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+        /// Makes a retry safe: the same apply with the same key adopts the
+        /// first attempt's receipt (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// Queue a resource for reconcile now.
+    Reconcile {
+        controller: String,
+        key: String,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+        /// Makes a retry safe (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// Request a resource's deletion: it is gone once its controller
+    /// settles it with no finalizer left.
+    Delete {
+        controller: String,
+        key: String,
+        /// Print JSON (schema in docs/CLI.md).
+        #[arg(long)]
+        json: bool,
+        /// Makes a retry safe (docs/CLI.md).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
     /// Show the live settings (the user's and this project's), or change
     /// them with `settings set`.
     Settings {
@@ -403,6 +458,54 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Server(command) => return server::main(command, settings, &runtime),
         Command::Herdr(HerdrCommand::Sync { json }) => herdr::main(settings.home.root(), json),
         Command::Channel(command) => runtime.block_on(channel::run(settings, command)),
+        Command::Resources { json } => runtime.block_on(resources::list(settings, json)),
+        Command::Resource {
+            controller,
+            key,
+            json,
+        } => runtime.block_on(resources::show(settings, &controller, &key, json)),
+        Command::Apply {
+            controller,
+            key,
+            spec_file,
+            json,
+            idempotency_key,
+        } => runtime.block_on(resources::apply(
+            settings,
+            resources::ApplyArgs {
+                controller,
+                key,
+                spec_file,
+                json,
+                idempotency_key,
+            },
+        )),
+        Command::Reconcile {
+            controller,
+            key,
+            json,
+            idempotency_key,
+        } => runtime.block_on(resources::reference(
+            settings,
+            resources::RefCommand::Reconcile,
+            &controller,
+            &key,
+            json,
+            idempotency_key,
+        )),
+        Command::Delete {
+            controller,
+            key,
+            json,
+            idempotency_key,
+        } => runtime.block_on(resources::reference(
+            settings,
+            resources::RefCommand::Delete,
+            &controller,
+            &key,
+            json,
+            idempotency_key,
+        )),
         Command::Settings {
             command: None,
             json,

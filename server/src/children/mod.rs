@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod controller;
+pub mod controller_resolve;
 pub mod resolver;
 pub mod supervisor;
 pub mod validator;

@@ -18,7 +18,8 @@
 //! `effect.recover`), `reads`, `subscriptions`, `coordinator`
 //! (origin sessions), `submissions` (`interaction.submit`), `follow_ups`
 //! (`followUp.add`, `followUp.cancel`), `settings` (`settings.update`,
-//! `settings.get`),
+//! `settings.get`), `resources` (`resource.apply`, `resource.reconcile`,
+//! `resource.delete`, `resource.get`, `resource.list`),
 //! `maintenance` (`state.verify`, `state.backup`, `state.prune`),
 //! `server_status`, `why` (`run.why`), and `socket` (the listener and its connections).
 
@@ -31,6 +32,7 @@ mod maintenance;
 mod reads;
 mod receipts;
 mod request;
+pub mod resources;
 mod run_commands;
 pub mod server_status;
 mod settings;
@@ -40,7 +42,7 @@ mod subscriptions;
 mod why;
 
 use reads::{clear_terminal, runs_list, view_content, view_page, workflows_list};
-use request::{Request, not_found, refusal, schema_invalid};
+use request::{Request, not_found, schema_invalid};
 use run_commands::{RunCommand, run_command, run_start};
 use subscriptions::subscribe;
 
@@ -292,13 +294,14 @@ async fn dispatch(
         // answered `unavailable`, and never advertised as a control.
         RequestPayload::SettingsUpdate(update) => settings::update(app, request, update).await,
         RequestPayload::SettingsGet(get) => settings::get(app, &request, &get).await,
-        RequestPayload::ResourceApply(_)
-        | RequestPayload::ResourceReconcile(_)
-        | RequestPayload::ResourceDelete(_) => refusal(
-            &request,
-            "unavailable",
-            ErrorCode::Unavailable,
-            "this operation is not available in this server version",
-        ),
+        RequestPayload::ResourceApply(apply) => resources::apply(app, request, apply).await,
+        RequestPayload::ResourceReconcile(reference) => {
+            resources::reconcile(app, request, reference).await
+        }
+        RequestPayload::ResourceDelete(reference) => {
+            resources::delete(app, request, reference).await
+        }
+        RequestPayload::ResourceGet(get) => resources::get(app, &request, &get).await,
+        RequestPayload::ResourceList(list) => resources::list(app, &request, &list).await,
     })
 }

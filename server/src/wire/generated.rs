@@ -69,6 +69,8 @@ pub const fn command_operation(operation: Operation) -> Option<CommandOperation>
         Operation::RunView => None,
         Operation::RunWhy => None,
         Operation::SettingsGet => None,
+        Operation::ResourceGet => None,
+        Operation::ResourceList => None,
         Operation::ViewPage => None,
         Operation::ViewContent => None,
         Operation::Subscribe => None,
