@@ -276,9 +276,9 @@ async fn a_conflicting_status_write_requeues_at_once_without_an_error() {
     assert_eq!(queue(&server, "acme#4").unwrap().1, 0, "no error counted");
 }
 
-/// A resource holding a finalizer stays after `resource.delete` until a
-/// pass removes the finalizer; then its row is gone and `resource_deleted`
-/// is recorded.
+/// A resource holding a finalizer stays after `resource.delete`, even when
+/// a pass settles, until a pass removes the finalizer; then its row is gone
+/// and `resource_deleted` is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_waits_for_the_finalizer_then_deletes_the_row() {
     let server = start_server(&[]);
@@ -291,7 +291,7 @@ async fn deletion_waits_for_the_finalizer_then_deletes_the_row() {
             { "finish": "settled", "patch": { "finalizers": ["cleanup"], "conditions": ready_patch()["conditions"] } },
         ],
         "reconcileDeleting": [
-            { "once": marker, "steps": [{ "finish": "requeueAfter", "afterMs": 200, "patch": {} }] },
+            { "once": marker, "steps": [{ "finish": "settled", "patch": {} }] },
             { "effect": { "key": "cleanup", "log": log, "line": "cleaned" } },
             { "finish": "settled", "patch": { "finalizers": [] } },
         ]
@@ -299,20 +299,26 @@ async fn deletion_waits_for_the_finalizer_then_deletes_the_row() {
     apply(&mut client, &project, "acme#5", spec).await;
     wait_ready(&server, "acme#5").await;
     wait_idle(&server, "acme#5").await;
+    let reference = json!({ "controller": CONTROLLER, "key": "acme#5" });
     let deleted = client
-        .request(&RequestSpec::command(
-            "resource.delete",
-            None,
-            json!({ "controller": CONTROLLER, "key": "acme#5" }),
-        ))
+        .request(&RequestSpec::command("resource.delete", None, reference.clone()))
         .await
         .unwrap();
     assert_eq!(deleted.outcome, "accepted", "{:?}", deleted.frame);
-    wait_for(WAIT, "a deleting pass that keeps the finalizer", || {
+    wait_for(WAIT, "a deleting pass that settles keeping the finalizer", || {
         Path::new(&marker).exists().then_some(())
     })
     .await;
-    assert!(status(&server, "acme#5").is_some(), "the row stays while the finalizer is held");
+    wait_idle(&server, "acme#5").await;
+    assert!(
+        status(&server, "acme#5").is_some(),
+        "the row stays while the finalizer is held"
+    );
+    let reconciled = client
+        .request(&RequestSpec::command("resource.reconcile", None, reference))
+        .await
+        .unwrap();
+    assert_eq!(reconciled.outcome, "accepted", "{:?}", reconciled.frame);
     wait_for(WAIT, "the row to be deleted", || {
         status(&server, "acme#5").is_none().then_some(())
     })
