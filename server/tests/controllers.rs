@@ -72,13 +72,11 @@ fn status(server: &TestServer, key: &str) -> Option<Value> {
 }
 
 fn is_ready(status: &Value) -> bool {
-    status["conditions"]
-        .as_array()
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "true")
-        })
+    status["conditions"].as_array().is_some_and(|conditions| {
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "true")
+    })
 }
 
 /// (available_at_ms, consecutive_errors, last_error, claimed).
@@ -165,7 +163,13 @@ async fn a_controller_applies_reconciles_and_settles_ready() {
     assert_eq!(view["effects"][0]["state"], json!("applied"));
     assert_eq!(
         events(&server, "acme#1"),
-        ["applied", "reconcile_started", "effect_reserved", "effect_settled", "reconcile_settled"]
+        [
+            "applied",
+            "reconcile_started",
+            "effect_reserved",
+            "effect_settled",
+            "reconcile_settled"
+        ]
     );
 }
 
@@ -194,11 +198,18 @@ async fn a_reconcile_killed_after_its_effect_applied_resumes_without_applying_ag
     assert!(kinds.contains(&"reconcile_failed".to_owned()), "{kinds:?}");
     assert!(kinds.contains(&"effect_recovered".to_owned()), "{kinds:?}");
     assert_eq!(
-        kinds.iter().filter(|kind| *kind == "effect_reserved").count(),
+        kinds
+            .iter()
+            .filter(|kind| *kind == "effect_reserved")
+            .count(),
         1,
         "{kinds:?}"
     );
-    assert_eq!(queue(&server, "acme#2").unwrap().1, 0, "a success resets the errors");
+    assert_eq!(
+        queue(&server, "acme#2").unwrap().1,
+        0,
+        "a success resets the errors"
+    );
 }
 
 /// A pass that ignores its deadline (sleeping, SIGTERM ignored) is killed
@@ -220,12 +231,12 @@ async fn a_reconcile_past_its_deadline_is_killed_and_requeued_with_backoff() {
         ]
     });
     apply(&mut client, &project, "acme#3", spec).await;
-    let (available_at, errors, last_error) = wait_for(WAIT, "the deadline to fail the pass", || {
-        queue(&server, "acme#3").and_then(|(at, errors, error, _)| {
-            (errors == 1).then_some((at, errors, error))
+    let (available_at, errors, last_error) =
+        wait_for(WAIT, "the deadline to fail the pass", || {
+            queue(&server, "acme#3")
+                .and_then(|(at, errors, error, _)| (errors == 1).then_some((at, errors, error)))
         })
-    })
-    .await;
+        .await;
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
     let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
         || std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -271,7 +282,10 @@ async fn a_conflicting_status_write_requeues_at_once_without_an_error() {
     assert_eq!(status["observedGeneration"], json!(2));
     wait_idle(&server, "acme#4").await;
     let kinds = events(&server, "acme#4");
-    assert!(kinds.contains(&"reconcile_conflict".to_owned()), "{kinds:?}");
+    assert!(
+        kinds.contains(&"reconcile_conflict".to_owned()),
+        "{kinds:?}"
+    );
     assert!(!kinds.contains(&"reconcile_failed".to_owned()), "{kinds:?}");
     assert_eq!(queue(&server, "acme#4").unwrap().1, 0, "no error counted");
 }
@@ -301,13 +315,19 @@ async fn deletion_waits_for_the_finalizer_then_deletes_the_row() {
     wait_idle(&server, "acme#5").await;
     let reference = json!({ "controller": CONTROLLER, "key": "acme#5" });
     let deleted = client
-        .request(&RequestSpec::command("resource.delete", None, reference.clone()))
+        .request(&RequestSpec::command(
+            "resource.delete",
+            None,
+            reference.clone(),
+        ))
         .await
         .unwrap();
     assert_eq!(deleted.outcome, "accepted", "{:?}", deleted.frame);
-    wait_for(WAIT, "a deleting pass that settles keeping the finalizer", || {
-        Path::new(&marker).exists().then_some(())
-    })
+    wait_for(
+        WAIT,
+        "a deleting pass that settles keeping the finalizer",
+        || Path::new(&marker).exists().then_some(()),
+    )
     .await;
     wait_idle(&server, "acme#5").await;
     assert!(
@@ -325,7 +345,11 @@ async fn deletion_waits_for_the_finalizer_then_deletes_the_row() {
     .await;
     assert_eq!(lines(&log), ["cleaned"]);
     let kinds = events(&server, "acme#5");
-    assert_eq!(kinds.last().map(String::as_str), Some("resource_deleted"), "{kinds:?}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("resource_deleted"),
+        "{kinds:?}"
+    );
 }
 
 /// With one worker slot, a workflow run and reconcile passes both progress:
@@ -377,7 +401,10 @@ async fn reconciliation_continues_after_a_server_restart_with_no_client() {
     })
     .await;
     server.kill();
-    assert!(queue(&server, "acme#8").unwrap().3, "the crash left the claim");
+    assert!(
+        queue(&server, "acme#8").unwrap().3,
+        "the crash left the claim"
+    );
     server.spawn().expect("the server starts again");
     wait_ready(&server, "acme#8").await;
     wait_idle(&server, "acme#8").await;

@@ -152,14 +152,22 @@ fn an_interrupted_pass_is_available_at_once_and_keeps_its_error_count() {
         &row,
         1,
         &TOKEN,
-        &Finished::Failed { error: "boom".into(), jitter_permille: 0 },
+        &Finished::Failed {
+            error: "boom".into(),
+            jitter_permille: 0,
+        },
         5,
     )
     .unwrap();
     let again = claim(&failed, TOKEN, defaults::LEASE_MS, 5_000).unwrap();
     let next = finish(&again, 2, &TOKEN, &Finished::Interrupted, 5_010).unwrap();
     assert_eq!(
-        (next.available_at_ms, next.consecutive_errors, next.last_error.as_deref(), next.claim),
+        (
+            next.available_at_ms,
+            next.consecutive_errors,
+            next.last_error.as_deref(),
+            next.claim
+        ),
         (Some(5_010), 1, Some("boom"), None)
     );
 }
@@ -168,8 +176,14 @@ fn an_interrupted_pass_is_available_at_once_and_keeps_its_error_count() {
 fn only_the_live_claim_passes_the_check() {
     let row = claimed(0);
     assert_eq!(check_claim(&row, 1, &TOKEN, 10), Ok(()));
-    assert_eq!(check_claim(&row, 1, &OTHER, 10), Err(ReconcileRejection::ClaimLost));
-    assert_eq!(check_claim(&row, 2, &TOKEN, 10), Err(ReconcileRejection::ClaimLost));
+    assert_eq!(
+        check_claim(&row, 1, &OTHER, 10),
+        Err(ReconcileRejection::ClaimLost)
+    );
+    assert_eq!(
+        check_claim(&row, 2, &TOKEN, 10),
+        Err(ReconcileRejection::ClaimLost)
+    );
     assert_eq!(
         check_claim(&row, 1, &TOKEN, defaults::LEASE_MS),
         Err(ReconcileRejection::ClaimLost)
@@ -181,7 +195,11 @@ fn an_abandoned_claim_is_released_at_start_up_and_an_idle_row_stays() {
     let row = claimed(0);
     let released = release_abandoned(&row, 40).unwrap();
     assert_eq!(
-        (released.available_at_ms, released.claim, released.generation),
+        (
+            released.available_at_ms,
+            released.claim,
+            released.generation
+        ),
         (Some(0), None, 1)
     );
     assert!(claimable(&released, 40));

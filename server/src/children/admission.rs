@@ -100,9 +100,8 @@ async fn admit_all(app: &Arc<Context>) {
             }
             !job.runner_is_live
         });
-        let occupied = (app.runners.occupied()
-            + app.validations.slots_taken()
-            + app.reconciles.live()) as u32;
+        let occupied =
+            (app.runners.occupied() + app.validations.slots_taken() + app.reconciles.live()) as u32;
         let max_workers = app.config.max_workers;
         if occupied >= max_workers {
             return;

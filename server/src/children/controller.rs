@@ -102,7 +102,10 @@ pub async fn admit(app: &Arc<Context>, uid: String) -> bool {
         };
         let project_path = resource.project_path.clone().unwrap_or(home);
         let launch = launch_line(&resource, &project_path, row.generation, timeout_ms);
-        Ok(Commit::Keep((Some((pass, launch, project_path)), Vec::new())))
+        Ok(Commit::Keep((
+            Some((pass, launch, project_path)),
+            Vec::new(),
+        )))
     })
     .await;
     let Ok(Some((pass, launch, project_path))) = claimed else {
@@ -198,10 +201,17 @@ enum Ending {
     Interrupted,
 }
 
-async fn supervise(app: Arc<Context>, pass: Arc<Pass>, launch: Option<Vec<u8>>, project_path: String) {
+async fn supervise(
+    app: Arc<Context>,
+    pass: Arc<Pass>,
+    launch: Option<Vec<u8>>,
+    project_path: String,
+) {
     let ending = match launch {
         Some(launch) => run_pass(&app, &pass, launch, &project_path).await,
-        None => Ending::Failed("the resource does not fit a controller launch; apply a smaller spec"),
+        None => {
+            Ending::Failed("the resource does not fit a controller launch; apply a smaller spec")
+        }
     };
     if let Some(identity) = pass.identity()
         && process::group_has_members(identity.pid)
@@ -213,7 +223,7 @@ async fn supervise(app: Arc<Context>, pass: Arc<Pass>, launch: Option<Vec<u8>>, 
         Ending::Failed(error) => Some((
             Finished::Failed {
                 error: error.into(),
-                jitter_permille: jitter(),
+                jitter_permille: crate::controller_api::jitter(),
             },
             resources::ResourceEventKind::ReconcileFailed,
             Some(error),
@@ -231,16 +241,16 @@ async fn supervise(app: Arc<Context>, pass: Arc<Pass>, launch: Option<Vec<u8>>, 
     app.scheduler.notify();
 }
 
-/// Jitter for a backoff, in `[-JITTER_PERMILLE, JITTER_PERMILLE]`.
-pub fn jitter() -> i16 {
-    let [a, b] = crate::ids::random_bytes::<2>();
-    let span = 2 * i32::from(defaults::JITTER_PERMILLE) + 1;
-    (i32::from(u16::from_le_bytes([a, b])) % span - i32::from(defaults::JITTER_PERMILLE)) as i16
-}
-
-async fn run_pass(app: &Arc<Context>, pass: &Arc<Pass>, launch: Vec<u8>, project_path: &str) -> Ending {
+async fn run_pass(
+    app: &Arc<Context>,
+    pass: &Arc<Pass>,
+    launch: Vec<u8>,
+    project_path: &str,
+) -> Ending {
     let Some((program, args)) = app.config.controller_command.split_first() else {
-        return Ending::Failed("no controller program is configured; set PI_WORKFLOWS_CONTROLLER_RUNNER");
+        return Ending::Failed(
+            "no controller program is configured; set PI_WORKFLOWS_CONTROLLER_RUNNER",
+        );
     };
     let log_name = format!("reconcile-{}", crate::ids::random_hex::<8>());
     let Ok((stderr, log)) = app.runner_logs.open(&log_name) else {
@@ -250,14 +260,20 @@ async fn run_pass(app: &Arc<Context>, pass: &Arc<Pass>, launch: Vec<u8>, project
     let mut command = Command::new(program);
     command
         .args(args)
-        .current_dir(if dir.is_dir() { dir } else { app.config.home.clone() })
+        .current_dir(if dir.is_dir() {
+            dir
+        } else {
+            app.config.home.clone()
+        })
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr)
         .kill_on_drop(false);
     let Ok(mut child) = command.spawn() else {
-        return Ending::Failed("cannot start the controller child; check PI_WORKFLOWS_CONTROLLER_RUNNER");
+        return Ending::Failed(
+            "cannot start the controller child; check PI_WORKFLOWS_CONTROLLER_RUNNER",
+        );
     };
     drop(command);
     let _log = log.start();
@@ -276,7 +292,8 @@ async fn run_pass(app: &Arc<Context>, pass: &Arc<Pass>, launch: Vec<u8>, project
     let deadline = tokio::time::sleep(Duration::from_millis(pass.timeout_ms) + DEADLINE_GRACE);
     tokio::pin!(deadline);
     let renew_every = Duration::from_millis(defaults::LEASE_MS / 3);
-    let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    let mut renewal =
+        tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
     let mut expected_request = 1u64;
     let ending = loop {
         tokio::select! {

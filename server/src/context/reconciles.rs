@@ -69,7 +69,10 @@ impl Reconciles {
     }
 
     pub fn is_live(&self, uid: &str) -> bool {
-        self.passes.lock().expect("reconciles lock").contains_key(uid)
+        self.passes
+            .lock()
+            .expect("reconciles lock")
+            .contains_key(uid)
     }
 
     /// Passes in flight (each holds a slot).
@@ -78,6 +81,11 @@ impl Reconciles {
     }
 
     pub fn all(&self) -> Vec<Arc<Pass>> {
-        self.passes.lock().expect("reconciles lock").values().cloned().collect()
+        self.passes
+            .lock()
+            .expect("reconciles lock")
+            .values()
+            .cloned()
+            .collect()
     }
 }

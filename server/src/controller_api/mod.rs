@@ -189,7 +189,11 @@ fn refused(request_id: u64, refusal: Refusal) -> Handled {
 }
 
 /// Handles one message of `pass`'s child.
-pub async fn handle(app: &Arc<Context>, pass: &Arc<Pass>, message: ControllerChildMessage) -> Handled {
+pub async fn handle(
+    app: &Arc<Context>,
+    pass: &Arc<Pass>,
+    message: ControllerChildMessage,
+) -> Handled {
     let id = request_id(&message);
     match message {
         ControllerChildMessage::Resolved { .. } | ControllerChildMessage::ResolveFailed { .. } => {
@@ -200,8 +204,20 @@ pub async fn handle(app: &Arc<Context>, pass: &Arc<Pass>, message: ControllerChi
             key,
             request_fingerprint,
             ..
-        } => effect_ensure(app, pass, id, key.to_string(), effect_kind.to_string(), &request_fingerprint).await,
-        ControllerChildMessage::EffectObserved { key, observation, .. } => {
+        } => {
+            effect_ensure(
+                app,
+                pass,
+                id,
+                key.to_string(),
+                effect_kind.to_string(),
+                &request_fingerprint,
+            )
+            .await
+        }
+        ControllerChildMessage::EffectObserved {
+            key, observation, ..
+        } => {
             let verdict = match observation {
                 ControllerObservation::Applied => Observed::Applied,
                 ControllerObservation::NotApplied => Observed::NotApplied,
@@ -232,7 +248,9 @@ pub async fn handle(app: &Arc<Context>, pass: &Arc<Pass>, message: ControllerChi
             )
             .await
         }
-        ControllerChildMessage::WorkflowEnsure { .. } => refused(id, Refusal::ChildWorkflowsUnavailable),
+        ControllerChildMessage::WorkflowEnsure { .. } => {
+            refused(id, Refusal::ChildWorkflowsUnavailable)
+        }
         ControllerChildMessage::Finished {
             after_ms,
             patch,
@@ -246,7 +264,7 @@ pub async fn handle(app: &Arc<Context>, pass: &Arc<Pass>, message: ControllerChi
                 pass,
                 Finished::Failed {
                     error,
-                    jitter_permille: crate::children::controller::jitter(),
+                    jitter_permille: jitter(),
                 },
                 ResourceEventKind::ReconcileFailed,
                 Some("the reconcile failed"),
@@ -270,8 +288,9 @@ where
     let token_hash = pass.token_hash;
     let done: Result<Result<Handled, Refusal>, StoreError> =
         crate::shell::transact(app, move |connection, now_ms| {
-            let live = resources::load_queue(connection, &uid)?
-                .is_some_and(|row| reconcile::check_claim(&row, generation, &token_hash, now_ms).is_ok());
+            let live = resources::load_queue(connection, &uid)?.is_some_and(|row| {
+                reconcile::check_claim(&row, generation, &token_hash, now_ms).is_ok()
+            });
             if !live {
                 return Ok(Commit::Discard((Err(Refusal::ClaimLost), Vec::new())));
             }
@@ -381,8 +400,18 @@ async fn effect_ensure(
                     None => resources::insert_effect(connection, &effect)?,
                     Some(_) => resources::update_effect(connection, &effect, None, None)?,
                 }
-                event(connection, &uid, ResourceEventKind::EffectReserved, Some("effect reserved"), now_ms)?;
-                Ok(effect_reply(id, ControllerEffectAction::Apply, &stored(effect, existing.as_ref())))
+                event(
+                    connection,
+                    &uid,
+                    ResourceEventKind::EffectReserved,
+                    Some("effect reserved"),
+                    now_ms,
+                )?;
+                Ok(effect_reply(
+                    id,
+                    ControllerEffectAction::Apply,
+                    &stored(effect, existing.as_ref()),
+                ))
             }
             Ok(Ensure::Observe(effect)) => Ok(effect_reply(
                 id,
@@ -430,13 +459,23 @@ async fn effect_observed(
             Observed::NotApplied => "observed not applied",
             Observed::Indeterminate => "observed indeterminate",
         };
-        event(connection, &uid, ResourceEventKind::EffectRecovered, Some(detail), now_ms)?;
+        event(
+            connection,
+            &uid,
+            ResourceEventKind::EffectRecovered,
+            Some(detail),
+            now_ms,
+        )?;
         let action = if apply {
             ControllerEffectAction::Apply
         } else {
             ControllerEffectAction::Done
         };
-        Ok(Ok(effect_reply(id, action, &stored(effect, Some(&existing)))))
+        Ok(Ok(effect_reply(
+            id,
+            action,
+            &stored(effect, Some(&existing)),
+        )))
     })
     .await
 }
@@ -459,8 +498,19 @@ async fn effect_settled(
             return Ok(Err(Refusal::UnknownEffect));
         };
         let effect = controller_effect::applied(&existing.effect, result, now_ms);
-        resources::update_effect(connection, &effect, external_ref.as_deref(), error.as_deref())?;
-        event(connection, &uid, ResourceEventKind::EffectSettled, Some("effect settled"), now_ms)?;
+        resources::update_effect(
+            connection,
+            &effect,
+            external_ref.as_deref(),
+            error.as_deref(),
+        )?;
+        event(
+            connection,
+            &uid,
+            ResourceEventKind::EffectSettled,
+            Some("effect settled"),
+            now_ms,
+        )?;
         let settled = StoredEffect {
             effect,
             external_ref: external_ref.or(existing.external_ref),
@@ -481,26 +531,41 @@ fn status_patch(patch: &ResourceStatusPatch) -> (StatusPatch, usize) {
             .map(|condition| ConditionPatch {
                 condition_type: condition.type_.to_string(),
                 status: match condition.status {
-                    protocol::generated::types::ResourceConditionStatus::True => ConditionStatus::True,
-                    protocol::generated::types::ResourceConditionStatus::False => ConditionStatus::False,
-                    protocol::generated::types::ResourceConditionStatus::Unknown => ConditionStatus::Unknown,
+                    protocol::generated::types::ResourceConditionStatus::True => {
+                        ConditionStatus::True
+                    }
+                    protocol::generated::types::ResourceConditionStatus::False => {
+                        ConditionStatus::False
+                    }
+                    protocol::generated::types::ResourceConditionStatus::Unknown => {
+                        ConditionStatus::Unknown
+                    }
                 },
                 reason: condition.reason.to_string(),
-                message: condition.message.as_ref().map(|message| message.to_string()),
+                message: condition
+                    .message
+                    .as_ref()
+                    .map(|message| message.to_string()),
             })
             .collect()
     });
     let kernel = StatusPatch {
-        controller_status: patch.controller_status.as_ref().map(|boxed| boxed.value.clone()),
+        controller_status: patch
+            .controller_status
+            .as_ref()
+            .map(|boxed| boxed.value.clone()),
         conditions,
         workflow_run: patch.workflow_run.as_ref().map(|boxed| match &boxed.value {
             Value::Null => None,
             value => Some(value.clone()),
         }),
-        finalizers: patch
-            .finalizers
-            .as_ref()
-            .map(|names| names.as_slice().iter().map(|name| name.to_string()).collect()),
+        finalizers: patch.finalizers.as_ref().map(|names| {
+            names
+                .as_slice()
+                .iter()
+                .map(|name| name.to_string())
+                .collect()
+        }),
     };
     (kernel, bytes)
 }
@@ -519,7 +584,12 @@ async fn finished(
         (ControllerReconcileResult::RequeueAfter, Some(ms)) if ms > 0 => Finished::RequeueAfter(ms),
         (ControllerReconcileResult::RequeueAfter, _) => {
             let handled = refused(id, Refusal::BadRequeue);
-            fail_pass(app, pass, "the reconcile returned requeueAfter without a delay").await;
+            fail_pass(
+                app,
+                pass,
+                "the reconcile returned requeueAfter without a delay",
+            )
+            .await;
             return Handled {
                 end: Some(End::Finished),
                 ..handled
@@ -547,7 +617,8 @@ async fn finished(
         let (outcome, finish, kind) = match proposed {
             Err(rejection) => return Ok(Err(Refusal::Status(rejection))),
             Ok(Proposed::Deleted) => {
-                let event = ResourceEvent::of(&current.record, ResourceEventKind::ResourceDeleted, now_ms);
+                let event =
+                    ResourceEvent::of(&current.record, ResourceEventKind::ResourceDeleted, now_ms);
                 resources::delete(connection, &uid)?;
                 resources::append_event(connection, &event)?;
                 let mut message = reply(id);
@@ -607,7 +678,7 @@ async fn fail_pass(app: &Arc<Context>, pass: &Arc<Pass>, error: &'static str) {
         pass,
         Finished::Failed {
             error: error.into(),
-            jitter_permille: crate::children::controller::jitter(),
+            jitter_permille: jitter(),
         },
         ResourceEventKind::ReconcileFailed,
         Some(error),
@@ -639,6 +710,13 @@ pub async fn finish_row(
     .await;
 }
 
+/// Jitter for a backoff, in `[-JITTER_PERMILLE, JITTER_PERMILLE]`.
+pub fn jitter() -> i16 {
+    let [a, b] = crate::ids::random_bytes::<2>();
+    let span = 2 * i32::from(defaults::JITTER_PERMILLE) + 1;
+    (i32::from(u16::from_le_bytes([a, b])) % span - i32::from(defaults::JITTER_PERMILLE)) as i16
+}
+
 /// Renews the pass's claim; `false` when it is lost.
 pub async fn renew(app: &Arc<Context>, pass: &Arc<Pass>) -> bool {
     let uid = pass.uid.clone();
@@ -646,7 +724,14 @@ pub async fn renew(app: &Arc<Context>, pass: &Arc<Pass>) -> bool {
     let token_hash = pass.token_hash;
     crate::shell::transact(app, move |connection, now_ms| {
         Ok(
-            match resources::renew(connection, &uid, generation, &token_hash, defaults::LEASE_MS, now_ms)? {
+            match resources::renew(
+                connection,
+                &uid,
+                generation,
+                &token_hash,
+                defaults::LEASE_MS,
+                now_ms,
+            )? {
                 Some(Ok(_)) => Commit::Keep((true, Vec::new())),
                 Some(Err(_)) | None => Commit::Discard((false, Vec::new())),
             },

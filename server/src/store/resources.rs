@@ -793,7 +793,9 @@ mod tests;
 /// released.
 pub fn release_abandoned(connection: &Connection, now_ms: u64) -> rusqlite::Result<usize> {
     let uids: Vec<String> = connection
-        .prepare_cached("SELECT resource_uid FROM resource_queue WHERE claim_expires_at_ms IS NOT NULL")?
+        .prepare_cached(
+            "SELECT resource_uid FROM resource_queue WHERE claim_expires_at_ms IS NOT NULL",
+        )?
         .query_map([], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     let mut released = 0;

@@ -41,9 +41,16 @@ pub(crate) fn reconcile(channel: &mut Channel, launch: &ControllerLaunch) -> ! {
         &resource.spec["reconcile"]
     };
     let steps = script.as_array().cloned().unwrap_or_default();
-    log!("reconcile: {} step(s){}", steps.len(), if deleting { " (deleting)" } else { "" });
+    log!(
+        "reconcile: {} step(s){}",
+        steps.len(),
+        if deleting { " (deleting)" } else { "" }
+    );
     run(channel, &steps);
-    finish(channel, json!({"kind": "finished", "result": "settled", "patch": {}}));
+    finish(
+        channel,
+        json!({"kind": "finished", "result": "settled", "patch": {}}),
+    );
 }
 
 fn run(channel: &mut Channel, steps: &[Value]) {
@@ -91,13 +98,24 @@ fn run(channel: &mut Channel, steps: &[Value]) {
 /// Sends the pass's last message and exits 0 after its reply.
 fn finish(channel: &mut Channel, message: Value) -> ! {
     let reply = channel.request(message);
-    log!("reconcile: finished ({})", reply["finishOutcome"].as_str().unwrap_or(reply["outcome"].as_str().unwrap_or("?")));
+    log!(
+        "reconcile: finished ({})",
+        reply["finishOutcome"]
+            .as_str()
+            .unwrap_or(reply["outcome"].as_str().unwrap_or("?"))
+    );
     std::process::exit(0);
 }
 
 fn rejected(channel: &mut Channel, reply: &Value) -> ! {
-    log!("reconcile: a request was rejected ({})", reply["code"].as_str().unwrap_or("?"));
-    finish(channel, json!({"kind": "failed", "message": "the server rejected a request of the pass"}));
+    log!(
+        "reconcile: a request was rejected ({})",
+        reply["code"].as_str().unwrap_or("?")
+    );
+    finish(
+        channel,
+        json!({"kind": "failed", "message": "the server rejected a request of the pass"}),
+    );
 }
 
 fn ensure_effect(channel: &mut Channel, effect: &Value) {
@@ -135,7 +153,11 @@ fn ensure_effect(channel: &mut Channel, effect: &Value) {
                         nix::sys::signal::Signal::SIGKILL,
                     );
                 }
-                let result = if appended.is_ok() { "applied" } else { "indeterminate" };
+                let result = if appended.is_ok() {
+                    "applied"
+                } else {
+                    "indeterminate"
+                };
                 reply = channel.request(json!({
                     "kind": "effect.settled",
                     "key": key,
@@ -150,7 +172,10 @@ fn ensure_effect(channel: &mut Channel, effect: &Value) {
                 let held = std::fs::read_to_string(&log_path)
                     .map(|text| text.lines().any(|held| held == line))
                     .unwrap_or(false);
-                log!("reconcile: observed the effect ({})", if held { "applied" } else { "not applied" });
+                log!(
+                    "reconcile: observed the effect ({})",
+                    if held { "applied" } else { "not applied" }
+                );
                 reply = channel.request(json!({
                     "kind": "effect.observed",
                     "key": key,
