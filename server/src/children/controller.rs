@@ -133,7 +133,7 @@ fn launch_line(
         .conditions
         .iter()
         .map(|condition| {
-            let mut value = json!({
+            json!({
                 "type": condition.condition_type,
                 "status": match condition.status {
                     kernel::resource::ConditionStatus::True => "true",
@@ -143,24 +143,20 @@ fn launch_line(
                 "reason": condition.reason,
                 "observedGeneration": condition.observed_generation,
                 "lastTransitionTime": condition.last_transition_at_ms,
-            });
-            if let Some(message) = &condition.message {
-                value["message"] = json!(message);
-            }
-            value
+                // `null` reads as absent.
+                "message": condition.message,
+            })
         })
         .collect();
-    let mut metadata = json!({
+    let metadata = json!({
         "uid": record.uid,
         "controller": record.controller,
         "key": record.key,
         "resourceVersion": record.resource_version,
         "generation": record.generation,
         "finalizers": record.finalizers,
+        "deletionTimestamp": record.deletion_requested_at_ms,
     });
-    if let Some(at_ms) = record.deletion_requested_at_ms {
-        metadata["deletionTimestamp"] = json!(at_ms);
-    }
     let launch = json!({
         "kind": "controller.reconcile",
         "claimGeneration": claim_generation,

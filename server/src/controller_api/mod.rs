@@ -309,7 +309,7 @@ where
 
 fn effect_view(stored: &StoredEffect) -> Option<ControllerEffectView> {
     let effect = &stored.effect;
-    let mut view = json!({
+    let view = json!({
         "key": effect.key,
         "kind": effect.kind,
         "state": match effect.state {
@@ -318,13 +318,10 @@ fn effect_view(stored: &StoredEffect) -> Option<ControllerEffectView> {
             controller_effect::ControllerEffectState::Rejected => "rejected",
             controller_effect::ControllerEffectState::Indeterminate => "indeterminate",
         },
+        // `null` reads as absent.
+        "externalRef": stored.external_ref,
+        "error": stored.error,
     });
-    if let Some(external_ref) = &stored.external_ref {
-        view["externalRef"] = json!(external_ref);
-    }
-    if let Some(error) = &stored.error {
-        view["error"] = json!(error);
-    }
     serde_json::from_value(view).ok()
 }
 
