@@ -11,7 +11,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createConnection, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,6 +25,7 @@ import { FrameDecoder, decodeClientFrame } from "../src/protocol/index.js";
 const repo = fileURLToPath(new URL("../../../", import.meta.url));
 const bin = process.env["PI_WORKFLOWS_BIN"] || join(repo, "target", "debug", "pi-workflows");
 const runner = process.env["PI_WORKFLOWS_SCRIPTED_RUNNER"] || join(repo, "target", "debug", "pi-workflows-scripted-runner");
+const controllerChild = process.env["PI_WORKFLOWS_SCRIPTED_CONTROLLER"] || join(repo, "target", "debug", "pi-workflows-scripted-controller");
 const scripts = join(repo, "server", "tests", "scripts");
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -91,6 +92,7 @@ describe("WorkflowClient against the real server", () => {
     for (const [what, path] of [
       ["the server binary", bin],
       ["the scripted runner", runner],
+      ["the scripted controller", controllerChild],
     ] as const) {
       if (!existsSync(path)) throw new Error(`${what} is missing at ${path}: build it first with \`cargo build -p server\` (or set PI_WORKFLOWS_BIN / PI_WORKFLOWS_SCRIPTED_RUNNER)`);
     }
@@ -101,6 +103,7 @@ describe("WorkflowClient against the real server", () => {
       ...process.env,
       PI_WORKFLOWS_HOME: home,
       PI_WORKFLOWS_RUNNER: runner,
+      PI_WORKFLOWS_CONTROLLER_RUNNER: controllerChild,
       PI_WORKFLOWS_CLAIM_TTL_MS: "3000",
       PI_WORKFLOWS_SERVER_LEASE_MS: "2000",
       PI_WORKFLOWS_STOP_GRACE_MS: "1000",
@@ -402,6 +405,28 @@ describe("WorkflowClient against the real server", () => {
     assert.deepEqual(complete.updates.items, paged, "the same updates, newest first");
     assert.equal(complete.steps.items.length, 17);
     assert.deepEqual({ ...complete, updates: null }, { ...view, updates: null }, "the rest is the bounded view");
+  });
+
+  it("resources: apply, reconcile, get, list and delete; a missing resource is notFound", async () => {
+    const controllers = join(project, ".pi", "controllers");
+    mkdirSync(controllers, { recursive: true });
+    writeFileSync(join(controllers, "repos.controller.ts"), "export default {};\n");
+    const spec = { initialStatus: { phase: "new" }, repo: "acme/widgets" };
+    const applied = await client.resourceApply({ controller: "repos", key: "acme#1", spec, projectPath: project });
+    assert.equal(applied.receipt.resourceVersion, 1);
+    const again = await client.resourceApply({ controller: "repos", key: "acme#1", spec, projectPath: project });
+    assert.equal(again.receipt.resourceVersion, 1, "the same spec keeps the version");
+    assert.equal((await client.resourceReconcile("repos", "acme#1")).receipt.resourceVersion, 1);
+    const view = await client.resourceGet("repos", "acme#1");
+    assert.deepEqual(view.spec, spec);
+    assert.deepEqual(view.status.controllerStatus, { phase: "new" });
+    assert.deepEqual(view.events.map((event) => event.kind), ["applied", "reconcile_requested"]);
+    const list = await client.resourceList("repos");
+    assert.deepEqual(list.resources.map((row) => [row.key, row.generation, row.deleting]), [["acme#1", 1, false]]);
+    assert.equal((await client.resourceDelete("repos", "acme#1")).receipt.resourceVersion, 2);
+    assert.equal((await client.resourceList()).resources[0]?.deleting, true);
+    await rejectsWith(client.resourceGet("repos", "missing"), "notFound", "notFound");
+    await rejectsWith(client.resourceReconcile("repos", "missing"), "notFound", "notFound");
   });
 
   it("a client of another package version gets one clear package-version error", async () => {

@@ -47,6 +47,9 @@ import type {
   RunStartPayload,
   RunView,
   SessionView,
+  ResourceApplyPayload,
+  ResourceListView,
+  ResourceView,
   SettingsUpdatePayload,
   SettingsView,
   SafeError as WireSafeError,
@@ -304,6 +307,26 @@ export class WorkflowClient implements SubscriptionHost {
     return this.command("settings.update", undefined, payload, options);
   }
 
+  /**
+   * `resource.apply`: the server resolves the controller (discovered in
+   * `projectPath`'s `.pi/controllers/`, then `~/.pi/agent/controllers/`) in
+   * a controller child and stores the spec; the receipt is the resource
+   * version (unchanged when the spec is the same).
+   */
+  resourceApply(payload: ResourceApplyPayload, options: CommandOptions = {}): Promise<Accepted<"resource.apply">> {
+    return this.command("resource.apply", undefined, payload, options);
+  }
+
+  /** `resource.reconcile`: queue the resource for a reconcile now. */
+  resourceReconcile(controller: string, key: string, options: CommandOptions = {}): Promise<Accepted<"resource.reconcile">> {
+    return this.command("resource.reconcile", undefined, { controller, key }, options);
+  }
+
+  /** `resource.delete`: mark the resource for deletion (gone once its controller settles it with no finalizer). */
+  resourceDelete(controller: string, key: string, options: CommandOptions = {}): Promise<Accepted<"resource.delete">> {
+    return this.command("resource.delete", undefined, { controller, key }, options);
+  }
+
   /** `checkpoint.answer`: the answer becomes the input of the one continuation run. */
   checkpointAnswer(runId: string, answer: JsonValue, options: CommandOptions = {}): Promise<Accepted<"checkpoint.answer">> {
     return this.command("checkpoint.answer", runId, { answer }, options);
@@ -417,6 +440,16 @@ export class WorkflowClient implements SubscriptionHost {
   /** `settings.get`: the user's settings, and the project's of `projectPath` when given. */
   async settingsGet(projectPath?: string, options: RequestOptions = {}): Promise<SettingsView> {
     return (await this.read("settings.get", undefined, projectPath !== undefined ? { projectPath } : {}, options)).receipt;
+  }
+
+  /** `resource.get`: one resource with its queue, effects, child workflows and recent events. */
+  async resourceGet(controller: string, key: string, options: RequestOptions = {}): Promise<ResourceView> {
+    return (await this.read("resource.get", undefined, { controller, key }, options)).receipt;
+  }
+
+  /** `resource.list`: resources (of one controller when given), by controller and key. */
+  async resourceList(controller?: string, options: RequestOptions = {}): Promise<ResourceListView> {
+    return (await this.read("resource.list", undefined, controller !== undefined ? { controller } : {}, options)).receipt;
   }
 
   /**

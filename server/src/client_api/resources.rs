@@ -26,15 +26,26 @@ use crate::children::controller_resolve::{self, ControllerResolved};
 use crate::context::Context;
 use crate::store::resources::{self as store, ResourceEvent, ResourceEventKind, StoredResource};
 use crate::wire::client::{receipt as receipt_value, response};
+use kernel::child_workflow::{ChildRequest, ChildState};
+use kernel::controller_effect::ControllerEffectState;
 use kernel::ids::Digest;
 use kernel::receipt::CommandOutcome;
+use kernel::reconcile::QueueRow;
 use kernel::resource::{self as resource_kernel, Applied, ApplyInput, ResourceRejection};
+use kernel::resource::{ConditionStatus, ResourceStatus};
 use protocol::ErrorCode;
-use protocol::generated::types::{
-    ResourceApplyPayload, ResourceGetPayload, ResourceListPayload, ResourceListView,
-    ResourceReceipt, ResourceRefPayload, ResourceView,
+use protocol::generated::constrained::{
+    Count, ResourceChildWorkflowViews, ResourceConditionViews, ResourceEffectViews,
+    ResourceEventViews, ResourceFinalizerNames, ResourceListRows, Revision, TimestampMs,
 };
-use serde_json::{Value, json};
+use protocol::generated::types::{
+    ResourceApplyPayload, ResourceChildWorkflowView, ResourceChildWorkflowViewState,
+    ResourceConditionView, ResourceConditionViewStatus, ResourceEffectView,
+    ResourceEffectViewState, ResourceEventView, ResourceEventViewKind, ResourceGetPayload,
+    ResourceListPayload, ResourceListRow, ResourceListRowReady, ResourceListView,
+    ResourceQueueView, ResourceReceipt, ResourceRefPayload, ResourceStatusView, ResourceView,
+};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -100,7 +111,7 @@ pub(super) async fn apply(
         resource_kernel::check_name(&controller).and_then(|()| resource_kernel::check_key(&key))
     {
         let (code, message, _) = crate::wire::rejection(&rejection);
-        return refusal(&request, "rejected", code, &message);
+        return refusal(&request, "rejected", code, message);
     }
     // A retry of an apply that already committed adopts it without resolving again.
     if let Some(adopted) = precheck(app, &request).await {
@@ -286,120 +297,238 @@ pub(super) async fn delete(
     .await
 }
 
-fn condition_status(status: resource_kernel::ConditionStatus) -> &'static str {
+fn count(value: u64) -> Option<Count> {
+    Count::new(value)
+}
+
+fn at(value: u64) -> Option<TimestampMs> {
+    TimestampMs::new(value)
+}
+
+fn text<T: std::str::FromStr>(value: &str) -> Option<T> {
+    value.parse().ok()
+}
+
+fn view_status(status: ConditionStatus) -> ResourceConditionViewStatus {
     match status {
-        resource_kernel::ConditionStatus::True => "true",
-        resource_kernel::ConditionStatus::False => "false",
-        resource_kernel::ConditionStatus::Unknown => "unknown",
+        ConditionStatus::True => ResourceConditionViewStatus::True,
+        ConditionStatus::False => ResourceConditionViewStatus::False,
+        ConditionStatus::Unknown => ResourceConditionViewStatus::Unknown,
     }
 }
 
-fn status_json(status: &resource_kernel::ResourceStatus) -> Value {
-    let conditions: Vec<Value> = status
+fn list_ready(status: ConditionStatus) -> ResourceListRowReady {
+    match status {
+        ConditionStatus::True => ResourceListRowReady::True,
+        ConditionStatus::False => ResourceListRowReady::False,
+        ConditionStatus::Unknown => ResourceListRowReady::Unknown,
+    }
+}
+
+fn status_view(status: &ResourceStatus) -> Option<ResourceStatusView> {
+    let conditions = status
         .conditions
         .iter()
         .map(|condition| {
-            let mut value = json!({
-                "type": condition.condition_type,
-                "status": condition_status(condition.status),
-                "reason": condition.reason,
-                "observedGeneration": condition.observed_generation,
-                "lastTransitionAtMs": condition.last_transition_at_ms,
-            });
-            if let Some(message) = &condition.message {
-                value["message"] = json!(message);
-            }
-            value
+            Some(ResourceConditionView {
+                type_: text(&condition.condition_type)?,
+                status: view_status(condition.status),
+                reason: text(&condition.reason)?,
+                message: match &condition.message {
+                    Some(message) => Some(text(message)?),
+                    None => None,
+                },
+                observed_generation: count(condition.observed_generation)?,
+                last_transition_at_ms: at(condition.last_transition_at_ms)?,
+            })
         })
-        .collect();
-    json!({
-        "observedGeneration": status.observed_generation,
-        "conditions": conditions,
-        "controllerStatus": status.controller_status,
-        "workflowRun": status.workflow_run.clone().unwrap_or(Value::Null),
+        .collect::<Option<Vec<_>>>()?;
+    Some(ResourceStatusView {
+        observed_generation: count(status.observed_generation)?,
+        conditions: ResourceConditionViews::new(conditions).ok()?,
+        controller_status: status.controller_status.clone(),
+        workflow_run: status.workflow_run.clone().unwrap_or(Value::Null),
     })
 }
 
-/// Sets `key` to `value` when it is `Some`.
-fn put<T: serde::Serialize>(object: &mut Value, key: &str, value: Option<T>) {
-    if let Some(value) = value {
-        object[key] = json!(value);
+fn effect_view(stored: &store::StoredEffect) -> Option<ResourceEffectView> {
+    let effect = &stored.effect;
+    Some(ResourceEffectView {
+        key: text(&effect.key)?,
+        kind: text(&effect.kind)?,
+        state: match effect.state {
+            ControllerEffectState::Pending => ResourceEffectViewState::Pending,
+            ControllerEffectState::Applied => ResourceEffectViewState::Applied,
+            ControllerEffectState::Rejected => ResourceEffectViewState::Rejected,
+            ControllerEffectState::Indeterminate => ResourceEffectViewState::Indeterminate,
+        },
+        generation: count(effect.generation)?,
+        started_at_ms: at(effect.started_at_ms)?,
+        completed_at_ms: match effect.completed_at_ms {
+            Some(ms) => Some(at(ms)?),
+            None => None,
+        },
+        external_ref: match &stored.external_ref {
+            Some(reference) => Some(text(reference)?),
+            None => None,
+        },
+        error: match &stored.error {
+            Some(error) => Some(text(error)?),
+            None => None,
+        },
+    })
+}
+
+fn child_view(child: &ChildRequest) -> Option<ResourceChildWorkflowView> {
+    Some(ResourceChildWorkflowView {
+        request_key: text(&child.request_key)?,
+        workflow: text(&child.workflow)?,
+        attempt: count(u64::from(child.attempt))?,
+        run_id: text(child.run_id.as_str())?,
+        state: match child.state {
+            ChildState::Running => ResourceChildWorkflowViewState::Running,
+            ChildState::Waiting => ResourceChildWorkflowViewState::Waiting,
+            ChildState::Succeeded => ResourceChildWorkflowViewState::Succeeded,
+            ChildState::Failed => ResourceChildWorkflowViewState::Failed,
+            ChildState::Interrupted => ResourceChildWorkflowViewState::Interrupted,
+        },
+    })
+}
+
+fn event_kind(kind: ResourceEventKind) -> ResourceEventViewKind {
+    match kind {
+        ResourceEventKind::Applied => ResourceEventViewKind::Applied,
+        ResourceEventKind::ReconcileRequested => ResourceEventViewKind::ReconcileRequested,
+        ResourceEventKind::DeletionRequested => ResourceEventViewKind::DeletionRequested,
+        ResourceEventKind::ReconcileStarted => ResourceEventViewKind::ReconcileStarted,
+        ResourceEventKind::ReconcileSettled => ResourceEventViewKind::ReconcileSettled,
+        ResourceEventKind::ReconcileRequeued => ResourceEventViewKind::ReconcileRequeued,
+        ResourceEventKind::ReconcileConflict => ResourceEventViewKind::ReconcileConflict,
+        ResourceEventKind::ReconcileFailed => ResourceEventViewKind::ReconcileFailed,
+        ResourceEventKind::ClaimLost => ResourceEventViewKind::ClaimLost,
+        ResourceEventKind::EffectReserved => ResourceEventViewKind::EffectReserved,
+        ResourceEventKind::EffectSettled => ResourceEventViewKind::EffectSettled,
+        ResourceEventKind::EffectRecovered => ResourceEventViewKind::EffectRecovered,
+        ResourceEventKind::WorkflowStarted => ResourceEventViewKind::WorkflowStarted,
+        ResourceEventKind::WorkflowEnded => ResourceEventViewKind::WorkflowEnded,
+        ResourceEventKind::ResourceDeleted => ResourceEventViewKind::ResourceDeleted,
     }
 }
 
-/// The `resource.get` view of one resource, as plain JSON.
-fn view_json(
+fn event_view(stored: &store::StoredEvent) -> Option<ResourceEventView> {
+    let event = &stored.event;
+    Some(ResourceEventView {
+        seq: count(stored.seq)?,
+        kind: event_kind(event.kind),
+        at_ms: at(event.at_ms)?,
+        resource_version: match event.resource_version {
+            Some(version) => Some(count(version)?),
+            None => None,
+        },
+        generation: match event.generation {
+            Some(generation) => Some(count(generation)?),
+            None => None,
+        },
+        detail: match &event.detail {
+            Some(detail) => Some(text(detail)?),
+            None => None,
+        },
+    })
+}
+
+fn queue_view(row: &QueueRow) -> Option<ResourceQueueView> {
+    let queue = store::QueueView::from(row);
+    Some(ResourceQueueView {
+        available_at_ms: match queue.available_at_ms {
+            Some(ms) => Some(at(ms)?),
+            None => None,
+        },
+        version: count(queue.version)?,
+        consecutive_errors: count(u64::from(queue.consecutive_errors))?,
+        last_error: match &queue.last_error {
+            Some(error) => Some(text(error)?),
+            None => None,
+        },
+        claimed: queue.claim_generation.is_some(),
+        claim_generation: match queue.claim_generation {
+            Some(generation) => Some(count(generation)?),
+            None => None,
+        },
+        claim_expires_at_ms: match queue.claim_expires_at_ms {
+            Some(ms) => Some(at(ms)?),
+            None => None,
+        },
+    })
+}
+
+/// The `resource.get` view of one resource (`None`: a stored value does
+/// not fit the view's schema).
+fn resource_view(
     stored: &StoredResource,
-    queue: Option<&kernel::reconcile::QueueRow>,
+    queue: Option<&QueueRow>,
     effects: &[store::StoredEffect],
-    children: &[kernel::child_workflow::ChildRequest],
+    children: &[ChildRequest],
     events: &[store::StoredEvent],
-) -> Value {
+) -> Option<ResourceView> {
     let record = &stored.record;
-    let mut view = json!({
-        "controller": record.controller,
-        "key": record.key,
-        "uid": record.uid,
-        "resourceVersion": record.resource_version,
-        "generation": record.generation,
-        "spec": record.spec,
-        "status": status_json(&record.status),
-        "finalizers": record.finalizers,
-        "createdAtMs": stored.created_at_ms,
-        "updatedAtMs": record.updated_at_ms,
-        "effects": effects.iter().map(|stored| {
-            let effect = &stored.effect;
-            let mut value = json!({
-                "key": effect.key,
-                "kind": effect.kind,
-                "state": crate::wire::codec_name(&effect.state),
-                "generation": effect.generation,
-                "startedAtMs": effect.started_at_ms,
-            });
-            put(&mut value, "completedAtMs", effect.completed_at_ms);
-            put(&mut value, "externalRef", stored.external_ref.as_ref());
-            put(&mut value, "error", stored.error.as_ref());
-            value
-        }).collect::<Vec<_>>(),
-        "childWorkflows": children.iter().map(|child| json!({
-            "requestKey": child.request_key,
-            "workflow": child.workflow,
-            "attempt": child.attempt,
-            "runId": child.run_id.as_str(),
-            "state": crate::wire::codec_name(&child.state),
-        })).collect::<Vec<_>>(),
-        "events": events.iter().map(|stored| {
-            let event = &stored.event;
-            let mut value = json!({
-                "seq": stored.seq,
-                "kind": crate::wire::codec_name(&event.kind),
-                "atMs": event.at_ms,
-            });
-            put(&mut value, "resourceVersion", event.resource_version);
-            put(&mut value, "generation", event.generation);
-            put(&mut value, "detail", event.detail.as_ref());
-            value
-        }).collect::<Vec<_>>(),
-    });
-    put(
-        &mut view,
-        "deletionRequestedAtMs",
-        record.deletion_requested_at_ms,
-    );
-    if let Some(queue) = queue {
-        let queue = store::QueueView::from(queue);
-        let mut value = json!({
-            "version": queue.version,
-            "consecutiveErrors": queue.consecutive_errors,
-            "claimed": queue.claim_generation.is_some(),
-        });
-        put(&mut value, "availableAtMs", queue.available_at_ms);
-        put(&mut value, "lastError", queue.last_error);
-        put(&mut value, "claimGeneration", queue.claim_generation);
-        put(&mut value, "claimExpiresAtMs", queue.claim_expires_at_ms);
-        view["queue"] = value;
-    }
-    view
+    Some(ResourceView {
+        controller: text(&record.controller)?,
+        key: text(&record.key)?,
+        uid: text(&record.uid)?,
+        resource_version: Revision::new(record.resource_version)?,
+        generation: Revision::new(record.generation)?,
+        spec: record.spec.clone(),
+        status: status_view(&record.status)?,
+        deletion_requested_at_ms: match record.deletion_requested_at_ms {
+            Some(ms) => Some(at(ms)?),
+            None => None,
+        },
+        finalizers: ResourceFinalizerNames::new(
+            record
+                .finalizers
+                .iter()
+                .map(|name| text(name))
+                .collect::<Option<Vec<_>>>()?,
+        )
+        .ok()?,
+        created_at_ms: at(stored.created_at_ms)?,
+        updated_at_ms: at(record.updated_at_ms)?,
+        queue: match queue {
+            Some(row) => Some(queue_view(row)?),
+            None => None,
+        },
+        effects: ResourceEffectViews::new(effects.iter().map(effect_view).collect::<Option<_>>()?)
+            .ok()?,
+        child_workflows: ResourceChildWorkflowViews::new(
+            children.iter().map(child_view).collect::<Option<_>>()?,
+        )
+        .ok()?,
+        events: ResourceEventViews::new(events.iter().map(event_view).collect::<Option<_>>()?)
+            .ok()?,
+    })
+}
+
+fn list_row(row: &store::ListedResource) -> Option<ResourceListRow> {
+    Some(ResourceListRow {
+        controller: text(&row.controller)?,
+        key: text(&row.key)?,
+        resource_version: Revision::new(row.resource_version)?,
+        generation: Revision::new(row.generation)?,
+        observed_generation: count(row.status.observed_generation)?,
+        ready: row
+            .status
+            .conditions
+            .iter()
+            .find(|condition| condition.condition_type == "Ready")
+            .map(|condition| list_ready(condition.status)),
+        deleting: row.deletion_requested_at_ms.is_some(),
+        last_error: match &row.last_error {
+            Some(error) => Some(text(error)?),
+            None => None,
+        },
+        consecutive_errors: count(u64::from(row.consecutive_errors))?,
+        updated_at_ms: at(row.updated_at_ms)?,
+    })
 }
 
 pub(super) async fn get(
@@ -420,7 +549,7 @@ pub(super) async fn get(
             let effects = store::effects_of(connection, &uid, VIEW_ITEMS)?;
             let children = store::children_of(connection, &uid, VIEW_ITEMS)?;
             let events = store::recent_events(connection, &controller, &key, VIEW_EVENTS)?;
-            Ok(Some(view_json(
+            Ok(Some(resource_view(
                 &stored,
                 queue.as_ref(),
                 &effects,
@@ -430,8 +559,8 @@ pub(super) async fn get(
         })
         .await;
     match read {
-        Ok(Some(view)) => match serde_json::from_value::<ResourceView>(view) {
-            Ok(view) => response(
+        Ok(Some(view)) => match view {
+            Some(view) => response(
                 &request.request_id,
                 "resource.get",
                 "accepted",
@@ -439,7 +568,7 @@ pub(super) async fn get(
                 Some(receipt_value(&view)),
                 None,
             ),
-            Err(_) => refusal(
+            None => refusal(
                 request,
                 "rejected",
                 ErrorCode::Internal,
@@ -470,32 +599,14 @@ pub(super) async fn list(
     let Ok(rows) = read else {
         return unavailable(request);
     };
-    let rows: Vec<Value> = rows
+    let view = rows
         .iter()
-        .map(|row| {
-            let ready = row
-                .status
-                .conditions
-                .iter()
-                .find(|condition| condition.condition_type == "Ready")
-                .map(|condition| condition_status(condition.status));
-            let mut value = json!({
-                "controller": row.controller,
-                "key": row.key,
-                "resourceVersion": row.resource_version,
-                "generation": row.generation,
-                "observedGeneration": row.status.observed_generation,
-                "deleting": row.deletion_requested_at_ms.is_some(),
-                "consecutiveErrors": row.consecutive_errors,
-                "updatedAtMs": row.updated_at_ms,
-            });
-            put(&mut value, "ready", ready);
-            put(&mut value, "lastError", row.last_error.as_ref());
-            value
-        })
-        .collect();
-    match serde_json::from_value::<ResourceListView>(json!({ "resources": rows })) {
-        Ok(view) => response(
+        .map(list_row)
+        .collect::<Option<Vec<_>>>()
+        .and_then(|rows| ResourceListRows::new(rows).ok())
+        .map(|resources| ResourceListView { resources });
+    match view {
+        Some(view) => response(
             &request.request_id,
             "resource.list",
             "accepted",
@@ -503,7 +614,7 @@ pub(super) async fn list(
             Some(receipt_value(&view)),
             None,
         ),
-        Err(_) => refusal(
+        None => refusal(
             request,
             "rejected",
             ErrorCode::Internal,

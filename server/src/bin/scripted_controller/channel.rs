@@ -53,7 +53,7 @@ impl Channel {
             std::process::exit(EXIT_PROTOCOL);
         };
         let reply: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if reply["kind"] != "reply" || reply["requestId"] != Value::from(request_id) {
+        if reply["kind"] != "reply" || reply["requestId"] != request_id {
             log!("an unexpected line instead of the reply of request {request_id}");
             std::process::exit(EXIT_PROTOCOL);
         }
