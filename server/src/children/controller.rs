@@ -31,7 +31,7 @@ use crate::store::{Commit, resources};
 use kernel::reconcile::{Finished, defaults};
 use nix::sys::signal::Signal;
 use protocol::generated::types::{ControllerChildMessage, ControllerLaunch};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -127,56 +127,73 @@ fn launch_line(
     claim_generation: u64,
     timeout_ms: u64,
 ) -> Option<Vec<u8>> {
+    use protocol::generated::constrained::{
+        Count, DurationMs, Generation, ResourceConditions, ResourceFinalizers, Revision,
+        TimestampMs,
+    };
+    use protocol::generated::types::{
+        ControllerResource, ResourceCondition, ResourceConditionStatus, ResourceMetadata,
+        ResourceStatusDocument,
+    };
     let record = &resource.record;
-    let conditions: Vec<Value> = record
+    let conditions = record
         .status
         .conditions
         .iter()
         .map(|condition| {
-            json!({
-                "type": condition.condition_type,
-                "status": match condition.status {
-                    kernel::resource::ConditionStatus::True => "true",
-                    kernel::resource::ConditionStatus::False => "false",
-                    kernel::resource::ConditionStatus::Unknown => "unknown",
+            Some(ResourceCondition {
+                last_transition_time: TimestampMs::new(condition.last_transition_at_ms)?,
+                message: match &condition.message {
+                    Some(message) => Some(message.parse().ok()?),
+                    None => None,
                 },
-                "reason": condition.reason,
-                "observedGeneration": condition.observed_generation,
-                "lastTransitionTime": condition.last_transition_at_ms,
-                // `null` reads as absent.
-                "message": condition.message,
+                observed_generation: Count::new(condition.observed_generation)?,
+                reason: condition.reason.parse().ok()?,
+                status: match condition.status {
+                    kernel::resource::ConditionStatus::True => ResourceConditionStatus::True,
+                    kernel::resource::ConditionStatus::False => ResourceConditionStatus::False,
+                    kernel::resource::ConditionStatus::Unknown => ResourceConditionStatus::Unknown,
+                },
+                type_: condition.condition_type.parse().ok()?,
             })
         })
-        .collect();
-    let metadata = json!({
-        "uid": record.uid,
-        "controller": record.controller,
-        "key": record.key,
-        "resourceVersion": record.resource_version,
-        "generation": record.generation,
-        "finalizers": record.finalizers,
-        "deletionTimestamp": record.deletion_requested_at_ms,
-    });
-    let launch = json!({
-        "kind": "controller.reconcile",
-        "claimGeneration": claim_generation,
-        "controller": record.controller,
-        "controllerPath": resource.controller_path,
-        "projectPath": project_path,
-        "sourceDigest": crate::ids::digest_text(&record.source_digest),
-        "timeoutMs": timeout_ms,
-        "resource": {
-            "metadata": metadata,
-            "spec": record.spec,
-            "status": {
-                "observedGeneration": record.status.observed_generation,
-                "conditions": conditions,
-                "controllerStatus": record.status.controller_status,
-                "workflowRun": record.status.workflow_run.clone().unwrap_or(Value::Null),
+        .collect::<Option<Vec<_>>>()?;
+    let finalizers = record
+        .finalizers
+        .iter()
+        .map(|name| name.parse().ok())
+        .collect::<Option<Vec<_>>>()?;
+    let typed = ControllerLaunch::ControllerReconcile {
+        claim_generation: Generation::new(claim_generation)?,
+        controller: record.controller.parse().ok()?,
+        controller_path: resource.controller_path.parse().ok()?,
+        project_path: project_path.parse().ok()?,
+        resource: ControllerResource {
+            metadata: ResourceMetadata {
+                controller: record.controller.parse().ok()?,
+                deletion_timestamp: match record.deletion_requested_at_ms {
+                    Some(at_ms) => Some(TimestampMs::new(at_ms)?),
+                    None => None,
+                },
+                finalizers: ResourceFinalizers::new(finalizers).ok()?,
+                generation: Revision::new(record.generation)?,
+                key: record.key.parse().ok()?,
+                resource_version: Revision::new(record.resource_version)?,
+                uid: record.uid.parse().ok()?,
+            },
+            spec: record.spec.clone(),
+            status: ResourceStatusDocument {
+                conditions: ResourceConditions::new(conditions).ok()?,
+                controller_status: record.status.controller_status.clone(),
+                observed_generation: Count::new(record.status.observed_generation)?,
+                workflow_run: record.status.workflow_run.clone().unwrap_or(Value::Null),
             },
         },
-    });
-    let typed: ControllerLaunch = serde_json::from_value(launch).ok()?;
+        source_digest: crate::ids::digest_text(&record.source_digest)
+            .parse()
+            .ok()?,
+        timeout_ms: DurationMs::new(timeout_ms)?,
+    };
     let mut line = protocol::canonicalize_typed(&typed).ok()?;
     if line.len() >= MAX_LINE_BYTES {
         return None;

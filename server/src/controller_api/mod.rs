@@ -37,7 +37,7 @@ use protocol::generated::types::{
     ControllerServerMessage, ControllerServerMessageOutcome, ResourceStatusPatch,
 };
 use rusqlite::Connection;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// How a handled message ends the pass, if it does.
@@ -308,21 +308,26 @@ where
 }
 
 fn effect_view(stored: &StoredEffect) -> Option<ControllerEffectView> {
+    use protocol::generated::types::ControllerEffectState as WireState;
     let effect = &stored.effect;
-    let view = json!({
-        "key": effect.key,
-        "kind": effect.kind,
-        "state": match effect.state {
-            controller_effect::ControllerEffectState::Pending => "pending",
-            controller_effect::ControllerEffectState::Applied => "applied",
-            controller_effect::ControllerEffectState::Rejected => "rejected",
-            controller_effect::ControllerEffectState::Indeterminate => "indeterminate",
+    Some(ControllerEffectView {
+        error: match &stored.error {
+            Some(error) => Some(error.parse().ok()?),
+            None => None,
         },
-        // `null` reads as absent.
-        "externalRef": stored.external_ref,
-        "error": stored.error,
-    });
-    serde_json::from_value(view).ok()
+        external_ref: match &stored.external_ref {
+            Some(external_ref) => Some(external_ref.parse().ok()?),
+            None => None,
+        },
+        key: effect.key.parse().ok()?,
+        kind: effect.kind.parse().ok()?,
+        state: match effect.state {
+            controller_effect::ControllerEffectState::Pending => WireState::Pending,
+            controller_effect::ControllerEffectState::Applied => WireState::Applied,
+            controller_effect::ControllerEffectState::Rejected => WireState::Rejected,
+            controller_effect::ControllerEffectState::Indeterminate => WireState::Indeterminate,
+        },
+    })
 }
 
 fn effect_reply(id: u64, action: ControllerEffectAction, stored: &StoredEffect) -> Handled {
