@@ -188,6 +188,10 @@ pub enum Finished {
     RequeueAfter(u64),
     /// The status write lost its compare-and-swap: again at once, no error.
     Conflict,
+    /// The server stopped the pass itself (it is shutting down): again at
+    /// once, the error count and last error kept. A stopped worker never
+    /// fails a pass by itself.
+    Interrupted,
     /// It threw, returned a bad result, or passed its deadline:
     /// back off. `jitter_permille` is drawn by the shell in
     /// `[-JITTER_PERMILLE, JITTER_PERMILLE]`.
@@ -218,7 +222,7 @@ pub fn finish(
         Finished::Settled | Finished::Requeue => released(Some(now_ms), 0, None),
         Finished::RequeueAfter(0) => return Err(ReconcileRejection::BadDuration),
         Finished::RequeueAfter(delay_ms) => released(Some(now_ms + delay_ms), 0, None),
-        Finished::Conflict => {
+        Finished::Conflict | Finished::Interrupted => {
             released(Some(now_ms), row.consecutive_errors, row.last_error.clone())
         }
         Finished::Failed {
@@ -234,6 +238,31 @@ pub fn finish(
             );
             released(Some(now_ms + delay), errors, Some(bounded(error)))
         }
+    })
+}
+
+/// Whether `generation` and `token_hash` are the row's live claim at
+/// `now_ms` (every message of a reconcile pass is fenced by it).
+pub fn check_claim(
+    row: &QueueRow,
+    generation: u64,
+    token_hash: &Digest,
+    now_ms: u64,
+) -> Result<(), ReconcileRejection> {
+    live_claim(row, generation, token_hash, now_ms).map(|_| ())
+}
+
+/// At server start-up: a claim still on a row belongs to a pass of a
+/// previous server, whose children are gone. The row is released and
+/// available at once (at the earlier of its own time and `now_ms`), its
+/// error count kept: an interrupted pass is not a failed one. `None`: the
+/// row holds no claim and nothing changes.
+pub fn release_abandoned(row: &QueueRow, now_ms: u64) -> Option<QueueRow> {
+    row.claim?;
+    Some(QueueRow {
+        available_at_ms: Some(row.available_at_ms.map_or(now_ms, |at| at.min(now_ms))),
+        claim: None,
+        ..row.clone()
     })
 }
 

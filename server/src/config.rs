@@ -17,6 +17,11 @@ pub struct Config {
     pub claim_ttl_ms: u64,
     /// `PI_WORKFLOWS_SERVER_LEASE_MS` (default 15000): server epoch lease lifetime.
     pub server_lease_ms: u64,
+    /// `PI_WORKFLOWS_RECONCILE_TIMEOUT_MS` (default
+    /// `kernel::reconcile::defaults::RECONCILE_TIMEOUT_MS`): a reconcile
+    /// pass's deadline (its launch's `timeoutMs`; the server kills the
+    /// child's group a grace after it).
+    pub reconcile_timeout_ms: u64,
     /// `PI_WORKFLOWS_IDLE_EXIT_MS` (default 300000): exit after this long with nothing to do.
     pub idle_exit_ms: u64,
     /// `PI_WORKFLOWS_READY_TIMEOUT_MS` (default 30000): runner startup handshake deadline.
@@ -120,6 +125,11 @@ impl Config {
                 &lookup,
                 "PI_WORKFLOWS_SERVER_LEASE_MS",
                 kernel::epoch::SERVER_LEASE_TTL_MS,
+            )?,
+            reconcile_timeout_ms: positive(
+                &lookup,
+                "PI_WORKFLOWS_RECONCILE_TIMEOUT_MS",
+                kernel::reconcile::defaults::RECONCILE_TIMEOUT_MS,
             )?,
             idle_exit_ms: positive(&lookup, "PI_WORKFLOWS_IDLE_EXIT_MS", 300_000)?,
             runner_ready_timeout_ms: positive(&lookup, "PI_WORKFLOWS_READY_TIMEOUT_MS", 30_000)?,

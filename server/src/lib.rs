@@ -24,6 +24,7 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod continuation;
+pub mod controller_api;
 pub mod controller_discovery;
 pub mod discovery;
 pub mod fault;

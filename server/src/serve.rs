@@ -104,6 +104,7 @@ async fn idle_watch(app: Arc<Context>) {
         }
         let busy = app.clients.load(Ordering::SeqCst) > 0
             || app.runners.occupied() > 0
+            || app.reconciles.live() > 0
             || app.maintenance.is_sweeping()
             || wakes::has_live_wakes(&app).await
             || has_unsettled_work(&app).await
@@ -126,7 +127,9 @@ async fn has_unsettled_work(app: &Arc<Context>) -> bool {
     app.store
         .read(|connection| {
             let count = crate::store::runs::unsettled_run_count(connection)?;
-            Ok(count > 0)
+            // A queued or backing-off resource row is work to come.
+            let resource_work = crate::store::resources::next_due_at(connection)?.is_some();
+            Ok(count > 0 || resource_work)
         })
         .await
         .unwrap_or(true)
@@ -146,12 +149,13 @@ async fn awaits_a_channel_answer(app: &Arc<Context>) -> bool {
 async fn shutdown(app: &Arc<Context>) {
     app.request_stop();
     app.drain_commands().await;
+    crate::children::controller::interrupt_all(app);
     for runner in app.runners.all() {
         park_for_shutdown(app, &runner).await;
     }
     // Give runners the grace period to exit; their exits are recorded as they come.
     let deadline = Instant::now() + Duration::from_millis(app.config.stop_grace_ms + 1000);
-    while app.runners.live_count() > 0 && Instant::now() < deadline {
+    while (app.runners.live_count() > 0 || app.reconciles.live() > 0) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     app::release_epoch(app).await;

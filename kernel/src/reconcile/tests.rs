@@ -146,6 +146,68 @@ fn a_conflict_requeues_at_once_without_counting_an_error() {
 }
 
 #[test]
+fn an_interrupted_pass_is_available_at_once_and_keeps_its_error_count() {
+    let row = claimed(0);
+    let failed = finish(
+        &row,
+        1,
+        &TOKEN,
+        &Finished::Failed {
+            error: "boom".into(),
+            jitter_permille: 0,
+        },
+        5,
+    )
+    .unwrap();
+    let again = claim(&failed, TOKEN, defaults::LEASE_MS, 5_000).unwrap();
+    let next = finish(&again, 2, &TOKEN, &Finished::Interrupted, 5_010).unwrap();
+    assert_eq!(
+        (
+            next.available_at_ms,
+            next.consecutive_errors,
+            next.last_error.as_deref(),
+            next.claim
+        ),
+        (Some(5_010), 1, Some("boom"), None)
+    );
+}
+
+#[test]
+fn only_the_live_claim_passes_the_check() {
+    let row = claimed(0);
+    assert_eq!(check_claim(&row, 1, &TOKEN, 10), Ok(()));
+    assert_eq!(
+        check_claim(&row, 1, &OTHER, 10),
+        Err(ReconcileRejection::ClaimLost)
+    );
+    assert_eq!(
+        check_claim(&row, 2, &TOKEN, 10),
+        Err(ReconcileRejection::ClaimLost)
+    );
+    assert_eq!(
+        check_claim(&row, 1, &TOKEN, defaults::LEASE_MS),
+        Err(ReconcileRejection::ClaimLost)
+    );
+}
+
+#[test]
+fn an_abandoned_claim_is_released_at_start_up_and_an_idle_row_stays() {
+    let row = claimed(0);
+    let released = release_abandoned(&row, 40).unwrap();
+    assert_eq!(
+        (
+            released.available_at_ms,
+            released.claim,
+            released.generation
+        ),
+        (Some(0), None, 1)
+    );
+    assert!(claimable(&released, 40));
+    let idle = finish(&row, 1, &TOKEN, &Finished::Settled, 10).unwrap();
+    assert_eq!(release_abandoned(&idle, 50), None);
+}
+
+#[test]
 fn jitter_is_bounded_to_twenty_percent() {
     assert_eq!(backoff_ms(1, 1_000, 60_000, 200), 1_200);
     assert_eq!(backoff_ms(1, 1_000, 60_000, -200), 800);

@@ -7,6 +7,10 @@
 //!   SQLite, not in memory.
 //! - Eligibility is the kernel's (`RunRecord::is_admissible`); the query only
 //!   narrows the candidates.
+//! - Resource-manager work is admitted here too (`WorkKind::ResourceManager`,
+//!   from claimable `resource_queue` rows): a reconcile pass holds one slot
+//!   from its claim until its child is gone (`children::controller`). The
+//!   loop also wakes at the earliest due row (`resources::next_due_at`).
 //! - Validation children are admitted here too (`WorkKind::Validation`, from
 //!   the durable `validating` rows); the one of a run whose live runner waits
 //!   for it works in that runner's slot (`validator`'s invariants).
@@ -29,13 +33,30 @@ use std::time::Duration;
 /// Runs admission rounds until the server stops: on every notification and
 /// at least once a second.
 pub async fn run(app: Arc<Context>) {
+    let mut wait = Duration::from_secs(1);
     loop {
-        let _ = tokio::time::timeout(Duration::from_secs(1), app.scheduler.notify.notified()).await;
+        let _ = tokio::time::timeout(wait, app.scheduler.notify.notified()).await;
         if app.is_stopping() {
             return;
         }
         admit_round(&app).await;
+        wait = next_wait(&app).await;
     }
+}
+
+/// Until the earliest due resource row (a backoff or `requeueAfter`), at most a second.
+async fn next_wait(app: &Arc<Context>) -> Duration {
+    let now_ms = app.clock.now_ms();
+    let due = app
+        .store
+        .read(crate::store::resources::next_due_at)
+        .await
+        .ok()
+        .flatten();
+    let second = Duration::from_secs(1);
+    due.map_or(second, |at_ms| {
+        Duration::from_millis(at_ms.saturating_sub(now_ms).max(5)).min(second)
+    })
 }
 
 /// One admission round (the loop's work; the simulation's too).
@@ -53,13 +74,25 @@ async fn admit_all(app: &Arc<Context>) {
         // after that snapshot still counts as in flight (its row still
         // reads `validating` there), so it is never started twice.
         let in_flight = app.validations.in_flight_now();
-        let Ok((candidates, mut validations)) = app
+        let now_ms = app.clock.now_ms();
+        let Ok((mut candidates, mut validations, resource_rows)) = app
             .store
-            .read(move |connection| candidates(&reader, &in_flight, connection))
+            .read(move |connection| {
+                let (candidates, validations) = candidates(&reader, &in_flight, connection)?;
+                let rows = crate::children::controller::candidates(&reader, connection, now_ms)?;
+                Ok((candidates, validations, rows))
+            })
             .await
         else {
             return;
         };
+        // A resource row competes under a name no run id can take.
+        let resource_name = |uid: &str| RunId::new(format!("resource {uid}"));
+        candidates.extend(resource_rows.iter().map(|row| Candidate {
+            run_id: resource_name(&row.uid),
+            kind: WorkKind::ResourceManager,
+            queued_at_ms: row.row.available_at_ms.unwrap_or(now_ms),
+        }));
         // A child in its live runner's slot needs no free one.
         validations.retain(|job| {
             if job.runner_is_live {
@@ -67,7 +100,8 @@ async fn admit_all(app: &Arc<Context>) {
             }
             !job.runner_is_live
         });
-        let occupied = (app.runners.occupied() + app.validations.slots_taken()) as u32;
+        let occupied =
+            (app.runners.occupied() + app.validations.slots_taken() + app.reconciles.live()) as u32;
         let max_workers = app.config.max_workers;
         if occupied >= max_workers {
             return;
@@ -86,6 +120,13 @@ async fn admit_all(app: &Arc<Context>) {
         }
         let mut admitted_any = false;
         for run_id in chosen {
+            if let Some(row) = resource_rows
+                .iter()
+                .find(|row| resource_name(&row.uid) == run_id)
+            {
+                admitted_any |= crate::children::controller::admit(app, row.uid.clone()).await;
+                continue;
+            }
             let validation = validations
                 .iter()
                 .position(|job| job.run_id == run_id)

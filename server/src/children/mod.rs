@@ -2,6 +2,7 @@
 //! validate-mode children, and the admission that gives them slots.
 
 pub mod admission;
+pub mod controller;
 pub mod controller_resolve;
 pub mod resolver;
 pub mod supervisor;

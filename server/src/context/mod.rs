@@ -19,6 +19,7 @@ pub mod admission;
 pub mod channels;
 pub mod coordinators;
 pub mod maintenance;
+pub mod reconciles;
 pub mod runners;
 pub mod validations;
 pub mod waiting;
@@ -102,6 +103,8 @@ pub struct Context {
     pub maintenance: Arc<maintenance::Maintenance>,
     /// The channel adapters' states, the reload signal and adapter epochs.
     pub channels: channels::Channels,
+    /// The reconcile passes in flight (`children::controller`).
+    pub reconciles: reconciles::Reconciles,
 }
 
 /// What a server context is made of (`app.rs` opens them).
@@ -161,6 +164,7 @@ impl Context {
             waiting: waiting::Waiting::new(),
             maintenance: maintenance::Maintenance::new(),
             channels: channels::Channels::default(),
+            reconciles: reconciles::Reconciles::default(),
         })
     }
 

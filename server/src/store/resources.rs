@@ -783,6 +783,31 @@ fn bounded_detail(detail: &str) -> &str {
     &detail[..end]
 }
 
+// --- reconcile supervision (sup19) ---
+
+/// At server start-up: `kernel::reconcile::release_abandoned` on every row
+/// that still holds a claim (a pass of a previous server); the rows
+/// released.
+pub fn release_abandoned(connection: &Connection, now_ms: u64) -> rusqlite::Result<usize> {
+    let uids: Vec<String> = connection
+        .prepare_cached(
+            "SELECT resource_uid FROM resource_queue WHERE claim_expires_at_ms IS NOT NULL",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut released = 0;
+    for uid in uids {
+        let Some(row) = load_queue(connection, &uid)? else {
+            continue;
+        };
+        if let Some(next) = reconcile::release_abandoned(&row, now_ms) {
+            write_queue(connection, &uid, &next)?;
+            released += 1;
+        }
+    }
+    Ok(released)
+}
+
 #[cfg(test)]
 mod tests {
     //! The resource tables on a real SQLite file: every row reads back into the

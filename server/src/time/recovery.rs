@@ -62,6 +62,7 @@ pub async fn startup(app: &Arc<Context>) -> Result<(), StoreError> {
         }
     }
     stop_turn_clocks(app).await;
+    release_abandoned_reconciles(app).await?;
     crate::terminal_messages::build_missing(app).await;
     crate::time::wakes::schedule_expired(app).await;
     decisions(app).await?;
@@ -216,4 +217,17 @@ async fn orphaned(app: &Arc<Context>, run_id: RunId, runner_epoch: RunnerEpochId
         ))
     })
     .await;
+}
+
+/// Claims of reconcile passes of a previous server are released: their
+/// children are gone, and the rows are available again at once
+/// (`kernel::reconcile::release_abandoned`).
+async fn release_abandoned_reconciles(app: &Arc<Context>) -> Result<(), StoreError> {
+    let now_ms = app.clock.now_ms();
+    app.store
+        .write(move |connection| {
+            crate::store::resources::release_abandoned(connection, now_ms)?;
+            Ok(crate::store::Commit::Keep(()))
+        })
+        .await
 }
