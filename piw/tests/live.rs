@@ -794,18 +794,22 @@ fn resources_screen_through_the_relay_shows_a_resource_applied_with_the_cli() {
     std::fs::write(&spec, r#"{"repo": "SPEC-VALUE-NEVER-SHOWN"}"#).unwrap();
     server.cli(&["apply", "repos", "acme#1", spec.to_str().unwrap()]);
 
-    let screen = tmux.wait_screen("the applied resource and its detail", |s| {
-        s.contains("repos/acme#1") && s.contains("applied (version 1)")
+    // The server reconciles it at once (the scripted controller settles with
+    // no status change): the view follows the row to its settled pass.
+    let screen = tmux.wait_screen("the applied resource, reconciled, and its detail", |s| {
+        s.contains("repos/acme#1")
+            && s.contains("applied (version 1)")
+            && s.contains("reconcile_settled (version 2)")
     });
     assert!(screen.contains("piw resources · 1"), "{screen}");
     assert!(
         screen
             .lines()
-            .any(|line| line.contains("▸ ○ no Ready") && line.contains("1/0")),
+            .any(|line| line.contains("▸ ○ no Ready") && line.contains("1/1")),
         "{screen}"
     );
     assert!(
-        screen.contains("version 1 · generation 1 (observed 0)"),
+        screen.contains("version 2 · generation 1 (observed 1)"),
         "{screen}"
     );
     assert!(screen.contains("child runs: none"), "{screen}");
