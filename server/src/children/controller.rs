@@ -32,12 +32,10 @@ use kernel::reconcile::{Finished, defaults};
 use nix::sys::signal::Signal;
 use protocol::generated::types::{ControllerChildMessage, ControllerLaunch};
 use serde_json::Value;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tokio_stream::StreamExt;
 use tokio_util::codec::{FramedRead, LinesCodec};
 
@@ -269,20 +267,14 @@ async fn run_pass(
     let Ok((stderr, log)) = app.runner_logs.open(&log_name) else {
         return Ending::Failed("cannot open the controller log");
     };
-    let dir = std::path::PathBuf::from(project_path);
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .current_dir(if dir.is_dir() {
-            dir
-        } else {
-            app.config.home.clone()
-        })
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .kill_on_drop(false);
+    let mut command = super::child_command(
+        program,
+        args,
+        std::path::Path::new(project_path),
+        &app.config.home,
+        stderr,
+    );
+    command.kill_on_drop(false);
     let Ok(mut child) = command.spawn() else {
         return Ending::Failed(
             "cannot start the controller child; check PI_WORKFLOWS_CONTROLLER_RUNNER",

@@ -32,11 +32,9 @@ use protocol::generated::types::{
 };
 use serde_json::Value;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tokio_stream::StreamExt;
 use tokio_util::codec::{FramedRead, LinesCodec};
 
@@ -118,17 +116,7 @@ pub async fn resolve(
             "cannot open the controller log; check the disk holding PI_WORKFLOWS_HOME",
         )
     })?;
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(if project_path.is_dir() {
-            project_path.to_path_buf()
-        } else {
-            app.config.home.clone()
-        })
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
+    let mut child = super::child_command(program, args, project_path, &app.config.home, stderr)
         .kill_on_drop(true)
         .spawn()
         .map_err(|_| {

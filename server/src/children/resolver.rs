@@ -21,11 +21,9 @@ use protocol::generated::types::{
     LaunchMode, ResolveFailureCode, ResolveTarget, RunnerMessage, WorkerLaunch, WorkerSchemaId,
 };
 use serde_json::Value;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
@@ -109,16 +107,20 @@ pub async fn resolve(
         .runner_logs
         .open(&run_id)
         .map_err(|_| ResolveError::new(ErrorCode::Unavailable, "cannot open the resolver log"))?;
-    let directory = std::path::PathBuf::from(project_path);
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(if directory.is_dir() { directory } else { app.config.home.clone() })
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .map_err(|_| ResolveError::new(ErrorCode::Unavailable, "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows"))?;
+    let mut child = super::child_command(
+        program,
+        args,
+        std::path::Path::new(project_path),
+        &app.config.home,
+        stderr,
+    )
+    .spawn()
+    .map_err(|_| {
+        ResolveError::new(
+            ErrorCode::Unavailable,
+            "cannot start the workflow runner; check PI_WORKFLOWS_RUNNER or reinstall pi-workflows",
+        )
+    })?;
     let log = log.start();
     let identity = child.id().and_then(process::identity);
     let mut stdin = child.stdin.take();

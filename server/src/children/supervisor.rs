@@ -36,12 +36,11 @@ use protocol::generated::types::{
     ExecutionMode, LaunchMode, RunnerMessage, WorkerLaunch, WorkerSchemaId,
 };
 use rusqlite::Connection;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
@@ -171,15 +170,14 @@ async fn spawn(app: &Arc<Context>, runner: &Arc<Runner>) -> Result<(Child, Frame
         .open(runner.runner_epoch.as_str())
         .map_err(|_| ())?;
     let (program, args) = app.config.runner_command.split_first().ok_or(())?;
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .current_dir(existing_dir(&launch.project_path, &app.config.home))
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .kill_on_drop(false);
+    let mut command = super::child_command(
+        program,
+        args,
+        std::path::Path::new(&launch.project_path),
+        &app.config.home,
+        stderr,
+    );
+    command.kill_on_drop(false);
     let mut child = command.spawn().map_err(|_| ())?;
     // The copy ends when the child (and all that inherited its stderr) closed it.
     drop(command);
@@ -210,15 +208,6 @@ fn feed(runner: &Runner, mut stdin: ChildStdin, first: Vec<u8>) {
             }
         }
     });
-}
-
-fn existing_dir(project_path: &str, fallback: &std::path::Path) -> std::path::PathBuf {
-    let path = std::path::PathBuf::from(project_path);
-    if path.is_dir() {
-        path
-    } else {
-        fallback.to_path_buf()
-    }
 }
 
 async fn record_process(app: &Arc<Context>, runner: &Arc<Runner>, identity: &ProcessIdentity) {

@@ -44,11 +44,9 @@ use protocol::generated::types::{
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tokio_stream::StreamExt;
 use tokio_util::codec::FramedRead;
 
@@ -238,19 +236,14 @@ async fn run_child(
     let Ok((stderr, log)) = app.runner_logs.open(&validator_epoch) else {
         return Reported::Stopped;
     };
-    let directory = std::path::PathBuf::from(&prepared.project_path);
-    let spawned = Command::new(program)
-        .args(args)
-        .current_dir(if directory.is_dir() {
-            directory
-        } else {
-            app.config.home.clone()
-        })
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn();
+    let spawned = super::child_command(
+        program,
+        args,
+        std::path::Path::new(&prepared.project_path),
+        &app.config.home,
+        stderr,
+    )
+    .spawn();
     let Ok(mut child) = spawned else {
         crate::log::line("cannot start a validation child; check PI_WORKFLOWS_RUNNER");
         return Reported::Stopped;

@@ -32,9 +32,9 @@
 //!   - `shadowAfterResolve: true`: create
 //!     `<projectPath>/.pi/controllers/<controller>.controller.ts` before
 //!     answering (discovery names another file at commit).
-//! - **reconcile** (`controller.reconcile`, see `reconcile.rs`): the place
-//!   for reconcile scripts (the spec's `reconcile` field). Until they exist
-//!   the child answers `failed` and exits 0.
+//! - **reconcile** (`controller.reconcile`): one pass following the
+//!   spec's `reconcile` script (`reconcileDeleting` once deletion was
+//!   requested); the steps are listed in `reconcile.rs`.
 
 mod channel;
 mod reconcile;
