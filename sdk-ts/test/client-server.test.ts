@@ -416,16 +416,21 @@ describe("WorkflowClient against the real server", () => {
     const spec = { initialStatus: { phase: "new" }, repo: "acme/widgets" };
     const applied = await client.resourceApply({ controller: "repos", key: "acme#1", spec, projectPath: project });
     assert.equal(applied.receipt.resourceVersion, 1);
+    // The server reconciles the resource on its own (each settled pass writes
+    // a version), so what the client's own commands did is read from the
+    // generation and the audit feed, never from an exact later version.
     const again = await client.resourceApply({ controller: "repos", key: "acme#1", spec, projectPath: project });
-    assert.equal(again.receipt.resourceVersion, 1, "the same spec keeps the version");
-    assert.equal((await client.resourceReconcile("repos", "acme#1")).receipt.resourceVersion, 1);
+    assert.ok(again.receipt.resourceVersion >= 1);
+    assert.ok((await client.resourceReconcile("repos", "acme#1")).receipt.resourceVersion >= 1);
     const view = await client.resourceGet("repos", "acme#1");
     assert.deepEqual(view.spec, spec);
+    assert.equal(view.generation, 1, "the same spec again is not a new generation");
     assert.deepEqual(view.status.controllerStatus, { phase: "new" });
-    assert.deepEqual(view.events.map((event) => event.kind), ["applied", "reconcile_requested"]);
+    const commands = view.events.map((event) => event.kind).filter((kind) => kind === "applied" || kind === "reconcile_requested" || kind === "deletion_requested");
+    assert.deepEqual(commands, ["applied", "reconcile_requested"], "the same spec again writes no second applied event");
     const list = await client.resourceList("repos");
     assert.deepEqual(list.resources.map((row) => [row.key, row.generation, row.deleting]), [["acme#1", 1, false]]);
-    assert.equal((await client.resourceDelete("repos", "acme#1")).receipt.resourceVersion, 2);
+    assert.ok((await client.resourceDelete("repos", "acme#1")).receipt.resourceVersion > view.resourceVersion);
     assert.equal((await client.resourceList()).resources[0]?.deleting, true);
     await rejectsWith(client.resourceGet("repos", "missing"), "notFound", "notFound");
     await rejectsWith(client.resourceReconcile("repos", "missing"), "notFound", "notFound");
